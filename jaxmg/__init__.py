@@ -1,0 +1,38 @@
+"""jaxmg: dense linear algebra on matrices sharded across a JAX device mesh.
+
+On NVIDIA GPUs the native backend runs cuSOLVERMp, one process per GPU; everywhere
+else (and on request) a portable pure-JAX backend runs the same API.
+"""
+
+from .launch import initialize_from_environment as _initialize_from_environment
+
+_initialize_from_environment()
+
+from ._layout import Grid, auto_tile  # noqa: E402
+from .ops import (  # noqa: E402
+    cholesky,
+    gesvd,
+    least_squares,
+    lu_solve,
+    polar,
+    potrs,
+    qr,
+    sygvd,
+    syevd,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Grid",
+    "auto_tile",
+    "cholesky",
+    "gesvd",
+    "least_squares",
+    "lu_solve",
+    "polar",
+    "potrs",
+    "qr",
+    "sygvd",
+    "syevd",
+]

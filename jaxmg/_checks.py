@@ -1,0 +1,102 @@
+"""Argument checks shared by every operation.
+
+Each check runs at trace time on shapes and dtypes only, and raises a
+``TypeError`` or ``ValueError`` whose message names the argument and says how
+to fix it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import jax.numpy as jnp
+
+SUPPORTED_DTYPES = (
+    np.dtype(np.float32),
+    np.dtype(np.float64),
+    np.dtype(np.complex64),
+    np.dtype(np.complex128),
+)
+BACKENDS = ("auto", "portable", "native")
+
+
+def as_array(value, name: str):
+    """Return ``value`` as something with ``.shape`` and ``.dtype`` (arrays and tracers pass through)."""
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return value
+    try:
+        return jnp.asarray(value)
+    except TypeError as err:
+        raise TypeError(f"{name} must be an array, got {type(value).__name__}.") from err
+
+
+def check_dtype(x, name: str) -> None:
+    """``x`` must be float32, float64, complex64 or complex128."""
+    if np.dtype(x.dtype) not in SUPPORTED_DTYPES:
+        raise TypeError(
+            f"{name} has dtype {x.dtype}, which jaxmg does not support; convert it with "
+            f"{name}.astype(jnp.float32) (or float64, complex64, complex128)."
+        )
+
+
+def check_same_dtype(x, name: str, ref, ref_name: str) -> None:
+    """``x`` must have the dtype of ``ref``."""
+    if x.dtype != ref.dtype:
+        raise TypeError(
+            f"{name} has dtype {x.dtype} but {ref_name} has dtype {ref.dtype}; "
+            f"convert {name} with {name}.astype({ref_name}.dtype)."
+        )
+
+
+def check_matrix(x, name: str, *, square: bool = False, tall: bool = False) -> None:
+    """``x`` must be a rank-2 matrix; square, or with at least as many rows as columns."""
+    if x.ndim != 2:
+        raise ValueError(
+            f"{name} must be a matrix (rank 2), got shape {tuple(x.shape)} (rank {x.ndim}); "
+            f"use jax.vmap for a batch of matrices."
+        )
+    m, n = x.shape
+    if square and m != n:
+        raise ValueError(f"{name} must be square, got shape {tuple(x.shape)}.")
+    if tall and m < n:
+        raise ValueError(
+            f"{name} must have at least as many rows as columns (M >= N), got shape "
+            f"{tuple(x.shape)}; pass the conjugate transpose instead."
+        )
+    if m == 0 or n == 0:
+        raise ValueError(f"{name} must not be empty, got shape {tuple(x.shape)}.")
+
+
+def check_rhs(b, name: str, rows: int, a_name: str = "a") -> None:
+    """``b`` must be a vector of length ``rows`` or a matrix with ``rows`` rows."""
+    if b.ndim not in (1, 2):
+        raise ValueError(
+            f"{name} must be a vector (N,) or a matrix (N, NRHS), got shape {tuple(b.shape)} "
+            f"(rank {b.ndim}); use jax.vmap for a batch of right-hand sides."
+        )
+    if b.shape[0] != rows:
+        raise ValueError(
+            f"{name} has {b.shape[0]} rows but {a_name} has {rows}; "
+            f"{name} must have shape ({rows},) or ({rows}, NRHS)."
+        )
+
+
+def check_tile(tile) -> None:
+    """``T_A`` must be None or a positive integer."""
+    if tile is None:
+        return
+    if isinstance(tile, bool) or not isinstance(tile, (int, np.integer)):
+        raise TypeError(f"T_A must be a positive int or None (automatic), got {tile!r}.")
+    if tile < 1:
+        raise ValueError(f"T_A must be at least 1, got {tile}; pass T_A=None to choose it automatically.")
+
+
+def check_backend(backend) -> None:
+    """``backend`` must be one of :data:`BACKENDS`."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}.")
+
+
+def check_flag(value, name: str) -> None:
+    """Keyword flags are plain Python bools, fixed at trace time."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r}.")

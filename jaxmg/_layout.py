@@ -1,0 +1,351 @@
+"""Mesh and sharding resolution: how the caller's arrays map onto the process grid.
+
+Rules (the same for every operation):
+
+1. A one- or two-axis mesh, with any axis names, maps onto the process grid. The mesh
+   axes named in the first entry of a's partition spec split the rows (process rows),
+   those in the second entry split the columns (process columns). With the default
+   spec the first mesh axis gives process rows and the second process columns.
+2. ``a`` may be ``P(r, c)``, ``P(r)`` (same as ``P(r, None)``), or ``P(None, c)``.
+   Right-hand sides may be ``P(r)``, ``P(r, None)`` or replicated.
+3. ``mesh`` and ``matrix_specs`` are optional: they are read from a's sharding, or else
+   from the mesh set with ``jax.set_mesh`` (eagerly and inside ``jax.jit``).
+4. When the layout of ``a`` is unknown (Auto mesh axes inside ``jax.jit``, or an
+   unsharded or replicated ``a``) the default is the mesh axes in order:
+   ``P(x, y)`` on two axes, ``P(x, None)`` on one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Sequence, Union
+
+import jax
+from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec as P
+
+AnyMesh = Union[Mesh, AbstractMesh]
+Axes = tuple  # tuple[str, ...]
+
+#: Largest automatic tile size; the GPU measurements (../shared/GPU.md) put the
+#: cuSOLVERMp optimum at 1024-2048 for N >= 8192.
+MAX_AUTO_TILE = 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+    """How a distributed matrix maps onto the process grid.
+
+    ``row_axes`` are the mesh axes that split the rows (empty: rows are whole on
+    every process), ``col_axes`` those that split the columns. The grid has
+    ``nprow x npcol`` processes; devices outside these axes hold replicas.
+    """
+
+    mesh: AnyMesh
+    row_axes: Axes
+    col_axes: Axes
+
+    @property
+    def nprow(self) -> int:
+        return _axes_size(self.mesh, self.row_axes)
+
+    @property
+    def npcol(self) -> int:
+        return _axes_size(self.mesh, self.col_axes)
+
+    @property
+    def spec(self) -> P:
+        """The partition spec of a matrix laid out on this grid."""
+        return P(_entry(self.row_axes), _entry(self.col_axes))
+
+    def rows_spec(self, ndim: int) -> P:
+        """The spec of a right-hand side whose rows follow this grid's process rows."""
+        axes = self.row_axes or self.col_axes
+        return P(_entry(axes), *([None] * (ndim - 1)))
+
+
+def _entry(axes: Axes):
+    if not axes:
+        return None
+    return axes[0] if len(axes) == 1 else tuple(axes)
+
+
+def _axes_size(mesh: AnyMesh, axes: Axes) -> int:
+    size = 1
+    for name in axes:
+        size *= mesh.shape[name]
+    return size
+
+
+def entry_axes(entry) -> Axes:
+    """The mesh axes named by one entry of a partition spec."""
+    if entry is None:
+        return ()
+    if isinstance(entry, str):
+        return (entry,)
+    return tuple(entry)
+
+
+def _is_tracer(x) -> bool:
+    return isinstance(x, jax.core.Tracer)
+
+
+def known_sharding(x) -> Optional[NamedSharding]:
+    """The NamedSharding of ``x`` if it is known at trace time, else None.
+
+    Concrete arrays report their sharding. Inside ``jax.jit`` only Explicit mesh
+    axes carry a layout; with Auto axes the layout is unknown.
+    """
+    if _is_tracer(x):
+        try:
+            sharding = jax.typeof(x).sharding
+        except (AttributeError, TypeError):
+            return None
+        if not isinstance(sharding, NamedSharding) or sharding.mesh.empty:
+            return None
+        if not _all_explicit(sharding.mesh):
+            return None
+        return sharding
+    sharding = getattr(x, "sharding", None)
+    if isinstance(sharding, NamedSharding) and not sharding.mesh.empty:
+        return sharding
+    return None
+
+
+def _all_explicit(mesh: AnyMesh) -> bool:
+    types = getattr(mesh, "axis_types", ())
+    return bool(types) and all(t == jax.sharding.AxisType.Explicit for t in types)
+
+
+def mesh_of(x) -> Optional[AnyMesh]:
+    """The mesh ``x`` is placed on, concrete or abstract, if any (Auto axes included)."""
+    if _is_tracer(x):
+        try:
+            sharding = jax.typeof(x).sharding
+        except (AttributeError, TypeError):
+            return None
+        if isinstance(sharding, NamedSharding) and not sharding.mesh.empty:
+            return sharding.mesh
+        return None
+    sharding = getattr(x, "sharding", None)
+    if isinstance(sharding, NamedSharding) and not sharding.mesh.empty:
+        return sharding.mesh
+    return None
+
+
+def context_mesh() -> Optional[AnyMesh]:
+    """The mesh set with ``jax.set_mesh``: concrete when eager, abstract inside jit."""
+    concrete = jax.sharding.get_mesh()
+    if concrete is not None and not concrete.empty:
+        return concrete
+    abstract = jax.sharding.get_abstract_mesh()
+    if abstract is not None and not abstract.empty:
+        return abstract
+    return None
+
+
+def resolve_mesh(mesh, a) -> AnyMesh:
+    """The mesh a call runs on: ``mesh`` if given, else a's mesh, else the context mesh."""
+    if mesh is not None:
+        if not isinstance(mesh, (Mesh, AbstractMesh)):
+            raise TypeError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}.")
+        if mesh.empty:
+            raise ValueError("mesh has no axes; pass a mesh made with jax.make_mesh.")
+        return mesh
+    found = mesh_of(a) or context_mesh()
+    if found is None:
+        raise ValueError(
+            "jaxmg needs a device mesh: pass mesh=jax.make_mesh(...), shard `a` with a "
+            "NamedSharding, or set one with `jax.set_mesh(mesh)`."
+        )
+    return found
+
+
+def _split_specs(matrix_specs, count: int) -> tuple:
+    """``matrix_specs`` is one PartitionSpec (for ``a``) or one per matrix argument."""
+    if matrix_specs is None:
+        return (None,) * count
+    if isinstance(matrix_specs, P):
+        return (matrix_specs,) + (None,) * (count - 1)
+    if isinstance(matrix_specs, (list, tuple)) and all(
+        s is None or isinstance(s, P) for s in matrix_specs
+    ):
+        specs = tuple(matrix_specs)
+        if len(specs) > count:
+            raise ValueError(
+                f"matrix_specs has {len(specs)} entries but this operation takes {count} "
+                f"matrix argument(s); pass one PartitionSpec per argument."
+            )
+        return specs + (None,) * (count - len(specs))
+    raise TypeError(
+        "matrix_specs must be a PartitionSpec or a list of PartitionSpecs (one per matrix "
+        f"argument), got {matrix_specs!r}."
+    )
+
+
+def _validate_spec(spec: P, mesh: AnyMesh, name: str, ndim: int) -> tuple:
+    entries = tuple(spec)
+    if len(entries) > ndim:
+        raise ValueError(
+            f"the spec of {name}, {spec}, has {len(entries)} entries but {name} has rank {ndim}."
+        )
+    entries = entries + (None,) * (ndim - len(entries))
+    used = []
+    for entry in entries:
+        for axis in entry_axes(entry):
+            if not isinstance(axis, str):
+                raise TypeError(f"the spec of {name}, {spec}, must name mesh axes by string.")
+            if axis not in mesh.axis_names:
+                raise ValueError(
+                    f"the spec of {name}, {spec}, names mesh axis {axis!r}, which the mesh "
+                    f"does not have; its axes are {tuple(mesh.axis_names)}."
+                )
+            if axis in used:
+                raise ValueError(f"the spec of {name}, {spec}, uses mesh axis {axis!r} twice.")
+            used.append(axis)
+    if len(used) > 2:
+        raise ValueError(
+            f"the spec of {name}, {spec}, uses {len(used)} mesh axes; the process grid has "
+            f"two dimensions, so use at most two axes, e.g. P('x', 'y')."
+        )
+    return entries
+
+
+def _check_divides(shape, entries, mesh: AnyMesh, name: str) -> None:
+    for dim, (extent, entry) in enumerate(zip(shape, entries)):
+        size = _axes_size(mesh, entry_axes(entry))
+        if extent % size:
+            raise ValueError(
+                f"{name} has {extent} {'rows' if dim == 0 else 'columns'}, which the "
+                f"{size} devices of mesh axes {entry_axes(entry)} do not divide; pad {name} "
+                f"to a multiple of {size} or choose another mesh or spec."
+            )
+
+
+def default_spec(mesh: AnyMesh) -> P:
+    """The layout used when a's layout is unknown: the mesh axes in order."""
+    names = tuple(mesh.axis_names)
+    if len(names) == 1:
+        return P(names[0], None)
+    if len(names) == 2:
+        return P(names[0], names[1])
+    raise ValueError(
+        f"the mesh has {len(names)} axes {names}; jaxmg maps one or two of them onto the "
+        f"process grid, so pass matrix_specs=P(row_axis, col_axis)."
+    )
+
+
+def _same_mesh(m1: AnyMesh, m2: AnyMesh) -> bool:
+    a1 = m1 if isinstance(m1, AbstractMesh) else m1.abstract_mesh
+    a2 = m2 if isinstance(m2, AbstractMesh) else m2.abstract_mesh
+    if a1 != a2:
+        return False
+    if isinstance(m1, Mesh) and isinstance(m2, Mesh):
+        return m1 == m2
+    return True
+
+
+def caller_spec(x, mesh: AnyMesh) -> Optional[P]:
+    """The spec of ``x`` on ``mesh`` if known (None when unknown or on another mesh)."""
+    sharding = known_sharding(x)
+    if sharding is None or not _same_mesh(sharding.mesh, mesh):
+        return None
+    return sharding.spec
+
+
+def _is_replicated(spec: P) -> bool:
+    return all(not entry_axes(e) for e in spec)
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """The resolved layout of one call.
+
+    ``grid`` is where the computation runs; ``matrix_specs`` are the specs of each
+    matrix argument as the caller holds them (outputs return to these), and
+    ``rhs_specs`` those of the right-hand sides.
+    """
+
+    grid: Grid
+    out_spec: P
+    rhs_specs: tuple
+
+
+def resolve(
+    mesh,
+    matrix_specs,
+    matrices: Sequence[tuple],
+    rhs: Sequence[tuple] = (),
+) -> Layout:
+    """Resolve the mesh and the specs of a call.
+
+    ``matrices`` are ``(array, name)`` pairs laid out on the grid (``a`` first; all
+    share its spec); ``rhs`` are ``(array, name)`` pairs of right-hand sides.
+    ``matrix_specs`` is a PartitionSpec for ``a`` or a list with one spec per
+    argument, matrices first, then right-hand sides.
+    """
+    a, a_name = matrices[0]
+    mesh = resolve_mesh(mesh, a)
+    specs = _split_specs(matrix_specs, len(matrices) + len(rhs))
+
+    spec_a = specs[0]
+    given = caller_spec(a, mesh)
+    if spec_a is None:
+        spec_a = given if given is not None and not _is_replicated(given) else default_spec(mesh)
+    entries = _validate_spec(spec_a, mesh, a_name, 2)
+    grid = Grid(mesh, entry_axes(entries[0]), entry_axes(entries[1]))
+    for (x, name), spec in zip(matrices, specs[: len(matrices)]):
+        if spec is not None and P(*_validate_spec(spec, mesh, name, 2)) != grid.spec:
+            raise ValueError(
+                f"the spec of {name}, {spec}, differs from that of {a_name}, {grid.spec}; "
+                f"both matrices must share one layout."
+            )
+        _check_divides(x.shape, entries, mesh, name)
+    out_spec = given if given is not None and specs[0] is None else grid.spec
+
+    rhs_specs = []
+    for (x, name), spec in zip(rhs, specs[len(matrices):]):
+        if spec is None:
+            spec = caller_spec(x, mesh)
+        if spec is None:
+            spec = grid.rows_spec(x.ndim)
+        entries_b = _validate_spec(spec, mesh, name, x.ndim)
+        if x.ndim == 2 and entry_axes(entries_b[1]):
+            raise ValueError(
+                f"the spec of {name}, {spec}, splits its columns; a right-hand side may be "
+                f"P(r), P(r, None) or replicated."
+            )
+        _check_divides(x.shape[:1], entries_b[:1], mesh, name)
+        rhs_specs.append(P(*entries_b))
+    return Layout(grid, out_spec, tuple(rhs_specs))
+
+
+def check_output_fits(shape, spec: P, mesh: AnyMesh, what: str) -> None:
+    """An output of ``shape`` must be divisible by the mesh axes of ``spec``."""
+    entries = tuple(spec) + (None,) * (len(shape) - len(tuple(spec)))
+    for dim, (extent, entry) in enumerate(zip(shape, entries)):
+        size = _axes_size(mesh, entry_axes(entry))
+        if extent % size:
+            raise ValueError(
+                f"{what} has shape {tuple(shape)}, whose dimension {dim} ({extent}) the "
+                f"{size} devices of mesh axes {entry_axes(entry)} do not divide; choose a "
+                f"mesh or spec that divides it."
+            )
+
+
+def auto_tile(shape, grid: Grid) -> int:
+    """The automatic tile size ``T_A``.
+
+    The largest power of two that is at most :data:`MAX_AUTO_TILE` and at most the
+    smaller extent of a's local block, so that every process owns at least one tile
+    in each direction and large problems get the tile size measured fastest.
+    """
+    local = min(shape[0] // grid.nprow, shape[1] // grid.npcol)
+    tile = 1
+    while tile * 2 <= min(local, MAX_AUTO_TILE):
+        tile *= 2
+    return tile
+
+
+def padded_extent(local: int, tile: int) -> int:
+    """A local extent rounded up to a whole number of tiles (what the native layout pads to)."""
+    return -(-local // tile) * tile

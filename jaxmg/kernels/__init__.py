@@ -1,0 +1,1 @@
+"""Per-shard kernels, one module per backend: ``portable`` (pure JAX) and ``native`` (cuSOLVERMp)."""

@@ -1,0 +1,495 @@
+"""Run a JAX program as N cooperating processes on this host.
+
+Usage::
+
+    python -m jaxmg.launch -n N [options] [--] script.py [args ...]
+    python -m jaxmg.launch -n N [options] [--] -m package.module [args ...]
+    jaxmg-launch -n N [options] [--] script.py [args ...]     # console script
+
+Options:
+
+``-n N`` / ``--nproc N``
+    Number of processes. On GPUs the default is one process per visible GPU;
+    on CPU it must be given.
+``--platform {auto,cpu,gpu}``
+    ``auto`` (the default) picks ``gpu`` when a GPU is found and ``cpu``
+    otherwise. GPUs are detected without importing JAX: ``nvidia-smi -L``,
+    limited by ``CUDA_VISIBLE_DEVICES`` when that is set.
+``--port PORT``
+    Port of the JAX coordinator on 127.0.0.1 (default: a free one).
+``--timeout SECONDS``
+    Stop every process and exit with status 124 if the run takes longer.
+``--grace SECONDS``
+    How long stopped processes get between SIGTERM and SIGKILL (default 5).
+
+What the launcher does
+----------------------
+It starts N copies of ``sys.executable script.py args...`` (or
+``sys.executable -m module args...``), rank ``r`` = 0..N-1, and passes each
+the distributed configuration through environment variables:
+
+=========================  ===============================================
+``JAXMG_COORDINATOR``      ``127.0.0.1:PORT`` (rank 0 hosts the service)
+``JAXMG_NUM_PROCESSES``    ``N``
+``JAXMG_PROCESS_ID``       ``r``
+``JAXMG_LOCAL_DEVICE_IDS`` ``r`` (GPU only: process ``r`` drives GPU ``r``)
+``JAXMG_PLATFORM``         ``cpu`` or ``gpu``
+=========================  ===============================================
+
+plus ``PYTHONUNBUFFERED=1``, ``NCCL_NVLS_ENABLE=0``,
+``TORCH_SYMM_MEM_DISABLE_MULTICAST=1`` and ``NVSHMEM_DISABLE_NVLS=1`` (NVLink
+multicast off), and ``JAX_PLATFORMS=cpu`` on CPU. ``CUDA_VISIBLE_DEVICES`` is
+left as it is; each process selects its GPU through JAX's
+``local_device_ids`` instead, so every process can still see its peers' GPUs
+(needed for CUDA peer access).
+
+``import jaxmg`` in a launched process calls :func:`initialize_from_environment`,
+which reads those variables and calls ``jax.distributed.initialize``. The
+script therefore needs no set-up code of its own; it must only import
+``jaxmg`` (or call :func:`initialize_from_environment`) *before* it runs any
+JAX computation, and must not call ``jax.distributed.initialize`` itself.
+
+On CPU each process gets exactly one CPU device and JAX's gloo CPU
+collectives, so ``N`` processes form an ``N``-device mesh and the
+multi-process code path can be exercised on a machine without GPUs.
+
+Every line a process writes to stdout or stderr is copied to the launcher's
+stdout or stderr prefixed with ``[rank r] ``. When a process exits with a
+non-zero status, the launcher sends SIGTERM to the others (SIGKILL after the
+grace period) and exits with that status (``128 + signal`` for a process
+killed by a signal). SIGINT (Ctrl-C) and SIGTERM sent to the launcher are
+forwarded to every process; a second one kills them at once. If the launcher
+itself dies, Linux kills its processes (``PR_SET_PDEATHSIG``).
+
+Clusters (Slurm, Open MPI, ...)
+-------------------------------
+This launcher is for a single host. Under ``srun`` or ``mpirun``, start one
+process per GPU with the cluster's own launcher and call
+``jax.distributed.initialize()`` with no arguments at the top of the script:
+JAX detects the coordinator, process ids and local devices from the cluster's
+environment. jaxmg needs nothing else; :func:`initialize_from_environment`
+does nothing there, since the ``JAXMG_*`` variables are unset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+__all__ = ["initialize_from_environment", "main"]
+
+ENV_COORDINATOR = "JAXMG_COORDINATOR"
+ENV_NUM_PROCESSES = "JAXMG_NUM_PROCESSES"
+ENV_PROCESS_ID = "JAXMG_PROCESS_ID"
+ENV_LOCAL_DEVICE_IDS = "JAXMG_LOCAL_DEVICE_IDS"
+ENV_PLATFORM = "JAXMG_PLATFORM"
+
+#: Environment every launched process gets (NVLink multicast off; unbuffered).
+CHILD_ENV = {
+    "PYTHONUNBUFFERED": "1",
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+
+DEFAULT_GRACE = 5.0
+TIMEOUT_EXIT_CODE = 124
+
+_initialized_here = False
+
+
+# --------------------------------------------------------------------------
+# Inside a launched process
+# --------------------------------------------------------------------------
+
+
+def initialize_from_environment() -> bool:
+    """Initialize ``jax.distributed`` from the ``JAXMG_*`` variables.
+
+    Does nothing, without importing JAX, when ``JAXMG_COORDINATOR`` is unset
+    (i.e. the process was not started by this launcher). Does nothing when
+    ``jax.distributed`` is already initialized. Otherwise, on CPU sets
+    ``jax_platforms="cpu"``, ``jax_cpu_collectives_implementation="gloo"`` and
+    ``jax_num_cpu_devices=1``, then calls ``jax.distributed.initialize``.
+
+    Must run before the process executes any JAX computation.
+
+    Returns:
+      True if this call initialized ``jax.distributed``, else False.
+    """
+    global _initialized_here
+    coordinator = os.environ.get(ENV_COORDINATOR)
+    if not coordinator or _initialized_here:
+        return False
+
+    def _int_var(name: str) -> int:
+        value = os.environ.get(name)
+        try:
+            return int(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise RuntimeError(
+                f"jaxmg: {ENV_COORDINATOR} is set but {name}={value!r} is not "
+                "an integer; these variables are set by `python -m jaxmg.launch`."
+            ) from None
+
+    num_processes = _int_var(ENV_NUM_PROCESSES)
+    process_id = _int_var(ENV_PROCESS_ID)
+    ids = os.environ.get(ENV_LOCAL_DEVICE_IDS, "").strip()
+    try:
+        local_device_ids = [int(x) for x in ids.split(",")] if ids else None
+    except ValueError:
+        raise RuntimeError(
+            f"jaxmg: {ENV_LOCAL_DEVICE_IDS}={ids!r} is not a comma-separated "
+            "list of integers."
+        ) from None
+    platform = os.environ.get(ENV_PLATFORM, "gpu").strip().lower()
+
+    import jax
+
+    if jax.distributed.is_initialized():
+        return False
+    try:
+        if platform == "cpu":
+            jax.config.update("jax_platforms", "cpu")
+            jax.config.update("jax_cpu_collectives_implementation", "gloo")
+            jax.config.update("jax_num_cpu_devices", 1)
+        jax.distributed.initialize(
+            coordinator_address=coordinator,
+            num_processes=num_processes,
+            process_id=process_id,
+            local_device_ids=local_device_ids,
+            # Everything is given explicitly: keep JAX from consulting
+            # Slurm/MPI variables that may be present in the environment.
+            cluster_detection_method="deactivate",
+            # Listen on the coordinator address only (loopback), not on all
+            # interfaces.
+            coordinator_bind_address=coordinator,
+        )
+    except RuntimeError as e:
+        raise RuntimeError(
+            f"jaxmg: could not initialize jax.distributed (process "
+            f"{process_id} of {num_processes}, coordinator {coordinator}): {e}\n"
+            "Import jaxmg (or call jaxmg.launch.initialize_from_environment()) "
+            "before running any JAX computation, and do not call "
+            "jax.distributed.initialize() yourself under jaxmg.launch."
+        ) from e
+    _initialized_here = True
+    return True
+
+
+# --------------------------------------------------------------------------
+# The launcher
+# --------------------------------------------------------------------------
+
+_USAGE = (
+    "%(prog)s [-h] [-n N] [--platform {auto,cpu,gpu}] [--port PORT] "
+    "[--timeout SECONDS] [--grace SECONDS] [--] (script.py | -m module) [args ...]"
+)
+# Launcher options that take a separate value (`-n 4`); used to find where the
+# launcher's own options end and the target command begins.
+_VALUE_OPTIONS = ("-n", "--nproc", "--port", "--platform", "--timeout", "--grace")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="jaxmg-launch",
+        usage=_USAGE,
+        description="Start N JAX processes on this host, one per device, "
+        "connected through jax.distributed.",
+        epilog="Launched processes initialize jax.distributed when they import "
+        "jaxmg. See the docstring of jaxmg.launch for details.",
+        allow_abbrev=False,
+    )
+    p.add_argument("-n", "--nproc", type=int, default=None, metavar="N",
+                   help="number of processes (default on GPU: one per visible GPU)")
+    p.add_argument("--platform", choices=("auto", "cpu", "gpu"), default="auto",
+                   help="device kind; auto = gpu if nvidia-smi finds a GPU, else cpu")
+    p.add_argument("--port", type=int, default=None,
+                   help="coordinator port on 127.0.0.1 (default: a free port)")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help=f"stop everything and exit {TIMEOUT_EXIT_CODE} after SECONDS")
+    p.add_argument("--grace", type=float, default=DEFAULT_GRACE, metavar="SECONDS",
+                   help="seconds between SIGTERM and SIGKILL when stopping processes "
+                   f"(default {DEFAULT_GRACE:g})")
+    return p
+
+
+def _split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Split argv into (launcher options, target) at the script or -m."""
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            return argv[:i], argv[i + 1:]
+        if a == "-m" or (a.startswith("-m") and not a.startswith("--")):
+            break
+        if not a.startswith("-") or a == "-":
+            break
+        i += 2 if a in _VALUE_OPTIONS else 1
+    return argv[:i], argv[i:]
+
+
+def _target_command(parser: argparse.ArgumentParser, target: list[str]) -> list[str]:
+    if not target:
+        parser.error("missing script: give a script path or -m module to run")
+    first = target[0]
+    if first == "-m":
+        if len(target) < 2:
+            parser.error("argument -m: expected a module name")
+        return [sys.executable, "-m", target[1], *target[2:]]
+    if first.startswith("-m"):
+        return [sys.executable, "-m", first[2:], *target[1:]]
+    if not os.path.isfile(first):
+        parser.error(f"script not found: {first}")
+    return [sys.executable, *target]
+
+
+def _visible_gpu_count() -> int:
+    """Count GPUs this process may use, without importing JAX or CUDA."""
+    limit = None
+    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if cvd is not None:
+        # CUDA ignores everything from the first invalid entry on ("-1", "").
+        limit = 0
+        for entry in cvd.split(","):
+            entry = entry.strip()
+            if not entry or entry.startswith("-"):
+                break
+            limit += 1
+        if limit == 0:
+            return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
+                             timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    if out.returncode != 0:
+        return 0
+    count = sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+    return count if limit is None else min(count, limit)
+
+
+def _free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _child_env(rank: int, nproc: int, coordinator: str, platform: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(CHILD_ENV)
+    env[ENV_COORDINATOR] = coordinator
+    env[ENV_NUM_PROCESSES] = str(nproc)
+    env[ENV_PROCESS_ID] = str(rank)
+    env[ENV_PLATFORM] = platform
+    if platform == "gpu":
+        env[ENV_LOCAL_DEVICE_IDS] = str(rank)
+    else:
+        env.pop(ENV_LOCAL_DEVICE_IDS, None)
+        env["JAX_PLATFORMS"] = "cpu"
+    return env
+
+
+def _die_with_parent():
+    """preexec_fn factory: the child gets SIGKILL when the launcher dies."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1 == PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the launcher died before prctl
+            os._exit(1)
+
+    return preexec
+
+
+def _binary(stream):
+    return getattr(stream, "buffer", None)
+
+
+def _pump(src, dst, prefix: bytes, lock: threading.Lock) -> None:
+    """Copy lines from a child's pipe to dst, each prefixed by its rank."""
+    out = _binary(dst)
+    with src:
+        for line in iter(src.readline, b""):
+            if not line.endswith(b"\n"):
+                line += b"\n"
+            with lock:
+                try:
+                    if out is not None:
+                        out.write(prefix + line)
+                    else:
+                        dst.write((prefix + line).decode(errors="replace"))
+                    dst.flush()
+                except (OSError, ValueError):
+                    pass  # our own output is gone; keep draining the child
+
+
+def _say(msg: str, lock: threading.Lock) -> None:
+    with lock:
+        try:
+            sys.stderr.write(f"[jaxmg.launch] {msg}\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)  # the child and anything it started
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _exit_status(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class _Run:
+    def __init__(self, cmd: list[str], nproc: int, platform: str, port: int,
+                 timeout: float | None, grace: float):
+        self.cmd, self.nproc, self.platform = cmd, nproc, platform
+        self.coordinator = f"127.0.0.1:{port}"
+        self.timeout, self.grace = timeout, grace
+        self.lock = threading.Lock()
+        self.procs: list[subprocess.Popen] = []
+        self.threads: list[threading.Thread] = []
+        self.signals: list[int] = []
+
+    # Signal handler (main thread): forward the first signal, kill on the second.
+    def _on_signal(self, signum, frame) -> None:
+        self.signals.append(signum)
+        sig = signum if len(self.signals) == 1 else signal.SIGKILL
+        for p in self.procs:
+            if p.poll() is None:
+                _signal_group(p, sig)
+
+    def _stop_all(self) -> None:
+        live = [p for p in self.procs if p.poll() is None]
+        for p in live:
+            _signal_group(p, signal.SIGTERM)
+        deadline = time.monotonic() + self.grace
+        while any(p.poll() is None for p in live) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        for p in self.procs:
+            # Also reaches processes the ranks started in their groups.
+            _signal_group(p, signal.SIGKILL)
+        for p in self.procs:
+            p.wait()
+
+    def _start(self) -> None:
+        preexec = _die_with_parent()
+        for rank in range(self.nproc):
+            self.procs.append(subprocess.Popen(
+                self.cmd,
+                env=_child_env(rank, self.nproc, self.coordinator, self.platform),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,  # own process group, for killpg
+                preexec_fn=preexec,
+            ))
+        # Reader threads only after all forks (preexec_fn and threads don't mix).
+        for rank, p in enumerate(self.procs):
+            prefix = f"[rank {rank}] ".encode()
+            for src, dst in ((p.stdout, sys.stdout), (p.stderr, sys.stderr)):
+                t = threading.Thread(target=_pump, args=(src, dst, prefix, self.lock),
+                                     daemon=True, name=f"jaxmg-launch-rank{rank}")
+                t.start()
+                self.threads.append(t)
+
+    def _wait(self) -> int:
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        while True:
+            if self.signals:
+                _say(f"received {signal.Signals(self.signals[0]).name}; stopping all ranks",
+                     self.lock)
+                self._stop_all()
+                return 128 + self.signals[0]
+            running = False
+            for rank, p in enumerate(self.procs):
+                rc = p.poll()
+                if rc is None:
+                    running = True
+                elif rc != 0:
+                    code = _exit_status(rc)
+                    _say(f"rank {rank} exited with status {code}; stopping the "
+                         "other ranks", self.lock)
+                    self._stop_all()
+                    return code
+            if not running:
+                return 0
+            if deadline is not None and time.monotonic() > deadline:
+                _say(f"timeout after {self.timeout:g} s; stopping all ranks", self.lock)
+                self._stop_all()
+                return TIMEOUT_EXIT_CODE
+            time.sleep(0.05)
+
+    def run(self) -> int:
+        handlers = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                handlers[sig] = signal.signal(sig, self._on_signal)
+        try:
+            self._start()
+            code = self._wait()
+        except BaseException:
+            self._stop_all()
+            raise
+        finally:
+            for sig, h in handlers.items():
+                signal.signal(sig, h)
+        for t in self.threads:
+            t.join(timeout=2.0)  # a detached grandchild may hold a pipe open
+        return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    options, target = _split_argv(argv)
+    args = parser.parse_args(options)
+
+    if args.nproc is not None and args.nproc < 1:
+        parser.error(f"-n/--nproc must be at least 1, got {args.nproc}")
+    if args.port is not None and not 0 < args.port < 65536:
+        parser.error(f"--port must be in 1..65535, got {args.port}")
+    if args.timeout is not None and args.timeout <= 0:
+        parser.error(f"--timeout must be positive, got {args.timeout:g}")
+    if args.grace < 0:
+        parser.error(f"--grace must be non-negative, got {args.grace:g}")
+    cmd = _target_command(parser, target)
+
+    platform = args.platform
+    gpus = 0 if platform == "cpu" else _visible_gpu_count()
+    if platform == "auto":
+        platform = "gpu" if gpus > 0 else "cpu"
+    nproc = args.nproc
+    if nproc is None:
+        if platform == "cpu" or gpus == 0:
+            parser.error("-n/--nproc is required when no GPU is detected")
+        nproc = gpus
+    if platform == "gpu" and 0 < gpus < nproc:
+        parser.error(f"-n {nproc} needs {nproc} GPUs but {gpus} are visible "
+                     "(use --platform cpu for CPU processes)")
+
+    port = args.port if args.port is not None else _free_port()
+    return _Run(cmd, nproc, platform, port, args.timeout, args.grace).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,285 @@
+"""Tests of jaxmg.launch, the single-host multi-process launcher (CPU only).
+
+Every launch runs in a subprocess with a timeout (and the launcher's own
+--timeout), so a broken launcher fails the test instead of hanging it.
+"""
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from jaxmg import launch
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = Path(__file__).resolve().parent / "launch_scripts"
+
+
+def _env(**extra):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT), str(SCRIPTS)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    for var in list(env):
+        if var.startswith("JAXMG_"):
+            del env[var]
+    env.update(extra)
+    return env
+
+
+def _launch(*args, timeout=60, **env):
+    """Run `python -m jaxmg.launch ARGS` to completion."""
+    return subprocess.run(
+        [sys.executable, "-m", "jaxmg.launch", *map(str, args)],
+        env=_env(**env), capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _pids(pid_dir, n, timeout=20):
+    deadline = time.monotonic() + timeout
+    while True:
+        files = sorted(Path(pid_dir).glob("rank*.pid"))
+        if len(files) == n and all(f.read_text() for f in files):
+            return [int(f.read_text()) for f in files]
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    raise AssertionError(f"ranks did not start: {list(Path(pid_dir).iterdir())}")
+
+
+def _assert_all_gone(pids, timeout=2):
+    deadline = time.monotonic() + timeout
+    while any(map(_alive, pids)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    alive = [p for p in pids if _alive(p)]
+    for p in alive:
+        os.kill(p, signal.SIGKILL)
+    assert not alive, f"rank processes still running: {alive}"
+
+
+# ---------------------------------------------------------------------------
+# Multi-process JAX on CPU
+# ---------------------------------------------------------------------------
+
+
+def test_four_process_cpu_collective():
+    # XLA_FLAGS asks for 8 host devices; the launcher must still give 1 each.
+    r = _launch("-n", 4, "--platform", "cpu", "--timeout", 90,
+                SCRIPTS / "collective.py", timeout=120,
+                XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    assert r.returncode == 0, r.stdout + r.stderr
+    for rank in range(4):
+        assert f"[rank {rank}] psum=10\n" in r.stdout, r.stdout + r.stderr
+        assert f"[rank {rank}] allgather=[0, 10, 20, 30]\n" in r.stdout
+        assert f"[rank {rank}] to stderr\n" in r.stderr
+    # Nothing unprefixed from the ranks.
+    for line in r.stdout.splitlines():
+        assert line.startswith("[rank "), line
+
+
+def test_jax_used_before_initialize_fails_clearly():
+    r = _launch("-n", 1, "--platform", "cpu", "--timeout", 60,
+                SCRIPTS / "jax_too_early.py")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "[rank 0] RuntimeError: jaxmg: could not initialize jax.distributed" in r.stderr
+    assert "[jaxmg.launch] rank 0 exited with status 1" in r.stderr
+
+
+# ---------------------------------------------------------------------------
+# Process management (no JAX in the ranks: fast)
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ignore_sigterm", [False, True])
+def test_failing_rank_stops_the_others(tmp_path, ignore_sigterm):
+    args = ["-n", 3, "--platform", "cpu", "--timeout", 50, "--grace", 1,
+            SCRIPTS / "fail.py", tmp_path]
+    if ignore_sigterm:  # needs SIGKILL after the grace period
+        args.append("--ignore-sigterm")
+    start = time.monotonic()
+    r = _launch(*args)
+    elapsed = time.monotonic() - start
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert elapsed < 15, elapsed
+    assert "[jaxmg.launch] rank 1 exited with status 3" in r.stderr
+    for rank in range(3):
+        assert f"[rank {rank}] started" in r.stdout
+    _assert_all_gone(_pids(tmp_path, 3, timeout=0))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_is_forwarded(tmp_path, sig):
+    p = subprocess.Popen(
+        [sys.executable, "-m", "jaxmg.launch", "-n", "2", "--platform", "cpu",
+         "--timeout", "50", "--grace", "2", str(SCRIPTS / "sleep.py"), str(tmp_path)],
+        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        pids = _pids(tmp_path, 2)
+        time.sleep(0.3)  # let the ranks reach their sleep
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 128 + sig, out + err
+    assert f"received {signal.Signals(sig).name}" in err
+    _assert_all_gone(pids)
+
+
+def test_timeout_kills_everything(tmp_path):
+    r = _launch("-n", 2, "--platform", "cpu", "--timeout", 1, "--grace", 1,
+                SCRIPTS / "sleep.py", tmp_path)
+    assert r.returncode == 124, r.stdout + r.stderr
+    assert "timeout after 1 s" in r.stderr
+    _assert_all_gone(_pids(tmp_path, 2, timeout=0))
+
+
+def test_script_arguments_module_and_prefixes():
+    r = _launch("-n", 2, "--platform", "cpu", "--timeout", 30, "--",
+                SCRIPTS / "echo_args.py", "-n", "5", "--timeout", "x")
+    assert r.returncode == 0, r.stdout + r.stderr
+    for rank in range(2):
+        assert (f"[rank {rank}] rank={rank} of 2 platform=cpu "
+                "args=['-n', '5', '--timeout', 'x']\n") in r.stdout
+        assert f"[rank {rank}] no newline\n" in r.stderr
+
+    r = _launch("--nproc=3", "--platform", "cpu", "-m", "echo_args", "--platform", "y")
+    assert r.returncode == 0, r.stdout + r.stderr
+    for rank in range(3):
+        assert f"[rank {rank}] rank={rank} of 3 platform=cpu args=['--platform', 'y']" \
+            in r.stdout
+
+
+# ---------------------------------------------------------------------------
+# Argument errors
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["-n", "0", "--platform", "cpu", "x.py"], "-n/--nproc must be at least 1"),
+    (["-n", "-2", "--platform", "cpu", "x.py"], "-n/--nproc must be at least 1"),
+    (["-n", "2", "--platform", "cpu"], "missing script"),
+    (["-n", "2", "--platform", "cpu", "--"], "missing script"),
+    (["-n", "2", "--platform", "cpu", "no_such_script.py"], "script not found"),
+    (["-n", "2", "-m"], "expected a module name"),
+    (["--platform", "cpu", str(SCRIPTS / "sleep.py")], "-n/--nproc is required"),
+    (["-n", "2", "--platform", "tpu", "x.py"], "invalid choice"),
+    (["-n", "2", "--timeout", "0", "x.py"], "--timeout must be positive"),
+    (["-n", "2", "--bogus", "x.py"], "unrecognized arguments: --bogus"),
+])
+def test_argument_errors(capsys, argv, message):
+    with pytest.raises(SystemExit) as e:
+        launch.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err, err
+    assert "usage: jaxmg-launch" in err
+
+
+def test_argument_error_from_command_line():
+    r = _launch("-n", 0, "--platform", "cpu", "x.py", timeout=30)
+    assert r.returncode == 2
+    assert "-n/--nproc must be at least 1" in r.stderr
+
+
+def test_split_argv():
+    split = launch._split_argv
+    assert split(["-n", "2", "s.py", "-n", "3"]) == (["-n", "2"], ["s.py", "-n", "3"])
+    assert split(["-n2", "--port=5", "--", "-x.py", "a"]) == (["-n2", "--port=5"], ["-x.py", "a"])
+    assert split(["--nproc", "2", "-m", "pkg.mod", "-n"]) == (["--nproc", "2"], ["-m", "pkg.mod", "-n"])
+    assert split(["-n", "2", "-mpkg", "a"]) == (["-n", "2"], ["-mpkg", "a"])
+    assert split(["-n", "2"]) == (["-n", "2"], [])
+
+
+# ---------------------------------------------------------------------------
+# GPU detection and child environment (no GPU needed)
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_nvidia_smi(tmp_path, monkeypatch):
+    exe = tmp_path / "nvidia-smi"
+    exe.write_text("#!/bin/sh\necho 'GPU 0: Fake (UUID: GPU-0)'\n"
+                   "echo '  MIG 1g.10gb Device 0: (UUID: MIG-0)'\n"
+                   "echo 'GPU 1: Fake (UUID: GPU-1)'\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+def test_gpu_count(fake_nvidia_smi, monkeypatch):
+    assert launch._visible_gpu_count() == 2
+    for cvd, expected in [("1", 1), ("0,1,2", 2), ("", 0), ("-1", 0), ("0,-1,1", 1)]:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", cvd)
+        assert launch._visible_gpu_count() == expected, cvd
+
+
+def test_gpu_count_without_nvidia_smi(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert launch._visible_gpu_count() == 0
+
+
+def test_too_many_processes_for_gpus(fake_nvidia_smi, capsys):
+    with pytest.raises(SystemExit):
+        launch.main(["-n", "3", str(SCRIPTS / "sleep.py")])
+    assert "needs 3 GPUs but 2 are visible" in capsys.readouterr().err
+
+
+def test_child_env(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    gpu = launch._child_env(1, 2, "127.0.0.1:1234", "gpu")
+    assert gpu["JAXMG_COORDINATOR"] == "127.0.0.1:1234"
+    assert gpu["JAXMG_NUM_PROCESSES"] == "2"
+    assert gpu["JAXMG_PROCESS_ID"] == "1"
+    assert gpu["JAXMG_LOCAL_DEVICE_IDS"] == "1"
+    assert gpu["JAXMG_PLATFORM"] == "gpu"
+    assert gpu["CUDA_VISIBLE_DEVICES"] == "0,1"  # not narrowed
+    for var, value in [("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+                       ("NVSHMEM_DISABLE_NVLS", "1"), ("PYTHONUNBUFFERED", "1")]:
+        assert gpu[var] == value
+    cpu = launch._child_env(0, 4, "127.0.0.1:1234", "cpu")
+    assert cpu["JAXMG_PLATFORM"] == "cpu" and cpu["JAX_PLATFORMS"] == "cpu"
+    assert "JAXMG_LOCAL_DEVICE_IDS" not in cpu
+
+
+# ---------------------------------------------------------------------------
+# initialize_from_environment outside the launcher
+# ---------------------------------------------------------------------------
+
+
+def test_initialize_without_launcher_is_a_cheap_no_op():
+    # Load launch.py on its own, so that whatever jaxmg/__init__.py imports
+    # does not count.
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('l', {str(Path(launch.__file__))!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "assert m.initialize_from_environment() is False\n"
+        "assert m.initialize_from_environment() is False\n"
+        "assert 'jax' not in sys.modules, 'jax was imported'\n"
+        "print('ok')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 0 and r.stdout == "ok\n", r.stdout + r.stderr
+
+
+def test_launch_module_imports_no_jax():
+    spec = importlib.util.find_spec("jaxmg.launch")
+    src = Path(spec.origin).read_text()
+    top_level_imports = [line for line in src.splitlines()
+                         if line.startswith(("import ", "from "))]
+    assert not any("jax" in line for line in top_level_imports), top_level_imports

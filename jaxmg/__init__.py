@@ -8,6 +8,7 @@ from .launch import initialize_from_environment as _initialize_from_environment
 
 _initialize_from_environment()
 
+from ._backend import default_backend  # noqa: E402
 from ._layout import Grid, auto_tile  # noqa: E402
 from .ops import (  # noqa: E402
     cholesky,
@@ -26,6 +27,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Grid",
     "auto_tile",
+    "default_backend",
     "cholesky",
     "gesvd",
     "least_squares",

@@ -44,3 +44,8 @@ def native_unavailable(op: str, mesh) -> str | None:
     if op not in native.SUPPORTED:
         return f"{op} has no native kernel yet"
     return None
+
+
+def default_backend(op: str, mesh) -> str:
+    """The backend that ``backend="auto"`` gives ``op`` on ``mesh``: "native" or "portable"."""
+    return select(op, "auto", mesh).NAME

@@ -1,0 +1,10 @@
+"""Test set-up: 8 simulated CPU devices (unless GPUs run the suite) and float64 enabled."""
+
+import os
+
+if "JAXMG_PROCESS_ID" not in os.environ and "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)

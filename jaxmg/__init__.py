@@ -4,9 +4,12 @@ On NVIDIA GPUs the native backend runs cuSOLVERMp, one process per GPU; everywhe
 else (and on request) a portable pure-JAX backend runs the same API.
 """
 
-from .launch import initialize_from_environment as _initialize_from_environment
+import os as _os
 
-_initialize_from_environment()
+if _os.environ.get("JAXMG_COORDINATOR"):  # started by jaxmg.launch: join the other processes
+    from .launch import initialize_from_environment as _initialize_from_environment
+
+    _initialize_from_environment()
 
 from ._backend import default_backend  # noqa: E402
 from ._layout import Grid, auto_tile  # noqa: E402

@@ -134,7 +134,10 @@ def mesh_of(x) -> Optional[AnyMesh]:
 
 def context_mesh() -> Optional[AnyMesh]:
     """The mesh set with ``jax.set_mesh``: concrete when eager, abstract inside jit."""
-    concrete = jax.sharding.get_mesh()
+    try:
+        concrete = jax.sharding.get_mesh()
+    except ValueError:  # inside jax.jit only the abstract mesh exists
+        concrete = None
     if concrete is not None and not concrete.empty:
         return concrete
     abstract = jax.sharding.get_abstract_mesh()

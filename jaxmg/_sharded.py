@@ -164,7 +164,7 @@ def _place(x, spec: P, mesh) -> jax.Array:
     """Inside a trace: give ``x`` layout ``spec`` (Explicit axes need an explicit reshard)."""
     types = getattr(mesh, "axis_types", ())
     if not any(t == jax.sharding.AxisType.Explicit for t in types):
-        return x  # Auto axes: shard_map and the compiler place the data
+        return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
     current = jax.typeof(x).sharding if isinstance(x, jax.core.Tracer) else None
     if current is not None and not current.mesh.empty and current.spec == _full(spec, x.ndim):
         return x

@@ -40,8 +40,8 @@ plus ``PYTHONUNBUFFERED=1``, ``NCCL_NVLS_ENABLE=0``,
 ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1`` and ``NVSHMEM_DISABLE_NVLS=1`` (NVLink
 multicast off), and ``JAX_PLATFORMS=cpu`` on CPU. ``CUDA_VISIBLE_DEVICES`` is
 left as it is; each process selects its GPU through JAX's
-``local_device_ids`` instead, so every process can still see its peers' GPUs
-(needed for CUDA peer access).
+``local_device_ids`` instead (JAX then narrows its own view to that GPU),
+so the CUDA runtime of every process still sees all GPUs of the host.
 
 ``import jaxmg`` in a launched process calls :func:`initialize_from_environment`,
 which reads those variables and calls ``jax.distributed.initialize``. The

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import jax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
 
-#: name -> (mesh shape, axis names, spec of a)
+#: name -> (mesh shape, axis names, spec of a); names ending in "-auto" use Auto mesh axes
 LAYOUTS = {
     "rows-1d": ((8,), ("i",), P("i", None)),
     "cols-1d": ((8,), ("i",), P(None, "i")),
@@ -16,6 +16,8 @@ LAYOUTS = {
     "grid-4x2": ((4, 2), ("x", "y"), P("x", "y")),
     "grid-2x4": ((2, 4), ("x", "y"), P("x", "y")),
     "grid-1x8": ((1, 8), ("x", "y"), P("x", "y")),
+    "grid-4x2-auto": ((4, 2), ("x", "y"), P("x", "y")),
+    "cols-1d-auto": ((8,), ("i",), P(None, "i")),
 }
 
 
@@ -40,9 +42,11 @@ def hermitian_matrix(rng, n, dtype):
     return ((g + g.conj().T) / 2).astype(dtype)
 
 
-def make_mesh(shape, names, devices=None):
+def make_mesh(shape, names, devices=None, axis_types=AxisType.Explicit):
+    """A mesh of the first prod(shape) devices (or ``devices``), Explicit axes by default."""
     devices = np.asarray(jax.devices() if devices is None else devices)
-    return Mesh(devices[: int(np.prod(shape))].reshape(shape), names)
+    return Mesh(devices[: int(np.prod(shape))].reshape(shape), names,
+                axis_types=(axis_types,) * len(shape))
 
 
 def put(x, mesh, spec):

@@ -14,16 +14,22 @@ from pathlib import Path
 
 import pytest
 
-from jaxmg import launch
-
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = Path(__file__).resolve().parent / "launch_scripts"
+
+if importlib.util.find_spec("jaxmg") is None:  # not installed: use the source tree
+    sys.path.insert(0, str(ROOT))
+
+from jaxmg import launch  # noqa: E402
+
+# Launched processes import jaxmg from where this test did.
+JAXMG_PARENT = Path(launch.__file__).resolve().parents[1]
 
 
 def _env(**extra):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
-        [str(ROOT), str(SCRIPTS)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        [str(JAXMG_PARENT), str(SCRIPTS)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     for var in list(env):
         if var.startswith("JAXMG_"):
             del env[var]

@@ -6,7 +6,7 @@ matrix outputs a's, and eigenvalues, singular values and scalars are replicated.
 
 import numpy as np
 import pytest
-from jax.sharding import PartitionSpec as P
+from jax.sharding import AxisType, PartitionSpec as P
 
 import jaxmg
 from helpers import (DTYPES, LAYOUTS, hermitian_matrix, make_mesh, norm, put, random_matrix,
@@ -22,7 +22,8 @@ dtypes = pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name
 
 def setup(layout):
     shape, names, spec = LAYOUTS[layout]
-    return make_mesh(shape, names), spec
+    axis_types = AxisType.Auto if layout.endswith("-auto") else AxisType.Explicit
+    return make_mesh(shape, names, axis_types=axis_types), spec
 
 
 def assert_replicated(x):

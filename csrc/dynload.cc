@@ -1,0 +1,114 @@
+#include "dynload.h"
+
+#include <dlfcn.h>
+
+#include <mutex>
+#include <stdexcept>
+
+namespace jaxmg {
+
+Api& api() {
+  static Api* instance = new Api();  // never destroyed: outlives every cached handle
+  return *instance;
+}
+
+namespace {
+
+std::mutex& load_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+void* open_first(const std::vector<std::string>& candidates, std::string* path, std::vector<std::string>* log) {
+  for (const auto& c : candidates) {
+    void* h = dlopen(c.c_str(), RTLD_NOW | RTLD_GLOBAL);
+    if (h) {
+      *path = c;
+      log->push_back("loaded " + c);
+      return h;
+    }
+    const char* e = dlerror();
+    log->push_back("cannot load " + c + ": " + (e ? e : "?"));
+  }
+  return nullptr;
+}
+
+template <typename F>
+bool sym(void* lib, const char* name, F* out, std::string* missing) {
+  *out = reinterpret_cast<F>(dlsym(lib, name));
+  if (!*out) {
+    if (!missing->empty()) *missing += ", ";
+    *missing += name;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool load(const std::vector<std::string>& deps, const std::vector<std::string>& nccl,
+          const std::vector<std::string>& cusolvermp) {
+  std::lock_guard<std::mutex> lock(load_mutex());
+  Api& a = api();
+  if (a.loaded) return true;
+  a.log.clear();
+  for (const auto& d : deps) {
+    if (dlopen(d.c_str(), RTLD_NOW | RTLD_GLOBAL)) {
+      a.log.push_back("loaded " + d);
+    } else {
+      const char* e = dlerror();
+      a.log.push_back("cannot load dependency " + d + ": " + (e ? e : "?"));
+    }
+  }
+  void* nccl_lib = open_first(nccl, &a.nccl_path, &a.log);
+  if (!nccl_lib) {
+    a.error = "NCCL (libnccl.so.2) could not be loaded; install nvidia-nccl-cu13 (tried: " +
+              std::to_string(nccl.size()) + " candidate paths)";
+    return false;
+  }
+  void* mp_lib = open_first(cusolvermp, &a.cusolvermp_path, &a.log);
+  if (!mp_lib) {
+    std::string last = a.log.empty() ? "" : a.log.back();
+    a.error = "cuSOLVERMp (libcusolverMp.so.0) could not be loaded; install nvidia-cusolvermp-cu13 "
+              "(pip install 'jaxmg[cuda13]'). Last attempt: " + last;
+    return false;
+  }
+  std::string missing;
+  sym(nccl_lib, "ncclGetUniqueId", &a.ncclGetUniqueId, &missing);
+  sym(nccl_lib, "ncclCommInitRank", &a.ncclCommInitRank, &missing);
+  sym(nccl_lib, "ncclCommDestroy", &a.ncclCommDestroy, &missing);
+  sym(nccl_lib, "ncclGetErrorString", &a.ncclGetErrorString, &missing);
+  sym(nccl_lib, "ncclGetVersion", &a.ncclGetVersion, &missing);
+  sym(mp_lib, "cusolverMpCreate", &a.cusolverMpCreate, &missing);
+  sym(mp_lib, "cusolverMpDestroy", &a.cusolverMpDestroy, &missing);
+  sym(mp_lib, "cusolverMpSetStream", &a.cusolverMpSetStream, &missing);
+  sym(mp_lib, "cusolverMpGetVersion", &a.cusolverMpGetVersion, &missing);
+  sym(mp_lib, "cusolverMpCreateDeviceGrid", &a.cusolverMpCreateDeviceGrid, &missing);
+  sym(mp_lib, "cusolverMpDestroyGrid", &a.cusolverMpDestroyGrid, &missing);
+  sym(mp_lib, "cusolverMpCreateMatrixDesc", &a.cusolverMpCreateMatrixDesc, &missing);
+  sym(mp_lib, "cusolverMpDestroyMatrixDesc", &a.cusolverMpDestroyMatrixDesc, &missing);
+  sym(mp_lib, "cusolverMpPotrf_bufferSize", &a.cusolverMpPotrf_bufferSize, &missing);
+  sym(mp_lib, "cusolverMpPotrf", &a.cusolverMpPotrf, &missing);
+  sym(mp_lib, "cusolverMpPotrs_bufferSize", &a.cusolverMpPotrs_bufferSize, &missing);
+  sym(mp_lib, "cusolverMpPotrs", &a.cusolverMpPotrs, &missing);
+  if (!missing.empty()) {
+    a.error = "the loaded cuSOLVERMp/NCCL lack required entry points: " + missing;
+    return false;
+  }
+  // Optional (0.9+): probe, never require.
+  a.cusolverMpGesvd = dlsym(mp_lib, "cusolverMpGesvd");
+  a.cusolverMpPolar = dlsym(mp_lib, "cusolverMpPolar");
+  if (!a.cusolverMpPolar) a.cusolverMpPolar = dlsym(mp_lib, "cusolverMpPolarDecomposition");
+  a.error.clear();
+  a.loaded = true;
+  return true;
+}
+
+void require_loaded() {
+  if (!api().loaded) {
+    throw std::runtime_error(api().error.empty() ? "cuSOLVERMp is not loaded; call jaxmg._native.load first"
+                                                 : api().error);
+  }
+}
+
+}  // namespace jaxmg

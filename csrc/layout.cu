@@ -1,0 +1,156 @@
+#include "layout.h"
+
+#include <cuComplex.h>
+
+#include <algorithm>
+
+namespace jaxmg {
+namespace {
+
+struct alignas(16) Elem16 { uint64_t lo, hi; };
+
+template <int B> struct ElemOf;
+template <> struct ElemOf<4> { using type = uint32_t; };
+template <> struct ElemOf<8> { using type = uint64_t; };
+template <> struct ElemOf<16> { using type = Elem16; };
+
+__device__ __forceinline__ int64_t sigma(int64_t g, int64_t K, int64_t P) { return (g % P) * (K / P) + g / P; }
+
+// dst[c*ld + r] = src[c*rows + srow(r)] for r < rows, c < cols (src is a contiguous batch).
+template <typename E>
+__global__ void gather_rows_kernel(E* __restrict__ dst, int64_t ld, const E* __restrict__ src, int64_t rows,
+                                   int64_t cols, int64_t tile, int64_t K, int64_t P) {
+  int64_t total = rows * cols;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t c = i / rows, r = i % rows;
+    int64_t sr = sigma(r / tile, K, P) * tile + r % tile;
+    dst[c * ld + r] = src[c * rows + sr];
+  }
+}
+
+// scratch[c*rb + i] = a[c*ld + r0 + i]
+template <typename E>
+__global__ void pack_rows_kernel(E* __restrict__ scratch, const E* __restrict__ a, int64_t ld, int64_t r0, int64_t rb,
+                                 int64_t cols) {
+  int64_t total = rb * cols;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t c = i / rb, r = i % rb;
+    scratch[i] = a[c * ld + r0 + r];
+  }
+}
+
+// a[c*ld + r0 + i] = scratch[scol(c)*rb + i]
+template <typename E>
+__global__ void unpack_cols_kernel(E* __restrict__ a, int64_t ld, const E* __restrict__ scratch, int64_t r0, int64_t rb,
+                                   int64_t cols, int64_t tile, int64_t K, int64_t P) {
+  int64_t total = rb * cols;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t c = i / rb, r = i % rb;
+    int64_t sc = sigma(c / tile, K, P) * tile + c % tile;
+    a[c * ld + r0 + r] = scratch[sc * rb + r];
+  }
+}
+
+int blocks_for(int64_t n) { return (int)std::min<int64_t>((n + 255) / 256, 65535 * 8); }
+
+template <typename E>
+cudaError_t reorder_rows_impl(E* a, int64_t rows, int64_t cols, int64_t ld, int64_t tile, int64_t P, E* scratch,
+                              int64_t scratch_elems, cudaStream_t stream) {
+  int64_t K = rows / tile;
+  int64_t cb = std::max<int64_t>(1, std::min<int64_t>(cols, scratch_elems / rows));
+  for (int64_t c0 = 0; c0 < cols; c0 += cb) {
+    int64_t nc = std::min(cb, cols - c0);
+    cudaError_t e = cudaMemcpy2DAsync(scratch, rows * sizeof(E), a + c0 * ld, ld * sizeof(E), rows * sizeof(E), nc,
+                                      cudaMemcpyDeviceToDevice, stream);
+    if (e != cudaSuccess) return e;
+    gather_rows_kernel<E><<<blocks_for(rows * nc), 256, 0, stream>>>(a + c0 * ld, ld, scratch, rows, nc, tile, K, P);
+    e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+template <typename E>
+cudaError_t reorder_cols_impl(E* a, int64_t rows, int64_t cols, int64_t ld, int64_t tile, int64_t P, E* scratch,
+                              int64_t scratch_elems, cudaStream_t stream) {
+  int64_t K = cols / tile;
+  int64_t rb = std::max<int64_t>(1, std::min<int64_t>(rows, scratch_elems / cols));
+  for (int64_t r0 = 0; r0 < rows; r0 += rb) {
+    int64_t nr = std::min(rb, rows - r0);
+    pack_rows_kernel<E><<<blocks_for(nr * cols), 256, 0, stream>>>(scratch, a, ld, r0, nr, cols);
+    unpack_cols_kernel<E><<<blocks_for(nr * cols), 256, 0, stream>>>(a, ld, scratch, r0, nr, cols, tile, K, P);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+template <typename T> __device__ __forceinline__ double real_part(const T& x) { return (double)x; }
+template <> __device__ __forceinline__ double real_part<cuFloatComplex>(const cuFloatComplex& x) { return cuCrealf(x); }
+template <> __device__ __forceinline__ double real_part<cuDoubleComplex>(const cuDoubleComplex& x) { return cuCreal(x); }
+
+template <typename T, typename R>
+__global__ void logdet_kernel(const T* __restrict__ a, int64_t ld, int64_t n_global, int64_t tile, int64_t Pr,
+                              int64_t Pc, int64_t p, int64_t q, R* out) {
+  __shared__ double part[1024];
+  double s = 0.0;
+  for (int64_t i = threadIdx.x; i < n_global; i += blockDim.x) {
+    int64_t g = i / tile, t = i % tile;
+    if (g % Pr != p || g % Pc != q) continue;
+    int64_t r = (g / Pr) * tile + t, c = (g / Pc) * tile + t;
+    s += log(real_part<T>(a[c * ld + r]));
+  }
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w /= 2) {
+    if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[0] = (R)part[0];
+}
+
+__global__ void fill_kernel(int32_t* dst, int64_t count, int32_t value) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
+    dst[i] = value;
+}
+
+}  // namespace
+
+cudaError_t reorder_row_tiles(void* a, int elem_bytes, int64_t rows, int64_t cols, int64_t ld, int64_t tile, int64_t P,
+                              void* scratch, int64_t scratch_elems, cudaStream_t stream) {
+  switch (elem_bytes) {
+    case 4: return reorder_rows_impl((uint32_t*)a, rows, cols, ld, tile, P, (uint32_t*)scratch, scratch_elems, stream);
+    case 8: return reorder_rows_impl((uint64_t*)a, rows, cols, ld, tile, P, (uint64_t*)scratch, scratch_elems, stream);
+    case 16: return reorder_rows_impl((Elem16*)a, rows, cols, ld, tile, P, (Elem16*)scratch, scratch_elems, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t reorder_col_tiles(void* a, int elem_bytes, int64_t rows, int64_t cols, int64_t ld, int64_t tile, int64_t P,
+                              void* scratch, int64_t scratch_elems, cudaStream_t stream) {
+  switch (elem_bytes) {
+    case 4: return reorder_cols_impl((uint32_t*)a, rows, cols, ld, tile, P, (uint32_t*)scratch, scratch_elems, stream);
+    case 8: return reorder_cols_impl((uint64_t*)a, rows, cols, ld, tile, P, (uint64_t*)scratch, scratch_elems, stream);
+    case 16: return reorder_cols_impl((Elem16*)a, rows, cols, ld, tile, P, (Elem16*)scratch, scratch_elems, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t local_logdet(const void* a, int dtype_code, int64_t ld, int64_t n_global, int64_t tile, int64_t Pr,
+                         int64_t Pc, int64_t p, int64_t q, void* out, cudaStream_t stream) {
+  switch (dtype_code) {
+    case 0: logdet_kernel<float, float><<<1, 1024, 0, stream>>>((const float*)a, ld, n_global, tile, Pr, Pc, p, q, (float*)out); break;
+    case 1: logdet_kernel<double, double><<<1, 1024, 0, stream>>>((const double*)a, ld, n_global, tile, Pr, Pc, p, q, (double*)out); break;
+    case 2: logdet_kernel<cuFloatComplex, float><<<1, 1024, 0, stream>>>((const cuFloatComplex*)a, ld, n_global, tile, Pr, Pc, p, q, (float*)out); break;
+    case 3: logdet_kernel<cuDoubleComplex, double><<<1, 1024, 0, stream>>>((const cuDoubleComplex*)a, ld, n_global, tile, Pr, Pc, p, q, (double*)out); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t fill_int32(int32_t* dst, int64_t count, int32_t value, cudaStream_t stream) {
+  fill_kernel<<<blocks_for(count), 256, 0, stream>>>(dst, count, value);
+  return cudaGetLastError();
+}
+
+}  // namespace jaxmg

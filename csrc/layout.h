@@ -1,0 +1,35 @@
+// Device-side layout helpers: local tile reorders (with bounded scratch), the local part of
+// log det from a factor's diagonal, and tiny fills. All asynchronous on the given stream.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace jaxmg {
+
+// The tile permutation that turns a block layout over P processes into a block-cyclic one:
+// block-cyclic tile g holds block-layout tile sigma(g) = (g % P) * (K / P) + g / P  (K tiles, P | K).
+
+// In place: a column-major (rows x cols, leading dimension ld) matrix whose rows are all local
+// gets its row tiles reordered, new row tile g = old row tile sigma(g). Columns are processed in
+// batches through `scratch` (scratch_elems elements).
+cudaError_t reorder_row_tiles(void* a, int elem_bytes, int64_t rows, int64_t cols, int64_t ld,
+                              int64_t tile, int64_t P, void* scratch, int64_t scratch_elems,
+                              cudaStream_t stream);
+
+// In place: new column tile g = old column tile sigma(g), rows processed in batches through scratch.
+cudaError_t reorder_col_tiles(void* a, int elem_bytes, int64_t rows, int64_t cols, int64_t ld,
+                              int64_t tile, int64_t P, void* scratch, int64_t scratch_elems,
+                              cudaStream_t stream);
+
+// out[0] = sum of log(real(diag)) over the global diagonal entries this process owns in a
+// block-cyclic (tile x tile, Pr x Pc grid, this process at (p, q)) column-major local matrix.
+// dtype_code: 0 float, 1 double, 2 complex64, 3 complex128; out is float for 0/2, double for 1/3.
+cudaError_t local_logdet(const void* a, int dtype_code, int64_t ld, int64_t n_global, int64_t tile,
+                         int64_t Pr, int64_t Pc, int64_t p, int64_t q, void* out, cudaStream_t stream);
+
+// dst[0..count) = value (int32), on the stream.
+cudaError_t fill_int32(int32_t* dst, int64_t count, int32_t value, cudaStream_t stream);
+
+}  // namespace jaxmg

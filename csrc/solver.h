@@ -1,0 +1,40 @@
+// The grid cache (NCCL communicator + cuSOLVERMp handle, grids, descriptors, workspaces) and the
+// XLA FFI handlers that use it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "xla/ffi/api/c_api.h"
+
+namespace jaxmg {
+
+// Handlers (XLA_FFI_Handler*), registered from Python with jax.ffi.register_ffi_target.
+extern "C" XLA_FFI_Error* jaxmg_identity(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* jaxmg_nccl_id(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* jaxmg_potrf(XLA_FFI_CallFrame* call_frame);
+
+void set_process_index(int index);
+int process_index();
+
+struct Timing {
+  int device = -1;
+  double layout_ms = 0;   // local tile reorder before the factorization
+  double solver_ms = 0;   // potrf (+ potrs) inside cuSOLVERMp
+  bool valid = false;
+};
+// Timing of the last potrf call on each device that ran one (waits for its events).
+std::vector<Timing> last_timings();
+
+struct CacheInfo {
+  int communicators = 0;
+  int descriptors = 0;
+  size_t workspace_bytes = 0;
+  int cusolvermp_version = -1;  // from the first handle, -1 before any
+};
+CacheInfo cache_info();
+// Drops every cached communicator, handle, grid, descriptor and workspace (collective-free; use
+// only when no call is in flight and all processes do the same).
+void clear_cache();
+
+}  // namespace jaxmg

@@ -1,0 +1,150 @@
+"""Bad input fails at trace time with a TypeError or ValueError naming the argument and the fix."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+import jaxmg
+from helpers import make_mesh, put, spd_matrix
+
+N = 32
+A = spd_matrix(np.random.default_rng(0), N, np.float64)
+B = np.ones(N)
+
+
+@pytest.fixture
+def mesh():
+    return make_mesh((4, 2), ("x", "y"))
+
+
+def test_non_square_a(mesh):
+    with pytest.raises(ValueError, match=r"a must be square"):
+        jaxmg.potrs(np.ones((32, 16)), np.ones(32), mesh=mesh)
+    with pytest.raises(ValueError, match=r"a must be square"):
+        jaxmg.cholesky(np.ones((32, 16)), mesh=mesh)
+
+
+def test_tall_required(mesh):
+    with pytest.raises(ValueError, match=r"a must have at least as many rows as columns"):
+        jaxmg.qr(np.ones((16, 32)), mesh=mesh)
+
+
+def test_mismatched_a_and_b(mesh):
+    with pytest.raises(ValueError, match=r"b has 16 rows but a has 32"):
+        jaxmg.potrs(A, np.ones(16), mesh=mesh)
+    with pytest.raises(ValueError, match=r"b has shape \(16, 16\) but a has shape \(32, 32\)"):
+        jaxmg.sygvd(A, np.eye(16), mesh=mesh)
+
+
+def test_rank_above_two(mesh):
+    with pytest.raises(ValueError, match=r"a must be a matrix \(rank 2\).*jax.vmap"):
+        jaxmg.potrs(np.ones((2, N, N)), B, mesh=mesh)
+    with pytest.raises(ValueError, match=r"b must be a vector \(N,\) or a matrix"):
+        jaxmg.potrs(A, np.ones((N, 2, 2)), mesh=mesh)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.float16, jnp.bfloat16, np.bool_])
+def test_unsupported_dtype(mesh, dtype):
+    with pytest.raises(TypeError, match=r"a has dtype .* does not support.*astype"):
+        jaxmg.potrs(jnp.asarray(A).astype(dtype), jnp.asarray(B).astype(dtype), mesh=mesh)
+
+
+def test_b_with_another_dtype(mesh):
+    with pytest.raises(TypeError, match=r"b has dtype float32 but a has dtype float64.*b.astype"):
+        jaxmg.potrs(A, B.astype(np.float32), mesh=mesh)
+
+
+@pytest.mark.parametrize("tile", [0, -4])
+def test_tile_below_one(mesh, tile):
+    with pytest.raises(ValueError, match=r"T_A must be at least 1"):
+        jaxmg.potrs(A, B, T_A=tile, mesh=mesh)
+
+
+def test_tile_not_an_int(mesh):
+    with pytest.raises(TypeError, match=r"T_A must be a positive int"):
+        jaxmg.potrs(A, B, T_A=2.5, mesh=mesh)
+
+
+def test_axis_absent_from_mesh(mesh):
+    with pytest.raises(ValueError, match=r"names mesh axis 'z', which the mesh does not have"):
+        jaxmg.potrs(A, B, mesh=mesh, matrix_specs=P("z", "y"))
+    with pytest.raises(ValueError, match=r"spec of b.*'q'"):
+        jaxmg.potrs(A, B, mesh=mesh, matrix_specs=[P("x", "y"), P("q")])
+
+
+def test_spec_with_more_than_two_axes():
+    mesh3 = make_mesh((2, 2, 2), ("x", "y", "z"))
+    with pytest.raises(ValueError, match=r"uses 3 mesh axes.*at most two"):
+        jaxmg.potrs(A, B, mesh=mesh3, matrix_specs=P(("x", "y"), "z"))
+    with pytest.raises(ValueError, match=r"mesh has 3 axes.*matrix_specs"):
+        jaxmg.potrs(A, B, mesh=mesh3)
+
+
+def test_spec_with_too_many_entries(mesh):
+    with pytest.raises(ValueError, match=r"has 3 entries but a has rank 2"):
+        jaxmg.potrs(A, B, mesh=mesh, matrix_specs=P("x", "y", None))
+
+
+def test_shape_not_divided_by_mesh(mesh):
+    with pytest.raises(ValueError, match=r"a has 30 rows, which the 4 devices of mesh axes \('x',\) do not divide"):
+        jaxmg.potrs(spd_matrix(np.random.default_rng(1), 30, np.float64), np.ones(30), mesh=mesh)
+
+
+def test_output_not_divided_by_mesh():
+    mesh8 = make_mesh((8,), ("x",))
+    a = np.random.default_rng(2).standard_normal((16, 4))
+    with pytest.raises(ValueError, match=r"x has shape \(4,\).*do not divide"):
+        jaxmg.least_squares(a, np.ones(16), mesh=mesh8, matrix_specs=[P("x"), P("x")])
+
+
+def test_no_mesh_anywhere():
+    with pytest.raises(ValueError, match=r"needs a device mesh.*jax.set_mesh"):
+        jaxmg.potrs(A, B)
+
+
+def test_mesh_of_wrong_type():
+    with pytest.raises(TypeError, match=r"mesh must be a jax.sharding.Mesh"):
+        jaxmg.potrs(A, B, mesh="x")
+
+
+def test_bad_matrix_specs_type(mesh):
+    with pytest.raises(TypeError, match=r"matrix_specs must be a PartitionSpec"):
+        jaxmg.potrs(A, B, mesh=mesh, matrix_specs="x")
+
+
+def test_bad_backend_and_flags(mesh):
+    with pytest.raises(ValueError, match=r"backend must be one of"):
+        jaxmg.potrs(A, B, mesh=mesh, backend="cuda")
+    with pytest.raises(TypeError, match=r"return_logdet must be True or False"):
+        jaxmg.potrs(A, B, mesh=mesh, return_logdet="yes")
+    with pytest.raises(TypeError, match=r"donate must be True or False"):
+        jaxmg.potrs(A, B, mesh=mesh, donate=None)
+
+
+def test_native_backend_unavailable_on_cpu(mesh):
+    with pytest.raises(RuntimeError, match=r"backend='native' cannot run potrs here.*backend='portable'"):
+        jaxmg.potrs(put(A, mesh, P("x", "y")), B, backend="native")
+
+
+def test_errors_are_raised_at_trace_time(mesh):
+    traced = jax.jit(lambda a, b: jaxmg.potrs(a, b, mesh=mesh))
+    with pytest.raises(ValueError, match=r"b has 16 rows"):
+        traced.trace(jax.ShapeDtypeStruct((N, N), np.float64), jax.ShapeDtypeStruct((16,), np.float64))
+
+
+def test_not_positive_definite_gives_status_and_nan(mesh):
+    bad = A.copy()
+    bad[5, 5] = -100.0
+    x, status = jaxmg.potrs(put(bad, mesh, P("x", "y")), B, return_status=True)
+    assert int(status) > 0
+    assert np.isnan(np.asarray(x)).all()
+    L, status = jaxmg.cholesky(put(bad, mesh, P("x", "y")), return_status=True)
+    assert int(status) > 0 and np.isnan(np.asarray(L)).any()
+
+
+def test_singular_lu_status(mesh):
+    singular = np.ones((N, N))
+    _, status = jaxmg.lu_solve(put(singular, mesh, P("x", "y")), B, return_status=True)
+    assert int(status) > 0

@@ -1,0 +1,209 @@
+"""The mesh and sharding rules of distributed execution, one test (or more) per rule."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+
+import jaxmg
+from jaxmg import _layout
+from helpers import make_mesh, put, random_matrix, same_spec, spd_matrix
+
+N = 32
+RNG = np.random.default_rng(11)
+A = spd_matrix(RNG, N, np.float64)
+B = random_matrix(RNG, (N,), np.float64)
+X = np.linalg.solve(A, B)
+
+
+def close(x, expected=X):
+    return np.allclose(np.asarray(x), expected, rtol=1e-10, atol=1e-12)
+
+
+# Rule 1: one- or two-axis meshes with any names; the first axis gives process rows.
+@pytest.mark.parametrize("shape", [(8, 1), (4, 2), (2, 4), (1, 8)])
+def test_rule1_any_axis_names_and_grid_shapes(shape):
+    mesh = make_mesh(shape, ("rows", "cols"))
+    a = put(A, mesh, P("rows", "cols"))
+    grid = _layout.resolve(None, None, [(a, "a")]).grid
+    assert (grid.nprow, grid.npcol) == shape
+    assert grid.row_axes == ("rows",) and grid.col_axes == ("cols",)
+    assert close(jaxmg.potrs(a, put(B, mesh, P("rows"))))
+
+
+def test_rule1_default_spec_follows_mesh_axis_order():
+    mesh = make_mesh((2, 4), ("p", "q"))
+    assert _layout.default_spec(mesh) == P("p", "q")
+    assert _layout.default_spec(make_mesh((8,), ("z",))) == P("z", None)
+
+
+# Rule 2: a as P(r, c), P(r), P(r, None), P(None, r); b as P(r), P(r, None), replicated.
+@pytest.mark.parametrize("spec_a", [P("x"), P("x", None), P(None, "x")], ids=str)
+@pytest.mark.parametrize("b_kind", ["P(r)", "P(r,None)", "replicated"])
+def test_rule2_accepted_layouts(spec_a, b_kind):
+    mesh = make_mesh((8,), ("x",))
+    b_value = B if b_kind == "P(r)" else B[:, None]
+    b_spec = {"P(r)": P("x"), "P(r,None)": P("x", None), "replicated": P()}[b_kind]
+    b = put(b_value, mesh, b_spec)
+    x = jaxmg.potrs(put(A, mesh, spec_a), b)
+    assert x.shape == b_value.shape
+    assert close(x, X if b_kind == "P(r)" else X[:, None])
+    assert same_spec(x, b_spec)
+
+
+def test_rule2_column_split_rhs_is_refused():
+    mesh = make_mesh((4, 2), ("x", "y"))
+    with pytest.raises(ValueError, match="splits its columns"):
+        jaxmg.potrs(put(A, mesh, P("x", "y")), put(np.ones((N, 2)), mesh, P("x", "y")))
+
+
+# Rule 3: mesh and specs read from a's sharding, or from jax.set_mesh, eagerly and in jit.
+def test_rule3_from_sharding_eager_and_jit():
+    mesh = make_mesh((4, 2), ("x", "y"))
+    a, b = put(A, mesh, P("x", "y")), put(B, mesh, P("x"))
+    assert close(jaxmg.potrs(a, b))
+    assert close(jax.jit(jaxmg.potrs)(a, b))
+
+
+def test_rule3_from_context_mesh_eager_and_jit():
+    mesh = make_mesh((4, 2), ("x", "y"))
+    with jax.set_mesh(mesh):
+        assert close(jaxmg.potrs(jnp.asarray(A), jnp.asarray(B)))
+        x = jax.jit(lambda a, b: jaxmg.potrs(a, b))(A, B)
+        assert close(x)
+
+
+def test_rule3_abstract_mesh_inside_jit():
+    mesh = make_mesh((2, 4), ("x", "y"))
+
+    @jax.jit
+    def solve(a, b):
+        grid = _layout.resolve(None, None, [(a, "a")]).grid
+        assert not isinstance(grid.mesh, Mesh)  # only the abstract mesh exists here
+        return jaxmg.potrs(a, b)
+
+    assert close(solve(put(A, mesh, P("x", "y")), put(B, mesh, P("x"))))
+
+
+# Rule 4: Auto axes inside jit: the default layout, unless matrix_specs says otherwise.
+def test_rule4_auto_axes_default_and_explicit_specs():
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Auto, AxisType.Auto))
+    seen = {}
+
+    @jax.jit
+    def solve(a, b):
+        seen["default"] = _layout.resolve(None, None, [(a, "a")]).grid.spec
+        seen["chosen"] = _layout.resolve(None, P(None, "x"), [(a, "a")]).grid.spec
+        return jaxmg.potrs(a, b), jaxmg.potrs(a, b, matrix_specs=[P(None, "x"), P("x")])
+
+    with jax.set_mesh(mesh):
+        x1, x2 = solve(put(A, mesh, P("x", "y")), put(B, mesh, P("x")))
+    assert seen == {"default": P("x", "y"), "chosen": P(None, "x")}
+    assert close(x1) and close(x2)
+    one_axis = jax.make_mesh((8,), ("r",), axis_types=(AxisType.Auto,))
+    assert _layout.default_spec(one_axis) == P("r", None)
+
+
+# Rule 5: the solver's mesh need not be the context mesh.
+def test_rule5_own_mesh_differs_from_context():
+    context = make_mesh((8,), ("z",))
+    mesh = make_mesh((4, 2), ("x", "y"), devices=jax.devices()[::-1])
+    a, b = put(A, mesh, P("x", "y")), put(B, mesh, P("x"))
+    with jax.set_mesh(context):
+        assert close(jaxmg.potrs(a, b, mesh=mesh))
+        assert close(jaxmg.potrs(A, B, mesh=mesh))
+        # Inside jit, JAX requires the arguments' devices to match the context mesh's.
+        same_devices = make_mesh((4, 2), ("x", "y"))
+        a2, b2 = put(A, same_devices, P("x", "y")), put(B, same_devices, P("x"))
+        assert close(jax.jit(lambda a, b: jaxmg.potrs(a, b, mesh=same_devices))(a2, b2))
+
+
+# Rule 6: any device order inside the mesh.
+@pytest.mark.parametrize("order", ["row-major", "column-major", "shuffled"])
+@pytest.mark.parametrize("shape", [(4, 2), (2, 4), (8,)])
+def test_rule6_device_order(order, shape):
+    devices = np.asarray(jax.devices())
+    if order == "column-major":
+        grid = devices.reshape(shape, order="F")
+    elif order == "shuffled":
+        grid = np.random.default_rng(3).permutation(devices).reshape(shape)
+    else:
+        grid = devices.reshape(shape)
+    names = ("x", "y")[: len(shape)]
+    mesh = Mesh(grid, names)
+    a = put(A, mesh, P(*names) if len(shape) == 2 else P("x", None))
+    assert close(jaxmg.potrs(a, put(B, mesh, P("x"))))
+    L = np.asarray(jaxmg.cholesky(a))
+    assert np.allclose(L, np.linalg.cholesky(A))
+
+
+# Rule 7: least squares takes any right-hand-side layout on every grid shape.
+@pytest.mark.parametrize("shape", [(8, 1), (4, 2), (2, 4), (1, 8)])
+@pytest.mark.parametrize("b_spec", [P("x"), P("x", None), P()], ids=str)
+def test_rule7_least_squares_rhs_on_every_grid(shape, b_spec):
+    mesh = make_mesh(shape, ("x", "y"))
+    rng = np.random.default_rng(5)
+    a_value = random_matrix(rng, (64, N), np.float64)
+    b_value = random_matrix(rng, (64,) if len(b_spec) == 1 else (64, 2), np.float64)
+    x = jaxmg.least_squares(put(a_value, mesh, P("x", "y")), put(b_value, mesh, b_spec))
+    expected = np.linalg.lstsq(a_value, b_value, rcond=None)[0]
+    assert np.allclose(np.asarray(x), expected, atol=1e-10)
+
+
+# Rule 8: a shard that is not a multiple of T_A is padded.
+def test_rule8_padding_plan():
+    assert _layout.padded_extent(8, 3) == 9
+    assert _layout.padded_extent(8, 8) == 8
+    assert _layout.padded_extent(5, 1024) == 1024
+
+
+@pytest.mark.parametrize("tile", [3, 5, 7, 1000])
+def test_rule8_tile_not_dividing_shard(tile):
+    mesh = make_mesh((4, 2), ("x", "y"))  # local blocks are 8 x 16
+    a = put(A, mesh, P("x", "y"))
+    assert close(jaxmg.potrs(a, put(B, mesh, P("x")), T_A=tile))
+    assert np.allclose(np.asarray(jaxmg.cholesky(a, T_A=tile)), np.linalg.cholesky(A))
+
+
+def test_auto_tile_rule():
+    mesh = make_mesh((4, 2), ("x", "y"))
+    grid = _layout.Grid(mesh, ("x",), ("y",))
+    assert _layout.auto_tile((32, 32), grid) == 8  # local block 8 x 16
+    assert _layout.auto_tile((65536, 65536), grid) == 1024
+    assert _layout.auto_tile((24, 24), grid) == 4  # local 6 x 12 -> power of two <= 6
+
+
+# Outputs keep the caller's layout, and donation is off by default.
+def test_matrix_outputs_follow_callers_layout_and_inputs_survive():
+    mesh = make_mesh((2, 4), ("x", "y"))
+    a = put(A, mesh, P("x", "y"))
+    L = jaxmg.cholesky(a)
+    assert same_spec(L, P("x", "y"))
+    replicated = put(A, mesh, P())
+    assert jaxmg.cholesky(replicated).sharding.is_fully_replicated
+    assert not a.is_deleted() and np.allclose(np.asarray(a), A)
+
+
+def test_donate_true_may_consume_inputs():
+    mesh = make_mesh((8,), ("x",))
+    a = put(A, mesh, P("x"))
+    L = jaxmg.cholesky(a, donate=True)  # L has a's shape, so a's buffer can be reused
+    assert np.allclose(np.asarray(L), np.linalg.cholesky(A))
+    assert a.is_deleted()
+
+
+def test_vmap_over_a_batch_of_systems():
+    mesh = make_mesh((4, 2), ("x", "y"))
+    mats = np.stack([A, A + np.eye(N)])
+    rhs = np.stack([B, 2 * B])
+    with jax.set_mesh(mesh):
+        xs = jax.vmap(lambda a, b: jaxmg.potrs(a, b, matrix_specs=P("x", "y")))(mats, rhs)
+    for k in range(2):
+        assert np.allclose(np.asarray(xs[k]), np.linalg.solve(mats[k], rhs[k]))
+
+
+def test_portable_backend_selected_on_cpu():
+    mesh = make_mesh((8,), ("x",))
+    assert jaxmg.default_backend("potrs", mesh) == "portable"
+    assert close(jaxmg.potrs(put(A, mesh, P("x")), B, backend="portable"))

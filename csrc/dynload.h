@@ -10,27 +10,45 @@
 
 namespace jaxmg {
 
+using ncclGetUniqueId_fn = decltype(&::ncclGetUniqueId);
+using ncclCommInitRank_fn = decltype(&::ncclCommInitRank);
+using ncclCommDestroy_fn = decltype(&::ncclCommDestroy);
+using ncclGetErrorString_fn = decltype(&::ncclGetErrorString);
+using ncclGetVersion_fn = decltype(&::ncclGetVersion);
+using cusolverMpCreate_fn = decltype(&::cusolverMpCreate);
+using cusolverMpDestroy_fn = decltype(&::cusolverMpDestroy);
+using cusolverMpSetStream_fn = decltype(&::cusolverMpSetStream);
+using cusolverMpGetVersion_fn = decltype(&::cusolverMpGetVersion);
+using cusolverMpCreateDeviceGrid_fn = decltype(&::cusolverMpCreateDeviceGrid);
+using cusolverMpDestroyGrid_fn = decltype(&::cusolverMpDestroyGrid);
+using cusolverMpCreateMatrixDesc_fn = decltype(&::cusolverMpCreateMatrixDesc);
+using cusolverMpDestroyMatrixDesc_fn = decltype(&::cusolverMpDestroyMatrixDesc);
+using cusolverMpPotrf_bufferSize_fn = decltype(&::cusolverMpPotrf_bufferSize);
+using cusolverMpPotrf_fn = decltype(&::cusolverMpPotrf);
+using cusolverMpPotrs_bufferSize_fn = decltype(&::cusolverMpPotrs_bufferSize);
+using cusolverMpPotrs_fn = decltype(&::cusolverMpPotrs);
+
 // One function pointer per entry point we call; optional ones may stay null.
 struct Api {
   // NCCL
-  decltype(&ncclGetUniqueId) ncclGetUniqueId = nullptr;
-  decltype(&ncclCommInitRank) ncclCommInitRank = nullptr;
-  decltype(&ncclCommDestroy) ncclCommDestroy = nullptr;
-  decltype(&ncclGetErrorString) ncclGetErrorString = nullptr;
-  decltype(&ncclGetVersion) ncclGetVersion = nullptr;
+  ncclGetUniqueId_fn ncclGetUniqueId = nullptr;
+  ncclCommInitRank_fn ncclCommInitRank = nullptr;
+  ncclCommDestroy_fn ncclCommDestroy = nullptr;
+  ncclGetErrorString_fn ncclGetErrorString = nullptr;
+  ncclGetVersion_fn ncclGetVersion = nullptr;
   // cuSOLVERMp (required)
-  decltype(&cusolverMpCreate) cusolverMpCreate = nullptr;
-  decltype(&cusolverMpDestroy) cusolverMpDestroy = nullptr;
-  decltype(&cusolverMpSetStream) cusolverMpSetStream = nullptr;
-  decltype(&cusolverMpGetVersion) cusolverMpGetVersion = nullptr;
-  decltype(&cusolverMpCreateDeviceGrid) cusolverMpCreateDeviceGrid = nullptr;
-  decltype(&cusolverMpDestroyGrid) cusolverMpDestroyGrid = nullptr;
-  decltype(&cusolverMpCreateMatrixDesc) cusolverMpCreateMatrixDesc = nullptr;
-  decltype(&cusolverMpDestroyMatrixDesc) cusolverMpDestroyMatrixDesc = nullptr;
-  decltype(&cusolverMpPotrf_bufferSize) cusolverMpPotrf_bufferSize = nullptr;
-  decltype(&cusolverMpPotrf) cusolverMpPotrf = nullptr;
-  decltype(&cusolverMpPotrs_bufferSize) cusolverMpPotrs_bufferSize = nullptr;
-  decltype(&cusolverMpPotrs) cusolverMpPotrs = nullptr;
+  cusolverMpCreate_fn cusolverMpCreate = nullptr;
+  cusolverMpDestroy_fn cusolverMpDestroy = nullptr;
+  cusolverMpSetStream_fn cusolverMpSetStream = nullptr;
+  cusolverMpGetVersion_fn cusolverMpGetVersion = nullptr;
+  cusolverMpCreateDeviceGrid_fn cusolverMpCreateDeviceGrid = nullptr;
+  cusolverMpDestroyGrid_fn cusolverMpDestroyGrid = nullptr;
+  cusolverMpCreateMatrixDesc_fn cusolverMpCreateMatrixDesc = nullptr;
+  cusolverMpDestroyMatrixDesc_fn cusolverMpDestroyMatrixDesc = nullptr;
+  cusolverMpPotrf_bufferSize_fn cusolverMpPotrf_bufferSize = nullptr;
+  cusolverMpPotrf_fn cusolverMpPotrf = nullptr;
+  cusolverMpPotrs_bufferSize_fn cusolverMpPotrs_bufferSize = nullptr;
+  cusolverMpPotrs_fn cusolverMpPotrs = nullptr;
   // Optional entry points, probed: present in cuSOLVERMp 0.9+, absent in 0.8.
   void* cusolverMpGesvd = nullptr;
   void* cusolverMpPolar = nullptr;

@@ -1,14 +1,99 @@
-// jaxmg._native: the native library's Python face (minimal: versions and capabilities).
+// jaxmg._native: the native library's Python face. Handler capsules for jax.ffi.register_ffi_target,
+// run-time loading of NCCL/cuSOLVERMp, versions, capabilities, timings and the grid cache.
 #include <cuda_runtime_api.h>
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "dynload.h"
+#include "solver.h"
 
 namespace nb = nanobind;
 
+namespace {
+
+template <typename T>
+nb::capsule handler_capsule(T* fn) {
+  return nb::capsule(reinterpret_cast<void*>(fn), "xla._CUSTOM_CALL_TARGET");
+}
+
+}  // namespace
+
 NB_MODULE(_native, m) {
   m.doc() = "jaxmg native library: XLA FFI handlers for cuSOLVERMp";
+
   m.def("cuda_runtime_version", []() {
     int version = 0;
     cudaRuntimeGetVersion(&version);
     return version;
   }, "The CUDA runtime version this module was built against (e.g. 13000).");
+  m.def("header_versions", []() {
+    nb::dict d;
+    d["cusolvermp"] = CUSOLVERMP_VERSION;
+    d["nccl"] = NCCL_VERSION_CODE;
+    d["cuda_runtime"] = CUDART_VERSION;
+    return d;
+  }, "Versions of the cuSOLVERMp, NCCL and CUDA headers this module was compiled with.");
+
+  m.def("handlers", []() {
+    nb::dict d;
+    d["jaxmg_identity"] = handler_capsule(jaxmg::jaxmg_identity);
+    d["jaxmg_nccl_id"] = handler_capsule(jaxmg::jaxmg_nccl_id);
+    d["jaxmg_potrf"] = handler_capsule(jaxmg::jaxmg_potrf);
+    return d;
+  }, "FFI handler capsules by target name (register with platform='CUDA').");
+
+  m.def("load", [](const std::vector<std::string>& deps, const std::vector<std::string>& nccl,
+                   const std::vector<std::string>& cusolvermp) { return jaxmg::load(deps, nccl, cusolvermp); },
+        nb::arg("deps"), nb::arg("nccl"), nb::arg("cusolvermp"),
+        "dlopen the dependencies, NCCL and cuSOLVERMp from the first candidate paths that load.");
+  m.def("loaded", []() { return jaxmg::api().loaded; });
+  m.def("load_error", []() { return jaxmg::api().error; });
+  m.def("load_log", []() { return jaxmg::api().log; });
+  m.def("library_paths", []() {
+    nb::dict d;
+    d["cusolvermp"] = jaxmg::api().cusolvermp_path;
+    d["nccl"] = jaxmg::api().nccl_path;
+    return d;
+  });
+  m.def("nccl_version", []() {
+    int v = -1;
+    if (jaxmg::api().loaded) jaxmg::api().ncclGetVersion(&v);
+    return v;
+  }, "The loaded NCCL's version code (-1 when not loaded).");
+  m.def("cusolvermp_version", []() { return jaxmg::cache_info().cusolvermp_version; },
+        "The loaded cuSOLVERMp's version (from its first handle; -1 before the first native call).");
+  m.def("capabilities", []() {
+    nb::dict d;
+    const auto& a = jaxmg::api();
+    d["potrf"] = a.loaded;
+    d["potrs"] = a.loaded;
+    d["gesvd"] = a.loaded && a.cusolverMpGesvd != nullptr;
+    d["polar"] = a.loaded && a.cusolverMpPolar != nullptr;
+    return d;
+  }, "Which cuSOLVERMp entry points the loaded library has (optional ones are probed).");
+
+  m.def("set_process_index", &jaxmg::set_process_index, "Set this process's index (device identity = index*1024+ordinal).");
+  m.def("process_index", &jaxmg::process_index);
+  m.def("last_timings", []() {
+    nb::list out;
+    for (const auto& t : jaxmg::last_timings()) {
+      nb::dict d;
+      d["device"] = t.device;
+      d["valid"] = t.valid;
+      d["layout_ms"] = t.layout_ms;
+      d["solver_ms"] = t.solver_ms;
+      out.append(d);
+    }
+    return out;
+  }, "Per device: GPU time of the last native call's layout reorder and of its cuSOLVERMp calls (ms).");
+  m.def("cache_info", []() {
+    auto i = jaxmg::cache_info();
+    nb::dict d;
+    d["communicators"] = i.communicators;
+    d["descriptors"] = i.descriptors;
+    d["workspace_bytes"] = i.workspace_bytes;
+    return d;
+  });
+  m.def("clear_cache", &jaxmg::clear_cache);
 }

@@ -6,13 +6,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+runs() { "$1" -c 'import sys; assert sys.version_info >= (3, 10)' >/dev/null 2>&1; }
+
 pick_python() {
-  for candidate in python3.13 python3.12; do
-    command -v "$candidate" >/dev/null 2>&1 && { command -v "$candidate"; return; }
+  # Python 3.12 first: the GPU machines run it, and it takes the newest JAX.
+  for candidate in python3.12 python3.13; do
+    runs "$candidate" && { command -v "$candidate"; return; }
   done
   if command -v pyenv >/dev/null 2>&1; then
-    for version in $(pyenv versions --bare 2>/dev/null | grep -E '^3\.1[2-9]' | sort -rV); do
-      echo "$(pyenv root)/versions/$version/bin/python3"; return
+    for version in $(pyenv versions --bare 2>/dev/null | grep -E '^3\.1[2-9]' | sort -V); do
+      runs "$(pyenv root)/versions/$version/bin/python3" && { echo "$(pyenv root)/versions/$version/bin/python3"; return; }
     done
   fi
   command -v python3

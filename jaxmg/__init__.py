@@ -13,7 +13,7 @@ if _os.environ.get("JAXMG_COORDINATOR"):  # started by jaxmg.launch: join the ot
 
 from ._backend import default_backend  # noqa: E402
 from ._layout import Grid, auto_tile  # noqa: E402
-from .ops import (  # noqa: E402
+from .functional import (  # noqa: E402
     cholesky,
     gesvd,
     least_squares,
@@ -24,10 +24,17 @@ from .ops import (  # noqa: E402
     sygvd,
     syevd,
 )
+from .modules import LU, QR, SVD, Cholesky, Eigh, Polar  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Cholesky",
+    "Eigh",
+    "LU",
+    "Polar",
+    "QR",
+    "SVD",
     "Grid",
     "auto_tile",
     "default_backend",

@@ -16,13 +16,22 @@ def _platform(mesh) -> str:
     return getattr(device, "platform", None) or "unknown"
 
 
+#: The kernel family of each public operation.
+FAMILY = {
+    "potrs": "cholesky", "cholesky": "cholesky", "lu_solve": "lu", "lu": "lu",
+    "least_squares": "qr", "qr": "qr", "syevd": "eigh", "eigh": "eigh", "sygvd": "sygvd",
+    "gesvd": "svd", "svd": "svd", "polar": "polar",
+}
+
+
 def select(op: str, backend: str, mesh) -> ModuleType:
-    """The kernel module for ``op`` on ``mesh``.
+    """The kernel module for operation family ``op`` ("cholesky", "lu", ...) on ``mesh``.
 
     ``"auto"`` takes the native backend where it can run (CUDA devices, the native
     library loaded, a native kernel for ``op``) and the portable one otherwise;
     ``"portable"`` always works; ``"native"`` raises RuntimeError where it cannot run.
     """
+    op = FAMILY.get(op, op)
     if backend == "portable":
         return portable
     reason = native_unavailable(op, mesh)
@@ -41,11 +50,11 @@ def native_unavailable(op: str, mesh) -> str | None:
     reason = native.unavailable_reason()
     if reason is not None:
         return reason
-    if op not in native.SUPPORTED:
-        return f"{op} has no native kernel yet"
+    if op not in getattr(native, "FAMILIES", frozenset()):
+        return f"the {op} family has no native kernels yet"
     return None
 
 
 def default_backend(op: str, mesh) -> str:
-    """The backend that ``backend="auto"`` gives ``op`` on ``mesh``: "native" or "portable"."""
+    """The backend that ``backend="auto"`` gives family ``op`` on ``mesh``: "native" or "portable"."""
     return select(op, "auto", mesh).NAME

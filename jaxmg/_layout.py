@@ -57,6 +57,12 @@ class Grid:
         """The partition spec of a matrix laid out on this grid."""
         return P(_entry(self.row_axes), _entry(self.col_axes))
 
+    @classmethod
+    def from_spec(cls, mesh: AnyMesh, spec: P) -> "Grid":
+        """The grid of a matrix laid out as ``spec`` on ``mesh`` (checked as everywhere)."""
+        entries = _validate_spec(spec, mesh, "a", 2)
+        return cls(mesh, entry_axes(entries[0]), entry_axes(entries[1]))
+
     def rows_spec(self, ndim: int) -> P:
         """The spec of a right-hand side whose rows follow this grid's process rows."""
         axes = self.row_axes or self.col_axes
@@ -261,34 +267,28 @@ def _is_replicated(spec: P) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    """The resolved layout of one call.
+    """The resolved layout of a factorisation or solve.
 
-    ``grid`` is where the computation runs; ``matrix_specs`` are the specs of each
-    matrix argument as the caller holds them (outputs return to these), and
-    ``rhs_specs`` those of the right-hand sides.
+    ``grid`` is where the computation runs and ``out_spec`` is the layout in which the
+    caller holds ``a`` (matrix outputs return to it). ``rhs_specs`` are the specs given
+    in ``matrix_specs`` for right-hand sides (None where not given).
     """
 
     grid: Grid
     out_spec: P
-    rhs_specs: tuple
+    rhs_specs: tuple = ()
 
 
-def resolve(
-    mesh,
-    matrix_specs,
-    matrices: Sequence[tuple],
-    rhs: Sequence[tuple] = (),
-) -> Layout:
-    """Resolve the mesh and the specs of a call.
+def resolve(mesh, matrix_specs, matrices: Sequence[tuple], num_rhs: int = 0) -> Layout:
+    """Resolve the mesh and the layout of the matrix arguments of a call.
 
     ``matrices`` are ``(array, name)`` pairs laid out on the grid (``a`` first; all
-    share its spec); ``rhs`` are ``(array, name)`` pairs of right-hand sides.
-    ``matrix_specs`` is a PartitionSpec for ``a`` or a list with one spec per
-    argument, matrices first, then right-hand sides.
+    share its spec). ``matrix_specs`` is a PartitionSpec for ``a`` or a list with one
+    spec per argument: matrices first, then ``num_rhs`` right-hand sides.
     """
     a, a_name = matrices[0]
     mesh = resolve_mesh(mesh, a)
-    specs = _split_specs(matrix_specs, len(matrices) + len(rhs))
+    specs = _split_specs(matrix_specs, len(matrices) + num_rhs)
 
     spec_a = specs[0]
     given = caller_spec(a, mesh)
@@ -304,22 +304,23 @@ def resolve(
             )
         _check_divides(x.shape, entries, mesh, name)
     out_spec = given if given is not None and specs[0] is None else grid.spec
+    return Layout(grid, out_spec, tuple(specs[len(matrices):]))
 
-    rhs_specs = []
-    for (x, name), spec in zip(rhs, specs[len(matrices):]):
-        if spec is None:
-            spec = caller_spec(x, mesh)
-        if spec is None:
-            spec = grid.rows_spec(x.ndim)
-        entries_b = _validate_spec(spec, mesh, name, x.ndim)
-        if x.ndim == 2 and entry_axes(entries_b[1]):
-            raise ValueError(
-                f"the spec of {name}, {spec}, splits its columns; a right-hand side may be "
-                f"P(r), P(r, None) or replicated."
-            )
-        _check_divides(x.shape[:1], entries_b[:1], mesh, name)
-        rhs_specs.append(P(*entries_b))
-    return Layout(grid, out_spec, tuple(rhs_specs))
+
+def resolve_rhs(x, name: str, grid: Grid, spec: Optional[P] = None) -> P:
+    """The layout of right-hand side ``x``: ``spec`` if given, else x's own, else a's rows."""
+    if spec is None:
+        spec = caller_spec(x, grid.mesh)
+    if spec is None:
+        spec = grid.rows_spec(x.ndim)
+    entries = _validate_spec(spec, grid.mesh, name, x.ndim)
+    if x.ndim == 2 and entry_axes(entries[1]):
+        raise ValueError(
+            f"the spec of {name}, {spec}, splits its columns; a right-hand side may be "
+            f"P(r), P(r, None) or replicated."
+        )
+    _check_divides(x.shape[:1], entries[:1], grid.mesh, name)
+    return P(*entries)
 
 
 def check_output_fits(shape, spec: P, mesh: AnyMesh, what: str) -> None:

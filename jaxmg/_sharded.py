@@ -1,71 +1,80 @@
 """Run a per-shard kernel over the process grid and return outputs in the caller's layout.
 
-Every operation is a *kernel* that runs on each device inside ``jax.shard_map``:
+Every operation is a *kernel* that runs on each device inside ``jax.shard_map``.
+Each argument and each output has a kind:
 
-* matrix arguments arrive as this device's local block of the grid layout
-  (``Grid.spec``);
-* right-hand sides arrive whole (they are small: N x NRHS), gathered here from
-  the caller's layout;
-* the kernel returns, per output, either a local block of a matrix in the grid
-  layout (:class:`Block`), or a whole array that is the same on every device
-  (:class:`Rows`, sliced here back to the right-hand side's layout, or
-  :class:`Replicated`).
+* :class:`Block` — a matrix in the grid layout: the kernel sees (and returns) this
+  device's local block. An output Block can be returned in another layout (``spec``).
+* :class:`Rows` — a right-hand side or solution (N or N x NRHS, small): the kernel sees
+  and returns it whole; it arrives and leaves in layout ``spec`` (rows split or not).
+* :class:`Replicated` — small data every device holds whole (scalars, eigenvalues,
+  pivots, status).
 
-Placement, resharding, donation and compilation caching are done here once
-for every operation.
+Placement, resharding, donation and compilation caching are done here once for
+every operation.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from ._layout import Grid, Layout, check_output_fits, entry_axes
+from ._layout import Grid, check_output_fits, entry_axes
 
 
 @dataclasses.dataclass(frozen=True)
 class Block:
-    """A matrix output: the kernel returns its local block of the grid layout."""
+    """A matrix in the grid layout; as an output, returned with layout ``spec`` (None: grid)."""
 
-    spec: P  # the caller's layout to return it in
+    spec: Optional[P] = None
 
 
 @dataclasses.dataclass(frozen=True)
 class Rows:
-    """A solution-like output: whole in the kernel, returned with a right-hand side's layout."""
+    """Whole inside the kernel; outside, laid out as ``spec`` (rows split, or replicated)."""
 
     spec: P
 
 
 @dataclasses.dataclass(frozen=True)
 class Replicated:
-    """A small output (scalar, eigenvalues, status) that every device holds whole."""
+    """Small data that every device holds whole."""
 
 
-OutKind = Block | Rows | Replicated
+Kind = Block | Rows | Replicated
+
+
+def _name(axes):
+    return axes if len(axes) > 1 else axes[0]
 
 
 def _index(axes) -> jax.Array:
     """This device's index along the (possibly combined) mesh axes ``axes``."""
-    return jax.lax.axis_index(axes if len(axes) > 1 else axes[0])
+    return jax.lax.axis_index(_name(axes))
+
+
+def _rows_axes(spec: P) -> tuple:
+    entries = tuple(spec)
+    return entry_axes(entries[0] if entries else None)
 
 
 def gather_rows(x: jax.Array, spec: P) -> jax.Array:
     """Inside shard_map: the whole array from its local rows (spec's first entry)."""
-    axes = entry_axes(tuple(spec)[0] if len(tuple(spec)) else None)
+    axes = _rows_axes(spec)
     if not axes:
         return x
-    return jax.lax.all_gather(x, axes if len(axes) > 1 else axes[0], axis=0, tiled=True)
+    return jax.lax.all_gather(x, _name(axes), axis=0, tiled=True)
 
 
 def local_rows(x: jax.Array, spec: P) -> jax.Array:
     """Inside shard_map: this device's rows of a whole array, for layout ``spec``."""
-    axes = entry_axes(tuple(spec)[0] if len(tuple(spec)) else None)
+    axes = _rows_axes(spec)
     if not axes:
         return x
     size = 1
@@ -95,11 +104,15 @@ def local_block(x: jax.Array, grid: Grid) -> jax.Array:
     return x
 
 
-def _name(axes):
-    return axes if len(axes) > 1 else axes[0]
+def block_offsets(grid: Grid, local_shape) -> tuple[jax.Array, jax.Array]:
+    """Inside shard_map: global row and column indices of this device's local block."""
+    rows, cols = local_shape[-2], local_shape[-1]
+    i = _index(grid.row_axes) if grid.row_axes else 0
+    j = _index(grid.col_axes) if grid.col_axes else 0
+    return i * rows + jnp.arange(rows), j * cols + jnp.arange(cols)
 
 
-def _kind_spec(kind: OutKind, grid: Grid) -> P:
+def _spec(kind: Kind, grid: Grid) -> P:
     if isinstance(kind, Block):
         return grid.spec
     if isinstance(kind, Rows):
@@ -107,61 +120,52 @@ def _kind_spec(kind: OutKind, grid: Grid) -> P:
     return P()
 
 
-def _localize(value: jax.Array, kind: OutKind) -> jax.Array:
-    if isinstance(kind, Rows):
-        return local_rows(value, kind.spec)
-    return value
-
-
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """Everything static about one call; hashable, so compiled calls are cached on it."""
 
-    kernel: Callable  # kernel(*local_matrices, *whole_rhs, grid=..., **params) -> outputs
+    kernel: Callable  # kernel(*args, grid=grid, **params) -> tuple of outputs
     params: tuple  # sorted (name, value) pairs of the kernel's static keywords
-    layout: Layout
-    num_matrices: int
-    outputs: tuple  # OutKind per output
+    grid: Grid
+    inputs: tuple  # Kind per argument
+    outputs: tuple  # Kind per output
+    check_vma: bool = False  # True for pure-JAX kernels that JAX differentiates
+
+    @property
+    def in_specs(self) -> tuple:
+        return tuple(_spec(k, self.grid) for k in self.inputs)
 
 
 def _body(plan: Plan):
-    nm = plan.num_matrices
-
     def body(*args):
-        mats = args[:nm]
-        rhs = [gather_rows(x, spec) for x, spec in zip(args[nm:], plan.layout.rhs_specs)]
-        outs = plan.kernel(*mats, *rhs, grid=plan.layout.grid, **dict(plan.params))
-        return tuple(_localize(o, k) for o, k in zip(outs, plan.outputs))
+        args = [gather_rows(x, k.spec) if isinstance(k, Rows) else x for x, k in zip(args, plan.inputs)]
+        outs = plan.kernel(*args, grid=plan.grid, **dict(plan.params))
+        return tuple(local_rows(o, k.spec) if isinstance(k, Rows) else o for o, k in zip(outs, plan.outputs))
 
     return body
 
 
-def _in_specs(plan: Plan) -> tuple:
-    return (plan.layout.grid.spec,) * plan.num_matrices + plan.layout.rhs_specs
-
-
 def _traced(plan: Plan, *args):
     """The computation of one call, to be traced (inside the caller's jit or our own)."""
-    grid = plan.layout.grid
-    mesh = grid.mesh
+    mesh = plan.grid.mesh
     abstract = mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh
     with jax.sharding.use_abstract_mesh(abstract):
-        args = tuple(_place(x, spec, mesh) for x, spec in zip(args, _in_specs(plan)))
+        args = tuple(_place(x, spec, mesh) for x, spec in zip(args, plan.in_specs))
         outs = jax.shard_map(
             _body(plan),
             mesh=mesh,
-            in_specs=_in_specs(plan),
-            out_specs=tuple(_kind_spec(k, grid) for k in plan.outputs),
-            check_vma=False,
+            in_specs=plan.in_specs,
+            out_specs=tuple(_spec(k, plan.grid) for k in plan.outputs),
+            check_vma=plan.check_vma,
         )(*args)
         return tuple(
-            _place(o, k.spec, mesh) if isinstance(k, Block) else o
+            _place(o, k.spec, mesh) if isinstance(k, Block) and k.spec is not None else o
             for o, k in zip(outs, plan.outputs)
         )
 
 
 def _place(x, spec: P, mesh) -> jax.Array:
-    """Inside a trace: give ``x`` layout ``spec`` (Explicit axes need an explicit reshard)."""
+    """Inside a trace: give ``x`` layout ``spec``."""
     types = getattr(mesh, "axis_types", ())
     if not any(t == jax.sharding.AxisType.Explicit for t in types):
         return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
@@ -176,40 +180,52 @@ def _full(spec: P, ndim: int) -> P:
     return P(*(entries + (None,) * (ndim - len(entries))))
 
 
-@functools.lru_cache(maxsize=256)
-def _compiled(plan: Plan, donate: bool):
-    nargs = plan.num_matrices + len(plan.layout.rhs_specs)
-    return jax.jit(
-        functools.partial(_traced, plan),
-        donate_argnums=tuple(range(nargs)) if donate else (),
-    )
+@functools.lru_cache(maxsize=512)
+def _compiled(plan: Plan, donate: tuple):
+    return jax.jit(functools.partial(_traced, plan), donate_argnums=donate)
 
 
-def run(plan: Plan, args: Sequence, *, donate: bool = False) -> tuple:
-    """Run ``plan`` on ``args`` (matrices first, then right-hand sides).
+def run(plan: Plan, args: Sequence, *, donate: Sequence[int] = ()) -> tuple:
+    """Run ``plan`` on ``args``.
 
     Eagerly, the inputs are placed on the mesh and a compiled call cached on the
-    plan runs inside the call's own mesh; with ``donate=True`` the inputs may be
-    consumed. Inside a trace the computation is inlined into the caller's program.
+    plan runs inside the call's own mesh; arguments whose positions are in
+    ``donate`` may be consumed. Inside a trace the computation is inlined into the
+    caller's program.
     """
     args = tuple(args)
-    if any(isinstance(x, jax.core.Tracer) for x in args) or not isinstance(plan.layout.grid.mesh, Mesh):
+    mesh = plan.grid.mesh
+    if any(isinstance(x, jax.core.Tracer) for x in args) or not isinstance(mesh, Mesh):
         return _traced(plan, *args)
-    mesh = plan.layout.grid.mesh
-    placed = tuple(
-        jax.device_put(x, NamedSharding(mesh, spec)) for x, spec in zip(args, _in_specs(plan))
-    )
+    placed = tuple(jax.device_put(x, NamedSharding(mesh, spec)) for x, spec in zip(args, plan.in_specs))
     with jax.set_mesh(mesh):
-        return _compiled(plan, bool(donate))(*placed)
+        return _compiled(plan, tuple(donate))(*placed)
 
 
-def check_outputs(plan_outputs: Sequence[OutKind], shapes: Sequence[tuple], mesh, names: Sequence[str]) -> None:
+def entered(mesh):
+    """Context that enters ``mesh`` for eager code that traces (a no-op inside a trace).
+
+    Each call runs in its own mesh, whatever mesh the caller has set."""
+    if isinstance(mesh, Mesh):
+        try:
+            jax.sharding.get_mesh()
+        except ValueError:  # inside a trace: the caller's program decides
+            return contextlib.nullcontext()
+        return jax.set_mesh(mesh)
+    return contextlib.nullcontext()
+
+
+def place(x, spec: P, mesh) -> jax.Array:
+    """Give global array ``x`` layout ``spec`` on ``mesh``, eagerly or inside a trace."""
+    if isinstance(x, jax.core.Tracer) or not isinstance(mesh, Mesh):
+        abstract = mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh
+        with jax.sharding.use_abstract_mesh(abstract):
+            return _place(x, spec, mesh)
+    return jax.device_put(x, NamedSharding(mesh, spec))
+
+
+def check_outputs(kinds: Sequence[Kind], shapes: Sequence[tuple], grid: Grid, names: Sequence[str]) -> None:
     """Every output shape must be divisible by the mesh axes of its layout."""
-    for kind, shape, name in zip(plan_outputs, shapes, names):
+    for kind, shape, name in zip(kinds, shapes, names):
         if isinstance(kind, (Block, Rows)):
-            check_output_fits(shape, kind.spec, mesh, name)
-
-
-def real_dtype(dtype) -> jnp.dtype:
-    """The real dtype matching ``dtype`` (float32 for complex64, ...)."""
-    return jnp.finfo(dtype).dtype
+            check_output_fits(shape, _spec(kind, grid) if kind.spec is None else kind.spec, grid.mesh, name)

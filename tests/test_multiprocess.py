@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+import jaxmg
+
 SCRIPTS = Path(__file__).parent / "launch_scripts"
 
 
@@ -14,6 +16,9 @@ SCRIPTS = Path(__file__).parent / "launch_scripts"
 def test_every_operation_across_four_processes():
     env = dict(os.environ)
     env.pop("XLA_FLAGS", None)
+    # The launched processes import the same jaxmg as this test (installed or from the tree).
+    package_parent = str(Path(jaxmg.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_parent, env.get("PYTHONPATH")]))
     proc = subprocess.run(
         [sys.executable, "-m", "jaxmg.launch", "-n", "4", "--platform", "cpu", "--timeout", "400",
          str(SCRIPTS / "solve_all.py")],

@@ -1,14 +1,16 @@
 """Portable per-shard kernels: pure JAX on any platform (CPU, GPU, TPU).
 
-Each kernel runs on every device inside ``shard_map`` (see ``jaxmg._sharded``):
-it gathers the whole matrix from the local blocks, calls JAX's own dense
-linear algebra, and returns outputs in the kernel contract (local blocks of
-matrix outputs, whole solutions and scalars). Correct everywhere; it does not
-scale past one device's memory, which is what the native backend is for.
+Each kernel runs on every device inside ``shard_map`` (see ``jaxmg._sharded``): it
+gathers the whole matrix from the local blocks, calls JAX's own dense linear algebra,
+and returns outputs in the kernel contract (local blocks of matrix outputs, whole
+solutions and scalars). Correct everywhere; it does not scale past one device's
+memory, which is what the native backend is for.
 
-Conventions shared with the native backend: only the lower triangle of a
-Hermitian matrix is read; ``status`` is 0 on success and otherwise the
-1-based index of the first failing pivot (LAPACK ``info``), or -1 when a
+Kernels come in families that share a factor ("state") layout private to the backend:
+``cholesky_*`` (state: the lower factor L), ``lu_*`` (state: LAPACK's packed LU and
+pivots) and ``qr_*`` (state: Q and R). Conventions shared with the native backend: only
+the lower triangle of a Hermitian matrix is read; ``status`` is 0 on success and
+otherwise the 1-based index of the first failing pivot (LAPACK ``info``), or -1 when a
 result is not finite for another reason.
 """
 
@@ -37,19 +39,6 @@ def _finite_status(*arrays: jax.Array) -> jax.Array:
     return jnp.where(ok, 0, -1).astype(jnp.int32)
 
 
-def _cholesky_lower(a: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Lower Cholesky factor of the whole matrix (lower triangle read) and its status."""
-    chol = lax.linalg.cholesky(a, symmetrize_input=False)
-    diag = jnp.real(jnp.diagonal(chol, axis1=-2, axis2=-1))
-    status = _pivot_status(jnp.where(diag > 0, diag, 0))
-    return chol, status
-
-
-def _cho_solve(chol: jax.Array, b: jax.Array) -> jax.Array:
-    y = solve_triangular(chol, b, lower=True)
-    return solve_triangular(chol, y, lower=True, trans="C")
-
-
 def _as_matrix(b: jax.Array) -> jax.Array:
     return b[:, None] if b.ndim == 1 else b
 
@@ -58,40 +47,91 @@ def _like_rhs(x: jax.Array, b: jax.Array) -> jax.Array:
     return x[:, 0] if b.ndim == 1 else x
 
 
-def potrs(a, b, *, grid):
-    """Solve A x = b for Hermitian positive-definite A; returns (x, logdet, status)."""
-    chol, status = _cholesky_lower(gather_block(a, grid))
-    x = _like_rhs(_cho_solve(chol, _as_matrix(b)), b)
-    logdet = 2 * jnp.sum(jnp.log(jnp.real(jnp.diagonal(chol))))
-    return x, logdet, status
+def _hermitian_from_lower(a: jax.Array) -> jax.Array:
+    return jnp.tril(a) + jnp.conj(jnp.tril(a, -1)).T
 
 
-def cholesky(a, *, grid):
-    """Lower factor L (local block) with A = L L^H, and status."""
-    chol, status = _cholesky_lower(gather_block(a, grid))
-    return local_block(jnp.tril(chol), grid), status
+# --- Cholesky family: state = the lower factor L in the grid layout -------------------------
+
+def cholesky_factor(a, *, grid):
+    """Factor A = L L^H (lower triangle of A read); returns (L's local block, status)."""
+    chol = lax.linalg.cholesky(gather_block(a, grid), symmetrize_input=False)
+    diag = jnp.real(jnp.diagonal(chol))
+    status = _pivot_status(jnp.where(diag > 0, diag, 0))
+    chol = jnp.where(status == 0, jnp.tril(chol), jnp.nan)
+    return local_block(chol, grid), status
 
 
-def lu_solve(a, b, *, grid):
-    """Solve A x = b by LU with partial pivoting; returns (x, status)."""
+def cholesky_solve(state, b, *, grid):
+    """x = A^-1 b from the factor; b and x whole."""
+    chol = gather_block(state, grid)
+    y = solve_triangular(chol, _as_matrix(b), lower=True)
+    return (_like_rhs(solve_triangular(chol, y, lower=True, trans="C"), b),)
+
+
+def cholesky_logdet(state, *, grid):
+    """log det A = 2 sum log diag(L) (real)."""
+    chol = gather_block(state, grid)
+    return (2 * jnp.sum(jnp.log(jnp.real(jnp.diagonal(chol)))),)
+
+
+def cholesky_inverse(state, *, grid):
+    """A^-1 (local block), from the factor."""
+    chol = gather_block(state, grid)
+    eye = jnp.eye(chol.shape[0], dtype=chol.dtype)
+    inv_l = solve_triangular(chol, eye, lower=True)
+    return (local_block(jnp.conj(inv_l).T @ inv_l, grid),)
+
+
+def cholesky_lower(state, *, grid):
+    """The natural-order lower factor L (local block)."""
+    return (state,)
+
+
+# --- LU family: state = packed LU (grid layout) and pivots (replicated) ---------------------
+
+def lu_factor(a, *, grid):
+    """PA = LU with partial pivoting; returns (packed LU local block, pivots, status)."""
     lu, piv = jax.scipy.linalg.lu_factor(gather_block(a, grid))
-    x = jax.scipy.linalg.lu_solve((lu, piv), _as_matrix(b))
-    return _like_rhs(x, b), _pivot_status(jnp.diagonal(lu))
+    return local_block(lu, grid), piv.astype(jnp.int32), _pivot_status(jnp.diagonal(lu))
 
 
-def least_squares(a, b, *, grid):
-    """Minimise ||A x - b||_2 for M x N A with M >= N, by QR; returns (x, status)."""
+def lu_solve(lu, piv, b, *, grid, trans):
+    """Solve op(A) x = b from the LU factor; trans 0: A, 1: A^T, 2: A^H."""
+    x = jax.scipy.linalg.lu_solve((gather_block(lu, grid), piv), _as_matrix(b), trans=trans)
+    return (_like_rhs(x, b),)
+
+
+# --- QR family: state = Q (M x N, grid layout) and R (N x N, replicated) ----------------------
+
+def qr_factor(a, *, grid):
+    """Reduced A = QR (M >= N); returns (Q's local block, R whole, status)."""
     q, r = jnp.linalg.qr(gather_block(a, grid), mode="reduced")
-    y = jnp.conj(q).T @ _as_matrix(b)
-    x = solve_triangular(r, y, lower=False)
-    return _like_rhs(x, b), _pivot_status(jnp.diagonal(r))
+    return local_block(q, grid), r, _pivot_status(jnp.diagonal(r))
 
 
-def qr(a, *, grid):
-    """Reduced QR: local blocks of Q (M x N) and R (N x N), and status."""
-    q, r = jnp.linalg.qr(gather_block(a, grid), mode="reduced")
-    return local_block(q, grid), local_block(r, grid), _finite_status(r)
+def qr_q(q, r, *, grid):
+    return (q,)
 
+
+def qr_r(q, r, *, grid):
+    return (local_block(r, grid),)
+
+
+def qr_solve(q, r, b, *, grid):
+    """The least-squares solution x = R^-1 Q^H b (b has M rows; x has N)."""
+    q = gather_block(q, grid)
+    x = solve_triangular(r, jnp.conj(q).T @ _as_matrix(b), lower=False)
+    return (_like_rhs(x, b),)
+
+
+def qr_normal_solve(q, r, y, *, grid):
+    """z = (A^H A)^-1 y = R^-1 R^-H y (y and z have N rows)."""
+    z = solve_triangular(r, _as_matrix(y), lower=False, trans="C")
+    return (_like_rhs(solve_triangular(r, z, lower=False), y),)
+
+
+# --- Eigen-, singular value and polar decompositions -----------------------------------------
 
 def syevd(a, *, grid):
     """Eigenvalues (ascending, whole) and eigenvectors (local block) of Hermitian A, and status."""
@@ -101,10 +141,10 @@ def syevd(a, *, grid):
 
 def sygvd(a, b, *, grid):
     """A v = lambda B v with B Hermitian positive definite; eigenvectors normalised v^H B v = I."""
-    chol, status = _cholesky_lower(gather_block(b, grid))
-    full_a = gather_block(a, grid)
-    full_a = jnp.tril(full_a) + jnp.conj(jnp.tril(full_a, -1)).T
-    c = solve_triangular(chol, full_a, lower=True)
+    chol = lax.linalg.cholesky(gather_block(b, grid), symmetrize_input=False)
+    diag = jnp.real(jnp.diagonal(chol))
+    status = _pivot_status(jnp.where(diag > 0, diag, 0))
+    c = solve_triangular(chol, _hermitian_from_lower(gather_block(a, grid)), lower=True)
     c = solve_triangular(chol, jnp.conj(c).T, lower=True)
     v, w = lax.linalg.eigh(c, lower=True, symmetrize_input=True)
     v = solve_triangular(chol, v, lower=True, trans="C")

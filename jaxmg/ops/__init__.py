@@ -1,13 +1,12 @@
-"""One module per operation: argument checks, layout resolution and backend dispatch."""
+"""The sharded operations: one module per operation family.
 
-from .cholesky import cholesky
-from .gesvd import gesvd
-from .least_squares import least_squares
-from .lu_solve import lu_solve
-from .polar import polar
-from .potrs import potrs
-from .qr import qr
-from .sygvd import sygvd
-from .syevd import syevd
+Each function takes a :class:`jaxmg._call.Call` (the checked layout and backend) and
+global arrays, builds the ``shard_map`` over the mesh and calls the per-shard kernel of
+the chosen backend (``jaxmg.kernels``). The public solvers and modules are built from
+these, and the derivative rules (``jaxmg.autodiff``) too. :mod:`jaxmg.ops.local` is the
+per-shard layer for use inside your own ``jax.shard_map``.
+"""
 
-__all__ = ["cholesky", "gesvd", "least_squares", "lu_solve", "polar", "potrs", "qr", "sygvd", "syevd"]
+from . import cholesky, eigh, local, lu, polar, products, qr, svd
+
+__all__ = ["cholesky", "eigh", "local", "lu", "polar", "products", "qr", "svd"]

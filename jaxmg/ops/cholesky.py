@@ -1,26 +1,31 @@
-"""cholesky: the lower Cholesky factor of a Hermitian positive-definite matrix."""
+"""Cholesky family: factor A = L L^H once, then solve, log-determinant, inverse, L."""
 
 from __future__ import annotations
 
-from ._common import Replicated, pick, setup
+from .._call import Block, Call, Replicated, Rows
 
 
-def cholesky(a, T_A=None, mesh=None, matrix_specs=None, *, return_status=False,
-             donate=False, backend="auto"):
-    """The lower-triangular ``L`` with ``a = L @ L^H``.
+def factor(call: Call, a, *, donate: bool = False):
+    """The backend's factor of Hermitian positive-definite ``a`` (grid layout) and status."""
+    return call.run("cholesky_factor", [a], [Block()], [Block(), Replicated()],
+                    donate=(0,) if donate else ())
 
-    Args:
-      a: (N, N) Hermitian positive-definite matrix, sharded like ``potrs``'s ``a``; only
-        its lower triangle is read.
-      T_A, mesh, matrix_specs, donate, backend: as in :func:`jaxmg.potrs`.
-      return_status: also return the status (0, or the order of the failing minor).
 
-    Returns:
-      ``L`` (N, N) with a's sharding, zero above the diagonal; then ``status`` when asked.
-    """
-    call, args = setup("cholesky", matrices=[("a", a)], T_A=T_A, mesh=mesh,
-                       matrix_specs=matrix_specs, donate=donate, backend=backend,
-                       flags=dict(return_status=return_status))
-    factor, status = call.run(args, [call.block(), Replicated()], [args[0].shape, ()],
-                              ["L", "status"])
-    return pick((factor, status), (True, return_status))
+def solve(call: Call, state, b, spec):
+    """x = A^-1 b with b (and x) in layout ``spec``."""
+    return call.run("cholesky_solve", [state, b], [Block(), Rows(spec)], [Rows(spec)])[0]
+
+
+def logdet(call: Call, state):
+    """log det A, real and replicated."""
+    return call.run("cholesky_logdet", [state], [Block()], [Replicated()])[0]
+
+
+def inverse(call: Call, state):
+    """A^-1 in the grid layout."""
+    return call.run("cholesky_inverse", [state], [Block()], [Block()])[0]
+
+
+def lower(call: Call, state):
+    """The lower factor L in a's caller layout."""
+    return call.run("cholesky_lower", [state], [Block()], [call.block()])[0]

@@ -1,27 +1,42 @@
-"""qr: the reduced QR factorisation of a tall or square matrix."""
+"""QR family: factor A = Q R once (M >= N), then least-squares solves, Q and R.
+
+The factor is a pair: an M x N matrix in the grid layout and a small replicated part
+(the backend decides what they hold, e.g. Q and R, or Householder vectors and scalars).
+"""
 
 from __future__ import annotations
 
-from ._common import Replicated, pick, setup
+from .._call import Block, Call, Replicated, Rows
 
 
-def qr(a, T_A=None, mesh=None, matrix_specs=None, *, return_status=False, donate=False,
-       backend="auto"):
-    """Reduced ``a = q @ r`` for (M, N) ``a`` with M >= N.
+def factor(call: Call, a, *, donate: bool = False):
+    """The backend's QR factor (two grid-layout arrays) and status."""
+    m, n = a.shape
+    return call.run("qr_factor", [a], [Block()], [Block(), Replicated(), Replicated()],
+                    donate=(0,) if donate else ())
 
-    Args:
-      a: (M, N) matrix, sharded ``P(r, c)``, ``P(r)`` or ``P(None, c)``.
-      T_A, mesh, matrix_specs, donate, backend: as in :func:`jaxmg.potrs`.
-      return_status: also return the status (0, or -1 for a non-finite result).
 
-    Returns:
-      ``(q, r)``: ``q`` (M, N) with orthonormal columns and ``r`` (N, N) upper triangular,
-      both with a's sharding; then ``status`` when asked.
-    """
-    call, args = setup("qr", matrices=[("a", a)], square=False, T_A=T_A, mesh=mesh,
-                       matrix_specs=matrix_specs, donate=donate, backend=backend,
-                       flags=dict(return_status=return_status))
-    m, n = args[0].shape
-    q, r, status = call.run(args, [call.block(), call.block(), Replicated()],
-                            [(m, n), (n, n), ()], ["q", "r", "status"])
-    return pick((q, r, status), (True, True, return_status))
+_STATE = [Block(), Replicated()]
+
+
+def q(call: Call, state):
+    """Q (M x N) in a's caller layout."""
+    m, n = call.shape
+    return call.run("qr_q", list(state), _STATE, [call.block()], shapes=[(m, n)], names=["q"])[0]
+
+
+def r(call: Call, state):
+    """R (N x N) in a's caller layout."""
+    n = call.shape[1]
+    return call.run("qr_r", list(state), _STATE, [call.block()], shapes=[(n, n)], names=["r"])[0]
+
+
+def solve(call: Call, state, b, spec, out_shape):
+    """The least-squares solution of A x = b; b in layout ``spec``, x in the same layout."""
+    return call.run("qr_solve", [*state, b], [*_STATE, Rows(spec)], [Rows(spec)],
+                    shapes=[out_shape], names=["x"])[0]
+
+
+def normal_solve(call: Call, state, y, spec):
+    """z = (A^H A)^-1 y, for the least-squares derivative; y and z have N rows."""
+    return call.run("qr_normal_solve", [*state, y], [*_STATE, Rows(spec)], [Rows(spec)])[0]

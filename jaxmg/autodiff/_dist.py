@@ -1,0 +1,473 @@
+"""Small building blocks for matrix algebra on sharded *global* arrays.
+
+Everything here keeps a matrix in a 2-D layout ``NamedSharding(mesh, P(r, c))``
+(``r``/``c``: a mesh axis, a tuple of axes, or ``None``) and never gathers it
+onto one device: products go through ``jnp.matmul`` with a sharding annotation
+(XLA's SPMD partitioner splits them), masks and broadcast vectors are created
+already laid out, and the only replicated values are small vectors.
+
+A *layout* argument ``like`` may be
+
+* ``None``: no sharding is imposed (single-device arrays);
+* a ``jax.sharding.NamedSharding`` (its spec is padded with ``None`` to the rank
+  of the array it is applied to);
+* a ``(mesh, spec)`` pair, as :func:`layout_of` returns;
+* an array (or tracer), whose layout :func:`layout_of` finds.
+
+Both kinds of mesh axes are handled, eagerly and inside ``jit``:
+
+* **Explicit** axes (``jax.make_mesh``'s default from JAX 0.11 on): the sharding
+  is part of the type, so results are placed with ``out_sharding=`` and
+  ``jax.sharding.reshard``. Binary ops between differently sharded arrays
+  raise, ``x.T`` flips the spec and a product contracting sharded dimensions
+  needs ``out_sharding``: the helpers take care of all three.
+* **Auto** axes: results are pinned with ``jax.lax.with_sharding_constraint``.
+  Inside ``jit`` the type of an Auto-sharded tracer carries no layout, so
+  :func:`layout_of` returns ``None`` there: pass the layout explicitly.
+
+Eagerly (no tracer among the inputs) each public helper runs as one jitted call
+inside ``jax.set_mesh(mesh)`` of its layout, so that laid-out constants can be
+created and no replicated temporaries are materialised.
+
+JAX pitfalls met (0.10 - 0.12) that these helpers avoid:
+
+* JAX 0.12, inside ``jit`` without a ``jax.set_mesh`` context:
+  ``lax.broadcast_in_dim(..., out_sharding=)``, ``jnp.zeros(..., out_sharding=)``,
+  ``lax.full_like`` and ``jnp.zeros_like(x)`` of an Explicit-sharded tracer
+  silently return an *unsharded* array; ``lax.broadcasted_iota(out_sharding=)``,
+  ``jnp.matmul(out_sharding=)``, ``jnp.reshape(out_sharding=)`` and ``reshard``
+  honour it. Laid-out constants are therefore built from iotas.
+* Eagerly, an op that creates a sharded constant (``broadcasted_iota`` with
+  ``out_sharding``) fails outside a ``jax.set_mesh`` context ("Length of device
+  assignment 1 ..."); ``jax.set_mesh`` itself cannot be entered inside ``jit``.
+* A bare ``PartitionSpec`` as ``out_sharding`` needs a mesh context; a
+  ``NamedSharding`` (on a concrete or abstract mesh) does not.
+* Slicing (``x[:k]``), ``jnp.diagonal`` and ``triangular_solve`` on dimensions
+  sharded over Explicit axes raise; masks (``jnp.where`` with laid-out iotas)
+  and reductions are used instead, and triangular inverses are formed by
+  :func:`tri_inv` from matmuls and a sharded batch of small block inverses.
+* Auto axes, eagerly: an op on two differently laid-out arrays (``a + a.T``)
+  silently returns a *replicated* array; everything here is constrained.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+__all__ = [
+    "layout_of",
+    "resolve",
+    "kind",
+    "call",
+    "constrain",
+    "replicate",
+    "matmul",
+    "ct",
+    "tril",
+    "triu",
+    "sym_part",
+    "diag_embed",
+    "tri_inv",
+]
+
+_HIGHEST = jax.lax.Precision.HIGHEST
+
+
+# --------------------------------------------------------------------------- layouts
+
+
+def _entry_axes(entry) -> tuple:
+    """The mesh axis names of one PartitionSpec entry (None, a name, or a tuple of names)."""
+    if entry is None:
+        return ()
+    if isinstance(entry, (tuple, list)):
+        return tuple(entry)
+    return (entry,)
+
+
+def _spec_axes(spec) -> tuple:
+    out = ()
+    for entry in tuple(spec):
+        out += _entry_axes(entry)
+    return out
+
+
+def _entry(axes: tuple):
+    """A PartitionSpec entry for a tuple of axis names."""
+    return None if not axes else (axes[0] if len(axes) == 1 else tuple(axes))
+
+
+def _pad(spec, ndim: int) -> P:
+    entries = tuple(spec)
+    if len(entries) > ndim:
+        raise ValueError(f"PartitionSpec {spec} has more entries than the array's rank {ndim}")
+    return P(*(entries + (None,) * (ndim - len(entries))))
+
+
+def _axis_size(mesh, entry) -> int:
+    shape = dict(mesh.shape)
+    return math.prod(shape[name] for name in _entry_axes(entry))
+
+
+def layout_of(x) -> tuple[Any, P] | None:
+    """``(mesh, spec)`` of ``x``'s layout, or ``None`` when it has none.
+
+    A concrete array's own ``NamedSharding`` is used (so Auto axes are seen);
+    for a tracer, ``jax.typeof(x).sharding``, which carries the layout for
+    Explicit axes only: ``None`` comes back for an Auto-sharded tracer, whose
+    layout is not known while tracing. ``spec`` has one entry per dimension.
+    Fully replicated arrays give ``None``.
+    """
+    sharding = None
+    if not isinstance(x, jax.core.Tracer):
+        sharding = getattr(x, "sharding", None)
+    if not isinstance(sharding, NamedSharding):
+        try:
+            sharding = getattr(jax.typeof(x), "sharding", None)
+        except TypeError:
+            sharding = None
+    if not isinstance(sharding, NamedSharding) or sharding.mesh.empty:
+        return None
+    if not _spec_axes(sharding.spec):
+        return None
+    return sharding.mesh, _pad(sharding.spec, jnp.ndim(x))
+
+
+def resolve(like) -> NamedSharding | None:
+    """``like`` (None, NamedSharding, ``(mesh, spec)``, PartitionSpec or an array) as a NamedSharding, or None.
+
+    A bare PartitionSpec is taken on the current (abstract) mesh context.
+    """
+    if like is None:
+        return None
+    if isinstance(like, NamedSharding):
+        return like
+    if isinstance(like, P):
+        mesh = jax.sharding.get_abstract_mesh()
+        if mesh is None or mesh.empty:
+            raise ValueError("a bare PartitionSpec needs a mesh context; pass a NamedSharding instead")
+        return NamedSharding(mesh, like)
+    if isinstance(like, tuple) and len(like) == 2 and isinstance(like[1], P):
+        return NamedSharding(like[0], like[1])
+    found = layout_of(like)
+    return None if found is None else NamedSharding(*found)
+
+
+def kind(like) -> str | None:
+    """``"explicit"``, ``"auto"``, or ``None`` when the layout imposes nothing (none, or replicated)."""
+    sh = resolve(like)
+    if sh is None:
+        return None
+    names = _spec_axes(sh.spec)
+    if not names:
+        return None
+    types = dict(zip(sh.mesh.axis_names, sh.mesh.axis_types))
+    found = {types[name] for name in names}
+    if found == {jax.sharding.AxisType.Explicit}:
+        return "explicit"
+    if found == {jax.sharding.AxisType.Auto}:
+        return "auto"
+    raise ValueError(
+        f"layout {sh.spec} uses mesh axes of types {sorted(str(t) for t in found)}; "
+        "only all-Explicit or all-Auto layouts are supported"
+    )
+
+
+# --------------------------------------------------------------------------- running eagerly
+
+
+@functools.lru_cache(maxsize=None)
+def _jitted(impl, static: tuple):
+    return jax.jit(impl, static_argnames=static)
+
+
+def call(impl, arrays: tuple, sh: NamedSharding | None, **static):
+    """``impl(*arrays, sh=sh, **static)``: directly inside a trace, else as one jitted call.
+
+    Eagerly, the call runs inside ``jax.set_mesh(sh.mesh)`` (when the mesh is
+    concrete), which laid-out constants need. ``static`` values and ``sh`` must
+    be hashable; ``arrays`` may contain ``None``.
+    """
+    if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(arrays)):
+        return impl(*arrays, sh=sh, **static)
+    fn = _jitted(impl, ("sh",) + tuple(sorted(static)))
+    if sh is not None and isinstance(sh.mesh, Mesh) and kind(sh) is not None:
+        with jax.set_mesh(sh.mesh):
+            return fn(*arrays, sh=sh, **static)
+    return fn(*arrays, sh=sh, **static)
+
+
+# --------------------------------------------------------------------------- traced building blocks
+# These run inside a trace; ``sh`` is a resolved NamedSharding (or None).
+
+
+def _named(sh: NamedSharding, ndim: int, spec: P | None = None) -> NamedSharding:
+    return NamedSharding(sh.mesh, _pad(sh.spec if spec is None else spec, ndim))
+
+
+def _place(x, sh: NamedSharding | None, spec: P | None = None):
+    """``x`` laid out as ``sh`` (or ``spec`` on its mesh); a no-op without a layout."""
+    k = kind(sh)
+    if k is None:
+        return x
+    target = _named(sh, jnp.ndim(x), spec)
+    if k == "explicit":
+        return jax.sharding.reshard(x, target)
+    return jax.lax.with_sharding_constraint(x, target)
+
+
+def _replicate(v, sh):
+    return _place(v, sh, P()) if kind(sh) is not None else v
+
+
+def _matmul(x, y, sh, adj_x=False, adj_y=False):
+    if adj_x:
+        x = jnp.conj(x).swapaxes(-1, -2)
+    if adj_y:
+        y = jnp.conj(y).swapaxes(-1, -2)
+    if kind(sh) == "explicit":
+        ndim = max(jnp.ndim(x), jnp.ndim(y))
+        return jnp.matmul(x, y, precision=_HIGHEST, out_sharding=_named(sh, ndim))
+    return _place(jnp.matmul(x, y, precision=_HIGHEST), sh)
+
+
+def _ct(x, sh):
+    return _place(jnp.conj(x).swapaxes(-1, -2), sh)
+
+
+def _iota(shape, dim, sh, spec: P | None = None, dtype=jnp.int32):
+    k = kind(sh)
+    if k == "explicit":
+        return jax.lax.broadcasted_iota(dtype, shape, dim, out_sharding=_named(sh, len(shape), spec))
+    return _place(jax.lax.broadcasted_iota(dtype, shape, dim), sh, spec)
+
+
+def _zeros(shape, dtype, sh, spec: P | None = None):
+    return (_iota(shape, 0, sh, spec) * 0).astype(dtype)
+
+
+def _rows(v, n_cols, sh):
+    """``M[i, j] = v[i]``, (len(v), n_cols), laid out (v small, replicated)."""
+    v = _replicate(v, sh)
+    return _zeros((v.shape[0], n_cols), v.dtype, sh) + v[:, None]
+
+
+def _cols(v, n_rows, sh):
+    """``M[i, j] = v[j]``, (n_rows, len(v)), laid out (v small, replicated)."""
+    v = _replicate(v, sh)
+    return _zeros((n_rows, v.shape[0]), v.dtype, sh) + v[None, :]
+
+
+def _offset(shape, sh):
+    """``j - i`` for a 2-D shape, laid out."""
+    return _iota(shape, 1, sh) - _iota(shape, 0, sh)
+
+
+def _eye(shape, sh):
+    return _offset(shape, sh) == 0
+
+
+def _where(mask, x):
+    return jnp.where(mask, x, jnp.zeros((), x.dtype))
+
+
+def _tril(x, sh, k=0):
+    return _where(_offset(x.shape, sh) <= k, _place(x, sh))
+
+
+def _triu(x, sh, k=0):
+    return _where(_offset(x.shape, sh) >= k, _place(x, sh))
+
+
+def _diag_embed(v, sh, shape=None, dtype=None):
+    n = v.shape[0]
+    shape = (n, n) if shape is None else tuple(shape)
+    dtype = v.dtype if dtype is None else dtype
+    return _where(_eye(shape, sh), _cols(v.astype(dtype), shape[0], sh))
+
+
+def _sym(x, sh):
+    x = _place(x, sh)
+    return (x + _ct(x, sh)) / 2
+
+
+def _reshape(x, shape, sh, spec):
+    if kind(sh) == "explicit":
+        return jnp.reshape(x, shape, out_sharding=_named(sh, len(shape), spec))
+    return _place(jnp.reshape(x, shape), sh, spec)
+
+
+# --------------------------------------------------------------------------- triangular inverse
+
+
+def _num_blocks(n: int, sh: NamedSharding, max_block: int) -> int | None:
+    """How many diagonal blocks the base case of :func:`tri_inv` uses (None: n cannot be split evenly)."""
+    spec = _pad(sh.spec, 2)
+    sr, sc = _axis_size(sh.mesh, spec[0]), _axis_size(sh.mesh, spec[1])
+    need, every = math.lcm(sr, sc), sr * sc
+    cands = [k for k in range(need, n + 1, need) if n % k == 0]
+    if not cands:
+        return None
+    small = [k for k in cands if n // k <= max_block] or [max(cands)]
+    spread = [k for k in small if k % every == 0] or small
+    return min(spread)
+
+
+def _block_diag_inv(t, nb: int, lower: bool, sh: NamedSharding):
+    """Inverse of the block-diagonal part (nb blocks) of triangular ``t``, laid out like t.
+
+    The diagonal blocks are taken out by a reshape to (nb, bs, nb, bs) -- local,
+    as nb is a multiple of the mesh axis sizes -- and a masked sum over the
+    second block index; they are inverted as a batch sharded over the mesh and
+    put back the same way.
+    """
+    n = t.shape[-1]
+    bs = n // nb
+    r, c = _pad(sh.spec, 2)
+    spec4 = P(r, None, c, None)
+    t4 = _reshape(t, (nb, bs, nb, bs), sh, spec4)
+    same = _iota(t4.shape, 0, sh, spec4) == _iota(t4.shape, 2, sh, spec4)
+    d = jnp.sum(_where(same, t4), axis=2)  # (nb, bs, bs): the diagonal blocks
+    batch = _entry_axes(r) + _entry_axes(c)
+    if nb % (_axis_size(sh.mesh, r) * _axis_size(sh.mesh, c)):
+        batch = _entry_axes(r) or _entry_axes(c)
+    bspec = P(_entry(batch), None, None)
+    d = _place(d, sh, bspec)
+    eye = (_iota(d.shape, 1, sh, bspec) == _iota(d.shape, 2, sh, bspec)).astype(t.dtype)
+    dinv = jax.lax.linalg.triangular_solve(d, eye, left_side=True, lower=lower)
+    bspec4 = P(_entry(batch), None, None, None)
+    same_b = _iota(t4.shape, 0, sh, bspec4) == _iota(t4.shape, 2, sh, bspec4)
+    y4 = _place(_where(same_b, dinv[:, :, None, :]), sh, spec4)
+    return _reshape(y4, (n, n), sh, _pad(sh.spec, 2))
+
+
+def _tri_inv(t, sh, lower=True, max_block=2048):
+    n = t.shape[-1]
+    if t.ndim != 2 or t.shape[0] != n:
+        raise ValueError(f"tri_inv needs a square matrix, got shape {t.shape}")
+    if kind(sh) is None:
+        eye = jnp.eye(n, dtype=t.dtype)
+        return jax.lax.linalg.triangular_solve(t, eye, left_side=True, lower=lower)
+    t = _place(t, sh)
+    nb = _num_blocks(n, sh, max_block)
+    if nb is None:  # n cannot be split over the layout: solve in one (replicated) piece
+        full = _place(t, sh, P(None, None))
+        eye = _place(jnp.eye(n, dtype=t.dtype), sh, P(None, None))
+        return _place(jax.lax.linalg.triangular_solve(full, eye, left_side=True, lower=lower), sh)
+    y = _block_diag_inv(t, nb, lower, sh)
+    bs = n // nb
+    bi = _iota((n, n), 0, sh) // bs
+    bj = _iota((n, n), 1, sh) // bs
+    g = 1
+    while g < nb:
+        gi, gj = bi // g, bj // g
+        pair = (gi // 2) == (gj // 2)
+        off = (gi > gj) if lower else (gi < gj)
+        y = y - _matmul(_matmul(y, _where(pair & off, t), sh), y, sh)
+        g *= 2
+    return y
+
+
+# --------------------------------------------------------------------------- public helpers
+
+
+def constrain(x, like, spec: P | None = None):
+    """``x`` laid out like ``like`` (or with ``spec`` on like's mesh); unchanged without a layout."""
+    sh = resolve(like)
+    if kind(sh) is None:
+        return x
+    return call(_constrain_impl, (x,), sh, spec=spec)
+
+
+def _constrain_impl(x, sh, spec):
+    return _place(x, sh, spec)
+
+
+def replicate(v, like):
+    """A small array (eigenvalues, ...) replicated on like's mesh."""
+    return constrain(v, like, P())
+
+
+def matmul(x, y, like, *, adj_x: bool = False, adj_y: bool = False):
+    """``op(x) @ op(y)`` laid out like ``like``; ``op`` is the conjugate transpose when ``adj_*``.
+
+    The operands may have any layout on the same mesh (XLA moves the data the
+    product needs). Computed at ``Precision.HIGHEST``.
+    """
+    return call(_matmul_impl, (x, y), resolve(like), adj_x=adj_x, adj_y=adj_y)
+
+
+def _matmul_impl(x, y, sh, adj_x, adj_y):
+    return _matmul(x, y, sh, adj_x, adj_y)
+
+
+def ct(x, like=None):
+    """Conjugate transpose of a matrix, laid out like ``like`` (default: like ``x``)."""
+    return call(_ct_impl, (x,), resolve(x if like is None else like))
+
+
+def _ct_impl(x, sh):
+    return _ct(x, sh)
+
+
+def tril(x, k: int = 0, like=None):
+    """Lower triangle ``j <= i + k`` of a matrix, laid out like ``like`` (default: like ``x``)."""
+    return call(_tri_impl, (x,), resolve(x if like is None else like), k=k, upper=False)
+
+
+def triu(x, k: int = 0, like=None):
+    """Upper triangle ``j >= i + k`` of a matrix, laid out like ``like`` (default: like ``x``)."""
+    return call(_tri_impl, (x,), resolve(x if like is None else like), k=k, upper=True)
+
+
+def _tri_impl(x, sh, k, upper):
+    return _triu(x, sh, k) if upper else _tril(x, sh, k)
+
+
+def sym_part(x, like=None):
+    """Hermitian part ``(x + x^H) / 2`` of a square matrix, laid out like ``like`` (default: like ``x``)."""
+    return call(_sym_impl, (x,), resolve(x if like is None else like))
+
+
+def _sym_impl(x, sh):
+    return _sym(x, sh)
+
+
+def diag_embed(v, like, shape=None):
+    """The matrix (square, or ``shape``) with vector ``v`` on its diagonal, laid out like ``like``."""
+    return call(_diag_impl, (v,), resolve(like), shape=None if shape is None else tuple(shape))
+
+
+def _diag_impl(v, sh, shape):
+    return _diag_embed(v, sh, shape)
+
+
+def tri_inv(t, *, lower: bool = True, like=None, max_block: int = 2048):
+    """Inverse of a square triangular matrix, laid out like ``like`` (default: like ``t``).
+
+    Without a layout: one ``triangular_solve`` against the identity. With one,
+    the matrix is never gathered: the ``nb`` diagonal blocks (``nb`` a multiple
+    of the mesh axis sizes dividing n; blocks of at most ``max_block`` rows where
+    possible) are inverted as a sharded batch, then merged pairwise,
+    ``ceil(log2 nb)`` times, with the block formula
+
+        [[A, 0], [C, D]]^-1 = [[A^-1, 0], [-D^-1 C A^-1, D^-1]]
+
+    applied to the whole matrix at once: with ``Y`` the block-diagonal inverse so
+    far and ``C`` the masked off-diagonal blocks of the current pairs,
+    ``Y <- Y - Y C Y`` (two distributed matmuls per level). This is the
+    recursive inversion method, whose error bounds are those of the usual
+    blocked methods. If n cannot be split evenly over the layout, the matrix is
+    replicated and inverted in one piece (a gather; documented fallback).
+    """
+    return call(_tri_inv_impl, (t,), resolve(t if like is None else like), lower=lower, max_block=max_block)
+
+
+def _tri_inv_impl(t, sh, lower, max_block):
+    return _tri_inv(t, sh, lower, max_block)

@@ -1,0 +1,53 @@
+"""Differentiable solves with a saved factor, through ``jax.lax.custom_linear_solve``.
+
+For x = A^-1 b with the factor of A saved: the tangent is x' = A^-1 (b' - A' x) and the
+cotangents are b_bar = A^-H x_bar (one more solve with the same factor, never a
+refactorisation) and A_bar = -b_bar x^H, an outer product that stays sharded in a's
+layout (it is the transpose of the distributed product A' x). Higher orders follow,
+since every piece is itself differentiable. The factor is never differentiated: all
+derivatives with respect to ``a`` flow through the distributed product ``a @ x``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import jax
+import jax.numpy as jnp
+
+from .. import _sharded
+from .._call import Call
+from ..ops import products
+
+
+def linear_solve(call: Call, a: Optional[jax.Array], b: jax.Array, spec,
+                 solve: Callable, transpose_solve: Callable, *, symmetric: bool,
+                 trans: str = "N") -> jax.Array:
+    """x = op(A)^-1 b, differentiable in ``a`` and ``b``; op by ``trans`` ("N", "T", "C").
+
+    ``solve(r)`` and ``transpose_solve(r)`` apply op(A)^-1 and op(A)^-T with the saved factor to a
+    right-hand side in layout ``spec``. ``a`` is the operator in any layout (None when it was
+    donated: then no derivative with respect to it exists and none is taken).
+    """
+    b = _sharded.place(b, spec, call.grid.mesh)
+    if not any(isinstance(x, jax.core.Tracer) for x in (a, b)):
+        return solve(b)  # nothing is being transformed: no derivative rule to attach
+    if a is None:
+        matvec = jnp.zeros_like  # a was consumed: only b can carry derivatives
+    else:
+        def matvec(x):
+            return products.matvec(call, a, x, spec, spec, trans)
+    with _sharded.entered(call.grid.mesh):
+        return jax.lax.custom_linear_solve(
+            matvec, b,
+            solve=lambda _, r: solve(r),
+            transpose_solve=lambda _, r: transpose_solve(r),
+            symmetric=symmetric,
+        )
+
+
+def hermitian_transpose_solve(solve: Callable, dtype) -> Callable:
+    """A^-T from A^-1 for Hermitian A: A^T = conj(A), so A^-T r = conj(A^-1 conj(r))."""
+    if not jnp.issubdtype(dtype, jnp.complexfloating):
+        return solve
+    return lambda r: jnp.conj(solve(jnp.conj(r)))

@@ -1,0 +1,123 @@
+"""The functional API: each solver is one of the factorisation modules, used once.
+
+``potrs(a, b)`` is ``Cholesky(a).solve(b)``, ``lu_solve`` is ``LU(a).solve(b)``, and so
+on: one implementation, the same derivatives. Shapes, layouts and keywords are those
+users of distributed JAX solvers already write (see the README's table).
+"""
+
+from __future__ import annotations
+
+from ._call import pick
+from ._checks import check_flag
+from .modules import LU, QR, SVD, Cholesky, Eigh, Polar
+
+
+def _flags(**flags) -> None:
+    for name, value in flags.items():
+        check_flag(value, name)
+
+
+def potrs(a, b, T_A=None, mesh=None, matrix_specs=None, *, return_logdet=False,
+          return_status=False, donate=False, backend="auto"):
+    """Solve ``a @ x = b`` for Hermitian positive-definite ``a`` by Cholesky.
+
+    Args:
+      a: (N, N) matrix sharded ``P(r, c)``, ``P(r)`` or ``P(None, c)``; only its lower triangle
+        is read.
+      b: (N,) or (N, NRHS), sharded ``P(r)``, ``P(r, None)`` or replicated.
+      T_A: tile size of the native block-cyclic layout; None picks it (README, rule 8).
+      mesh: the device mesh; default a's mesh, else the context mesh.
+      matrix_specs: a's PartitionSpec, or ``[spec_a, spec_b]``; default from the arrays.
+      return_logdet: also return ``log det a`` (real, replicated).
+      return_status: also return the status (int32, replicated): 0, or the order of the
+        leading minor that is not positive definite; outputs are then NaN.
+      donate: let the call consume ``a`` (default False: inputs are kept).
+      backend: ``"auto"``, ``"portable"`` or ``"native"``.
+
+    Returns:
+      ``x`` with b's shape and sharding; then ``logdet`` and ``status`` when asked.
+    """
+    _flags(return_logdet=return_logdet, return_status=return_status)
+    factor = Cholesky(a, T_A, mesh, matrix_specs, donate=donate, backend=backend)
+    x = factor.solve(b)
+    logdet = factor.logdet() if return_logdet else None
+    return pick((x, logdet, factor.status), (True, return_logdet, return_status))
+
+
+def cholesky(a, T_A=None, mesh=None, matrix_specs=None, *, return_status=False, donate=False,
+             backend="auto"):
+    """The lower-triangular ``L`` with ``a = L @ L^H`` (N x N, a's sharding); then ``status``."""
+    _flags(return_status=return_status)
+    factor = Cholesky(a, T_A, mesh, matrix_specs, donate=donate, backend=backend)
+    return pick((factor.factor, factor.status), (True, return_status))
+
+
+def lu_solve(a, b, T_A=None, mesh=None, matrix_specs=None, *, return_status=False, donate=False,
+             backend="auto"):
+    """Solve ``a @ x = b`` for a general square ``a`` by LU with partial pivoting.
+
+    ``x`` has b's shape and sharding; ``status`` is 0, or the 1-based index of the first zero
+    pivot (``a`` singular, ``x`` not finite). Other arguments as in :func:`potrs`.
+    """
+    _flags(return_status=return_status)
+    factor = LU(a, T_A, mesh, matrix_specs, donate=donate, backend=backend)
+    return pick((factor.solve(b), factor.status), (True, return_status))
+
+
+def least_squares(a, b, T_A=None, mesh=None, matrix_specs=None, *, return_status=False,
+                  donate=False, backend="auto"):
+    """The ``x`` minimising ``||a @ x - b||_2`` for (M, N) ``a`` of full column rank, M >= N.
+
+    ``b`` is (M,) or (M, NRHS) in any layout (``P(r)``, ``P(r, None)`` or replicated) on any
+    grid shape: it is gathered whole on every process, so the ScaLAPACK-style restriction
+    that every process-grid column owns a tile of ``b`` does not apply. ``x`` (N or N x NRHS)
+    is laid out like ``b`` (its row axes must divide N). ``status``: 0, or the index of the
+    first zero diagonal entry of R.
+    """
+    _flags(return_status=return_status)
+    factor = QR(a, T_A, mesh, matrix_specs, donate=donate, backend=backend)
+    return pick((factor.solve(b), factor.status), (True, return_status))
+
+
+def qr(a, T_A=None, mesh=None, matrix_specs=None, *, return_status=False, donate=False, backend="auto"):
+    """Reduced ``a = q @ r`` for (M, N) ``a``, M >= N: ``(q, r)`` in a's sharding; then ``status``."""
+    _flags(return_status=return_status)
+    factor = QR(a, T_A, mesh, matrix_specs, donate=donate, backend=backend)
+    return pick((factor.q, factor.r, factor.status), (True, True, return_status))
+
+
+def syevd(a, T_A=None, mesh=None, matrix_specs=None, *, return_eigenvectors=True, return_status=False,
+          donate=False, backend="auto"):
+    """Eigenvalues ``w`` (ascending, replicated) and eigenvectors ``v`` (a's sharding) of Hermitian
+    ``a``: ``(w, v)``, or ``w`` alone with ``return_eigenvectors=False``; then ``status``."""
+    _flags(return_eigenvectors=return_eigenvectors, return_status=return_status)
+    factor = Eigh(a, None, T_A, mesh, matrix_specs, donate=donate, backend=backend)
+    return pick((factor.w, factor.v, factor.status), (True, return_eigenvectors, return_status))
+
+
+def sygvd(a, b, T_A=None, mesh=None, matrix_specs=None, *, return_eigenvectors=True,
+          return_status=False, donate=False, backend="auto"):
+    """``a @ v = w * (b @ v)`` for Hermitian ``a`` and Hermitian positive-definite ``b`` (one
+    layout): ``(w, v)`` with ``v^H b v = I``, or ``w``; then ``status``."""
+    _flags(return_eigenvectors=return_eigenvectors, return_status=return_status)
+    factor = Eigh(a, b, T_A, mesh, matrix_specs, donate=donate, backend=backend)
+    return pick((factor.w, factor.v, factor.status), (True, return_eigenvectors, return_status))
+
+
+def gesvd(a, T_A=None, mesh=None, matrix_specs=None, *, compute_u=True, compute_vh=True,
+          full_matrices=False, return_status=False, donate=False, backend="auto"):
+    """``a = u @ diag(s) @ vh`` for (M, N) ``a``, M >= N, in NumPy order: ``(u, s, vh)``,
+    ``(u, s)``, ``(s, vh)`` or ``s``; ``s`` descending and replicated, ``u`` (M x N, or M x M
+    with ``full_matrices``) and ``vh`` (N x N) in a's sharding. Then ``status``."""
+    _flags(compute_u=compute_u, compute_vh=compute_vh, return_status=return_status)
+    factor = SVD(a, T_A, mesh, matrix_specs, full_matrices=full_matrices, donate=donate, backend=backend)
+    return pick((factor.u, factor.s, factor.vh, factor.status), (compute_u, True, compute_vh, return_status))
+
+
+def polar(a, T_A=None, mesh=None, matrix_specs=None, *, compute_h=True, return_status=False,
+          donate=False, backend="auto"):
+    """``a = u_p @ h`` for (M, N) ``a``, M >= N: ``(u_p, h)`` or ``u_p`` (a's sharding); then
+    ``status``."""
+    _flags(compute_h=compute_h, return_status=return_status)
+    factor = Polar(a, T_A, mesh, matrix_specs, donate=donate, backend=backend)
+    return pick((factor.u_p, factor.h, factor.status), (True, compute_h, return_status))

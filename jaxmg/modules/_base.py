@@ -1,0 +1,60 @@
+"""What every factorisation module shares: construction checks and the kept operator."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import equinox as eqx
+import jax
+
+from .. import _sharded
+from .._call import Call, check_rhs, setup
+
+
+class Factorisation(eqx.Module):
+    """Base of the factorisation modules.
+
+    ``operator`` is the factorised matrix in the caller's layout (a reference, not a copy),
+    kept so that derivatives with respect to it can be taken; it is None when the call
+    donated it. ``status`` is 0 on success (see each module). ``call`` is the static
+    layout, backend, tile size, shape and dtype.
+    """
+
+    operator: Optional[jax.Array]
+    status: jax.Array
+    call: Call = eqx.field(static=True)
+
+    @property
+    def shape(self) -> tuple:
+        """The factorised matrix's shape."""
+        return self.call.shape
+
+    @property
+    def dtype(self):
+        """The factorised matrix's dtype."""
+        return self.call.dtype
+
+    def _rhs(self, b, name: str = "b", rows: Optional[int] = None):
+        """Check right-hand side ``b`` and place it in its layout; returns (b, spec)."""
+        b, spec = check_rhs(self.call, b, name, rows)
+        return _sharded.place(b, spec, self.call.grid.mesh), spec
+
+
+def prepare(family: str, matrices, *, square: bool = True, T_A=None, mesh=None, matrix_specs=None,
+            donate: bool = False, backend: str = "auto", num_rhs: int = 0):
+    """Check the matrices, resolve the call, and place them in a's caller layout.
+
+    Returns (call, arrays, kept): ``kept`` are the arrays to keep as operators (None for
+    donated concrete arrays, which the factorisation consumes).
+    """
+    call, arrays = setup(family, matrices=matrices, square=square, T_A=T_A, mesh=mesh,
+                         matrix_specs=matrix_specs, donate=donate, backend=backend, num_rhs=num_rhs)
+    arrays = [_sharded.place(x, call.layout.out_spec, call.grid.mesh) for x in arrays]
+    kept = [None if donate and not isinstance(x, jax.core.Tracer) else x for x in arrays]
+    return call, arrays, kept
+
+
+def no_gradient(x):
+    """``x`` cut from differentiation (the factor is never differentiated); concrete arrays
+    pass through untouched, so that donating them consumes the caller's buffer."""
+    return jax.lax.stop_gradient(x) if isinstance(x, jax.core.Tracer) else x

@@ -1,0 +1,60 @@
+"""Cholesky: factor a Hermitian positive-definite matrix once, then solve many times."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from ..autodiff import decompositions, logdet, solves
+from ..ops import cholesky as ops
+from . import _base
+from ._base import Factorisation, prepare
+
+
+class Cholesky(Factorisation):
+    """The Cholesky factorisation ``a = L L^H`` of a sharded Hermitian positive-definite matrix.
+
+    ``Cholesky(a, T_A=None, mesh=None, matrix_specs=None, *, donate=False, backend="auto")``
+    factors ``a`` (N x N; only its lower triangle is read) once, in the backend's own
+    layout; :meth:`solve` then solves any number of right-hand sides without refactoring.
+    Arguments as in :func:`jaxmg.potrs`; ``matrix_specs`` may also give the spec of the
+    right-hand sides (``[spec_a, spec_b]``).
+
+    Derivatives (forward and reverse, any order) of :meth:`solve` and :meth:`logdet` with
+    respect to ``a`` and ``b`` reuse the saved factor: one more solve, never a
+    refactorisation. They are the derivatives of the functions of the full matrix ``a``
+    (as ``jnp.linalg.solve`` and ``slogdet`` give), for Hermitian ``a``.
+    ``status`` is 0, or the order of the leading minor that is not positive definite
+    (then every output is NaN).
+    """
+
+    state: jax.Array
+
+    def __init__(self, a, T_A=None, mesh=None, matrix_specs=None, *, donate=False, backend="auto"):
+        call, (a,), (kept,) = prepare("cholesky", [("a", a)], T_A=T_A, mesh=mesh,
+                                      matrix_specs=matrix_specs, donate=donate, backend=backend,
+                                      num_rhs=1)
+        state, status = ops.factor(call, _base.no_gradient(a), donate=donate)
+        self.state = jax.lax.stop_gradient(state)
+        self.status = status
+        self.operator = kept
+        self.call = call
+
+    def solve(self, b):
+        """x with ``a @ x = b``; b is (N,) or (N, NRHS) and x has b's shape and sharding."""
+        b, spec = self._rhs(b)
+        solve = lambda r: ops.solve(self.call, self.state, r, spec)  # noqa: E731
+        return solves.linear_solve(
+            self.call, self.operator, b, spec, solve,
+            solves.hermitian_transpose_solve(solve, self.dtype),
+            symmetric=not jnp.issubdtype(self.dtype, jnp.complexfloating),
+        )
+
+    def logdet(self):
+        """log det a (real, replicated)."""
+        return logdet.logdet(self.call, self.operator, self.state)
+
+    @property
+    def factor(self):
+        """The lower factor L (N x N) in a's layout, zero above the diagonal."""
+        return decompositions.cholesky_lower(self.call, self.operator, self.state)

@@ -1,0 +1,60 @@
+"""LU: factor a general square matrix once (partial pivoting), then solve many times."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from ..autodiff import solves
+from ..ops import lu as ops
+from . import _base
+from ._base import Factorisation, prepare
+
+#: op(A) -> how to apply op(A)^-T with the same factor: (trans, conjugate the rhs/solution).
+_TRANSPOSE = {"N": ("T", False), "T": ("N", False), "C": ("N", True)}
+
+
+class LU(Factorisation):
+    """The LU factorisation ``P a = L U`` of a sharded square matrix.
+
+    ``LU(a, T_A=None, mesh=None, matrix_specs=None, *, donate=False, backend="auto")``
+    factors once; :meth:`solve` solves with ``a``, ``a^T`` or ``a^H`` (``trans="N"``,
+    ``"T"``, ``"C"``) without refactoring, differentiably in ``a`` and ``b`` (one more
+    solve with the same factor). ``status`` is 0, or the 1-based index of the first zero
+    pivot (``a`` is singular).
+    """
+
+    lu: jax.Array
+    pivots: jax.Array
+
+    def __init__(self, a, T_A=None, mesh=None, matrix_specs=None, *, donate=False, backend="auto"):
+        call, (a,), (kept,) = prepare("lu", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
+                                      donate=donate, backend=backend, num_rhs=1)
+        lu, pivots, status = ops.factor(call, _base.no_gradient(a), donate=donate)
+        self.lu = jax.lax.stop_gradient(lu)
+        self.pivots = pivots
+        self.status = status
+        self.operator = kept
+        self.call = call
+
+    def _apply(self, r, spec, trans: str, conjugate: bool):
+        if conjugate:
+            return jnp.conj(ops.solve(self.call, self.lu, self.pivots, jnp.conj(r), spec, trans))
+        return ops.solve(self.call, self.lu, self.pivots, r, spec, trans)
+
+    def solve(self, b, trans: str = "N"):
+        """x with ``op(a) @ x = b``, op by ``trans``: "N" (a), "T" (a^T) or "C" (a^H)."""
+        if trans not in _TRANSPOSE:
+            raise ValueError(f"trans must be 'N', 'T' or 'C', got {trans!r}.")
+        b, spec = self._rhs(b)
+        transposed, conjugate = _TRANSPOSE[trans]
+        return solves.linear_solve(
+            self.call, self.operator, b, spec,
+            lambda r: self._apply(r, spec, trans, False),
+            lambda r: self._apply(r, spec, transposed, conjugate),
+            symmetric=False, trans=trans,
+        )
+
+    def transpose_solve(self, b):
+        """x with ``a^T @ x = b`` (shorthand for ``solve(b, trans="T")``)."""
+        return self.solve(b, trans="T")

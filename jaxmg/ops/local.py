@@ -1,0 +1,95 @@
+"""The per-shard kernel layer, for use inside your own ``jax.shard_map`` over the mesh.
+
+Each function takes this device's local block(s) of the matrix (``a``'s block of the grid
+layout described by ``grid``) and returns local blocks of matrix outputs; right-hand
+sides and solutions are this device's rows (layout ``rhs_spec``, default: rows split like
+a's rows, or replicated with ``P()``). Scalars, eigenvalues and status come back whole.
+
+    grid = jaxmg.Grid.from_spec(mesh, P("x", "y"))
+
+    @jax.shard_map(mesh=mesh, in_specs=(P("x", "y"), P("x")), out_specs=P("x"))
+    def step(a_block, b_rows):
+        x_rows, logdet, status = jaxmg.ops.local.potrs(a_block, b_rows, grid=grid)
+        return x_rows
+
+These calls carry no derivative rules of their own: differentiate the global API
+(``jaxmg.potrs``, the modules) instead. The backend is chosen as everywhere else.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from jax.sharding import PartitionSpec as P
+
+from .. import _backend, _layout
+from .._layout import Grid
+from .._sharded import gather_rows, local_rows
+
+
+def _kernels(family: str, grid: Grid, backend: str, T_A: Optional[int], local_shape):
+    module = _backend.select(family, backend, grid.mesh)
+    params = {}
+    if module.NAME == "native":
+        shape = (local_shape[0] * grid.nprow, local_shape[1] * grid.npcol)
+        params["tile"] = T_A or _layout.auto_tile(shape, grid)
+    return module, params
+
+
+def _rhs(b, grid: Grid, rhs_spec: Optional[P]):
+    spec = rhs_spec if rhs_spec is not None else grid.rows_spec(b.ndim)
+    return gather_rows(b, spec), spec
+
+
+def potrs(a, b, *, grid: Grid, rhs_spec: Optional[P] = None, backend: str = "auto", T_A=None):
+    """(x rows, logdet, status) for Hermitian positive-definite A from local blocks."""
+    module, params = _kernels("cholesky", grid, backend, T_A, a.shape)
+    state, status = module.cholesky_factor(a, grid=grid, **params)
+    b, spec = _rhs(b, grid, rhs_spec)
+    (x,) = module.cholesky_solve(state, b, grid=grid, **params)
+    (logdet,) = module.cholesky_logdet(state, grid=grid, **params)
+    return local_rows(x, spec), logdet, status
+
+
+def cholesky(a, *, grid: Grid, backend: str = "auto", T_A=None):
+    """(L block, status) with A = L L^H."""
+    module, params = _kernels("cholesky", grid, backend, T_A, a.shape)
+    state, status = module.cholesky_factor(a, grid=grid, **params)
+    (lower,) = module.cholesky_lower(state, grid=grid, **params)
+    return lower, status
+
+
+def lu_solve(a, b, *, grid: Grid, rhs_spec: Optional[P] = None, backend: str = "auto", T_A=None):
+    """(x rows, status) for general square A."""
+    module, params = _kernels("lu", grid, backend, T_A, a.shape)
+    lu, piv, status = module.lu_factor(a, grid=grid, **params)
+    b, spec = _rhs(b, grid, rhs_spec)
+    (x,) = module.lu_solve(lu, piv, b, grid=grid, trans=0, **params)
+    return local_rows(x, spec), status
+
+
+def least_squares(a, b, *, grid: Grid, rhs_spec: Optional[P] = None, backend: str = "auto", T_A=None):
+    """(x rows, status) minimising ||A x - b|| for tall A."""
+    module, params = _kernels("qr", grid, backend, T_A, a.shape)
+    q, r, status = module.qr_factor(a, grid=grid, **params)
+    b, spec = _rhs(b, grid, rhs_spec)
+    (x,) = module.qr_solve(q, r, b, grid=grid, **params)
+    return local_rows(x, spec), status
+
+
+def syevd(a, *, grid: Grid, backend: str = "auto", T_A=None):
+    """(w whole, v block, status) of Hermitian A."""
+    module, params = _kernels("eigh", grid, backend, T_A, a.shape)
+    return module.syevd(a, grid=grid, **params)
+
+
+def gesvd(a, *, grid: Grid, full_matrices: bool = False, backend: str = "auto", T_A=None):
+    """(u block, s whole, vh block, status)."""
+    module, params = _kernels("svd", grid, backend, T_A, a.shape)
+    return module.gesvd(a, grid=grid, full_matrices=full_matrices, **params)
+
+
+def polar(a, *, grid: Grid, backend: str = "auto", T_A=None):
+    """(u_p block, h block, status)."""
+    module, params = _kernels("polar", grid, backend, T_A, a.shape)
+    return module.polar(a, grid=grid, **params)

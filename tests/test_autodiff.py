@@ -1,0 +1,170 @@
+"""Derivatives: check_grads (forward and reverse, order 1, and order 2 where defined), sharded
+cotangents, and the backward pass reusing the saved factor."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from jax.test_util import check_grads
+
+import jaxmg
+from jaxmg.kernels import portable
+from helpers import hermitian_matrix, make_mesh, put, random_matrix, spd_matrix
+
+N = 16
+M = 32
+DTYPES = [np.float64, np.complex128]
+dtypes = pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+
+
+@pytest.fixture
+def auto_mesh():
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Auto)
+    with jax.set_mesh(mesh):
+        yield mesh
+
+
+def check(f, args, order, modes):
+    """check_grads on the jitted function (each derivative then compiles once)."""
+    check_grads(jax.jit(f), args, order=order, modes=modes)
+
+
+def herm(x):
+    """The Hermitian part: derivatives are checked along Hermitian directions."""
+    return (x + jnp.conj(x).T) / 2
+
+
+def spd(rng, dtype):
+    return spd_matrix(rng, N, dtype) + 2 * np.eye(N, dtype=dtype)
+
+
+@dtypes
+def test_potrs_solve_grads_fwd_rev_order2(auto_mesh, dtype):
+    rng = np.random.default_rng(0)
+    A, B = spd(rng, dtype), random_matrix(rng, (N,), dtype)
+    check(lambda a, b: jaxmg.potrs(herm(a), b), (A, B), order=2, modes=("fwd", "rev"))
+    check(lambda a, b: jaxmg.Cholesky(herm(a)).solve(b), (A, B[:, None] * np.ones(2, dtype)),
+                order=2, modes=("fwd", "rev"))
+
+
+@dtypes
+def test_logdet_grads_fwd_rev_order2(auto_mesh, dtype):
+    A = spd(np.random.default_rng(1), dtype)
+    check(lambda a: jaxmg.Cholesky(herm(a)).logdet(), (A,), order=1, modes=("fwd", "rev"))
+    check(lambda a, b: jaxmg.potrs(herm(a), b, return_logdet=True)[1], (A, np.ones(N, dtype)),
+                order=1, modes=("fwd", "rev"))
+
+
+@dtypes
+@pytest.mark.parametrize("trans", ["N", "T", "C"])
+def test_lu_solve_grads_fwd_rev_order2(auto_mesh, dtype, trans):
+    rng = np.random.default_rng(2)
+    A = random_matrix(rng, (N, N), dtype) + N * np.eye(N, dtype=dtype) / 2
+    B = random_matrix(rng, (N,), dtype)
+    check(lambda a, b: jaxmg.LU(a).solve(b, trans=trans), (A, B), order=2, modes=("fwd", "rev"))
+
+
+def test_lu_solve_matches_numpy_for_each_trans(auto_mesh):
+    rng = np.random.default_rng(3)
+    A = random_matrix(rng, (N, N), np.complex128) + N * np.eye(N)
+    B = random_matrix(rng, (N,), np.complex128)
+    lu = jaxmg.LU(A)
+    assert np.allclose(np.asarray(lu.solve(B)), np.linalg.solve(A, B))
+    assert np.allclose(np.asarray(lu.solve(B, trans="T")), np.linalg.solve(A.T, B))
+    assert np.allclose(np.asarray(lu.solve(B, trans="C")), np.linalg.solve(A.conj().T, B))
+    assert np.allclose(np.asarray(lu.transpose_solve(B)), np.linalg.solve(A.T, B))
+
+
+@dtypes
+def test_least_squares_grads_rev(auto_mesh, dtype):
+    rng = np.random.default_rng(4)
+    A, B = random_matrix(rng, (M, N), dtype), random_matrix(rng, (M,), dtype)
+    check(lambda a, b: jaxmg.least_squares(a, b), (A, B), order=1, modes=("rev",))
+    ref = jax.grad(lambda a, b: jnp.sum(jnp.abs(jnp.linalg.lstsq(a, b)[0]) ** 2), argnums=(0, 1))(A, B)
+    got = jax.grad(lambda a, b: jnp.sum(jnp.abs(jaxmg.least_squares(a, b)) ** 2), argnums=(0, 1))(A, B)
+    for r, g in zip(ref, got):
+        assert np.allclose(np.asarray(g), np.asarray(r), atol=1e-8)
+
+
+def test_gradients_match_jax_numpy(auto_mesh):
+    rng = np.random.default_rng(5)
+    A, B = spd(rng, np.float64), random_matrix(rng, (N,), np.float64)
+
+    def ours(a, b):
+        x, logdet = jaxmg.potrs(a, b, return_logdet=True)
+        return jnp.sum(x ** 2) + logdet
+
+    def reference(a, b):
+        return jnp.sum(jnp.linalg.solve(a, b) ** 2) + jnp.linalg.slogdet(a)[1]
+
+    for g, r in zip(jax.grad(ours, argnums=(0, 1))(A, B), jax.grad(reference, argnums=(0, 1))(A, B)):
+        assert np.allclose(np.asarray(g), np.asarray(r), atol=1e-10)
+
+
+@pytest.mark.parametrize("shape,spec", [((4, 2), P("x", "y")), ((8,), P("x", None)), ((8,), P(None, "x"))],
+                         ids=["4x2", "rows", "cols"])
+def test_cotangents_keep_the_primal_sharding(shape, spec):
+    mesh = make_mesh(shape, ("x", "y")[: len(shape)])
+    rng = np.random.default_rng(6)
+    a = put(spd(rng, np.float64), mesh, spec)
+    rows = P(tuple(spec)[0] or tuple(spec)[1])
+    b = put(random_matrix(rng, (N,), np.float64), mesh, rows)
+    grad_a, grad_b = jax.jit(jax.grad(lambda a, b: jnp.sum(jaxmg.potrs(a, b)), argnums=(0, 1)))(a, b)
+    assert grad_a.sharding.spec == a.sharding.spec
+    assert grad_b.sharding.spec == b.sharding.spec
+    x = np.linalg.solve(np.asarray(a), np.asarray(b))
+    b_bar = np.linalg.solve(np.asarray(a).T, np.ones(N))
+    assert np.allclose(np.asarray(grad_b), b_bar)
+    assert np.allclose(np.asarray(grad_a), -np.outer(b_bar, x))
+
+
+def _count_factorisations(monkeypatch):
+    calls = {"n": 0}
+    original = portable.cholesky_factor
+
+    def counting(*args, **kwargs):
+        calls["n"] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(portable, "cholesky_factor", counting)
+    return calls
+
+
+def test_backward_pass_reuses_the_factor(auto_mesh, monkeypatch):
+    calls = _count_factorisations(monkeypatch)
+    A, B = spd(np.random.default_rng(7), np.float64), np.ones(N)
+    jax.jit(jax.grad(lambda a, b: jnp.sum(jaxmg.potrs(a, b)), argnums=(0, 1))).lower(A, B)
+    assert calls["n"] == 1
+
+
+def test_module_solves_many_without_refactoring(auto_mesh, monkeypatch):
+    calls = _count_factorisations(monkeypatch)
+    A = spd(np.random.default_rng(8), np.float64)
+    chol = jaxmg.Cholesky(A)
+    rng = np.random.default_rng(9)
+    for _ in range(3):
+        b = rng.standard_normal(N)
+        assert np.allclose(np.asarray(chol.solve(b)), np.linalg.solve(A, b))
+    assert calls["n"] == 1
+
+
+def test_module_is_a_pytree_that_crosses_jit(auto_mesh):
+    A = spd(np.random.default_rng(10), np.float64)
+    chol = jax.jit(jaxmg.Cholesky)(A)
+    b = np.arange(N, dtype=np.float64)
+    assert np.allclose(np.asarray(jax.jit(lambda m, b: m.solve(b))(chol, b)), np.linalg.solve(A, b))
+    assert np.isclose(float(chol.logdet()), np.linalg.slogdet(A)[1])
+    assert np.allclose(np.asarray(chol.factor), np.linalg.cholesky(A))
+    leaves = jax.tree_util.tree_leaves(chol)
+    assert all(isinstance(leaf, jax.Array) for leaf in leaves)
+
+
+def test_donated_module_still_differentiates_b():
+    mesh = make_mesh((4, 2), ("x", "y"))
+    A = spd(np.random.default_rng(11), np.float64)
+    chol = jaxmg.Cholesky(put(A, mesh, P("x", "y")), donate=True)
+    assert chol.operator is None
+    with jax.set_mesh(mesh):  # JAX's eager grad of Explicit-sharded arrays needs the mesh set
+        g = jax.grad(lambda b: jnp.sum(chol.solve(b)))(put(np.ones(N), mesh, P("x")))
+    assert np.allclose(np.asarray(g), np.linalg.solve(A, np.ones(N)))

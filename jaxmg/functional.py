@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ._call import pick
 from ._checks import check_flag
+from ._typing import MeshLike, Rhs, Specs, SquareMatrix, TallMatrix, TallRhs, Tile, checked
 from .modules import LU, QR, SVD, Cholesky, Eigh, Polar
 
 
@@ -17,7 +18,8 @@ def _flags(**flags) -> None:
         check_flag(value, name)
 
 
-def potrs(a, b, T_A=None, mesh=None, matrix_specs=None, *, return_logdet=False,
+@checked
+def potrs(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, return_logdet=False,
           return_status=False, donate=False, backend="auto"):
     """Solve ``a @ x = b`` for Hermitian positive-definite ``a`` by Cholesky.
 
@@ -44,7 +46,8 @@ def potrs(a, b, T_A=None, mesh=None, matrix_specs=None, *, return_logdet=False,
     return pick((x, logdet, factor.status), (True, return_logdet, return_status))
 
 
-def cholesky(a, T_A=None, mesh=None, matrix_specs=None, *, return_status=False, donate=False,
+@checked
+def cholesky(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, return_status=False, donate=False,
              backend="auto"):
     """The lower-triangular ``L`` with ``a = L @ L^H`` (N x N, a's sharding); then ``status``."""
     _flags(return_status=return_status)
@@ -52,7 +55,8 @@ def cholesky(a, T_A=None, mesh=None, matrix_specs=None, *, return_status=False, 
     return pick((factor.factor, factor.status), (True, return_status))
 
 
-def lu_solve(a, b, T_A=None, mesh=None, matrix_specs=None, *, return_status=False, donate=False,
+@checked
+def lu_solve(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, return_status=False, donate=False,
              backend="auto"):
     """Solve ``a @ x = b`` for a general square ``a`` by LU with partial pivoting.
 
@@ -64,7 +68,8 @@ def lu_solve(a, b, T_A=None, mesh=None, matrix_specs=None, *, return_status=Fals
     return pick((factor.solve(b), factor.status), (True, return_status))
 
 
-def least_squares(a, b, T_A=None, mesh=None, matrix_specs=None, *, return_status=False,
+@checked
+def least_squares(a: TallMatrix, b: TallRhs, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, return_status=False,
                   donate=False, backend="auto"):
     """The ``x`` minimising ``||a @ x - b||_2`` for (M, N) ``a`` of full column rank, M >= N.
 
@@ -79,14 +84,16 @@ def least_squares(a, b, T_A=None, mesh=None, matrix_specs=None, *, return_status
     return pick((factor.solve(b), factor.status), (True, return_status))
 
 
-def qr(a, T_A=None, mesh=None, matrix_specs=None, *, return_status=False, donate=False, backend="auto"):
+@checked
+def qr(a: TallMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, return_status=False, donate=False, backend="auto"):
     """Reduced ``a = q @ r`` for (M, N) ``a``, M >= N: ``(q, r)`` in a's sharding; then ``status``."""
     _flags(return_status=return_status)
     factor = QR(a, T_A, mesh, matrix_specs, donate=donate, backend=backend)
     return pick((factor.q, factor.r, factor.status), (True, True, return_status))
 
 
-def syevd(a, T_A=None, mesh=None, matrix_specs=None, *, return_eigenvectors=True, return_status=False,
+@checked
+def syevd(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, return_eigenvectors=True, return_status=False,
           donate=False, backend="auto"):
     """Eigenvalues ``w`` (ascending, replicated) and eigenvectors ``v`` (a's sharding) of Hermitian
     ``a``: ``(w, v)``, or ``w`` alone with ``return_eigenvectors=False``; then ``status``."""
@@ -95,7 +102,8 @@ def syevd(a, T_A=None, mesh=None, matrix_specs=None, *, return_eigenvectors=True
     return pick((factor.w, factor.v, factor.status), (True, return_eigenvectors, return_status))
 
 
-def sygvd(a, b, T_A=None, mesh=None, matrix_specs=None, *, return_eigenvectors=True,
+@checked
+def sygvd(a: SquareMatrix, b: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, return_eigenvectors=True,
           return_status=False, donate=False, backend="auto"):
     """``a @ v = w * (b @ v)`` for Hermitian ``a`` and Hermitian positive-definite ``b`` (one
     layout): ``(w, v)`` with ``v^H b v = I``, or ``w``; then ``status``."""
@@ -104,7 +112,8 @@ def sygvd(a, b, T_A=None, mesh=None, matrix_specs=None, *, return_eigenvectors=T
     return pick((factor.w, factor.v, factor.status), (True, return_eigenvectors, return_status))
 
 
-def gesvd(a, T_A=None, mesh=None, matrix_specs=None, *, compute_u=True, compute_vh=True,
+@checked
+def gesvd(a: TallMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, compute_u=True, compute_vh=True,
           full_matrices=False, return_status=False, donate=False, backend="auto"):
     """``a = u @ diag(s) @ vh`` for (M, N) ``a``, M >= N, in NumPy order: ``(u, s, vh)``,
     ``(u, s)``, ``(s, vh)`` or ``s``; ``s`` descending and replicated, ``u`` (M x N, or M x M
@@ -114,7 +123,8 @@ def gesvd(a, T_A=None, mesh=None, matrix_specs=None, *, compute_u=True, compute_
     return pick((factor.u, factor.s, factor.vh, factor.status), (compute_u, True, compute_vh, return_status))
 
 
-def polar(a, T_A=None, mesh=None, matrix_specs=None, *, compute_h=True, return_status=False,
+@checked
+def polar(a: TallMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, compute_h=True, return_status=False,
           donate=False, backend="auto"):
     """``a = u_p @ h`` for (M, N) ``a``, M >= N: ``(u_p, h)`` or ``u_p`` (a's sharding); then
     ``status``."""

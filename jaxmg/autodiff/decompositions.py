@@ -13,6 +13,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import NamedSharding
 
 from .. import _sharded
 from .._call import Call
@@ -29,12 +30,16 @@ def _like(x, like):
     return _sharded.place(x, sharding.spec, sharding.mesh)
 
 
-def _zero_if_none(ct, like):
-    return jnp.zeros_like(like) if ct is None or _is_zero(ct) else ct
+def _ct(ct):
+    """A cotangent, or None for a zero one (the formulas take None as zero)."""
+    if ct is None or type(ct).__name__ == "Zero" or getattr(ct, "dtype", None) == jax.dtypes.float0:
+        return None
+    return ct
 
 
-def _is_zero(ct) -> bool:
-    return type(ct).__name__ == "Zero" or getattr(ct, "dtype", None) == jax.dtypes.float0
+def _sharding(call: Call) -> NamedSharding:
+    """The layout of the matrices the formulas combine: a's, as the caller holds it."""
+    return NamedSharding(call.grid.mesh, call.layout.out_spec)
 
 
 # --- Cholesky factor L -----------------------------------------------------------------------
@@ -54,7 +59,7 @@ def _cholesky_bwd(call, residuals, lower_bar):
     lower, a = residuals
     if a is None:
         return None, None
-    return _like(rules.cholesky_vjp(lower, lower_bar), a), None
+    return _like(rules.cholesky_vjp(lower, _ct(lower_bar), sharding=_sharding(call)), a), None
 
 
 cholesky_lower.defvjp(_cholesky_fwd, _cholesky_bwd)
@@ -76,7 +81,7 @@ def _syevd_fwd(call, a):
 def _syevd_bwd(call, residuals, cts):
     w, v, a = residuals
     w_bar, v_bar, _ = cts
-    return (_like(rules.eigh_vjp(w, v, _zero_if_none(w_bar, w), _zero_if_none(v_bar, v)), a),)
+    return (_like(rules.eigh_vjp(w, v, _ct(w_bar), _ct(v_bar), sharding=_sharding(call)), a),)
 
 
 syevd.defvjp(_syevd_fwd, _syevd_bwd)
@@ -96,7 +101,7 @@ def _sygvd_fwd(call, a, b):
 def _sygvd_bwd(call, residuals, cts):
     w, v, a, b = residuals
     w_bar, v_bar, _ = cts
-    a_bar, b_bar = rules.sygvd_vjp(a, b, w, v, _zero_if_none(w_bar, w), _zero_if_none(v_bar, v))
+    a_bar, b_bar = rules.sygvd_vjp(a, b, w, v, _ct(w_bar), _ct(v_bar), sharding=_sharding(call))
     return _like(a_bar, a), _like(b_bar, b)
 
 
@@ -119,8 +124,8 @@ def _gesvd_fwd(call, full_matrices, a):
 def _gesvd_bwd(call, full_matrices, residuals, cts):
     u, s, vh, a = residuals
     u_bar, s_bar, vh_bar, _ = cts
-    a_bar = rules.svd_vjp(a, u, s, vh, None if _is_zero(u_bar) else u_bar, _zero_if_none(s_bar, s),
-                          None if _is_zero(vh_bar) else vh_bar, full_matrices=full_matrices)
+    a_bar = rules.svd_vjp(a, u, s, vh, _ct(u_bar), _ct(s_bar), _ct(vh_bar), full_matrices=full_matrices,
+                          sharding=_sharding(call))
     return (_like(a_bar, a),)
 
 
@@ -141,7 +146,7 @@ def _polar_fwd(call, a):
 def _polar_bwd(call, residuals, cts):
     u_p, h, a = residuals
     u_bar, h_bar, _ = cts
-    a_bar = rules.polar_vjp(a, u_p, h, None if _is_zero(u_bar) else u_bar, None if _is_zero(h_bar) else h_bar)
+    a_bar = rules.polar_vjp(a, u_p, h, _ct(u_bar), _ct(h_bar), sharding=_sharding(call))
     return (_like(a_bar, a),)
 
 
@@ -166,7 +171,7 @@ def _qr_bwd(call, residuals, cts):
     q_bar, r_bar = cts
     if a is None:
         return None, None
-    return _like(rules.qr_vjp(a, q, r, _zero_if_none(q_bar, q), _zero_if_none(r_bar, r)), a), None
+    return _like(rules.qr_vjp(a, q, r, _ct(q_bar), _ct(r_bar), sharding=_sharding(call)), a), None
 
 
 qr_outputs.defvjp(_qr_fwd, _qr_bwd)

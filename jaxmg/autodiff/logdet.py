@@ -1,8 +1,9 @@
-"""log det A from a saved Cholesky factor, with a custom JVP.
+"""log det A and A^-1 from a saved Cholesky factor, with custom JVPs.
 
-d log det A = Re tr(A^-1 A') = Re sum(conj(A^-1) * A') for Hermitian A, an elementwise
-product in a's layout (no transpose, no gather); in reverse mode the cotangent is
-g * A^-1 (Hermitian). A^-1 comes from the saved factor (``ops.cholesky.inverse``).
+d log det A = Re tr(A^-1 A') = Re sum(conj(A^-1) * A') for Hermitian A: an elementwise
+product in the grid layout (no transpose, no gather); in reverse mode the cotangent is
+g * A^-1. A^-1 comes from the saved factor, and its own tangent, -A^-1 A' A^-1, is two
+distributed products, so every order of derivative is available.
 """
 
 from __future__ import annotations
@@ -11,10 +12,16 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import NamedSharding
 
 from .. import _sharded
 from .._call import Call
 from ..ops import cholesky
+from . import _dist
+
+
+def _is_zero(tangent) -> bool:
+    return isinstance(tangent, jax.custom_derivatives.SymbolicZero)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
@@ -26,13 +33,32 @@ def logdet(call: Call, a, state):
 def _logdet_jvp(call, primals, tangents):
     a, state = primals
     a_dot, _ = tangents
-    value = cholesky.logdet(call, state)
-    if a is None or isinstance(a_dot, jax.custom_derivatives.SymbolicZero):
+    value = logdet(call, a, state)
+    if a is None or _is_zero(a_dot):
         return value, jnp.zeros_like(value)  # no A^-1 needed when a is not differentiated
-    inverse = cholesky.inverse(call, state)
     a_dot = _sharded.place(a_dot, call.grid.spec, call.grid.mesh)
-    tangent = jnp.real(jnp.sum(jnp.conj(inverse) * a_dot))
+    tangent = jnp.real(jnp.sum(jnp.conj(inverse(call, a, state)) * a_dot))
     return value, tangent.astype(value.dtype)
 
 
 logdet.defjvp(_logdet_jvp, symbolic_zeros=True)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def inverse(call: Call, a, state):
+    """A^-1 in the grid layout, from the factor ``state``; differentiable through ``a``."""
+    return cholesky.inverse(call, state)
+
+
+def _inverse_jvp(call, primals, tangents):
+    a, state = primals
+    a_dot, _ = tangents
+    value = inverse(call, a, state)
+    if a is None or _is_zero(a_dot):
+        return value, jnp.zeros_like(value)
+    grid = NamedSharding(call.grid.mesh, call.grid.spec)
+    a_dot = _sharded.place(a_dot, call.grid.spec, call.grid.mesh)
+    return value, -_dist.matmul(_dist.matmul(value, a_dot, grid), value, grid)
+
+
+inverse.defjvp(_inverse_jvp, symbolic_zeros=True)

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from ..autodiff import decompositions, logdet, solves
 from ..ops import cholesky as ops
 from . import _base
+from .._typing import MeshLike, Rhs, Specs, SquareMatrix, TallMatrix, TallRhs, Tile, checked
 from ._base import Factorisation, prepare
 
 
@@ -30,7 +31,9 @@ class Cholesky(Factorisation):
 
     state: jax.Array
 
-    def __init__(self, a, T_A=None, mesh=None, matrix_specs=None, *, donate=False, backend="auto"):
+    @checked
+    def __init__(self, a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
+                 donate: bool = False, backend: str = "auto"):
         call, (a,), (kept,) = prepare("cholesky", [("a", a)], T_A=T_A, mesh=mesh,
                                       matrix_specs=matrix_specs, donate=donate, backend=backend,
                                       num_rhs=1)
@@ -40,7 +43,8 @@ class Cholesky(Factorisation):
         self.operator = kept
         self.call = call
 
-    def solve(self, b):
+    @checked
+    def solve(self, b: Rhs):
         """x with ``a @ x = b``; b is (N,) or (N, NRHS) and x has b's shape and sharding."""
         b, spec = self._rhs(b)
         solve = lambda r: ops.solve(self.call, self.state, r, spec)  # noqa: E731

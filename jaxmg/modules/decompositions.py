@@ -7,6 +7,7 @@ from typing import Optional
 import jax
 
 from ..autodiff import decompositions as rules
+from .._typing import MeshLike, Rhs, Specs, SquareMatrix, TallMatrix, TallRhs, Tile, checked
 from ._base import Factorisation, prepare
 
 
@@ -27,7 +28,9 @@ class Eigh(Factorisation):
     v: jax.Array
     pencil: Optional[jax.Array]
 
-    def __init__(self, a, b=None, T_A=None, mesh=None, matrix_specs=None, *, donate=False, backend="auto"):
+    @checked
+    def __init__(self, a: SquareMatrix, b: Optional[SquareMatrix] = None, T_A: Tile = None, mesh: MeshLike = None,
+                 matrix_specs: Specs = None, *, donate: bool = False, backend: str = "auto"):
         matrices = [("a", a)] if b is None else [("a", a), ("b", b)]
         call, arrays, kept = prepare("eigh" if b is None else "sygvd", matrices, T_A=T_A, mesh=mesh,
                                      matrix_specs=matrix_specs, donate=donate, backend=backend)
@@ -53,8 +56,9 @@ class SVD(Factorisation):
     s: jax.Array
     vh: jax.Array
 
-    def __init__(self, a, T_A=None, mesh=None, matrix_specs=None, *, full_matrices=False,
-                 donate=False, backend="auto"):
+    @checked
+    def __init__(self, a: TallMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
+                 full_matrices: bool = False, donate: bool = False, backend: str = "auto"):
         from .._checks import check_flag
 
         check_flag(full_matrices, "full_matrices")
@@ -77,7 +81,9 @@ class Polar(Factorisation):
     u_p: jax.Array
     h: jax.Array
 
-    def __init__(self, a, T_A=None, mesh=None, matrix_specs=None, *, donate=False, backend="auto"):
+    @checked
+    def __init__(self, a: TallMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
+                 donate: bool = False, backend: str = "auto"):
         call, (a,), (kept,) = prepare("polar", [("a", a)], square=False, T_A=T_A, mesh=mesh,
                                       matrix_specs=matrix_specs, donate=donate, backend=backend)
         self.u_p, self.h, self.status = rules.polar_decomposition(call, a)

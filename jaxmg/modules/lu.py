@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from ..autodiff import solves
 from ..ops import lu as ops
 from . import _base
+from .._typing import MeshLike, Rhs, Specs, SquareMatrix, TallMatrix, TallRhs, Tile, checked
 from ._base import Factorisation, prepare
 
 #: op(A) -> how to apply op(A)^-T with the same factor: (trans, conjugate the rhs/solution).
@@ -27,7 +28,9 @@ class LU(Factorisation):
     lu: jax.Array
     pivots: jax.Array
 
-    def __init__(self, a, T_A=None, mesh=None, matrix_specs=None, *, donate=False, backend="auto"):
+    @checked
+    def __init__(self, a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
+                 donate: bool = False, backend: str = "auto"):
         call, (a,), (kept,) = prepare("lu", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
                                       donate=donate, backend=backend, num_rhs=1)
         lu, pivots, status = ops.factor(call, _base.no_gradient(a), donate=donate)
@@ -42,7 +45,8 @@ class LU(Factorisation):
             return jnp.conj(ops.solve(self.call, self.lu, self.pivots, jnp.conj(r), spec, trans))
         return ops.solve(self.call, self.lu, self.pivots, r, spec, trans)
 
-    def solve(self, b, trans: str = "N"):
+    @checked
+    def solve(self, b: Rhs, trans: str = "N"):
         """x with ``op(a) @ x = b``, op by ``trans``: "N" (a), "T" (a^T) or "C" (a^H)."""
         if trans not in _TRANSPOSE:
             raise ValueError(f"trans must be 'N', 'T' or 'C', got {trans!r}.")

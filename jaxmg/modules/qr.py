@@ -7,6 +7,7 @@ import jax
 from ..autodiff import decompositions
 from ..ops import qr as ops
 from . import _base
+from .._typing import MeshLike, Rhs, Specs, SquareMatrix, TallMatrix, TallRhs, Tile, checked
 from ._base import Factorisation, prepare
 
 
@@ -22,7 +23,9 @@ class QR(Factorisation):
 
     state: tuple
 
-    def __init__(self, a, T_A=None, mesh=None, matrix_specs=None, *, donate=False, backend="auto"):
+    @checked
+    def __init__(self, a: TallMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
+                 donate: bool = False, backend: str = "auto"):
         call, (a,), (kept,) = prepare("qr", [("a", a)], square=False, T_A=T_A, mesh=mesh,
                                       matrix_specs=matrix_specs, donate=donate, backend=backend,
                                       num_rhs=1)
@@ -32,7 +35,8 @@ class QR(Factorisation):
         self.operator = kept
         self.call = call
 
-    def solve(self, b):
+    @checked
+    def solve(self, b: TallRhs):
         """The x (N or N x NRHS) minimising ||a x - b||_2, for b (M,) or (M, NRHS).
 
         Any grid shape works with any layout of ``b``: it is gathered whole on every

@@ -219,14 +219,16 @@ def _validate_spec(spec: P, mesh: AnyMesh, name: str, ndim: int) -> tuple:
     return entries
 
 
-def _check_divides(shape, entries, mesh: AnyMesh, name: str) -> None:
+def _check_divides(shape, entries, mesh: AnyMesh, name: str, fix: Optional[str] = None) -> None:
+    """Each dimension of ``shape`` must be divisible by the mesh axes of its spec entry."""
     for dim, (extent, entry) in enumerate(zip(shape, entries)):
         size = _axes_size(mesh, entry_axes(entry))
         if extent % size:
+            what = "rows" if dim == 0 else "columns"
             raise ValueError(
-                f"{name} has {extent} {'rows' if dim == 0 else 'columns'}, which the "
-                f"{size} devices of mesh axes {entry_axes(entry)} do not divide; pad {name} "
-                f"to a multiple of {size} or choose another mesh or spec."
+                f"{name} (shape {tuple(shape)}) has {extent} {what}, which the {size} devices of "
+                f"mesh axes {entry_axes(entry)} do not divide; "
+                f"{fix or f'pad {name} to a multiple of {size} or choose another mesh or spec'}."
             )
 
 
@@ -326,14 +328,7 @@ def resolve_rhs(x, name: str, grid: Grid, spec: Optional[P] = None) -> P:
 def check_output_fits(shape, spec: P, mesh: AnyMesh, what: str) -> None:
     """An output of ``shape`` must be divisible by the mesh axes of ``spec``."""
     entries = tuple(spec) + (None,) * (len(shape) - len(tuple(spec)))
-    for dim, (extent, entry) in enumerate(zip(shape, entries)):
-        size = _axes_size(mesh, entry_axes(entry))
-        if extent % size:
-            raise ValueError(
-                f"{what} has shape {tuple(shape)}, whose dimension {dim} ({extent}) the "
-                f"{size} devices of mesh axes {entry_axes(entry)} do not divide; choose a "
-                f"mesh or spec that divides it."
-            )
+    _check_divides(shape, entries, mesh, what, fix="choose a mesh or spec that divides it")
 
 
 def auto_tile(shape, grid: Grid) -> int:

@@ -88,14 +88,14 @@ def test_spec_with_too_many_entries(mesh):
 
 
 def test_shape_not_divided_by_mesh(mesh):
-    with pytest.raises(ValueError, match=r"a has 30 rows, which the 4 devices of mesh axes \('x',\) do not divide"):
+    with pytest.raises(ValueError, match=r"a \(shape \(30, 30\)\) has 30 rows, which the 4 devices of mesh axes \('x',\) do not divide"):
         jaxmg.potrs(spd_matrix(np.random.default_rng(1), 30, np.float64), np.ones(30), mesh=mesh)
 
 
 def test_output_not_divided_by_mesh():
     mesh8 = make_mesh((8,), ("x",))
     a = np.random.default_rng(2).standard_normal((16, 4))
-    with pytest.raises(ValueError, match=r"x has shape \(4,\).*do not divide"):
+    with pytest.raises(ValueError, match=r"x \(shape \(4,\)\) has 4 rows.*do not divide"):
         jaxmg.least_squares(a, np.ones(16), mesh=mesh8, matrix_specs=[P("x"), P("x")])
 
 

@@ -65,92 +65,66 @@ def _cholesky_bwd(call, residuals, lower_bar):
 cholesky_lower.defvjp(_cholesky_fwd, _cholesky_bwd)
 
 
-# --- Hermitian eigenproblems -----------------------------------------------------------------
+# --- Eigen-, singular value and polar decompositions: outputs computed once -----------------
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def syevd(call: Call, a):
-    """(w, v, status) of Hermitian ``a``."""
-    return eigh.syevd(call, a)
+def _decomposition(op, rule):
+    """``f(call, *matrices)`` = ``op(call, *matrices)``, with a custom VJP: the backward pass
+    applies ``rule(call, outputs, cotangents, matrices)`` (cotangents None where zero) and
+    returns each matrix's cotangent in that matrix's layout."""
 
+    @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+    def f(call: Call, *matrices):
+        return op(call, *matrices)
 
-def _syevd_fwd(call, a):
-    w, v, status = eigh.syevd(call, a)
-    return (w, v, status), (w, v, a)
+    def fwd(call, *matrices):
+        outputs = op(call, *matrices)
+        return outputs, (outputs, matrices)
 
+    def bwd(call, residuals, cotangents):
+        outputs, matrices = residuals
+        bars = rule(call, outputs, tuple(_ct(c) for c in cotangents), matrices)
+        return tuple(_like(bar, m) for bar, m in zip(bars, matrices))
 
-def _syevd_bwd(call, residuals, cts):
-    w, v, a = residuals
-    w_bar, v_bar, _ = cts
-    return (_like(rules.eigh_vjp(w, v, _ct(w_bar), _ct(v_bar), sharding=_sharding(call)), a),)
-
-
-syevd.defvjp(_syevd_fwd, _syevd_bwd)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def sygvd(call: Call, a, b):
-    """(w, v, status) of A v = w B v."""
-    return eigh.sygvd(call, a, b)
+    f.defvjp(fwd, bwd)
+    return f
 
 
-def _sygvd_fwd(call, a, b):
-    w, v, status = eigh.sygvd(call, a, b)
-    return (w, v, status), (w, v, a, b)
+def _eigh_rule(call, outputs, cts, matrices):
+    (w, v, _), (w_bar, v_bar, _) = outputs, cts
+    return (rules.eigh_vjp(w, v, w_bar, v_bar, sharding=_sharding(call)),)
 
 
-def _sygvd_bwd(call, residuals, cts):
-    w, v, a, b = residuals
-    w_bar, v_bar, _ = cts
-    a_bar, b_bar = rules.sygvd_vjp(a, b, w, v, _ct(w_bar), _ct(v_bar), sharding=_sharding(call))
-    return _like(a_bar, a), _like(b_bar, b)
+def _sygvd_rule(call, outputs, cts, matrices):
+    (w, v, _), (w_bar, v_bar, _) = outputs, cts
+    return rules.sygvd_vjp(*matrices, w, v, w_bar, v_bar, sharding=_sharding(call))
 
 
-sygvd.defvjp(_sygvd_fwd, _sygvd_bwd)
+def _svd_rule(full_matrices, call, outputs, cts, matrices):
+    (u, s, vh, _), (u_bar, s_bar, vh_bar, _) = outputs, cts
+    return (rules.svd_vjp(matrices[0], u, s, vh, u_bar, s_bar, vh_bar, full_matrices=full_matrices,
+                          sharding=_sharding(call)),)
 
 
-# --- SVD and polar ---------------------------------------------------------------------------
+def _polar_rule(call, outputs, cts, matrices):
+    (u_p, h, _), (u_bar, h_bar, _) = outputs, cts
+    return (rules.polar_vjp(matrices[0], u_p, h, u_bar, h_bar, sharding=_sharding(call)),)
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+
+#: (w, v, status) of Hermitian ``a``.
+syevd = _decomposition(eigh.syevd, _eigh_rule)
+#: (w, v, status) of A v = w B v.
+sygvd = _decomposition(eigh.sygvd, _sygvd_rule)
+#: (u_p, h, status) of ``a``.
+polar_decomposition = _decomposition(polar.polar, _polar_rule)
+_GESVD = {
+    full: _decomposition(functools.partial(svd.gesvd, full_matrices=full), functools.partial(_svd_rule, full))
+    for full in (False, True)
+}
+
+
 def gesvd(call: Call, full_matrices: bool, a):
     """(u, s, vh, status) of ``a``."""
-    return svd.gesvd(call, a, full_matrices=full_matrices)
-
-
-def _gesvd_fwd(call, full_matrices, a):
-    u, s, vh, status = svd.gesvd(call, a, full_matrices=full_matrices)
-    return (u, s, vh, status), (u, s, vh, a)
-
-
-def _gesvd_bwd(call, full_matrices, residuals, cts):
-    u, s, vh, a = residuals
-    u_bar, s_bar, vh_bar, _ = cts
-    a_bar = rules.svd_vjp(a, u, s, vh, _ct(u_bar), _ct(s_bar), _ct(vh_bar), full_matrices=full_matrices,
-                          sharding=_sharding(call))
-    return (_like(a_bar, a),)
-
-
-gesvd.defvjp(_gesvd_fwd, _gesvd_bwd)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def polar_decomposition(call: Call, a):
-    """(u_p, h, status) of ``a``."""
-    return polar.polar(call, a)
-
-
-def _polar_fwd(call, a):
-    u_p, h, status = polar.polar(call, a)
-    return (u_p, h, status), (u_p, h, a)
-
-
-def _polar_bwd(call, residuals, cts):
-    u_p, h, a = residuals
-    u_bar, h_bar, _ = cts
-    a_bar = rules.polar_vjp(a, u_p, h, _ct(u_bar), _ct(h_bar), sharding=_sharding(call))
-    return (_like(a_bar, a),)
-
-
-polar_decomposition.defvjp(_polar_fwd, _polar_bwd)
+    return _GESVD[bool(full_matrices)](call, a)
 
 
 # --- QR and least squares --------------------------------------------------------------------

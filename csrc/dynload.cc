@@ -79,6 +79,11 @@ bool load(const std::vector<std::string>& deps, const std::vector<std::string>& 
   sym(nccl_lib, "ncclCommDestroy", &a.ncclCommDestroy, &missing);
   sym(nccl_lib, "ncclGetErrorString", &a.ncclGetErrorString, &missing);
   sym(nccl_lib, "ncclGetVersion", &a.ncclGetVersion, &missing);
+  sym(nccl_lib, "ncclSend", &a.ncclSend, &missing);
+  sym(nccl_lib, "ncclRecv", &a.ncclRecv, &missing);
+  sym(nccl_lib, "ncclGroupStart", &a.ncclGroupStart, &missing);
+  sym(nccl_lib, "ncclGroupEnd", &a.ncclGroupEnd, &missing);
+  sym(nccl_lib, "ncclAllReduce", &a.ncclAllReduce, &missing);
   sym(mp_lib, "cusolverMpCreate", &a.cusolverMpCreate, &missing);
   sym(mp_lib, "cusolverMpDestroy", &a.cusolverMpDestroy, &missing);
   sym(mp_lib, "cusolverMpSetStream", &a.cusolverMpSetStream, &missing);

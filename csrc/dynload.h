@@ -15,6 +15,11 @@ using ncclCommInitRank_fn = decltype(&::ncclCommInitRank);
 using ncclCommDestroy_fn = decltype(&::ncclCommDestroy);
 using ncclGetErrorString_fn = decltype(&::ncclGetErrorString);
 using ncclGetVersion_fn = decltype(&::ncclGetVersion);
+using ncclSend_fn = decltype(&::ncclSend);
+using ncclRecv_fn = decltype(&::ncclRecv);
+using ncclGroupStart_fn = decltype(&::ncclGroupStart);
+using ncclGroupEnd_fn = decltype(&::ncclGroupEnd);
+using ncclAllReduce_fn = decltype(&::ncclAllReduce);
 using cusolverMpCreate_fn = decltype(&::cusolverMpCreate);
 using cusolverMpDestroy_fn = decltype(&::cusolverMpDestroy);
 using cusolverMpSetStream_fn = decltype(&::cusolverMpSetStream);
@@ -36,6 +41,11 @@ struct Api {
   ncclCommDestroy_fn ncclCommDestroy = nullptr;
   ncclGetErrorString_fn ncclGetErrorString = nullptr;
   ncclGetVersion_fn ncclGetVersion = nullptr;
+  ncclSend_fn ncclSend = nullptr;
+  ncclRecv_fn ncclRecv = nullptr;
+  ncclGroupStart_fn ncclGroupStart = nullptr;
+  ncclGroupEnd_fn ncclGroupEnd = nullptr;
+  ncclAllReduce_fn ncclAllReduce = nullptr;
   // cuSOLVERMp (required)
   cusolverMpCreate_fn cusolverMpCreate = nullptr;
   cusolverMpDestroy_fn cusolverMpDestroy = nullptr;

@@ -154,3 +154,92 @@ cudaError_t fill_int32(int32_t* dst, int64_t count, int32_t value, cudaStream_t 
 }
 
 }  // namespace jaxmg
+
+namespace jaxmg {
+namespace {
+
+template <typename T> __device__ __forceinline__ T conj_of(const T& x) { return x; }
+template <> __device__ __forceinline__ cuFloatComplex conj_of<cuFloatComplex>(const cuFloatComplex& x) { return cuConjf(x); }
+template <> __device__ __forceinline__ cuDoubleComplex conj_of<cuDoubleComplex>(const cuDoubleComplex& x) { return cuConj(x); }
+
+template <typename E, bool TC>
+__global__ void copy_tiles_kernel(const E* __restrict__ src, int64_t sld, E* __restrict__ dst, int64_t dld,
+                                  const int64_t* __restrict__ offs, int64_t ntiles, int64_t T) {
+  __shared__ E buf[32][33];
+  const int nsub = (int)((T + 31) / 32);
+  const int bi = blockIdx.x % nsub, bj = blockIdx.x / nsub;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  for (int64_t t = blockIdx.y; t < ntiles; t += gridDim.y) {
+    const E* s = src + offs[2 * t];
+    E* d = dst + offs[2 * t + 1];
+    for (int k = 0; k < 32; k += 8) {
+      int64_t r = bi * 32 + tx, c = bj * 32 + ty + k;
+      if (r < T && c < T) buf[ty + k][tx] = s[r + c * sld];
+    }
+    __syncthreads();
+    for (int k = 0; k < 32; k += 8) {
+      if (TC) {
+        int64_t r = bj * 32 + tx, c = bi * 32 + ty + k;  // dest (r, c) = conj(src(c, r))
+        if (r < T && c < T) d[r + c * dld] = conj_of<E>(buf[tx][ty + k]);
+      } else {
+        int64_t r = bi * 32 + tx, c = bj * 32 + ty + k;
+        if (r < T && c < T) d[r + c * dld] = buf[ty + k][tx];
+      }
+    }
+    __syncthreads();
+  }
+}
+
+template <typename E>
+__global__ void sym_diag_kernel(E* a, int64_t ld, const int64_t* __restrict__ offs, int64_t ntiles, int64_t T) {
+  for (int64_t t = blockIdx.y; t < ntiles; t += gridDim.y) {
+    E* d = a + offs[2 * t];
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < T * T; i += (int64_t)gridDim.x * blockDim.x) {
+      int64_t r = i % T, c = i / T;
+      if (r > c) d[r + c * ld] = conj_of<E>(d[c + r * ld]);
+    }
+  }
+}
+
+template <typename E>
+cudaError_t copy_tiles_impl(const void* src, int64_t sld, void* dst, int64_t dld, const int64_t* offs, int64_t ntiles,
+                            int64_t T, bool tc, cudaStream_t stream) {
+  if (ntiles <= 0) return cudaSuccess;
+  int nsub = (int)((T + 31) / 32);
+  dim3 grid(nsub * nsub, (unsigned)std::min<int64_t>(ntiles, 65535));
+  dim3 block(32, 8);
+  if (tc)
+    copy_tiles_kernel<E, true><<<grid, block, 0, stream>>>((const E*)src, sld, (E*)dst, dld, offs, ntiles, T);
+  else
+    copy_tiles_kernel<E, false><<<grid, block, 0, stream>>>((const E*)src, sld, (E*)dst, dld, offs, ntiles, T);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t copy_tiles(const void* src_base, int64_t src_ld, void* dst_base, int64_t dst_ld, const int64_t* offs,
+                       int64_t ntiles, int64_t tile, int dtype_code, bool trans_conj, cudaStream_t stream) {
+  switch (dtype_code) {
+    case 0: return copy_tiles_impl<float>(src_base, src_ld, dst_base, dst_ld, offs, ntiles, tile, trans_conj, stream);
+    case 1: return copy_tiles_impl<double>(src_base, src_ld, dst_base, dst_ld, offs, ntiles, tile, trans_conj, stream);
+    case 2: return copy_tiles_impl<cuFloatComplex>(src_base, src_ld, dst_base, dst_ld, offs, ntiles, tile, trans_conj, stream);
+    case 3: return copy_tiles_impl<cuDoubleComplex>(src_base, src_ld, dst_base, dst_ld, offs, ntiles, tile, trans_conj, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t symmetrize_diag_tiles(void* a, int64_t ld, const int64_t* offs, int64_t ntiles, int64_t tile,
+                                  int dtype_code, cudaStream_t stream) {
+  if (ntiles <= 0) return cudaSuccess;
+  dim3 grid((unsigned)std::min<int64_t>((tile * tile + 255) / 256, 4096), (unsigned)std::min<int64_t>(ntiles, 65535));
+  switch (dtype_code) {
+    case 0: sym_diag_kernel<float><<<grid, 256, 0, stream>>>((float*)a, ld, offs, ntiles, tile); break;
+    case 1: sym_diag_kernel<double><<<grid, 256, 0, stream>>>((double*)a, ld, offs, ntiles, tile); break;
+    case 2: sym_diag_kernel<cuFloatComplex><<<grid, 256, 0, stream>>>((cuFloatComplex*)a, ld, offs, ntiles, tile); break;
+    case 3: sym_diag_kernel<cuDoubleComplex><<<grid, 256, 0, stream>>>((cuDoubleComplex*)a, ld, offs, ntiles, tile); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace jaxmg

@@ -33,3 +33,17 @@ cudaError_t local_logdet(const void* a, int dtype_code, int64_t ld, int64_t n_gl
 cudaError_t fill_int32(int32_t* dst, int64_t count, int32_t value, cudaStream_t stream);
 
 }  // namespace jaxmg
+
+namespace jaxmg {
+
+// Copies ntiles tile x tile tiles; tile t goes from src_base + offs[2t] (leading dimension src_ld)
+// to dst_base + offs[2t+1] (leading dimension dst_ld), conjugate-transposed when trans_conj.
+cudaError_t copy_tiles(const void* src_base, int64_t src_ld, void* dst_base, int64_t dst_ld, const int64_t* offs,
+                       int64_t ntiles, int64_t tile, int dtype_code, bool trans_conj, cudaStream_t stream);
+
+// For each tile at a + offs[2t] (leading dimension ld): its strictly lower part becomes the
+// conjugate transpose of its strictly upper part.
+cudaError_t symmetrize_diag_tiles(void* a, int64_t ld, const int64_t* offs, int64_t ntiles, int64_t tile,
+                                  int dtype_code, cudaStream_t stream);
+
+}  // namespace jaxmg

@@ -40,6 +40,7 @@ NB_MODULE(_native, m) {
     d["jaxmg_identity"] = handler_capsule(jaxmg::jaxmg_identity);
     d["jaxmg_nccl_id"] = handler_capsule(jaxmg::jaxmg_nccl_id);
     d["jaxmg_potrf"] = handler_capsule(jaxmg::jaxmg_potrf);
+    d["jaxmg_potrs"] = handler_capsule(jaxmg::jaxmg_potrs);
     return d;
   }, "FFI handler capsules by target name (register with platform='CUDA').");
 
@@ -83,10 +84,12 @@ NB_MODULE(_native, m) {
       d["valid"] = t.valid;
       d["layout_ms"] = t.layout_ms;
       d["solver_ms"] = t.solver_ms;
+      d["calls"] = t.calls;
       out.append(d);
     }
     return out;
-  }, "Per device: GPU time of the last native call's layout reorder and of its cuSOLVERMp calls (ms).");
+  }, "Per device: GPU time (ms) of the layout step and inside cuSOLVERMp, summed over the native calls since reset_timings().");
+  m.def("reset_timings", &jaxmg::reset_timings);
   m.def("cache_info", []() {
     auto i = jaxmg::cache_info();
     nb::dict d;

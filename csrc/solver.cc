@@ -3,11 +3,12 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <stdexcept>
 
 #include "dynload.h"
@@ -30,7 +31,36 @@ struct Failure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-thread_local std::string t_where = "rank ?";  // "rank r of n (device d)", set once known
+thread_local std::string t_where = "rank ?";
+
+// JAXMG_NATIVE_DEBUG=1 traces every step of a native call to stderr.
+bool debug_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("JAXMG_NATIVE_DEBUG");
+    return v && *v && std::string(v) != "0";
+  }();
+  return on;
+}
+// Strings are built without iostreams: on the GPU machines the process's libstdc++ locale
+// facets differ from the ones this module is compiled against, and ostream numeric output crashed.
+inline std::string str_of(const std::string& s) { return s; }
+inline std::string str_of(const char* s) { return s; }
+template <typename T>
+std::string str_of(T v) { return std::to_string(v); }
+template <typename... Ts>
+std::string cat(const Ts&... parts) {
+  std::string out;
+  (out.append(str_of(parts)), ...);
+  return out;
+}
+#define JAXMG_TRACE(...)                                                      \
+  do {                                                                        \
+    if (debug_enabled()) {                                                    \
+      std::string _m = cat("[jaxmg native ", t_where, "] ", __VA_ARGS__, "\n"); \
+      std::fputs(_m.c_str(), stderr);                                         \
+      std::fflush(stderr);                                                    \
+    }                                                                         \
+  } while (0)  // "rank r of n (device d)", set once known
 
 [[noreturn]] void fail(const std::string& call, const std::string& status) {
   throw Failure("jaxmg native: " + call + " failed with " + status + " on " + t_where);
@@ -125,6 +155,20 @@ struct Grid {
   }
 };
 
+// Plan for filling the strictly lower triangle of a Hermitian matrix M (upper triangle valid) in a
+// block layout (process (p, q) owns rows [p*mloc, ...) and columns [q*nloc, ...), column-major
+// local blocks, ld = mloc) from the conjugate transposes of the upper tiles, with NCCL
+// point-to-point for tiles owned by another process. Source and destination tiles never
+// overlap (one is strictly upper, the other strictly lower), so it runs in place.
+struct SymPlan {
+  DeviceBuffer offsets;            // int64 pairs, see below
+  int64_t n_local = 0, n_diag = 0;  // local pairs first, then diagonal tiles
+  struct Chunk { int peer, slot; int64_t send_at, send_n, recv_at, recv_n; };
+  std::vector<std::vector<Chunk>> rounds;
+  int64_t chunk_tiles = 1;
+  int npeers = 0;
+};
+
 // Everything cached for one grid membership on one device.
 struct Context {
   int device = -1;
@@ -133,9 +177,11 @@ struct Context {
   cusolverMpHandle_t handle = nullptr;
   std::map<std::pair<int, int>, std::unique_ptr<Grid>> grids;
   std::map<std::string, std::unique_ptr<Descriptors>> descs;
+  std::map<std::string, std::unique_ptr<SymPlan>> plans;
   DeviceBuffer work, scratch, info;
   std::vector<char> host_work;
   ~Context() {
+    plans.clear();
     descs.clear();
     grids.clear();
     if (handle) api().cusolverMpDestroy(handle);
@@ -143,10 +189,14 @@ struct Context {
   }
 };
 
-struct DeviceState {
-  Event t0, t1, t2;
-  bool recorded = false;
+struct TimedCall {
+  Event t0, t1, t2;  // start, after the layout step, after cuSOLVERMp
 };
+
+struct DeviceState {
+  std::vector<std::unique_ptr<TimedCall>> calls;  // since the last reset (at most kMaxTimed kept)
+};
+constexpr size_t kMaxTimed = 256;
 
 struct Cache {
   std::mutex mu;
@@ -160,11 +210,17 @@ Cache& cache() {
   return *c;
 }
 
+void record_timing(int dev, std::unique_ptr<TimedCall> call) {
+  std::lock_guard<std::mutex> lock(cache().mu);
+  auto& calls = cache().devices[dev].calls;
+  if (calls.size() >= kMaxTimed) calls.erase(calls.begin());
+  calls.push_back(std::move(call));
+}
+
 std::string members_key(int device, const std::vector<int32_t>& members) {
-  std::ostringstream os;
-  os << "dev" << device << ":";
-  for (int32_t m : members) os << m << ",";
-  return os.str();
+  std::string key = cat("dev", device, ":");
+  for (int32_t m : members) key += cat(m, ",");
+  return key;
 }
 
 int stream_device(cudaStream_t stream) {
@@ -193,6 +249,105 @@ void check_one_gpu_per_process(int nranks, const std::vector<int32_t>& members) 
   (void)nranks;
 }
 
+
+std::unique_ptr<SymPlan> make_sym_plan(int64_t n, int64_t T, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc,
+                                       int rank, int64_t scratch_elems, cudaStream_t stream) {
+  auto plan = std::make_unique<SymPlan>();
+  const int64_t K = n / T, kr = mloc / T, kc = nloc / T, nranks = pr * pc;
+  auto owner = [&](int64_t R, int64_t C) { return (R / kr) + (C / kc) * pr; };
+  auto offset = [&](int64_t R, int64_t C) { return (R % kr) * T + (C % kc) * T * mloc; };
+  std::vector<int64_t> local, diag;
+  std::vector<std::vector<int64_t>> send(nranks), recv(nranks);   // per peer: source / destination offsets
+  std::vector<int64_t> count(nranks * nranks, 0);                   // tiles from src to dst
+  for (int64_t R = 0; R < K; ++R) {
+    for (int64_t C = 0; C <= R; ++C) {
+      int64_t d = owner(R, C), s = owner(C, R);
+      if (R == C) {
+        if (d == rank) { diag.push_back(offset(R, C)); diag.push_back(0); }
+        continue;
+      }
+      if (d == s) {
+        if (d == rank) { local.push_back(offset(C, R)); local.push_back(offset(R, C)); }
+        continue;
+      }
+      count[s * nranks + d] += 1;
+      if (d == rank) recv[s].push_back(offset(R, C));
+      if (s == rank) send[d].push_back(offset(C, R));
+    }
+  }
+  plan->npeers = (int)std::max<int64_t>(1, nranks - 1);
+  plan->chunk_tiles = std::max<int64_t>(1, scratch_elems / (2 * plan->npeers * T * T));
+  int64_t nrounds = 0;
+  for (int64_t c : count) nrounds = std::max(nrounds, (c + plan->chunk_tiles - 1) / plan->chunk_tiles);
+  std::vector<int64_t> all(local);
+  plan->n_local = (int64_t)local.size() / 2;
+  all.insert(all.end(), diag.begin(), diag.end());
+  plan->n_diag = (int64_t)diag.size() / 2;
+  plan->rounds.resize(nrounds);
+  const int64_t slot = plan->chunk_tiles * T * T;  // elements per peer slot in each of send/recv halves
+  for (int64_t k = 0; k < nrounds; ++k) {
+    int slot_index = 0;
+    for (int peer = 0; peer < nranks; ++peer) {
+      if (peer == rank) continue;
+      SymPlan::Chunk ch{peer, slot_index, 0, 0, 0, 0};
+      int64_t s0 = k * plan->chunk_tiles;
+      int64_t sn = std::max<int64_t>(0, std::min<int64_t>(plan->chunk_tiles, (int64_t)send[peer].size() - s0));
+      int64_t rn = std::max<int64_t>(0, std::min<int64_t>(plan->chunk_tiles, (int64_t)recv[peer].size() - s0));
+      ch.send_at = (int64_t)all.size() / 2;
+      ch.send_n = sn;
+      for (int64_t t = 0; t < sn; ++t) {  // source in a -> send slot (conjugate-transposed)
+        all.push_back(send[peer][s0 + t]);
+        all.push_back(slot_index * slot + t * T * T);
+      }
+      ch.recv_at = (int64_t)all.size() / 2;
+      ch.recv_n = rn;
+      for (int64_t t = 0; t < rn; ++t) {  // recv slot -> destination in a
+        all.push_back(slot_index * slot + t * T * T);
+        all.push_back(recv[peer][s0 + t]);
+      }
+      if (sn || rn) plan->rounds[k].push_back(ch);
+      ++slot_index;
+    }
+  }
+  if (!all.empty()) {
+    plan->offsets.ensure(all.size() * sizeof(int64_t), "cudaMalloc(layout plan)");
+    check_cuda(cudaMemcpyAsync(plan->offsets.ptr, all.data(), all.size() * sizeof(int64_t), cudaMemcpyHostToDevice, stream),
+               "cudaMemcpyAsync(layout plan)");
+    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  }
+  return plan;
+}
+
+void run_sym_plan(const SymPlan& plan, ncclComm_t comm, char* a, int64_t ld, int64_t T, int code, int elem,
+                  char* scratch, cudaStream_t stream) {
+  const int64_t* offs = static_cast<const int64_t*>(plan.offsets.ptr);
+  check_cuda(copy_tiles(a, ld, a, ld, offs, plan.n_local, T, code, true, stream), "copy_tiles(local)");
+  check_cuda(symmetrize_diag_tiles(a, ld, offs + 2 * plan.n_local, plan.n_diag, T, code, stream),
+             "symmetrize_diag_tiles");
+  const int64_t slot_elems = plan.chunk_tiles * T * T;
+  char* send_base = scratch;
+  char* recv_base = scratch + plan.npeers * slot_elems * elem;
+  for (const auto& round : plan.rounds) {
+    for (const auto& ch : round)
+      check_cuda(copy_tiles(a, ld, send_base, T, offs + 2 * ch.send_at, ch.send_n, T, code, true, stream),
+                 "copy_tiles(pack)");
+    check_nccl(api().ncclGroupStart(), "ncclGroupStart");
+    for (const auto& ch : round) {
+      size_t bytes_s = (size_t)(ch.send_n * T * T * elem), bytes_r = (size_t)(ch.recv_n * T * T * elem);
+      if (bytes_s)
+        check_nccl(api().ncclSend(send_base + ch.slot * slot_elems * elem, bytes_s, ncclUint8, ch.peer, comm, stream),
+                   "ncclSend");
+      if (bytes_r)
+        check_nccl(api().ncclRecv(recv_base + ch.slot * slot_elems * elem, bytes_r, ncclUint8, ch.peer, comm, stream),
+                   "ncclRecv");
+    }
+    check_nccl(api().ncclGroupEnd(), "ncclGroupEnd");
+    for (const auto& ch : round)
+      check_cuda(copy_tiles(recv_base, T, a, ld, offs + 2 * ch.recv_at, ch.recv_n, T, code, false, stream),
+                 "copy_tiles(unpack)");
+  }
+}
+
 ffi::Error to_error(const std::exception& e) { return ffi::Error::Internal(e.what()); }
 
 cudaDataType cuda_type(ffi::DataType t, int* code, int* elem_bytes) {
@@ -211,6 +366,7 @@ cudaDataType cuda_type(ffi::DataType t, int* code, int* elem_bytes) {
 
 ffi::Error IdentityImpl(cudaStream_t stream, ffi::Result<ffi::Buffer<ffi::S32>> out) {
   try {
+    JAXMG_TRACE("identity handler");
     int dev = stream_device(stream);
     check_cuda(fill_int32(out->typed_data(), (int64_t)out->element_count(), g_process_index * 1024 + dev, stream),
                "fill identity");
@@ -225,11 +381,15 @@ ffi::Error IdentityImpl(cudaStream_t stream, ffi::Result<ffi::Buffer<ffi::S32>> 
 ffi::Error NcclIdImpl(cudaStream_t stream, ffi::Buffer<ffi::S32> members_buf, ffi::Buffer<ffi::S32> rank_buf,
                       ffi::Result<ffi::Buffer<ffi::S32>> out) {
   try {
+    JAXMG_TRACE("nccl id handler");
     require_loaded();
     int dev = stream_device(stream);
+    JAXMG_TRACE("device ", dev);
     size_t n = members_buf.dimensions().back();
     std::vector<int32_t> members = read_int32(members_buf.typed_data(), n, stream);
+    JAXMG_TRACE("members read: ", n);
     int rank = read_int32(rank_buf.typed_data(), 1, stream)[0];
+    JAXMG_TRACE("rank read: ", rank);
     t_where = "rank " + std::to_string(rank) + " of " + std::to_string(n) + " (device " + std::to_string(dev) + ")";
     static_assert(sizeof(ncclUniqueId) == 128, "ncclUniqueId size");
     std::string key = members_key(dev, members);
@@ -239,7 +399,9 @@ ffi::Error NcclIdImpl(cudaStream_t stream, ffi::Buffer<ffi::S32> members_buf, ff
     words.assign(32, 0);
     if (!c.contexts.count(key) && rank == 0) {
       ncclUniqueId id;
+      JAXMG_TRACE("calling ncclGetUniqueId");
       check_nccl(api().ncclGetUniqueId(&id), "ncclGetUniqueId");
+      JAXMG_TRACE("ncclGetUniqueId done");
       std::memcpy(words.data(), &id, sizeof(id));
     }
     size_t count = std::min<size_t>(out->element_count(), 32);
@@ -263,6 +425,7 @@ Context& get_context(int dev, const std::vector<int32_t>& members, int rank, con
     if (it != c.contexts.end()) return *it->second;
   }
   check_one_gpu_per_process((int)members.size(), members);
+  JAXMG_TRACE("creating communicator of ", members.size(), " members");
   std::vector<int32_t> words = read_int32(id_dptr, 32, stream);
   ncclUniqueId id;
   std::memcpy(&id, words.data(), sizeof(id));
@@ -277,7 +440,9 @@ Context& get_context(int dev, const std::vector<int32_t>& members, int rank, con
   ctx->nranks = (int)members.size();
   ctx->rank = rank;
   check_nccl(api().ncclCommInitRank(&ctx->comm, ctx->nranks, id, rank), "ncclCommInitRank");
+  JAXMG_TRACE("ncclCommInitRank done");
   check_mp(api().cusolverMpCreate(&ctx->handle, dev, stream), "cusolverMpCreate");
+  JAXMG_TRACE("cusolverMpCreate done");
   if (g_cusolvermp_version < 0) {
     int v = -1;
     if (api().cusolverMpGetVersion(ctx->handle, &v) == CUSOLVER_STATUS_SUCCESS) g_cusolvermp_version = v;
@@ -300,121 +465,258 @@ cusolverMpGrid_t get_grid(Context& ctx, int pr, int pc) {
   return g->grid;
 }
 
-// potrf (+ potrs) on the local column-major block (mloc x nloc, ld mloc) of an n x n matrix on a
-// pr x pc grid with tile x tile blocks, batched over leading dimensions.
-//   mode 0: the local block is already block-cyclic (natural order of the padded matrix).
-//   mode 1: the local block is a block of a block layout; a 1-D grid's local tiles are reordered
-//           in place first, so that the data is the block-cyclic layout of P^T A P (see
-//           jaxmg/kernels/native.py).
+struct Job {
+  cudaStream_t stream;
+  const void* a_in = nullptr;  // local matrix as given
+  void* a = nullptr;           // where the factor lives (a_in itself when aliased)
+  size_t a_bytes = 0;
+  int64_t a_count = 0;         // elements (all batches)
+  const void* b_in = nullptr;
+  void* x = nullptr;
+  size_t b_bytes = 0;
+  int64_t b_count = 0;
+  ffi::DataType dtype;
+  const int32_t* members_d;
+  size_t nmembers;
+  const int32_t* id_d;
+  const int32_t* rank_d;
+  void* logdet = nullptr;
+  int32_t* status = nullptr;
+  int64_t n, tile, pr, pc, mloc, nloc, nrhs, mode, uplo;
+  bool factor, solve;
+};
+
+// The one implementation behind both handlers:
+//   factor: potrf on the local column-major block (mloc x nloc, ld mloc) of the n x n matrix on a
+//           pr x pc grid with tile x tile blocks, batched over leading dimensions;
+//           mode 0: the block is already block-cyclic (natural order of the padded matrix);
+//           mode 1: the block is a block of a block layout of a Hermitian matrix whose `uplo`-
+//                   opposite triangle is unset: the triangle is filled in (symmetrize, NCCL for
+//                   remote tiles) and a 1-D grid's local tiles are reordered, in place, so that
+//                   the data is the block-cyclic layout of S^T M S (see jaxmg/kernels/native.py);
+//   solve:  potrs with the factor on the right-hand sides (mloc x nrhs local, process column 0);
+//   always: the local part of log det (sum of log of the owned diagonal entries).
+void run_job(const Job& j) {
+  require_loaded();
+  cudaStream_t stream = j.stream;
+  int dev = stream_device(stream);
+  std::vector<int32_t> members = read_int32(j.members_d, j.nmembers, stream);
+  int rank = read_int32(j.rank_d, 1, stream)[0];
+  t_where = "rank " + std::to_string(rank) + " of " + std::to_string(j.nmembers) + " (device " +
+            std::to_string(dev) + ")";
+  const int64_t n = j.n, tile = j.tile, pr = j.pr, pc = j.pc, mloc = j.mloc, nloc = j.nloc, nrhs = j.nrhs;
+  if ((int64_t)j.nmembers != pr * pc) throw Failure("jaxmg native: grid size mismatch on " + t_where);
+  int code = 0, elem = 0;
+  cudaDataType dtype = cuda_type(j.dtype, &code, &elem);
+  const int64_t mat = mloc * nloc;
+  if (mat <= 0 || j.a_count % mat) throw Failure("jaxmg native: bad local matrix shape on " + t_where);
+  const int64_t batch = j.a_count / mat;
+  const int64_t bsz = mloc * nrhs;
+  if (j.solve && j.b_count != batch * bsz)
+    throw Failure("jaxmg native: right-hand side shape mismatch on " + t_where);
+  if (j.factor && j.a != j.a_in)
+    check_cuda(cudaMemcpyAsync(j.a, j.a_in, j.a_bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync(a to factor)");
+  if (j.solve && j.x != j.b_in)
+    check_cuda(cudaMemcpyAsync(j.x, j.b_in, j.b_bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync(b to x)");
+
+  JAXMG_TRACE("call: factor ", j.factor, " solve ", j.solve, " n ", n, " tile ", tile, " grid ", pr
+             , "x", pc, " local ", mloc, "x", nloc, " nrhs ", nrhs, " mode ", j.mode, " uplo "
+             , j.uplo, " batch ", batch);
+  Context& ctx = get_context(dev, members, rank, j.id_d, stream);
+  check_mp(api().cusolverMpSetStream(ctx.handle, stream), "cusolverMpSetStream");
+  cusolverMpGrid_t grid = get_grid(ctx, (int)pr, (int)pc);
+  const int64_t p = rank % pr, q = rank / pr;
+  const cublasFillMode_t fill = j.uplo ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER;
+
+  const std::string dkey = cat(pr, "x", pc, ":", code, ":", n, ":", tile, ":", mloc, ":", nrhs, ":", j.mode);
+  auto& dslot = ctx.descs[dkey];
+  if (!dslot) {
+    auto d = std::make_unique<Descriptors>();
+    check_mp(api().cusolverMpCreateMatrixDesc(&d->a, grid, dtype, n, n, tile, tile, 0, 0, mloc),
+             "cusolverMpCreateMatrixDesc(A)");
+    check_mp(api().cusolverMpCreateMatrixDesc(&d->b, grid, dtype, n, nrhs, tile, nrhs, 0, 0, mloc),
+             "cusolverMpCreateMatrixDesc(B)");
+    dslot = std::move(d);
+    JAXMG_TRACE("descriptors created");
+  }
+  Descriptors& desc = *dslot;
+  char* a_ptr = static_cast<char*>(j.a);
+  char* x_ptr = static_cast<char*>(j.x);
+
+  size_t dwork = 256, hwork = 0;
+  if (j.factor) {
+    size_t d1 = 0, h1 = 0;
+    check_mp(api().cusolverMpPotrf_bufferSize(ctx.handle, fill, n, a_ptr, 1, 1, desc.a, dtype, &d1, &h1),
+             "cusolverMpPotrf_bufferSize");
+    dwork = std::max(dwork, d1);
+    hwork = std::max(hwork, h1);
+  }
+  if (j.solve) {
+    size_t d2 = 0, h2 = 0;
+    check_mp(api().cusolverMpPotrs_bufferSize(ctx.handle, fill, n, nrhs, a_ptr, 1, 1, desc.a, x_ptr, 1, 1, desc.b,
+                                              dtype, &d2, &h2),
+             "cusolverMpPotrs_bufferSize");
+    dwork = std::max(dwork, d2);
+    hwork = std::max(hwork, h2);
+  }
+  ctx.work.ensure(dwork, "cudaMalloc(cuSOLVERMp workspace)");
+  if (ctx.host_work.size() < std::max<size_t>(hwork, 1)) ctx.host_work.resize(std::max<size_t>(hwork, 1));
+  ctx.info.ensure(sizeof(int32_t) * 4, "cudaMalloc(info)");
+  JAXMG_TRACE("workspace device ", dwork, " host ", hwork);
+
+  const bool layout = j.factor && j.mode == 1;
+  const bool reorder = layout && ((pr == 1 && pc > 1) || (pc == 1 && pr > 1));
+  if (layout && pr > 1 && pc > 1 && pr != pc)
+    throw Failure("jaxmg native: the in-place layout needs a square or 1-D grid, got " + std::to_string(pr) + "x" +
+                  std::to_string(pc));
+  int64_t scratch_elems = 0;
+  SymPlan* plan = nullptr;
+  if (layout) {
+    int64_t npeers = std::max<int64_t>(1, pr * pc - 1);
+    scratch_elems = std::max<int64_t>(std::min<int64_t>(mat, (int64_t)32 << 20), 2 * npeers * tile * tile);
+    ctx.scratch.ensure((size_t)scratch_elems * elem, "cudaMalloc(layout scratch)");
+    auto& pslot = ctx.plans[dkey];
+    if (!pslot) pslot = make_sym_plan(n, tile, pr, pc, mloc, nloc, rank, scratch_elems, stream);
+    plan = pslot.get();
+  }
+
+  auto ev = std::make_unique<TimedCall>();
+  ev->t0.create();
+  ev->t1.create();
+  ev->t2.create();
+  check_cuda(cudaEventRecord(ev->t0.ev, stream), "cudaEventRecord");
+  for (int64_t k = 0; k < batch && layout; ++k) {
+    char* ak = a_ptr + k * mat * elem;
+    run_sym_plan(*plan, ctx.comm, ak, mloc, tile, code, elem, static_cast<char*>(ctx.scratch.ptr), stream);
+    JAXMG_TRACE("symmetrized (", plan->rounds.size(), " exchange rounds)");
+    if (reorder) {
+      cudaError_t e = (pr == 1) ? reorder_row_tiles(ak, elem, mloc, nloc, mloc, tile, pc, ctx.scratch.ptr,
+                                                    scratch_elems, stream)
+                                : reorder_col_tiles(ak, elem, mloc, nloc, mloc, tile, pr, ctx.scratch.ptr,
+                                                    scratch_elems, stream);
+      check_cuda(e, "local tile reorder");
+    }
+  }
+  check_cuda(cudaEventRecord(ev->t1.ev, stream), "cudaEventRecord");
+  for (int64_t k = 0; k < batch; ++k) {
+    char* ak = a_ptr + k * mat * elem;
+    bool failed = false;
+    if (j.factor) {
+      cusolverStatus_t st = api().cusolverMpPotrf(ctx.handle, fill, n, ak, 1, 1, desc.a, dtype, ctx.work.ptr,
+                                                  ctx.work.bytes, ctx.host_work.data(), ctx.host_work.size(),
+                                                  j.status + k);
+      JAXMG_TRACE("potrf returned ", (int)st);
+      // cuSOLVERMp 0.8 reports a matrix that is not positive definite as an internal error (and
+      // info > 0): that is a result (status != 0, NaN outputs), not an exception.
+      bool not_pd = st == CUSOLVER_STATUS_INTERNAL_ERROR || st == CUSOLVER_STATUS_EXECUTION_FAILED;
+      if (st != CUSOLVER_STATUS_SUCCESS && !not_pd) check_mp(st, "cusolverMpPotrf");
+      // Agree on the outcome over the grid (max of info, or -1 where the call failed without
+      // info), so that every member skips or runs potrs alike.
+      int32_t* flag = static_cast<int32_t*>(ctx.info.ptr) + 1;
+      if (not_pd) {
+        std::vector<int32_t> info = read_int32(j.status + k, 1, stream);
+        int32_t v = info[0] > 0 ? info[0] : (int32_t)n + 1;
+        check_cuda(cudaMemcpy(j.status + k, &v, sizeof(v), cudaMemcpyHostToDevice), "cudaMemcpy(status)");
+      }
+      check_cuda(cudaMemcpyAsync(flag, j.status + k, sizeof(int32_t), cudaMemcpyDeviceToDevice, stream),
+                 "cudaMemcpyAsync(status)");
+      if (pr * pc > 1)
+        check_nccl(api().ncclAllReduce(flag, flag, 1, ncclInt32, ncclMax, ctx.comm, stream), "ncclAllReduce(status)");
+      int32_t agreed = read_int32(flag, 1, stream)[0];
+      failed = agreed != 0;
+      if (failed)
+        check_cuda(cudaMemcpyAsync(j.status + k, flag, sizeof(int32_t), cudaMemcpyDeviceToDevice, stream),
+                   "cudaMemcpyAsync(status)");
+    }
+    if (j.solve && !failed) {
+      check_mp(api().cusolverMpPotrs(ctx.handle, fill, n, nrhs, ak, 1, 1, desc.a, x_ptr + k * bsz * elem, 1, 1,
+                                     desc.b, dtype, ctx.work.ptr, ctx.work.bytes, ctx.host_work.data(),
+                                     ctx.host_work.size(), static_cast<int32_t*>(ctx.info.ptr)),
+               "cusolverMpPotrs");
+      JAXMG_TRACE("potrs issued");
+    }
+  }
+  check_cuda(cudaEventRecord(ev->t2.ev, stream), "cudaEventRecord");
+  record_timing(dev, std::move(ev));
+  if (debug_enabled()) {
+    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize(debug)");
+    JAXMG_TRACE("stream synchronized after cuSOLVERMp");
+  }
+  if (!j.factor) check_cuda(fill_int32(j.status, batch, 0, stream), "fill status");
+  if (j.logdet) {
+    size_t real_bytes = (code == 0 || code == 2) ? 4 : 8;
+    for (int64_t k = 0; k < batch; ++k) {
+      char* ak = a_ptr + k * mat * elem;
+      check_cuda(local_logdet(ak, code, mloc, n, tile, pr, pc, p, q, static_cast<char*>(j.logdet) + k * real_bytes,
+                              stream),
+                 "log det kernel");
+    }
+  }
+}
+
 ffi::Error PotrfImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Buffer<ffi::S32> members_buf,
                      ffi::Buffer<ffi::S32> id_buf, ffi::Buffer<ffi::S32> rank_buf, ffi::Result<ffi::AnyBuffer> a_out,
                      ffi::Result<ffi::AnyBuffer> x_out, ffi::Result<ffi::AnyBuffer> logdet_out,
                      ffi::Result<ffi::Buffer<ffi::S32>> status_out, int64_t n, int64_t tile, int64_t pr, int64_t pc,
                      int64_t mloc, int64_t nloc, int64_t nrhs, int64_t mode, int64_t solve, int64_t uplo) {
   try {
-    require_loaded();
-    int dev = stream_device(stream);
-    size_t nm = members_buf.dimensions().back();
-    std::vector<int32_t> members = read_int32(members_buf.typed_data(), nm, stream);
-    int rank = read_int32(rank_buf.typed_data(), 1, stream)[0];
-    t_where = "rank " + std::to_string(rank) + " of " + std::to_string(nm) + " (device " + std::to_string(dev) + ")";
-    if ((int64_t)nm != pr * pc) throw Failure("jaxmg native: grid size mismatch on " + t_where);
-    int code = 0, elem = 0;
-    cudaDataType dtype = cuda_type(a.element_type(), &code, &elem);
-    const int64_t mat = mloc * nloc;
-    if (mat <= 0 || a.element_count() % mat) throw Failure("jaxmg native: bad local matrix shape on " + t_where);
-    const int64_t batch = a.element_count() / mat;
-    const int64_t bsz = mloc * nrhs;
-    if (solve && (int64_t)b.element_count() != batch * bsz)
-      throw Failure("jaxmg native: right-hand side shape mismatch on " + t_where);
-    if (a_out->untyped_data() != a.untyped_data())
-      check_cuda(cudaMemcpyAsync(a_out->untyped_data(), a.untyped_data(), a.size_bytes(), cudaMemcpyDeviceToDevice, stream),
-                 "cudaMemcpyAsync(a to factor)");
-    if (solve && x_out->untyped_data() != b.untyped_data())
-      check_cuda(cudaMemcpyAsync(x_out->untyped_data(), b.untyped_data(), b.size_bytes(), cudaMemcpyDeviceToDevice, stream),
-                 "cudaMemcpyAsync(b to x)");
+    Job j;
+    j.stream = stream;
+    j.a_in = a.untyped_data();
+    j.a = a_out->untyped_data();
+    j.a_bytes = a.size_bytes();
+    j.a_count = (int64_t)a.element_count();
+    j.b_in = b.untyped_data();
+    j.x = x_out->untyped_data();
+    j.b_bytes = b.size_bytes();
+    j.b_count = (int64_t)b.element_count();
+    j.dtype = a.element_type();
+    j.members_d = members_buf.typed_data();
+    j.nmembers = members_buf.dimensions().back();
+    j.id_d = id_buf.typed_data();
+    j.rank_d = rank_buf.typed_data();
+    j.logdet = logdet_out->untyped_data();
+    j.status = status_out->typed_data();
+    j.n = n, j.tile = tile, j.pr = pr, j.pc = pc, j.mloc = mloc, j.nloc = nloc, j.nrhs = nrhs, j.mode = mode;
+    j.uplo = uplo;
+    j.factor = true;
+    j.solve = solve != 0;
+    run_job(j);
+    return ffi::Error::Success();
+  } catch (const std::exception& e) {
+    return to_error(e);
+  }
+}
 
-    Context& ctx = get_context(dev, members, rank, id_buf.typed_data(), stream);
-    check_mp(api().cusolverMpSetStream(ctx.handle, stream), "cusolverMpSetStream");
-    cusolverMpGrid_t grid = get_grid(ctx, (int)pr, (int)pc);
-    const int64_t p = rank % pr, q = rank / pr;
-    const cublasFillMode_t fill = uplo ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER;
-
-    std::ostringstream dk;
-    dk << pr << "x" << pc << ":" << code << ":" << n << ":" << tile << ":" << mloc << ":" << nrhs;
-    auto& dslot = ctx.descs[dk.str()];
-    if (!dslot) {
-      auto d = std::make_unique<Descriptors>();
-      check_mp(api().cusolverMpCreateMatrixDesc(&d->a, grid, dtype, n, n, tile, tile, 0, 0, mloc),
-               "cusolverMpCreateMatrixDesc(A)");
-      if (solve)
-        check_mp(api().cusolverMpCreateMatrixDesc(&d->b, grid, dtype, n, nrhs, tile, nrhs, 0, 0, mloc),
-                 "cusolverMpCreateMatrixDesc(B)");
-      dslot = std::move(d);
-    }
-    Descriptors& desc = *dslot;
-    char* a_ptr = static_cast<char*>(a_out->untyped_data());
-    char* x_ptr = solve ? static_cast<char*>(x_out->untyped_data()) : nullptr;
-
-    size_t dwork = 0, hwork = 0, d2 = 0, h2 = 0;
-    check_mp(api().cusolverMpPotrf_bufferSize(ctx.handle, fill, n, a_ptr, 1, 1, desc.a, dtype, &dwork, &hwork),
-             "cusolverMpPotrf_bufferSize");
-    if (solve) {
-      check_mp(api().cusolverMpPotrs_bufferSize(ctx.handle, fill, n, nrhs, a_ptr, 1, 1, desc.a, x_ptr, 1, 1, desc.b,
-                                                dtype, &d2, &h2),
-               "cusolverMpPotrs_bufferSize");
-    }
-    ctx.work.ensure(std::max<size_t>({dwork, d2, 256}), "cudaMalloc(cuSOLVERMp workspace)");
-    if (ctx.host_work.size() < std::max(hwork, h2)) ctx.host_work.resize(std::max(hwork, h2));
-    ctx.info.ensure(sizeof(int32_t) * 4, "cudaMalloc(info)");
-    bool reorder = mode == 1 && ((pr == 1 && pc > 1) || (pc == 1 && pr > 1));
-    if (mode == 1 && pr > 1 && pc > 1 && pr != pc)
-      throw Failure("jaxmg native: in-place layout needs a square or 1-D grid, got " + std::to_string(pr) + "x" +
-                    std::to_string(pc));
-    int64_t scratch_elems = 0;
-    if (reorder) {
-      scratch_elems = std::min<int64_t>(mat, (int64_t)32 << 20);
-      ctx.scratch.ensure((size_t)scratch_elems * elem, "cudaMalloc(layout scratch)");
-    }
-
-    DeviceState& ds = cache().devices[dev];
-    ds.t0.create();
-    ds.t1.create();
-    ds.t2.create();
-    check_cuda(cudaEventRecord(ds.t0.ev, stream), "cudaEventRecord");
-    for (int64_t k = 0; k < batch; ++k) {
-      char* ak = a_ptr + k * mat * elem;
-      if (reorder) {
-        cudaError_t e = (pr == 1) ? reorder_row_tiles(ak, elem, mloc, nloc, mloc, tile, pc, ctx.scratch.ptr,
-                                                      scratch_elems, stream)
-                                  : reorder_col_tiles(ak, elem, mloc, nloc, mloc, tile, pr, ctx.scratch.ptr,
-                                                      scratch_elems, stream);
-        check_cuda(e, "local tile reorder");
-      }
-    }
-    check_cuda(cudaEventRecord(ds.t1.ev, stream), "cudaEventRecord");
-    for (int64_t k = 0; k < batch; ++k) {
-      char* ak = a_ptr + k * mat * elem;
-      int32_t* info = status_out->typed_data() + k;
-      check_mp(api().cusolverMpPotrf(ctx.handle, fill, n, ak, 1, 1, desc.a, dtype, ctx.work.ptr, ctx.work.bytes,
-                                     ctx.host_work.data(), ctx.host_work.size(), info),
-               "cusolverMpPotrf");
-      if (solve) {
-        check_mp(api().cusolverMpPotrs(ctx.handle, fill, n, nrhs, ak, 1, 1, desc.a, x_ptr + k * bsz * elem, 1, 1,
-                                       desc.b, dtype, ctx.work.ptr, ctx.work.bytes, ctx.host_work.data(),
-                                       ctx.host_work.size(), static_cast<int32_t*>(ctx.info.ptr)),
-                 "cusolverMpPotrs");
-      }
-    }
-    check_cuda(cudaEventRecord(ds.t2.ev, stream), "cudaEventRecord");
-    ds.recorded = true;
-    size_t real_bytes = (code == 0 || code == 2) ? 4 : 8;
-    for (int64_t k = 0; k < batch; ++k) {
-      char* ak = a_ptr + k * mat * elem;
-      check_cuda(local_logdet(ak, code, mloc, n, tile, pr, pc, p, q,
-                              static_cast<char*>(logdet_out->untyped_data()) + k * real_bytes, stream),
-                 "log det kernel");
-    }
+// potrs (and log det) with a factor made by jaxmg_potrf: the factor is only read.
+ffi::Error PotrsImpl(cudaStream_t stream, ffi::AnyBuffer f, ffi::AnyBuffer b, ffi::Buffer<ffi::S32> members_buf,
+                     ffi::Buffer<ffi::S32> id_buf, ffi::Buffer<ffi::S32> rank_buf, ffi::Result<ffi::AnyBuffer> x_out,
+                     ffi::Result<ffi::AnyBuffer> logdet_out, ffi::Result<ffi::Buffer<ffi::S32>> status_out, int64_t n,
+                     int64_t tile, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc, int64_t nrhs, int64_t mode,
+                     int64_t solve, int64_t uplo) {
+  try {
+    Job j;
+    j.stream = stream;
+    j.a_in = f.untyped_data();
+    j.a = const_cast<void*>(f.untyped_data());  // read only: potrs and the log-det kernel
+    j.a_bytes = f.size_bytes();
+    j.a_count = (int64_t)f.element_count();
+    j.b_in = b.untyped_data();
+    j.x = x_out->untyped_data();
+    j.b_bytes = b.size_bytes();
+    j.b_count = (int64_t)b.element_count();
+    j.dtype = f.element_type();
+    j.members_d = members_buf.typed_data();
+    j.nmembers = members_buf.dimensions().back();
+    j.id_d = id_buf.typed_data();
+    j.rank_d = rank_buf.typed_data();
+    j.logdet = logdet_out->untyped_data();
+    j.status = status_out->typed_data();
+    j.n = n, j.tile = tile, j.pr = pr, j.pc = pc, j.mloc = mloc, j.nloc = nloc, j.nrhs = nrhs, j.mode = mode;
+    j.uplo = uplo;
+    j.factor = false;
+    j.solve = solve != 0;
+    run_job(j);
     return ffi::Error::Success();
   } catch (const std::exception& e) {
     return to_error(e);
@@ -432,6 +734,28 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_nccl_id, NcclIdImpl,
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Ret<ffi::Buffer<ffi::S32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_potrs, PotrsImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::Buffer<ffi::S32>>()
+                                  .Attr<int64_t>("n")
+                                  .Attr<int64_t>("tile")
+                                  .Attr<int64_t>("pr")
+                                  .Attr<int64_t>("pc")
+                                  .Attr<int64_t>("mloc")
+                                  .Attr<int64_t>("nloc")
+                                  .Attr<int64_t>("nrhs")
+                                  .Attr<int64_t>("mode")
+                                  .Attr<int64_t>("solve")
+                                  .Attr<int64_t>("uplo"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_potrf, PotrfImpl,
                               ffi::Ffi::Bind()
@@ -465,18 +789,26 @@ std::vector<Timing> last_timings() {
   for (auto& [dev, ds] : cache().devices) {
     Timing t;
     t.device = dev;
-    if (ds.recorded) {
+    t.calls = (int)ds.calls.size();
+    t.valid = !ds.calls.empty();
+    for (auto& c : ds.calls) {
       float a = 0, b = 0;
-      if (cudaEventSynchronize(ds.t2.ev) == cudaSuccess && cudaEventElapsedTime(&a, ds.t0.ev, ds.t1.ev) == cudaSuccess &&
-          cudaEventElapsedTime(&b, ds.t1.ev, ds.t2.ev) == cudaSuccess) {
-        t.layout_ms = a;
-        t.solver_ms = b;
-        t.valid = true;
+      if (cudaEventSynchronize(c->t2.ev) == cudaSuccess && cudaEventElapsedTime(&a, c->t0.ev, c->t1.ev) == cudaSuccess &&
+          cudaEventElapsedTime(&b, c->t1.ev, c->t2.ev) == cudaSuccess) {
+        t.layout_ms += a;
+        t.solver_ms += b;
+      } else {
+        t.valid = false;
       }
     }
     out.push_back(t);
   }
   return out;
+}
+
+void reset_timings() {
+  std::lock_guard<std::mutex> lock(cache().mu);
+  for (auto& [dev, ds] : cache().devices) ds.calls.clear();
 }
 
 CacheInfo cache_info() {

@@ -13,6 +13,7 @@ namespace jaxmg {
 extern "C" XLA_FFI_Error* jaxmg_identity(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* jaxmg_nccl_id(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* jaxmg_potrf(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* jaxmg_potrs(XLA_FFI_CallFrame* call_frame);
 
 void set_process_index(int index);
 int process_index();
@@ -20,11 +21,13 @@ int process_index();
 struct Timing {
   int device = -1;
   double layout_ms = 0;   // local tile reorder before the factorization
-  double solver_ms = 0;   // potrf (+ potrs) inside cuSOLVERMp
+  double solver_ms = 0;   // potrf / potrs inside cuSOLVERMp
+  int calls = 0;
   bool valid = false;
 };
-// Timing of the last potrf call on each device that ran one (waits for its events).
+// Per device: GPU time summed over the native calls since the last reset_timings() (waits for them).
 std::vector<Timing> last_timings();
+void reset_timings();
 
 struct CacheInfo {
   int communicators = 0;

@@ -25,6 +25,7 @@ def _simulate_cpu_devices_without_gpu(count: int = 8) -> None:
     except OSError:
         has_gpu = False
     if not has_gpu:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # 8 devices share the cores
         flags = os.environ.get("XLA_FLAGS", "")
         if "xla_force_host_platform_device_count" not in flags:
             os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={count}".strip()

@@ -38,7 +38,7 @@ the distributed configuration through environment variables:
 
 plus ``PYTHONUNBUFFERED=1``, ``NCCL_NVLS_ENABLE=0``,
 ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1`` and ``NVSHMEM_DISABLE_NVLS=1`` (NVLink
-multicast off), and ``JAX_PLATFORMS=cpu`` on CPU. ``CUDA_VISIBLE_DEVICES`` is
+multicast off), and ``JAX_PLATFORMS=cpu`` and ``OPENBLAS_NUM_THREADS=1`` (unless set) on CPU. ``CUDA_VISIBLE_DEVICES`` is
 left as it is; each process selects its GPU through JAX's
 ``local_device_ids`` instead (JAX then narrows its own view to that GPU),
 so the CUDA runtime of every process still sees all GPUs of the host.
@@ -293,6 +293,8 @@ def _child_env(rank: int, nproc: int, coordinator: str, platform: str) -> dict[s
     else:
         env.pop(ENV_LOCAL_DEVICE_IDS, None)
         env["JAX_PLATFORMS"] = "cpu"
+        # N processes share the host's cores: OpenBLAS's own spinning threads would fight.
+        env.setdefault("OPENBLAS_NUM_THREADS", "1")
     return env
 
 

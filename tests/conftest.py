@@ -5,6 +5,10 @@ import os
 if "JAXMG_PROCESS_ID" not in os.environ and "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 
+# 8 simulated devices each call OpenBLAS on 2 cores: its spinning worker threads make that
+# 100x slower on a busy machine (measured), so each call runs on its own thread.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)

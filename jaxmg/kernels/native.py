@@ -10,31 +10,44 @@ How one native call runs (each kernel below runs on every device inside ``shard_
    hands it to every member. The solve handler then creates, once, the NCCL communicator, the
    cuSOLVERMp handle and grid, and caches them with the descriptors and workspaces.
 
-2. **Layout without a second copy** (``potrs``, when the local extents are multiples of
-   ``T_A``). A row-major local block of ``A`` is the column-major local block of
-   ``A^T = conj(A)`` (Hermitian ``A``) on the transposed grid, and the lower triangle of ``A`` is
-   the upper triangle of ``conj(A)``; so cuSOLVERMp factors ``M = conj(A)`` with
-   ``uplo=UPPER`` straight from JAX's buffers. A block layout over ``P`` processes is the
-   block-cyclic layout (tile ``T``) of the symmetrically permuted matrix ``S^T M S``, with
-   ``S`` the tile permutation ``sigma(g) = (g % P) * (K / P) + g // P`` (``K`` tiles). On a
-   square grid the rows and columns use the same ``sigma`` and nothing moves; on a 1-D grid the
-   undistributed dimension is reordered locally, in place, through a bounded scratch
-   (csrc/layout.cu). ``S^T M S`` is Hermitian positive definite with the same determinant, and
-   ``M y = conj(b)`` is solved as ``(S^T M S)(S^T y) = S^T conj(b)``: only the small right-hand
-   side and solution are permuted. ``x = conj(y)``.
+2. **Layout without a second copy** (fused ``potrs``/``potrs_inplace``, when the local extents
+   are multiples of ``T_A`` and the grid is square or 1-D). A row-major local block of ``A`` is
+   the column-major local block of ``M = A^T = conj(A)`` (Hermitian ``A``) on the transposed
+   grid; the lower triangle of ``A`` is the upper triangle of ``M``. A block layout over ``P``
+   processes is the block-cyclic layout (tile ``T``) of the symmetrically permuted matrix
+   ``S^T M S``, with ``S`` the tile permutation ``sigma(g) = (g % P) * (K / P) + g // P`` (``K``
+   tiles). A symmetric permutation moves entries across the diagonal, so the handler first
+   fills ``M``'s other triangle in place (conjugate-transposed tiles; NCCL point-to-point for
+   tiles held by another process, through a bounded scratch; about 1/4 of the matrix crosses
+   NVLink on 2 GPUs), then, on a 1-D grid, reorders the undistributed dimension's tiles locally,
+   in place (bounded scratch; on a square grid rows and columns share ``sigma`` and nothing
+   moves). cuSOLVERMp then factors ``S^T M S`` (``uplo=LOWER``): Hermitian positive definite
+   with the same determinant; ``M y = conj(b)`` is solved as ``(S^T M S)(S^T y) = S^T conj(b)``,
+   so only the small right-hand side and solution are permuted, and ``x = conj(y)``.
    With ``donate=True`` the FFI call factors JAX's own buffer in place
-   (``input_output_aliases``); without it XLA copies ``a`` first (it must keep the caller's
-   array), which doubles the matrix memory: at the largest sizes only the donated call fits.
+   (``input_output_aliases``). XLA honours a donation only when an output of the jitted call
+   can take the donated buffer, so ``potrs_inplace`` returns the consumed buffer as a 4th
+   (Block) output to be dropped by the caller; without donation XLA copies ``a`` first, which
+   doubles the matrix memory: at the largest sizes only the donated call fits.
 
-3. **Padding / natural order** (``cholesky``; ``potrs`` when a local extent is not a multiple of
-   ``T_A`` or the grid is neither square nor 1-D). The matrix is redistributed in JAX into the
-   natural-order block-cyclic layout of ``diag(A, I)`` padded to a multiple of
-   ``T_A * lcm(nprow, npcol)`` (this costs extra copies of the local block), factored in place,
-   and for ``cholesky`` redistributed back: the upper factor ``U`` of ``conj(A)`` is ``L^T``,
-   whose column-major storage is exactly ``L``'s row-major storage, so no transpose is needed.
+3. **Natural order** (``cholesky``, the ``cholesky_*`` family, and ``potrs`` when a local extent
+   is not a multiple of ``T_A`` or the grid is neither square nor 1-D). The matrix is
+   redistributed in JAX into the natural-order block-cyclic layout (one ``all_to_all`` per
+   distributed dimension when each process's tile count is a multiple of the process count,
+   else a gather; ``diag(A, I)`` padded to a multiple of ``T_A * lcm(nprow, npcol)`` for the
+   fused kernels; the family instead uses the largest tile <= ``T_A`` dividing both local
+   extents, so its state keeps ``a``'s local shape), factored in place with ``uplo=UPPER``
+   (the upper factor ``U`` of ``conj(A)`` is ``L^T``, whose column-major storage is exactly
+   ``L``'s row-major storage, so no transpose is needed), and redistributed back for ``L``.
 
-Status: 0, or cuSOLVERMp's ``info`` (> 0: a leading minor of the (permuted, padded) matrix is not
-positive definite; its order refers to that matrix). Outputs are NaN whenever status != 0.
+Status: 0, or the order of a leading minor that is not positive definite, counted in the
+(permuted, padded) matrix that cuSOLVERMp factors (``N + 1`` where cuSOLVERMp 0.8 reports the
+failure without ``info``). Outputs are NaN whenever status != 0; the grid stays usable.
+
+Kernels: ``potrs``/``potrs_inplace`` and ``cholesky`` (fused, old contract), and the Cholesky
+family ``cholesky_factor``/``_solve``/``_logdet``/``_lower``/``_inverse`` (state: the natural-order
+factor). The functional ``jaxmg.potrs`` is fastest through ``potrs_inplace`` (no
+redistribution, in place when donated).
 
 Batching: a leading unsharded batch axis reaches the FFI call (``vmap_method="expand_dims"``)
 and the handler loops over it on one cached grid.
@@ -42,7 +55,6 @@ and the handler loops over it on one cached grid.
 
 from __future__ import annotations
 
-import functools
 import glob
 import math
 import os
@@ -55,9 +67,13 @@ import numpy as np
 
 NAME = "native"
 
-#: Operations with a native kernel.
+#: Operations with a native kernel (fused kernels ``potrs`` and ``cholesky``).
 SUPPORTED: frozenset = frozenset({"potrs", "cholesky"})
 
+#: Kernel families with native kernels (``cholesky_factor``, ``cholesky_solve``, ...).
+FAMILIES: frozenset = frozenset({"cholesky"})
+
+_UPLO_LOWER = 0
 _UPLO_UPPER = 1
 _MODE_NATURAL = 0
 _MODE_INPLACE = 1
@@ -118,9 +134,26 @@ def library_candidates() -> dict:
     }
 
 
-def _native_module():
-    from .. import _native  # noqa: PLC0415
+def _preload_cuda_runtime() -> None:
+    """Load libcudart (the one the nvidia wheels ship) globally before jaxmg._native needs it."""
+    import ctypes
 
+    for path in _candidates(("libcudart.so.13", "libcudart.so.12"), _search_dirs()):
+        if not os.path.isabs(path):
+            continue
+        try:
+            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+            return
+        except OSError:
+            continue
+
+
+def _native_module():
+    try:
+        from .. import _native  # noqa: PLC0415
+    except ImportError:
+        _preload_cuda_runtime()
+        from .. import _native  # noqa: PLC0415
     return _native
 
 
@@ -231,6 +264,26 @@ def _bootstrap(grid):
     return members, nid, rank
 
 
+def _solve_call(f_m, b_m, members, nid, rank, *, n, tile, pr, pc, mode, solve):
+    """The FFI call with a factor made by _factor_call (read only): potrs and the local log det."""
+    nloc, mloc = f_m.shape[-2], f_m.shape[-1]
+    real = jnp.finfo(f_m.dtype).dtype
+    nrhs = b_m.shape[-2] if solve else 1
+    return jax.ffi.ffi_call(
+        "jaxmg_potrs",
+        (
+            jax.ShapeDtypeStruct(b_m.shape, b_m.dtype),
+            jax.ShapeDtypeStruct((), real),
+            jax.ShapeDtypeStruct((), jnp.int32),
+        ),
+        input_output_aliases={1: 0},
+        vmap_method="expand_dims",
+    )(f_m, b_m, members, nid, rank,
+      n=np.int64(n), tile=np.int64(tile), pr=np.int64(pr), pc=np.int64(pc), mloc=np.int64(mloc),
+      nloc=np.int64(nloc), nrhs=np.int64(nrhs), mode=np.int64(mode), solve=np.int64(solve),
+      uplo=np.int64(_UPLO_LOWER if mode == _MODE_INPLACE else _UPLO_UPPER))
+
+
 def _factor_call(a_m, b_m, members, nid, rank, *, n, tile, pr, pc, mode, solve):
     """The FFI call: factor (and solve) in place. a_m is (nloc, mloc) row-major = M's local block."""
     nloc, mloc = a_m.shape[-2], a_m.shape[-1]
@@ -249,7 +302,7 @@ def _factor_call(a_m, b_m, members, nid, rank, *, n, tile, pr, pc, mode, solve):
     )(a_m, b_m, members, nid, rank,
       n=np.int64(n), tile=np.int64(tile), pr=np.int64(pr), pc=np.int64(pc), mloc=np.int64(mloc),
       nloc=np.int64(nloc), nrhs=np.int64(nrhs), mode=np.int64(mode), solve=np.int64(solve),
-      uplo=np.int64(_UPLO_UPPER))
+      uplo=np.int64(_UPLO_LOWER if mode == _MODE_INPLACE else _UPLO_UPPER))
     return outs
 
 
@@ -263,8 +316,21 @@ def _padded_size(n: int, tile: int, grid) -> int:
 
 
 def _to_cyclic(x, axis: int, axes, nproc: int, n: int, npad: int, tile: int):
-    """Local block (block layout over `axes` along `axis`) -> local block-cyclic tiles of padded extent."""
+    """Local block (block layout over `axes` along `axis`) -> local block-cyclic tiles of padded extent.
+
+    Without padding, and with each process's tile count a multiple of ``nproc``, one all_to_all
+    moves exactly the tiles that change owner (one extra local block in flight); otherwise the
+    extent is gathered whole along `axis` first (``nproc`` local blocks).
+    """
     axis = axis % x.ndim
+    local = n // nproc
+    if nproc > 1 and npad == n and (local // tile) % nproc == 0 and local % tile == 0:
+        kr = local // tile
+        # local tile l goes to process l % nproc (its global index is a multiple of nproc apart)
+        y = x.reshape(x.shape[:axis] + (kr // nproc, nproc, tile) + x.shape[axis + 1:])
+        y = jnp.swapaxes(y, axis, axis + 1)  # (nproc, kr/nproc, tile) at axis
+        y = jax.lax.all_to_all(y, _name(axes), axis, axis, tiled=False)  # chunk s: from process s
+        return y.reshape(x.shape)
     if nproc > 1:
         x = jax.lax.all_gather(x, _name(axes), axis=axis, tiled=True)
     if npad > n:
@@ -283,6 +349,14 @@ def _to_cyclic(x, axis: int, axes, nproc: int, n: int, npad: int, tile: int):
 def _from_cyclic(y, axis: int, axes, nproc: int, n: int, npad: int, tile: int):
     """Inverse of _to_cyclic: local block-cyclic tiles -> local block of the unpadded extent."""
     axis = axis % y.ndim
+    local = n // nproc
+    if nproc > 1 and npad == n and (local // tile) % nproc == 0 and local % tile == 0:
+        kr = local // tile
+        # local cyclic tile l (global me + l*nproc) belongs to block owner l // (kr/nproc)
+        z = y.reshape(y.shape[:axis] + (nproc, kr // nproc, tile) + y.shape[axis + 1:])
+        z = jax.lax.all_to_all(z, _name(axes), axis, axis, tiled=False)  # chunk s: tiles s + l'*nproc
+        z = jnp.swapaxes(z, axis, axis + 1)  # (kr/nproc, nproc, tile): block order
+        return z.reshape(y.shape)
     if nproc > 1:
         y = jax.lax.all_gather(y, _name(axes), axis=axis, tiled=False)  # (nproc, npad/nproc) at axis
         k = npad // tile
@@ -344,6 +418,16 @@ def _solution_rows(xl, grid):
 
 def potrs(a, b, *, grid, tile):
     """Solve A x = b (A Hermitian positive definite, lower triangle read); (x, logdet, status)."""
+    return potrs_inplace(a, b, grid=grid, tile=tile)[:3]
+
+
+def potrs_inplace(a, b, *, grid, tile):
+    """potrs, also returning the consumed matrix buffer (a's local block shape) as a 4th output.
+
+    Returning it (as a Block output, then dropping it) lets XLA alias a donated ``a`` to the
+    FFI call's in-place factor: a donated input that no output aliases is copied instead,
+    which doubles the memory. The 4th output's contents are unspecified (the permuted factor).
+    """
     _check_one_gpu_per_process()
     _register()
     tile = int(tile)
@@ -364,8 +448,8 @@ def potrs(a, b, *, grid, tile):
             bl = bc.reshape(pc, k // pc, tile, nrhs).transpose(1, 0, 2, 3).reshape(n, nrhs)
         else:
             bl = bc
-        _, xt, logdet, status = _factor_call(a, bl.T, members, nid, rank, n=n, tile=tile, pr=pr, pc=pc,
-                                             mode=_MODE_INPLACE, solve=1)
+        consumed, xt, logdet, status = _factor_call(a, bl.T, members, nid, rank, n=n, tile=tile, pr=pr, pc=pc,
+                                                    mode=_MODE_INPLACE, solve=1)
         xl = _solution_rows(xt.T, grid)
         if pr > 1:
             x = jax.lax.all_gather(xl, _name(grid.col_axes), axis=0, tiled=True)
@@ -375,6 +459,7 @@ def potrs(a, b, *, grid, tile):
         else:
             x = xl
     else:
+        consumed = a
         npad = _padded_size(n, tile, grid)
         am = _cyclic_matrix(a, grid, n, npad, tile)
         bp = jnp.pad(bc, ((0, npad - n), (0, 0)))
@@ -392,7 +477,7 @@ def potrs(a, b, *, grid, tile):
         x = x[:n]
     x = jnp.conj(x)
     x = x[:, 0] if vector else x
-    return _finish(x, logdet, status, grid)
+    return _finish(x, logdet, status, grid) + (consumed,)
 
 
 def cholesky(a, *, grid, tile):
@@ -405,7 +490,7 @@ def cholesky(a, *, grid, tile):
     members, nid, rank = _bootstrap(grid)
     npad = _padded_size(n, tile, grid)
     am = _cyclic_matrix(a, grid, n, npad, tile)
-    dummy = jnp.zeros((1, 1), a.dtype)
+    dummy = jnp.zeros((1, 1), a.dtype) * a[..., :1, :1]  # batched like a under vmap
     f, _, _, status = _factor_call(am, dummy, members, nid, rank, n=npad, tile=tile, pr=pr, pc=pc,
                                    mode=_MODE_NATURAL, solve=0)
     f = _from_cyclic(f, -2, grid.row_axes, grid.nprow, n, npad, tile)
@@ -419,3 +504,116 @@ def cholesky(a, *, grid, tile):
         status = jax.lax.pmax(status, _name(axes))
     f = jnp.where(status != 0, jnp.full((), jnp.nan, f.dtype), f)
     return f, status
+
+
+# --------------------------------------------------------------------------------------------
+# The Cholesky family (factor once; then solve, log det, L, inverse from the saved factor)
+# --------------------------------------------------------------------------------------------
+# The state is cuSOLVERMp's factor in the natural-order block-cyclic layout (tile
+# ``family_tile``), in a's local block shape: the upper factor U of conj(A) = A^T, whose
+# column-major storage is L's row-major storage. Every consumer (solve, log det, L, inverse) can
+# use it. The fused ``potrs`` kernel above is faster (in place, no redistribution): the
+# functional ``jaxmg.potrs`` should use it where the factor is not kept.
+
+def family_tile(n: int, tile: int, grid) -> int:
+    """The largest divisor of both local extents that is at most ``tile`` (no padding needed)."""
+    g = math.gcd(n // grid.nprow, n // grid.npcol)
+    best = 1
+    for d in range(1, int(math.isqrt(g)) + 1):
+        if g % d == 0:
+            for c in (d, g // d):
+                if c <= tile:
+                    best = max(best, c)
+    return best
+
+
+def _rows_of(bc, j, n, tile, pr):
+    """This process row's rows of a whole (n, nrhs) right-hand side, natural block-cyclic order."""
+    k = n // tile
+    bl = bc.reshape(k // pr, pr, tile, bc.shape[-1])
+    return jax.lax.dynamic_index_in_dim(bl, j, axis=1, keepdims=False).reshape(n // pr, bc.shape[-1])
+
+
+def _whole_rows(xl, grid, n, tile, pr):
+    """Inverse of _rows_of, from the local rows valid on process column 0."""
+    xl = _solution_rows(xl, grid)
+    if pr == 1:
+        return xl
+    k = n // tile
+    xg = jax.lax.all_gather(xl, _name(grid.col_axes), axis=0, tiled=False)
+    return xg.reshape(pr, k // pr, tile, xl.shape[-1]).transpose(1, 0, 2, 3).reshape(n, xl.shape[-1])
+
+
+def cholesky_factor(a, *, grid, tile):
+    """Factor A = L L^H (lower triangle read); returns (the backend's factor state, status)."""
+    _check_one_gpu_per_process()
+    _register()
+    n = a.shape[-2] * grid.nprow
+    t = family_tile(n, int(tile), grid)
+    members, nid, rank = _bootstrap(grid)
+    am = _cyclic_matrix(a, grid, n, n, t)
+    dummy = jnp.zeros((1, 1), a.dtype) * a[..., :1, :1]  # batched like a under vmap
+    f, _, _, status = _factor_call(am, dummy, members, nid, rank, n=n, tile=t, pr=grid.npcol, pc=grid.nprow,
+                                   mode=_MODE_NATURAL, solve=0)
+    axes = _grid_axes(grid)
+    if axes:
+        status = jax.lax.pmax(status, _name(axes))
+    f = jnp.where(status != 0, jnp.full((), jnp.nan, f.dtype), f)
+    return f, status
+
+
+def cholesky_solve(state, b, *, grid, tile):
+    """x = A^-1 b from the factor state; b and x whole."""
+    _check_one_gpu_per_process()
+    _register()
+    n = state.shape[-2] * grid.nprow
+    t = family_tile(n, int(tile), grid)
+    pr, pc = grid.npcol, grid.nprow
+    members, nid, rank = _bootstrap(grid)
+    vector = b.ndim == 1
+    bc = jnp.conj(b[:, None] if vector else b)
+    bl = _rows_of(bc, _index(grid.col_axes), n, t, pr)
+    xt, _, _ = _solve_call(state, bl.T, members, nid, rank, n=n, tile=t, pr=pr, pc=pc, mode=_MODE_NATURAL,
+                           solve=1)
+    x = jnp.conj(_whole_rows(xt.T, grid, n, t, pr))
+    return (x[:, 0] if vector else x,)
+
+
+def cholesky_logdet(state, *, grid, tile):
+    """log det A (real), from the factor's diagonal."""
+    _check_one_gpu_per_process()
+    _register()
+    n = state.shape[-2] * grid.nprow
+    t = family_tile(n, int(tile), grid)
+    members, nid, rank = _bootstrap(grid)
+    dummy = jnp.zeros((1, 1), state.dtype) * state[..., :1, :1]
+    _, logdet, _ = _solve_call(state, dummy, members, nid, rank, n=n, tile=t, pr=grid.npcol, pc=grid.nprow,
+                               mode=_MODE_NATURAL, solve=0)
+    axes = _grid_axes(grid)
+    if axes:
+        logdet = jax.lax.psum(logdet, _name(axes))
+    return (2 * logdet,)
+
+
+def cholesky_lower(state, *, grid, tile):
+    """The natural-order lower factor L (this device's block), zero above the diagonal."""
+    n = state.shape[-2] * grid.nprow
+    t = family_tile(n, int(tile), grid)
+    f = _from_cyclic(state, -2, grid.row_axes, grid.nprow, n, n, t)
+    f = _from_cyclic(f, -1, grid.col_axes, grid.npcol, n, n, t)
+    i, j = _index(grid.row_axes), _index(grid.col_axes)
+    rows = i * f.shape[-2] + jnp.arange(f.shape[-2])
+    cols = j * f.shape[-1] + jnp.arange(f.shape[-1])
+    # a failed factorisation's state is all NaN (cholesky_factor): keep it NaN everywhere
+    upper = jnp.where(jnp.isnan(f), f, jnp.zeros((), f.dtype))
+    return (jnp.where(rows[:, None] >= cols[None, :], f, upper),)
+
+
+def cholesky_inverse(state, *, grid, tile):
+    """A^-1 (this device's block), by solving against the identity (whole, like the portable kernel)."""
+    n = state.shape[-2] * grid.nprow
+    (x,) = cholesky_solve(state, jnp.eye(n, dtype=state.dtype), grid=grid, tile=tile)
+    i, j = _index(grid.row_axes), _index(grid.col_axes)
+    mr, mc = n // grid.nprow, n // grid.npcol
+    x = jax.lax.dynamic_slice_in_dim(x, i * mr, mr, axis=0)
+    return (jax.lax.dynamic_slice_in_dim(x, j * mc, mc, axis=1),)

@@ -1,0 +1,285 @@
+"""GPU checks of the native backend; run one process per GPU:
+
+    python -m jaxmg.launch -n 1 tests/gpu/native_cases.py
+    python -m jaxmg.launch -n 2 tests/gpu/native_cases.py
+
+Prints one ``CASE <name> PASS|FAIL <detail>`` line per check (rank 0) and exits 1 if any failed.
+The kernels of ``jaxmg.kernels.native`` run through ``_harness`` (the library's shard_map
+contract) and are compared with NumPy (float64 reference): potrs (fused, in place) and the
+Cholesky family, all four dtypes, grids (1,1), (2,1), (1,2), both device orders, a T_A that
+does not divide the shard (padding), vector and matrix right-hand sides, donation, vmap, cache
+reuse, and non-positive-definite input (NaN + non-zero status, no hang). When the public API
+imports, ``jaxmg.potrs``/``jaxmg.cholesky`` with backend="native" and "auto" are checked too.
+"""
+from __future__ import annotations
+
+import faulthandler
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+faulthandler.enable()
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _harness  # noqa: E402
+
+native = _harness.load()
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.experimental import multihost_utils  # noqa: E402
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+RANK = jax.process_index()
+NPROC = jax.process_count()
+RESULTS: list = []
+ONLY = os.environ.get("JAXMG_CASES")
+
+
+def log(*a):
+    if RANK == 0:
+        print(*a, flush=True)
+
+
+def case(name):
+    def deco(fn):
+        if ONLY and not any(o in name for o in ONLY.split(",")):
+            return fn
+        t0 = time.perf_counter()
+        try:
+            detail = fn() or ""
+            ok = True
+        except Exception as e:  # noqa: BLE001
+            ok, detail = False, f"{type(e).__name__}: {str(e)[:700]}"
+            if RANK == 0:
+                traceback.print_exc()
+        RESULTS.append((name, ok))
+        log(f"CASE {name} {'PASS' if ok else 'FAIL'} ({time.perf_counter() - t0:.2f}s) {detail}")
+        return fn
+    return deco
+
+
+def to_global(x, mesh, spec):
+    return jax.make_array_from_callback(x.shape, NamedSharding(mesh, spec), lambda idx: x[idx])
+
+
+def host(x):
+    if x.is_fully_replicated:
+        return np.asarray(x.addressable_data(0))
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+def spd(n, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    g = rng.standard_normal((n, n))
+    if np.issubdtype(dtype, np.complexfloating):
+        g = g + 1j * rng.standard_normal((n, n))
+    a = g @ np.conj(g).T / n + np.eye(n)
+    a_in = np.tril(a) + np.triu(np.full((n, n), 3.0), 1)  # the upper triangle is never read
+    return a_in.astype(dtype), a
+
+
+def tol(dtype):
+    return 1e-9 if np.dtype(dtype) in (np.float64, np.complex128) else 5e-3
+
+
+def relerr(x, ref):
+    return float(np.linalg.norm(x - ref) / max(np.linalg.norm(ref), 1e-300))
+
+
+def meshes():
+    devs = jax.devices()
+    if NPROC == 1:
+        return [("1x1", Mesh(np.array(devs[:1]), ("x",), axis_types=(AxisType.Auto,)), P("x", None))]
+    out = []
+    for order in ("fwd", "rev"):
+        d = devs if order == "fwd" else devs[::-1]
+        m = Mesh(np.array(d), ("x",), axis_types=(AxisType.Auto,))
+        out.append((f"2x1-{order}", m, P("x", None)))
+        out.append((f"1x2-{order}", m, P(None, "x")))
+    return out
+
+
+DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
+
+
+def k_potrs(mesh, spec, n, tile, dtype, nrhs=None, donate=False):
+    grid = _harness.grid_of(mesh, spec)
+    a_in, a = spd(n, dtype)
+    rng = np.random.default_rng(1)
+    b = rng.standard_normal((n,) if nrhs is None else (n, nrhs)).astype(dtype)
+    x, ld, st = _harness.run(native.potrs, grid, tile, [to_global(a_in, mesh, grid.spec), to_global(b, mesh, P())],
+                             ["block", "whole"], ["whole", "whole", "whole"], donate=donate)
+    x, ld, st = host(x), float(host(ld)), int(host(st))
+    xr = np.linalg.solve(a, b)
+    ldr = np.linalg.slogdet(a)[1]
+    e, el = relerr(x, xr), abs(ld - ldr) / abs(ldr)
+    assert st == 0, f"status {st}"
+    assert e < tol(dtype) and el < tol(dtype), f"x err {e:.2e}, logdet err {el:.2e}"
+    return f"x err {e:.1e} logdet err {el:.1e}"
+
+
+def k_family(mesh, spec, n, tile, dtype):
+    grid = _harness.grid_of(mesh, spec)
+    a_in, a = spd(n, dtype)
+    state, st = _harness.run(native.cholesky_factor, grid, tile, [to_global(a_in, mesh, grid.spec)], ["block"],
+                             ["block", "whole"])
+    assert int(host(st)) == 0, f"status {int(host(st))}"
+    b = np.arange(1, 2 * n + 1).reshape(n, 2).astype(dtype)
+    (x,) = _harness.run(native.cholesky_solve, grid, tile, [state, to_global(b, mesh, P())], ["block", "whole"],
+                        ["whole"])
+    (ld,) = _harness.run(native.cholesky_logdet, grid, tile, [state], ["block"], ["whole"])
+    (low,) = _harness.run(native.cholesky_lower, grid, tile, [state], ["block"], ["block"])
+    e1 = relerr(host(x), np.linalg.solve(a, b))
+    e2 = abs(float(host(ld)) - np.linalg.slogdet(a)[1]) / abs(np.linalg.slogdet(a)[1])
+    e3 = relerr(host(low), np.linalg.cholesky(a))
+    assert max(e1, e2, e3) < tol(dtype), (e1, e2, e3)
+    return f"solve {e1:.1e} logdet {e2:.1e} L {e3:.1e}"
+
+
+def k_cholesky(mesh, spec, n, tile, dtype):
+    grid = _harness.grid_of(mesh, spec)
+    a_in, a = spd(n, dtype)
+    low, st = _harness.run(native.cholesky, grid, tile, [to_global(a_in, mesh, grid.spec)], ["block"],
+                           ["block", "whole"])
+    assert int(host(st)) == 0, f"status {int(host(st))}"
+    e = relerr(host(low), np.linalg.cholesky(a))
+    assert e < tol(dtype), f"L err {e:.2e}"
+    return f"L err {e:.1e}"
+
+
+log(f"native info: {native.info()}")
+log(f"processes {NPROC}, devices {jax.devices()}, public API importable: {_harness.PUBLIC_API}")
+
+for mname, mesh, spec in meshes():
+    for dtype in DTYPES:
+        if mname.endswith("-rev") and dtype in (np.float32, np.complex64):
+            continue  # the reversed device order: the double-precision types suffice
+        dn = np.dtype(dtype).name
+        case(f"potrs-{mname}-{dn}-n256-T64")(lambda: k_potrs(mesh, spec, 256, 64, dtype))
+        case(f"potrs-{mname}-{dn}-n200-T64-padded")(lambda: k_potrs(mesh, spec, 200, 64, dtype))
+        case(f"potrs-{mname}-{dn}-n256-T32-nrhs3")(lambda: k_potrs(mesh, spec, 256, 32, dtype, nrhs=3))
+        case(f"cholesky-{mname}-{dn}-n256-T64")(lambda: k_cholesky(mesh, spec, 256, 64, dtype))
+        case(f"cholesky-{mname}-{dn}-n200-T64-padded")(lambda: k_cholesky(mesh, spec, 200, 64, dtype))
+        if hasattr(native, "cholesky_factor"):
+            case(f"family-{mname}-{dn}-n256-T64")(lambda: k_family(mesh, spec, 256, 64, dtype))
+            case(f"family-{mname}-{dn}-n200-T64-padded")(lambda: k_family(mesh, spec, 200, 64, dtype))
+
+mname, mesh, spec = meshes()[0]
+grid = _harness.grid_of(mesh, spec)
+
+
+@case(f"potrs-{mname}-float64-n2048-T256-donate")
+def _():
+    return k_potrs(mesh, spec, 2048, 256, np.float64, donate=True)
+
+
+@case(f"potrs-{mname}-float64-cache-reuse-and-timings")
+def _():
+    from jaxmg import _native
+    before = _native.cache_info()
+    for _ in range(3):
+        k_potrs(mesh, spec, 512, 128, np.float64)
+    after = _native.cache_info()
+    assert after["communicators"] == before["communicators"], (before, after)
+    _native.reset_timings()
+    k_potrs(mesh, spec, 512, 128, np.float64)
+    return f"{after}, timings {native.last_timings()}"
+
+
+@case(f"potrs-{mname}-float64-not-pd")
+def _():
+    n = 256
+    a = np.eye(n)
+    a[100, 100] = -1.0
+    x, ld, st = _harness.run(native.potrs, grid, 64, [to_global(a, mesh, grid.spec), to_global(np.ones(n), mesh, P())],
+                             ["block", "whole"], ["whole"] * 3)
+    x, ld, st = host(x), float(host(ld)), int(host(st))
+    assert st != 0 and np.all(np.isnan(x)) and np.isnan(ld), (st, x[:3], ld)
+    r = k_potrs(mesh, spec, 256, 64, np.float64)  # the grid still works afterwards
+    return f"status {st}; next call: {r}"
+
+
+@case(f"cholesky-{mname}-float64-not-pd")
+def _():
+    n = 256
+    a = np.eye(n)
+    a[10, 10] = -1.0
+    low, st = _harness.run(native.cholesky, grid, 64, [to_global(a, mesh, grid.spec)], ["block"], ["block", "whole"])
+    st = int(host(st))
+    assert st != 0 and np.all(np.isnan(host(low))), st
+    return f"status {st}"
+
+
+@case(f"family-{mname}-float64-not-pd")
+def _():
+    if not hasattr(native, "cholesky_factor"):
+        return "no family kernels"
+    n = 256
+    a = np.eye(n)
+    a[70, 70] = -2.0
+    state, st = _harness.run(native.cholesky_factor, grid, 64, [to_global(a, mesh, grid.spec)], ["block"],
+                             ["block", "whole"])
+    st = int(host(st))
+    (low,) = _harness.run(native.cholesky_lower, grid, 64, [state], ["block"], ["block"])
+    assert st != 0 and np.all(np.isnan(host(low))), st
+    return f"status {st}; then: {k_family(mesh, spec, 256, 64, np.float64)}"
+
+
+@case(f"potrs-{mname}-float64-vmap")
+def _():
+    n = 256
+    a1, r1 = spd(n, np.float64, 0)
+    a2, r2 = spd(n, np.float64, 1)
+    bb = np.stack([np.ones(n), np.arange(n, dtype=np.float64)])
+    sp = P(None, *grid.spec)
+    f = jax.jit(jax.shard_map(jax.vmap(lambda a, b: tuple(native.potrs(a, b, grid=grid, tile=64))), mesh=mesh,
+                              in_specs=(sp, P()), out_specs=(P(), P(), P()), check_vma=False))
+    x, ld, st = f(to_global(np.stack([a1, a2]), mesh, sp), to_global(bb, mesh, P()))
+    x = host(x)
+    e = max(relerr(r1 @ x[0], bb[0]), relerr(r2 @ x[1], bb[1]))
+    assert e < 1e-12 and np.all(host(st) == 0), (e, host(st))
+    return f"residual {e:.1e}"
+
+
+if NPROC == 2:
+    @case("potrs-replicated-1x1-on-2-devices-float64")
+    def _():
+        m = Mesh(np.array(jax.devices()), ("x",), axis_types=(AxisType.Auto,))
+        g = _harness.grid_of(m, P(None, None))
+        a_in, a = spd(256, np.float64)
+        x, _, st = _harness.run(native.potrs, g, 64, [to_global(a_in, m, P()), to_global(np.ones(256), m, P())],
+                                ["block", "whole"], ["whole"] * 3)
+        return f"residual {relerr(a @ host(x), np.ones(256)):.1e} status {int(host(st))}"
+
+if _harness.PUBLIC_API:
+    import jaxmg
+
+    for mname, mesh, spec in meshes():
+        @case(f"public-potrs-{mname}-float64-native-and-auto")
+        def _():
+            a_in, a = spd(512, np.float64)
+            b = np.arange(512.0)
+            out = []
+            for backend in ("native", "auto"):
+                x, ld, st = jaxmg.potrs(to_global(a_in, mesh, spec), to_global(b, mesh, P("x")), T_A=128, mesh=mesh,
+                                        return_logdet=True, return_status=True, backend=backend)
+                out.append(relerr(a @ host(x), b))
+                assert int(host(st)) == 0 and out[-1] < 1e-12, (backend, out)
+            return f"residuals {out}"
+
+        @case(f"public-cholesky-{mname}-complex128-native")
+        def _():
+            a_in, a = spd(256, np.complex128)
+            low = jaxmg.cholesky(to_global(a_in, mesh, spec), T_A=64, mesh=mesh, backend="native")
+            e = relerr(host(low), np.linalg.cholesky(a))
+            assert e < 1e-9, e
+            return f"L err {e:.1e}"
+
+failed = [n for n, ok in RESULTS if not ok]
+log(f"SUMMARY processes={NPROC} passed={len(RESULTS) - len(failed)} failed={len(failed)} {failed}")
+sys.stdout.flush()
+sys.exit(1 if failed else 0)

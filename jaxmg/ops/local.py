@@ -42,10 +42,18 @@ def _rhs(b, grid: Grid, rhs_spec: Optional[P]):
 
 
 def potrs(a, b, *, grid: Grid, rhs_spec: Optional[P] = None, backend: str = "auto", T_A=None):
-    """(x rows, logdet, status) for Hermitian positive-definite A from local blocks."""
+    """(x rows, logdet, status) for Hermitian positive-definite A from local blocks.
+
+    A backend with a fused solve (the native one: factor and solve in one call, in place in
+    cuSOLVERMp's layout, with no redistribution of the matrix) runs it; otherwise the
+    factor and the solve of the Cholesky family run one after the other.
+    """
     module, params = _kernels("cholesky", grid, backend, T_A, a.shape)
-    state, status = module.cholesky_factor(a, grid=grid, **params)
     b, spec = _rhs(b, grid, rhs_spec)
+    if hasattr(module, "potrs"):
+        x, logdet, status = module.potrs(a, b, grid=grid, **params)
+        return local_rows(x, spec), logdet, status
+    state, status = module.cholesky_factor(a, grid=grid, **params)
     (x,) = module.cholesky_solve(state, b, grid=grid, **params)
     (logdet,) = module.cholesky_logdet(state, grid=grid, **params)
     return local_rows(x, spec), logdet, status

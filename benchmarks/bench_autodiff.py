@@ -21,7 +21,6 @@ vmap4 <= 4.4x at N = 16,384.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import time
@@ -31,6 +30,8 @@ HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
 
 from bench_potrs import _emit, _generator, _rhs  # noqa: E402  (shared generators and output)
+
+from jaxmg.launch import simulate_cpu_devices_without_gpu  # noqa: E402  (imports no JAX backend)
 
 
 def _args(argv=None):
@@ -125,15 +126,7 @@ def main(argv=None):
                   "--out", args.out]
         launch = [sys.executable, "-m", "jaxmg.launch", "-n", str(args.nproc), "--timeout", str(args.timeout)]
         raise SystemExit(subprocess.call(launch + worker))
-    if "JAXMG_PROCESS_ID" not in os.environ:
-        try:
-            has_gpu = subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
-        except OSError:
-            has_gpu = False
-        if not has_gpu:
-            os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-            os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                                       " --xla_force_host_platform_device_count=8").strip()
+    simulate_cpu_devices_without_gpu()
     run(args)
 
 

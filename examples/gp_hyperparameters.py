@@ -31,33 +31,9 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import time
 
-
-def _simulate_cpu_devices_without_gpu(count: int = 8) -> None:
-    """With no GPU and no launcher, ask XLA for ``count`` CPU devices (before jax starts).
-
-    On CPU devices (simulated, or one per launched process) LAPACK is made single-threaded:
-    every device runs its own LAPACK calls on its own thread, and OpenBLAS's busy-waiting
-    worker threads on top of those slow a loaded machine down by orders of magnitude.
-    """
-    if "JAXMG_PROCESS_ID" in os.environ:
-        if os.environ.get("JAXMG_PLATFORM") == "cpu":
-            os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-        return
-    try:
-        import subprocess
-
-        has_gpu = subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
-    except OSError:
-        has_gpu = False
-    if not has_gpu:
-        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-        flags = os.environ.get("XLA_FLAGS", "")
-        if "xla_force_host_platform_device_count" not in flags:
-            os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={count}".strip()
-
+from jaxmg.launch import simulate_cpu_devices_without_gpu  # imports no JAX backend
 
 #: the hyper-parameters that generate the data, and where the optimiser starts
 TRUE = {"lengthscale": 0.6, "signal_variance": 1.5, "noise_variance": 0.01}
@@ -100,7 +76,7 @@ def main() -> None:
     if args.steps < 2:
         parser.error("--steps must be at least 2")
 
-    _simulate_cpu_devices_without_gpu()
+    simulate_cpu_devices_without_gpu()
     import jax
     import jax.numpy as jnp
     import numpy as np

@@ -10,25 +10,9 @@ backend). Prints the relative residual, the log-determinant and the time.
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
-
-def _simulate_cpu_devices_without_gpu(count: int = 8) -> None:
-    """With no GPU and no launcher, ask XLA for ``count`` CPU devices (before jax starts)."""
-    if "JAXMG_PROCESS_ID" in os.environ:
-        return
-    try:
-        import subprocess
-
-        has_gpu = subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
-    except OSError:
-        has_gpu = False
-    if not has_gpu:
-        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # 8 devices share the cores
-        flags = os.environ.get("XLA_FLAGS", "")
-        if "xla_force_host_platform_device_count" not in flags:
-            os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={count}".strip()
+from jaxmg.launch import simulate_cpu_devices_without_gpu  # imports no JAX backend
 
 
 def main() -> None:
@@ -38,7 +22,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="float64", choices=["float32", "float64", "complex64", "complex128"])
     args = parser.parse_args()
 
-    _simulate_cpu_devices_without_gpu()
+    simulate_cpu_devices_without_gpu()
     import jax
     import jax.numpy as jnp
     from jax.sharding import NamedSharding, PartitionSpec as P

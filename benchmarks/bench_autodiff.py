@@ -103,7 +103,6 @@ def run(args):
 
         t, times = _median_time(lambda: factor_and_solve(a, bs), args.runs)
         emit(f"factor+{args.solves}solves", n, t, times, t_fwd)
-        del a, bs
 
         nv = args.vmap_n
         av = _generator(nv, dtype, rows)()

@@ -6,7 +6,7 @@ matrix outputs a's, and eigenvalues, singular values and scalars are replicated.
 
 import numpy as np
 import pytest
-from jax.sharding import AxisType, PartitionSpec as P
+from jax.sharding import AxisType
 
 import jaxmg
 from helpers import (DTYPES, LAYOUTS, hermitian_matrix, make_mesh, norm, put, random_matrix,

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 from ..autodiff import decompositions, logdet, solves
 from ..ops import cholesky as ops
 from . import _base
-from .._typing import MeshLike, Rhs, Specs, SquareMatrix, TallMatrix, TallRhs, Tile, checked
+from .._typing import MeshLike, Rhs, Specs, SquareMatrix, Tile, checked
 from ._base import Factorisation, prepare
 
 

@@ -7,7 +7,7 @@ from typing import Optional
 import jax
 
 from ..autodiff import decompositions as rules
-from .._typing import MeshLike, Rhs, Specs, SquareMatrix, TallMatrix, TallRhs, Tile, checked
+from .._typing import MeshLike, Specs, SquareMatrix, TallMatrix, Tile, checked
 from ._base import Factorisation, prepare
 
 

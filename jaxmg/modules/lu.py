@@ -8,7 +8,7 @@ import jax.numpy as jnp
 from ..autodiff import solves
 from ..ops import lu as ops
 from . import _base
-from .._typing import MeshLike, Rhs, Specs, SquareMatrix, TallMatrix, TallRhs, Tile, checked
+from .._typing import MeshLike, Rhs, Specs, SquareMatrix, Tile, checked
 from ._base import Factorisation, prepare
 
 #: op(A) -> how to apply op(A)^-T with the same factor: (trans, conjugate the rhs/solution).

@@ -7,7 +7,7 @@ import jax
 from ..autodiff import decompositions
 from ..ops import qr as ops
 from . import _base
-from .._typing import MeshLike, Rhs, Specs, SquareMatrix, TallMatrix, TallRhs, Tile, checked
+from .._typing import MeshLike, Specs, TallMatrix, TallRhs, Tile, checked
 from ._base import Factorisation, prepare
 
 

@@ -49,6 +49,15 @@ def test_potrs_solve_grads_fwd_rev_order2(auto_mesh, dtype):
 
 
 @dtypes
+def test_cholesky_grads_fwd_rev_order2(auto_mesh, dtype):
+    A = spd(np.random.default_rng(14), dtype)
+    check(lambda a: jaxmg.cholesky(herm(a)), (A,), order=2, modes=("fwd", "rev"))
+    reference = jax.grad(lambda a: jnp.sum(jnp.abs(jnp.linalg.cholesky(a)) ** 2))(A)
+    ours = jax.grad(lambda a: jnp.sum(jnp.abs(jaxmg.cholesky(a)) ** 2))(A)
+    assert np.allclose(np.asarray(ours), np.asarray(reference), atol=1e-10)
+
+
+@dtypes
 def test_logdet_grads_fwd_rev_order2(auto_mesh, dtype):
     A = spd(np.random.default_rng(1), dtype)
     check(lambda a: jaxmg.Cholesky(herm(a)).logdet(), (A,), order=2, modes=("fwd", "rev"))
@@ -184,7 +193,6 @@ def test_decomposition_grads_rev(auto_mesh, dtype):
     A_tall = random_matrix(rng, (M, N), dtype)
     weights = np.arange(1.0, N + 1)
 
-    check(lambda a: jaxmg.cholesky(herm(a)), (A_spd,), order=1, modes=("rev",))
     check(lambda a: jaxmg.Cholesky(herm(a)).factor, (A_spd,), order=1, modes=("rev",))
     check(lambda a: jaxmg.qr(a), (A_tall,), order=1, modes=("rev",))
     check(lambda a: _gauge_free_eig(*jaxmg.syevd(herm(a))), (A_her,), order=1, modes=("rev",))
@@ -203,7 +211,12 @@ def test_decomposition_cotangents_keep_the_primal_sharding():
     with jax.set_mesh(mesh):
         g_eig = jax.jit(jax.grad(lambda a: jnp.sum(jaxmg.syevd(a, return_eigenvectors=False) * 2.0)))(a)
         g_svd = jax.jit(jax.grad(lambda a: jnp.sum(jaxmg.gesvd(a, compute_u=False, compute_vh=False))))(tall)
+        spd_a = put(spd(rng, np.float64), mesh, P("x", "y"))
+        g_chol = jax.jit(jax.grad(lambda a: jnp.sum(jaxmg.cholesky(a) ** 2)))(spd_a)
     assert g_eig.sharding.spec == a.sharding.spec and g_svd.sharding.spec == tall.sharding.spec
+    assert g_chol.sharding.spec == spd_a.sharding.spec
+    assert np.allclose(np.asarray(g_chol),
+                       np.asarray(jax.grad(lambda a: jnp.sum(jnp.linalg.cholesky(a) ** 2))(np.asarray(spd_a))))
     assert np.allclose(np.asarray(g_eig), 2 * np.eye(N))
     u, _, vh = np.linalg.svd(np.asarray(tall), full_matrices=False)
     assert np.allclose(np.asarray(g_svd), u @ vh)

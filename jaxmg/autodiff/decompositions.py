@@ -19,6 +19,7 @@ from .. import _sharded
 from .._call import Call
 from ..ops import eigh, polar, products, qr, svd
 from ..ops import cholesky as cholesky_ops
+from . import _dist
 from . import matrix_functions as rules
 
 
@@ -42,27 +43,35 @@ def _sharding(call: Call) -> NamedSharding:
     return NamedSharding(call.grid.mesh, call.layout.out_spec)
 
 
-# --- Cholesky factor L -----------------------------------------------------------------------
+# --- Cholesky factor L: a custom JVP (forward mode; JAX transposes it for reverse) ----------
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
 def cholesky_lower(call: Call, a, state):
-    """L (a's layout) from the saved factor; derivative with respect to ``a``."""
+    """L (a's layout) from the saved factor; derivatives with respect to ``a``.
+
+    L' = L Phi(L^-1 sym(A') L^-H), with Phi taking the lower triangle and half the diagonal
+    and sym(A') = (A' + A'^H) / 2 (the convention of ``jnp.linalg.cholesky``): triangular
+    inverse and products, all distributed (:mod:`._dist`); linear in A', so reverse mode is
+    its transpose, and L itself is this function, so every order is available.
+    """
     return cholesky_ops.lower(call, state)
 
 
-def _cholesky_fwd(call, a, state):
-    lower = cholesky_ops.lower(call, state)
-    return lower, (lower, a)
+def _cholesky_jvp(call, primals, tangents):
+    a, state = primals
+    a_dot, _ = tangents
+    lower = cholesky_lower(call, a, state)
+    if a is None or isinstance(a_dot, jax.custom_derivatives.SymbolicZero):
+        return lower, jnp.zeros_like(lower)
+    layout = _sharding(call)
+    a_dot = _dist.sym_part(_sharded.place(a_dot, call.layout.out_spec, call.grid.mesh), like=layout)
+    inverse = _dist.tri_inv(lower, lower=True, like=layout)
+    x = _dist.matmul(_dist.matmul(inverse, a_dot, layout), inverse, layout, adj_y=True)
+    phi = 0.5 * (_dist.tril(x, 0, like=layout) + _dist.tril(x, -1, like=layout))
+    return lower, _dist.matmul(lower, phi, layout)
 
 
-def _cholesky_bwd(call, residuals, lower_bar):
-    lower, a = residuals
-    if a is None:
-        return None, None
-    return _like(rules.cholesky_vjp(lower, _ct(lower_bar), sharding=_sharding(call)), a), None
-
-
-cholesky_lower.defvjp(_cholesky_fwd, _cholesky_bwd)
+cholesky_lower.defjvp(_cholesky_jvp, symbolic_zeros=True)
 
 
 # --- Eigen-, singular value and polar decompositions: outputs computed once -----------------

@@ -19,6 +19,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P  # noqa: E402
 
+from helpers import hermitian_matrix, random_matrix, spd_matrix  # noqa: E402
 from jaxmg.autodiff import _dist  # noqa: E402
 from jaxmg.autodiff import matrix_functions as mf  # noqa: E402
 
@@ -38,21 +39,7 @@ def _jit(fn):
 # --------------------------------------------------------------------------- data
 
 
-def _rand(rng, shape, dtype):
-    x = rng.standard_normal(shape)
-    if np.issubdtype(dtype, np.complexfloating):
-        x = x + 1j * rng.standard_normal(shape)
-    return x.astype(dtype)
-
-
-def _herm(rng, n, dtype):
-    x = _rand(rng, (n, n), dtype)
-    return ((x + x.conj().T) / 2).astype(dtype)
-
-
-def _hpd(rng, n, dtype):
-    x = _rand(rng, (n, n), dtype)
-    return (x @ x.conj().T / n + np.eye(n)).astype(dtype)
+_rand, _herm, _hpd = random_matrix, hermitian_matrix, spd_matrix
 
 
 def _real(dtype):

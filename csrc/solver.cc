@@ -654,34 +654,46 @@ void run_job(const Job& j) {
   }
 }
 
+// The Job of one handler call: buffers, attributes, and where the factor lives (`factor_at`:
+// the aliased output for potrf, the read-only input for potrs).
+Job make_job(cudaStream_t stream, const ffi::AnyBuffer& a, void* factor_at, const ffi::AnyBuffer& b, void* x,
+             const ffi::Buffer<ffi::S32>& members_buf, const ffi::Buffer<ffi::S32>& id_buf,
+             const ffi::Buffer<ffi::S32>& rank_buf, void* logdet, int32_t* status, int64_t n, int64_t tile,
+             int64_t pr, int64_t pc, int64_t mloc, int64_t nloc, int64_t nrhs, int64_t mode, int64_t solve,
+             int64_t uplo, bool factor) {
+  Job j;
+  j.stream = stream;
+  j.a_in = a.untyped_data();
+  j.a = factor_at;
+  j.a_bytes = a.size_bytes();
+  j.a_count = (int64_t)a.element_count();
+  j.b_in = b.untyped_data();
+  j.x = x;
+  j.b_bytes = b.size_bytes();
+  j.b_count = (int64_t)b.element_count();
+  j.dtype = a.element_type();
+  j.members_d = members_buf.typed_data();
+  j.nmembers = members_buf.dimensions().back();
+  j.id_d = id_buf.typed_data();
+  j.rank_d = rank_buf.typed_data();
+  j.logdet = logdet;
+  j.status = status;
+  j.n = n, j.tile = tile, j.pr = pr, j.pc = pc, j.mloc = mloc, j.nloc = nloc, j.nrhs = nrhs, j.mode = mode;
+  j.uplo = uplo;
+  j.factor = factor;
+  j.solve = solve != 0;
+  return j;
+}
+
 ffi::Error PotrfImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Buffer<ffi::S32> members_buf,
                      ffi::Buffer<ffi::S32> id_buf, ffi::Buffer<ffi::S32> rank_buf, ffi::Result<ffi::AnyBuffer> a_out,
                      ffi::Result<ffi::AnyBuffer> x_out, ffi::Result<ffi::AnyBuffer> logdet_out,
                      ffi::Result<ffi::Buffer<ffi::S32>> status_out, int64_t n, int64_t tile, int64_t pr, int64_t pc,
                      int64_t mloc, int64_t nloc, int64_t nrhs, int64_t mode, int64_t solve, int64_t uplo) {
   try {
-    Job j;
-    j.stream = stream;
-    j.a_in = a.untyped_data();
-    j.a = a_out->untyped_data();
-    j.a_bytes = a.size_bytes();
-    j.a_count = (int64_t)a.element_count();
-    j.b_in = b.untyped_data();
-    j.x = x_out->untyped_data();
-    j.b_bytes = b.size_bytes();
-    j.b_count = (int64_t)b.element_count();
-    j.dtype = a.element_type();
-    j.members_d = members_buf.typed_data();
-    j.nmembers = members_buf.dimensions().back();
-    j.id_d = id_buf.typed_data();
-    j.rank_d = rank_buf.typed_data();
-    j.logdet = logdet_out->untyped_data();
-    j.status = status_out->typed_data();
-    j.n = n, j.tile = tile, j.pr = pr, j.pc = pc, j.mloc = mloc, j.nloc = nloc, j.nrhs = nrhs, j.mode = mode;
-    j.uplo = uplo;
-    j.factor = true;
-    j.solve = solve != 0;
-    run_job(j);
+    run_job(make_job(stream, a, a_out->untyped_data(), b, x_out->untyped_data(), members_buf, id_buf, rank_buf,
+                     logdet_out->untyped_data(), status_out->typed_data(), n, tile, pr, pc, mloc, nloc, nrhs, mode,
+                     solve, uplo, /*factor=*/true));
     return ffi::Error::Success();
   } catch (const std::exception& e) {
     return to_error(e);
@@ -695,28 +707,10 @@ ffi::Error PotrsImpl(cudaStream_t stream, ffi::AnyBuffer f, ffi::AnyBuffer b, ff
                      int64_t tile, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc, int64_t nrhs, int64_t mode,
                      int64_t solve, int64_t uplo) {
   try {
-    Job j;
-    j.stream = stream;
-    j.a_in = f.untyped_data();
-    j.a = const_cast<void*>(f.untyped_data());  // read only: potrs and the log-det kernel
-    j.a_bytes = f.size_bytes();
-    j.a_count = (int64_t)f.element_count();
-    j.b_in = b.untyped_data();
-    j.x = x_out->untyped_data();
-    j.b_bytes = b.size_bytes();
-    j.b_count = (int64_t)b.element_count();
-    j.dtype = f.element_type();
-    j.members_d = members_buf.typed_data();
-    j.nmembers = members_buf.dimensions().back();
-    j.id_d = id_buf.typed_data();
-    j.rank_d = rank_buf.typed_data();
-    j.logdet = logdet_out->untyped_data();
-    j.status = status_out->typed_data();
-    j.n = n, j.tile = tile, j.pr = pr, j.pc = pc, j.mloc = mloc, j.nloc = nloc, j.nrhs = nrhs, j.mode = mode;
-    j.uplo = uplo;
-    j.factor = false;
-    j.solve = solve != 0;
-    run_job(j);
+    // read only: potrs and the log-det kernel
+    run_job(make_job(stream, f, const_cast<void*>(f.untyped_data()), b, x_out->untyped_data(), members_buf, id_buf,
+                     rank_buf, logdet_out->untyped_data(), status_out->typed_data(), n, tile, pr, pc, mloc, nloc,
+                     nrhs, mode, solve, uplo, /*factor=*/false));
     return ffi::Error::Success();
   } catch (const std::exception& e) {
     return to_error(e);

@@ -544,13 +544,18 @@ def _whole_rows(xl, grid, n, tile, pr):
     return xg.reshape(pr, k // pr, tile, xl.shape[-1]).transpose(1, 0, 2, 3).reshape(n, xl.shape[-1])
 
 
-def cholesky_factor(a, *, grid, tile):
-    """Factor A = L L^H (lower triangle read); returns (the backend's factor state, status)."""
+def _family_call(local, grid, tile):
+    """What each family kernel that calls the handlers starts with: the one-GPU-per-process
+    check, the FFI registration, the global size n, the family tile and the grid bootstrap."""
     _check_one_gpu_per_process()
     _register()
-    n = a.shape[-2] * grid.nprow
-    t = family_tile(n, int(tile), grid)
-    members, nid, rank = _bootstrap(grid)
+    n = local.shape[-2] * grid.nprow
+    return n, family_tile(n, int(tile), grid), _bootstrap(grid)
+
+
+def cholesky_factor(a, *, grid, tile):
+    """Factor A = L L^H (lower triangle read); returns (the backend's factor state, status)."""
+    n, t, (members, nid, rank) = _family_call(a, grid, tile)
     am = _cyclic_matrix(a, grid, n, n, t)
     dummy = jnp.zeros((1, 1), a.dtype) * a[..., :1, :1]  # batched like a under vmap
     f, _, _, status = _factor_call(am, dummy, members, nid, rank, n=n, tile=t, pr=grid.npcol, pc=grid.nprow,
@@ -564,12 +569,8 @@ def cholesky_factor(a, *, grid, tile):
 
 def cholesky_solve(state, b, *, grid, tile):
     """x = A^-1 b from the factor state; b and x whole."""
-    _check_one_gpu_per_process()
-    _register()
-    n = state.shape[-2] * grid.nprow
-    t = family_tile(n, int(tile), grid)
+    n, t, (members, nid, rank) = _family_call(state, grid, tile)
     pr, pc = grid.npcol, grid.nprow
-    members, nid, rank = _bootstrap(grid)
     vector = b.ndim == 1
     bc = jnp.conj(b[:, None] if vector else b)
     bl = _rows_of(bc, _index(grid.col_axes), n, t, pr)
@@ -581,11 +582,7 @@ def cholesky_solve(state, b, *, grid, tile):
 
 def cholesky_logdet(state, *, grid, tile):
     """log det A (real), from the factor's diagonal."""
-    _check_one_gpu_per_process()
-    _register()
-    n = state.shape[-2] * grid.nprow
-    t = family_tile(n, int(tile), grid)
-    members, nid, rank = _bootstrap(grid)
+    n, t, (members, nid, rank) = _family_call(state, grid, tile)
     dummy = jnp.zeros((1, 1), state.dtype) * state[..., :1, :1]
     _, logdet, _ = _solve_call(state, dummy, members, nid, rank, n=n, tile=t, pr=grid.npcol, pc=grid.nprow,
                                mode=_MODE_NATURAL, solve=0)

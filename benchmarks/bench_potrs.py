@@ -9,7 +9,8 @@ in a separate process. Each writes JSON lines (one per configuration):
 
   N, dtype, grid, T_A, runs, median_s (of the timed runs after one warm-up), tflops
   (N^3/3 flops of the factorization), first_call_s (compile + communicator set-up + solve),
-  solver_ms (GPU time inside cuSOLVERMp, from CUDA events in the handler, median), layout_ms
+  solver_ms (GPU time inside cuSOLVERMp, from CUDA events in the handler, median; factor_ms
+  is its potrf part, the rest is the solve), layout_ms
   (GPU time of the in-place layout step), overhead (median_s / in-cuSOLVERMp time - 1),
   peak_bytes (XLA's peak device memory) + native_workspace_bytes, residual
   ||Ax-b||_2 / (||A||_F ||x||_2) and its inf-norm version.
@@ -129,7 +130,7 @@ def worker_native(a):
         rec = dict(kind="jaxmg-native" + ("-api" if use_api else "-kernel"), N=n, dtype=str(dtype),
                    grid=[nprow, npcol], T_A=tile, nproc=jax.process_count(), nrhs=a.nrhs)
         try:
-            times, solver, layout = [], [], []
+            times, solver, layout, factor = [], [], [], []
             first = None
             for it in range(a.runs + 2):
                 A = gen()
@@ -151,12 +152,14 @@ def worker_native(a):
                     if tm:
                         solver.append(tm[0]["solver_ms"])
                         layout.append(tm[0]["layout_ms"])
+                        factor.append(tm[0].get("factor_ms", float("nan")))
                 del A
             med = float(np.median(times))
             rec.update(runs=len(times), times_s=times, median_s=med, first_call_s=first,
                        tflops=(n ** 3 / 3) / med / 1e12 * (4 if dtype.kind == "c" else 1),
                        solver_ms=float(np.median(solver)) if solver else None,
-                       layout_ms=float(np.median(layout)) if layout else None)
+                       layout_ms=float(np.median(layout)) if layout else None,
+                       factor_ms=float(np.median(factor)) if factor else None)
             if solver:
                 rec["overhead"] = med / (rec["solver_ms"] / 1e3) - 1
             rec["peak_bytes"] = _peak(jax.local_devices()[0])

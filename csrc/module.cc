@@ -84,6 +84,7 @@ NB_MODULE(_native, m) {
       d["valid"] = t.valid;
       d["layout_ms"] = t.layout_ms;
       d["solver_ms"] = t.solver_ms;
+      d["factor_ms"] = t.factor_ms;
       d["calls"] = t.calls;
       out.append(d);
     }

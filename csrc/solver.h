@@ -22,6 +22,7 @@ struct Timing {
   int device = -1;
   double layout_ms = 0;   // local tile reorder before the factorization
   double solver_ms = 0;   // potrf / potrs inside cuSOLVERMp
+  double factor_ms = 0;   // of which: the first potrf of each call (with the status agreement)
   int calls = 0;
   bool valid = false;
 };

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One device call's worth of GPU work, each step under its own time limit, logs under $OUT.
+#   bash scripts/gpu/session.sh STEP[:SECONDS] ...     (repo root, on the lent GPU machine)
+# Steps: tests (bash tests/gpu/run.sh), kernel (bench_potrs.py kernel path at 8192 32768),
+#        api (bench_potrs.py --api at 8192 32768), autodiff (bench_autodiff.py --nproc 2),
+#        big (bench_potrs.py --api at 163840), cases1 / cases2 (native_cases.py with 1 / 2 processes).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/jaxmg-out}
+mkdir -p "$OUT"
+source scripts/gpu/setup.sh 2>&1 | tee "$OUT/setup.log"
+RES="$OUT/results.jsonl"
+for spec in "$@"; do
+  step=${spec%%:*}; limit=${spec#*:}; [ "$limit" = "$spec" ] && limit=300
+  echo "=== $step (limit ${limit}s) $(date +%T)"
+  case $step in
+    tests) cmd=(python3 -m pytest -q -rs -m gpu tests/gpu) ;;
+    cases1) cmd=(python3 scripts/gpu/launch.py -n 1 tests/gpu/native_cases.py) ;;
+    cases2) cmd=(python3 scripts/gpu/launch.py -n 2 tests/gpu/native_cases.py) ;;
+    kernel) cmd=(python3 benchmarks/bench_potrs.py --sizes 8192 32768 --no-single --out "$RES") ;;
+    api) cmd=(python3 benchmarks/bench_potrs.py --api --sizes 8192 32768 --no-single --out "$RES") ;;
+    big) cmd=(python3 benchmarks/bench_potrs.py --api --sizes 163840 --runs 1 --no-single --out "$RES") ;;
+    autodiff) cmd=(python3 benchmarks/bench_autodiff.py --nproc 2 --n 32768 --vmap-n 16384 --out "$RES") ;;
+    *) echo "unknown step $step"; continue ;;
+  esac
+  timeout -k 10 "$limit" "${cmd[@]}" > "$OUT/$step.log" 2>&1
+  echo "rc=$? $(date +%T)"; tail -n 25 "$OUT/$step.log" | cut -c1-400
+done

@@ -8,7 +8,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/jaxmg-out}
 mkdir -p "$OUT"
-source scripts/gpu/setup.sh 2>&1 | tee "$OUT/setup.log"
+source scripts/gpu/setup.sh > "$OUT/setup.log" 2>&1; cat "$OUT/setup.log"
 RES="$OUT/results.jsonl"
 for spec in "$@"; do
   step=${spec%%:*}; limit=${spec#*:}; [ "$limit" = "$spec" ] && limit=300

@@ -155,7 +155,9 @@ struct Grid {
   }
 };
 
-// Plan for filling the strictly lower triangle of a Hermitian matrix M (upper triangle valid) in a
+// Plan for filling the strictly lower triangle of a Hermitian matrix M (upper triangle valid),
+// where the permuted factorization reads it (the strictly lower part of diagonal tiles, and the
+// lower tiles that land in the permuted lower triangle: about half of them), in a
 // block layout (process (p, q) owns rows [p*mloc, ...) and columns [q*nloc, ...), column-major
 // local blocks, ld = mloc) from the conjugate transposes of the upper tiles, with NCCL
 // point-to-point for tiles owned by another process. Source and destination tiles never
@@ -257,6 +259,11 @@ std::unique_ptr<SymPlan> make_sym_plan(int64_t n, int64_t T, int64_t pr, int64_t
   const int64_t K = n / T, kr = mloc / T, kc = nloc / T, nranks = pr * pc;
   auto owner = [&](int64_t R, int64_t C) { return (R / kr) + (C / kc) * pr; };
   auto offset = [&](int64_t R, int64_t C) { return (R % kr) * T + (C % kc) * T * mloc; };
+  // Block tile R is tile cyclic(R) of the permuted matrix S^T M S (P processes along the
+  // permuted dimension(s); the identity on a 1x1 grid). cuSOLVERMp (uplo=LOWER) reads only the
+  // permuted lower triangle: a lower tile (R, C) of M needs filling only where it lands there.
+  const int64_t P = std::max(pr, pc), kp = K / P;
+  auto cyclic = [&](int64_t R) { return (R % kp) * P + R / kp; };
   std::vector<int64_t> local, diag;
   std::vector<std::vector<int64_t>> send(nranks), recv(nranks);   // per peer: source / destination offsets
   std::vector<int64_t> count(nranks * nranks, 0);                   // tiles from src to dst
@@ -267,6 +274,7 @@ std::unique_ptr<SymPlan> make_sym_plan(int64_t n, int64_t T, int64_t pr, int64_t
         if (d == rank) { diag.push_back(offset(R, C)); diag.push_back(0); }
         continue;
       }
+      if (cyclic(R) < cyclic(C)) continue;  // lands in the permuted upper triangle: never read
       if (d == s) {
         if (d == rank) { local.push_back(offset(C, R)); local.push_back(offset(R, C)); }
         continue;

@@ -30,6 +30,21 @@ def _sigma(g, k, p):
     return (g % p) * (k // p) + g // p
 
 
+def _symmetrized(m0, n, tile, p):
+    """What csrc's make_sym_plan leaves: the upper triangle as given, the strictly lower parts of
+    diagonal tiles and the lower tiles that land in the permuted lower triangle filled from it,
+    and NaN in every other lower tile (the handler leaves those as they were: never read)."""
+    k = n // tile
+    blocks = np.arange(k)
+    cyc = (blocks % (k // p)) * p + blocks // (k // p)
+    tile_of = np.arange(n) // tile
+    r, c = tile_of[:, None], tile_of[None, :]
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    filled = (r == c) | ((r > c) & (cyc[r] > cyc[c]))
+    full = jnp.triu(m0) + jnp.conj(jnp.triu(m0, 1)).T
+    return jnp.where(i <= j, m0, jnp.where(filled, full, jnp.nan))
+
+
 def _emulated_factor_call(grid):
     def call(a_m, b_m, members, nid, rank, *, n, tile, pr, pc, mode, solve):
         del members, nid
@@ -53,7 +68,7 @@ def _emulated_factor_call(grid):
             for r in range(pr * pc):
                 p0, q0 = r % pr, r // pr
                 m0 = m0.at[p0 * mloc:(p0 + 1) * mloc, q0 * nloc:(q0 + 1) * nloc].set(blocks[r])
-            m0 = jnp.triu(m0) + jnp.conj(jnp.triu(m0, 1)).T
+            m0 = _symmetrized(m0, n, tile, max(pr, pc))
             p0, q0 = rank % pr, rank // pr
             loc = jax.lax.dynamic_slice(m0, (p0 * mloc, q0 * nloc), (mloc, nloc))
         if mode == native._MODE_INPLACE and pr == 1 and pc > 1:

@@ -106,7 +106,7 @@ def worker_native(a):
     import jax
     import jax.numpy as jnp
     from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
-    from jaxmg import _native
+    from jaxmg import _layout, _native
 
     use_api = a.api and _harness.PUBLIC_API
     if use_api:
@@ -125,10 +125,12 @@ def worker_native(a):
         gen = _generator(n, dtype, sharding)
         b = jax.device_put(_rhs(n, a.nrhs, dtype), NamedSharding(mesh, P()))
         grid = _harness.grid_of(mesh, spec)
-        local = min(n // nprow, n // npcol)
-        tile = a.tile or min(1024, 1 << (local.bit_length() - 1))  # jaxmg.auto_tile's rule
+        tile = a.tile or _layout.auto_tile((n, n), grid)
+        forced = os.environ.get("JAXMG_NATIVE_SOLVE") == "cusolvermp"
         rec = dict(kind="jaxmg-native" + ("-api" if use_api else "-kernel"), N=n, dtype=str(dtype),
-                   grid=[nprow, npcol], T_A=tile, nproc=jax.process_count(), nrhs=a.nrhs)
+                   grid=[nprow, npcol], T_A=tile, nproc=jax.process_count(), nrhs=a.nrhs,
+                   solve="cusolvermp" if forced or not _native.capabilities().get("tiled_solve") or npcol > 1
+                   else "tiled")
         try:
             times, solver, layout, factor = [], [], [], []
             first = None

@@ -84,6 +84,8 @@ bool load(const std::vector<std::string>& deps, const std::vector<std::string>& 
   sym(nccl_lib, "ncclGroupStart", &a.ncclGroupStart, &missing);
   sym(nccl_lib, "ncclGroupEnd", &a.ncclGroupEnd, &missing);
   sym(nccl_lib, "ncclAllReduce", &a.ncclAllReduce, &missing);
+  sym(nccl_lib, "ncclReduce", &a.ncclReduce, &missing);
+  sym(nccl_lib, "ncclBroadcast", &a.ncclBroadcast, &missing);
   sym(mp_lib, "cusolverMpCreate", &a.cusolverMpCreate, &missing);
   sym(mp_lib, "cusolverMpDestroy", &a.cusolverMpDestroy, &missing);
   sym(mp_lib, "cusolverMpSetStream", &a.cusolverMpSetStream, &missing);
@@ -104,6 +106,33 @@ bool load(const std::vector<std::string>& deps, const std::vector<std::string>& 
   a.cusolverMpGesvd = dlsym(mp_lib, "cusolverMpGesvd");
   a.cusolverMpPolar = dlsym(mp_lib, "cusolverMpPolar");
   if (!a.cusolverMpPolar) a.cusolverMpPolar = dlsym(mp_lib, "cusolverMpPolarDecomposition");
+  // cuBLAS: already loaded (a dependency of cuSOLVERMp); found by its soname.
+  void* blas_lib = nullptr;
+  for (const char* name : {"libcublas.so.13", "libcublas.so.12"}) {
+    blas_lib = dlopen(name, RTLD_NOW | RTLD_NOLOAD);
+    if (blas_lib) {
+      a.cublas_path = name;
+      break;
+    }
+  }
+  if (blas_lib) {
+    std::string blas_missing;
+    sym(blas_lib, "cublasCreate_v2", &a.cublasCreate, &blas_missing);
+    sym(blas_lib, "cublasDestroy_v2", &a.cublasDestroy, &blas_missing);
+    sym(blas_lib, "cublasSetStream_v2", &a.cublasSetStream, &blas_missing);
+    sym(blas_lib, "cublasStrsm_v2", &a.cublasStrsm, &blas_missing);
+    sym(blas_lib, "cublasDtrsm_v2", &a.cublasDtrsm, &blas_missing);
+    sym(blas_lib, "cublasCtrsm_v2", &a.cublasCtrsm, &blas_missing);
+    sym(blas_lib, "cublasZtrsm_v2", &a.cublasZtrsm, &blas_missing);
+    sym(blas_lib, "cublasSgemm_v2", &a.cublasSgemm, &blas_missing);
+    sym(blas_lib, "cublasDgemm_v2", &a.cublasDgemm, &blas_missing);
+    sym(blas_lib, "cublasCgemm_v2", &a.cublasCgemm, &blas_missing);
+    sym(blas_lib, "cublasZgemm_v2", &a.cublasZgemm, &blas_missing);
+    a.blas = blas_missing.empty();
+    a.log.push_back(a.blas ? "cuBLAS entry points found in " + a.cublas_path : "cuBLAS lacks " + blas_missing);
+  } else {
+    a.log.push_back("cuBLAS not loaded: potrs stays cuSOLVERMp's");
+  }
   a.error.clear();
   a.loaded = true;
   return true;

@@ -20,6 +20,8 @@ using ncclRecv_fn = decltype(&::ncclRecv);
 using ncclGroupStart_fn = decltype(&::ncclGroupStart);
 using ncclGroupEnd_fn = decltype(&::ncclGroupEnd);
 using ncclAllReduce_fn = decltype(&::ncclAllReduce);
+using ncclReduce_fn = decltype(&::ncclReduce);
+using ncclBroadcast_fn = decltype(&::ncclBroadcast);
 using cusolverMpCreate_fn = decltype(&::cusolverMpCreate);
 using cusolverMpDestroy_fn = decltype(&::cusolverMpDestroy);
 using cusolverMpSetStream_fn = decltype(&::cusolverMpSetStream);
@@ -32,6 +34,19 @@ using cusolverMpPotrf_bufferSize_fn = decltype(&::cusolverMpPotrf_bufferSize);
 using cusolverMpPotrf_fn = decltype(&::cusolverMpPotrf);
 using cusolverMpPotrs_bufferSize_fn = decltype(&::cusolverMpPotrs_bufferSize);
 using cusolverMpPotrs_fn = decltype(&::cusolverMpPotrs);
+
+// cuBLAS (loaded with cuSOLVERMp, which needs it): the tiled triangular solves of potrs.
+using cublasCreate_fn = decltype(&::cublasCreate_v2);
+using cublasDestroy_fn = decltype(&::cublasDestroy_v2);
+using cublasSetStream_fn = decltype(&::cublasSetStream_v2);
+using cublasStrsm_fn = decltype(&::cublasStrsm_v2);
+using cublasDtrsm_fn = decltype(&::cublasDtrsm_v2);
+using cublasCtrsm_fn = decltype(&::cublasCtrsm_v2);
+using cublasZtrsm_fn = decltype(&::cublasZtrsm_v2);
+using cublasSgemm_fn = decltype(&::cublasSgemm_v2);
+using cublasDgemm_fn = decltype(&::cublasDgemm_v2);
+using cublasCgemm_fn = decltype(&::cublasCgemm_v2);
+using cublasZgemm_fn = decltype(&::cublasZgemm_v2);
 
 // One function pointer per entry point we call; optional ones may stay null.
 struct Api {
@@ -46,6 +61,8 @@ struct Api {
   ncclGroupStart_fn ncclGroupStart = nullptr;
   ncclGroupEnd_fn ncclGroupEnd = nullptr;
   ncclAllReduce_fn ncclAllReduce = nullptr;
+  ncclReduce_fn ncclReduce = nullptr;
+  ncclBroadcast_fn ncclBroadcast = nullptr;
   // cuSOLVERMp (required)
   cusolverMpCreate_fn cusolverMpCreate = nullptr;
   cusolverMpDestroy_fn cusolverMpDestroy = nullptr;
@@ -62,6 +79,20 @@ struct Api {
   // Optional entry points, probed: present in cuSOLVERMp 0.9+, absent in 0.8.
   void* cusolverMpGesvd = nullptr;
   void* cusolverMpPolar = nullptr;
+  // cuBLAS (optional: without it, potrs is cuSOLVERMp's own).
+  cublasCreate_fn cublasCreate = nullptr;
+  cublasDestroy_fn cublasDestroy = nullptr;
+  cublasSetStream_fn cublasSetStream = nullptr;
+  cublasStrsm_fn cublasStrsm = nullptr;
+  cublasDtrsm_fn cublasDtrsm = nullptr;
+  cublasCtrsm_fn cublasCtrsm = nullptr;
+  cublasZtrsm_fn cublasZtrsm = nullptr;
+  cublasSgemm_fn cublasSgemm = nullptr;
+  cublasDgemm_fn cublasDgemm = nullptr;
+  cublasCgemm_fn cublasCgemm = nullptr;
+  cublasZgemm_fn cublasZgemm = nullptr;
+  bool blas = false;             // every cuBLAS entry point above was found
+  std::string cublas_path;
 
   bool loaded = false;
   std::string error;             // why loading failed (empty when loaded)

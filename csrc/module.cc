@@ -71,6 +71,7 @@ NB_MODULE(_native, m) {
     d["potrs"] = a.loaded;
     d["gesvd"] = a.loaded && a.cusolverMpGesvd != nullptr;
     d["polar"] = a.loaded && a.cusolverMpPolar != nullptr;
+    d["tiled_solve"] = a.loaded && a.blas;  // cuBLAS found: potrs on 1 x P grids solves by tiles
     return d;
   }, "Which cuSOLVERMp entry points the loaded library has (optional ones are probed).");
 

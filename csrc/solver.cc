@@ -13,6 +13,7 @@
 
 #include "dynload.h"
 #include "layout.h"
+#include "trsolve.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -182,6 +183,7 @@ struct Context {
   std::map<std::string, std::unique_ptr<SymPlan>> plans;
   DeviceBuffer work, scratch, info;
   std::vector<char> host_work;
+  TiledSolve tiled;  // potrs on a 1 x P grid (cuBLAS handle, workspace)
   ~Context() {
     plans.clear();
     descs.clear();
@@ -560,7 +562,12 @@ void run_job(const Job& j) {
     dwork = std::max(dwork, d1);
     hwork = std::max(hwork, h1);
   }
-  if (j.solve) {
+  // potrs with the lower factor on a 1 x P grid: the tiled solve (trsolve.h), unless cuBLAS is
+  // missing or JAXMG_NATIVE_SOLVE=cusolvermp asks for cuSOLVERMp's own potrs.
+  const char* solve_choice = std::getenv("JAXMG_NATIVE_SOLVE");
+  const bool tiled = j.solve && pr == 1 && fill == CUBLAS_FILL_MODE_LOWER && tiled_solve_available() &&
+                     !(solve_choice && std::strcmp(solve_choice, "cusolvermp") == 0);
+  if (j.solve && !tiled) {
     size_t d2 = 0, h2 = 0;
     check_mp(api().cusolverMpPotrs_bufferSize(ctx.handle, fill, n, nrhs, a_ptr, 1, 1, desc.a, x_ptr, 1, 1, desc.b,
                                               dtype, &d2, &h2),
@@ -634,15 +641,26 @@ void run_job(const Job& j) {
         check_nccl(api().ncclAllReduce(flag, flag, 1, ncclInt32, ncclMax, ctx.comm, stream), "ncclAllReduce(status)");
       int32_t agreed = read_int32(flag, 1, stream)[0];
       failed = agreed != 0;
-      if (failed)
+      if (failed) {
         check_cuda(cudaMemcpyAsync(j.status + k, flag, sizeof(int32_t), cudaMemcpyDeviceToDevice, stream),
                    "cudaMemcpyAsync(status)");
+        // A failed factor is NaN everywhere (all-ones bytes are a NaN in every floating type), so
+        // whatever consumes it (solves, log det) gives NaN, not a partial factor's numbers.
+        check_cuda(cudaMemsetAsync(ak, 0xFF, (size_t)(mat * elem), stream), "cudaMemsetAsync(failed factor)");
+      }
       if (k == 0) {
         check_cuda(cudaEventRecord(ev->tf.ev, stream), "cudaEventRecord");
         ev->factored = true;
       }
     }
-    if (j.solve && !failed) {
+    if (j.solve && !failed && tiled) {
+      try {
+        tiled_potrs(ctx.tiled, ctx.comm, code, ak, x_ptr + k * bsz * elem, n, tile, (int)pc, rank, nrhs, stream);
+      } catch (const std::exception& e) {
+        fail("tiled potrs", e.what());
+      }
+      JAXMG_TRACE("tiled potrs issued");
+    } else if (j.solve && !failed) {
       check_mp(api().cusolverMpPotrs(ctx.handle, fill, n, nrhs, ak, 1, 1, desc.a, x_ptr + k * bsz * elem, 1, 1,
                                      desc.b, dtype, ctx.work.ptr, ctx.work.bytes, ctx.host_work.data(),
                                      ctx.host_work.size(), static_cast<int32_t*>(ctx.info.ptr)),

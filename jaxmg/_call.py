@@ -27,6 +27,7 @@ class Call:
     tile: int
     shape: tuple  # a's shape
     dtype: object  # a's dtype
+    natural: bool = False  # keep factors in a's natural order (native Cholesky: L readable)
 
     @property
     def grid(self) -> _layout.Grid:
@@ -60,6 +61,8 @@ class Call:
         module = kernels or self.kernels
         if module.NAME == "native":
             params["tile"] = self.tile
+            if self.natural:
+                params["natural"] = True
         plan = _sharded.Plan(
             kernel=getattr(module, kernel),
             params=tuple(sorted(params.items())),

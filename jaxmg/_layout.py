@@ -26,9 +26,12 @@ from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec as P
 AnyMesh = Union[Mesh, AbstractMesh]
 Axes = tuple  # tuple[str, ...]
 
-#: Largest automatic tile size; the GPU measurements (../shared/GPU.md) put the
-#: cuSOLVERMp optimum at 1024-2048 for N >= 8192.
+#: Largest automatic tile size below :data:`LARGE_N`, and from it on: measured fastest on
+#: two H200s (cuSOLVERMp 0.8, float64; README): T_A = 1024 at N = 8192 and 16384 (512 and
+#: 2048 slower), T_A = 2048 at N = 32768 and 65536 (3% and 1% faster than 1024).
 MAX_AUTO_TILE = 1024
+LARGE_AUTO_TILE = 2048
+LARGE_N = 32768
 
 
 @dataclasses.dataclass(frozen=True)
@@ -334,13 +337,15 @@ def check_output_fits(shape, spec: P, mesh: AnyMesh, what: str) -> None:
 def auto_tile(shape, grid: Grid) -> int:
     """The automatic tile size ``T_A``.
 
-    The largest power of two that is at most :data:`MAX_AUTO_TILE` and at most the
-    smaller extent of a's local block, so that every process owns at least one tile
-    in each direction and large problems get the tile size measured fastest.
+    The largest power of two that is at most :data:`MAX_AUTO_TILE` (:data:`LARGE_AUTO_TILE`
+    once N >= :data:`LARGE_N`) and at most the smaller extent of a's local block, so that
+    every process owns at least one tile in each direction and large problems get the tile
+    size measured fastest.
     """
     local = min(shape[0] // grid.nprow, shape[1] // grid.npcol)
+    cap = LARGE_AUTO_TILE if min(shape) >= LARGE_N else MAX_AUTO_TILE
     tile = 1
-    while tile * 2 <= min(local, MAX_AUTO_TILE):
+    while tile * 2 <= min(local, cap):
         tile *= 2
     return tile
 

@@ -51,7 +51,7 @@ def cholesky(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_sp
              backend="auto"):
     """The lower-triangular ``L`` with ``a = L @ L^H`` (N x N, a's sharding); then ``status``."""
     _flags(return_status=return_status)
-    factor = Cholesky(a, T_A, mesh, matrix_specs, donate=donate, backend=backend)
+    factor = Cholesky(a, T_A, mesh, matrix_specs, natural=True, donate=donate, backend=backend)
     return pick((factor.factor, factor.status), (True, return_status))
 
 

@@ -416,6 +416,31 @@ def _solution_rows(xl, grid):
     return xl
 
 
+def _permuted_rows(bc, grid, n: int, tile: int):
+    """This member's right-hand-side rows for the in-place (permuted) layout, from a whole
+    (n, nrhs) ``bc``: the rows of its block (a row-distributed grid), or all rows in the
+    permuted order ``sigma`` (a column-distributed 1-D grid)."""
+    pr, pc = grid.npcol, grid.nprow
+    if pr > 1:
+        return jax.lax.dynamic_slice_in_dim(bc, _index(grid.col_axes) * (n // pr), n // pr, axis=0)
+    if pc > 1:
+        k, nrhs = n // tile, bc.shape[-1]
+        return bc.reshape(pc, k // pc, tile, nrhs).transpose(1, 0, 2, 3).reshape(n, nrhs)
+    return bc
+
+
+def _permuted_whole(xl, grid, n: int, tile: int):
+    """Inverse of _permuted_rows: the whole solution from the local rows valid on process column 0."""
+    pr, pc = grid.npcol, grid.nprow
+    xl = _solution_rows(xl, grid)
+    if pr > 1:
+        return jax.lax.all_gather(xl, _name(grid.col_axes), axis=0, tiled=True)
+    if pc > 1:
+        k, nrhs = n // tile, xl.shape[-1]
+        return xl.reshape(k // pc, pc, tile, nrhs).transpose(1, 0, 2, 3).reshape(n, nrhs)
+    return xl
+
+
 def potrs(a, b, *, grid, tile):
     """Solve A x = b (A Hermitian positive definite, lower triangle read); (x, logdet, status)."""
     return potrs_inplace(a, b, grid=grid, tile=tile)[:3]
@@ -434,47 +459,23 @@ def potrs_inplace(a, b, *, grid, tile):
     n = a.shape[-2] * grid.nprow
     vector = b.ndim == 1
     b2 = b[:, None] if vector else b
-    nrhs = b2.shape[-1]
     bc = jnp.conj(b2)
     pr, pc = grid.npcol, grid.nprow
     members, nid, rank = _bootstrap(grid)
-    j = _index(grid.col_axes)
 
     if _inplace_ok(n, tile, grid):
-        if pr > 1:
-            bl = jax.lax.dynamic_slice_in_dim(bc, j * (n // pr), n // pr, axis=0)
-        elif pc > 1:
-            k = n // tile
-            bl = bc.reshape(pc, k // pc, tile, nrhs).transpose(1, 0, 2, 3).reshape(n, nrhs)
-        else:
-            bl = bc
+        bl = _permuted_rows(bc, grid, n, tile)
         consumed, xt, logdet, status = _factor_call(a, bl.T, members, nid, rank, n=n, tile=tile, pr=pr, pc=pc,
                                                     mode=_MODE_INPLACE, solve=1)
-        xl = _solution_rows(xt.T, grid)
-        if pr > 1:
-            x = jax.lax.all_gather(xl, _name(grid.col_axes), axis=0, tiled=True)
-        elif pc > 1:
-            k = n // tile
-            x = xl.reshape(k // pc, pc, tile, nrhs).transpose(1, 0, 2, 3).reshape(n, nrhs)
-        else:
-            x = xl
+        x = _permuted_whole(xt.T, grid, n, tile)
     else:
         consumed = a
         npad = _padded_size(n, tile, grid)
         am = _cyclic_matrix(a, grid, n, npad, tile)
-        bp = jnp.pad(bc, ((0, npad - n), (0, 0)))
-        kp = npad // tile
-        bl = bp.reshape(kp // pr, pr, tile, nrhs)
-        bl = jax.lax.dynamic_index_in_dim(bl, j, axis=1, keepdims=False).reshape(npad // pr, nrhs)
+        bl = _rows_of(jnp.pad(bc, ((0, npad - n), (0, 0))), _index(grid.col_axes), npad, tile, pr)
         _, xt, logdet, status = _factor_call(am, bl.T, members, nid, rank, n=npad, tile=tile, pr=pr, pc=pc,
                                              mode=_MODE_NATURAL, solve=1)
-        xl = _solution_rows(xt.T, grid)
-        if pr > 1:
-            xg = jax.lax.all_gather(xl, _name(grid.col_axes), axis=0, tiled=False)  # (pr, npad/pr, nrhs)
-            x = xg.reshape(pr, kp // pr, tile, nrhs).transpose(1, 0, 2, 3).reshape(npad, nrhs)
-        else:
-            x = xl
-        x = x[:n]
+        x = _whole_rows(xt.T, grid, npad, tile, pr)[:n]
     x = jnp.conj(x)
     x = x[:, 0] if vector else x
     return _finish(x, logdet, status, grid) + (consumed,)
@@ -509,11 +510,18 @@ def cholesky(a, *, grid, tile):
 # --------------------------------------------------------------------------------------------
 # The Cholesky family (factor once; then solve, log det, L, inverse from the saved factor)
 # --------------------------------------------------------------------------------------------
-# The state is cuSOLVERMp's factor in the natural-order block-cyclic layout (tile
-# ``family_tile``), in a's local block shape: the upper factor U of conj(A) = A^T, whose
-# column-major storage is L's row-major storage. Every consumer (solve, log det, L, inverse) can
-# use it. The fused ``potrs`` kernel above is faster (in place, no redistribution): the
-# functional ``jaxmg.potrs`` should use it where the factor is not kept.
+# The state is cuSOLVERMp's factor in a's local block shape (tile ``family_tile``), in one of
+# two layouts, chosen by ``_permuted(n, t, grid, natural)`` from static values alone:
+# * permuted (the default where the grid is square or 1-D): ``a``'s own buffer factored in
+#   place, exactly as the fused ``potrs`` does (layout step 2 above): the lower factor of
+#   S^T M S. Nothing is redistributed, and with donation the matrix is never copied. Solves
+#   permute only the right-hand side; log det reads the factor's diagonal; L itself cannot be
+#   read from it (the module refactors in natural order for that).
+# * natural (``natural=True``, or other grids): the natural-order block-cyclic layout
+#   (redistributed in JAX), factored with ``uplo=UPPER``: the upper factor U of conj(A) = A^T,
+#   whose column-major storage is L's row-major storage, so L can be read back.
+# A failed factorisation leaves the state NaN (the handler fills it), so every consumer's
+# outputs are NaN too.
 
 def family_tile(n: int, tile: int, grid) -> int:
     """The largest divisor of both local extents that is at most ``tile`` (no padding needed)."""
@@ -544,72 +552,92 @@ def _whole_rows(xl, grid, n, tile, pr):
     return xg.reshape(pr, k // pr, tile, xl.shape[-1]).transpose(1, 0, 2, 3).reshape(n, xl.shape[-1])
 
 
-def _family_call(local, grid, tile):
+def _permuted(n: int, tile: int, grid, natural: bool) -> bool:
+    """Whether the family state is in the permuted (in-place) layout."""
+    return not natural and _inplace_ok(n, tile, grid)
+
+
+def cholesky_state_is_lower(n: int, tile: int, grid, natural: bool = False) -> bool:
+    """Whether the factor state of an n x n matrix holds L (natural order), so that
+    ``cholesky_lower`` can read it; False for the permuted in-place state."""
+    return not _permuted(n, family_tile(n, int(tile), grid), grid, natural)
+
+
+def _family_call(local, grid, tile, natural):
     """What each family kernel that calls the handlers starts with: the one-GPU-per-process
-    check, the FFI registration, the global size n, the family tile and the grid bootstrap."""
+    check, the FFI registration, the global size n, the family tile, the grid bootstrap and
+    the handler attributes of the state's layout (grid and mode)."""
     _check_one_gpu_per_process()
     _register()
     n = local.shape[-2] * grid.nprow
-    return n, family_tile(n, int(tile), grid), _bootstrap(grid)
+    t = family_tile(n, int(tile), grid)
+    mode = _MODE_INPLACE if _permuted(n, t, grid, natural) else _MODE_NATURAL
+    return n, t, _bootstrap(grid), dict(n=n, tile=t, pr=grid.npcol, pc=grid.nprow, mode=mode)
 
 
-def cholesky_factor(a, *, grid, tile):
+def cholesky_factor(a, *, grid, tile, natural=False):
     """Factor A = L L^H (lower triangle read); returns (the backend's factor state, status)."""
-    n, t, (members, nid, rank) = _family_call(a, grid, tile)
-    am = _cyclic_matrix(a, grid, n, n, t)
+    n, t, boot, attrs = _family_call(a, grid, tile, natural)
     dummy = jnp.zeros((1, 1), a.dtype) * a[..., :1, :1]  # batched like a under vmap
-    f, _, _, status = _factor_call(am, dummy, members, nid, rank, n=n, tile=t, pr=grid.npcol, pc=grid.nprow,
-                                   mode=_MODE_NATURAL, solve=0)
+    if attrs["mode"] == _MODE_NATURAL:
+        a = _cyclic_matrix(a, grid, n, n, t)
+    f, _, _, status = _factor_call(a, dummy, *boot, solve=0, **attrs)
     axes = _grid_axes(grid)
     if axes:
         status = jax.lax.pmax(status, _name(axes))
-    f = jnp.where(status != 0, jnp.full((), jnp.nan, f.dtype), f)
     return f, status
 
 
-def cholesky_solve(state, b, *, grid, tile):
+def cholesky_solve(state, b, *, grid, tile, natural=False):
     """x = A^-1 b from the factor state; b and x whole."""
-    n, t, (members, nid, rank) = _family_call(state, grid, tile)
-    pr, pc = grid.npcol, grid.nprow
+    n, t, boot, attrs = _family_call(state, grid, tile, natural)
     vector = b.ndim == 1
     bc = jnp.conj(b[:, None] if vector else b)
-    bl = _rows_of(bc, _index(grid.col_axes), n, t, pr)
-    xt, _, _ = _solve_call(state, bl.T, members, nid, rank, n=n, tile=t, pr=pr, pc=pc, mode=_MODE_NATURAL,
-                           solve=1)
-    x = jnp.conj(_whole_rows(xt.T, grid, n, t, pr))
+    if attrs["mode"] == _MODE_INPLACE:
+        bl = _permuted_rows(bc, grid, n, t)
+    else:
+        bl = _rows_of(bc, _index(grid.col_axes), n, t, grid.npcol)
+    xt, _, _ = _solve_call(state, bl.T, *boot, solve=1, **attrs)
+    if attrs["mode"] == _MODE_INPLACE:
+        x = _permuted_whole(xt.T, grid, n, t)
+    else:
+        x = _whole_rows(xt.T, grid, n, t, grid.npcol)
+    x = jnp.conj(x)
     return (x[:, 0] if vector else x,)
 
 
-def cholesky_logdet(state, *, grid, tile):
+def cholesky_logdet(state, *, grid, tile, natural=False):
     """log det A (real), from the factor's diagonal."""
-    n, t, (members, nid, rank) = _family_call(state, grid, tile)
+    _, _, boot, attrs = _family_call(state, grid, tile, natural)
     dummy = jnp.zeros((1, 1), state.dtype) * state[..., :1, :1]
-    _, logdet, _ = _solve_call(state, dummy, members, nid, rank, n=n, tile=t, pr=grid.npcol, pc=grid.nprow,
-                               mode=_MODE_NATURAL, solve=0)
+    _, logdet, _ = _solve_call(state, dummy, *boot, solve=0, **attrs)
     axes = _grid_axes(grid)
     if axes:
         logdet = jax.lax.psum(logdet, _name(axes))
     return (2 * logdet,)
 
 
-def cholesky_lower(state, *, grid, tile):
+def cholesky_lower(state, *, grid, tile, natural=False):
     """The natural-order lower factor L (this device's block), zero above the diagonal."""
     n = state.shape[-2] * grid.nprow
     t = family_tile(n, int(tile), grid)
+    if _permuted(n, t, grid, natural):
+        raise ValueError("this Cholesky state is in cuSOLVERMp's permuted in-place layout, from which L cannot "
+                         "be read; factor with natural=True (jaxmg.Cholesky(a, natural=True)) to read L.")
     f = _from_cyclic(state, -2, grid.row_axes, grid.nprow, n, n, t)
     f = _from_cyclic(f, -1, grid.col_axes, grid.npcol, n, n, t)
     i, j = _index(grid.row_axes), _index(grid.col_axes)
     rows = i * f.shape[-2] + jnp.arange(f.shape[-2])
     cols = j * f.shape[-1] + jnp.arange(f.shape[-1])
-    # a failed factorisation's state is all NaN (cholesky_factor): keep it NaN everywhere
+    # a failed factorisation's state is all NaN (the handler fills it): keep it NaN everywhere
     upper = jnp.where(jnp.isnan(f), f, jnp.zeros((), f.dtype))
     return (jnp.where(rows[:, None] >= cols[None, :], f, upper),)
 
 
-def cholesky_inverse(state, *, grid, tile):
+def cholesky_inverse(state, *, grid, tile, natural=False):
     """A^-1 (this device's block), by solving against the identity (whole, like the portable kernel)."""
     n = state.shape[-2] * grid.nprow
-    (x,) = cholesky_solve(state, jnp.eye(n, dtype=state.dtype), grid=grid, tile=tile)
+    (x,) = cholesky_solve(state, jnp.eye(n, dtype=state.dtype), grid=grid, tile=tile, natural=natural)
     i, j = _index(grid.row_axes), _index(grid.col_axes)
     mr, mc = n // grid.nprow, n // grid.npcol
     x = jax.lax.dynamic_slice_in_dim(x, i * mr, mr, axis=0)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 
 from ..autodiff import decompositions, logdet, solves
 from ..ops import cholesky as ops
 from . import _base
+from .._checks import check_flag
 from .._typing import MeshLike, Rhs, Specs, SquareMatrix, Tile, checked
 from ._base import Factorisation, prepare
 
@@ -15,11 +18,19 @@ from ._base import Factorisation, prepare
 class Cholesky(Factorisation):
     """The Cholesky factorisation ``a = L L^H`` of a sharded Hermitian positive-definite matrix.
 
-    ``Cholesky(a, T_A=None, mesh=None, matrix_specs=None, *, donate=False, backend="auto")``
-    factors ``a`` (N x N; only its lower triangle is read) once, in the backend's own
-    layout; :meth:`solve` then solves any number of right-hand sides without refactoring.
-    Arguments as in :func:`jaxmg.potrs`; ``matrix_specs`` may also give the spec of the
-    right-hand sides (``[spec_a, spec_b]``).
+    ``Cholesky(a, T_A=None, mesh=None, matrix_specs=None, *, natural=False, donate=False,
+    backend="auto")`` factors ``a`` (N x N; only its lower triangle is read) once, in the
+    backend's own layout; :meth:`solve` then solves any number of right-hand sides without
+    refactoring. Arguments as in :func:`jaxmg.potrs`; ``matrix_specs`` may also give the spec
+    of the right-hand sides (``[spec_a, spec_b]``).
+
+    On the native backend the saved factor is, by default, cuSOLVERMp's own: ``a``'s buffer
+    factored in place in a permuted block-cyclic layout (nothing redistributed; with
+    ``donate=True`` no second copy of the matrix ever exists). :attr:`factor` (L in a's
+    layout) cannot be read from it and costs one more factorisation of the kept ``a``.
+    ``natural=True`` keeps the factor in natural order instead (redistributed first: about
+    twice the memory), so that :attr:`factor` is read from it. The portable backend's factor
+    is always L.
 
     Derivatives (forward and reverse, any order) of :meth:`solve` and :meth:`logdet` with
     respect to ``a`` and ``b`` reuse the saved factor: one more solve, never a
@@ -33,10 +44,12 @@ class Cholesky(Factorisation):
 
     @checked
     def __init__(self, a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
-                 donate: bool = False, backend: str = "auto"):
+                 natural: bool = False, donate: bool = False, backend: str = "auto"):
+        check_flag(natural, "natural")
         call, (a,), (kept,) = prepare("cholesky", [("a", a)], T_A=T_A, mesh=mesh,
                                       matrix_specs=matrix_specs, donate=donate, backend=backend,
                                       num_rhs=1)
+        call = dataclasses.replace(call, natural=natural)
         state, status = ops.factor(call, _base.no_gradient(a), donate=donate)
         self.state = jax.lax.stop_gradient(state)
         self.status = status
@@ -60,5 +73,19 @@ class Cholesky(Factorisation):
 
     @property
     def factor(self):
-        """The lower factor L (N x N) in a's layout, zero above the diagonal."""
-        return decompositions.cholesky_lower(self.call, self.operator, self.state)
+        """The lower factor L (N x N) in a's layout, zero above the diagonal.
+
+        Read from the saved factor where it holds L (``natural=True``, the portable backend);
+        else computed by factoring the kept ``a`` once more in natural order.
+        """
+        call, state = self.call, self.state
+        if not ops.state_is_lower(call):
+            if self.operator is None:
+                raise ValueError(
+                    "Cholesky(a, donate=True).factor: the donated a was factored in cuSOLVERMp's permuted "
+                    "layout, from which L cannot be read, and a is gone; use Cholesky(a, natural=True, "
+                    "donate=True) (or jaxmg.cholesky) when L is needed.")
+            call = dataclasses.replace(call, natural=True)
+            state, _ = ops.factor(call, _base.no_gradient(self.operator))
+            state = jax.lax.stop_gradient(state)
+        return decompositions.cholesky_lower(call, self.operator, state)

@@ -26,6 +26,14 @@ def inverse(call: Call, state):
     return call.run("cholesky_inverse", [state], [Block()], [Block()])[0]
 
 
+def state_is_lower(call: Call) -> bool:
+    """Whether the backend's factor state holds L, so that :func:`lower` can read it. The
+    native backend's default state (cuSOLVERMp's in-place, permuted factor) does not: L then
+    needs a factor made with ``dataclasses.replace(call, natural=True)``."""
+    check = getattr(call.kernels, "cholesky_state_is_lower", None)
+    return check is None or check(call.shape[0], call.tile, call.grid, call.natural)
+
+
 def lower(call: Call, state):
     """The lower factor L in a's caller layout."""
     return call.run("cholesky_lower", [state], [Block()], [call.block()])[0]

@@ -62,6 +62,8 @@ def potrs(a, b, *, grid: Grid, rhs_spec: Optional[P] = None, backend: str = "aut
 def cholesky(a, *, grid: Grid, backend: str = "auto", T_A=None):
     """(L block, status) with A = L L^H."""
     module, params = _kernels("cholesky", grid, backend, T_A, a.shape)
+    if module.NAME == "native":
+        params["natural"] = True  # a factor L can be read from
     state, status = module.cholesky_factor(a, grid=grid, **params)
     (lower,) = module.cholesky_lower(state, grid=grid, **params)
     return lower, status

@@ -14,6 +14,7 @@ imports, ``jaxmg.potrs``/``jaxmg.cholesky`` with backend="native" and "auto" are
 from __future__ import annotations
 
 import faulthandler
+import functools
 import os
 import sys
 import time
@@ -122,22 +123,32 @@ def k_potrs(mesh, spec, n, tile, dtype, nrhs=None, donate=False):
     return f"x err {e:.1e} logdet err {el:.1e}"
 
 
-def k_family(mesh, spec, n, tile, dtype):
+def family_kernels(natural):
+    """The Cholesky family kernels for one state layout (natural order, or permuted in place)."""
+    names = ("cholesky_factor", "cholesky_solve", "cholesky_logdet", "cholesky_lower")
+    if "natural" not in native.cholesky_factor.__code__.co_varnames:  # older kernels: natural only
+        return tuple(getattr(native, k) for k in names)
+    return tuple(functools.partial(getattr(native, k), natural=natural) for k in names)
+
+
+def k_family(mesh, spec, n, tile, dtype, natural=True):
     grid = _harness.grid_of(mesh, spec)
     a_in, a = spd(n, dtype)
-    state, st = _harness.run(native.cholesky_factor, grid, tile, [to_global(a_in, mesh, grid.spec)], ["block"],
+    factor, solve, logdet, lower = family_kernels(natural)
+    state, st = _harness.run(factor, grid, tile, [to_global(a_in, mesh, grid.spec)], ["block"],
                              ["block", "whole"])
     assert int(host(st)) == 0, f"status {int(host(st))}"
     b = np.arange(1, 2 * n + 1).reshape(n, 2).astype(dtype)
-    (x,) = _harness.run(native.cholesky_solve, grid, tile, [state, to_global(b, mesh, P())], ["block", "whole"],
-                        ["whole"])
-    (ld,) = _harness.run(native.cholesky_logdet, grid, tile, [state], ["block"], ["whole"])
-    (low,) = _harness.run(native.cholesky_lower, grid, tile, [state], ["block"], ["block"])
+    (x,) = _harness.run(solve, grid, tile, [state, to_global(b, mesh, P())], ["block", "whole"], ["whole"])
+    (ld,) = _harness.run(logdet, grid, tile, [state], ["block"], ["whole"])
     e1 = relerr(host(x), np.linalg.solve(a, b))
     e2 = abs(float(host(ld)) - np.linalg.slogdet(a)[1]) / abs(np.linalg.slogdet(a)[1])
-    e3 = relerr(host(low), np.linalg.cholesky(a))
+    e3 = 0.0
+    if natural:
+        (low,) = _harness.run(lower, grid, tile, [state], ["block"], ["block"])
+        e3 = relerr(host(low), np.linalg.cholesky(a))
     assert max(e1, e2, e3) < tol(dtype), (e1, e2, e3)
-    return f"solve {e1:.1e} logdet {e2:.1e} L {e3:.1e}"
+    return f"{'natural' if natural else 'permuted'}: solve {e1:.1e} logdet {e2:.1e} L {e3:.1e}"
 
 
 def k_cholesky(mesh, spec, n, tile, dtype):
@@ -167,6 +178,8 @@ for mname, mesh, spec in meshes():
         if hasattr(native, "cholesky_factor"):
             case(f"family-{mname}-{dn}-n256-T64")(lambda: k_family(mesh, spec, 256, 64, dtype))
             case(f"family-{mname}-{dn}-n200-T64-padded")(lambda: k_family(mesh, spec, 200, 64, dtype))
+            case(f"family-permuted-{mname}-{dn}-n256-T64")(lambda: k_family(mesh, spec, 256, 64, dtype, False))
+            case(f"family-permuted-{mname}-{dn}-n200-T64")(lambda: k_family(mesh, spec, 200, 64, dtype, False))
 
 mname, mesh, spec = meshes()[0]
 grid = _harness.grid_of(mesh, spec)
@@ -221,12 +234,18 @@ def _():
     n = 256
     a = np.eye(n)
     a[70, 70] = -2.0
-    state, st = _harness.run(native.cholesky_factor, grid, 64, [to_global(a, mesh, grid.spec)], ["block"],
-                             ["block", "whole"])
+    factor, solve, _, lower = family_kernels(True)
+    state, st = _harness.run(factor, grid, 64, [to_global(a, mesh, grid.spec)], ["block"], ["block", "whole"])
     st = int(host(st))
-    (low,) = _harness.run(native.cholesky_lower, grid, 64, [state], ["block"], ["block"])
+    (low,) = _harness.run(lower, grid, 64, [state], ["block"], ["block"])
     assert st != 0 and np.all(np.isnan(host(low))), st
-    return f"status {st}; then: {k_family(mesh, spec, 256, 64, np.float64)}"
+    factor, solve, _, _ = family_kernels(False)  # the permuted state: NaN factor, NaN solves
+    state, st2 = _harness.run(factor, grid, 64, [to_global(a, mesh, grid.spec)], ["block"], ["block", "whole"])
+    (x,) = _harness.run(solve, grid, 64, [state, to_global(np.ones(n), mesh, P())], ["block", "whole"], ["whole"])
+    st2 = int(host(st2))
+    assert st2 != 0 and np.all(np.isnan(host(state))) and np.all(np.isnan(host(x))), st2
+    return (f"status {st} / permuted {st2}; then: {k_family(mesh, spec, 256, 64, np.float64)}; "
+            f"{k_family(mesh, spec, 256, 64, np.float64, natural=False)}")
 
 
 @case(f"potrs-{mname}-float64-vmap")
@@ -307,7 +326,14 @@ if _harness.PUBLIC_API:
             errs = [relerr(a @ host(chol.solve(to_global(b * k, mesh, P("x")))), b * k) for k in (1, 2, 3)]
             ld = float(host(chol.logdet()))
             assert max(errs) < 1e-12 and abs(ld - np.linalg.slogdet(a)[1]) < 1e-9, (errs, ld)
-            return f"residuals {max(errs):.1e} logdet ok"
+            el = relerr(host(chol.factor), np.linalg.cholesky(a))  # refactored in natural order
+            assert el < 1e-12, el
+            # donated: factored in a's own buffer (the caller's array is consumed)
+            ad = to_global(a, mesh, spec)
+            xd = jaxmg.potrs(ad, bg, T_A=64, backend="native", donate=True)
+            ed = relerr(a @ host(xd), b)
+            assert ed < 1e-12 and ad.is_deleted(), (ed, ad.is_deleted())
+            return f"residuals {max(errs):.1e} logdet ok, L err {el:.1e}, donated residual {ed:.1e}"
 
         @case(f"public-vmap-potrs-{mname}-float64-native")
         def _():

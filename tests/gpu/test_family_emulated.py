@@ -33,6 +33,8 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 from jaxmg import _layout
 from jaxmg.kernels import native
 
+from _emulation import permuted, symmetrized
+
 if jax.default_backend() != "cpu" or len(jax.devices()) < 4:
     pytest.skip("needs 4 CPU devices (tests/conftest.py sets up 8)", allow_module_level=True)
 
@@ -62,6 +64,13 @@ def _potrf_upper(m):
     low, info = jax.lax.fori_loop(0, n, step, (jnp.zeros_like(h), jnp.int32(0)))
     u = jnp.conj(low).T
     return jnp.triu(u) + jnp.tril(m, -1), info
+
+
+def _potrf_lower(m):
+    """cuSOLVERMp potrf, uplo=LOWER: (m with L in its lower triangle, strictly upper part
+    untouched; info), through the upper case of the conjugate transpose."""
+    f, info = _potrf_upper(jnp.conj(m).T)
+    return jnp.conj(f).T, info
 
 
 class Emulator:
@@ -116,13 +125,20 @@ class Emulator:
         d = jnp.real(jnp.diagonal(f))
         return jnp.sum(jnp.where(own, jnp.log(jnp.where(own, d, 1)), 0)).astype(jnp.finfo(f.dtype).dtype)
 
-    def _potrs(self, f, b_m, rank, n, tile, pr, pc, mloc):
-        """X = M^-1 B with M = U^H U (upper triangle of f); B, X on process column 0."""
+    def _assemble_blocks(self, loc, rank, n, pr, pc):
+        """Global (n, n) from every member's column-major local block of a block layout."""
+        mloc, nloc = loc.shape
+        locs = self._by_rank(loc, rank).reshape(pc, pr, mloc, nloc)  # rank = p + q * pr
+        return locs.transpose(1, 2, 0, 3).reshape(n, n)
+
+    def _potrs(self, f, b_m, rank, n, tile, pr, pc, mloc, lower=False):
+        """X = M^-1 B with M = U^H U (upper triangle of f; M = L L^H with the lower triangle
+        when ``lower``); B, X on process column 0."""
         bl = jnp.swapaxes(b_m, -1, -2)  # (mloc, nrhs), column-major view
         nrhs = bl.shape[1]
         bls = self._by_rank(bl, rank).reshape(pc, pr, mloc // tile, tile, nrhs)[0]  # process column 0
         bg = bls.transpose(1, 0, 2, 3).reshape(n, nrhs)
-        u = jnp.triu(f)
+        u = jnp.conj(jnp.tril(f)).T if lower else jnp.triu(f)
         y = jax.scipy.linalg.solve_triangular(u, bg, lower=False, trans="C")
         y = jax.scipy.linalg.solve_triangular(u, y, lower=False)
         p, q = rank % pr, rank // pr
@@ -131,25 +147,30 @@ class Emulator:
         return jnp.where(q == 0, jnp.swapaxes(xl, -1, -2), b_m)  # other columns: b as it was
 
     def factor_call(self, a_m, b_m, members, nid, rank, *, n, tile, pr, pc, mode, solve):
-        assert mode == native._MODE_NATURAL, "the family uses the natural order only"
         assert members.shape == (pr * pc,) and nid.shape == (32,)
         self.calls.append(("potrf", mode, solve, n, tile))
         rank = rank[0]
         loc = jnp.swapaxes(a_m, -1, -2)  # column-major view: (mloc, nloc)
         mloc, nloc = loc.shape
         assert mloc * pr == n and nloc * pc == n and mloc % tile == 0 and nloc % tile == 0
-        m = self._assemble(loc, rank, n, tile, pr, pc)
-        f, info = _potrf_upper(m)
+        inplace = mode == native._MODE_INPLACE
+        if inplace:  # the layout step (symmetrize, reorder), then potrf LOWER of S^T M S
+            assert pr == pc or pr == 1 or pc == 1
+            p = max(pr, pc)
+            m = permuted(symmetrized(self._assemble_blocks(loc, rank, n, pr, pc), n, tile, p), n, tile, p)
+            f, info = _potrf_lower(m)
+        else:
+            f, info = _potrf_upper(self._assemble(loc, rank, n, tile, pr, pc))
+        f = jnp.where(info == 0, f, jnp.nan)  # the handler fills a failed factor with NaN
         logdet = self._local_logdet(f, rank, n, tile, pr, pc)
         xt = b_m
         if solve:
             assert b_m.shape[-1] == mloc
-            xt = jnp.where(info == 0, self._potrs(f, b_m, rank, n, tile, pr, pc, mloc), b_m)
+            xt = jnp.where(info == 0, self._potrs(f, b_m, rank, n, tile, pr, pc, mloc, lower=inplace), b_m)
         f_loc = self._own(f, rank, tile, pr, pc, mloc, nloc)
         return jnp.swapaxes(f_loc, -1, -2), xt, logdet, info
 
     def solve_call(self, f_m, b_m, members, nid, rank, *, n, tile, pr, pc, mode, solve):
-        assert mode == native._MODE_NATURAL
         assert members.shape == (pr * pc,) and nid.shape == (32,)
         self.calls.append(("potrs", mode, solve, n, tile))
         rank = rank[0]
@@ -161,7 +182,7 @@ class Emulator:
         xt = b_m
         if solve:
             assert b_m.shape[-1] == mloc
-            xt = self._potrs(f, b_m, rank, n, tile, pr, pc, mloc)
+            xt = self._potrs(f, b_m, rank, n, tile, pr, pc, mloc, lower=mode == native._MODE_INPLACE)
         return xt, logdet, jnp.int32(0)  # jaxmg_potrs fills status with 0
 
 
@@ -213,15 +234,18 @@ def _mesh(shape, reverse):
     return jax.make_mesh(shape, ("x", "y"), axis_types=(AxisType.Auto,) * 2, devices=devs)
 
 
-def _family(grid, mesh, tile):
-    """Every family kernel in one shard_map: (state, status, x_vec, x_mat, logdet, L, A^-1)."""
+def _family(grid, mesh, tile, natural=True):
+    """Every family kernel in one shard_map: (state, status, x_vec, x_mat, logdet, L, A^-1);
+    L is the state itself where it is in the permuted layout (natural=False)."""
+    kw = dict(grid=grid, tile=tile, natural=natural)
+
     def body(a, bv, bm):
-        state, status = native.cholesky_factor(a, grid=grid, tile=tile)
-        (xv,) = native.cholesky_solve(state, bv, grid=grid, tile=tile)
-        (xm,) = native.cholesky_solve(state, bm, grid=grid, tile=tile)
-        (ld,) = native.cholesky_logdet(state, grid=grid, tile=tile)
-        (low,) = native.cholesky_lower(state, grid=grid, tile=tile)
-        (inv,) = native.cholesky_inverse(state, grid=grid, tile=tile)
+        state, status = native.cholesky_factor(a, **kw)
+        (xv,) = native.cholesky_solve(state, bv, **kw)
+        (xm,) = native.cholesky_solve(state, bm, **kw)
+        (ld,) = native.cholesky_logdet(state, **kw)
+        (low,) = native.cholesky_lower(state, **kw) if natural else (state,)
+        (inv,) = native.cholesky_inverse(state, **kw)
         return state, status, xv, xm, ld, low, inv
     return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(grid.spec, P(), P()),
                                  out_specs=(grid.spec, P(), P(), P(), P(), grid.spec, grid.spec),
@@ -238,11 +262,12 @@ GRIDS = [(1, 1), (2, 1), (1, 2), (2, 2)]
 TILES = [(48, 8), (48, 20)]
 
 
+@pytest.mark.parametrize("natural", [True, False])
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128])
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("n,tile", TILES)
 @pytest.mark.parametrize("shape", GRIDS)
-def test_family_kernels(shape, n, tile, reverse, dtype, monkeypatch):
+def test_family_kernels(shape, n, tile, reverse, dtype, natural, monkeypatch):
     emu = _patch(monkeypatch)
     mesh = _mesh(shape, reverse)
     grid = _layout.Grid(mesh, ("x",), ("y",))
@@ -252,24 +277,31 @@ def test_family_kernels(shape, n, tile, reverse, dtype, monkeypatch):
     a_in, a = _matrix(n, dtype)
     bm = _rhs(n, 3, dtype)
     bv = bm[:, 0] * 2
-    state, status, xv, xm, ld, low, inv = _family(grid, mesh, tile)(a_in, bv, bm)
+    state, status, xv, xm, ld, low, inv = _family(grid, mesh, tile, natural)(a_in, bv, bm)
     assert int(status) == 0
+    assert native.cholesky_state_is_lower(n, tile, grid, natural) == natural
     assert np.asarray(state).shape == (n, n)
     np.testing.assert_allclose(np.asarray(xv), np.linalg.solve(a, bv), rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(np.asarray(xm), np.linalg.solve(a, bm), rtol=1e-10, atol=1e-10)
     ref = np.linalg.slogdet(a)[1]
     assert np.isrealobj(np.asarray(ld))
     np.testing.assert_allclose(float(ld), ref, rtol=1e-10)
-    np.testing.assert_allclose(np.asarray(low), np.linalg.cholesky(a), rtol=1e-10, atol=1e-10)
+    if natural:
+        np.testing.assert_allclose(np.asarray(low), np.linalg.cholesky(a), rtol=1e-10, atol=1e-10)
+    else:  # the permuted state: L cannot be read from it, and saying so is an error
+        with pytest.raises(ValueError, match="natural=True"):
+            native.cholesky_lower(state, grid=grid, tile=tile)
     np.testing.assert_allclose(np.asarray(inv), np.linalg.inv(a), rtol=1e-9, atol=1e-10)
-    # the handlers saw the family tile and the unpadded size, natural mode only
+    # the handlers saw the family tile and the unpadded size, in the state's mode only
+    mode = native._MODE_NATURAL if natural else native._MODE_INPLACE
     assert {c[3:] for c in emu.calls} == {(n, t)}
-    assert {c[:2] for c in emu.calls} == {("potrf", native._MODE_NATURAL), ("potrs", native._MODE_NATURAL)}
+    assert {c[:2] for c in emu.calls} == {("potrf", mode), ("potrs", mode)}
 
 
+@pytest.mark.parametrize("natural", [True, False])
 @pytest.mark.parametrize("shape,reverse", [((2, 2), False), ((1, 2), True), ((2, 1), False)])
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128])
-def test_family_not_positive_definite(shape, reverse, dtype, monkeypatch):
+def test_family_not_positive_definite(shape, reverse, dtype, natural, monkeypatch):
     _patch(monkeypatch)
     n, tile, k = 48, 20, 29
     mesh = _mesh(shape, reverse)
@@ -278,8 +310,10 @@ def test_family_not_positive_definite(shape, reverse, dtype, monkeypatch):
     a_in = np.array(a_in)
     a_in[k, k] = -50.0  # leading minor of order k + 1 is the first not positive definite
     bm = _rhs(n, 2, dtype)
-    state, status, xv, xm, ld, low, inv = _family(grid, mesh, tile)(a_in, bm[:, 0], bm)
-    assert int(status) == k + 1
+    state, status, xv, xm, ld, low, inv = _family(grid, mesh, tile, natural)(a_in, bm[:, 0], bm)
+    # natural order: the order of the first leading minor that is not positive definite; the
+    # permuted layout counts it in cuSOLVERMp's (permuted) order: non-zero, not k + 1
+    assert int(status) == k + 1 if natural else int(status) > 0
     for out in (state, xv, xm, ld, low, inv):
         assert np.all(np.isnan(np.asarray(out))), out
 
@@ -371,7 +405,50 @@ def test_public_api_native_not_positive_definite(native_backend):
     b = _rhs(n, 1, np.float64)[:, 0]
     x, ld, st = jax.jit(lambda a: jaxmg.potrs(a, b, T_A=20, mesh=mesh, backend="native", return_logdet=True,
                                               return_status=True))(ag)
-    assert int(st) == k + 1
+    assert int(st) > 0  # counted in the permuted order (potrs factors in place)
     assert np.all(np.isnan(np.asarray(x))) and np.isnan(float(ld))
     low, st = jaxmg.cholesky(ag, T_A=20, mesh=mesh, backend="native", return_status=True)
     assert int(st) == k + 1 and np.all(np.isnan(np.asarray(low)))
+
+
+@pytest.mark.parametrize("shape,spec", [((2, 1), P("x", None)), ((2, 2), P("x", "y"))])
+def test_public_module_layouts(shape, spec, native_backend, monkeypatch):
+    """Cholesky(a) factors in place (one permuted potrf, then only solves); .factor refactors the
+    kept a in natural order; natural=True reads L from its state; after donate=True, .factor
+    says what to do instead."""
+    import jaxmg
+
+    n, tile = 48, 8
+    mesh = _mesh(shape, False)
+    a_in, a = _matrix(n, np.float64)
+    b = _rhs(n, 2, np.float64)
+    ag = jax.device_put(a_in, NamedSharding(mesh, spec))
+    emu = native_backend
+    from jaxmg import _sharded
+    _sharded._compiled.cache_clear()  # calls are recorded when traced: trace afresh
+    jax.clear_caches()
+
+    fac = jaxmg.Cholesky(ag, T_A=tile, mesh=mesh, backend="native")
+    xs = [fac.solve(b * k) for k in range(1, 4)]
+    # (calls are recorded when traced: the three solves share one compiled call)
+    assert [c[:2] for c in emu.calls] == [("potrf", native._MODE_INPLACE), ("potrs", native._MODE_INPLACE)]
+    for k, x in enumerate(xs, 1):
+        np.testing.assert_allclose(np.asarray(x), np.linalg.solve(a, b * k), rtol=1e-10, atol=1e-10)
+    emu.calls.clear()
+    np.testing.assert_allclose(np.asarray(fac.factor), np.linalg.cholesky(a), rtol=1e-10, atol=1e-10)
+    assert [c[:2] for c in emu.calls] == [("potrf", native._MODE_NATURAL)]
+
+    emu.calls.clear()
+    nat = jaxmg.Cholesky(ag, T_A=tile, mesh=mesh, natural=True, backend="native")
+    from jaxmg.modules import cholesky as module
+    with monkeypatch.context() as m:
+        m.setattr(module.ops, "factor", lambda *args, **kw: pytest.fail("natural=True refactored"))
+        np.testing.assert_allclose(np.asarray(nat.factor), np.linalg.cholesky(a), rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(np.asarray(nat.solve(b)), np.linalg.solve(a, b), rtol=1e-10, atol=1e-10)
+    assert {c[:2] for c in emu.calls} <= {("potrf", native._MODE_NATURAL), ("potrs", native._MODE_NATURAL)}
+
+    donated = jaxmg.Cholesky(jax.device_put(a_in, NamedSharding(mesh, spec)), T_A=tile, mesh=mesh, donate=True,
+                             backend="native")
+    np.testing.assert_allclose(np.asarray(donated.solve(b)), np.linalg.solve(a, b), rtol=1e-10, atol=1e-10)
+    with pytest.raises(ValueError, match="natural=True"):
+        donated.factor

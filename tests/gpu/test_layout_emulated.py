@@ -21,28 +21,11 @@ from jax.sharding import AxisType, PartitionSpec as P  # noqa: E402
 from jaxmg import _layout  # noqa: E402
 from jaxmg.kernels import native  # noqa: E402
 
+from _emulation import sigma as _sigma, symmetrized as _symmetrized  # noqa: E402
+
 if jax.default_backend() != "cpu" or len(jax.devices()) < 4:
     pytest.skip("needs 4 CPU devices (tests/conftest.py sets up 8)",
                 allow_module_level=True)
-
-
-def _sigma(g, k, p):
-    return (g % p) * (k // p) + g // p
-
-
-def _symmetrized(m0, n, tile, p):
-    """What csrc's make_sym_plan leaves: the upper triangle as given, the strictly lower parts of
-    diagonal tiles and the lower tiles that land in the permuted lower triangle filled from it,
-    and NaN in every other lower tile (the handler leaves those as they were: never read)."""
-    k = n // tile
-    blocks = np.arange(k)
-    cyc = (blocks % (k // p)) * p + blocks // (k // p)
-    tile_of = np.arange(n) // tile
-    r, c = tile_of[:, None], tile_of[None, :]
-    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
-    filled = (r == c) | ((r > c) & (cyc[r] > cyc[c]))
-    full = jnp.triu(m0) + jnp.conj(jnp.triu(m0, 1)).T
-    return jnp.where(i <= j, m0, jnp.where(filled, full, jnp.nan))
 
 
 def _emulated_factor_call(grid):

@@ -1,0 +1,172 @@
+#include "trsolve.h"
+
+#include <cuComplex.h>
+#include <cublas_v2.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "dynload.h"
+
+namespace jaxmg {
+namespace {
+
+void check_cuda(cudaError_t e, const char* call) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string(call) + " failed with CUDA error " + std::to_string((int)e) + " (" +
+                             cudaGetErrorName(e) + ")");
+}
+
+void check_blas(cublasStatus_t s, const char* call) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string(call) + " failed with cuBLAS status " + std::to_string((int)s));
+}
+
+void check_nccl(ncclResult_t r, const char* call) {
+  if (r != ncclSuccess) {
+    const char* s = api().ncclGetErrorString ? api().ncclGetErrorString(r) : "?";
+    throw std::runtime_error(std::string(call) + " failed with NCCL status " + std::to_string((int)r) + " (" + s +
+                             ")");
+  }
+}
+
+// Per element type: the NCCL type of its real parts, how many there are, the adjoint operation,
+// and the two cuBLAS calls.
+template <typename T>
+struct Ops;
+
+#define JAXMG_BLAS_OPS(T, NCCL, REALS, ADJ, ONE, MINUS_ONE, TRSM, GEMM)                                      \
+  template <>                                                                                                \
+  struct Ops<T> {                                                                                            \
+    static constexpr ncclDataType_t nccl = NCCL;                                                             \
+    static constexpr int reals = REALS;                                                                      \
+    static constexpr cublasOperation_t adjoint = ADJ;                                                        \
+    static T one() { return ONE; }                                                                           \
+    static T minus_one() { return MINUS_ONE; }                                                               \
+    static cublasStatus_t trsm(cublasHandle_t h, cublasOperation_t op, int m, int nrhs, const T* alpha,      \
+                               const T* l, int ldl, T* b, int ldb) {                                        \
+      return api().TRSM(h, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, op, CUBLAS_DIAG_NON_UNIT, m, nrhs, alpha, \
+                        l, ldl, b, ldb);                                                                     \
+    }                                                                                                        \
+    static cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t op, int m, int nrhs, int k, const T* alpha, \
+                               const T* a, int lda, const T* b, int ldb, const T* beta, T* c, int ldc) {     \
+      return api().GEMM(h, op, CUBLAS_OP_N, m, nrhs, k, alpha, a, lda, b, ldb, beta, c, ldc);               \
+    }                                                                                                        \
+  };
+
+JAXMG_BLAS_OPS(float, ncclFloat, 1, CUBLAS_OP_T, 1.0f, -1.0f, cublasStrsm, cublasSgemm)
+JAXMG_BLAS_OPS(double, ncclDouble, 1, CUBLAS_OP_T, 1.0, -1.0, cublasDtrsm, cublasDgemm)
+JAXMG_BLAS_OPS(cuComplex, ncclFloat, 2, CUBLAS_OP_C, make_cuComplex(1.0f, 0.0f), make_cuComplex(-1.0f, 0.0f),
+               cublasCtrsm, cublasCgemm)
+JAXMG_BLAS_OPS(cuDoubleComplex, ncclDouble, 2, CUBLAS_OP_C, make_cuDoubleComplex(1.0, 0.0),
+               make_cuDoubleComplex(-1.0, 0.0), cublasZtrsm, cublasZgemm)
+#undef JAXMG_BLAS_OPS
+
+template <typename T>
+void solve(TiledSolve& ts, ncclComm_t comm, const T* a, T* x, int64_t n, int64_t tile, int nproc, int rank,
+           int64_t nrhs, cudaStream_t stream) {
+  using O = Ops<T>;
+  auto h = static_cast<cublasHandle_t>(ts.handle);
+  const int64_t ntiles = n / tile, stage = tile * nrhs;
+  const size_t want = (size_t)(n * nrhs + 2 * stage) * sizeof(T);
+  if (ts.bytes < want) {
+    if (ts.work) cudaFree(ts.work);
+    ts.work = nullptr;
+    ts.bytes = 0;
+    check_cuda(cudaMalloc(&ts.work, want), "cudaMalloc(tiled solve workspace)");
+    ts.bytes = want;
+  }
+  T* partial = static_cast<T*>(ts.work);  // this member's partial sums: B - sum of its L_gj X_j
+  T* send = partial + n * nrhs;           // one tile of right-hand sides, contiguous
+  T* recv = send + stage;
+  const T one = O::one(), minus_one = O::minus_one();
+  const size_t pitch = (size_t)n * sizeof(T), tile_pitch = (size_t)tile * sizeof(T);
+  const size_t count = (size_t)stage * O::reals;
+  const int ld = (int)n;
+  auto column = [&](int64_t g) { return a + (g / nproc) * tile * n; };  // owner's local column tile g
+  auto copy_tile = [&](T* dst, size_t dpitch, const T* src, size_t spitch) {
+    check_cuda(cudaMemcpy2DAsync(dst, dpitch, src, spitch, tile_pitch, (size_t)nrhs, cudaMemcpyDeviceToDevice, stream),
+               "cudaMemcpy2DAsync(right-hand-side tile)");
+  };
+
+  // Forward: L Y = B. Member 0's partial sums start at B, everyone else's at zero; the reduce of
+  // tile g over all members is then B_g - sum_{j<g} L_gj Y_j on g's owner.
+  if (rank == 0)
+    check_cuda(cudaMemcpyAsync(partial, x, (size_t)(n * nrhs) * sizeof(T), cudaMemcpyDeviceToDevice, stream),
+               "cudaMemcpyAsync(partial sums)");
+  else
+    check_cuda(cudaMemsetAsync(partial, 0, (size_t)(n * nrhs) * sizeof(T), stream), "cudaMemsetAsync(partial sums)");
+  for (int64_t g = 0; g < ntiles; ++g) {
+    const int owner = (int)(g % nproc);
+    T* xg = x + g * tile;
+    if (nproc > 1) {
+      copy_tile(send, tile_pitch, partial + g * tile, pitch);
+      check_nccl(api().ncclReduce(send, recv, count, O::nccl, ncclSum, owner, comm, stream), "ncclReduce(partial sums)");
+      if (rank == owner) copy_tile(xg, pitch, recv, tile_pitch);
+    } else {
+      copy_tile(xg, pitch, partial + g * tile, pitch);
+    }
+    if (rank != owner) continue;
+    const T* lg = column(g);
+    check_blas(O::trsm(h, CUBLAS_OP_N, (int)tile, (int)nrhs, &one, lg + g * tile, ld, xg, ld), "cublas trsm (forward)");
+    const int64_t below = n - (g + 1) * tile;
+    if (below > 0)
+      check_blas(O::gemm(h, CUBLAS_OP_N, (int)below, (int)nrhs, (int)tile, &minus_one, lg + (g + 1) * tile, ld, xg, ld,
+                         &one, partial + (g + 1) * tile, ld),
+                 "cublas gemm (forward update)");
+  }
+
+  // Backward: L^H X = Y. Tile g's owner has Y_g and every X_j (j > g) from the broadcasts.
+  for (int64_t g = ntiles - 1; g >= 0; --g) {
+    const int owner = (int)(g % nproc);
+    T* xg = x + g * tile;
+    if (rank == owner) {
+      const T* lg = column(g);
+      const int64_t below = n - (g + 1) * tile;
+      if (below > 0)
+        check_blas(O::gemm(h, O::adjoint, (int)tile, (int)nrhs, (int)below, &minus_one, lg + (g + 1) * tile, ld,
+                           x + (g + 1) * tile, ld, &one, xg, ld),
+                   "cublas gemm (backward update)");
+      check_blas(O::trsm(h, O::adjoint, (int)tile, (int)nrhs, &one, lg + g * tile, ld, xg, ld), "cublas trsm (backward)");
+    }
+    if (nproc > 1) {
+      if (rank == owner) copy_tile(send, tile_pitch, xg, pitch);
+      check_nccl(api().ncclBroadcast(send, send, count, O::nccl, owner, comm, stream), "ncclBroadcast(solution tile)");
+      if (rank != owner) copy_tile(xg, pitch, send, tile_pitch);
+    }
+  }
+}
+
+}  // namespace
+
+TiledSolve::~TiledSolve() {
+  if (handle && api().cublasDestroy) api().cublasDestroy(static_cast<cublasHandle_t>(handle));
+  if (work) cudaFree(work);
+}
+
+bool tiled_solve_available() { return api().blas; }
+
+void tiled_potrs(TiledSolve& ts, ncclComm_t comm, int dtype_code, const void* a, void* x, int64_t n, int64_t tile,
+                 int nproc, int rank, int64_t nrhs, cudaStream_t stream) {
+  if (!api().blas) throw std::runtime_error("the tiled solve needs cuBLAS, which was not found");
+  if (n % (tile * nproc)) throw std::runtime_error("the tiled solve needs n to be a multiple of tile * nproc");
+  if (!ts.handle) {
+    cublasHandle_t h = nullptr;
+    check_blas(api().cublasCreate(&h), "cublasCreate");
+    ts.handle = h;
+  }
+  check_blas(api().cublasSetStream(static_cast<cublasHandle_t>(ts.handle), stream), "cublasSetStream");
+  switch (dtype_code) {
+    case 0: return solve(ts, comm, static_cast<const float*>(a), static_cast<float*>(x), n, tile, nproc, rank, nrhs, stream);
+    case 1: return solve(ts, comm, static_cast<const double*>(a), static_cast<double*>(x), n, tile, nproc, rank, nrhs, stream);
+    case 2:
+      return solve(ts, comm, static_cast<const cuComplex*>(a), static_cast<cuComplex*>(x), n, tile, nproc, rank, nrhs,
+                   stream);
+    case 3:
+      return solve(ts, comm, static_cast<const cuDoubleComplex*>(a), static_cast<cuDoubleComplex*>(x), n, tile, nproc,
+                   rank, nrhs, stream);
+    default: throw std::runtime_error("the tiled solve got an unknown dtype code");
+  }
+}
+
+}  // namespace jaxmg

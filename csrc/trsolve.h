@@ -1,0 +1,41 @@
+// The solve of potrs on a 1 x P grid, by tiles: cuBLAS on each member's own tiles and one small
+// NCCL collective per tile, instead of cuSOLVERMp's potrs (whose per-tile synchronisation
+// dominates for few right-hand sides).
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace jaxmg {
+
+// What the tiled solve keeps per grid member: a cuBLAS handle and its workspace (one
+// right-hand-side-sized accumulator and two one-tile staging buffers). Owned, released once.
+struct TiledSolve {
+  void* handle = nullptr;  // cublasHandle_t
+  void* work = nullptr;
+  size_t bytes = 0;
+  TiledSolve() = default;
+  TiledSolve(const TiledSolve&) = delete;
+  TiledSolve& operator=(const TiledSolve&) = delete;
+  ~TiledSolve();
+};
+
+// Whether cuBLAS was found (the tiled solve can run).
+bool tiled_solve_available();
+
+// Solves L L^H X = B in place in x, for the lower factor L that cuSOLVERMp's potrf (uplo=LOWER)
+// left on a 1 x P grid: member q (NCCL rank q) holds every row of the global column tiles
+// g = q + l P (l = 0, 1, ...), column-major with leading dimension n, at a. x is n x nrhs,
+// column-major (leading dimension n), and holds B, whole, on every member; on return it holds
+// X, whole, on every member. Forward substitution fans in (per tile, the partial sums of all
+// members are reduced onto the tile's owner, which solves the diagonal tile and updates its own
+// partial sums below it); backward substitution fans out (the owner of tile g subtracts its
+// column's contribution, solves, and broadcasts X's tile g). dtype_code: 0 float, 1 double,
+// 2 complex64, 3 complex128. Throws std::runtime_error naming the failed call.
+void tiled_potrs(TiledSolve& ts, ncclComm_t comm, int dtype_code, const void* a, void* x, int64_t n,
+                 int64_t tile, int nproc, int rank, int64_t nrhs, cudaStream_t stream);
+
+}  // namespace jaxmg

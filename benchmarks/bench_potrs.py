@@ -126,11 +126,12 @@ def worker_native(a):
         b = jax.device_put(_rhs(n, a.nrhs, dtype), NamedSharding(mesh, P()))
         grid = _harness.grid_of(mesh, spec)
         tile = a.tile or _layout.auto_tile((n, n), grid)
-        forced = os.environ.get("JAXMG_NATIVE_SOLVE") == "cusolvermp"
+        choice = os.environ.get("JAXMG_NATIVE_SOLVE")
+        tiled = _native.capabilities().get("tiled_solve") and npcol == 1 and choice != "cusolvermp" and (
+            choice == "tiled" or n // tile <= 8)  # csrc/solver.cc's rule
         rec = dict(kind="jaxmg-native" + ("-api" if use_api else "-kernel"), N=n, dtype=str(dtype),
                    grid=[nprow, npcol], T_A=tile, nproc=jax.process_count(), nrhs=a.nrhs,
-                   solve="cusolvermp" if forced or not _native.capabilities().get("tiled_solve") or npcol > 1
-                   else "tiled")
+                   solve="tiled" if tiled else "cusolvermp")
         try:
             times, solver, layout, factor = [], [], [], []
             first = None

@@ -16,15 +16,21 @@ template <> struct ElemOf<16> { using type = Elem16; };
 
 __device__ __forceinline__ int64_t sigma(int64_t g, int64_t K, int64_t P) { return (g % P) * (K / P) + g / P; }
 
-// dst[c*ld + r] = src[c*rows + srow(r)] for r < rows, c < cols (src is a contiguous batch).
+// Column blockIdx.x, rows t (mod tile) of every row tile: new tile g(i) = old tile g(i+1) along
+// each cycle, through one register.
 template <typename E>
-__global__ void gather_rows_kernel(E* __restrict__ dst, int64_t ld, const E* __restrict__ src, int64_t rows,
-                                   int64_t cols, int64_t tile, int64_t K, int64_t P) {
-  int64_t total = rows * cols;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-    int64_t c = i / rows, r = i % rows;
-    int64_t sr = sigma(r / tile, K, P) * tile + r % tile;
-    dst[c * ld + r] = src[c * rows + sr];
+__global__ void permute_row_tiles_kernel(E* __restrict__ a, int64_t ld, int64_t tile, const int32_t* __restrict__ cycles,
+                                         int64_t cycles_len) {
+  E* col = a + (int64_t)blockIdx.x * ld;
+  for (int64_t t = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; t < tile; t += (int64_t)gridDim.y * blockDim.x) {
+    for (int64_t i = 0; i < cycles_len;) {
+      const int32_t len = cycles[i];
+      const int32_t* g = cycles + i + 1;
+      E first = col[g[0] * tile + t];
+      for (int32_t k = 0; k + 1 < len; ++k) col[g[k] * tile + t] = col[g[k + 1] * tile + t];
+      col[g[len - 1] * tile + t] = first;
+      i += len + 1;
+    }
   }
 }
 
@@ -52,23 +58,6 @@ __global__ void unpack_cols_kernel(E* __restrict__ a, int64_t ld, const E* __res
 }
 
 int blocks_for(int64_t n) { return (int)std::min<int64_t>((n + 255) / 256, 65535 * 8); }
-
-template <typename E>
-cudaError_t reorder_rows_impl(E* a, int64_t rows, int64_t cols, int64_t ld, int64_t tile, int64_t P, E* scratch,
-                              int64_t scratch_elems, cudaStream_t stream) {
-  int64_t K = rows / tile;
-  int64_t cb = std::max<int64_t>(1, std::min<int64_t>(cols, scratch_elems / rows));
-  for (int64_t c0 = 0; c0 < cols; c0 += cb) {
-    int64_t nc = std::min(cb, cols - c0);
-    cudaError_t e = cudaMemcpy2DAsync(scratch, rows * sizeof(E), a + c0 * ld, ld * sizeof(E), rows * sizeof(E), nc,
-                                      cudaMemcpyDeviceToDevice, stream);
-    if (e != cudaSuccess) return e;
-    gather_rows_kernel<E><<<blocks_for(rows * nc), 256, 0, stream>>>(a + c0 * ld, ld, scratch, rows, nc, tile, K, P);
-    e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
-  }
-  return cudaSuccess;
-}
 
 template <typename E>
 cudaError_t reorder_cols_impl(E* a, int64_t rows, int64_t cols, int64_t ld, int64_t tile, int64_t P, E* scratch,
@@ -116,14 +105,34 @@ __global__ void fill_kernel(int32_t* dst, int64_t count, int32_t value) {
 
 }  // namespace
 
-cudaError_t reorder_row_tiles(void* a, int elem_bytes, int64_t rows, int64_t cols, int64_t ld, int64_t tile, int64_t P,
-                              void* scratch, int64_t scratch_elems, cudaStream_t stream) {
-  switch (elem_bytes) {
-    case 4: return reorder_rows_impl((uint32_t*)a, rows, cols, ld, tile, P, (uint32_t*)scratch, scratch_elems, stream);
-    case 8: return reorder_rows_impl((uint64_t*)a, rows, cols, ld, tile, P, (uint64_t*)scratch, scratch_elems, stream);
-    case 16: return reorder_rows_impl((Elem16*)a, rows, cols, ld, tile, P, (Elem16*)scratch, scratch_elems, stream);
+std::vector<int32_t> sigma_cycles(int64_t K, int64_t P) {
+  std::vector<int32_t> out;
+  std::vector<char> seen(K, 0);
+  for (int64_t g0 = 0; g0 < K; ++g0) {
+    if (seen[g0]) continue;
+    std::vector<int32_t> cycle;
+    for (int64_t g = g0; !seen[g]; g = (g % P) * (K / P) + g / P) {
+      seen[g] = 1;
+      cycle.push_back((int32_t)g);
+    }
+    if (cycle.size() < 2) continue;
+    out.push_back((int32_t)cycle.size());
+    out.insert(out.end(), cycle.begin(), cycle.end());
   }
-  return cudaErrorInvalidValue;
+  return out;
+}
+
+cudaError_t permute_row_tiles(void* a, int elem_bytes, int64_t cols, int64_t ld, int64_t tile, const int32_t* cycles,
+                              int64_t cycles_len, cudaStream_t stream) {
+  if (cols <= 0 || cycles_len <= 0) return cudaSuccess;
+  dim3 grid((unsigned)cols, (unsigned)std::max<int64_t>(1, std::min<int64_t>((tile + 255) / 256, 64)));
+  switch (elem_bytes) {
+    case 4: permute_row_tiles_kernel<uint32_t><<<grid, 256, 0, stream>>>((uint32_t*)a, ld, tile, cycles, cycles_len); break;
+    case 8: permute_row_tiles_kernel<uint64_t><<<grid, 256, 0, stream>>>((uint64_t*)a, ld, tile, cycles, cycles_len); break;
+    case 16: permute_row_tiles_kernel<Elem16><<<grid, 256, 0, stream>>>((Elem16*)a, ld, tile, cycles, cycles_len); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
 }
 
 cudaError_t reorder_col_tiles(void* a, int elem_bytes, int64_t rows, int64_t cols, int64_t ld, int64_t tile, int64_t P,

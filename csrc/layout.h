@@ -5,18 +5,22 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace jaxmg {
 
 // The tile permutation that turns a block layout over P processes into a block-cyclic one:
 // block-cyclic tile g holds block-layout tile sigma(g) = (g % P) * (K / P) + g / P  (K tiles, P | K).
 
-// In place: a column-major (rows x cols, leading dimension ld) matrix whose rows are all local
-// gets its row tiles reordered, new row tile g = old row tile sigma(g). Columns are processed in
-// batches through `scratch` (scratch_elems elements).
-cudaError_t reorder_row_tiles(void* a, int elem_bytes, int64_t rows, int64_t cols, int64_t ld,
-                              int64_t tile, int64_t P, void* scratch, int64_t scratch_elems,
-                              cudaStream_t stream);
+// The cycles of sigma (K tiles, P processes) of length 2 or more, for permute_row_tiles: each as
+// [length, g0, g1, ..., g(length-1)] with g(i+1) = sigma(g(i)), concatenated (host side).
+std::vector<int32_t> sigma_cycles(int64_t K, int64_t P);
+
+// In place, in one pass (each element read and written once): a column-major (K*tile x cols,
+// leading dimension ld) matrix gets its row tiles reordered, new row tile g = old row tile
+// sigma(g), following `cycles` (sigma_cycles, on the device, cycles_len entries).
+cudaError_t permute_row_tiles(void* a, int elem_bytes, int64_t cols, int64_t ld, int64_t tile,
+                              const int32_t* cycles, int64_t cycles_len, cudaStream_t stream);
 
 // In place: new column tile g = old column tile sigma(g), rows processed in batches through scratch.
 cudaError_t reorder_col_tiles(void* a, int elem_bytes, int64_t rows, int64_t cols, int64_t ld,

@@ -170,6 +170,8 @@ struct SymPlan {
   std::vector<std::vector<Chunk>> rounds;
   int64_t chunk_tiles = 1;
   int npeers = 0;
+  DeviceBuffer cycles;  // sigma's cycles, where a 1 x P grid's row tiles are permuted (sigma_cycles)
+  int64_t cycles_len = 0;
 };
 
 // Everything cached for one grid membership on one device.
@@ -324,8 +326,16 @@ std::unique_ptr<SymPlan> make_sym_plan(int64_t n, int64_t T, int64_t pr, int64_t
     plan->offsets.ensure(all.size() * sizeof(int64_t), "cudaMalloc(layout plan)");
     check_cuda(cudaMemcpyAsync(plan->offsets.ptr, all.data(), all.size() * sizeof(int64_t), cudaMemcpyHostToDevice, stream),
                "cudaMemcpyAsync(layout plan)");
-    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   }
+  const std::vector<int32_t> cycles = pr == 1 && pc > 1 ? sigma_cycles(K, pc) : std::vector<int32_t>();
+  if (!cycles.empty()) {
+    plan->cycles.ensure(cycles.size() * sizeof(int32_t), "cudaMalloc(layout cycles)");
+    plan->cycles_len = (int64_t)cycles.size();
+    check_cuda(cudaMemcpyAsync(plan->cycles.ptr, cycles.data(), cycles.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
+                               stream),
+               "cudaMemcpyAsync(layout cycles)");
+  }
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // the host vectors go now
   return plan;
 }
 
@@ -562,11 +572,16 @@ void run_job(const Job& j) {
     dwork = std::max(dwork, d1);
     hwork = std::max(hwork, h1);
   }
-  // potrs with the lower factor on a 1 x P grid: the tiled solve (trsolve.h), unless cuBLAS is
-  // missing or JAXMG_NATIVE_SOLVE=cusolvermp asks for cuSOLVERMp's own potrs.
+  // potrs with the lower factor on a 1 x P grid: the tiled solve (trsolve.h) where it was measured
+  // faster than cuSOLVERMp's potrs (2 x H200, float64, one right-hand side: 1.5 vs 1.8 ms with 8
+  // tiles, N = 8192; 7.1 vs 6.3 ms with 16, N = 32768), so up to kTiledSolveMaxTiles tiles;
+  // JAXMG_NATIVE_SOLVE=tiled or =cusolvermp forces one. Needs cuBLAS.
+  constexpr int64_t kTiledSolveMaxTiles = 8;
   const char* solve_choice = std::getenv("JAXMG_NATIVE_SOLVE");
-  const bool tiled = j.solve && pr == 1 && fill == CUBLAS_FILL_MODE_LOWER && tiled_solve_available() &&
-                     !(solve_choice && std::strcmp(solve_choice, "cusolvermp") == 0);
+  const bool force_tiled = solve_choice && std::strcmp(solve_choice, "tiled") == 0;
+  const bool force_mp = solve_choice && std::strcmp(solve_choice, "cusolvermp") == 0;
+  const bool tiled = j.solve && pr == 1 && fill == CUBLAS_FILL_MODE_LOWER && tiled_solve_available() && !force_mp &&
+                     (force_tiled || n / tile <= kTiledSolveMaxTiles);
   if (j.solve && !tiled) {
     size_t d2 = 0, h2 = 0;
     check_mp(api().cusolverMpPotrs_bufferSize(ctx.handle, fill, n, nrhs, a_ptr, 1, 1, desc.a, x_ptr, 1, 1, desc.b,
@@ -607,8 +622,9 @@ void run_job(const Job& j) {
     run_sym_plan(*plan, ctx.comm, ak, mloc, tile, code, elem, static_cast<char*>(ctx.scratch.ptr), stream);
     JAXMG_TRACE("symmetrized (", plan->rounds.size(), " exchange rounds)");
     if (reorder) {
-      cudaError_t e = (pr == 1) ? reorder_row_tiles(ak, elem, mloc, nloc, mloc, tile, pc, ctx.scratch.ptr,
-                                                    scratch_elems, stream)
+      cudaError_t e = (pr == 1) ? permute_row_tiles(ak, elem, nloc, mloc, tile,
+                                                    static_cast<const int32_t*>(plan->cycles.ptr), plan->cycles_len,
+                                                    stream)
                                 : reorder_col_tiles(ak, elem, mloc, nloc, mloc, tile, pr, ctx.scratch.ptr,
                                                     scratch_elems, stream);
       check_cuda(e, "local tile reorder");

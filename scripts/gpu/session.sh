@@ -21,6 +21,9 @@ for spec in "$@"; do
     kernel) cmd=(python3 benchmarks/bench_potrs.py --sizes 8192 32768 65536 --no-single --out "$RES") ;;
     kernel-mp) cmd=(env JAXMG_NATIVE_SOLVE=cusolvermp python3 benchmarks/bench_potrs.py --sizes 8192 32768
                     --no-single --out "$RES") ;;
+    kernel-tiled) cmd=(env JAXMG_NATIVE_SOLVE=tiled python3 benchmarks/bench_potrs.py --sizes 8192 32768
+                       --no-single --out "$RES") ;;
+    kernel12) cmd=(python3 benchmarks/bench_potrs.py --grid 1,2 --sizes 8192 32768 65536 --no-single --out "$RES") ;;
     api) cmd=(python3 benchmarks/bench_potrs.py --api --sizes 8192 32768 65536 --out "$RES") ;;
     big131) cmd=(python3 benchmarks/bench_potrs.py --api --sizes 131072 --runs 1 --no-single --out "$RES") ;;
     big164) cmd=(python3 benchmarks/bench_potrs.py --api --sizes 163840 --runs 1 --no-single --out "$RES") ;;

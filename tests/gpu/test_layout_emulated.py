@@ -105,9 +105,9 @@ def _emulated_factor_call(grid):
 
 
 def _emulated_solve_call(grid):
-    """jaxmg_potrs: potrs with a natural-order (mode 0, uplo=UPPER) factor state, and log det."""
+    """jaxmg_potrs: potrs with a saved factor (natural order, mode 0, uplo=UPPER; or the permuted
+    in-place layout, mode 1, uplo=LOWER), and log det."""
     def call(f_m, b_m, members, nid, rank, *, n, tile, pr, pc, mode, solve):
-        assert mode == native._MODE_NATURAL
         rank = rank[0]
 
         def rank_gather(x):
@@ -129,7 +129,7 @@ def _emulated_solve_call(grid):
                 for lc in range(kc):
                     gr, gc = (p + lr * pr) * tile, (q + lc * pc) * tile
                     u = u.at[gr:gr + tile, gc:gc + tile].set(locs[r, lr * tile:(lr + 1) * tile, lc * tile:(lc + 1) * tile])
-        u = jnp.triu(u)
+        u = jnp.conj(jnp.tril(u)).T if mode == native._MODE_INPLACE else jnp.triu(u)  # M = U^H U
         p, q = rank % pr, rank // pr
         gidx = np.arange(n)
         own = ((gidx // tile) % pr == p) & ((gidx // tile) % pc == q)

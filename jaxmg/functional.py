@@ -7,6 +7,11 @@ users of distributed JAX solvers already write (see the README's table).
 
 from __future__ import annotations
 
+import functools
+
+import jax
+from jax.sharding import NamedSharding
+
 from ._call import pick
 from ._checks import check_flag
 from ._typing import MeshLike, Rhs, Specs, SquareMatrix, TallMatrix, TallRhs, Tile, checked
@@ -16,6 +21,42 @@ from .modules import LU, QR, SVD, Cholesky, Eigh, Polar
 def _flags(**flags) -> None:
     for name, value in flags.items():
         check_flag(value, name)
+
+
+def _one_mesh(mesh, *xs):
+    """The mesh of an eager call that one compiled call can take: every x a concrete
+    jax.Array laid out on the same mesh (``mesh``, where given); else None."""
+    meshes = set()
+    for x in xs:
+        if not isinstance(x, jax.Array) or isinstance(x, jax.core.Tracer):
+            return None
+        sharding = getattr(x, "sharding", None)
+        if not isinstance(sharding, NamedSharding):
+            return None
+        meshes.add(sharding.mesh)
+    if len(meshes) != 1 or (mesh is not None and mesh not in meshes):
+        return None
+    return meshes.pop()
+
+
+def _hashable(*args) -> bool:
+    try:
+        hash(args)
+    except TypeError:  # e.g. malformed matrix_specs: the module's checks explain
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=64)
+def _potrs_once(T_A, mesh, matrix_specs, return_logdet, donate, backend):
+    """An eager potrs as one compiled call: the factorisation and the solve of the module
+    traced together (one dispatch, not one per step). With ``donate`` the factor state is
+    returned too (and dropped by the caller), so that XLA can give it a's donated buffer."""
+    def run(a, b):
+        factor = Cholesky(a, T_A, mesh, matrix_specs, donate=donate, backend=backend)
+        logdet = factor.logdet() if return_logdet else None
+        return factor.solve(b), logdet, factor.status, factor.state if donate else None
+    return jax.jit(run, donate_argnums=(0,) if donate else ())
 
 
 @checked
@@ -40,6 +81,12 @@ def potrs(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, matr
       ``x`` with b's shape and sharding; then ``logdet`` and ``status`` when asked.
     """
     _flags(return_logdet=return_logdet, return_status=return_status)
+    specs = tuple(matrix_specs) if isinstance(matrix_specs, list) else matrix_specs
+    own = _one_mesh(mesh, a, b)
+    if own is not None and check_flag(donate, "donate") is None and _hashable(T_A, specs, backend):
+        with jax.set_mesh(own):  # the arrays' own mesh, whatever the caller's context
+            x, logdet, status, _ = _potrs_once(T_A, own, specs, return_logdet, donate, backend)(a, b)
+        return pick((x, logdet, status), (True, return_logdet, return_status))
     factor = Cholesky(a, T_A, mesh, matrix_specs, donate=donate, backend=backend)
     x = factor.solve(b)
     logdet = factor.logdet() if return_logdet else None

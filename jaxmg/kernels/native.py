@@ -249,7 +249,12 @@ def _grid_axes(grid):
 
 def _bootstrap(grid):
     """(members, nccl_id, rank) of this device's grid, as int32 device arrays."""
-    ident = jax.ffi.ffi_call("jaxmg_identity", jax.ShapeDtypeStruct((1,), jnp.int32), has_side_effect=True)()
+    # Neither call is marked as having side effects: each is a function of the device (and of
+    # the communicator cache, which only its consumers change), so XLA may merge or drop them
+    # with the kernels that use them. Marked effectful, they survived the removal of an unused
+    # kernel (e.g. the log det value in a JVP that needs only its tangent) as a manual
+    # computation without outputs, which XLA's SPMD partitioner rejects.
+    ident = jax.ffi.ffi_call("jaxmg_identity", jax.ShapeDtypeStruct((1,), jnp.int32))()
     members = ident
     if grid.col_axes:
         members = jax.lax.all_gather(members, _name(grid.col_axes), axis=0, tiled=True)
@@ -257,7 +262,7 @@ def _bootstrap(grid):
         members = jax.lax.all_gather(members, _name(grid.row_axes), axis=0, tiled=True)
     i, j = _index(grid.row_axes), _index(grid.col_axes)
     rank = jnp.reshape(j + i * grid.npcol, (1,)).astype(jnp.int32)
-    nid = jax.ffi.ffi_call("jaxmg_nccl_id", jax.ShapeDtypeStruct((32,), jnp.int32), has_side_effect=True)(members, rank)
+    nid = jax.ffi.ffi_call("jaxmg_nccl_id", jax.ShapeDtypeStruct((32,), jnp.int32))(members, rank)
     axes = _grid_axes(grid)
     if axes:
         nid = jax.lax.psum(nid, _name(axes))

@@ -107,6 +107,37 @@ def meshes():
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
 
 
+def directional_errors(fun, args, specs, mesh, order=1, seed=7):
+    """Relative errors of fun's derivatives along a random direction d (jax.test_util.check_grads'
+    checks for arrays spread over processes): the JVP against central differences, <grad, d>
+    against the JVP, and with order=2 the second JVP against second differences and the
+    gradient of the JVP against it."""
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(seed)
+    dirs = [to_global(rng.standard_normal(x.shape), mesh, s) for x, s in zip(args, specs)]
+    weights = rng.standard_normal(jax.eval_shape(fun, *args).shape)
+    scalar = lambda *xs: jnp.sum(jnp.asarray(weights) * fun(*xs))  # noqa: E731
+    shift = jax.jit(lambda t, xs, ds: scalar(*[x + t * d for x, d in zip(xs, ds)]))
+    along = lambda t: shift(t, tuple(args), tuple(dirs))  # noqa: E731 (global arrays as arguments)
+    dot = jax.jit(lambda us, vs: sum(jnp.vdot(u, v) for u, v in zip(us, vs)))
+    rel = lambda a, b: abs(float(host(a)) - float(host(b))) / max(1.0, abs(float(host(b))))  # noqa: E731
+    eps = 1e-6
+    jvp = jax.jit(lambda xs, ds: jax.jvp(scalar, xs, ds)[1])(tuple(args), tuple(dirs))
+    fd = (along(eps) - along(-eps)) / (2 * eps)
+    grad = jax.jit(jax.grad(scalar, argnums=tuple(range(len(args)))))(*args)
+    errs = [rel(jvp, fd), rel(dot(grad, dirs), jvp)]
+    if order == 2:
+        h = 1e-4
+        k = len(args)
+        first = lambda *xs: jax.jvp(scalar, xs[:k], xs[k:])[1]  # noqa: E731 (directions as arguments)
+        second = jax.jit(lambda xs, ds: jax.jvp(lambda *ys: first(*ys, *ds), xs, ds)[1])(tuple(args), tuple(dirs))
+        fd2 = (along(h) - 2 * along(0.0) + along(-h)) / h ** 2
+        grad2 = jax.jit(jax.grad(first, argnums=tuple(range(k))))(*args, *dirs)
+        errs += [rel(second, fd2) * 1e-3, rel(dot(grad2, dirs), second)]  # differences: O(h^2) + roundoff/h^2
+    return errs
+
+
 def k_potrs(mesh, spec, n, tile, dtype, nrhs=None, donate=False):
     grid = _harness.grid_of(mesh, spec)
     a_in, a = spd(n, dtype)
@@ -318,6 +349,24 @@ if _harness.PUBLIC_API:
             e = max(relerr(host(gb), b_bar), relerr(host(ga), -np.outer(b_bar, x)))
             assert e < 1e-10, e
             return f"grad err {e:.1e}"
+
+        @case(f"public-check-grads-{mname}-float64-native")
+        def _():
+            # jax.test_util.check_grads' checks, with multi-process arrays: forward mode against
+            # central differences along a random direction, reverse mode against forward mode
+            # (<grad, d> = jvp), and order 2 (logdet) likewise.
+            _, _, ag, bg = _system(mesh, spec, n=128)
+            sym = lambda m: (m + m.T) / 2  # noqa: E731 (derivatives of Hermitian a)
+            with jax.set_mesh(mesh):
+                e1 = directional_errors(lambda m, v: jaxmg.potrs(sym(m), v, T_A=32, backend="native"),
+                                        [ag, bg], [spec, P("x")], mesh)
+                e2 = directional_errors(lambda m, v: jaxmg.potrs(sym(m), v, T_A=32, backend="native",
+                                                                 return_logdet=True)[1], [ag, bg], [spec, P("x")], mesh,
+                                        order=2)
+                e3 = directional_errors(lambda m: jaxmg.cholesky(sym(m), T_A=32, backend="native"), [ag], [spec], mesh)
+            worst = max(e1 + e2 + e3)
+            assert worst < 1e-6, (e1, e2, e3)
+            return f"potrs (a, b), logdet (order 2), cholesky: fwd vs differences, rev vs fwd; worst {worst:.1e}"
 
         @case(f"public-module-solve-many-{mname}-float64-native")
         def _():

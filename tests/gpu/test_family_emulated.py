@@ -452,3 +452,30 @@ def test_public_module_layouts(shape, spec, native_backend, monkeypatch):
     np.testing.assert_allclose(np.asarray(donated.solve(b)), np.linalg.solve(a, b), rtol=1e-10, atol=1e-10)
     with pytest.raises(ValueError, match="natural=True"):
         donated.factor
+
+
+def test_unused_native_kernel_leaves_no_empty_manual_computation(monkeypatch):
+    """A native kernel whose outputs a program does not use (the log det value in a JVP that
+    needs only its tangent) must vanish whole. With effectful bootstrap calls it stayed as a
+    manual computation without operands or results, which XLA's SPMD partitioner rejects on
+    2 GPUs ("Side-effect HLO must have sharding"). Lowered with the real FFI calls (CPU)."""
+    import re
+
+    import jaxmg
+    from jaxmg import _backend
+
+    monkeypatch.setattr(_backend, "native_unavailable", lambda op, mesh: None)
+    monkeypatch.setattr(native, "_check_one_gpu_per_process", lambda: None)
+    monkeypatch.setattr(native, "_register", lambda: None)
+    mesh = _mesh((2, 1), False)
+    n = 64
+    a = jax.device_put(np.eye(n) * n + 1.0, NamedSharding(mesh, P("x", None)))
+    b = jax.device_put(np.ones(n), NamedSharding(mesh, P("x")))
+
+    def logdet(m, v):
+        return jaxmg.potrs(m, v, T_A=16, mesh=mesh, backend="native", return_logdet=True)[1]
+
+    with jax.set_mesh(mesh):
+        text = jax.jit(lambda xs, ds: jax.jvp(logdet, xs, ds)[1]).lower((a, b), (a, b)).as_text()
+    assert "jaxmg_identity" in text and "jaxmg_potrs" in text
+    assert not re.search(r"manual_computation\(\)\s+in_shardings=\[\]\s+out_shardings=\[\]", text), text

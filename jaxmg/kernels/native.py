@@ -17,11 +17,12 @@ How one native call runs (each kernel below runs on every device inside ``shard_
    processes is the block-cyclic layout (tile ``T``) of the symmetrically permuted matrix
    ``S^T M S``, with ``S`` the tile permutation ``sigma(g) = (g % P) * (K / P) + g // P`` (``K``
    tiles). A symmetric permutation moves entries across the diagonal, so the handler first
-   fills ``M``'s other triangle in place (conjugate-transposed tiles; NCCL point-to-point for
-   tiles held by another process, through a bounded scratch; about 1/4 of the matrix crosses
-   NVLink on 2 GPUs), then, on a 1-D grid, reorders the undistributed dimension's tiles locally,
-   in place (bounded scratch; on a square grid rows and columns share ``sigma`` and nothing
-   moves). cuSOLVERMp then factors ``S^T M S`` (``uplo=LOWER``): Hermitian positive definite
+   fills, in place, the tiles of ``M``'s other triangle that land in the permuted lower
+   triangle (about half of them; conjugate-transposed tiles; NCCL point-to-point for tiles held
+   by another process, through a bounded scratch; about 1/8 of the matrix crosses NVLink on 2
+   GPUs), then, on a 1-D grid, permutes the undistributed dimension's tiles locally, in place
+   (rows: one pass along ``sigma``'s cycles; on a square grid rows and columns share ``sigma``
+   and nothing moves). cuSOLVERMp then factors ``S^T M S`` (``uplo=LOWER``): Hermitian positive definite
    with the same determinant; ``M y = conj(b)`` is solved as ``(S^T M S)(S^T y) = S^T conj(b)``,
    so only the small right-hand side and solution are permuted, and ``x = conj(y)``.
    With ``donate=True`` the FFI call factors JAX's own buffer in place
@@ -44,10 +45,11 @@ Status: 0, or the order of a leading minor that is not positive definite, counte
 (permuted, padded) matrix that cuSOLVERMp factors (``N + 1`` where cuSOLVERMp 0.8 reports the
 failure without ``info``). Outputs are NaN whenever status != 0; the grid stays usable.
 
-Kernels: ``potrs``/``potrs_inplace`` and ``cholesky`` (fused, old contract), and the Cholesky
-family ``cholesky_factor``/``_solve``/``_logdet``/``_lower``/``_inverse`` (state: the natural-order
-factor). The functional ``jaxmg.potrs`` is fastest through ``potrs_inplace`` (no
-redistribution, in place when donated).
+Kernels: ``potrs``/``potrs_inplace`` and ``cholesky`` (fused: factor and solve in one handler
+call), and the Cholesky family ``cholesky_factor``/``_solve``/``_logdet``/``_lower``/``_inverse``
+(state: the in-place permuted factor of step 2 where the grid is square or 1-D, else, or with
+``natural=True``, the natural-order factor of step 3), which ``jaxmg.Cholesky`` and
+``jaxmg.potrs`` use.
 
 Batching: a leading unsharded batch axis reaches the FFI call (``vmap_method="expand_dims"``)
 and the handler loops over it on one cached grid.

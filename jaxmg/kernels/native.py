@@ -642,10 +642,29 @@ def cholesky_lower(state, *, grid, tile, natural=False):
 
 
 def cholesky_inverse(state, *, grid, tile, natural=False):
-    """A^-1 (this device's block), by solving against the identity (whole, like the portable kernel)."""
+    """A^-1 (this device's block), one block of the identity's columns at a time.
+
+    Step k solves for the columns of A^-1 in block k of the grid's rows (or, on a one-row
+    grid, of its columns): n/P right-hand sides, whole on every device for that step only, so
+    memory stays a few local blocks, never n x n. With blocks of rows, A^-1 being Hermitian,
+    row block k of A^-1 is the conjugate transpose of column block k.
+    """
     n = state.shape[-2] * grid.nprow
-    (x,) = cholesky_solve(state, jnp.eye(n, dtype=state.dtype), grid=grid, tile=tile, natural=natural)
     i, j = _index(grid.row_axes), _index(grid.col_axes)
     mr, mc = n // grid.nprow, n // grid.npcol
-    x = jax.lax.dynamic_slice_in_dim(x, i * mr, mr, axis=0)
-    return (jax.lax.dynamic_slice_in_dim(x, j * mc, mc, axis=1),)
+    by_rows = grid.nprow > 1
+    parts = grid.nprow if by_rows else grid.npcol
+    size = n // parts
+    rows = jax.lax.broadcasted_iota(jnp.int32, (n, size), 0)
+    cols = jax.lax.broadcasted_iota(jnp.int32, (n, size), 1)
+
+    def step(k, out):
+        eye_k = (rows == cols + k * size).astype(state.dtype)  # columns of block k of the identity
+        (x,) = cholesky_solve(state, eye_k, grid=grid, tile=tile, natural=natural)  # A^-1[:, block k]
+        if by_rows:
+            block = jax.lax.dynamic_slice_in_dim(jnp.conj(x).T, j * mc, mc, axis=1)  # A^-1[block k, cols j]
+            return jnp.where(i == k, block, out)
+        block = jax.lax.dynamic_slice_in_dim(x, i * mr, mr, axis=0)  # A^-1[rows i, block k]
+        return jnp.where(j == k, block, out)
+
+    return (jax.lax.fori_loop(0, parts, step, jnp.zeros((mr, mc), state.dtype)),)

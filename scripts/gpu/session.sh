@@ -4,7 +4,8 @@
 # Steps: tests (the GPU test suite), kernel (bench_potrs.py, kernel path, 8192 32768 65536),
 #        kernel-mp (the same with cuSOLVERMp's own potrs solve), api (bench_potrs.py --api, with
 #        plain JAX on one GPU), autodiff (bench_autodiff.py --nproc 2), big131 / big164
-#        (bench_potrs.py --api at 131072 / 163840), cases1 / cases2 (native_cases.py, 1 / 2 processes).
+#        (bench_potrs.py --api at 131072 / 163840), cases1 / cases2 (native_cases.py, 1 / 2 processes),
+#        grads2 (the derivative and module cases of native_cases.py, 2 processes).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/jaxmg-out}
@@ -18,6 +19,8 @@ for spec in "$@"; do
     tests) cmd=(python3 -m pytest -q -rs -m gpu tests/gpu) ;;
     cases1) cmd=(python3 scripts/gpu/launch.py -n 1 tests/gpu/native_cases.py) ;;
     cases2) cmd=(python3 scripts/gpu/launch.py -n 2 tests/gpu/native_cases.py) ;;
+    grads2) cmd=(env JAXMG_CASES=public-check-grads,public-grad,public-module
+                 python3 scripts/gpu/launch.py -n 2 tests/gpu/native_cases.py) ;;
     kernel) cmd=(python3 benchmarks/bench_potrs.py --sizes 8192 32768 65536 --no-single --out "$RES") ;;
     kernel-mp) cmd=(env JAXMG_NATIVE_SOLVE=cusolvermp python3 benchmarks/bench_potrs.py --sizes 8192 32768
                     --no-single --out "$RES") ;;

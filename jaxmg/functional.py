@@ -80,10 +80,10 @@ def potrs(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, matr
     Returns:
       ``x`` with b's shape and sharding; then ``logdet`` and ``status`` when asked.
     """
-    _flags(return_logdet=return_logdet, return_status=return_status)
+    _flags(return_logdet=return_logdet, return_status=return_status, donate=donate)
     specs = tuple(matrix_specs) if isinstance(matrix_specs, list) else matrix_specs
     own = _one_mesh(mesh, a, b)
-    if own is not None and check_flag(donate, "donate") is None and _hashable(T_A, specs, backend):
+    if own is not None and _hashable(T_A, specs, backend):
         with jax.set_mesh(own):  # the arrays' own mesh, whatever the caller's context
             x, logdet, status, _ = _potrs_once(T_A, own, specs, return_logdet, donate, backend)(a, b)
         return pick((x, logdet, status), (True, return_logdet, return_status))

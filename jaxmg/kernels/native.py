@@ -396,6 +396,11 @@ def _cyclic_matrix(a, grid, n: int, npad: int, tile: int):
 # Kernels
 # --------------------------------------------------------------------------------------------
 
+def _no_rhs(x):
+    """A 1 x 1 right-hand side for handler calls that solve nothing, batched like x under vmap."""
+    return jnp.zeros((1, 1), x.dtype) * x[..., :1, :1]
+
+
 def _inplace_ok(n: int, tile: int, grid) -> bool:
     pr, pc = grid.npcol, grid.nprow
     if (n // pr) % tile or (n // pc) % tile:
@@ -498,7 +503,7 @@ def cholesky(a, *, grid, tile):
     members, nid, rank = _bootstrap(grid)
     npad = _padded_size(n, tile, grid)
     am = _cyclic_matrix(a, grid, n, npad, tile)
-    dummy = jnp.zeros((1, 1), a.dtype) * a[..., :1, :1]  # batched like a under vmap
+    dummy = _no_rhs(a)
     f, _, _, status = _factor_call(am, dummy, members, nid, rank, n=npad, tile=tile, pr=pr, pc=pc,
                                    mode=_MODE_NATURAL, solve=0)
     f = _from_cyclic(f, -2, grid.row_axes, grid.nprow, n, npad, tile)
@@ -585,7 +590,7 @@ def _family_call(local, grid, tile, natural):
 def cholesky_factor(a, *, grid, tile, natural=False):
     """Factor A = L L^H (lower triangle read); returns (the backend's factor state, status)."""
     n, t, boot, attrs = _family_call(a, grid, tile, natural)
-    dummy = jnp.zeros((1, 1), a.dtype) * a[..., :1, :1]  # batched like a under vmap
+    dummy = _no_rhs(a)
     if attrs["mode"] == _MODE_NATURAL:
         a = _cyclic_matrix(a, grid, n, n, t)
     f, _, _, status = _factor_call(a, dummy, *boot, solve=0, **attrs)
@@ -616,7 +621,7 @@ def cholesky_solve(state, b, *, grid, tile, natural=False):
 def cholesky_logdet(state, *, grid, tile, natural=False):
     """log det A (real), from the factor's diagonal."""
     _, _, boot, attrs = _family_call(state, grid, tile, natural)
-    dummy = jnp.zeros((1, 1), state.dtype) * state[..., :1, :1]
+    dummy = _no_rhs(state)
     _, logdet, _ = _solve_call(state, dummy, *boot, solve=0, **attrs)
     axes = _grid_axes(grid)
     if axes:

@@ -1,5 +1,6 @@
 """What the CPU emulations of the native handlers share (tests/gpu/test_*_emulated.py): the
-tile permutation of the in-place layout and the in-place symmetrization of csrc/solver.cc."""
+tile permutation of the in-place layout, the in-place symmetrization of csrc/solver.cc, and
+the test matrices."""
 from __future__ import annotations
 
 import jax.numpy as jnp
@@ -32,3 +33,15 @@ def permuted(m, n, tile, p):
     e = np.arange(n)
     perm = sigma(e // tile, n // tile, p) * tile + e % tile
     return m[perm][:, perm]
+
+
+def hermitian_with_junk(n, dtype, seed=0):
+    """(a with junk above the diagonal, the Hermitian positive-definite a it stands for): the
+    handlers read only the lower triangle."""
+    rng = np.random.default_rng(seed)
+    g = rng.standard_normal((n, n))
+    if np.issubdtype(dtype, np.complexfloating):
+        g = g + 1j * rng.standard_normal((n, n))
+    a = g @ np.conj(g).T / n + np.eye(n)
+    junk = np.triu(np.full((n, n), 7.0 - 3.0j if np.issubdtype(dtype, np.complexfloating) else 7.0), 1)
+    return (np.tril(a) + junk).astype(dtype), a.astype(dtype)

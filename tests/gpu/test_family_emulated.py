@@ -33,7 +33,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 from jaxmg import _layout
 from jaxmg.kernels import native
 
-from _emulation import permuted, symmetrized
+from _emulation import hermitian_with_junk as _matrix, permuted, symmetrized
 
 if jax.default_backend() != "cpu" or len(jax.devices()) < 4:
     pytest.skip("needs 4 CPU devices (tests/conftest.py sets up 8)", allow_module_level=True)
@@ -207,17 +207,6 @@ def _patch(monkeypatch):
 # --------------------------------------------------------------------------------------------
 # Test data
 # --------------------------------------------------------------------------------------------
-
-def _matrix(n, dtype, seed=0):
-    """(a with junk above the diagonal, the Hermitian positive-definite a it stands for)."""
-    rng = np.random.default_rng(seed)
-    g = rng.standard_normal((n, n))
-    if np.issubdtype(dtype, np.complexfloating):
-        g = g + 1j * rng.standard_normal((n, n))
-    a = g @ np.conj(g).T / n + np.eye(n)
-    junk = np.triu(np.full((n, n), 7.0 - 3.0j if np.issubdtype(dtype, np.complexfloating) else 7.0), 1)
-    return (np.tril(a) + junk).astype(dtype), a.astype(dtype)
-
 
 def _rhs(n, k, dtype, seed=1):
     rng = np.random.default_rng(seed)

@@ -10,6 +10,8 @@ API, is checked without a GPU. Runs on CPU with 4 of the simulated devices.
 """
 from __future__ import annotations
 
+import functools
+
 
 import numpy as np
 import pytest
@@ -21,28 +23,28 @@ from jax.sharding import AxisType, PartitionSpec as P  # noqa: E402
 from jaxmg import _layout  # noqa: E402
 from jaxmg.kernels import native  # noqa: E402
 
-from _emulation import sigma as _sigma, symmetrized as _symmetrized  # noqa: E402
+from _emulation import hermitian_with_junk as _matrix, sigma as _sigma, symmetrized as _symmetrized  # noqa: E402
 
 if jax.default_backend() != "cpu" or len(jax.devices()) < 4:
     pytest.skip("needs 4 CPU devices (tests/conftest.py sets up 8)",
                 allow_module_level=True)
 
 
+def _rank_gather(grid, x):
+    """Every member's x stacked in rank order (rank = j + i * npcol: column axes first, then rows)."""
+    x = x[None]
+    if grid.col_axes:
+        x = jax.lax.all_gather(x, native._name(grid.col_axes), axis=0, tiled=True)
+    if grid.row_axes:
+        x = jax.lax.all_gather(x, native._name(grid.row_axes), axis=0, tiled=True)
+    return x
+
+
 def _emulated_factor_call(grid):
     def call(a_m, b_m, members, nid, rank, *, n, tile, pr, pc, mode, solve):
         del members, nid
         rank = rank[0]
-        axes = native._grid_axes(grid)
-        gath = lambda x: jax.lax.all_gather(x[None], native._name(axes), axis=0, tiled=True) if axes else x[None]
-        # all locals in rank order (rank = j + i*npcol): gather col axes first, then row axes
-        def rank_gather(x):
-            x = x[None]
-            if grid.col_axes:
-                x = jax.lax.all_gather(x, native._name(grid.col_axes), axis=0, tiled=True)
-            if grid.row_axes:
-                x = jax.lax.all_gather(x, native._name(grid.row_axes), axis=0, tiled=True)
-            return x
-        del gath
+        rank_gather = functools.partial(_rank_gather, grid)
         loc = jnp.swapaxes(a_m, -1, -2)  # column-major view: (mloc, nloc)
         mloc, nloc = loc.shape
         if mode == native._MODE_INPLACE:  # symmetrize the block layout (csrc: make_sym_plan)
@@ -109,14 +111,7 @@ def _emulated_solve_call(grid):
     in-place layout, mode 1, uplo=LOWER), and log det."""
     def call(f_m, b_m, members, nid, rank, *, n, tile, pr, pc, mode, solve):
         rank = rank[0]
-
-        def rank_gather(x):
-            x = x[None]
-            if grid.col_axes:
-                x = jax.lax.all_gather(x, native._name(grid.col_axes), axis=0, tiled=True)
-            if grid.row_axes:
-                x = jax.lax.all_gather(x, native._name(grid.row_axes), axis=0, tiled=True)
-            return x
+        rank_gather = functools.partial(_rank_gather, grid)
 
         loc = jnp.swapaxes(f_m, -1, -2)
         mloc, nloc = loc.shape
@@ -163,16 +158,6 @@ CASES = [
     ((2,), P(None, "x"), 60, 8),    # padded
     ((2, 2), P("x", "y"), 48, 16),  # padded
 ]
-
-
-def _matrix(n, dtype, seed=0):
-    rng = np.random.default_rng(seed)
-    g = rng.standard_normal((n, n))
-    if np.issubdtype(dtype, np.complexfloating):
-        g = g + 1j * rng.standard_normal((n, n))
-    a = g @ np.conj(g).T / n + np.eye(n)
-    junk = np.triu(np.full((n, n), 7.0), 1)  # only the lower triangle is read
-    return (np.tril(a) + junk).astype(dtype), a.astype(dtype)
 
 
 @pytest.mark.parametrize("case,dtype,reverse", [(c, np.float64, False) for c in CASES]

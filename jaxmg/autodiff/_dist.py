@@ -60,6 +60,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from .. import _sharded
+
 __all__ = [
     "layout_of",
     "resolve",
@@ -387,6 +389,15 @@ def constrain(x, like, spec: P | None = None):
 
 def _constrain_impl(x, sh, spec):
     return _place(x, sh, spec)
+
+
+def placed_tangent(a, a_dot, spec: P, mesh):
+    """``a``'s tangent ``a_dot`` laid out as ``spec`` on ``mesh``, or None where ``a`` is not
+    differentiated (``a`` is None, or ``a_dot`` is the symbolic zero of a custom JVP defined
+    with ``symbolic_zeros=True``): the JVP rules then return a zero tangent without work."""
+    if a is None or isinstance(a_dot, jax.custom_derivatives.SymbolicZero):
+        return None
+    return _sharded.place(a_dot, spec, mesh)
 
 
 def replicate(v, like):

@@ -61,10 +61,11 @@ def _cholesky_jvp(call, primals, tangents):
     a, state = primals
     a_dot, _ = tangents
     lower = cholesky_lower(call, a, state)
-    if a is None or isinstance(a_dot, jax.custom_derivatives.SymbolicZero):
+    a_dot = _dist.placed_tangent(a, a_dot, call.layout.out_spec, call.grid.mesh)
+    if a_dot is None:
         return lower, jnp.zeros_like(lower)
     layout = _sharding(call)
-    a_dot = _dist.sym_part(_sharded.place(a_dot, call.layout.out_spec, call.grid.mesh), like=layout)
+    a_dot = _dist.sym_part(a_dot, like=layout)
     inverse = _dist.tri_inv(lower, lower=True, like=layout)
     x = _dist.matmul(_dist.matmul(inverse, a_dot, layout), inverse, layout, adj_y=True)
     phi = 0.5 * (_dist.tril(x, 0, like=layout) + _dist.tril(x, -1, like=layout))

@@ -14,14 +14,9 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding
 
-from .. import _sharded
 from .._call import Call
 from ..ops import cholesky
 from . import _dist
-
-
-def _is_zero(tangent) -> bool:
-    return isinstance(tangent, jax.custom_derivatives.SymbolicZero)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
@@ -34,9 +29,9 @@ def _logdet_jvp(call, primals, tangents):
     a, state = primals
     a_dot, _ = tangents
     value = logdet(call, a, state)
-    if a is None or _is_zero(a_dot):
-        return value, jnp.zeros_like(value)  # no A^-1 needed when a is not differentiated
-    a_dot = _sharded.place(a_dot, call.grid.spec, call.grid.mesh)
+    a_dot = _dist.placed_tangent(a, a_dot, call.grid.spec, call.grid.mesh)
+    if a_dot is None:
+        return value, jnp.zeros_like(value)
     tangent = jnp.real(jnp.sum(jnp.conj(inverse(call, a, state)) * a_dot))
     return value, tangent.astype(value.dtype)
 
@@ -54,10 +49,10 @@ def _inverse_jvp(call, primals, tangents):
     a, state = primals
     a_dot, _ = tangents
     value = inverse(call, a, state)
-    if a is None or _is_zero(a_dot):
+    a_dot = _dist.placed_tangent(a, a_dot, call.grid.spec, call.grid.mesh)
+    if a_dot is None:
         return value, jnp.zeros_like(value)
     grid = NamedSharding(call.grid.mesh, call.grid.spec)
-    a_dot = _sharded.place(a_dot, call.grid.spec, call.grid.mesh)
     return value, -_dist.matmul(_dist.matmul(value, a_dot, grid), value, grid)
 
 

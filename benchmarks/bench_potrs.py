@@ -28,7 +28,6 @@ of an earlier size pooled.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -37,6 +36,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE.parent))
+from _common import emit as _emit, generator as _generator, worker_env  # noqa: E402
 
 
 def _args(argv=None):
@@ -57,28 +58,6 @@ def _args(argv=None):
     p.add_argument("--worker", choices=["native", "single"], default=None)
     p.add_argument("--timeout", type=int, default=1200)
     return p.parse_args(argv)
-
-
-def _emit(out, rec):
-    line = json.dumps(rec)
-    print("RESULT " + line, flush=True)
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "a") as f:
-        f.write(line + "\n")
-
-
-def _generator(n, dtype, sharding):
-    import jax
-    import jax.numpy as jnp
-
-    def make():
-        i = jax.lax.broadcasted_iota(jnp.int32, (n, n), 0)
-        j = jax.lax.broadcasted_iota(jnp.int32, (n, n), 1)
-        d = jnp.abs(i - j).astype(jnp.float32)
-        a = (1.0 / (1.0 + d)).astype(dtype) + jnp.where(i == j, jnp.asarray(n, dtype), jnp.zeros((), dtype))
-        return a
-
-    return jax.jit(make, out_shardings=sharding)
 
 
 def _rhs(n, nrhs, dtype):
@@ -128,7 +107,7 @@ def worker_native(a):
         tile = a.tile or _layout.auto_tile((n, n), grid)
         choice = os.environ.get("JAXMG_NATIVE_SOLVE")
         tiled = _native.capabilities().get("tiled_solve") and npcol == 1 and choice != "cusolvermp" and (
-            choice == "tiled" or n // tile <= 8)  # csrc/solver.cc's rule
+            choice == "tiled" or n // tile <= 8)  # csrc/cholesky.cc's rule
         rec = dict(kind="jaxmg-native" + ("-api" if use_api else "-kernel"), N=n, dtype=str(dtype),
                    grid=[nprow, npcol], T_A=tile, nproc=jax.process_count(), nrhs=a.nrhs,
                    solve="tiled" if tiled else "cusolvermp")
@@ -236,14 +215,7 @@ def main(argv=None):
         return worker_native(a)
     if a.worker == "single":
         return worker_single(a)
-    env = dict(os.environ)
-    env.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1",
-               PYTHONUNBUFFERED="1")
-    # The largest problems fill ~75% of each GPU: let XLA take most of the memory on demand,
-    # leaving room for cuSOLVERMp's and NCCL's own allocations.
-    env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.94")
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env = worker_env(ROOT)
     nprow, npcol = (int(v) for v in a.grid.split(","))
     nproc = a.nproc or nprow * npcol
     passthrough = [x for x in (argv if argv is not None else sys.argv[1:])]

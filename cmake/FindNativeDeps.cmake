@@ -11,6 +11,31 @@ if(DEFINED ENV{JAXMG_DISABLE_NATIVE})
   return()
 endif()
 
+# Every folder the build's Python imports from: its site-packages and, inside pip's isolated
+# build environment (where the CUDA header wheels of build_support/jaxmg_build.py land), the
+# environment's own folders on sys.path, which site.getsitepackages() does not list.
+execute_process(
+  COMMAND "${Python_EXECUTABLE}" -c "import os,site,sys; print(';'.join(dict.fromkeys([p for p in sys.path+site.getsitepackages()+[site.getusersitepackages()] if p and os.path.isdir(p)])))"
+  OUTPUT_VARIABLE _jaxmg_sites OUTPUT_STRIP_TRAILING_WHITESPACE)
+
+# nvcc: CUDACXX / PATH as CMake searches them, else the nvidia-cuda-nvcc wheel's.
+if(NOT DEFINED ENV{CUDACXX} AND NOT CMAKE_CUDA_COMPILER)
+  find_program(_jaxmg_path_nvcc nvcc NO_CACHE)
+  if(NOT _jaxmg_path_nvcc)
+    foreach(_site ${_jaxmg_sites})
+      file(GLOB _wheel_nvcc "${_site}/nvidia/cu1[0-9]/bin/nvcc" "${_site}/nvidia/cuda_nvcc/bin/nvcc")
+      if(_wheel_nvcc)
+        list(GET _wheel_nvcc 0 _wheel_nvcc)
+        set(CMAKE_CUDA_COMPILER "${_wheel_nvcc}" CACHE FILEPATH "nvcc from the nvidia-cuda-nvcc wheel")
+        get_filename_component(_wheel_cuda_root "${_wheel_nvcc}" DIRECTORY)
+        get_filename_component(_wheel_cuda_root "${_wheel_cuda_root}" DIRECTORY)
+        set(CUDAToolkit_ROOT "${_wheel_cuda_root}")
+        break()
+      endif()
+    endforeach()
+  endif()
+endif()
+
 include(CheckLanguage)
 check_language(CUDA)
 if(NOT CMAKE_CUDA_COMPILER)
@@ -23,9 +48,6 @@ if(NOT CUDAToolkit_FOUND)
   return()
 endif()
 
-execute_process(
-  COMMAND "${Python_EXECUTABLE}" -c "import site,sys; print(';'.join(site.getsitepackages()+[site.getusersitepackages()]))"
-  OUTPUT_VARIABLE _jaxmg_sites OUTPUT_STRIP_TRAILING_WHITESPACE)
 set(_jaxmg_hints "")
 if(DEFINED ENV{JAXMG_INCLUDE_DIRS})
   string(REPLACE ":" ";" _env_dirs "$ENV{JAXMG_INCLUDE_DIRS}")

@@ -98,6 +98,20 @@ bool load(const std::vector<std::string>& deps, const std::vector<std::string>& 
   sym(mp_lib, "cusolverMpPotrf", &a.cusolverMpPotrf, &missing);
   sym(mp_lib, "cusolverMpPotrs_bufferSize", &a.cusolverMpPotrs_bufferSize, &missing);
   sym(mp_lib, "cusolverMpPotrs", &a.cusolverMpPotrs, &missing);
+  sym(mp_lib, "cusolverMpGetrf_bufferSize", &a.cusolverMpGetrf_bufferSize, &missing);
+  sym(mp_lib, "cusolverMpGetrf", &a.cusolverMpGetrf, &missing);
+  sym(mp_lib, "cusolverMpGetrs_bufferSize", &a.cusolverMpGetrs_bufferSize, &missing);
+  sym(mp_lib, "cusolverMpGetrs", &a.cusolverMpGetrs, &missing);
+  sym(mp_lib, "cusolverMpGeqrf_bufferSize", &a.cusolverMpGeqrf_bufferSize, &missing);
+  sym(mp_lib, "cusolverMpGeqrf", &a.cusolverMpGeqrf, &missing);
+  sym(mp_lib, "cusolverMpOrmqr_bufferSize", &a.cusolverMpOrmqr_bufferSize, &missing);
+  sym(mp_lib, "cusolverMpOrmqr", &a.cusolverMpOrmqr, &missing);
+  sym(mp_lib, "cusolverMpOrgqr_bufferSize", &a.cusolverMpOrgqr_bufferSize, &missing);
+  sym(mp_lib, "cusolverMpOrgqr", &a.cusolverMpOrgqr, &missing);
+  sym(mp_lib, "cusolverMpSyevd_bufferSize", &a.cusolverMpSyevd_bufferSize, &missing);
+  sym(mp_lib, "cusolverMpSyevd", &a.cusolverMpSyevd, &missing);
+  sym(mp_lib, "cusolverMpSygvd_bufferSize", &a.cusolverMpSygvd_bufferSize, &missing);
+  sym(mp_lib, "cusolverMpSygvd", &a.cusolverMpSygvd, &missing);
   if (!missing.empty()) {
     a.error = "the loaded cuSOLVERMp/NCCL lack required entry points: " + missing;
     return false;

@@ -34,6 +34,20 @@ using cusolverMpPotrf_bufferSize_fn = decltype(&::cusolverMpPotrf_bufferSize);
 using cusolverMpPotrf_fn = decltype(&::cusolverMpPotrf);
 using cusolverMpPotrs_bufferSize_fn = decltype(&::cusolverMpPotrs_bufferSize);
 using cusolverMpPotrs_fn = decltype(&::cusolverMpPotrs);
+using cusolverMpGetrf_bufferSize_fn = decltype(&::cusolverMpGetrf_bufferSize);
+using cusolverMpGetrf_fn = decltype(&::cusolverMpGetrf);
+using cusolverMpGetrs_bufferSize_fn = decltype(&::cusolverMpGetrs_bufferSize);
+using cusolverMpGetrs_fn = decltype(&::cusolverMpGetrs);
+using cusolverMpGeqrf_bufferSize_fn = decltype(&::cusolverMpGeqrf_bufferSize);
+using cusolverMpGeqrf_fn = decltype(&::cusolverMpGeqrf);
+using cusolverMpOrmqr_bufferSize_fn = decltype(&::cusolverMpOrmqr_bufferSize);
+using cusolverMpOrmqr_fn = decltype(&::cusolverMpOrmqr);
+using cusolverMpOrgqr_bufferSize_fn = decltype(&::cusolverMpOrgqr_bufferSize);
+using cusolverMpOrgqr_fn = decltype(&::cusolverMpOrgqr);
+using cusolverMpSyevd_bufferSize_fn = decltype(&::cusolverMpSyevd_bufferSize);
+using cusolverMpSyevd_fn = decltype(&::cusolverMpSyevd);
+using cusolverMpSygvd_bufferSize_fn = decltype(&::cusolverMpSygvd_bufferSize);
+using cusolverMpSygvd_fn = decltype(&::cusolverMpSygvd);
 
 // cuBLAS (loaded with cuSOLVERMp, which needs it): the tiled triangular solves of potrs.
 using cublasCreate_fn = decltype(&::cublasCreate_v2);
@@ -76,6 +90,20 @@ struct Api {
   cusolverMpPotrf_fn cusolverMpPotrf = nullptr;
   cusolverMpPotrs_bufferSize_fn cusolverMpPotrs_bufferSize = nullptr;
   cusolverMpPotrs_fn cusolverMpPotrs = nullptr;
+  cusolverMpGetrf_bufferSize_fn cusolverMpGetrf_bufferSize = nullptr;
+  cusolverMpGetrf_fn cusolverMpGetrf = nullptr;
+  cusolverMpGetrs_bufferSize_fn cusolverMpGetrs_bufferSize = nullptr;
+  cusolverMpGetrs_fn cusolverMpGetrs = nullptr;
+  cusolverMpGeqrf_bufferSize_fn cusolverMpGeqrf_bufferSize = nullptr;
+  cusolverMpGeqrf_fn cusolverMpGeqrf = nullptr;
+  cusolverMpOrmqr_bufferSize_fn cusolverMpOrmqr_bufferSize = nullptr;
+  cusolverMpOrmqr_fn cusolverMpOrmqr = nullptr;
+  cusolverMpOrgqr_bufferSize_fn cusolverMpOrgqr_bufferSize = nullptr;
+  cusolverMpOrgqr_fn cusolverMpOrgqr = nullptr;
+  cusolverMpSyevd_bufferSize_fn cusolverMpSyevd_bufferSize = nullptr;
+  cusolverMpSyevd_fn cusolverMpSyevd = nullptr;
+  cusolverMpSygvd_bufferSize_fn cusolverMpSygvd_bufferSize = nullptr;
+  cusolverMpSygvd_fn cusolverMpSygvd = nullptr;
   // Optional entry points, probed: present in cuSOLVERMp 0.9+, absent in 0.8.
   void* cusolverMpGesvd = nullptr;
   void* cusolverMpPolar = nullptr;

@@ -162,6 +162,26 @@ cudaError_t fill_int32(int32_t* dst, int64_t count, int32_t value, cudaStream_t 
   return cudaGetLastError();
 }
 
+namespace {
+template <typename From, typename To>
+__global__ void convert_kernel(const From* src, To* dst, int64_t count) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
+    dst[i] = (To)src[i];
+}
+}  // namespace
+
+cudaError_t pivots_to_int32(const int64_t* src, int32_t* dst, int64_t count, cudaStream_t stream) {
+  if (count <= 0) return cudaSuccess;
+  convert_kernel<<<blocks_for(count), 256, 0, stream>>>(src, dst, count);
+  return cudaGetLastError();
+}
+
+cudaError_t pivots_to_int64(const int32_t* src, int64_t* dst, int64_t count, cudaStream_t stream) {
+  if (count <= 0) return cudaSuccess;
+  convert_kernel<<<blocks_for(count), 256, 0, stream>>>(src, dst, count);
+  return cudaGetLastError();
+}
+
 }  // namespace jaxmg
 
 namespace jaxmg {

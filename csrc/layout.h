@@ -36,6 +36,10 @@ cudaError_t local_logdet(const void* a, int dtype_code, int64_t ld, int64_t n_gl
 // dst[0..count) = value (int32), on the stream.
 cudaError_t fill_int32(int32_t* dst, int64_t count, int32_t value, cudaStream_t stream);
 
+// LU pivots between cuSOLVERMp's int64 and the int32 that JAX arrays hold (XLA without x64).
+cudaError_t pivots_to_int32(const int64_t* src, int32_t* dst, int64_t count, cudaStream_t stream);
+cudaError_t pivots_to_int64(const int32_t* src, int64_t* dst, int64_t count, cudaStream_t stream);
+
 }  // namespace jaxmg
 
 namespace jaxmg {

@@ -6,7 +6,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "dynload.h"
-#include "solver.h"
+#include "handlers.h"
 
 namespace nb = nanobind;
 
@@ -41,6 +41,13 @@ NB_MODULE(_native, m) {
     d["jaxmg_nccl_id"] = handler_capsule(jaxmg::jaxmg_nccl_id);
     d["jaxmg_potrf"] = handler_capsule(jaxmg::jaxmg_potrf);
     d["jaxmg_potrs"] = handler_capsule(jaxmg::jaxmg_potrs);
+    d["jaxmg_getrf"] = handler_capsule(jaxmg::jaxmg_getrf);
+    d["jaxmg_getrs"] = handler_capsule(jaxmg::jaxmg_getrs);
+    d["jaxmg_geqrf"] = handler_capsule(jaxmg::jaxmg_geqrf);
+    d["jaxmg_ormqr"] = handler_capsule(jaxmg::jaxmg_ormqr);
+    d["jaxmg_orgqr"] = handler_capsule(jaxmg::jaxmg_orgqr);
+    d["jaxmg_syevd"] = handler_capsule(jaxmg::jaxmg_syevd);
+    d["jaxmg_sygvd"] = handler_capsule(jaxmg::jaxmg_sygvd);
     return d;
   }, "FFI handler capsules by target name (register with platform='CUDA').");
 
@@ -69,6 +76,13 @@ NB_MODULE(_native, m) {
     const auto& a = jaxmg::api();
     d["potrf"] = a.loaded;
     d["potrs"] = a.loaded;
+    d["getrf"] = a.loaded;
+    d["getrs"] = a.loaded;
+    d["geqrf"] = a.loaded;
+    d["ormqr"] = a.loaded;
+    d["orgqr"] = a.loaded;
+    d["syevd"] = a.loaded;
+    d["sygvd"] = a.loaded;
     d["gesvd"] = a.loaded && a.cusolverMpGesvd != nullptr;
     d["polar"] = a.loaded && a.cusolverMpPolar != nullptr;
     d["tiled_solve"] = a.loaded && a.blas;  // cuBLAS found: potrs on 1 x P grids solves by tiles
@@ -82,6 +96,7 @@ NB_MODULE(_native, m) {
     for (const auto& t : jaxmg::last_timings()) {
       nb::dict d;
       d["device"] = t.device;
+      d["kind"] = t.kind;
       d["valid"] = t.valid;
       d["layout_ms"] = t.layout_ms;
       d["solver_ms"] = t.solver_ms;
@@ -90,7 +105,7 @@ NB_MODULE(_native, m) {
       out.append(d);
     }
     return out;
-  }, "Per device: GPU time (ms) of the layout step and inside cuSOLVERMp, summed over the native calls since reset_timings().");
+  }, "Per device and call kind (potrf, potrs, ...): GPU time (ms) of the layout step and inside cuSOLVERMp, summed over the native calls since reset_timings().");
   m.def("reset_timings", &jaxmg::reset_timings);
   m.def("cache_info", []() {
     auto i = jaxmg::cache_info();

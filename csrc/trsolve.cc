@@ -7,27 +7,13 @@
 #include <string>
 
 #include "dynload.h"
+#include "grid.h"
 
 namespace jaxmg {
 namespace {
 
-void check_cuda(cudaError_t e, const char* call) {
-  if (e != cudaSuccess)
-    throw std::runtime_error(std::string(call) + " failed with CUDA error " + std::to_string((int)e) + " (" +
-                             cudaGetErrorName(e) + ")");
-}
-
 void check_blas(cublasStatus_t s, const char* call) {
-  if (s != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error(std::string(call) + " failed with cuBLAS status " + std::to_string((int)s));
-}
-
-void check_nccl(ncclResult_t r, const char* call) {
-  if (r != ncclSuccess) {
-    const char* s = api().ncclGetErrorString ? api().ncclGetErrorString(r) : "?";
-    throw std::runtime_error(std::string(call) + " failed with NCCL status " + std::to_string((int)r) + " (" + s +
-                             ")");
-  }
+  if (s != CUBLAS_STATUS_SUCCESS) fail(call, cat("cuBLAS status ", (int)s));
 }
 
 // Per element type: the NCCL type of its real parts, how many there are, the adjoint operation,
@@ -148,8 +134,8 @@ bool tiled_solve_available() { return api().blas; }
 
 void tiled_potrs(TiledSolve& ts, ncclComm_t comm, int dtype_code, const void* a, void* x, int64_t n, int64_t tile,
                  int nproc, int rank, int64_t nrhs, cudaStream_t stream) {
-  if (!api().blas) throw std::runtime_error("the tiled solve needs cuBLAS, which was not found");
-  if (n % (tile * nproc)) throw std::runtime_error("the tiled solve needs n to be a multiple of tile * nproc");
+  if (!api().blas) throw Failure("jaxmg native: the tiled solve needs cuBLAS, which was not found");
+  if (n % (tile * nproc)) throw Failure("jaxmg native: the tiled solve needs n to be a multiple of tile * nproc");
   if (!ts.handle) {
     cublasHandle_t h = nullptr;
     check_blas(api().cublasCreate(&h), "cublasCreate");
@@ -165,7 +151,7 @@ void tiled_potrs(TiledSolve& ts, ncclComm_t comm, int dtype_code, const void* a,
     case 3:
       return solve(ts, comm, static_cast<const cuDoubleComplex*>(a), static_cast<cuDoubleComplex*>(x), n, tile, nproc,
                    rank, nrhs, stream);
-    default: throw std::runtime_error("the tiled solve got an unknown dtype code");
+    default: throw Failure("jaxmg native: the tiled solve got an unknown dtype code");
   }
 }
 

@@ -25,8 +25,20 @@ from .functional import (  # noqa: E402
     syevd,
 )
 from .modules import LU, QR, SVD, Cholesky, Eigh, Polar  # noqa: E402
+from ._native_check import NativeBackendWarning, warn_if_native_missing as _warn_if_native_missing  # noqa: E402
+
+_warn_if_native_missing()
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # jaxmg.lineax needs the optional Lineax: imported on first use, not with jaxmg.
+    if name == "lineax":
+        import importlib
+
+        return importlib.import_module(".lineax", __name__)
+    raise AttributeError(f"module 'jaxmg' has no attribute {name!r}")
 
 __all__ = [
     "Cholesky",
@@ -36,6 +48,7 @@ __all__ = [
     "QR",
     "SVD",
     "Grid",
+    "NativeBackendWarning",
     "auto_tile",
     "default_backend",
     "cholesky",

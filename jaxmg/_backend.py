@@ -6,6 +6,7 @@ from types import ModuleType
 
 from jax.sharding import Mesh
 
+from . import _crossover
 from .kernels import native, portable
 
 
@@ -24,18 +25,31 @@ FAMILY = {
 }
 
 
-def select(op: str, backend: str, mesh) -> ModuleType:
+def _device_bytes(mesh):
+    """The memory of the mesh's first device (bytes), or None where it cannot be read."""
+    try:
+        stats = mesh.devices.flat[0].memory_stats() or {}
+    except Exception:  # noqa: BLE001 (abstract meshes, platforms without memory stats)
+        return None
+    return stats.get("bytes_limit")
+
+
+def select(op: str, backend: str, mesh, shape=None, dtype=None) -> ModuleType:
     """The kernel module for operation family ``op`` ("cholesky", "lu", ...) on ``mesh``.
 
     ``"auto"`` takes the native backend where it can run (CUDA devices, the native
-    library loaded, a native kernel for ``op``) and the portable one otherwise;
-    ``"portable"`` always works; ``"native"`` raises RuntimeError where it cannot run.
+    library loaded, a native kernel for ``op``) and the portable one otherwise, except where
+    the measured crossovers of ``jaxmg._crossover`` say that one device's own solver is faster
+    for a matrix of ``shape``/``dtype`` that fits; ``"portable"`` always works; ``"native"``
+    raises RuntimeError where it cannot run.
     """
     op = FAMILY.get(op, op)
     if backend == "portable":
         return portable
     reason = native_unavailable(op, mesh)
     if reason is None:
+        if backend == "auto" and _crossover.prefer_portable(op, mesh.size, shape, dtype, _device_bytes(mesh)):
+            return portable
         return native
     if backend == "native":
         raise RuntimeError(f"backend='native' cannot run {op} here: {reason}. Use backend='portable' or 'auto'.")

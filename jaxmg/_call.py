@@ -120,8 +120,8 @@ def setup(
         _checks.check_rhs(x, name, a.shape[0], a_name)
 
     layout = _layout.resolve(mesh, matrix_specs, [(x, name) for (name, _), x in zip(matrices, arrays)],
-                             num_rhs=max(len(rhs), num_rhs))
-    kernels = _backend.select(family, backend, layout.grid.mesh)
+                             num_rhs=max(len(rhs), num_rhs), rhs=arrays[len(matrices):])
+    kernels = _backend.select(family, backend, layout.grid.mesh, a.shape, a.dtype)
     tile = T_A if T_A is not None else _layout.auto_tile(a.shape, layout.grid)
     return Call(family, layout, kernels, int(tile), tuple(a.shape), a.dtype), arrays
 

@@ -18,9 +18,11 @@ Rules (the same for every operation):
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Optional, Sequence, Union
 
 import jax
+import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec as P
 
 AnyMesh = Union[Mesh, AbstractMesh]
@@ -98,12 +100,38 @@ def _is_tracer(x) -> bool:
     return isinstance(x, jax.core.Tracer)
 
 
+def eager_value(x, *, through_vmap: bool = False):
+    """The concrete array under the tracers of eager transformations, or None.
+
+    ``jax.grad``, ``jvp``, ``linearize`` (and, with ``through_vmap``, ``vmap``, whose value
+    has one more axis) called outside ``jax.jit`` wrap a concrete array in tracers; its
+    sharding says where the computation runs. Inside ``jax.jit`` there is none: None.
+    """
+    while _is_tracer(x):
+        inner = getattr(x, "primal", None)  # JVPTracer, LinearizeTracer
+        if inner is None and through_vmap and hasattr(x, "batch_dim"):
+            inner = x.val  # BatchTracer
+        if inner is None:
+            return None  # a jit tracer: no concrete value
+        x = inner
+    return x
+
+
+def is_eager(xs) -> bool:
+    """Whether every array in ``xs`` (None allowed) is concrete or an eager transformation's
+    tracer of a concrete array: the call can then run as its own compiled call."""
+    return all(x is None or eager_value(x, through_vmap=True) is not None for x in xs)
+
+
 def known_sharding(x) -> Optional[NamedSharding]:
     """The NamedSharding of ``x`` if it is known at trace time, else None.
 
-    Concrete arrays report their sharding. Inside ``jax.jit`` only Explicit mesh
-    axes carry a layout; with Auto axes the layout is unknown.
+    Concrete arrays, and tracers of eager transformations of them, report their sharding.
+    Inside ``jax.jit`` only Explicit mesh axes carry a layout; with Auto axes it is unknown.
     """
+    base = eager_value(x)
+    if base is not None and base is not x:
+        x = base
     if _is_tracer(x):
         try:
             sharding = jax.typeof(x).sharding
@@ -126,7 +154,12 @@ def _all_explicit(mesh: AnyMesh) -> bool:
 
 
 def mesh_of(x) -> Optional[AnyMesh]:
-    """The mesh ``x`` is placed on, concrete or abstract, if any (Auto axes included)."""
+    """The mesh ``x`` is placed on, concrete or abstract, if any (Auto axes included).
+
+    Under eager transformations the mesh is read from the concrete array beneath the tracers."""
+    base = eager_value(x, through_vmap=True)
+    if base is not None:
+        x = base
     if _is_tracer(x):
         try:
             sharding = jax.typeof(x).sharding
@@ -141,12 +174,39 @@ def mesh_of(x) -> Optional[AnyMesh]:
     return None
 
 
-def context_mesh() -> Optional[AnyMesh]:
-    """The mesh set with ``jax.set_mesh``: concrete when eager, abstract inside jit."""
+def tracing() -> bool:
+    """Whether a transformation (jit, grad, vmap, ...) is tracing: ``jax.set_mesh`` and
+    ``jax.sharding.get_mesh`` then refuse to run."""
     try:
+        jax.sharding.get_mesh()
+    except ValueError:
+        return True
+    return False
+
+
+def _set_mesh_while_tracing() -> Optional[Mesh]:
+    """The concrete mesh of ``jax.set_mesh`` while an eager transformation traces.
+
+    ``jax.sharding.get_mesh`` refuses to run then, and only the abstract mesh is public;
+    this reads JAX's private context (JAX 0.10 - 0.12) and gives None where it moved."""
+    try:
+        from jax._src import mesh as mesh_lib
+
+        found = mesh_lib.get_concrete_mesh()
+    except (ImportError, AttributeError):
+        return None
+    return found if isinstance(found, Mesh) and not found.empty else None
+
+
+def context_mesh(eager: bool = False) -> Optional[AnyMesh]:
+    """The mesh set with ``jax.set_mesh``: concrete when eager, abstract inside jit.
+
+    ``eager`` says that the call's arrays are concrete or eager transformations' tracers
+    of concrete arrays, so that the concrete mesh is wanted even while those trace."""
+    if not tracing():
         concrete = jax.sharding.get_mesh()
-    except ValueError:  # inside jax.jit only the abstract mesh exists
-        concrete = None
+    else:
+        concrete = _set_mesh_while_tracing() if eager else None
     if concrete is not None and not concrete.empty:
         return concrete
     abstract = jax.sharding.get_abstract_mesh()
@@ -155,31 +215,62 @@ def context_mesh() -> Optional[AnyMesh]:
     return None
 
 
-def resolve_mesh(mesh, a) -> AnyMesh:
-    """The mesh a call runs on: ``mesh`` if given, else a's mesh, else the context mesh."""
+def resolve_mesh(mesh, a, others: Sequence = ()) -> AnyMesh:
+    """The mesh a call runs on: ``mesh`` if given, else a's mesh, else that of another
+    argument (``others``), else the context mesh, else the 1 x 1 mesh of a's device."""
     if mesh is not None:
         if not isinstance(mesh, (Mesh, AbstractMesh)):
             raise TypeError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}.")
         if mesh.empty:
             raise ValueError("mesh has no axes; pass a mesh made with jax.make_mesh.")
         return mesh
-    found = mesh_of(a) or context_mesh()
-    if found is None:
-        raise ValueError(
-            "jaxmg needs a device mesh: pass mesh=jax.make_mesh(...), shard `a` with a "
-            "NamedSharding, or set one with `jax.set_mesh(mesh)`."
-        )
-    return found
+    found = mesh_of(a)
+    for x in others:
+        found = found or mesh_of(x)
+    found = found or context_mesh(eager=is_eager((a,) + tuple(others)))
+    return found if found is not None else device_mesh(a)
+
+
+#: The axis names of the 1 x 1 mesh of a call that finds no mesh anywhere.
+DEVICE_AXES = ("rows", "cols")
+
+
+def device_mesh(x) -> Mesh:
+    """The 1 x 1 mesh of the device ``x`` lives on (the default device where unknown).
+
+    With no mesh anywhere (plain single-device arrays, no ``jax.set_mesh``, no ``mesh=``)
+    a call runs on that device as a 1 x 1 process grid, as ``jax.scipy.linalg`` would.
+    """
+    base = eager_value(x, through_vmap=True)
+    devices = getattr(getattr(base, "sharding", None), "device_set", None)
+    device = next(iter(devices)) if devices is not None and len(devices) == 1 else jax.devices()[0]
+    return _one_device_mesh(device)
+
+
+@functools.lru_cache(maxsize=None)
+def _one_device_mesh(device) -> Mesh:
+    return Mesh(np.array([device]).reshape(1, 1), DEVICE_AXES,
+                axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+
+@dataclasses.dataclass(frozen=True)
+class Held:
+    """Internal entry of ``matrix_specs``: the layout ``spec`` in which the caller holds a
+    matrix that the computation lays out on the grid's default instead (matrix outputs
+    return to ``spec``). Eager calls pass it for replicated matrices, whose layout a
+    compiled call on Auto mesh axes could not read."""
+
+    spec: P
 
 
 def _split_specs(matrix_specs, count: int) -> tuple:
     """``matrix_specs`` is one PartitionSpec (for ``a``) or one per matrix argument."""
     if matrix_specs is None:
         return (None,) * count
-    if isinstance(matrix_specs, P):
+    if isinstance(matrix_specs, (P, Held)):
         return (matrix_specs,) + (None,) * (count - 1)
     if isinstance(matrix_specs, (list, tuple)) and all(
-        s is None or isinstance(s, P) for s in matrix_specs
+        s is None or isinstance(s, (P, Held)) for s in matrix_specs
     ):
         specs = tuple(matrix_specs)
         if len(specs) > count:
@@ -284,19 +375,22 @@ class Layout:
     rhs_specs: tuple = ()
 
 
-def resolve(mesh, matrix_specs, matrices: Sequence[tuple], num_rhs: int = 0) -> Layout:
+def resolve(mesh, matrix_specs, matrices: Sequence[tuple], num_rhs: int = 0, rhs: Sequence = ()) -> Layout:
     """Resolve the mesh and the layout of the matrix arguments of a call.
 
     ``matrices`` are ``(array, name)`` pairs laid out on the grid (``a`` first; all
     share its spec). ``matrix_specs`` is a PartitionSpec for ``a`` or a list with one
-    spec per argument: matrices first, then ``num_rhs`` right-hand sides.
+    spec per argument: matrices first, then ``num_rhs`` right-hand sides. ``rhs`` are the
+    right-hand sides given now (their mesh serves when the matrices have none).
     """
     a, a_name = matrices[0]
-    mesh = resolve_mesh(mesh, a)
+    mesh = resolve_mesh(mesh, a, [x for x, _ in matrices[1:]] + list(rhs))
     specs = _split_specs(matrix_specs, len(matrices) + num_rhs)
+    held = specs[0].spec if isinstance(specs[0], Held) else None
+    specs = tuple(None if isinstance(s, Held) else s for s in specs)
 
     spec_a = specs[0]
-    given = caller_spec(a, mesh)
+    given = held if held is not None else caller_spec(a, mesh)
     if spec_a is None:
         spec_a = given if given is not None and not _is_replicated(given) else default_spec(mesh)
     entries = _validate_spec(spec_a, mesh, a_name, 2)

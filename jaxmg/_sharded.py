@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from ._layout import Grid, check_output_fits, entry_axes
+from ._layout import Grid, check_output_fits, eager_value, entry_axes, is_eager, tracing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,7 +150,7 @@ def _traced(plan: Plan, *args):
     mesh = plan.grid.mesh
     abstract = mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh
     with jax.sharding.use_abstract_mesh(abstract):
-        args = tuple(_place(x, spec, mesh) for x, spec in zip(args, plan.in_specs))
+        args = tuple(pinned(x, spec, mesh) for x, spec in zip(args, plan.in_specs))
         outs = jax.shard_map(
             _body(plan),
             mesh=mesh,
@@ -188,40 +188,101 @@ def _compiled(plan: Plan, donate: tuple):
 def run(plan: Plan, args: Sequence, *, donate: Sequence[int] = ()) -> tuple:
     """Run ``plan`` on ``args``.
 
-    Eagerly, the inputs are placed on the mesh and a compiled call cached on the
-    plan runs inside the call's own mesh; arguments whose positions are in
-    ``donate`` may be consumed. Inside a trace the computation is inlined into the
-    caller's program.
+    Outside ``jax.jit`` (concrete arrays, or the tracers of eager transformations such as
+    ``jax.grad`` and ``jax.jvp`` called outside jit) the inputs are placed on the mesh and
+    a compiled call cached on the plan runs; JAX differentiates that call as it does any
+    jitted function (its derivatives are compiled and cached too). Arguments whose
+    positions are in ``donate`` may be consumed when all are concrete. Inside ``jax.jit``
+    the computation is inlined into the caller's program.
     """
     args = tuple(args)
     mesh = plan.grid.mesh
-    if any(isinstance(x, jax.core.Tracer) for x in args) or not isinstance(mesh, Mesh):
+    if not isinstance(mesh, Mesh) or not is_eager(args):
         return _traced(plan, *args)
-    placed = tuple(jax.device_put(x, NamedSharding(mesh, spec)) for x, spec in zip(args, plan.in_specs))
-    with jax.set_mesh(mesh):
-        return _compiled(plan, tuple(donate))(*placed)
+    placed = tuple(put_eager(x, NamedSharding(mesh, spec)) for x, spec in zip(args, plan.in_specs))
+    concrete = not any(isinstance(x, jax.core.Tracer) for x in args)
+    with entered(mesh):
+        return _compiled(plan, tuple(donate) if concrete else ())(*placed)
+
+
+def put_eager(x, sharding: NamedSharding):
+    """``x`` (concrete, or an eager transformation's tracer) moved to ``sharding`` with its
+    tangents; values under ``jax.vmap`` (one more axis) are left to the compiled call, whose
+    own placement JAX batches."""
+    if eager_value(x) is None:
+        return x
+    if _in_place(x, sharding):
+        return x  # already there (and JAX's transpose of device_put under jacrev mistypes Explicit cotangents)
+    return jax.device_put(x, sharding)
+
+
+def _in_place(x, sharding: NamedSharding) -> bool:
+    """Whether the concrete values in ``x`` (its primal, and the tangents of ``jax.jvp`` that are
+    concrete arrays) all have layout ``sharding``."""
+    while isinstance(x, jax.core.Tracer):
+        tangent = getattr(x, "tangent", None)
+        current = getattr(tangent, "sharding", None) if not isinstance(tangent, jax.core.Tracer) else None
+        if current is not None and not current.is_equivalent_to(sharding, x.ndim):
+            return False
+        x = x.primal
+    current = getattr(x, "sharding", None)
+    return current is not None and current.is_equivalent_to(sharding, x.ndim)
 
 
 def entered(mesh):
-    """Context that enters ``mesh`` for eager code that traces (a no-op inside a trace).
+    """Context that enters ``mesh`` for eager code that traces (a no-op while a
+    transformation traces: ``jax.set_mesh`` cannot be entered then, and the caller's
+    program decides).
 
     Each call runs in its own mesh, whatever mesh the caller has set."""
-    if isinstance(mesh, Mesh):
-        try:
-            jax.sharding.get_mesh()
-        except ValueError:  # inside a trace: the caller's program decides
-            return contextlib.nullcontext()
+    if isinstance(mesh, Mesh) and not tracing():
         return jax.set_mesh(mesh)
     return contextlib.nullcontext()
 
 
+def pinned(x, spec: P, mesh) -> jax.Array:
+    """``x`` in layout ``spec``, with the placement recorded in the trace even where ``x``
+    already has it (on Explicit mesh axes).
+
+    For the solves handed to ``jax.lax.custom_linear_solve``: JAX traces them once with the
+    right-hand side's type, then replays the traced solve on cotangents as they come (on
+    Explicit axes, often replicated), and a placement elided at trace time would leave the
+    replayed shard_map a value of the wrong layout."""
+    if any(t == jax.sharding.AxisType.Explicit for t in getattr(mesh, "axis_types", ())):
+        abstract = mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh
+        with jax.sharding.use_abstract_mesh(abstract):
+            return jax.sharding.reshard(x, spec)
+    return place(x, spec, mesh)
+
+
 def place(x, spec: P, mesh) -> jax.Array:
-    """Give global array ``x`` layout ``spec`` on ``mesh``, eagerly or inside a trace."""
+    """Give global array ``x`` layout ``spec`` on ``mesh``, eagerly or inside a trace.
+
+    Its tangents get the same layout: JAX accepts tangents and cotangents in any sharding
+    (replicated, on one device, another spec), and every array that enters an operation
+    passes here, so the computation after it sees one layout per value."""
+    if isinstance(x, jax.core.Tracer):
+        return _placed(x, spec, mesh)
+    return _place_value(x, spec, mesh)
+
+
+def _place_value(x, spec: P, mesh) -> jax.Array:
     if isinstance(x, jax.core.Tracer) or not isinstance(mesh, Mesh):
         abstract = mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh
         with jax.sharding.use_abstract_mesh(abstract):
             return _place(x, spec, mesh)
     return jax.device_put(x, NamedSharding(mesh, spec))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
+def _placed(x, spec: P, mesh) -> jax.Array:
+    return _place_value(x, spec, mesh)
+
+
+@_placed.defjvp
+def _placed_jvp(spec, mesh, primals, tangents):
+    (x,), (dx,) = primals, tangents
+    return _placed(x, spec, mesh), _placed(dx, spec, mesh)
 
 
 def check_outputs(kinds: Sequence[Kind], shapes: Sequence[tuple], grid: Grid, names: Sequence[str]) -> None:

@@ -19,6 +19,8 @@ import numpy as np
 from jax.sharding import AbstractMesh, Mesh, PartitionSpec
 from jaxtyping import Inexact, Int, Real, jaxtyped
 
+from ._layout import Held
+
 AnyArray = Union[jax.Array, np.ndarray]
 SquareMatrix = Inexact[AnyArray, "n n"]
 TallMatrix = Inexact[AnyArray, "m n"]
@@ -29,7 +31,7 @@ Status = Int[jax.Array, ""]
 Scalar = Real[jax.Array, ""]
 Tile = Optional[int]
 MeshLike = Optional[Union[Mesh, AbstractMesh]]
-Specs = Optional[Union[PartitionSpec, Sequence[Optional[PartitionSpec]]]]
+Specs = Optional[Union[PartitionSpec, Held, Sequence[Optional[Union[PartitionSpec, Held]]]]]
 
 
 def enabled() -> bool:

@@ -24,8 +24,10 @@ Options:
 
 What the launcher does
 ----------------------
-It starts N copies of ``sys.executable script.py args...`` (or
-``sys.executable -m module args...``), rank ``r`` = 0..N-1, and passes each
+It starts N copies of ``script.py args...`` (or ``-m module args...``) under
+``sys.executable``, rank ``r`` = 0..N-1, each through ``jaxmg/_rank_main.py``
+(which runs the target as ``__main__``, as ``python script.py`` would, but ends
+the rank at once when the target fails: see Faults below), and passes each
 the distributed configuration through environment variables:
 
 =========================  ===============================================
@@ -54,12 +56,26 @@ collectives, so ``N`` processes form an ``N``-device mesh and the
 multi-process code path can be exercised on a machine without GPUs.
 
 Every line a process writes to stdout or stderr is copied to the launcher's
-stdout or stderr prefixed with ``[rank r] ``. When a process exits with a
-non-zero status, the launcher sends SIGTERM to the others (SIGKILL after the
-grace period) and exits with that status (``128 + signal`` for a process
-killed by a signal). SIGINT (Ctrl-C) and SIGTERM sent to the launcher are
-forwarded to every process; a second one kills them at once. If the launcher
-itself dies, Linux kills its processes (``PR_SET_PDEATHSIG``).
+stdout or stderr prefixed with ``[rank r] ``. SIGINT (Ctrl-C) and SIGTERM sent
+to the launcher are forwarded to every process; a second one kills them at
+once. If the launcher itself dies, Linux kills its processes
+(``PR_SET_PDEATHSIG``).
+
+Faults
+------
+When the target of a rank raises, or calls ``sys.exit`` with a non-zero
+status, the rank prints the traceback and exits at once with ``os._exit``:
+its exit handlers, among them ``jax.distributed.shutdown`` (whose barrier
+would wait minutes for peers blocked in a collective with the failed rank),
+do not run. The launcher takes the first rank that ends with a non-zero status
+or by a signal, reports it (``rank 1 failed first: it exited with status 1``,
+or ``... was killed by signal 9 (SIGKILL)``) with the last ``TAIL_LINES``
+lines of its stderr, sends SIGTERM to the others (SIGKILL after the grace
+period) and exits with that rank's status (``128 + signal`` for a signal).
+Launched ranks run without JAX's preemption service, so SIGTERM ends a rank
+even while it is blocked in a collective. ``initialize_from_environment``
+also passes :func:`failure_detection_settings` (``JAXMG_FAILURE_TIMEOUT``) to
+``jax.distributed.initialize``.
 
 Clusters (Slurm, Open MPI, ...)
 -------------------------------
@@ -68,13 +84,17 @@ process per GPU with the cluster's own launcher and call
 ``jax.distributed.initialize()`` with no arguments at the top of the script:
 JAX detects the coordinator, process ids and local devices from the cluster's
 environment. jaxmg needs nothing else; :func:`initialize_from_environment`
-does nothing there, since the ``JAXMG_*`` variables are unset.
+does nothing there, since the ``JAXMG_*`` variables are unset. To bound how
+long a survivor of a dead process waits (JAX's default heartbeat timeout is
+100 s), call ``jax.distributed.initialize(**failure_detection_settings())``.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import os
+import queue
 import signal
 import socket
 import subprocess
@@ -82,7 +102,7 @@ import sys
 import threading
 import time
 
-__all__ = ["initialize_from_environment", "main"]
+__all__ = ["failure_detection_settings", "initialize_from_environment", "main"]
 
 ENV_COORDINATOR = "JAXMG_COORDINATOR"
 ENV_NUM_PROCESSES = "JAXMG_NUM_PROCESSES"
@@ -101,12 +121,63 @@ CHILD_ENV = {
 DEFAULT_GRACE = 5.0
 TIMEOUT_EXIT_CODE = 124
 
+#: Seconds within which a process whose peer died stops with an error (see
+#: :func:`failure_detection_settings`); read from the environment, default 60.
+ENV_FAILURE_TIMEOUT = "JAXMG_FAILURE_TIMEOUT"
+DEFAULT_FAILURE_TIMEOUT = 60.0
+
 _initialized_here = False
 
 
 # --------------------------------------------------------------------------
-# Inside a launched process
+# Inside a launched process (and under any other launcher)
 # --------------------------------------------------------------------------
+
+
+def failure_detection_settings(timeout: float | None = None) -> dict[str, int]:
+    """Keyword arguments for ``jax.distributed.initialize`` that bound how long a dead peer goes unnoticed.
+
+    JAX's coordination service (hosted by process 0) declares a process dead when it has sent
+    no heartbeat for ``heartbeat_timeout_seconds`` (JAX's default: 100 s), and then aborts
+    every other process, from a background thread and wherever its main thread is blocked,
+    with an error that names the dead process (``Task 1 heartbeat timeout``). When process 0
+    itself dies, the others abort as soon as its connection closes (``Socket closed``). This
+    returns a heartbeat timeout of half of ``timeout``, so that detection and the error's
+    propagation end within ``timeout``::
+
+        jax.distributed.initialize(**jaxmg.launch.failure_detection_settings())
+
+    (under Slurm or Open MPI, where the other arguments are detected) or with your own
+    arguments added. ``jaxmg.launch`` applies it to every process it starts.
+
+    Args:
+      timeout: seconds (at least 4) within which a survivor of a dead process fails. None:
+        the environment variable ``JAXMG_FAILURE_TIMEOUT``, else 60.
+
+    Returns:
+      ``{"heartbeat_timeout_seconds": ...}``, only with names that the installed JAX's
+      ``jax.distributed.initialize`` accepts.
+    """
+    if timeout is None:
+        value = os.environ.get(ENV_FAILURE_TIMEOUT, "").strip()
+        try:
+            timeout = float(value) if value else DEFAULT_FAILURE_TIMEOUT
+        except ValueError:
+            raise ValueError(
+                f"jaxmg: {ENV_FAILURE_TIMEOUT}={value!r} is not a number of seconds; "
+                f"set it to e.g. {DEFAULT_FAILURE_TIMEOUT:g} or unset it.") from None
+    if not timeout >= 4:
+        raise ValueError(
+            f"jaxmg: the failure timeout must be at least 4 seconds, got {timeout:g} "
+            f"(argument timeout or {ENV_FAILURE_TIMEOUT}); JAX's heartbeats need a "
+            "few seconds.")
+    import inspect
+
+    import jax
+
+    accepted = inspect.signature(jax.distributed.initialize).parameters
+    settings = {"heartbeat_timeout_seconds": int(timeout // 2)}
+    return {name: value for name, value in settings.items() if name in accepted}
 
 
 def initialize_from_environment() -> bool:
@@ -159,7 +230,9 @@ def initialize_from_environment() -> bool:
             jax.config.update("jax_platforms", "cpu")
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
             jax.config.update("jax_num_cpu_devices", 1)
+        _let_sigterm_stop_the_process(jax)
         jax.distributed.initialize(
+            **failure_detection_settings(),
             coordinator_address=coordinator,
             num_processes=num_processes,
             process_id=process_id,
@@ -181,6 +254,18 @@ def initialize_from_environment() -> bool:
         ) from e
     _initialized_here = True
     return True
+
+
+def _let_sigterm_stop_the_process(jax) -> None:
+    """Turn off JAX's preemption service, whose SIGTERM handler would keep a rank alive.
+
+    The service catches SIGTERM to let a preempted job save a checkpoint; a rank stopped by
+    the launcher (after another rank failed, or on --timeout) would then live until SIGKILL.
+    """
+    try:
+        jax.config.update("jax_enable_preemption_service", False)
+    except (AttributeError, KeyError, ValueError):
+        pass  # a JAX without the option
 
 
 # --------------------------------------------------------------------------
@@ -255,6 +340,11 @@ def _split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv[:i], argv[i:]
 
 
+#: Runs each rank's target (see jaxmg/_rank_main.py): started by its path, so that neither
+#: jaxmg nor JAX is imported before the target; a failing target exits at once.
+_RANK_MAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_rank_main.py")
+
+
 def _target_command(parser: argparse.ArgumentParser, target: list[str]) -> list[str]:
     if not target:
         parser.error("missing script: give a script path or -m module to run")
@@ -262,12 +352,12 @@ def _target_command(parser: argparse.ArgumentParser, target: list[str]) -> list[
     if first == "-m":
         if len(target) < 2:
             parser.error("argument -m: expected a module name")
-        return [sys.executable, "-m", target[1], *target[2:]]
+        return [sys.executable, _RANK_MAIN, "-m", target[1], *target[2:]]
     if first.startswith("-m"):
-        return [sys.executable, "-m", first[2:], *target[1:]]
+        return [sys.executable, _RANK_MAIN, "-m", first[2:], *target[1:]]
     if not os.path.isfile(first):
         parser.error(f"script not found: {first}")
-    return [sys.executable, *target]
+    return [sys.executable, _RANK_MAIN, *target]
 
 
 def _visible_gpu_count() -> int:
@@ -342,13 +432,20 @@ def _binary(stream):
     return getattr(stream, "buffer", None)
 
 
-def _pump(src, dst, prefix: bytes, lock: threading.Lock) -> None:
-    """Copy lines from a child's pipe to dst, each prefixed by its rank."""
+#: Lines of a failed rank's stderr repeated in the launcher's report.
+TAIL_LINES = 20
+
+
+def _pump(src, dst, prefix: bytes, lock: threading.Lock,
+          tail: collections.deque | None = None) -> None:
+    """Copy lines from a child's pipe to dst, each prefixed by its rank; keep the last in tail."""
     out = _binary(dst)
     with src:
         for line in iter(src.readline, b""):
             if not line.endswith(b"\n"):
                 line += b"\n"
+            if tail is not None:
+                tail.append(line)
             with lock:
                 try:
                     if out is not None:
@@ -380,6 +477,17 @@ def _exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def _describe(returncode: int) -> str:
+    """'exited with status 3' or 'was killed by signal 9 (SIGKILL)'."""
+    if returncode >= 0:
+        return f"exited with status {returncode}"
+    try:
+        name = f" ({signal.Signals(-returncode).name})"
+    except ValueError:
+        name = ""
+    return f"was killed by signal {-returncode}{name}"
+
+
 class _Run:
     def __init__(self, cmd: list[str], nproc: int, platform: str, port: int,
                  timeout: float | None, grace: float):
@@ -390,6 +498,9 @@ class _Run:
         self.procs: list[subprocess.Popen] = []
         self.threads: list[threading.Thread] = []
         self.signals: list[int] = []
+        # (rank, returncode) in the order the ranks ended; one waiter thread per rank.
+        self.exits: queue.Queue[tuple[int, int]] = queue.Queue()
+        self.tails: list[collections.deque] = []
 
     # Signal handler (main thread): forward the first signal, kill on the second.
     def _on_signal(self, signum, frame) -> None:
@@ -400,6 +511,7 @@ class _Run:
                 _signal_group(p, sig)
 
     def _stop_all(self) -> None:
+        """SIGTERM to every rank still running, SIGKILL after the grace period; wait for all."""
         live = [p for p in self.procs if p.poll() is None]
         for p in live:
             _signal_group(p, signal.SIGTERM)
@@ -424,41 +536,67 @@ class _Run:
                 start_new_session=True,  # own process group, for killpg
                 preexec_fn=preexec,
             ))
-        # Reader threads only after all forks (preexec_fn and threads don't mix).
+        # Threads only after all forks (preexec_fn and threads don't mix).
         for rank, p in enumerate(self.procs):
             prefix = f"[rank {rank}] ".encode()
-            for src, dst in ((p.stdout, sys.stdout), (p.stderr, sys.stderr)):
-                t = threading.Thread(target=_pump, args=(src, dst, prefix, self.lock),
-                                     daemon=True, name=f"jaxmg-launch-rank{rank}")
-                t.start()
-                self.threads.append(t)
+            tail = collections.deque(maxlen=TAIL_LINES)
+            self.tails.append(tail)
+            for src, dst, keep in ((p.stdout, sys.stdout, None), (p.stderr, sys.stderr, tail)):
+                self._thread(_pump, src, dst, prefix, self.lock, keep, name=f"rank{rank}-output")
+            self._thread(self._await_exit, rank, p, name=f"rank{rank}-wait")
+
+    def _thread(self, target, *args, name: str) -> None:
+        t = threading.Thread(target=target, args=args, daemon=True, name=f"jaxmg-launch-{name}")
+        t.start()
+        self.threads.append(t)
+
+    def _await_exit(self, rank: int, p: subprocess.Popen) -> None:
+        self.exits.put((rank, p.wait()))
+
+    def _report_failure(self, rank: int, returncode: int) -> None:
+        """Say which rank failed first, how, and the last lines of its stderr."""
+        time.sleep(0.2)  # let the output threads copy what the rank wrote last
+        tail = b"".join(self.tails[rank]).decode(errors="replace").rstrip("\n")
+        lines = [f"rank {rank} failed first: it {_describe(returncode)}; "
+                 f"stopping the other ranks"]
+        if tail:
+            lines.append(f"last lines of rank {rank}'s stderr:")
+            lines += [f"  | {line}" for line in tail.splitlines()]
+        else:
+            lines.append(f"rank {rank} wrote nothing to stderr")
+        _say("\n".join(lines), self.lock)
 
     def _wait(self) -> int:
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        running = self.nproc
         while True:
             if self.signals:
                 _say(f"received {signal.Signals(self.signals[0]).name}; stopping all ranks",
                      self.lock)
                 self._stop_all()
                 return 128 + self.signals[0]
-            running = False
-            for rank, p in enumerate(self.procs):
-                rc = p.poll()
-                if rc is None:
-                    running = True
-                elif rc != 0:
-                    code = _exit_status(rc)
-                    _say(f"rank {rank} exited with status {code}; stopping the "
-                         "other ranks", self.lock)
-                    self._stop_all()
-                    return code
             if not running:
                 return 0
             if deadline is not None and time.monotonic() > deadline:
                 _say(f"timeout after {self.timeout:g} s; stopping all ranks", self.lock)
                 self._stop_all()
+                _say(f"all ranks stopped {time.monotonic() - deadline:.1f} s after the "
+                     "timeout", self.lock)
                 return TIMEOUT_EXIT_CODE
-            time.sleep(0.05)
+            try:
+                rank, rc = self.exits.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            running -= 1
+            if rc != 0 and self.signals:
+                continue  # ended by the signal we forwarded: reported as such above
+            if rc != 0:
+                failed_at = time.monotonic()
+                self._report_failure(rank, rc)
+                self._stop_all()
+                _say(f"all ranks stopped {time.monotonic() - failed_at:.1f} s after rank "
+                     f"{rank} ended", self.lock)
+                return _exit_status(rc)
 
     def run(self) -> int:
         handlers = {}

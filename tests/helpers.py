@@ -78,3 +78,57 @@ def same_spec(x, expected: P) -> bool:
     want = tuple(expected) + (None,) * (x.ndim - len(tuple(expected)))
     return spec_of(x) == P(*want) or x.sharding.is_equivalent_to(
         NamedSharding(x.sharding.mesh, P(*want)), x.ndim)
+
+
+def run_ranks_without_launcher(mode, dead, pid_dir, *, init="jaxmg", platform="cpu", env=None,
+                               timeout=240):
+    """Start tests/launch_scripts/fault.py MODE DEAD as 2 plain processes (no jaxmg.launch).
+
+    init: "jaxmg" joins through jaxmg.launch.initialize_from_environment (JAXMG_* variables set
+    here), "jax" calls jax.distributed.initialize(..., **failure_detection_settings()) itself
+    (CPU only). Waits for the survivor (the rank that is not ``dead``) and returns (its exit
+    status, its output, seconds from the failure to its end, the dead rank's exit status).
+    """
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from jaxmg import launch
+
+    tests = Path(__file__).resolve().parent
+    coordinator = f"127.0.0.1:{launch._free_port()}"
+    procs = []
+    for rank in range(2):
+        child = {k: v for k, v in os.environ.items() if not k.startswith("JAXMG_")}
+        child.pop("XLA_FLAGS", None)  # one device per process
+        child["PYTHONPATH"] = os.pathsep.join(
+            [str(Path(launch.__file__).resolve().parents[1])]
+            + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+        if init == "jaxmg":
+            child.update(JAXMG_COORDINATOR=coordinator, JAXMG_NUM_PROCESSES="2",
+                         JAXMG_PROCESS_ID=str(rank), JAXMG_PLATFORM=platform)
+            if platform == "gpu":
+                child["JAXMG_LOCAL_DEVICE_IDS"] = str(rank)
+        else:
+            child.update(FAULT_COORDINATOR=coordinator, FAULT_PROCESS_ID=str(rank))
+        if platform == "cpu":
+            child.update(JAX_PLATFORMS="cpu", OPENBLAS_NUM_THREADS="1")
+        child.update(launch.CHILD_ENV)
+        child.update(env or {})
+        procs.append(subprocess.Popen(
+            [sys.executable, str(tests / "launch_scripts" / "fault.py"), mode, str(dead),
+             str(pid_dir)], env=child, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True))
+    survivor = procs[1 - dead]
+    try:
+        out, _ = survivor.communicate(timeout=timeout)
+        ended = time.time()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.communicate()
+    seconds = ended - float((Path(pid_dir) / "failed_at").read_text())
+    return survivor.returncode, out, seconds, procs[dead].returncode

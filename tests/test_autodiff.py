@@ -86,10 +86,10 @@ def test_lu_solve_matches_numpy_for_each_trans(auto_mesh):
 
 
 @dtypes
-def test_least_squares_grads_rev(auto_mesh, dtype):
+def test_least_squares_grads_fwd_rev(auto_mesh, dtype):
     rng = np.random.default_rng(4)
     A, B = random_matrix(rng, (M, N), dtype), random_matrix(rng, (M,), dtype)
-    check(lambda a, b: jaxmg.least_squares(a, b), (A, B), order=1, modes=("rev",))
+    check(lambda a, b: jaxmg.least_squares(a, b), (A, B), order=1, modes=("fwd", "rev"))
     ref = jax.grad(lambda a, b: jnp.sum(jnp.abs(jnp.linalg.lstsq(a, b)[0]) ** 2), argnums=(0, 1))(A, B)
     got = jax.grad(lambda a, b: jnp.sum(jnp.abs(jaxmg.least_squares(a, b)) ** 2), argnums=(0, 1))(A, B)
     for r, g in zip(ref, got):
@@ -179,7 +179,8 @@ def test_donated_module_still_differentiates_b():
     assert np.allclose(np.asarray(g), np.linalg.solve(A, np.ones(N)))
 
 
-# --- Decompositions: reverse mode through the custom VJPs ------------------------------------
+# --- Decompositions: forward mode, and reverse mode by JAX's transposition (inside jit; eagerly
+# and at order 2 in test_forward_mode.py) ------------------------------------------------------
 
 def _gauge_free_eig(w, v):
     """A loss that does not depend on the eigenvectors' phases."""
@@ -187,20 +188,20 @@ def _gauge_free_eig(w, v):
 
 
 @dtypes
-def test_decomposition_grads_rev(auto_mesh, dtype):
+def test_decomposition_grads_fwd_rev(auto_mesh, dtype):
     rng = np.random.default_rng(12)
     A_spd, A_her = spd(rng, dtype), hermitian_matrix(rng, N, dtype)
     A_tall = random_matrix(rng, (M, N), dtype)
     weights = np.arange(1.0, N + 1)
 
-    check(lambda a: jaxmg.Cholesky(herm(a)).factor, (A_spd,), order=1, modes=("rev",))
-    check(lambda a: jaxmg.qr(a), (A_tall,), order=1, modes=("rev",))
-    check(lambda a: _gauge_free_eig(*jaxmg.syevd(herm(a))), (A_her,), order=1, modes=("rev",))
-    check(lambda a, b: _gauge_free_eig(*jaxmg.sygvd(herm(a), herm(b))), (A_her, A_spd), order=1, modes=("rev",))
+    check(lambda a: jaxmg.Cholesky(herm(a)).factor, (A_spd,), order=1, modes=("fwd", "rev"))
+    check(lambda a: jaxmg.qr(a), (A_tall,), order=1, modes=("fwd", "rev"))
+    check(lambda a: _gauge_free_eig(*jaxmg.syevd(herm(a))), (A_her,), order=1, modes=("fwd", "rev"))
+    check(lambda a, b: _gauge_free_eig(*jaxmg.sygvd(herm(a), herm(b))), (A_her, A_spd), order=1, modes=("fwd", "rev"))
     check(lambda a: jnp.sum(jaxmg.gesvd(a, compute_u=False, compute_vh=False) * weights), (A_tall,),
-          order=1, modes=("rev",))
-    check(lambda a: jnp.sum(jnp.abs(jaxmg.gesvd(a)[0][:3]) ** 2), (A_tall,), order=1, modes=("rev",))
-    check(lambda a: jaxmg.polar(a), (A_tall,), order=1, modes=("rev",))
+          order=1, modes=("fwd", "rev"))
+    check(lambda a: jnp.sum(jnp.abs(jaxmg.gesvd(a)[0][:3]) ** 2), (A_tall,), order=1, modes=("fwd", "rev"))
+    check(lambda a: jaxmg.polar(a), (A_tall,), order=1, modes=("fwd", "rev"))
 
 
 def test_decomposition_cotangents_keep_the_primal_sharding():

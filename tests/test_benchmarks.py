@@ -11,18 +11,40 @@ import jaxmg
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_bench_autodiff_writes_every_case(tmp_path):
-    out = tmp_path / "autodiff.jsonl"
+def _bench(script: str, out, *args: str) -> list:
+    """Run benchmarks/``script`` with ``args`` (its own 8 simulated devices) and read its records."""
     env = dict(os.environ)
     env.pop("XLA_FLAGS", None)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(jaxmg.__file__).resolve().parents[1]),
                                                        env.get("PYTHONPATH")]))
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_autodiff.py"), "--n", "128",
-                           "--vmap-n", "64", "--runs", "2", "--out", str(out)],
-                          capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args, "--out", str(out)],
+                          capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    records = [json.loads(line) for line in out.read_text().splitlines()]
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def test_bench_autodiff_writes_every_case(tmp_path):
+    records = _bench("bench_autodiff.py", tmp_path / "autodiff.jsonl", "--n", "128", "--vmap-n", "64", "--runs", "2")
     assert [r["case"] for r in records] == ["potrs", "grad", "factor+8solves", "potrs@vmap-n", "vmap4"]
     for record in records:
         assert record["median_s"] > 0 and record["runs"] == 2 and record["devices"] == 8
     assert all("ratio" in r for r in records if r["case"] not in ("potrs", "potrs@vmap-n"))
+
+
+def test_bench_eager_grad_writes_every_case(tmp_path):
+    records = _bench("bench_eager_grad.py", tmp_path / "eager_grad.jsonl", "--sizes", "64", "--runs", "2")
+    assert [r["case"] for r in records] == ["jit_grad", "first_eager_grad", "eager_grad", "eager_grad_b", "eager_jvp"]
+    assert all(r["median_s"] > 0 and r["devices"] == 8 and r["N"] == 64 for r in records)
+    assert all("ratio" in r for r in records if r["case"] != "jit_grad")
+
+
+def test_bench_crossover_writes_every_path(tmp_path):
+    """On CPU the native path cannot run: its record says why, and the others are timed."""
+    ops = ["potrs", "qr", "least_squares", "lu_solve", "syevd"]
+    records = _bench("bench_crossover.py", tmp_path / "crossover.jsonl", "--ops", *ops, "--sizes", "32",
+                     "--runs", "1")
+    assert [r["op"] for r in records] == ops
+    for record in records:
+        assert record["portable_ms"] > 0 and "needs NVIDIA GPUs" in record["native_error"], record
+        assert record["M"] == (64 if record["op"] == "least_squares" else 32)
+    assert all(r["plain_jax_ms"] > 0 for r in records if r["op"] != "least_squares")

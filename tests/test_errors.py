@@ -99,9 +99,12 @@ def test_output_not_divided_by_mesh():
         jaxmg.least_squares(a, np.ones(16), mesh=mesh8, matrix_specs=[P("x"), P("x")])
 
 
-def test_no_mesh_anywhere():
-    with pytest.raises(ValueError, match=r"needs a device mesh.*jax.set_mesh"):
-        jaxmg.potrs(A, B)
+def test_no_mesh_anywhere_runs_on_the_arrays_device():
+    """Plain single-device arrays with no mesh anywhere run on their device (a 1 x 1 grid),
+    as jax.scipy's solvers do; the solution stays on that device."""
+    x = jaxmg.potrs(A, B)
+    assert len(x.sharding.device_set) == 1
+    np.testing.assert_allclose(np.asarray(A) @ np.asarray(x), np.asarray(B), atol=1e-8)
 
 
 def test_mesh_of_wrong_type():

@@ -186,6 +186,28 @@ def test_matrix_outputs_follow_callers_layout_and_inputs_survive():
     assert not a.is_deleted() and np.allclose(np.asarray(a), A)
 
 
+@pytest.mark.parametrize("axis_type", [AxisType.Auto, AxisType.Explicit])
+def test_replicated_inputs_give_replicated_outputs_eagerly(axis_type):
+    """Eager calls compile one program per layout: a replicated matrix or right-hand side
+    must come back replicated on Auto axes too, where that program cannot read the layout."""
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(axis_type,) * 2)
+    a, b = put(A, mesh, P()), put(B, mesh, P())
+    outputs = {
+        "cholesky": jaxmg.cholesky(a),
+        "potrs": jaxmg.potrs(a, b),
+        "lu_solve": jaxmg.lu_solve(a, b),
+        "qr.q": jaxmg.qr(a)[0],
+        "syevd.vectors": jaxmg.syevd(a)[1],
+        "Cholesky.solve": jaxmg.Cholesky(a).solve(b),
+    }
+    for name, out in outputs.items():
+        assert out.sharding.is_fully_replicated, (name, out.sharding)
+    sharded = put(A, mesh, P("x", "y"))
+    assert same_spec(jaxmg.potrs(sharded, b), P())  # b's layout, not a's rows
+    assert same_spec(jaxmg.cholesky(sharded), P("x", "y"))  # the earlier compiled call is not reused
+    assert close(jaxmg.potrs(a, b)) and close(jaxmg.lu_solve(a, b))
+
+
 def test_donate_true_may_consume_inputs():
     mesh = make_mesh((8,), ("x",))
     a = put(A, mesh, P("x"))

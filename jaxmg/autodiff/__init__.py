@@ -5,6 +5,8 @@ unchanged on every backend.
   mode, any order, through ``jax.lax.custom_linear_solve``; the backward pass is one more
   solve with the same factor.
 * :mod:`.logdet` — log-determinant from a Cholesky factor (custom JVP).
-* :mod:`.decompositions` — custom VJPs of the factorisations whose outputs are matrices
-  (Cholesky's L, QR, eigen-, singular value and polar decompositions) and of least squares.
+* :mod:`.decompositions` — custom JVPs of the factorisations whose outputs are matrices
+  (Cholesky's L, QR, eigen-, singular value and polar decompositions) and of least squares;
+  reverse mode is JAX's transposition of each, so every order is available.
+* :mod:`.tangents` — the JVP formulas of those decompositions (distributed products only).
 """

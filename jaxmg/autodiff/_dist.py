@@ -350,6 +350,26 @@ def _block_diag_inv(t, nb: int, lower: bool, sh: NamedSharding):
 
 
 def _tri_inv(t, sh, lower=True, max_block=2048):
+    """The triangular inverse (see :func:`tri_inv`), differentiable at every order without
+    differentiating ``triangular_solve`` (whose JVP builds unsharded masks, which Explicit
+    mesh axes reject): ``(T^-1)' = -T^-1 T' T^-1``, two distributed matmuls."""
+    return _tri_inv_diff(t, sh, bool(lower), max_block)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3))
+def _tri_inv_diff(t, sh, lower, max_block):
+    return _tri_inv_blocks(t, sh, lower, max_block)
+
+
+@_tri_inv_diff.defjvp
+def _tri_inv_jvp(sh, lower, max_block, primals, tangents):
+    (t,), (t_dot,) = primals, tangents
+    y = _tri_inv_diff(t, sh, lower, max_block)
+    t_dot = _tril(t_dot, sh) if lower else _triu(t_dot, sh)  # only the triangle is read
+    return y, -_matmul(_matmul(y, t_dot, sh), y, sh)
+
+
+def _tri_inv_blocks(t, sh, lower, max_block):
     n = t.shape[-1]
     if t.ndim != 2 or t.shape[0] != n:
         raise ValueError(f"tri_inv needs a square matrix, got shape {t.shape}")

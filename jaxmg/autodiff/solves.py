@@ -40,10 +40,16 @@ def linear_solve(call: Call, a: Optional[jax.Array], b: jax.Array, spec,
     with _sharded.entered(call.grid.mesh):
         return jax.lax.custom_linear_solve(
             matvec, b,
-            solve=lambda _, r: solve(r),
-            transpose_solve=lambda _, r: transpose_solve(r),
+            solve=placed_solve(solve, spec, call.grid.mesh),
+            transpose_solve=placed_solve(transpose_solve, spec, call.grid.mesh),
             symmetric=symmetric,
         )
+
+
+def placed_solve(solve: Callable, spec, mesh) -> Callable:
+    """``solve`` as ``jax.lax.custom_linear_solve`` calls it (``(matvec, r) -> x``), with ``r``
+    placed in layout ``spec`` first: cotangents reach the transposed solve in any layout."""
+    return lambda _, r: solve(_sharded.pinned(r, spec, mesh))
 
 
 def hermitian_transpose_solve(solve: Callable, dtype) -> Callable:

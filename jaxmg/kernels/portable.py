@@ -10,8 +10,8 @@ Kernels come in families that share a factor ("state") layout private to the bac
 ``cholesky_*`` (state: the lower factor L), ``lu_*`` (state: LAPACK's packed LU and
 pivots) and ``qr_*`` (state: Q and R). Conventions shared with the native backend: only
 the lower triangle of a Hermitian matrix is read; ``status`` is 0 on success and
-otherwise the 1-based index of the first failing pivot (LAPACK ``info``), or -1 when a
-result is not finite for another reason.
+otherwise LAPACK's ``info``, or -1 when a result is not finite for another reason (defined
+once, in ``jaxmg.kernels.status``).
 """
 
 from __future__ import annotations
@@ -22,21 +22,17 @@ from jax import lax
 from jax.scipy.linalg import solve_triangular
 
 from .._sharded import gather_block, local_block
+from . import status as _status
 
 NAME = "portable"
 
 
-def _pivot_status(pivots: jax.Array) -> jax.Array:
-    """LAPACK-style info from the diagonal of a factor: first non-finite or zero pivot, 1-based."""
-    bad = ~jnp.isfinite(pivots) | (pivots == 0)
-    return jnp.where(jnp.any(bad), jnp.argmax(bad) + 1, 0).astype(jnp.int32)
-
-
-def _finite_status(*arrays: jax.Array) -> jax.Array:
-    ok = jnp.array(True)
-    for x in arrays:
-        ok = ok & jnp.all(jnp.isfinite(x))
-    return jnp.where(ok, 0, -1).astype(jnp.int32)
+def _cholesky(a: jax.Array):
+    """The lower factor of Hermitian ``a`` (lower triangle read) and LAPACK's info: NaN
+    everywhere when a leading minor is not positive definite."""
+    chol = lax.linalg.cholesky(a, symmetrize_input=False)
+    status = _status.cholesky_info(a, chol)
+    return jnp.where(status == _status.OK, jnp.tril(chol), jnp.nan), status
 
 
 def _as_matrix(b: jax.Array) -> jax.Array:
@@ -55,10 +51,7 @@ def _hermitian_from_lower(a: jax.Array) -> jax.Array:
 
 def cholesky_factor(a, *, grid):
     """Factor A = L L^H (lower triangle of A read); returns (L's local block, status)."""
-    chol = lax.linalg.cholesky(gather_block(a, grid), symmetrize_input=False)
-    diag = jnp.real(jnp.diagonal(chol))
-    status = _pivot_status(jnp.where(diag > 0, diag, 0))
-    chol = jnp.where(status == 0, jnp.tril(chol), jnp.nan)
+    chol, status = _cholesky(gather_block(a, grid))
     return local_block(chol, grid), status
 
 
@@ -93,7 +86,7 @@ def cholesky_lower(state, *, grid):
 def lu_factor(a, *, grid):
     """PA = LU with partial pivoting; returns (packed LU local block, pivots, status)."""
     lu, piv = jax.scipy.linalg.lu_factor(gather_block(a, grid))
-    return local_block(lu, grid), piv.astype(jnp.int32), _pivot_status(jnp.diagonal(lu))
+    return local_block(lu, grid), piv.astype(jnp.int32), _status.first_bad_pivot(jnp.diagonal(lu))
 
 
 def lu_solve(lu, piv, b, *, grid, trans):
@@ -107,14 +100,16 @@ def lu_solve(lu, piv, b, *, grid, trans):
 def qr_factor(a, *, grid):
     """Reduced A = QR (M >= N); returns (Q's local block, R whole, status)."""
     q, r = jnp.linalg.qr(gather_block(a, grid), mode="reduced")
-    return local_block(q, grid), r, _pivot_status(jnp.diagonal(r))
+    return local_block(q, grid), r, _status.first_bad_pivot(jnp.diagonal(r))
 
 
-def qr_q(q, r, *, grid):
+def qr_q(q, r, *, grid, m):
+    """Q (M x N, local block); ``m`` (a's rows) is what a backend whose state does not keep it needs."""
     return (q,)
 
 
 def qr_r(q, r, *, grid):
+    """R (N x N, local block)."""
     return (local_block(r, grid),)
 
 
@@ -136,26 +131,24 @@ def qr_normal_solve(q, r, y, *, grid):
 def syevd(a, *, grid):
     """Eigenvalues (ascending, whole) and eigenvectors (local block) of Hermitian A, and status."""
     v, w = lax.linalg.eigh(gather_block(a, grid), lower=True, symmetrize_input=False)
-    return w, local_block(v, grid), _finite_status(w)
+    return w, local_block(v, grid), _status.finite(w)
 
 
 def sygvd(a, b, *, grid):
     """A v = lambda B v with B Hermitian positive definite; eigenvectors normalised v^H B v = I."""
-    chol = lax.linalg.cholesky(gather_block(b, grid), symmetrize_input=False)
-    diag = jnp.real(jnp.diagonal(chol))
-    status = _pivot_status(jnp.where(diag > 0, diag, 0))
+    chol, status = _cholesky(gather_block(b, grid))
     c = solve_triangular(chol, _hermitian_from_lower(gather_block(a, grid)), lower=True)
     c = solve_triangular(chol, jnp.conj(c).T, lower=True)
     v, w = lax.linalg.eigh(c, lower=True, symmetrize_input=True)
     v = solve_triangular(chol, v, lower=True, trans="C")
-    status = jnp.where(status != 0, status, _finite_status(w))
+    status = _status.either(status, _status.finite(w))
     return w, local_block(v, grid), status
 
 
 def gesvd(a, *, grid, full_matrices):
     """Singular values (descending) and local blocks of U and V^H, and status."""
     u, s, vh = jnp.linalg.svd(gather_block(a, grid), full_matrices=full_matrices)
-    return local_block(u, grid), s, local_block(vh, grid), _finite_status(s)
+    return local_block(u, grid), s, local_block(vh, grid), _status.finite(s)
 
 
 def polar(a, *, grid):
@@ -164,4 +157,4 @@ def polar(a, *, grid):
     u_p = u @ vh
     h = (jnp.conj(vh).T * s.astype(vh.dtype)) @ vh
     h = (h + jnp.conj(h).T) / 2
-    return local_block(u_p, grid), local_block(h, grid), _finite_status(s)
+    return local_block(u_p, grid), local_block(h, grid), _status.finite(s)

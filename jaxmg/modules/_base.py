@@ -9,6 +9,7 @@ import jax
 
 from .. import _sharded
 from .._call import Call, check_rhs, setup
+from ..kernels import status as _status
 
 
 class Factorisation(eqx.Module):
@@ -33,6 +34,10 @@ class Factorisation(eqx.Module):
     def dtype(self):
         """The factorised matrix's dtype."""
         return self.call.dtype
+
+    def _masked(self, *outputs):
+        """``outputs``, NaN wherever :attr:`status` is not 0 (on every backend)."""
+        return _status.masked(self.status, *outputs)
 
     def _rhs(self, b, name: str = "b", rows: Optional[int] = None):
         """Check right-hand side ``b`` and place it in its layout; returns (b, spec)."""

@@ -11,18 +11,19 @@ from ..autodiff import decompositions, logdet, solves
 from ..ops import cholesky as ops
 from . import _base
 from .._checks import check_flag
+from .._docstrings import shared_arguments
 from .._typing import MeshLike, Rhs, Specs, SquareMatrix, Tile, checked
 from ._base import Factorisation, prepare
 
 
+@shared_arguments
 class Cholesky(Factorisation):
     """The Cholesky factorisation ``a = L L^H`` of a sharded Hermitian positive-definite matrix.
 
     ``Cholesky(a, T_A=None, mesh=None, matrix_specs=None, *, natural=False, donate=False,
-    backend="auto")`` factors ``a`` (N x N; only its lower triangle is read) once, in the
-    backend's own layout; :meth:`solve` then solves any number of right-hand sides without
-    refactoring. Arguments as in :func:`jaxmg.potrs`; ``matrix_specs`` may also give the spec
-    of the right-hand sides (``[spec_a, spec_b]``).
+    backend="auto")`` factors ``a`` once, in the backend's own layout; :meth:`solve` then
+    solves any number of right-hand sides without refactoring, and :meth:`logdet` gives
+    ``log det a``.
 
     On the native backend the saved factor is, by default, cuSOLVERMp's own: ``a``'s buffer
     factored in place in a permuted block-cyclic layout (nothing redistributed; with
@@ -36,8 +37,22 @@ class Cholesky(Factorisation):
     respect to ``a`` and ``b`` reuse the saved factor: one more solve, never a
     refactorisation. They are the derivatives of the functions of the full matrix ``a``
     (as ``jnp.linalg.solve`` and ``slogdet`` give), for Hermitian ``a``.
-    ``status`` is 0, or the order of the leading minor that is not positive definite
-    (then every output is NaN).
+
+    Args:
+      a: (N, N) matrix sharded ``P(r, c)``, ``P(r)`` or ``P(None, c)`` over ``mesh``; only its
+        lower triangle is read.
+      T_A: {T_A}
+      mesh: {mesh_module}
+      matrix_specs: {matrix_specs_solver}
+      natural: keep the factor in natural order, so that :attr:`factor` is free (native backend;
+        default False).
+      donate: {donate}
+      backend: {backend}
+
+    Attributes:
+      status: int32, replicated: 0 on success, else the order of the leading minor that is
+        not positive definite (native backend: in cuSOLVERMp's permuted order), or -1 for a
+        non-finite result; every output is then NaN.
     """
 
     state: jax.Array
@@ -61,15 +76,15 @@ class Cholesky(Factorisation):
         """x with ``a @ x = b``; b is (N,) or (N, NRHS) and x has b's shape and sharding."""
         b, spec = self._rhs(b)
         solve = lambda r: ops.solve(self.call, self.state, r, spec)  # noqa: E731
-        return solves.linear_solve(
+        return self._masked(solves.linear_solve(
             self.call, self.operator, b, spec, solve,
             solves.hermitian_transpose_solve(solve, self.dtype),
             symmetric=not jnp.issubdtype(self.dtype, jnp.complexfloating),
-        )
+        ))
 
     def logdet(self):
         """log det a (real, replicated)."""
-        return logdet.logdet(self.call, self.operator, self.state)
+        return self._masked(logdet.logdet(self.call, self.operator, self.state))
 
     @property
     def factor(self):
@@ -88,4 +103,4 @@ class Cholesky(Factorisation):
             call = dataclasses.replace(call, natural=True)
             state, _ = ops.factor(call, _base.no_gradient(self.operator))
             state = jax.lax.stop_gradient(state)
-        return decompositions.cholesky_lower(call, self.operator, state)
+        return self._masked(decompositions.cholesky_lower(call, self.operator, state))

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from ..autodiff import solves
 from ..ops import lu as ops
 from . import _base
+from .._docstrings import shared_arguments
 from .._typing import MeshLike, Rhs, Specs, SquareMatrix, Tile, checked
 from ._base import Factorisation, prepare
 
@@ -15,14 +16,26 @@ from ._base import Factorisation, prepare
 _TRANSPOSE = {"N": ("T", False), "T": ("N", False), "C": ("N", True)}
 
 
+@shared_arguments
 class LU(Factorisation):
-    """The LU factorisation ``P a = L U`` of a sharded square matrix.
+    """The LU factorisation ``P a = L U`` (partial pivoting) of a sharded square matrix.
 
     ``LU(a, T_A=None, mesh=None, matrix_specs=None, *, donate=False, backend="auto")``
     factors once; :meth:`solve` solves with ``a``, ``a^T`` or ``a^H`` (``trans="N"``,
-    ``"T"``, ``"C"``) without refactoring, differentiably in ``a`` and ``b`` (one more
-    solve with the same factor). ``status`` is 0, or the 1-based index of the first zero
-    pivot (``a`` is singular).
+    ``"T"``, ``"C"``) without refactoring, differentiably in ``a`` and ``b`` (forward and
+    reverse, any order: one more solve with the same factor).
+
+    Args:
+      a: (N, N) matrix sharded ``P(r, c)``, ``P(r)`` or ``P(None, c)`` over ``mesh``.
+      T_A: {T_A}
+      mesh: {mesh_module}
+      matrix_specs: {matrix_specs_solver}
+      donate: {donate}
+      backend: {backend}
+
+    Attributes:
+      status: int32, replicated: 0 on success, else the 1-based index of the first zero pivot
+        (``a`` is singular), or -1 for a non-finite result; solutions are then not finite.
     """
 
     lu: jax.Array
@@ -52,12 +65,12 @@ class LU(Factorisation):
             raise ValueError(f"trans must be 'N', 'T' or 'C', got {trans!r}.")
         b, spec = self._rhs(b)
         transposed, conjugate = _TRANSPOSE[trans]
-        return solves.linear_solve(
+        return self._masked(solves.linear_solve(
             self.call, self.operator, b, spec,
             lambda r: self._apply(r, spec, trans, False),
             lambda r: self._apply(r, spec, transposed, conjugate),
             symmetric=False, trans=trans,
-        )
+        ))
 
     def transpose_solve(self, b):
         """x with ``a^T @ x = b`` (shorthand for ``solve(b, trans="T")``)."""

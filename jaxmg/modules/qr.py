@@ -7,18 +7,31 @@ import jax
 from ..autodiff import decompositions
 from ..ops import qr as ops
 from . import _base
+from .._docstrings import shared_arguments
 from .._typing import MeshLike, Specs, TallMatrix, TallRhs, Tile, checked
 from ._base import Factorisation, prepare
 
 
+@shared_arguments
 class QR(Factorisation):
     """The reduced QR factorisation ``a = Q R`` of a sharded M x N matrix, M >= N.
 
     ``QR(a, T_A=None, mesh=None, matrix_specs=None, *, donate=False, backend="auto")``
     factors once; :meth:`solve` gives least-squares solutions without refactoring, and
     :attr:`q` (M x N) and :attr:`r` (N x N, upper triangular) are in a's layout. All are
-    differentiable in ``a`` (and ``b``) for ``a`` of full column rank. ``status`` is 0, or
-    the 1-based index of the first zero diagonal entry of R (``a`` is rank deficient).
+    differentiable (forward and reverse mode, any order) in ``a`` (and ``b``) for ``a`` of full column rank.
+
+    Args:
+      a: (M, N) matrix, M >= N, sharded ``P(r, c)``, ``P(r)`` or ``P(None, c)`` over ``mesh``.
+      T_A: {T_A}
+      mesh: {mesh_module}
+      matrix_specs: {matrix_specs_solver}
+      donate: {donate}
+      backend: {backend}
+
+    Attributes:
+      status: int32, replicated: 0 on success, else the 1-based index of the first zero
+        diagonal entry of R (``a`` is rank deficient), or -1 for a non-finite result.
     """
 
     state: tuple
@@ -44,14 +57,15 @@ class QR(Factorisation):
         (its row axes must divide N).
         """
         b, spec = self._rhs(b)
-        return decompositions.least_squares(self.call, spec, self.shape[1], self.operator, self.state, b)
+        return self._masked(decompositions.least_squares(self.call, spec, self.shape[1], self.operator,
+                                                         self.state, b))
 
     @property
     def q(self):
         """Q (M x N) with orthonormal columns, in a's layout."""
-        return decompositions.qr_outputs(self.call, self.operator, self.state)[0]
+        return self._masked(decompositions.qr_outputs(self.call, self.operator, self.state)[0])
 
     @property
     def r(self):
         """R (N x N), upper triangular, in a's layout."""
-        return decompositions.qr_outputs(self.call, self.operator, self.state)[1]
+        return self._masked(decompositions.qr_outputs(self.call, self.operator, self.state)[1])

@@ -11,7 +11,6 @@ from .._call import Block, Call, Replicated, Rows
 
 def factor(call: Call, a, *, donate: bool = False):
     """The backend's QR factor (two grid-layout arrays) and status."""
-    m, n = a.shape
     return call.run("qr_factor", [a], [Block()], [Block(), Replicated(), Replicated()],
                     donate=(0,) if donate else ())
 
@@ -22,7 +21,7 @@ _STATE = [Block(), Replicated()]
 def q(call: Call, state):
     """Q (M x N) in a's caller layout."""
     m, n = call.shape
-    return call.run("qr_q", list(state), _STATE, [call.block()], shapes=[(m, n)], names=["q"])[0]
+    return call.run("qr_q", list(state), _STATE, [call.block()], shapes=[(m, n)], names=["q"], m=m)[0]
 
 
 def r(call: Call, state):

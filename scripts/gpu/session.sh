@@ -5,7 +5,22 @@
 #        kernel-mp (the same with cuSOLVERMp's own potrs solve), api (bench_potrs.py --api, with
 #        plain JAX on one GPU), autodiff (bench_autodiff.py --nproc 2), big131 / big164
 #        (bench_potrs.py --api at 131072 / 163840), cases1 / cases2 (native_cases.py, 1 / 2 processes),
-#        grads2 (the derivative and module cases of native_cases.py, 2 processes).
+#        grads2 (the derivative and module cases of native_cases.py, 2 processes),
+#        lu1 / lu2 (the LU cases of native_cases.py, 1 / 2 processes; LU_CASES filters lu2),
+#        lubench (bench_lu.py on the mesh grid $LU_GRID, default 2,1, T_A=1024, $LU_SIZES, default
+#        16384 65536), lubig (bench_lu.py at $LU_BIG, default 98304 131072, one run each in a process
+#        of its own), luengine (the engine's getrf+getrs, raw_ops.sh from shared_bench/ or
+#        ../shared/bench, at $LU_ENGINE_SIZES (default $LU_SIZES), T=1024, on "NRANKS NPROW" =
+#        $LU_ENGINE, default "2 1": cuSOLVERMp's 1x2 grid, which a (2,1) mesh grid is).
+#        eager2 (eager jax.grad of potrs and lu_solve, check_grads order 2 of potrs, logdet and
+#        cholesky: native_cases.py, 2 processes).
+#        qr1 / qr2 (the QR and least-squares cases of native_cases.py, 1 / 2 processes), qrbench
+#        (bench_qr.py: qr at $QR_N, default 32768, least_squares at M = 2N), qrengine (the engine's
+#        geqrf, raw_ops.sh, at $QR_N on one GPU).
+#        eig1 / eig2 (the eig-/sygvd-/polar-/svd- cases of native_cases.py, 1 / 2
+#        processes), eigbench (bench_eig.py, $EIG_SIZES, default 8192, tiles $EIG_TILES, default
+#        256 512 1024, with jnp.linalg.eigh), eigengine (the engine's syevd, raw_ops.sh, same sizes
+#        and tiles, one GPU).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/jaxmg-out}
@@ -21,6 +36,30 @@ for spec in "$@"; do
     cases2) cmd=(python3 scripts/gpu/launch.py -n 2 tests/gpu/native_cases.py) ;;
     grads2) cmd=(env JAXMG_CASES=public-check-grads,public-grad,public-module
                  python3 scripts/gpu/launch.py -n 2 tests/gpu/native_cases.py) ;;
+    lu1) cmd=(env JAXMG_CASES=lu python3 scripts/gpu/launch.py -n 1 tests/gpu/native_cases.py) ;;
+    lu2) cmd=(env JAXMG_CASES=${LU_CASES:-lu} python3 scripts/gpu/launch.py -n 2 tests/gpu/native_cases.py) ;;
+    lubench) cmd=(python3 benchmarks/bench_lu.py --grid "${LU_GRID:-2,1}" --sizes ${LU_SIZES:-16384 65536} --out "$RES") ;;
+    lubig) cmd=(bash -c "for n in ${LU_BIG:-98304 131072}; do python3 benchmarks/bench_lu.py --grid ${LU_GRID:-2,1} \
+                         --sizes \$n --runs 1 --out $RES; done") ;;
+    eig1) cmd=(env JAXMG_CASES=eig-,sygvd-,polar-,svd- python3 scripts/gpu/launch.py -n 1 tests/gpu/native_cases.py) ;;
+    eig2) cmd=(env JAXMG_CASES=eig-,sygvd-,polar-,svd- python3 scripts/gpu/launch.py -n 2 tests/gpu/native_cases.py) ;;
+    eigbench) cmd=(python3 benchmarks/bench_eig.py --sizes ${EIG_SIZES:-8192} --tiles ${EIG_TILES:-256 512 1024}
+                   --out "$RES") ;;
+    eigengine) raw=$(ls -d shared_bench ../shared/bench 2>/dev/null | head -1)
+               cmd=(env EXTRA="$EXTRA" REPS=3 bash "$raw/raw_ops.sh"
+                    "$(for n in ${EIG_SIZES:-8192}; do for t in ${EIG_TILES:-256 512 1024}; do
+                         printf 'one 1 1 %s %s syevd; ' "$n" "$t"; done; done)") ;;
+    luengine) raw=$(ls -d shared_bench ../shared/bench 2>/dev/null | head -1)
+              cmd=(env EXTRA="$EXTRA" REPS=${LU_REPS:-3} bash "$raw/raw_ops.sh"
+                   "$(for n in ${LU_ENGINE_SIZES:-${LU_SIZES:-16384 65536}}; do
+                        printf 'one %s %s 1024 getrf; ' "${LU_ENGINE:-2 1}" "$n"; done)") ;;
+    eager2) cmd=(env JAXMG_CASES=public-eager-grad,public-check-grads
+                 python3 scripts/gpu/launch.py -n 2 tests/gpu/native_cases.py) ;;
+    qr1) cmd=(env JAXMG_CASES=qr,lstsq python3 scripts/gpu/launch.py -n 1 tests/gpu/native_cases.py) ;;
+    qr2) cmd=(env JAXMG_CASES=qr,lstsq python3 scripts/gpu/launch.py -n 2 tests/gpu/native_cases.py) ;;
+    qrbench) cmd=(python3 benchmarks/bench_qr.py --n ${QR_N:-32768} --out "$RES") ;;
+    qrengine) raw=$(ls -d shared_bench ../shared/bench 2>/dev/null | head -1)
+              cmd=(env EXTRA="$EXTRA" REPS=3 bash "$raw/raw_ops.sh" "one 1 1 ${QR_N:-32768} ${QR_T:-1024} geqrf") ;;
     kernel) cmd=(python3 benchmarks/bench_potrs.py --sizes 8192 32768 65536 --no-single --out "$RES") ;;
     kernel-mp) cmd=(env JAXMG_NATIVE_SOLVE=cusolvermp python3 benchmarks/bench_potrs.py --sizes 8192 32768
                     --no-single --out "$RES") ;;

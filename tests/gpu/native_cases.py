@@ -8,8 +8,10 @@ The kernels of ``jaxmg.kernels.native`` run through ``_harness`` (the library's 
 contract) and are compared with NumPy (float64 reference): potrs (fused, in place) and the
 Cholesky family, all four dtypes, grids (1,1), (2,1), (1,2), both device orders, a T_A that
 does not divide the shard (padding), vector and matrix right-hand sides, donation, vmap, cache
-reuse, and non-positive-definite input (NaN + non-zero status, no hang). When the public API
-imports, ``jaxmg.potrs``/``jaxmg.cholesky`` with backend="native" and "auto" are checked too.
+reuse, and non-positive-definite input (NaN + non-zero status, no hang). The LU family likewise
+(``lu_factor`` once, ``lu_solve`` with trans 0, 1, 2; singular input; vmap). When the public API
+imports, ``jaxmg.potrs``/``jaxmg.cholesky``/``jaxmg.lu_solve``/``jaxmg.LU`` with backend="native"
+and "auto" are checked too (``JAXMG_CASES=lu`` runs only the LU cases).
 """
 from __future__ import annotations
 
@@ -359,14 +361,43 @@ if _harness.PUBLIC_API:
             sym = lambda m: (m + m.T) / 2  # noqa: E731 (derivatives of Hermitian a)
             with jax.set_mesh(mesh):
                 e1 = directional_errors(lambda m, v: jaxmg.potrs(sym(m), v, T_A=32, backend="native"),
-                                        [ag, bg], [spec, P("x")], mesh)
+                                        [ag, bg], [spec, P("x")], mesh, order=2)
                 e2 = directional_errors(lambda m, v: jaxmg.potrs(sym(m), v, T_A=32, backend="native",
                                                                  return_logdet=True)[1], [ag, bg], [spec, P("x")], mesh,
                                         order=2)
-                e3 = directional_errors(lambda m: jaxmg.cholesky(sym(m), T_A=32, backend="native"), [ag], [spec], mesh)
+                e3 = directional_errors(lambda m: jaxmg.cholesky(sym(m), T_A=32, backend="native"), [ag], [spec], mesh,
+                                        order=2)
             worst = max(e1 + e2 + e3)
             assert worst < 1e-6, (e1, e2, e3)
-            return f"potrs (a, b), logdet (order 2), cholesky: fwd vs differences, rev vs fwd; worst {worst:.1e}"
+            return f"potrs (a, b), logdet, cholesky, order 2: fwd vs differences, rev vs fwd; worst {worst:.1e}"
+
+        for fname, backend in (("potrs", "native"), ("lu_solve", "auto")):
+            @case(f"public-eager-grad-{fname}-{mname}-float64-{backend}")
+            def _(fname=fname, backend=backend):
+                # jax.grad called outside jit, as users first write it, w.r.t. a, b and both;
+                # the second call reuses the compiled calls of the first.
+                import jax.numpy as jnp
+
+                a, b, ag, bg = _system(mesh, spec)
+                solve = getattr(jaxmg, fname)
+                loss = lambda m, v: jnp.sum(solve(m, v, T_A=64, backend=backend))  # noqa: E731
+                x = np.linalg.solve(a, b)
+                b_bar = np.linalg.solve(a.T, np.ones(len(b)))
+                with jax.set_mesh(mesh):
+                    ga = jax.grad(loss)(ag, bg)
+                    gb = jax.grad(loss, argnums=1)(ag, bg)
+                    gab = jax.grad(loss, argnums=(0, 1))(ag, bg)
+                    t0 = time.perf_counter()
+                    jax.block_until_ready(jax.grad(loss, argnums=(0, 1))(ag, bg))
+                    again = time.perf_counter() - t0
+                e = max(relerr(host(ga), -np.outer(b_bar, x)), relerr(host(gb), b_bar),
+                        relerr(host(gab[0]), -np.outer(b_bar, x)), relerr(host(gab[1]), b_bar))
+                assert e < 1e-10, e
+                # cotangents keep their primal's sharding (compared as shardings: on a 1 x 1 mesh
+                # P('x', None) and P() place the same)
+                assert ga.sharding.is_equivalent_to(ag.sharding, 2), (ga.sharding, ag.sharding)
+                assert gb.sharding.is_equivalent_to(bg.sharding, 1), (gb.sharding, bg.sharding)
+                return f"grad err {e:.1e}; second eager grad w.r.t. (a, b) {again * 1e3:.1f} ms"
 
         @case(f"public-module-solve-many-{mname}-float64-native")
         def _():
@@ -397,6 +428,381 @@ if _harness.PUBLIC_API:
             e = max(relerr(mats[k] @ xs[k], b) for k in range(2))
             assert e < 1e-12, e
             return f"residual {e:.1e}"
+
+
+# --------------------------------------------------------------------------------------------
+# The LU family (issue 11): lu_factor once, lu_solve with trans 0 (A), 1 (A^T), 2 (A^H)
+# --------------------------------------------------------------------------------------------
+
+def general(n, dtype, seed=0, singular_col=None):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((n, n))
+    if np.issubdtype(dtype, np.complexfloating):
+        a = a + 1j * rng.standard_normal((n, n))
+    a = a + np.diag(np.linspace(0.5, 2.0, n) * np.sqrt(n))
+    if singular_col is not None:
+        a[:, singular_col] = 0
+    return a.astype(dtype)
+
+
+def lu_solve_run(grid, mesh, tile, lu, piv, b, trans):
+    """native.lu_solve with trans on the whole right-hand side b (NumPy) through the harness."""
+    (x,) = _harness.run(functools.partial(native.lu_solve, trans=trans), grid, tile,
+                        [lu, piv, to_global(b, mesh, P())], ["block", "whole", "whole"], ["whole"])
+    return x
+
+
+def k_lu(mesh, spec, n, tile, dtype, nrhs=0):
+    if not hasattr(native, "lu_factor"):
+        return "no LU kernels"
+    grid = _harness.grid_of(mesh, spec)
+    a = general(n, dtype)
+    rng = np.random.default_rng(5)
+    b = rng.standard_normal((n,) if nrhs == 0 else (n, nrhs)).astype(dtype)
+    lu, piv, st = _harness.run(native.lu_factor, grid, tile, [to_global(a, mesh, grid.spec)], ["block"],
+                               ["block", "whole", "whole"])
+    assert int(host(st)) == 0, int(host(st))
+    errs = {}
+    for trans, op in ((0, a), (1, a.T), (2, np.conj(a).T)):
+        x = lu_solve_run(grid, mesh, tile, lu, piv, b, trans)
+        errs[trans] = relerr(op.astype(np.complex128) @ host(x), b)
+    p = host(piv)
+    assert p.min() >= 0 and p.max() < n, (p.min(), p.max())
+    assert max(errs.values()) < tol(dtype), errs
+    return f"residuals by trans {', '.join(f'{k}: {v:.1e}' for k, v in errs.items())}"
+
+
+for mname, mesh, spec in meshes():
+    for dtype in DTYPES:
+        if mname.endswith("-rev") and dtype in (np.float32, np.complex64):
+            continue
+        dn = np.dtype(dtype).name
+        case(f"lu-{mname}-{dn}-n256-T64")(lambda: k_lu(mesh, spec, 256, 64, dtype))
+        case(f"lu-{mname}-{dn}-n192-T64-tile-not-dividing")(lambda: k_lu(mesh, spec, 192, 64, dtype))
+        case(f"lu-{mname}-{dn}-n256-T32-nrhs3")(lambda: k_lu(mesh, spec, 256, 32, dtype, nrhs=3))
+
+    @case(f"lu-{mname}-float64-singular-then-usable")
+    def _():
+        if not hasattr(native, "lu_factor"):
+            return "no LU kernels"
+        grid = _harness.grid_of(mesh, spec)
+        n = 256
+        a = general(n, np.float64, singular_col=77)
+        lu, piv, st = _harness.run(native.lu_factor, grid, 64, [to_global(a, mesh, grid.spec)], ["block"],
+                                   ["block", "whole", "whole"])
+        x, y = (lu_solve_run(grid, mesh, 64, lu, piv, np.ones(n), trans) for trans in (0, 1))
+        st = int(host(st))
+        assert st > 0 and np.all(np.isnan(host(x))) and np.all(np.isnan(host(y))), (st, host(x)[:3])
+        return f"status {st}; then: {k_lu(mesh, spec, 256, 64, np.float64)}"
+
+    @case(f"lu-{mname}-float64-vmap")
+    def _():
+        if not hasattr(native, "lu_factor"):
+            return "no LU kernels"
+        grid = _harness.grid_of(mesh, spec)
+        n = 256
+        mats = np.stack([general(n, np.float64, seed=s) for s in (0, 1)])
+        bb = np.stack([np.ones(n), np.arange(n, dtype=np.float64)])
+
+        def one(a, b):
+            lu, piv, st = native.lu_factor(a, grid=grid, tile=64)
+            return native.lu_solve(lu, piv, b, grid=grid, tile=64, trans=0)[0], \
+                native.lu_solve(lu, piv, b, grid=grid, tile=64, trans=1)[0], st
+
+        sp = P(None, *grid.spec)
+        f = jax.jit(jax.shard_map(jax.vmap(one), mesh=mesh, in_specs=(sp, P()), out_specs=(P(), P(), P()),
+                                  check_vma=False))
+        x, y, st = f(to_global(mats, mesh, sp), to_global(bb, mesh, P()))
+        x, y = host(x), host(y)
+        e = max(max(relerr(mats[k] @ x[k], bb[k]), relerr(mats[k].T @ y[k], bb[k])) for k in range(2))
+        assert e < 1e-12 and np.all(host(st) == 0), (e, host(st))
+        return f"residual {e:.1e}"
+
+if _harness.PUBLIC_API and hasattr(native, "lu_factor"):
+    for mname, mesh, spec in meshes():
+        @case(f"public-lu-{mname}-float64-native-auto-donate-grad")
+        def _():
+            n = 256
+            a = general(n, np.float64, seed=4)
+            b = np.sin(np.arange(n, dtype=np.float64))
+            bg = to_global(b, mesh, P("x"))
+            out = {}
+            for backend in ("native", "auto"):
+                x, st = jaxmg.lu_solve(to_global(a, mesh, spec), bg, T_A=64, mesh=mesh, backend=backend,
+                                       return_status=True)
+                out[backend] = relerr(a @ host(x), b)
+                assert int(host(st)) == 0 and out[backend] < 1e-12, (backend, out)
+            assert jaxmg._backend.default_backend("lu", mesh) == "native"
+            ad = to_global(a, mesh, spec)
+            xd = jaxmg.lu_solve(ad, bg, T_A=64, mesh=mesh, backend="native", donate=True)
+            out["donated"] = relerr(a @ host(xd), b)
+            assert out["donated"] < 1e-12 and ad.is_deleted(), (out, ad.is_deleted())
+            fac = jaxmg.LU(to_global(a, mesh, spec), T_A=64, mesh=mesh, backend="native")
+            for trans, op in (("N", a), ("T", a.T), ("C", a.T)):
+                out[trans] = relerr(op @ host(fac.solve(bg, trans=trans)), b)
+            with jax.set_mesh(mesh):
+                grad = jax.jit(jax.grad(lambda a, b: jax.numpy.sum(jaxmg.lu_solve(a, b, T_A=64, backend="native")),
+                                        argnums=(0, 1)))
+                ga, gb = grad(to_global(a, mesh, spec), bg)
+            x = np.linalg.solve(a, b)
+            b_bar = np.linalg.solve(a.T, np.ones(n))
+            out["grad"] = max(relerr(host(gb), b_bar), relerr(host(ga), -np.outer(b_bar, x)))
+            assert max(out.values()) < 1e-10, out
+            return ", ".join(f"{k} {v:.1e}" for k, v in out.items())
+
+# --------------------------------------------------------------------------------------------
+# The QR family (issue 11): qr_factor once, Q (orgqr), R, least squares (ormqr + back substitution)
+# --------------------------------------------------------------------------------------------
+
+def tall(m, n, dtype, seed=0, zero_col=None):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, n))
+    if np.issubdtype(dtype, np.complexfloating):
+        a = a + 1j * rng.standard_normal((m, n))
+    if zero_col is not None:
+        a[:, zero_col] = 0
+    return a.astype(dtype)
+
+
+def k_qr(mesh, spec, m, n, tile, dtype, nrhs=0):
+    if not hasattr(native, "qr_factor"):
+        return "no QR kernels"
+    grid = _harness.grid_of(mesh, spec)
+    a = tall(m, n, dtype)
+    rng = np.random.default_rng(5)
+    b = rng.standard_normal((m,) if nrhs == 0 else (m, nrhs)).astype(dtype)
+    f, tau, st = _harness.run(native.qr_factor, grid, tile, [to_global(a, mesh, grid.spec)], ["block"],
+                              ["block", "whole", "whole"])
+    assert int(host(st)) == 0, int(host(st))
+    (q,) = _harness.run(functools.partial(native.qr_q, m=m), grid, tile, [f, tau], ["block", "whole"], ["block"])
+    (r,) = _harness.run(native.qr_r, grid, tile, [f, tau], ["block", "whole"], ["block"])
+    (x,) = _harness.run(native.qr_solve, grid, tile, [f, tau, to_global(b, mesh, P())], ["block", "whole", "whole"],
+                        ["whole"])
+    q, r, x = host(q), host(r), host(x)
+    ref = np.linalg.lstsq(a.astype(np.complex128), b, rcond=None)[0]
+    errs = dict(qr=relerr(q @ r, a), orth=float(np.abs(np.conj(q).T @ q - np.eye(n)).max()),
+                lower=float(np.abs(np.tril(r, -1)).max()), lstsq=relerr(x, ref))
+    assert max(errs.values()) < tol(dtype), errs
+    return ", ".join(f"{k} {v:.1e}" for k, v in errs.items())
+
+
+for mname, mesh, spec in meshes():
+    for dtype in DTYPES:
+        if mname.endswith("-rev") and dtype in (np.float32, np.complex64):
+            continue
+        dn = np.dtype(dtype).name
+        case(f"qr-{mname}-{dn}-256x256-T64")(lambda: k_qr(mesh, spec, 256, 256, 64, dtype))
+        case(f"qr-{mname}-{dn}-322x192-T64-padded")(lambda: k_qr(mesh, spec, 322, 192, 64, dtype))
+        case(f"lstsq-{mname}-{dn}-512x256-T32-nrhs3")(lambda: k_qr(mesh, spec, 512, 256, 32, dtype, nrhs=3))
+
+    @case(f"qr-{mname}-float64-rank-deficient-then-usable")
+    def _():
+        if not hasattr(native, "qr_factor"):
+            return "no QR kernels"
+        grid = _harness.grid_of(mesh, spec)
+        a = tall(320, 192, np.float64, zero_col=77)
+        f, tau, st = _harness.run(native.qr_factor, grid, 64, [to_global(a, mesh, grid.spec)], ["block"],
+                                  ["block", "whole", "whole"])
+        (x,) = _harness.run(native.qr_solve, grid, 64, [f, tau, to_global(np.ones(320), mesh, P())],
+                            ["block", "whole", "whole"], ["whole"])
+        st = int(host(st))
+        assert st == 78 and np.all(np.isnan(host(x))), (st, host(x)[:3])
+        return f"status {st}; then: {k_qr(mesh, spec, 320, 192, 64, np.float64)}"
+
+    @case(f"lstsq-{mname}-float64-vmap")
+    def _():
+        if not hasattr(native, "qr_factor"):
+            return "no QR kernels"
+        grid = _harness.grid_of(mesh, spec)
+        mats = np.stack([tall(384, 256, np.float64, seed=s) for s in (0, 1)])
+        bb = np.stack([np.ones(384), np.arange(384, dtype=np.float64)])
+
+        def one(a, b):
+            f, tau, st = native.qr_factor(a, grid=grid, tile=64)
+            return native.qr_solve(f, tau, b, grid=grid, tile=64)[0], st
+
+        sp = P(None, *grid.spec)
+        fn = jax.jit(jax.shard_map(jax.vmap(one), mesh=mesh, in_specs=(sp, P()), out_specs=(P(), P()),
+                                   check_vma=False))
+        x, st = fn(to_global(mats, mesh, sp), to_global(bb, mesh, P()))
+        x = host(x)
+        e = max(relerr(x[k], np.linalg.lstsq(mats[k], bb[k], rcond=None)[0]) for k in range(2))
+        assert e < 1e-10 and np.all(host(st) == 0), (e, host(st))
+        return f"error {e:.1e}"
+
+if _harness.PUBLIC_API and "qr" in native.FAMILIES:
+    for mname, mesh, spec in meshes():
+        @case(f"public-qr-lstsq-{mname}-float64-native-auto-grad")
+        def _():
+            m, n = 384, 256
+            a = tall(m, n, np.float64, seed=4)
+            b = np.sin(np.arange(m, dtype=np.float64))
+            bg = to_global(b, mesh, P("x"))
+            out = {}
+            for backend in ("native", "auto"):
+                x, st = jaxmg.least_squares(to_global(a, mesh, spec), bg, T_A=64, mesh=mesh, backend=backend,
+                                            return_status=True)
+                out[backend] = relerr(host(x), np.linalg.lstsq(a, b, rcond=None)[0])
+                assert int(host(st)) == 0 and out[backend] < 1e-10, (backend, out)
+            assert jaxmg._backend.default_backend("qr", mesh) == "native"
+            q, r = jaxmg.qr(to_global(a, mesh, spec), T_A=64, mesh=mesh, backend="native")
+            out["qr"] = relerr(host(q) @ host(r), a)
+            with jax.set_mesh(mesh):
+                grad = jax.jit(jax.grad(lambda a, b: jax.numpy.sum(
+                    jaxmg.least_squares(a, b, T_A=64, backend="native")), argnums=(1,)))
+                (gb,) = grad(to_global(a, mesh, spec), bg)
+            out["grad_b"] = relerr(host(gb), a @ np.linalg.solve(a.T @ a, np.ones(n)))
+            assert max(out.values()) < 1e-9, out
+            return ", ".join(f"{k} {v:.1e}" for k, v in out.items())
+
+# --------------------------------------------------------------------------------------------
+# The eigensolver family (issue 12): syevd and sygvd, LAPACK's scaled residual and orthogonality
+# --------------------------------------------------------------------------------------------
+
+def hermitian(n, dtype, seed=0):
+    """(a with junk above the diagonal, the Hermitian indefinite matrix it stands for)."""
+    rng = np.random.default_rng(seed)
+    g = rng.standard_normal((n, n))
+    if np.issubdtype(dtype, np.complexfloating):
+        g = g + 1j * rng.standard_normal((n, n))
+    a = (g + np.conj(g).T) / 2
+    return (np.tril(a) + np.triu(np.full((n, n), 5.0), 1)).astype(dtype), a
+
+
+def eig_measures(a, w, v, dtype, b=None):
+    """(max eigenvalue error / (||A||_1 N eps), ||A V - B V diag(w)||_1 / (||A||_1 ||V||_1 N eps),
+    ||V^H B V - I||_1 / (||B||_1 N eps)): LAPACK's measures, each below 30 to pass."""
+    import scipy.linalg
+    n, eps = a.shape[0], np.finfo(dtype).eps
+    b = np.eye(n) if b is None else b
+    v = v.astype(np.complex128)
+    an = np.linalg.norm(a, 1)
+    ref = scipy.linalg.eigh(a, b, eigvals_only=True)
+    werr = np.abs(w - ref).max() / (an * n * eps) / np.linalg.cond(b)
+    res = np.linalg.norm(a @ v - (b @ v) * w, 1) / (an * np.linalg.norm(v, 1) * n * eps)
+    orth = np.linalg.norm(np.conj(v).T @ b @ v - np.eye(n), 1) / (np.linalg.norm(b, 1) * n * eps)
+    return werr, res, orth
+
+
+def k_eig(mesh, spec, n, tile, dtype, general=False):
+    grid = _harness.grid_of(mesh, spec)
+    given, a = hermitian(n, dtype)
+    if general:
+        given_b, b = spd(n, dtype, seed=3)
+        w, v, st = _harness.run(native.sygvd, grid, tile, [to_global(given, mesh, grid.spec),
+                                to_global(given_b, mesh, grid.spec)], ["block", "block"], ["whole", "block", "whole"])
+    else:
+        b = None
+        w, v, st = _harness.run(native.syevd, grid, tile, [to_global(given, mesh, grid.spec)], ["block"],
+                                ["whole", "block", "whole"])
+    assert int(host(st)) == 0, int(host(st))
+    w = host(w)
+    assert np.all(np.diff(w) >= 0)
+    m = eig_measures(a, w, host(v), dtype, b)
+    assert max(m) < 30, m
+    return "eigenvalue error, residual, orthogonality (units of N eps): " + ", ".join(f"{x:.2f}" for x in m)
+
+
+if hasattr(native, "syevd"):
+    for mname, mesh, spec in meshes():
+        for dtype in DTYPES:
+            if mname.endswith("-rev") and dtype in (np.float32, np.complex64):
+                continue
+            dn = np.dtype(dtype).name
+            case(f"eig-{mname}-{dn}-n256-T64")(lambda: k_eig(mesh, spec, 256, 64, dtype))
+            case(f"eig-{mname}-{dn}-n200-T64-padded")(lambda: k_eig(mesh, spec, 200, 64, dtype))
+            case(f"sygvd-{mname}-{dn}-n256-T64")(lambda: k_eig(mesh, spec, 256, 64, dtype, general=True))
+            case(f"sygvd-{mname}-{dn}-n192-T64-family-tile")(lambda: k_eig(mesh, spec, 192, 64, dtype, general=True))
+
+        @case(f"sygvd-{mname}-float64-b-not-positive-definite-then-usable")
+        def _():
+            grid = _harness.grid_of(mesh, spec)
+            n = 256
+            _, a = hermitian(n, np.float64)
+            _, b = spd(n, np.float64, seed=3)
+            b[100, 100] = -1e3
+            w, v, st = _harness.run(native.sygvd, grid, 64, [to_global(a, mesh, grid.spec),
+                                    to_global(b, mesh, grid.spec)], ["block", "block"], ["whole", "block", "whole"])
+            st = int(host(st))
+            assert st != 0 and np.all(np.isnan(host(w))) and np.all(np.isnan(host(v))), st
+            return f"status {st}; then: {k_eig(mesh, spec, 256, 64, np.float64, general=True)}"
+
+
+def conditioned(m, n, cond, dtype, seed=0):
+    """A (m x n) with singular values geometric from 1 to 1 / cond."""
+    rng = np.random.default_rng(seed)
+    cplx = np.issubdtype(dtype, np.complexfloating)
+
+    def unitary(k):
+        g = rng.standard_normal((k, k)) + (1j * rng.standard_normal((k, k)) if cplx else 0)
+        return np.linalg.qr(g)[0]
+    return ((unitary(m)[:, :n] * np.geomspace(1.0, 1.0 / cond, n)) @ np.conj(unitary(n)).T).astype(dtype)
+
+
+def k_polar(mesh, spec, m, n, cond, dtype, svd=False):
+    """Native polar (QDWH) or gesvd (polar + native syevd): orthogonality and backward error."""
+    grid = _harness.grid_of(mesh, spec)
+    a = conditioned(m, n, cond, dtype)
+    eps = np.finfo(dtype).eps
+    if svd:
+        fn = functools.partial(native.gesvd, full_matrices=False)
+        u, s, vh, st = _harness.run(fn, grid, 64, [to_global(a, mesh, grid.spec)], ["block"],
+                                    ["block", "whole", "block", "whole"])
+        u, s, vh = host(u).astype(np.complex128), host(s), host(vh)
+        back = np.linalg.norm(a - (u * s) @ vh) / np.linalg.norm(a)
+        sv = np.abs(s - np.linalg.svd(a, compute_uv=False)).max()
+        orth = np.linalg.norm(np.conj(u).T @ u - np.eye(n)) / np.sqrt(n)
+        extra = f", singular value error {sv:.1e}"
+        assert sv < 100 * eps, sv
+    else:
+        u, h, st = _harness.run(native.polar, grid, 64, [to_global(a, mesh, grid.spec)], ["block"],
+                                ["block", "block", "whole"])
+        u, h = host(u).astype(np.complex128), host(h)
+        back = np.linalg.norm(a - u @ h) / np.linalg.norm(a)
+        orth = np.linalg.norm(np.conj(u).T @ u - np.eye(n)) / np.sqrt(n)
+        extra = ""
+    assert int(host(st)) == 0, int(host(st))
+    limit = 1e-12 if np.dtype(dtype) in (np.float64, np.complex128) else 100 * eps
+    assert orth <= limit and back <= limit, (orth, back)
+    return f"orthogonality {orth:.1e}, backward error {back:.1e}{extra}"
+
+
+if hasattr(native, "polar"):
+    for mname, mesh, spec in meshes():
+        for dtype in DTYPES:
+            if mname.endswith("-rev") and dtype in (np.float32, np.complex64):
+                continue
+            dn = np.dtype(dtype).name
+            conds = (1.0, 1e6, 1e12) if dn in ("float64", "complex128") else (1e3,)
+            for cond in conds:
+                case(f"polar-{mname}-{dn}-m256n192-cond{cond:.0e}")(
+                    lambda: k_polar(mesh, spec, 256, 192, cond, dtype))
+            case(f"svd-{mname}-{dn}-m256n192-cond1e+04")(lambda: k_polar(mesh, spec, 256, 192, 1e4, dtype, svd=True))
+
+if _harness.PUBLIC_API and "polar" in native.FAMILIES:
+    for mname, mesh, spec in meshes():
+        for dtype in (np.float32, np.float64):
+            dn = np.dtype(dtype).name
+
+            @case(f"public-polar-gesvd-{mname}-{dn}-native-eager-and-jit")
+            def _(mesh=mesh, spec=spec, dtype=dtype):
+                m, n = 320, 192
+                a = conditioned(m, n, 1e3, dtype, seed=5)
+                eps = np.finfo(dtype).eps
+                limit = 1e-12 if dtype == np.float64 else 100 * eps
+                out = {}
+                u, h = jaxmg.polar(to_global(a, mesh, spec), mesh=mesh, backend="native")
+                u, h = host(u).astype(np.float64), host(h).astype(np.float64)
+                out["polar_back"] = np.linalg.norm(a - u @ h) / np.linalg.norm(a)
+                out["polar_orth"] = np.linalg.norm(u.T @ u - np.eye(n)) / np.sqrt(n)
+                with jax.set_mesh(mesh):
+                    svd = jax.jit(lambda a: jaxmg.gesvd(a, backend="native"))
+                    uu, s, vh = (host(x).astype(np.float64) for x in svd(to_global(a, mesh, spec)))
+                out["svd_back"] = np.linalg.norm(a - (uu * s) @ vh) / np.linalg.norm(a)
+                out["svd_values"] = np.abs(s - np.linalg.svd(a.astype(np.float64), compute_uv=False)).max()
+                assert jaxmg._backend.default_backend("polar", mesh) == "native"
+                assert max(out.values()) <= limit, out
+                return ", ".join(f"{k} {v:.1e}" for k, v in out.items())
 
 failed = [n for n, ok in RESULTS if not ok]
 log(f"SUMMARY processes={NPROC} passed={len(RESULTS) - len(failed)} failed={len(failed)} {failed}")

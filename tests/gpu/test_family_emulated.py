@@ -2,9 +2,9 @@
 
 ``cholesky_factor`` / ``cholesky_solve`` / ``cholesky_logdet`` / ``cholesky_lower`` /
 ``cholesky_inverse`` of ``jaxmg.kernels.native`` redistribute in JAX and call two FFI handlers
-(csrc/solver.cc): ``jaxmg_potrf`` (``native._factor_call``; natural mode: potrf with
-``uplo=UPPER`` on the column-major view, in place, no layout step) and ``jaxmg_potrs``
-(``native._solve_call``: potrs and the local log det with that factor, read only; status 0).
+(csrc/cholesky.cc): ``jaxmg_potrf`` (natural mode: potrf with ``uplo=UPPER`` on the
+column-major view, in place, no layout step) and ``jaxmg_potrs`` (potrs and the local log det
+with that factor, read only; status 0).
 Both are replaced by the pure-JAX emulation in tests/gpu/_emulation.py (``Emulator``) of what
 the handler and cuSOLVERMp do with the buffers:
 
@@ -28,35 +28,20 @@ import pytest
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jaxmg import _layout
 from jaxmg.kernels import native
 
-from _emulation import hermitian_with_junk as _matrix, patch as _patch
+from _emulation import (GRIDS, cholesky_kernels, hermitian_with_junk as _matrix, mesh as _mesh, patch as _patch,
+                        require_cpu_devices, rhs as _rhs)
 
-if jax.default_backend() != "cpu" or len(jax.devices()) < 4:
-    pytest.skip("needs 4 CPU devices (tests/conftest.py sets up 8)", allow_module_level=True)
+require_cpu_devices(4)
 
 
 # --------------------------------------------------------------------------------------------
 # Test data
 # --------------------------------------------------------------------------------------------
-
-def _rhs(n, k, dtype, seed=1):
-    rng = np.random.default_rng(seed)
-    b = rng.standard_normal((n, k))
-    if np.issubdtype(dtype, np.complexfloating):
-        b = b + 1j * rng.standard_normal((n, k))
-    return b.astype(dtype)
-
-
-def _mesh(shape, reverse):
-    devs = jax.devices()[: int(np.prod(shape))]
-    if reverse:
-        devs = devs[::-1]
-    return jax.make_mesh(shape, ("x", "y"), axis_types=(AxisType.Auto,) * 2, devices=devs)
-
 
 def _family(grid, mesh, tile, natural=True):
     """Every family kernel in one shard_map: (state, status, x_vec, x_mat, logdet, L, A^-1);
@@ -80,7 +65,6 @@ def _family(grid, mesh, tile, natural=True):
 # Kernel-level tests
 # --------------------------------------------------------------------------------------------
 
-GRIDS = [(1, 1), (2, 1), (1, 2), (2, 2)]
 # n = 48: local extents 48 or 24. T_A = 8 divides them (family tile 8; 3 tiles per process on a
 # 2-process axis: gather path); T_A = 20 does not (family tile 16 on 1x1, 12 otherwise: all_to_all).
 TILES = [(48, 8), (48, 20)]
@@ -117,7 +101,7 @@ def test_family_kernels(shape, n, tile, reverse, dtype, natural, monkeypatch):
             native.cholesky_lower(state, grid=grid, tile=tile)
     np.testing.assert_allclose(np.asarray(inv), np.linalg.inv(a), rtol=1e-9, atol=1e-10)
     # the handlers saw the family tile and the unpadded size, in the state's mode only
-    mode = native._MODE_NATURAL if natural else native._MODE_INPLACE
+    mode = cholesky_kernels._MODE_NATURAL if natural else cholesky_kernels._MODE_INPLACE
     assert {c[3:] for c in emu.calls} == {(n, t)}
     assert {c[:2] for c in emu.calls} == {("potrf", mode), ("potrs", mode)}
 
@@ -145,13 +129,6 @@ def test_family_not_positive_definite(shape, reverse, dtype, natural, monkeypatc
 # --------------------------------------------------------------------------------------------
 # Public API through the native family (backend="native" with the FFI emulated)
 # --------------------------------------------------------------------------------------------
-
-@pytest.fixture
-def native_backend(monkeypatch):
-    from jaxmg import _backend
-    monkeypatch.setattr(_backend, "native_unavailable", lambda op, mesh: None)
-    return _patch(monkeypatch)
-
 
 @pytest.mark.parametrize("shape,spec,tile,reverse,dtype", [
     ((2, 2), P("x", "y"), 8, False, np.float64),
@@ -255,12 +232,12 @@ def test_public_module_layouts(shape, spec, native_backend, monkeypatch):
     fac = jaxmg.Cholesky(ag, T_A=tile, mesh=mesh, backend="native")
     xs = [fac.solve(b * k) for k in range(1, 4)]
     # (calls are recorded when traced: the three solves share one compiled call)
-    assert [c[:2] for c in emu.calls] == [("potrf", native._MODE_INPLACE), ("potrs", native._MODE_INPLACE)]
+    assert [c[:2] for c in emu.calls] == [("potrf", cholesky_kernels._MODE_INPLACE), ("potrs", cholesky_kernels._MODE_INPLACE)]
     for k, x in enumerate(xs, 1):
         np.testing.assert_allclose(np.asarray(x), np.linalg.solve(a, b * k), rtol=1e-10, atol=1e-10)
     emu.calls.clear()
     np.testing.assert_allclose(np.asarray(fac.factor), np.linalg.cholesky(a), rtol=1e-10, atol=1e-10)
-    assert [c[:2] for c in emu.calls] == [("potrf", native._MODE_NATURAL)]
+    assert [c[:2] for c in emu.calls] == [("potrf", cholesky_kernels._MODE_NATURAL)]
 
     emu.calls.clear()
     nat = jaxmg.Cholesky(ag, T_A=tile, mesh=mesh, natural=True, backend="native")
@@ -269,7 +246,7 @@ def test_public_module_layouts(shape, spec, native_backend, monkeypatch):
         m.setattr(module.ops, "factor", lambda *args, **kw: pytest.fail("natural=True refactored"))
         np.testing.assert_allclose(np.asarray(nat.factor), np.linalg.cholesky(a), rtol=1e-10, atol=1e-10)
         np.testing.assert_allclose(np.asarray(nat.solve(b)), np.linalg.solve(a, b), rtol=1e-10, atol=1e-10)
-    assert {c[:2] for c in emu.calls} <= {("potrf", native._MODE_NATURAL), ("potrs", native._MODE_NATURAL)}
+    assert {c[:2] for c in emu.calls} <= {("potrf", cholesky_kernels._MODE_NATURAL), ("potrs", cholesky_kernels._MODE_NATURAL)}
 
     donated = jaxmg.Cholesky(jax.device_put(a_in, NamedSharding(mesh, spec)), T_A=tile, mesh=mesh, donate=True,
                              backend="native")
@@ -289,8 +266,9 @@ def test_unused_native_kernel_leaves_no_empty_manual_computation(monkeypatch):
     from jaxmg import _backend
 
     monkeypatch.setattr(_backend, "native_unavailable", lambda op, mesh: None)
-    monkeypatch.setattr(native, "_check_one_gpu_per_process", lambda: None)
-    monkeypatch.setattr(native, "_register", lambda: None)
+    from jaxmg.kernels.native import _library
+    monkeypatch.setattr(_library, "check_one_gpu_per_process", lambda: None)
+    monkeypatch.setattr(_library, "register", lambda: None)
     mesh = _mesh((2, 1), False)
     n = 64
     a = jax.device_put(np.eye(n) * n + 1.0, NamedSharding(mesh, P("x", None)))

@@ -1,7 +1,7 @@
 """The native kernels' layout algebra, checked on CPU against an emulated cuSOLVERMp.
 
 ``jaxmg.kernels.native`` prepares the local blocks, the right-hand side and the FFI attributes
-in JAX, and the FFI handler (csrc/solver.cc) reorders tiles and calls cuSOLVERMp. Here the FFI
+in JAX, and the FFI handler (csrc/cholesky.cc) reorders tiles and calls cuSOLVERMp. Here the FFI
 calls are replaced by the pure-JAX emulation in tests/gpu/_emulation.py of exactly what the handler and cuSOLVERMp do with the
 buffers (the in-place symmetrization and tile reorder of csrc, the block-cyclic descriptors,
 potrf/potrs with uplo=LOWER (in-place mode) or UPPER (natural mode) on the column-major view),

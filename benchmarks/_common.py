@@ -1,0 +1,48 @@
+"""What the benchmarks share: JSON-line output and the test matrices, generated on the GPUs
+already sharded (so that the largest sizes fit)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def emit(out, rec):
+    """Print ``rec`` as a ``RESULT`` line and append it to the JSON-lines file ``out``."""
+    line = json.dumps(rec)
+    print("RESULT " + line, flush=True)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "a") as f:
+        f.write(line + "\n")
+
+
+def generator(n, dtype, sharding, lower=1.0):
+    """A jitted function making the n x n matrix a_ij = s_ij / (1 + |i - j|) + N delta_ij, with
+    s = ``lower`` below the diagonal and 1 elsewhere (symmetric positive definite for lower=1),
+    directly in ``sharding``."""
+    import jax
+    import jax.numpy as jnp
+
+    def make():
+        i = jax.lax.broadcasted_iota(jnp.int32, (n, n), 0)
+        j = jax.lax.broadcasted_iota(jnp.int32, (n, n), 1)
+        d = jnp.abs(i - j).astype(jnp.float32)
+        s = jnp.where(i > j, jnp.float32(lower), jnp.float32(1.0))
+        a = (s / (1.0 + d)).astype(dtype)
+        return a + jnp.where(i == j, jnp.asarray(n, dtype), jnp.zeros((), dtype))
+
+    return jax.jit(make, out_shardings=sharding)
+
+
+def worker_env(root):
+    """The environment of the GPU worker processes: NVLink multicast off, unbuffered output, XLA
+    allocating on demand up to 94% of each GPU (the largest problems fill ~75% of it, leaving
+    room for cuSOLVERMp's and NCCL's own allocations), and the repository first on the path."""
+    import os
+
+    env = dict(os.environ)
+    env.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1",
+               PYTHONUNBUFFERED="1")
+    env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.94")
+    env["PYTHONPATH"] = os.pathsep.join([str(root)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env

@@ -1,0 +1,137 @@
+"""Benchmark jaxmg.syevd, jaxmg.polar and jaxmg.gesvd (native backend) and JAX on one GPU.
+
+    python benchmarks/bench_eig.py --sizes 8192 --tiles 256 512 1024 --out benchmarks/results/eig.jsonl
+    python scripts/gpu/launch.py -n 2 benchmarks/bench_eig.py --sizes 16384   # 2 processes: a 2 x 1 grid
+    python benchmarks/bench_eig.py --ops polar gesvd --sizes 8192 --tiles 512   # QDWH polar, polar + syevd
+
+Every process runs this file (one GPU each; jax.distributed is initialised by the launcher when
+there are several). Each (op, N, T_A) writes one JSON line from process 0: op ("syevd", "polar", "gesvd",
+or JAX's own on one GPU: "jnp.linalg.eigh", "jnp.linalg.svd"), N, dtype, grid, T_A, runs, median_s (of ``--runs`` timed calls after one
+warm-up call), times_s, syevd_ms (GPU time inside cuSOLVERMp from the handler's CUDA events,
+median), and the scaled residual ``||A V - V diag(w)||_1 / (||A||_1 N eps)`` at N <= 8192, or
+``error``. Compare with the engine's own syevd from C++ (../shared/bench/raw_ops.sh "one 1 1 N T
+syevd"; scripts/gpu/session.sh step eigengine) in the same device call: its matrix is
+1/(1+|i-j|) + N on the diagonal, the one generated here.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import statistics
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", type=int, nargs="+", default=[8192])
+    p.add_argument("--tiles", type=int, nargs="+", default=[256, 512, 1024])
+    p.add_argument("--ops", nargs="+", default=["syevd"], choices=["syevd", "polar", "gesvd"])
+    p.add_argument("--dtype", default="float64")
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--no-jnp", action="store_true", help="skip jnp.linalg.eigh on one GPU")
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "eig.jsonl"))
+    return p.parse_args(argv)
+
+
+def _emit(out, rec):
+    import jax
+    if jax.process_index() != 0:
+        return
+    line = json.dumps(rec)
+    print("RESULT " + line, flush=True)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "a") as f:
+        f.write(line + "\n")
+
+
+def _matrix(n, dtype, sharding):
+    """1/(1+|i-j|) + N delta_ij, generated sharded on the GPUs."""
+    import jax
+    import jax.numpy as jnp
+
+    def make():
+        i = jax.lax.broadcasted_iota(jnp.int32, (n, n), 0)
+        j = jax.lax.broadcasted_iota(jnp.int32, (n, n), 1)
+        a = 1.0 / (1.0 + jnp.abs(i - j).astype(dtype))
+        return (a + jnp.where(i == j, n, 0)).astype(dtype)
+    return jax.jit(make, out_shardings=sharding)()
+
+
+def _timed(fn, runs):
+    import jax
+    jax.block_until_ready(fn())  # warm-up (compilation, communicator, workspaces)
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def _residual(a, w, v, dtype):
+    import numpy as np
+    a, w, v = (np.asarray(x, np.float64) for x in (a, w, v))
+    n = a.shape[0]
+    return float(np.linalg.norm(a @ v - v * w, 1) / (np.linalg.norm(a, 1) * n * np.finfo(dtype).eps))
+
+
+def main(argv=None):
+    args = _args(argv)
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+
+    import jaxmg
+    from jaxmg.kernels import native
+
+    jax.config.update("jax_enable_x64", True)
+    dtype = np.dtype(args.dtype)
+    devs = jax.devices()
+    mesh = Mesh(np.array(devs), ("x",), axis_types=(AxisType.Auto,))
+    sharding = NamedSharding(mesh, P("x", None))
+    grid = f"{len(devs)}x1"
+    calls = {"syevd": lambda a, t: jaxmg.syevd(a, T_A=t, mesh=mesh, backend="native"),
+             "polar": lambda a, t: jaxmg.polar(a, T_A=t, mesh=mesh, backend="native"),
+             "gesvd": lambda a, t: jaxmg.gesvd(a, T_A=t, mesh=mesh, backend="native")}
+    reference = {"syevd": ("jnp.linalg.eigh", jnp.linalg.eigh),
+                 "polar": ("jnp.linalg.svd", lambda a: jnp.linalg.svd(a, full_matrices=False)),
+                 "gesvd": ("jnp.linalg.svd", lambda a: jnp.linalg.svd(a, full_matrices=False))}
+    for n in args.sizes:
+        a = _matrix(n, dtype, sharding)
+        for op in args.ops:
+            for tile in args.tiles:
+                rec = dict(op=op, N=n, dtype=dtype.name, grid=grid, T_A=tile, runs=args.runs)
+                try:
+                    fn = jax.jit(functools.partial(calls[op], t=tile))
+                    native._library._native_module().reset_timings()
+                    times = _timed(lambda: fn(a), args.runs)
+                    solver = [t["solver_ms"] / max(t["calls"], 1) for t in native.last_timings()
+                              if t["kind"] == "syevd"]
+                    rec.update(median_s=statistics.median(times), times_s=times,
+                               syevd_ms=statistics.median(solver) if solver else None)
+                    if op == "syevd" and n <= 8192 and jax.process_count() == 1:
+                        w, v = fn(a)
+                        rec["residual"] = _residual(a, w, v, dtype)
+                except Exception as e:  # noqa: BLE001
+                    rec["error"] = f"{type(e).__name__}: {str(e)[:400]}"
+                _emit(args.out, rec)
+            if not args.no_jnp and jax.process_count() == 1:
+                name, ref = reference[op]
+                rec = dict(op=name, N=n, dtype=dtype.name, grid="1 GPU", runs=args.runs)
+                try:
+                    one = jax.device_put(a, devs[0])
+                    fn = jax.jit(ref)
+                    times = _timed(lambda: fn(one), args.runs)
+                    rec.update(median_s=statistics.median(times), times_s=times)
+                except Exception as e:  # noqa: BLE001
+                    rec["error"] = f"{type(e).__name__}: {str(e)[:400]}"
+                _emit(args.out, rec)
+
+
+if __name__ == "__main__":
+    main()

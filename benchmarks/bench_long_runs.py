@@ -1,0 +1,189 @@
+"""Long runs: does host memory or any jaxmg cache grow over many repeated eager calls?
+
+    python benchmarks/bench_long_runs.py                       # 1,000 calls per case, N = 16
+    python benchmarks/bench_long_runs.py --calls 200 --cases potrs,grad_logdet
+
+Runs in this process on 8 simulated CPU devices when there is no GPU (all local devices
+otherwise), on a (4, 2) mesh of Explicit axes, float64, with the backend of ``--backend``
+(default ``portable``). Each case calls one public operation eagerly, ``--calls`` times, on
+inputs placed anew for every call (as a loop over data would), after ``--warmup`` calls that
+compile what the case needs. Between the warm-up and the end it samples:
+
+  rss_mib        the process's resident set size (VmRSS of /proc/self/status);
+  live_arrays    jax.live_arrays(): every array still held (device memory, or host on CPU);
+  caches         the sizes of jaxmg's Python-side caches of compiled functions:
+                 functional._jitted, _sharded._compiled, autodiff._dist._jitted.
+
+and writes one JSON line per case: case, calls, n, devices, rss_start_mib, rss_end_mib,
+rss_growth_mib, live_arrays_start/_end, caches_start/_end ({name: size}), cache_growth
+({name: entries added during the measured calls}), seconds_per_call. Targets (issue 15): no
+growth of RSS beyond allocator noise and no cache growth after warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+sys.path.insert(0, str(HERE.parent))
+
+from bench_potrs import _emit  # noqa: E402  (shared JSON-lines output)
+
+from jaxmg.launch import simulate_cpu_devices_without_gpu  # noqa: E402  (imports no JAX backend)
+
+#: (module, attribute) of each functools.lru_cache of compiled functions in jaxmg.
+CACHES = {
+    "functional._jitted": ("jaxmg.functional", "_jitted"),
+    "_sharded._compiled": ("jaxmg._sharded", "_compiled"),
+    "autodiff._dist._jitted": ("jaxmg.autodiff._dist", "_jitted"),
+}
+
+
+def _args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--calls", type=int, default=1000)
+    p.add_argument("--eager-grad-calls", type=int, default=5,
+                   help="calls of the eager_grad_* cases (each compiles anew; one warm-up call)")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--n", type=int, default=16)
+    p.add_argument("--backend", default="portable", choices=("portable", "native", "auto"))
+    p.add_argument("--cases", default="all",
+                   help="comma-separated case names, all, or fast (all but eager_grad_*)")
+    p.add_argument("--out", default=str(HERE.parent / "results" / "long_runs.jsonl"))
+    return p.parse_args(argv)
+
+
+def rss_mib() -> float:
+    """Resident set size of this process in MiB (Linux)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("VmRSS not found in /proc/self/status")
+
+
+def cache_sizes() -> dict[str, int]:
+    """Entries in each of jaxmg's caches of compiled functions (missing ones are skipped)."""
+    import importlib
+
+    sizes = {}
+    for name, (module, attr) in CACHES.items():
+        fn = getattr(importlib.import_module(module), attr, None)
+        if fn is not None and hasattr(fn, "cache_info"):
+            sizes[name] = fn.cache_info().currsize
+    return sizes
+
+
+def cases(n: int, backend: str) -> dict:
+    """name -> a function of nothing that runs one eager call on freshly placed inputs."""
+    import numpy as np
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+    import jaxmg
+
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Explicit,) * 2)
+    rng = np.random.default_rng(0)
+    g = rng.standard_normal((n, n))
+    spd, her = g @ g.T / n + np.eye(n), (g + g.T) / 2
+    tall = rng.standard_normal((2 * n, n))
+    rhs, rhs_tall = rng.standard_normal(n), rng.standard_normal(2 * n)
+
+    def matrix(x):
+        return jax.device_put(x, NamedSharding(mesh, P("x", "y")))
+
+    def vector(x):
+        return jax.device_put(x, NamedSharding(mesh, P("x")))
+
+    kw = {"backend": backend}
+
+    def eager_grad(loss, a):
+        with jax.set_mesh(mesh):  # eager reductions over Explicit axes need the mesh set
+            return jax.grad(loss)(a)
+
+    def jitted_grad(loss):
+        return jax.jit(jax.grad(loss))  # built once, called many times
+
+    losses = {
+        "potrs": (lambda a: jnp.sum(jaxmg.potrs(a, vector(rhs), **kw)), spd),
+        "logdet": (lambda a: jaxmg.potrs(a, vector(rhs), return_logdet=True, **kw)[1], spd),
+        "cholesky": (lambda a: jnp.sum(jaxmg.cholesky(a, **kw)), spd),
+        "syevd": (lambda a: jnp.sum(jaxmg.syevd(a, return_eigenvectors=False, **kw)), her),
+    }
+    grads = {name: jitted_grad(loss) for name, (loss, _) in losses.items()}
+
+    potrs_jit = jax.jit(lambda a, b: jaxmg.potrs(a, b, **kw))  # jitted once, called many times
+    return {
+        "potrs": lambda: jaxmg.potrs(matrix(spd), vector(rhs), return_logdet=True, **kw),
+        "cholesky": lambda: jaxmg.cholesky(matrix(spd), **kw),
+        "lu_solve": lambda: jaxmg.lu_solve(matrix(g), vector(rhs), **kw),
+        "least_squares": lambda: jaxmg.least_squares(matrix(tall), vector(rhs_tall), **kw),
+        "qr": lambda: jaxmg.qr(matrix(tall), **kw),
+        "syevd": lambda: jaxmg.syevd(matrix(her), **kw),
+        "sygvd": lambda: jaxmg.sygvd(matrix(her), matrix(spd), **kw),
+        "gesvd": lambda: jaxmg.gesvd(matrix(tall), **kw),
+        "polar": lambda: jaxmg.polar(matrix(tall), **kw),
+        "Cholesky.solve": lambda: jaxmg.Cholesky(matrix(spd), **kw).solve(vector(rhs)),
+        "potrs_jit": lambda: potrs_jit(matrix(spd), vector(rhs)),
+        # Derivatives: jax.grad jitted once; and eagerly (jax.grad outside jit traces, and
+        # compiles, on every call: slow, see --eager-grad-calls).
+        **{f"grad_{name}": (lambda f=grads[name], x=x: f(matrix(x)))
+           for name, (_, x) in losses.items()},
+        **{f"eager_grad_{name}": (lambda loss=loss, x=x: eager_grad(loss, matrix(x)))
+           for name, (loss, x) in losses.items()},
+    }
+
+
+def measure(name: str, call, calls: int, warmup: int) -> dict:
+    """Run ``call`` warmup + calls times; RSS, live arrays and cache sizes before and after."""
+    import jax
+
+    for _ in range(warmup):
+        jax.block_until_ready(call())
+    gc.collect()
+    start = {"rss": rss_mib(), "arrays": len(jax.live_arrays()), "caches": cache_sizes()}
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        jax.block_until_ready(call())
+    seconds = time.perf_counter() - t0
+    gc.collect()
+    end = {"rss": rss_mib(), "arrays": len(jax.live_arrays()), "caches": cache_sizes()}
+    return {
+        "case": name, "calls": calls,
+        "rss_start_mib": round(start["rss"], 1), "rss_end_mib": round(end["rss"], 1),
+        "rss_growth_mib": round(end["rss"] - start["rss"], 1),
+        "live_arrays_start": start["arrays"], "live_arrays_end": end["arrays"],
+        "caches_start": start["caches"], "caches_end": end["caches"],
+        "cache_growth": {k: end["caches"][k] - start["caches"].get(k, 0) for k in end["caches"]},
+        "seconds_per_call": round(seconds / max(calls, 1), 5),
+    }
+
+
+def main(argv=None) -> int:
+    args = _args(argv)
+    simulate_cpu_devices_without_gpu(8)
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    table = cases(args.n, args.backend)
+    names = {"all": list(table), "fast": [k for k in table if not k.startswith("eager_grad_")]}.get(
+        args.cases, args.cases.split(","))
+    unknown = sorted(set(names) - set(table))
+    if unknown:
+        raise SystemExit(f"--cases: unknown {unknown}; choose from {sorted(table)}")
+    for name in names:
+        eager_grad = name.startswith("eager_grad_")
+        record = measure(name, table[name], args.eager_grad_calls if eager_grad else args.calls,
+                         1 if eager_grad else args.warmup)
+        record.update(n=args.n, devices=jax.device_count(), backend=args.backend)
+        _emit(args.out, record)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

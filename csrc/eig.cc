@@ -1,0 +1,199 @@
+// The eigensolver family: jaxmg_syevd (A z = w z) and jaxmg_sygvd (A z = w B z, B Hermitian
+// positive definite, z^H B z = I; cuSOLVERMp's type 1, vectors) on natural-order block-cyclic
+// buffers.
+//
+// Grid: pr x pc with the ROW-MAJOR rank mapping (rank = p * pc + q). The kernel layer
+// (jaxmg/kernels/native/eig.py) hands each member the column-major local block of the matrix on
+// this grid (it transposes its row-major block locally), so the matrix cuSOLVERMp reads is A
+// itself, its lower triangle (uplo = LOWER), and the eigenvectors come back in the same layout:
+// no distributed transpose on either side.
+//
+// cuSOLVERMp 0.8 computes eigenvectors in both calls (syevd's compz = "V"; sygvd's jobz =
+// VECTOR): eigenvalues only would cost the same here, so the handlers always return both.
+// Status: syevd's info; sygvd's info, or k where the leading minor of order k of B is not
+// positive definite (LAPACK's info = n + k); -1 where cuSOLVERMp fails without an info. Agreed
+// over the grid; failed outputs are NaN.
+#include <utility>
+
+#include "grid.h"
+
+namespace jaxmg {
+namespace {
+
+struct Problem {
+  int64_t n, tile, pr, pc, mloc, nloc;
+  int64_t batch = 1;  // leading batch (vmap) dimension, from the buffers
+};
+
+ffi::Error check_problem(Problem& pb, const ffi::AnyBuffer& a, const ffi::AnyBuffer& w, const char* who) {
+  const int64_t mat = pb.mloc * pb.nloc;
+  if (mat <= 0 || (int64_t)a.element_count() % mat)
+    return ffi::Error::InvalidArgument(cat(who, ": the local matrix has ", a.element_count(),
+                                           " elements, not a multiple of mloc * nloc = ", mat));
+  pb.batch = (int64_t)a.element_count() / mat;
+  if (pb.mloc * pb.pr != pb.n || pb.nloc * pb.pc != pb.n || pb.mloc % pb.tile || pb.nloc % pb.tile)
+    return ffi::Error::InvalidArgument(cat(who, ": local extents ", pb.mloc, "x", pb.nloc, " are not n / grid = ",
+                                           pb.n, " / ", pb.pr, "x", pb.pc, " in whole tiles of ", pb.tile));
+  if ((int64_t)w.element_count() != pb.batch * pb.n)
+    return ffi::Error::InvalidArgument(cat(who, ": the eigenvalues have ", w.element_count(), " entries, expected ",
+                                           pb.batch * pb.n));
+  return ffi::Error::Success();
+}
+
+// A failed call is a result (status, NaN outputs), not an exception: cuSOLVERMp 0.8 reports some
+// failures (B not positive definite) as failed executions.
+bool failed_execution(cusolverStatus_t st) {
+  return st == CUSOLVER_STATUS_INTERNAL_ERROR || st == CUSOLVER_STATUS_EXECUTION_FAILED;
+}
+
+// Status from cuSOLVERMp's info: `minor_above` n maps n + k to k (sygvd: B's leading minor).
+void finish_status(GridCall& g, const Problem& pb, cusolverStatus_t st, int32_t* status, bool minor_above) {
+  if (st != CUSOLVER_STATUS_SUCCESS && !failed_execution(st)) check_mp(st, "cuSOLVERMp eigensolver");
+  int32_t v = read_int32(status, 1, g.stream)[0];
+  if (minor_above && v > pb.n) v -= (int32_t)pb.n;
+  if (st != CUSOLVER_STATUS_SUCCESS && v == 0) v = -1;
+  check_cuda(cudaMemcpy(status, &v, sizeof(v), cudaMemcpyHostToDevice), "cudaMemcpy(status)");
+}
+
+// NaN in every output of a failed entry (agreed status != 0).
+void fail_outputs(GridCall& g, int32_t* status, std::initializer_list<std::pair<void*, size_t>> outputs) {
+  if (agree_status(g, status) == 0) return;
+  for (auto [ptr, bytes] : outputs)
+    check_cuda(cudaMemsetAsync(ptr, 0xFF, bytes, g.stream), "cudaMemsetAsync(failed outputs)");
+}
+
+// syevd on every batch entry: a (destroyed), w (n real eigenvalues, ascending), z (vectors).
+void syevd(GridCall& g, const Problem& pb, ffi::DataType type, char* a, char* w, char* z, int32_t* status) {
+  int code = 0, elem = 0;
+  const cudaDataType dtype = cuda_type(type, &code, &elem);
+  const int real_elem = (code == 0 || code == 2) ? 4 : 8;
+  Context& ctx = *g.ctx;
+  const int64_t n = pb.n, mat = pb.mloc * pb.nloc;
+  cusolverMpMatrixDescriptor_t desc =
+      ctx.matrix_desc((int)pb.pr, (int)pb.pc, dtype, n, n, pb.tile, pb.tile, pb.mloc, /*row_major=*/true);
+  char compz[] = "V";
+  size_t dwork = 0, hwork = 0;
+  check_mp(api().cusolverMpSyevd_bufferSize(ctx.handle, compz, CUBLAS_FILL_MODE_LOWER, n, a, 1, 1, desc, w, z, 1,
+                                            1, desc, dtype, &dwork, &hwork),
+           "cusolverMpSyevd_bufferSize");
+  ctx.ensure_workspace(dwork, hwork);
+  auto timed = std::make_unique<TimedCall>("syevd");
+  timed->start(g.stream);
+  timed->laid_out(g.stream);  // the layout step is the kernel layer's (natural block-cyclic)
+  for (int64_t k = 0; k < pb.batch; ++k) {
+    char *ak = a + k * mat * elem, *wk = w + k * n * real_elem, *zk = z + k * mat * elem;
+    cusolverStatus_t st = api().cusolverMpSyevd(ctx.handle, compz, CUBLAS_FILL_MODE_LOWER, n, ak, 1, 1, desc, wk,
+                                                zk, 1, 1, desc, dtype, ctx.work.ptr, ctx.work.bytes,
+                                                ctx.host_work.data(), ctx.host_work.size(), status + k);
+    JAXMG_TRACE("syevd returned ", (int)st);
+    finish_status(g, pb, st, status + k, false);
+    fail_outputs(g, status + k, {{wk, (size_t)(n * real_elem)}, {zk, (size_t)(mat * elem)}});
+    if (k == 0) timed->factor_done(g.stream);
+  }
+  record_timing(g.device, std::move(timed), g.stream);
+}
+
+// sygvd (type 1, vectors) on every batch entry: a and b destroyed, w, z.
+void sygvd(GridCall& g, const Problem& pb, ffi::DataType type, char* a, char* b, char* w, char* z,
+           int32_t* status) {
+  int code = 0, elem = 0;
+  const cudaDataType dtype = cuda_type(type, &code, &elem);
+  const int real_elem = (code == 0 || code == 2) ? 4 : 8;
+  Context& ctx = *g.ctx;
+  const int64_t n = pb.n, mat = pb.mloc * pb.nloc;
+  cusolverMpMatrixDescriptor_t desc =
+      ctx.matrix_desc((int)pb.pr, (int)pb.pc, dtype, n, n, pb.tile, pb.tile, pb.mloc, /*row_major=*/true);
+  size_t dwork = 0, hwork = 0;
+  check_mp(api().cusolverMpSygvd_bufferSize(ctx.handle, CUSOLVER_EIG_TYPE_1, CUSOLVER_EIG_MODE_VECTOR,
+                                            CUBLAS_FILL_MODE_LOWER, n, 1, 1, desc, 1, 1, desc, 1, 1, desc, dtype,
+                                            &dwork, &hwork),
+           "cusolverMpSygvd_bufferSize");
+  ctx.ensure_workspace(dwork, hwork);
+  auto timed = std::make_unique<TimedCall>("sygvd");
+  timed->start(g.stream);
+  timed->laid_out(g.stream);
+  for (int64_t k = 0; k < pb.batch; ++k) {
+    char *ak = a + k * mat * elem, *bk = b + k * mat * elem, *wk = w + k * n * real_elem, *zk = z + k * mat * elem;
+    cusolverStatus_t st = api().cusolverMpSygvd(ctx.handle, CUSOLVER_EIG_TYPE_1, CUSOLVER_EIG_MODE_VECTOR,
+                                                CUBLAS_FILL_MODE_LOWER, n, ak, 1, 1, desc, bk, 1, 1, desc, wk, zk,
+                                                1, 1, desc, dtype, ctx.work.ptr, ctx.work.bytes,
+                                                ctx.host_work.data(), ctx.host_work.size(), status + k);
+    JAXMG_TRACE("sygvd returned ", (int)st);
+    finish_status(g, pb, st, status + k, true);
+    fail_outputs(g, status + k, {{wk, (size_t)(n * real_elem)}, {zk, (size_t)(mat * elem)}});
+    if (k == 0) timed->factor_done(g.stream);
+  }
+  record_timing(g.device, std::move(timed), g.stream);
+}
+
+ffi::Error SyevdDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank, ffi::AnyBuffer a,
+                         ffi::Result<ffi::AnyBuffer> work, ffi::Result<ffi::AnyBuffer> w,
+                         ffi::Result<ffi::AnyBuffer> z, ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n,
+                         int64_t tile, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc) {
+  Problem pb{n, tile, pr, pc, mloc, nloc};
+  if (ffi::Error e = check_problem(pb, a, *w, "jaxmg_syevd"); e.failure()) return e;
+  if ((int64_t)status->element_count() != pb.batch || z->element_count() != a.element_count())
+    return ffi::Error::InvalidArgument("jaxmg_syevd: one status per batch entry and z shaped like a expected");
+  try {
+    GridCall g = open_grid(stream, members, id, rank, pr, pc);
+    JAXMG_TRACE("syevd: n ", n, " tile ", tile, " grid ", pr, "x", pc, " batch ", pb.batch);
+    if (work->untyped_data() != a.untyped_data())
+      check_cuda(cudaMemcpyAsync(work->untyped_data(), a.untyped_data(), a.size_bytes(), cudaMemcpyDeviceToDevice,
+                                 stream),
+                 "cudaMemcpyAsync(a to work)");
+    syevd(g, pb, a.element_type(), static_cast<char*>(work->untyped_data()), static_cast<char*>(w->untyped_data()),
+          static_cast<char*>(z->untyped_data()), status->typed_data());
+    return ffi::Error::Success();
+  } catch (const std::exception& e) {
+    return to_error(e);
+  }
+}
+
+ffi::Error SygvdDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank, ffi::AnyBuffer a,
+                         ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> work_a, ffi::Result<ffi::AnyBuffer> work_b,
+                         ffi::Result<ffi::AnyBuffer> w, ffi::Result<ffi::AnyBuffer> z,
+                         ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n, int64_t tile, int64_t pr, int64_t pc,
+                         int64_t mloc, int64_t nloc) {
+  Problem pb{n, tile, pr, pc, mloc, nloc};
+  if (ffi::Error e = check_problem(pb, a, *w, "jaxmg_sygvd"); e.failure()) return e;
+  if (b.element_count() != a.element_count() || b.element_type() != a.element_type() ||
+      (int64_t)status->element_count() != pb.batch)
+    return ffi::Error::InvalidArgument("jaxmg_sygvd: b must be shaped and typed like a, one status per entry");
+  try {
+    GridCall g = open_grid(stream, members, id, rank, pr, pc);
+    JAXMG_TRACE("sygvd: n ", n, " tile ", tile, " grid ", pr, "x", pc, " batch ", pb.batch);
+    for (auto [dst, src] : {std::pair{work_a->untyped_data(), a.untyped_data()},
+                            std::pair{work_b->untyped_data(), b.untyped_data()}})
+      if (dst != src)
+        check_cuda(cudaMemcpyAsync(dst, src, a.size_bytes(), cudaMemcpyDeviceToDevice, stream),
+                   "cudaMemcpyAsync(operand to work)");
+    sygvd(g, pb, a.element_type(), static_cast<char*>(work_a->untyped_data()),
+          static_cast<char*>(work_b->untyped_data()), static_cast<char*>(w->untyped_data()),
+          static_cast<char*>(z->untyped_data()), status->typed_data());
+    return ffi::Error::Success();
+  } catch (const std::exception& e) {
+    return to_error(e);
+  }
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_syevd, SyevdDispatch,
+                              layout_attrs(grid_bind()
+                                            .Arg<ffi::AnyBuffer>()            // a: local block (batched)
+                                            .Ret<ffi::AnyBuffer>()            // work (aliases a; destroyed)
+                                            .Ret<ffi::AnyBuffer>()            // w: n real eigenvalues
+                                            .Ret<ffi::AnyBuffer>()            // z: eigenvectors, like a
+                                            .Ret<ffi::Buffer<ffi::S32>>()));  // status, agreed
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_sygvd, SygvdDispatch,
+                              layout_attrs(grid_bind()
+                                            .Arg<ffi::AnyBuffer>()            // a
+                                            .Arg<ffi::AnyBuffer>()            // b (Hermitian positive definite)
+                                            .Ret<ffi::AnyBuffer>()            // work a (aliases a)
+                                            .Ret<ffi::AnyBuffer>()            // work b (aliases b: B's factor)
+                                            .Ret<ffi::AnyBuffer>()            // w
+                                            .Ret<ffi::AnyBuffer>()            // z, z^H B z = I
+                                            .Ret<ffi::Buffer<ffi::S32>>()));  // status, agreed
+
+}  // namespace jaxmg

@@ -1,0 +1,398 @@
+#include "grid.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "layout.h"
+
+namespace jaxmg {
+namespace {
+
+int g_process_index = 0;
+int g_cusolvermp_version = -1;
+constexpr size_t kMaxTimed = 256;  // timed calls kept per device since the last reset
+
+struct DeviceState {
+  std::vector<std::unique_ptr<TimedCall>> calls;  // since the last reset (at most kMaxTimed kept)
+};
+
+struct Cache {
+  std::mutex mu;
+  std::map<std::string, std::unique_ptr<Context>> contexts;  // key: device + members
+  std::map<int, DeviceState> devices;
+  std::map<std::string, std::vector<int32_t>> pending_ids;  // nccl ids made by the first member
+};
+
+Cache& cache() {
+  static Cache* c = new Cache();  // never destroyed: NCCL teardown at exit can hang
+  return *c;
+}
+
+const char* cusolver_status_name(cusolverStatus_t s) {
+  switch (s) {
+    case CUSOLVER_STATUS_SUCCESS: return "CUSOLVER_STATUS_SUCCESS";
+    case CUSOLVER_STATUS_NOT_INITIALIZED: return "CUSOLVER_STATUS_NOT_INITIALIZED";
+    case CUSOLVER_STATUS_ALLOC_FAILED: return "CUSOLVER_STATUS_ALLOC_FAILED";
+    case CUSOLVER_STATUS_INVALID_VALUE: return "CUSOLVER_STATUS_INVALID_VALUE";
+    case CUSOLVER_STATUS_ARCH_MISMATCH: return "CUSOLVER_STATUS_ARCH_MISMATCH";
+    case CUSOLVER_STATUS_EXECUTION_FAILED: return "CUSOLVER_STATUS_EXECUTION_FAILED";
+    case CUSOLVER_STATUS_INTERNAL_ERROR: return "CUSOLVER_STATUS_INTERNAL_ERROR";
+    case CUSOLVER_STATUS_NOT_SUPPORTED: return "CUSOLVER_STATUS_NOT_SUPPORTED";
+    default: return "cusolverStatus";
+  }
+}
+
+std::string members_key(int device, const std::vector<int32_t>& members) {
+  std::string key = cat("dev", device, ":");
+  for (int32_t m : members) key += cat(m, ",");
+  return key;
+}
+
+int stream_device(cudaStream_t stream) {
+  int dev = -1;
+  check_cuda(cudaStreamGetDevice(stream, &dev), "cudaStreamGetDevice");
+  check_cuda(cudaSetDevice(dev), "cudaSetDevice");
+  return dev;
+}
+
+void check_one_gpu_per_process(const std::vector<int32_t>& members) {
+  // Two members in one process would need one host thread per GPU inside one collective call.
+  for (size_t i = 0; i < members.size(); ++i)
+    for (size_t j = i + 1; j < members.size(); ++j)
+      if (members[i] / 1024 == members[j] / 1024 && members[i] != members[j])
+        throw Failure("jaxmg native: one process drives several GPUs of one grid (members " +
+                      std::to_string(members[i]) + " and " + std::to_string(members[j]) +
+                      "); launch one process per GPU with `python -m jaxmg.launch -n NGPUS script.py`");
+}
+
+void set_where(int rank, size_t nranks, int dev) {
+  where() = cat("rank ", rank, " of ", nranks, " (device ", dev, ")");
+}
+
+Context& get_context(int dev, const std::vector<int32_t>& members, int rank, const void* id_dptr,
+                     cudaStream_t stream) {
+  Cache& c = cache();
+  std::string key = members_key(dev, members);
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    auto it = c.contexts.find(key);
+    if (it != c.contexts.end()) return *it->second;
+  }
+  check_one_gpu_per_process(members);
+  JAXMG_TRACE("creating communicator of ", members.size(), " members");
+  std::vector<int32_t> words = read_int32(id_dptr, 32, stream);
+  ncclUniqueId id;
+  std::memcpy(&id, words.data(), sizeof(id));
+  bool all_zero = true;
+  for (int32_t w : words) all_zero &= (w == 0);
+  if (all_zero)
+    throw Failure("jaxmg native: the grid's communicator id is empty on " + where() +
+                  " (the first member found its communicator cached but this member did not; "
+                  "were the processes' jaxmg calls out of step?)");
+  auto ctx = std::make_unique<Context>();
+  ctx->device = dev;
+  ctx->nranks = (int)members.size();
+  ctx->rank = rank;
+  check_nccl(api().ncclCommInitRank(&ctx->comm, ctx->nranks, id, rank), "ncclCommInitRank");
+  JAXMG_TRACE("ncclCommInitRank done");
+  check_mp(api().cusolverMpCreate(&ctx->handle, dev, stream), "cusolverMpCreate");
+  JAXMG_TRACE("cusolverMpCreate done");
+  if (g_cusolvermp_version < 0) {
+    int v = -1;
+    if (api().cusolverMpGetVersion(ctx->handle, &v) == CUSOLVER_STATUS_SUCCESS) g_cusolvermp_version = v;
+  }
+  std::lock_guard<std::mutex> lock(c.mu);
+  auto& slot = c.contexts[key];
+  slot = std::move(ctx);
+  return *slot;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The core's handlers
+// ---------------------------------------------------------------------------------------------
+
+// This device's identity, process_index * 1024 + CUDA ordinal.
+ffi::Error IdentityImpl(cudaStream_t stream, ffi::Result<ffi::Buffer<ffi::S32>> out) {
+  try {
+    JAXMG_TRACE("identity handler");
+    int dev = stream_device(stream);
+    check_cuda(fill_int32(out->typed_data(), (int64_t)out->element_count(), g_process_index * 1024 + dev, stream),
+               "fill identity");
+    return ffi::Error::Success();
+  } catch (const std::exception& e) {
+    return to_error(e);
+  }
+}
+
+// A new ncclUniqueId (as 32 int32 words) from the grid's first member when the communicator of
+// these members is not cached yet; zeros otherwise (the caller sums over the grid).
+ffi::Error NcclIdImpl(cudaStream_t stream, Members members_buf, Rank rank_buf, ffi::Result<ffi::Buffer<ffi::S32>> out) {
+  try {
+    JAXMG_TRACE("nccl id handler");
+    require_loaded();
+    int dev = stream_device(stream);
+    size_t n = members_buf.dimensions().back();
+    std::vector<int32_t> members = read_int32(members_buf.typed_data(), n, stream);
+    int rank = read_int32(rank_buf.typed_data(), 1, stream)[0];
+    set_where(rank, n, dev);
+    static_assert(sizeof(ncclUniqueId) == 128, "ncclUniqueId size");
+    std::string key = members_key(dev, members);
+    Cache& c = cache();
+    std::lock_guard<std::mutex> lock(c.mu);
+    std::vector<int32_t>& words = c.pending_ids[key];  // stable host memory for the async copy
+    words.assign(32, 0);
+    if (!c.contexts.count(key) && rank == 0) {
+      ncclUniqueId id;
+      check_nccl(api().ncclGetUniqueId(&id), "ncclGetUniqueId");
+      std::memcpy(words.data(), &id, sizeof(id));
+    }
+    size_t count = std::min<size_t>(out->element_count(), 32);
+    check_cuda(cudaMemcpyAsync(out->typed_data(), words.data(), count * sizeof(int32_t), cudaMemcpyHostToDevice,
+                               stream),
+               "cudaMemcpyAsync(host to device)");
+    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    return ffi::Error::Success();
+  } catch (const std::exception& e) {
+    return to_error(e);
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Failures and checks
+// ---------------------------------------------------------------------------------------------
+std::string& where() {
+  thread_local std::string w = "rank ?";
+  return w;
+}
+
+bool debug_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("JAXMG_NATIVE_DEBUG");
+    return v && *v && std::string(v) != "0";
+  }();
+  return on;
+}
+
+void fail(const std::string& call, const std::string& status) {
+  throw Failure("jaxmg native: " + call + " failed with " + status + " on " + where());
+}
+
+void check_cuda(cudaError_t e, const char* call) {
+  if (e != cudaSuccess)
+    fail(call, cat("CUDA error ", (int)e, " (", cudaGetErrorName(e), ": ", cudaGetErrorString(e), ")"));
+}
+
+void check_nccl(ncclResult_t r, const char* call) {
+  if (r != ncclSuccess) {
+    const char* s = api().ncclGetErrorString ? api().ncclGetErrorString(r) : "?";
+    fail(call, cat("NCCL status ", (int)r, " (", s, ")"));
+  }
+}
+
+void check_mp(cusolverStatus_t s, const char* call) {
+  if (s != CUSOLVER_STATUS_SUCCESS) fail(call, cat("cuSOLVERMp status ", (int)s, " (", cusolver_status_name(s), ")"));
+}
+
+ffi::Error to_error(const std::exception& e) { return ffi::Error::Internal(e.what()); }
+
+cudaDataType cuda_type(ffi::DataType t, int* code, int* elem_bytes) {
+  switch (t) {
+    case ffi::DataType::F32: *code = 0; *elem_bytes = 4; return CUDA_R_32F;
+    case ffi::DataType::F64: *code = 1; *elem_bytes = 8; return CUDA_R_64F;
+    case ffi::DataType::C64: *code = 2; *elem_bytes = 8; return CUDA_C_32F;
+    case ffi::DataType::C128: *code = 3; *elem_bytes = 16; return CUDA_C_64F;
+    default: throw Failure("jaxmg native: unsupported dtype (float32, float64, complex64, complex128 only)");
+  }
+}
+
+std::vector<int32_t> read_int32(const void* dptr, size_t count, cudaStream_t stream) {
+  std::vector<int32_t> host(count);
+  check_cuda(cudaMemcpyAsync(host.data(), dptr, count * sizeof(int32_t), cudaMemcpyDeviceToHost, stream),
+             "cudaMemcpyAsync(device to host)");
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  return host;
+}
+
+// ---------------------------------------------------------------------------------------------
+// RAII wrappers and the context
+// ---------------------------------------------------------------------------------------------
+void DeviceBuffer::reset() {
+  if (ptr) cudaFree(ptr);
+  ptr = nullptr;
+  bytes = 0;
+}
+
+void DeviceBuffer::ensure(size_t want, const char* what) {
+  if (want <= bytes) return;
+  reset();
+  check_cuda(cudaMalloc(&ptr, want), what);
+  bytes = want;
+}
+
+Event::~Event() {
+  if (ev) cudaEventDestroy(ev);
+}
+
+void Event::create() {
+  if (!ev) check_cuda(cudaEventCreate(&ev), "cudaEventCreate");
+}
+
+Context::~Context() {
+  families.clear();  // their cuBLAS handles and plans go before the communicator
+  for (auto& [key, d] : descs) api().cusolverMpDestroyMatrixDesc(d);
+  for (auto& [key, g] : grids) api().cusolverMpDestroyGrid(g);
+  if (handle) api().cusolverMpDestroy(handle);
+  if (comm) api().ncclCommDestroy(comm);
+}
+
+cusolverMpGrid_t Context::grid(int pr, int pc, bool row_major) {
+  auto& g = grids[{pr, pc, row_major}];
+  if (!g)
+    check_mp(api().cusolverMpCreateDeviceGrid(
+                 handle, &g, comm, pr, pc,
+                 row_major ? CUSOLVERMP_GRID_MAPPING_ROW_MAJOR : CUSOLVERMP_GRID_MAPPING_COL_MAJOR),
+             "cusolverMpCreateDeviceGrid");
+  return g;
+}
+
+cusolverMpMatrixDescriptor_t Context::matrix_desc(int pr, int pc, cudaDataType dtype, int64_t m, int64_t n,
+                                                  int64_t mb, int64_t nb, int64_t lld, bool row_major) {
+  const std::string key =
+      cat(pr, "x", pc, row_major ? "r" : "", ":", (int)dtype, ":", m, "x", n, ":", mb, "x", nb, ":", lld);
+  auto& d = descs[key];
+  if (!d) {
+    check_mp(api().cusolverMpCreateMatrixDesc(&d, grid(pr, pc, row_major), dtype, m, n, mb, nb, 0, 0, lld),
+             "cusolverMpCreateMatrixDesc");
+    JAXMG_TRACE("descriptor ", key, " created");
+  }
+  return d;
+}
+
+void Context::ensure_workspace(size_t device_bytes, size_t host_bytes) {
+  work.ensure(std::max<size_t>(device_bytes, 256), "cudaMalloc(cuSOLVERMp workspace)");
+  if (host_work.size() < std::max<size_t>(host_bytes, 1)) host_work.resize(std::max<size_t>(host_bytes, 1));
+  info.ensure(sizeof(int32_t) * 4, "cudaMalloc(info)");
+  JAXMG_TRACE("workspace device ", device_bytes, " host ", host_bytes);
+}
+
+GridCall open_grid(cudaStream_t stream, const Members& members_buf, const NcclId& id_buf, const Rank& rank_buf,
+                   int64_t pr, int64_t pc) {
+  require_loaded();
+  GridCall g;
+  g.stream = stream;
+  g.device = stream_device(stream);
+  const size_t nmembers = members_buf.dimensions().back();
+  std::vector<int32_t> members = read_int32(members_buf.typed_data(), nmembers, stream);
+  g.rank = read_int32(rank_buf.typed_data(), 1, stream)[0];
+  set_where(g.rank, nmembers, g.device);
+  if ((int64_t)nmembers != pr * pc) throw Failure("jaxmg native: grid size mismatch on " + where());
+  g.pr = pr, g.pc = pc, g.p = g.rank % pr, g.q = g.rank / pr;
+  g.ctx = &get_context(g.device, members, g.rank, id_buf.typed_data(), stream);
+  check_mp(api().cusolverMpSetStream(g.ctx->handle, stream), "cusolverMpSetStream");
+  return g;
+}
+
+int32_t agree_status(GridCall& g, int32_t* status) {
+  Context& ctx = *g.ctx;
+  ctx.info.ensure(sizeof(int32_t) * 4, "cudaMalloc(info)");
+  int32_t* flag = static_cast<int32_t*>(ctx.info.ptr) + 1;
+  check_cuda(cudaMemcpyAsync(flag, status, sizeof(int32_t), cudaMemcpyDeviceToDevice, g.stream),
+             "cudaMemcpyAsync(status)");
+  if (g.pr * g.pc > 1)
+    check_nccl(api().ncclAllReduce(flag, flag, 1, ncclInt32, ncclMax, ctx.comm, g.stream), "ncclAllReduce(status)");
+  int32_t agreed = read_int32(flag, 1, g.stream)[0];
+  check_cuda(cudaMemcpyAsync(status, flag, sizeof(int32_t), cudaMemcpyDeviceToDevice, g.stream),
+             "cudaMemcpyAsync(status)");
+  return agreed;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Timings
+// ---------------------------------------------------------------------------------------------
+TimedCall::TimedCall(std::string k) : kind(std::move(k)) {
+  t0.create();
+  t1.create();
+  tf.create();
+  t2.create();
+}
+
+void record_timing(int device, std::unique_ptr<TimedCall> call, cudaStream_t stream) {
+  check_cuda(cudaEventRecord(call->t2.ev, stream), "cudaEventRecord");
+  std::lock_guard<std::mutex> lock(cache().mu);
+  auto& calls = cache().devices[device].calls;
+  if (calls.size() >= kMaxTimed) calls.erase(calls.begin());
+  calls.push_back(std::move(call));
+}
+
+std::vector<Timing> last_timings() {
+  std::vector<Timing> out;
+  std::lock_guard<std::mutex> lock(cache().mu);
+  for (auto& [dev, ds] : cache().devices) {
+    std::map<std::string, Timing> by_kind;
+    for (auto& c : ds.calls) {
+      Timing& t = by_kind[c->kind];
+      if (t.calls == 0) {
+        t.device = dev;
+        t.kind = c->kind;
+        t.valid = true;
+      }
+      t.calls += 1;
+      float a = 0, b = 0, f = 0;
+      if (cudaEventSynchronize(c->t2.ev) == cudaSuccess && cudaEventElapsedTime(&a, c->t0.ev, c->t1.ev) == cudaSuccess &&
+          cudaEventElapsedTime(&b, c->t1.ev, c->t2.ev) == cudaSuccess &&
+          (!c->factored || cudaEventElapsedTime(&f, c->t1.ev, c->tf.ev) == cudaSuccess)) {
+        t.layout_ms += a;
+        t.solver_ms += b;
+        t.factor_ms += f;
+      } else {
+        t.valid = false;
+      }
+    }
+    for (auto& [kind, t] : by_kind) out.push_back(t);
+  }
+  return out;
+}
+
+void reset_timings() {
+  std::lock_guard<std::mutex> lock(cache().mu);
+  for (auto& [dev, ds] : cache().devices) ds.calls.clear();
+}
+
+void set_process_index(int index) { g_process_index = index; }
+int process_index() { return g_process_index; }
+
+CacheInfo cache_info() {
+  CacheInfo info;
+  std::lock_guard<std::mutex> lock(cache().mu);
+  info.communicators = (int)cache().contexts.size();
+  for (auto& [k, ctx] : cache().contexts) {
+    info.descriptors += (int)ctx->descs.size();
+    info.workspace_bytes += ctx->work.bytes + ctx->scratch.bytes;
+  }
+  info.cusolvermp_version = g_cusolvermp_version;
+  return info;
+}
+
+void clear_cache() {
+  std::lock_guard<std::mutex> lock(cache().mu);
+  cache().contexts.clear();
+  cache().pending_ids.clear();
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_identity, IdentityImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>());  // this device's identity
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_nccl_id, NcclIdImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<Members>()  // members in rank order
+                                  .Arg<Rank>()     // this member's rank
+                                  .Ret<ffi::Buffer<ffi::S32>>());  // ncclUniqueId words, or zeros
+
+}  // namespace jaxmg

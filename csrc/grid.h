@@ -1,0 +1,211 @@
+// The shared core of the native library: failures and checks, RAII wrappers, the grid cache
+// (one Context per device and grid membership: NCCL communicator, cuSOLVERMp handle, grids,
+// matrix descriptors, workspaces, and a slot for each family's own caches), the grid arguments
+// every handler shares, the identity and NCCL-id handlers, and timings by call kind.
+// Each family (cholesky.cc, lu.cc, qr.cc) builds its handlers on this file alone; adding a family does
+// not change it.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "dynload.h"
+#include "handlers.h"
+#include "xla/ffi/api/c_api.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace jaxmg {
+
+namespace ffi = xla::ffi;
+
+// ---------------------------------------------------------------------------------------------
+// Failures: every failure throws Failure with a message naming the call, the status and the rank;
+// each handler's boundary turns it into an ffi::Error (a Python exception) with to_error.
+// ---------------------------------------------------------------------------------------------
+struct Failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// "rank r of n (device d)" of the current call on this thread, set once known.
+std::string& where();
+
+// JAXMG_NATIVE_DEBUG=1 traces every step of a native call to stderr.
+bool debug_enabled();
+
+// Strings are built without iostreams: on the GPU machines the process's libstdc++ locale
+// facets differ from the ones this module is compiled against, and ostream numeric output crashed.
+inline std::string str_of(const std::string& s) { return s; }
+inline std::string str_of(const char* s) { return s; }
+template <typename T>
+std::string str_of(T v) {
+  return std::to_string(v);
+}
+template <typename... Ts>
+std::string cat(const Ts&... parts) {
+  std::string out;
+  (out.append(str_of(parts)), ...);
+  return out;
+}
+#define JAXMG_TRACE(...)                                                                \
+  do {                                                                                  \
+    if (::jaxmg::debug_enabled()) {                                                     \
+      std::string _m = ::jaxmg::cat("[jaxmg native ", ::jaxmg::where(), "] ", __VA_ARGS__, "\n"); \
+      std::fputs(_m.c_str(), stderr);                                                   \
+      std::fflush(stderr);                                                              \
+    }                                                                                   \
+  } while (0)
+
+[[noreturn]] void fail(const std::string& call, const std::string& status);
+void check_cuda(cudaError_t e, const char* call);
+void check_nccl(ncclResult_t r, const char* call);
+void check_mp(cusolverStatus_t s, const char* call);
+ffi::Error to_error(const std::exception& e);
+
+// The CUDA data type of an FFI buffer type; `code` 0..3 = float32, float64, complex64, complex128.
+cudaDataType cuda_type(ffi::DataType t, int* code, int* elem_bytes);
+
+// Synchronous read of `count` int32 words from device memory (on `stream`).
+std::vector<int32_t> read_int32(const void* dptr, size_t count, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------
+// RAII wrappers
+// ---------------------------------------------------------------------------------------------
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { reset(); }
+  void reset();
+  // At least `want` bytes (contents not kept when it grows).
+  void ensure(size_t want, const char* what);
+};
+
+struct Event {
+  cudaEvent_t ev = nullptr;
+  Event() = default;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  ~Event();
+  void create();
+};
+
+// ---------------------------------------------------------------------------------------------
+// The grid cache
+// ---------------------------------------------------------------------------------------------
+// What a family keeps per context (plans, handles of its own): derive from it, and reach it with
+// Context::family<T>(name).
+struct FamilyCache {
+  virtual ~FamilyCache() = default;
+};
+
+// Everything cached for one grid membership on one device.
+struct Context {
+  int device = -1;
+  int nranks = 0, rank = 0;
+  ncclComm_t comm = nullptr;
+  cusolverMpHandle_t handle = nullptr;
+  std::map<std::tuple<int, int, bool>, cusolverMpGrid_t> grids;  // (pr, pc, row-major mapping)
+  std::map<std::string, cusolverMpMatrixDescriptor_t> descs;
+  std::map<std::string, std::unique_ptr<FamilyCache>> families;
+  DeviceBuffer work, scratch, info;  // cuSOLVERMp device workspace, layout scratch, status words
+  std::vector<char> host_work;
+  Context() = default;
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+  ~Context();
+
+  // The pr x pc cuSOLVERMp grid, created once: column-major rank mapping (rank = p + q * pr), or
+  // row-major (rank = p * pc + q) where `row_major` (the eigensolvers, csrc/eig.cc).
+  cusolverMpGrid_t grid(int pr, int pc, bool row_major = false);
+  // The descriptor of an m x n matrix in mb x nb tiles on the pr x pc grid (local leading
+  // dimension lld), created once per key.
+  cusolverMpMatrixDescriptor_t matrix_desc(int pr, int pc, cudaDataType dtype, int64_t m, int64_t n, int64_t mb,
+                                           int64_t nb, int64_t lld, bool row_major = false);
+  // Device and host workspaces of at least these sizes.
+  void ensure_workspace(size_t device_bytes, size_t host_bytes);
+  // A family's cache of type T (default-constructed the first time).
+  template <typename T>
+  T& family(const std::string& name) {
+    auto& slot = families[name];
+    if (!slot) slot = std::make_unique<T>();
+    return static_cast<T&>(*slot);
+  }
+};
+
+// The grid arguments every handler takes first (after the stream): the grid's members (device
+// identities in rank order), the NCCL unique id (32 int32 words, summed over the grid), and this
+// member's rank. Bind them with grid_bind().
+using Members = ffi::Buffer<ffi::S32>;
+using NcclId = ffi::Buffer<ffi::S32>;
+using Rank = ffi::Buffer<ffi::S32>;
+
+// ffi::Ffi::Bind() with the stream and the three grid arguments, in this order.
+inline auto grid_bind() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::PlatformStream<cudaStream_t>>()
+      .Arg<Members>()  // members: device identities (process_index * 1024 + ordinal) in rank order
+      .Arg<NcclId>()   // the grid's ncclUniqueId as 32 int32 words
+      .Arg<Rank>();    // this member's rank (column-major over the cuSOLVERMp grid)
+}
+
+// The layout attributes every family's handlers take after their operands and results: the
+// global order n (padded), the square tile T_A, the cuSOLVERMp grid shape pr x pc, and the
+// local column-major extents mloc x nloc. Families add their own attributes after these.
+template <typename B>
+auto layout_attrs(B&& bind) {
+  return std::forward<B>(bind)
+      .template Attr<int64_t>("n")      // global order, or columns of a tall matrix (padded)
+      .template Attr<int64_t>("tile")   // T_A: square tiles
+      .template Attr<int64_t>("pr")     // cuSOLVERMp grid rows
+      .template Attr<int64_t>("pc")     // cuSOLVERMp grid columns
+      .template Attr<int64_t>("mloc")   // local column-major extent: rows
+      .template Attr<int64_t>("nloc");  // and columns
+}
+
+// One handler call on its grid: the device, this member's rank and coordinates, the cached
+// context (communicator created on first use), with the handle bound to the call's stream.
+struct GridCall {
+  cudaStream_t stream = nullptr;
+  int device = -1;
+  int rank = 0;
+  int64_t pr = 1, pc = 1, p = 0, q = 0;  // grid shape and this member's coordinates
+  Context* ctx = nullptr;
+};
+GridCall open_grid(cudaStream_t stream, const Members& members, const NcclId& id, const Rank& rank, int64_t pr,
+                   int64_t pc);
+
+// Agree on a status over the grid: the maximum of every member's `status` (device int32),
+// written back to `status`; returns it (synchronizes).
+int32_t agree_status(GridCall& g, int32_t* status);
+
+// ---------------------------------------------------------------------------------------------
+// Timings by call kind: GPU events around the layout step, the first factorization and the whole
+// cuSOLVERMp part of each call.
+// ---------------------------------------------------------------------------------------------
+struct TimedCall {
+  std::string kind;       // "potrf", "potrs", "getrf", "getrs", ...
+  Event t0, t1, tf, t2;   // start, after the layout step, after the first factorization, end
+  bool factored = false;  // tf recorded (a factor call)
+  explicit TimedCall(std::string k);
+  void start(cudaStream_t s) { check_cuda(cudaEventRecord(t0.ev, s), "cudaEventRecord"); }
+  void laid_out(cudaStream_t s) { check_cuda(cudaEventRecord(t1.ev, s), "cudaEventRecord"); }
+  void factor_done(cudaStream_t s) {
+    check_cuda(cudaEventRecord(tf.ev, s), "cudaEventRecord");
+    factored = true;
+  }
+};
+// Records the end of `call` on `stream` and keeps it for last_timings().
+void record_timing(int device, std::unique_ptr<TimedCall> call, cudaStream_t stream);
+
+}  // namespace jaxmg

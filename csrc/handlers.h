@@ -1,0 +1,61 @@
+// What the nanobind module (module.cc) exports: every FFI handler of the library, and the
+// process index, timings and cache information of the grid cache (grid.cc).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "xla/ffi/api/c_api.h"
+
+namespace jaxmg {
+
+// Handlers (XLA_FFI_Handler*), registered from Python with jax.ffi.register_ffi_target.
+// The core (grid.cc): this device's identity; a fresh ncclUniqueId on the grid's first member.
+extern "C" XLA_FFI_Error* jaxmg_identity(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* jaxmg_nccl_id(XLA_FFI_CallFrame* call_frame);
+// The Cholesky family (cholesky.cc): potrf (and optionally potrs) in place; potrs and the local
+// log det with a saved factor.
+extern "C" XLA_FFI_Error* jaxmg_potrf(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* jaxmg_potrs(XLA_FFI_CallFrame* call_frame);
+// The LU family (lu.cc): getrf in place (factor, pivots, status); getrs (op = N) with a saved factor.
+extern "C" XLA_FFI_Error* jaxmg_getrf(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* jaxmg_getrs(XLA_FFI_CallFrame* call_frame);
+// The QR family (qr.cc): geqrf in place (Householder factor, tau, status); ormqr (Q or Q^H applied
+// to right-hand sides in place); orgqr (the explicit Q from a saved factor).
+extern "C" XLA_FFI_Error* jaxmg_geqrf(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* jaxmg_ormqr(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* jaxmg_orgqr(XLA_FFI_CallFrame* call_frame);
+// The eigensolver family (eig.cc): syevd and sygvd (type 1, vectors) on a row-major-mapped grid.
+extern "C" XLA_FFI_Error* jaxmg_syevd(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* jaxmg_sygvd(XLA_FFI_CallFrame* call_frame);
+
+void set_process_index(int index);
+int process_index();
+
+struct Timing {
+  int device = -1;
+  std::string kind;
+  double layout_ms = 0;  // layout step before the factorization
+  double solver_ms = 0;  // inside cuSOLVERMp (and the tiled solve)
+  double factor_ms = 0;  // of which: the first factorization of each call (with the status agreement)
+  int calls = 0;
+  bool valid = false;
+};
+// Per device and call kind: GPU time summed over the native calls since the last reset_timings()
+// (waits for them).
+std::vector<Timing> last_timings();
+void reset_timings();
+
+struct CacheInfo {
+  int communicators = 0;
+  int descriptors = 0;
+  size_t workspace_bytes = 0;
+  int cusolvermp_version = -1;  // from the first handle, -1 before any
+};
+CacheInfo cache_info();
+// Drops every cached communicator, handle, grid, descriptor, workspace and family cache
+// (collective-free; use only when no call is in flight and all processes do the same).
+void clear_cache();
+
+}  // namespace jaxmg

@@ -1,0 +1,184 @@
+// The LU family: jaxmg_getrf (factor in place, with pivots and status) and jaxmg_getrs (solve with
+// a saved factor and its pivots, op(A) = A only: the kernel layer solves the transposed problem
+// itself, see jaxmg/kernels/native/lu.py).
+//
+// The local block is column-major (mloc x nloc, ld mloc) on a pr x pc grid of square tiles; it is
+// the block-cyclic layout of the matrix M' that cuSOLVERMp factors, M' = P L U. Pivots are
+// cuSOLVERMp's (ScaLAPACK's): for each local row of this process row, the 1-based global row it
+// was swapped with, the same on every process column. JAX arrays hold them as int32; cuSOLVERMp
+// takes int64 (the family's cache converts).
+#include <algorithm>
+#include <utility>
+
+#include "grid.h"
+#include "layout.h"
+
+namespace jaxmg {
+namespace {
+
+// The LU family's cache in each context: the int64 pivots cuSOLVERMp reads and writes.
+struct LuCache : FamilyCache {
+  DeviceBuffer pivots;
+};
+
+struct Problem {
+  int64_t n, tile, pr, pc, mloc, nloc, nrhs;
+  int64_t batch = 1;  // leading batch (vmap) dimension, from the buffers
+};
+
+ffi::Error check_matrix(Problem& pb, const ffi::AnyBuffer& a, int64_t pivots_count, const char* who) {
+  const int64_t mat = pb.mloc * pb.nloc;
+  if (mat <= 0 || (int64_t)a.element_count() % mat)
+    return ffi::Error::InvalidArgument(cat(who, ": the local matrix has ", a.element_count(),
+                                           " elements, not a multiple of mloc * nloc = ", mat));
+  pb.batch = (int64_t)a.element_count() / mat;
+  if (pb.mloc * pb.pr != pb.n || pb.nloc * pb.pc != pb.n || pb.mloc % pb.tile || pb.nloc % pb.tile)
+    return ffi::Error::InvalidArgument(cat(who, ": local extents ", pb.mloc, "x", pb.nloc, " are not n / grid = ",
+                                           pb.n, " / ", pb.pr, "x", pb.pc, " in whole tiles of ", pb.tile));
+  if (pivots_count != pb.batch * pb.mloc)
+    return ffi::Error::InvalidArgument(cat(who, ": the pivots have ", pivots_count, " entries, expected ",
+                                           pb.batch * pb.mloc));
+  return ffi::Error::Success();
+}
+
+// cuSOLVERMp's int64 pivots for one batch entry (at least mloc + tile, as ScaLAPACK asks).
+int64_t* pivot_buffer(GridCall& g, const Problem& pb) {
+  LuCache& cache = g.ctx->family<LuCache>("lu");
+  cache.pivots.ensure(sizeof(int64_t) * (size_t)(pb.mloc + pb.tile), "cudaMalloc(pivots)");
+  return static_cast<int64_t*>(cache.pivots.ptr);
+}
+
+// getrf in place on every batch entry of `a`; pivots (int32, mloc per entry) and status (info:
+// the first zero pivot, agreed over the grid). A failed factor is filled with NaN.
+void getrf(GridCall& g, const Problem& pb, ffi::DataType type, char* a, int32_t* pivots, int32_t* status) {
+  int code = 0, elem = 0;
+  const cudaDataType dtype = cuda_type(type, &code, &elem);
+  Context& ctx = *g.ctx;
+  const int64_t n = pb.n, mat = pb.mloc * pb.nloc;
+  cusolverMpMatrixDescriptor_t desc = ctx.matrix_desc((int)pb.pr, (int)pb.pc, dtype, n, n, pb.tile, pb.tile, pb.mloc);
+  int64_t* ipiv = pivot_buffer(g, pb);
+  size_t dwork = 0, hwork = 0;
+  check_mp(api().cusolverMpGetrf_bufferSize(ctx.handle, n, n, a, 1, 1, desc, ipiv, dtype, &dwork, &hwork),
+           "cusolverMpGetrf_bufferSize");
+  ctx.ensure_workspace(dwork, hwork);
+
+  auto timed = std::make_unique<TimedCall>("getrf");
+  timed->start(g.stream);
+  timed->laid_out(g.stream);  // no layout step: the block layout is read as it is
+  for (int64_t k = 0; k < pb.batch; ++k) {
+    char* ak = a + k * mat * elem;
+    cusolverStatus_t st = api().cusolverMpGetrf(ctx.handle, n, n, ak, 1, 1, desc, ipiv, dtype, ctx.work.ptr,
+                                                ctx.work.bytes, ctx.host_work.data(), ctx.host_work.size(),
+                                                status + k);
+    JAXMG_TRACE("getrf returned ", (int)st);
+    // A singular matrix is a result (status = info, NaN outputs), not an exception, also where
+    // cuSOLVERMp reports it as a failed execution (then n + 1 where info is not set).
+    const bool singular = st == CUSOLVER_STATUS_INTERNAL_ERROR || st == CUSOLVER_STATUS_EXECUTION_FAILED;
+    if (st != CUSOLVER_STATUS_SUCCESS && !singular) check_mp(st, "cusolverMpGetrf");
+    if (singular) {
+      std::vector<int32_t> info = read_int32(status + k, 1, g.stream);
+      int32_t v = info[0] > 0 ? info[0] : (int32_t)n + 1;
+      check_cuda(cudaMemcpy(status + k, &v, sizeof(v), cudaMemcpyHostToDevice), "cudaMemcpy(status)");
+    }
+    if (agree_status(g, status + k) != 0)
+      check_cuda(cudaMemsetAsync(ak, 0xFF, (size_t)(mat * elem), g.stream), "cudaMemsetAsync(failed factor)");
+    check_cuda(pivots_to_int32(ipiv, pivots + k * pb.mloc, pb.mloc, g.stream), "pivots to int32");
+    if (k == 0) timed->factor_done(g.stream);
+  }
+  record_timing(g.device, std::move(timed), g.stream);
+}
+
+// getrs (op = N) with a saved factor and pivots on the right-hand sides x (mloc x nrhs local,
+// process column 0), in place.
+void getrs(GridCall& g, const Problem& pb, ffi::DataType type, const char* f, const int32_t* pivots, char* x) {
+  int code = 0, elem = 0;
+  const cudaDataType dtype = cuda_type(type, &code, &elem);
+  Context& ctx = *g.ctx;
+  const int64_t n = pb.n, mat = pb.mloc * pb.nloc, bsz = pb.mloc * pb.nrhs;
+  cusolverMpMatrixDescriptor_t desc_a = ctx.matrix_desc((int)pb.pr, (int)pb.pc, dtype, n, n, pb.tile, pb.tile, pb.mloc);
+  cusolverMpMatrixDescriptor_t desc_b =
+      ctx.matrix_desc((int)pb.pr, (int)pb.pc, dtype, n, pb.nrhs, pb.tile, pb.nrhs, pb.mloc);
+  int64_t* ipiv = pivot_buffer(g, pb);
+  size_t dwork = 0, hwork = 0;
+  check_mp(api().cusolverMpGetrs_bufferSize(ctx.handle, CUBLAS_OP_N, n, pb.nrhs, f, 1, 1, desc_a, ipiv, x, 1, 1,
+                                            desc_b, dtype, &dwork, &hwork),
+           "cusolverMpGetrs_bufferSize");
+  ctx.ensure_workspace(dwork, hwork);
+  auto timed = std::make_unique<TimedCall>("getrs");
+  timed->start(g.stream);
+  timed->laid_out(g.stream);
+  for (int64_t k = 0; k < pb.batch; ++k) {
+    check_cuda(pivots_to_int64(pivots + k * pb.mloc, ipiv, pb.mloc, g.stream), "pivots to int64");
+    check_mp(api().cusolverMpGetrs(ctx.handle, CUBLAS_OP_N, n, pb.nrhs, f + k * mat * elem, 1, 1, desc_a, ipiv,
+                                   x + k * bsz * elem, 1, 1, desc_b, dtype, ctx.work.ptr, ctx.work.bytes,
+                                   ctx.host_work.data(), ctx.host_work.size(), static_cast<int32_t*>(ctx.info.ptr)),
+             "cusolverMpGetrs");
+    JAXMG_TRACE("getrs issued");
+  }
+  record_timing(g.device, std::move(timed), g.stream);
+}
+
+ffi::Error GetrfDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank, ffi::AnyBuffer a,
+                         ffi::Result<ffi::AnyBuffer> factor, ffi::Result<ffi::Buffer<ffi::S32>> pivots,
+                         ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n, int64_t tile, int64_t pr, int64_t pc,
+                         int64_t mloc, int64_t nloc) {
+  Problem pb{n, tile, pr, pc, mloc, nloc, 1};
+  if (ffi::Error e = check_matrix(pb, a, (int64_t)pivots->element_count(), "jaxmg_getrf"); e.failure()) return e;
+  if ((int64_t)status->element_count() != pb.batch)
+    return ffi::Error::InvalidArgument("jaxmg_getrf: one status per batch entry expected");
+  try {
+    GridCall g = open_grid(stream, members, id, rank, pr, pc);
+    JAXMG_TRACE("getrf: n ", n, " tile ", tile, " grid ", pr, "x", pc, " local ", mloc, "x", nloc, " batch ", pb.batch);
+    if (factor->untyped_data() != a.untyped_data())
+      check_cuda(cudaMemcpyAsync(factor->untyped_data(), a.untyped_data(), a.size_bytes(), cudaMemcpyDeviceToDevice,
+                                 stream),
+                 "cudaMemcpyAsync(a to factor)");
+    getrf(g, pb, a.element_type(), static_cast<char*>(factor->untyped_data()), pivots->typed_data(),
+          status->typed_data());
+    return ffi::Error::Success();
+  } catch (const std::exception& e) {
+    return to_error(e);
+  }
+}
+
+ffi::Error GetrsDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank, ffi::AnyBuffer f,
+                         ffi::Buffer<ffi::S32> pivots, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> x, int64_t n,
+                         int64_t tile, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc, int64_t nrhs) {
+  Problem pb{n, tile, pr, pc, mloc, nloc, nrhs};
+  if (ffi::Error e = check_matrix(pb, f, (int64_t)pivots.element_count(), "jaxmg_getrs"); e.failure()) return e;
+  if ((int64_t)b.element_count() != pb.batch * mloc * nrhs || b.element_type() != f.element_type())
+    return ffi::Error::InvalidArgument(cat("jaxmg_getrs: the right-hand side has ", b.element_count(),
+                                           " elements (expected ", pb.batch * mloc * nrhs, ") or another dtype"));
+  try {
+    GridCall g = open_grid(stream, members, id, rank, pr, pc);
+    JAXMG_TRACE("getrs: n ", n, " tile ", tile, " grid ", pr, "x", pc, " nrhs ", nrhs, " batch ", pb.batch);
+    if (x->untyped_data() != b.untyped_data())
+      check_cuda(cudaMemcpyAsync(x->untyped_data(), b.untyped_data(), b.size_bytes(), cudaMemcpyDeviceToDevice,
+                                 stream),
+                 "cudaMemcpyAsync(b to x)");
+    getrs(g, pb, f.element_type(), static_cast<const char*>(f.untyped_data()), pivots.typed_data(),
+          static_cast<char*>(x->untyped_data()));
+    return ffi::Error::Success();
+  } catch (const std::exception& e) {
+    return to_error(e);
+  }
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_getrf, GetrfDispatch,
+                              layout_attrs(grid_bind()
+                                           .Arg<ffi::AnyBuffer>()             // a: local block (batched)
+                                           .Ret<ffi::AnyBuffer>()             // factor (aliases a)
+                                           .Ret<ffi::Buffer<ffi::S32>>()      // pivots: mloc per entry
+                                           .Ret<ffi::Buffer<ffi::S32>>()));   // status (info), agreed
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_getrs, GetrsDispatch,
+                              layout_attrs(grid_bind()
+                                           .Arg<ffi::AnyBuffer>()             // factor (read only)
+                                           .Arg<ffi::Buffer<ffi::S32>>()      // pivots from jaxmg_getrf
+                                           .Arg<ffi::AnyBuffer>()             // b: local rhs rows
+                                           .Ret<ffi::AnyBuffer>())            // x (aliases b)
+                                  .Attr<int64_t>("nrhs"));                    // right-hand sides
+
+}  // namespace jaxmg

@@ -1,0 +1,240 @@
+r"""Forward-mode (JVP) formulas of the matrix decompositions, for sharded global arrays.
+
+Each function maps the primal outputs of a decomposition and the tangent(s) of its
+input(s) to the tangents of its outputs. Every formula is *linear* in the input tangents,
+so JAX transposes it for reverse mode: one formula gives forward and reverse mode, and,
+since the primal pieces used here are themselves differentiable, derivatives of any
+order (the model is ``jax/_src/lax/linalg.py``: ``_eigh_jvp_rule``, ``qr_jvp_rule``,
+``_svd_jvp_rule``).
+
+Nothing is gathered: the formulas use only distributed products (``jnp.matmul`` with a
+sharding annotation), elementwise operations, laid-out masks, the matmul-based triangular
+inverse of :func:`jaxmg.autodiff._dist.tri_inv` and small replicated vectors (eigen- and
+singular values). Every matrix tangent has the layout ``sh`` of the primal matrices
+(``NamedSharding``, Explicit or Auto axes; None for none); vector tangents are replicated.
+Eagerly each formula runs as one jitted program (:func:`jaxmg.autodiff._dist.call`);
+inside a trace it is inlined.
+
+Conventions, as ``jnp.linalg``:
+
+* **Hermitian inputs** (eigh, sygvd): the tangent used is the Hermitian part
+  ``(A' + A'^H) / 2`` of the one given (the derivative of the function of the full
+  Hermitian matrix; the primal reads only one triangle).
+* **Gauges.** Eigen- and singular vectors are defined up to a phase (a sign for real
+  dtypes) per vector: the gauge components of the tangent are set to zero, as JAX does
+  (``Im diag(v^H v') = 0``). Derivatives of a loss are right whenever the loss is
+  invariant under those gauges (``|v|**2`` elementwise, ``v diag(g) v^H``,
+  ``u diag(g) vh``, ...).
+* **Degenerate eigen-/singular values.** The coupling ``F_ij = 1/(w_j - w_i)``
+  (``1/(s_j^2 - s_i^2)`` for the SVD) is set to zero where ``|w_i - w_j| <= rtol * max|w|``,
+  ``rtol = max(n, 10) * eps(dtype)``: the terms between (near-)equal values are dropped,
+  as ``jnp.linalg.eigh``'s derivative does for exactly equal ones (where it gives
+  ``inf``/``nan``, these stay finite). That is exact for losses invariant to rotations
+  within each degenerate eigenspace; other losses have no derivative there.
+* **QR**: the LAPACK gauge, ``diag(r)`` real.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from . import _dist
+from ._dist import _cols, _ct, _eye, _iota, _matmul, _place, _replicate, _rows, _sym, _tri_inv, _tril, _where, _zeros
+
+__all__ = ["qr_jvp", "eigh_jvp", "sygvd_jvp", "svd_jvp", "polar_jvp"]
+
+
+# --------------------------------------------------------------------------- shared pieces
+
+
+def _rtol(n: int, dtype) -> float:
+    return max(n, 10) * float(jnp.finfo(dtype).eps)
+
+
+def _inverse_gaps(w, sh, rtol, squared=False):
+    """``F_ij = 1/(w_j - w_i)`` (``1/(w_j^2 - w_i^2)`` when ``squared``), laid out; 0 on the
+    diagonal and wherever ``|w_j - w_i| <= rtol * max|w|`` (degenerate pairs dropped)."""
+    n = w.shape[0]
+    wi, wj = _rows(w, n, sh), _cols(w, n, sh)
+    tol = rtol * jnp.max(jnp.abs(_replicate(w, sh)))
+    keep = jnp.abs(wj - wi) > tol
+    gap = (wj * wj - wi * wi) if squared else (wj - wi)
+    return jnp.where(keep, 1 / jnp.where(keep, gap, jnp.ones((), gap.dtype)), jnp.zeros((), gap.dtype))
+
+
+def _diag(x, sh):
+    """The diagonal of a square laid-out matrix, as a replicated vector (a masked sum)."""
+    return _replicate(jnp.sum(_where(_eye(x.shape, sh), x), axis=0), sh)
+
+
+def _real(x):
+    return jnp.real(x).astype(jnp.finfo(x.dtype).dtype)
+
+
+def _safe_inverse(s):
+    """1/s, and 0 where s is 0."""
+    zero = s == 0
+    return jnp.where(zero, jnp.zeros((), s.dtype), 1 / jnp.where(zero, jnp.ones((), s.dtype), s))
+
+
+def _rotated(v, x_dot, sh):
+    """``v^H X' v`` for the Hermitian part X' of a tangent (None stays None)."""
+    if x_dot is None:
+        return None
+    return _matmul(_matmul(v, _sym(x_dot, sh), sh, adj_x=True), v, sh)
+
+
+# --------------------------------------------------------------------------- QR
+
+
+def qr_jvp(q, r, a_dot, sh):
+    r"""Tangents ``(q', r')`` of the reduced QR ``a = q r`` (M >= N, full column rank).
+
+    Math: with ``X = q^H a' r^{-1}`` and ``O`` the skew-Hermitian matrix with O's strictly
+    lower triangle that of X and ``diag(O) = i Im diag(X)``::
+
+        q' = q (O - X) + a' r^{-1},      r' = (X - O) r     (upper triangular)
+
+    ``r^{-1}`` comes from the distributed :func:`~jaxmg.autodiff._dist.tri_inv`.
+    q (M, N), r (N, N) and a' (M, N) in layout ``sh``.
+    """
+    return _dist.call(_qr_impl, (q, r, a_dot), sh)
+
+
+def _qr_impl(q, r, a_dot, sh):
+    q, r = _place(q, sh), _place(r, sh)
+    dx_rinv = _matmul(_place(a_dot, sh), _tri_inv(r, sh, lower=False), sh)
+    x = _matmul(q, dx_rinv, sh, adj_x=True)
+    low = _tril(x, sh, -1)
+    o = low - _ct(low, sh) + _where(_eye(x.shape, sh), x - _real(x).astype(x.dtype))
+    return _matmul(q, o - x, sh) + dx_rinv, _matmul(x - o, r, sh)
+
+
+# --------------------------------------------------------------------------- Hermitian eigenproblems
+
+
+def eigh_jvp(w, v, a_dot, sh):
+    r"""Tangents ``(w', v')`` of ``w, v = eigh(a)`` for Hermitian ``a = v diag(w) v^H``.
+
+    Math: ``X = v^H sym(a') v``, ``w' = Re diag(X)``, ``v' = v (F o X)`` with ``F`` the
+    inverse gaps (module docstring: degenerate pairs dropped). w (N,) replicated; v and a'
+    (N, N) in layout ``sh``.
+    """
+    return _dist.call(_eigh_impl, (w, v, a_dot), sh, rtol=_rtol(v.shape[0], v.dtype))
+
+
+def _eigh_impl(w, v, a_dot, sh, rtol):
+    return _generalized(w, _place(v, sh), _rotated(_place(v, sh), a_dot, sh), None, sh, rtol)
+
+
+def sygvd_jvp(w, v, a_dot, b_dot, sh):
+    r"""Tangents ``(w', v')`` of the pencil ``a v = b v diag(w)``, ``v^H b v = I`` (a Hermitian,
+    b Hermitian positive definite), with respect to both ``a`` and ``b``.
+
+    Math: ``Xa = v^H sym(a') v``, ``Xb = v^H sym(b') v``, ``Y = Xa - Xb diag(w)``::
+
+        w' = Re diag(Y),      v' = v (F o Y - diag(Xb) / 2)
+
+    (``v^{-1} = v^H b``, so no solve is needed). Either tangent may be None (zero).
+    """
+    return _dist.call(_sygvd_impl, (w, v, a_dot, b_dot), sh, rtol=_rtol(v.shape[0], v.dtype))
+
+
+def _sygvd_impl(w, v, a_dot, b_dot, sh, rtol):
+    v = _place(v, sh)
+    return _generalized(w, v, _rotated(v, a_dot, sh), _rotated(v, b_dot, sh), sh, rtol)
+
+
+def _generalized(w, v, xa, xb, sh, rtol):
+    """(w', v') from Xa = v^H A' v and Xb = v^H B' v (either None: zero); B' = 0 for eigh."""
+    n = v.shape[0]
+    w = _replicate(w, sh)
+    y = _zeros((n, n), v.dtype, sh) if xa is None else xa
+    if xb is not None:
+        y = y - xb * _cols(w.astype(v.dtype), n, sh)
+    c = _inverse_gaps(w, sh, rtol).astype(v.dtype) * y
+    if xb is not None:
+        c = c - _where(_eye((n, n), sh), xb) / 2
+    return _real(_diag(y, sh)), _matmul(v, c, sh)
+
+
+# --------------------------------------------------------------------------- SVD
+
+
+def svd_jvp(u, s, vh, a_dot, sh, full_matrices=False):
+    r"""Tangents ``(u', s', vh')`` of the SVD ``a = u[:, :N] diag(s) vh`` (M >= N, full rank).
+
+    Math (``U = u[:, :N]``, ``V = vh^H``, ``S = diag(s)``, ``X = U^H a' V``, ``F`` the inverse
+    gaps of ``s**2``)::
+
+        s'  = Re diag(X)
+        U'  = U (F o (X S + S X^H) + diag(i Im diag(X)) S^{-1}) + (I - U U^H) a' V S^{-1}
+        V'  = V (F o (S X + X^H S)),        vh' = V'^H
+
+    ``full_matrices``: u is (M, M) and its extra columns ``U2`` are defined up to a rotation;
+    with that gauge fixed (``U2^H U2' = 0``) they move as ``U2' = -U S^{-1} V^H a'^H U2``
+    (right for losses invariant to rotations of ``U2``, such as ones depending on the
+    projector ``U2 U2^H``; JAX's own SVD has no derivative there).
+    """
+    m = a_dot.shape[0]
+    return _dist.call(_svd_impl, (u, s, vh, a_dot), sh, m=m, full_matrices=bool(full_matrices),
+                      rtol=_rtol(vh.shape[0], vh.dtype))
+
+
+def _svd_impl(u, s, vh, a_dot, sh, m, full_matrices, rtol):
+    dtype = vh.dtype
+    n = vh.shape[0]
+    u, vh, a_dot = _place(u, sh), _place(vh, sh), _place(a_dot, sh)
+    s = _replicate(s, sh)
+    u1 = _matmul(u, _eye((m, n), sh).astype(dtype), sh) if full_matrices else u  # u[:, :N], no slicing
+    inv_s = _safe_inverse(s).astype(dtype)
+    dav = _matmul(a_dot, vh, sh, adj_y=True)  # a' V  (M, N)
+    x = _matmul(u1, dav, sh, adj_x=True)  # U^H a' V  (N, N)
+    f = _inverse_gaps(s, sh, rtol, squared=True).astype(dtype)
+    s_c, s_r = _cols(s.astype(dtype), n, sh), _rows(s.astype(dtype), n, sh)
+    xs = x * s_c
+    phase = _where(_eye((n, n), sh), (x - _ct(x, sh)) / 2) * _cols(inv_s, n, sh)
+    du = _matmul(u1, f * (xs + _ct(xs, sh)) + phase, sh)
+    du = du + (dav - _matmul(u1, x, sh)) * _cols(inv_s, m, sh)
+    sx = s_r * x
+    dvh = _matmul(f * (sx + _ct(sx, sh)), vh, sh, adj_x=True)  # (V (F o (S X + X^H S)))^H
+    if full_matrices:
+        # U2' = -U S^{-1} (U^H a' V)^H restricted to u's columns >= N, as an (M, M) in place
+        g = _matmul(_matmul(u, a_dot, sh, adj_x=True), vh, sh, adj_y=True)  # u^H a' V  (M, N)
+        t = _where(_iota((n, m), 1, sh) >= n, _ct(g, sh)) * _rows(inv_s, m, sh)
+        du = _matmul(du, _eye((n, m), sh).astype(dtype), sh) - _matmul(u1, t, sh)
+    return du, _real(_diag(x, sh)), dvh
+
+
+# --------------------------------------------------------------------------- polar
+
+
+def polar_jvp(u_p, sig, vv, a_dot, sh):
+    r"""Tangents ``(u_p', h')`` of the polar decomposition ``a = u_p h`` (M >= N, full rank).
+
+    ``h = vv diag(sig) vv^H`` is the eigendecomposition of h (sig: a's singular values,
+    vv: its right singular vectors; any order), ``W = u_p vv`` the left singular vectors.
+    Math, with ``X = W^H a' vv`` and ``sum_ij = sig_i + sig_j`` (> 0 for full rank)::
+
+        h'   = vv ((diag(sig) X + X^H diag(sig)) / sum) vv^H
+        u_p' = (W ((X - X^H) / sum) + (a' vv - W X) diag(1/sig)) vv^H
+
+    (from ``h^2 = a^H a`` and ``a = u_p h``). Smooth for full-rank ``a``: no degenerate case,
+    whatever basis ``vv`` takes inside a repeated singular value.
+    """
+    return _dist.call(_polar_impl, (u_p, sig, vv, a_dot), sh)
+
+
+def _polar_impl(u_p, sig, vv, a_dot, sh):
+    dtype = u_p.dtype
+    n, m = vv.shape[0], u_p.shape[0]
+    u_p, vv, a_dot = _place(u_p, sh), _place(vv.astype(dtype), sh), _place(a_dot, sh)
+    sig = _replicate(sig, sh).astype(dtype)
+    w = _matmul(u_p, vv, sh)
+    dav = _matmul(a_dot, vv, sh)
+    x = _matmul(w, dav, sh, adj_x=True)
+    total = _rows(sig, n, sh) + _cols(sig, n, sh)
+    sx = _rows(sig, n, sh) * x
+    dh = _matmul(_matmul(vv, (sx + _ct(sx, sh)) / total, sh), vv, sh, adj_y=True)
+    inner = _matmul(w, (x - _ct(x, sh)) / total, sh) + (dav - _matmul(w, x, sh)) * _cols(1 / sig, m, sh)
+    return _matmul(inner, vv, sh, adj_y=True), dh

@@ -1,0 +1,105 @@
+"""``python -m jaxmg.info``: what jaxmg runs on here, for bug reports and install checks.
+
+Prints the versions of jaxmg and the packages it uses, whether NVIDIA GPUs and the native
+module are present (with the loaded cuSOLVERMp/NCCL libraries, or why they did not load,
+and how to fix it), the JAX devices, and which backend ``backend="auto"`` gives each
+operation on a mesh of all devices. ``--json`` prints the same as one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from importlib import metadata
+
+#: Distributions whose versions are reported (absent ones are reported as None).
+PACKAGES = (
+    "jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda12-plugin", "numpy", "equinox", "jaxtyping",
+    "beartype", "lineax", "nvidia-cusolvermp-cu13", "nvidia-cusolvermp-cu12", "nvidia-nccl-cu13",
+    "nvidia-nccl-cu12", "nvidia-cusolver", "nvidia-cublas",
+)
+
+#: The public operations, in the order reported.
+OPERATIONS = ("potrs", "cholesky", "lu_solve", "least_squares", "qr", "syevd", "sygvd", "gesvd", "polar")
+
+
+def _version(name: str):
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def report() -> dict:
+    """Everything ``python -m jaxmg.info`` prints, as a dict of plain values."""
+    import jax
+    from jax.sharding import AxisType
+
+    import jaxmg
+    from . import _backend, _native_check, _nvidia
+    from .kernels import native
+
+    out = {
+        "jaxmg": {"version": jaxmg.__version__, "path": jaxmg.__path__[0]},
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "packages": {name: _version(name) for name in PACKAGES},
+        "nvidia_gpu": {"present": _nvidia.has_nvidia_gpu(), "driver": _nvidia.driver_version()},
+    }
+    native_info = native.info()
+    reason = native_info.get("reason")
+    if reason is not None:
+        native_info["fix"] = _native_check.fix_for(reason)
+    out["native"] = native_info
+    devices = jax.devices()
+    out["devices"] = {
+        "platform": devices[0].platform, "count": len(devices), "local": jax.local_device_count(),
+        "processes": jax.process_count(), "kinds": sorted({d.device_kind for d in devices}),
+    }
+    mesh = jax.make_mesh((len(devices),), ("i",), axis_types=(AxisType.Auto,))
+    out["backends"] = {
+        op: {"auto": _backend.default_backend(op, mesh), "why_not_native": _backend.native_unavailable(op, mesh)}
+        for op in OPERATIONS
+    }
+    return out
+
+
+def format_report(info: dict) -> str:
+    """``report()`` as the text that ``python -m jaxmg.info`` prints."""
+    lines = [f"jaxmg {info['jaxmg']['version']} ({info['jaxmg']['path']})",
+             f"python {info['python']} on {info['platform']}", "", "packages:"]
+    lines += [f"  {name:24s} {version or '-'}" for name, version in info["packages"].items()]
+    gpu = info["nvidia_gpu"]
+    lines += ["", f"NVIDIA GPUs: {'yes, driver ' + (gpu['driver'] or 'version unknown') if gpu['present'] else 'none found'}"]
+    native = info["native"]
+    lines.append(f"native backend: {'available' if native['available'] else 'unavailable'}")
+    if native.get("reason"):
+        lines.append(f"  why: {native['reason']}")
+    if native.get("fix"):
+        lines.append(f"  fix: {native['fix']}")
+    for key, value in native.items():
+        if key not in ("available", "reason", "fix"):
+            lines.append(f"  {key}: {value}")
+    d = info["devices"]
+    lines += ["", f"devices: {d['count']} x {d['platform']} ({', '.join(d['kinds'])}), "
+                  f"{d['local']} local, {d['processes']} process(es)", "",
+              "backend='auto' gives, on a mesh of all devices:"]
+    for op, choice in info["backends"].items():
+        why = f"  ({choice['why_not_native']})" if choice["auto"] != "native" and choice["why_not_native"] else ""
+        lines.append(f"  {op:14s} {choice['auto']}{why}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m jaxmg.info", description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    args = parser.parse_args(argv)
+    info = report()
+    print(json.dumps(info, indent=2, default=str) if args.json else format_report(info))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""Native per-shard kernels: cuSOLVERMp through the XLA FFI library ``jaxmg._native`` (csrc/).
+
+The package mirrors csrc/: ``_library`` loads the library and registers its handlers;
+``_grid`` holds what every family shares (grid bootstrap, the one FFI-call builder,
+redistribution, right-hand-side permutations, the status helper); one module per family
+(``cholesky``, ``lu``, ``qr``, ``eig``) holds its kernels; ``polar`` holds the compositions (QDWH
+polar, and gesvd as polar + syevd) that stand in for cuSOLVERMp 0.8's missing polar and gesvd.
+Every kernel runs on every device inside ``shard_map`` and
+takes the same keywords as the portable backend's kernel of the same name, plus ``tile``
+(T_A).
+
+Status: 0, or LAPACK's ``info`` (e.g. the order of the first leading minor that is not positive
+definite, counted in the permuted, padded matrix that cuSOLVERMp factors), agreed over the
+grid; outputs are NaN whenever status != 0, and the grid stays usable.
+"""
+
+from __future__ import annotations
+
+from ._library import info, last_timings, library_candidates, unavailable_reason
+from .cholesky import (
+    cholesky,
+    cholesky_factor,
+    cholesky_inverse,
+    cholesky_logdet,
+    cholesky_lower,
+    cholesky_solve,
+    cholesky_state_is_lower,
+    potrs,
+    potrs_inplace,
+)
+from .lu import lu_factor, lu_solve
+from .qr import qr_factor, qr_normal_solve, qr_q, qr_r, qr_solve
+from .eig import syevd, sygvd
+from .polar import gesvd, polar
+from ._grid import family_tile
+
+NAME = "native"
+
+#: Kernel families with native kernels (``cholesky_factor``, ``cholesky_solve``, ...) that the
+#: backend choice offers: those whose GPU cases (tests/gpu/native_cases.py) have passed.
+FAMILIES: frozenset = frozenset({"cholesky", "lu", "qr", "eigh", "sygvd", "polar", "svd"})
+
+__all__ = [
+    "FAMILIES", "NAME", "cholesky", "cholesky_factor", "cholesky_inverse", "cholesky_logdet", "cholesky_lower",
+    "cholesky_solve", "cholesky_state_is_lower", "family_tile", "gesvd", "info", "last_timings", "library_candidates",
+    "lu_factor", "lu_solve", "polar", "potrs", "potrs_inplace", "qr_factor", "qr_normal_solve", "qr_q", "qr_r",
+    "qr_solve", "syevd", "sygvd", "unavailable_reason",
+]

@@ -1,0 +1,166 @@
+"""Loading the native library (``jaxmg._native``) and cuSOLVERMp, registering its FFI handlers
+with JAX, and what it reports about itself (``info``, ``last_timings``)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import site
+import sys
+
+import jax
+
+_state: dict = {"checked": False, "reason": None, "registered": False}
+
+
+# --------------------------------------------------------------------------------------------
+# Loading the native library and cuSOLVERMp
+# --------------------------------------------------------------------------------------------
+
+def _search_dirs() -> list[str]:
+    roots = []
+    try:
+        roots += site.getsitepackages()
+    except AttributeError:  # pragma: no cover (virtualenv without getsitepackages)
+        pass
+    try:
+        roots.append(site.getusersitepackages())
+    except AttributeError:  # pragma: no cover
+        pass
+    roots += [p for p in sys.path if p and os.path.isdir(p)]
+    dirs = []
+    for root in dict.fromkeys(roots):
+        for sub in ("nvidia/cu13/lib", "nvidia/nccl/lib", "nvidia/cu12/lib", "nvidia/cusolvermp/lib",
+                    "nvidia/cublas/lib", "nvidia/cusolver/lib", "nvidia/cusparse/lib", "nvidia/nvjitlink/lib",
+                    "nvidia/cuda_runtime/lib"):
+            d = os.path.join(root, sub)
+            if os.path.isdir(d):
+                dirs.append(d)
+    return list(dict.fromkeys(dirs))
+
+
+def _candidates(names, dirs, env=None) -> list[str]:
+    out = []
+    if env and os.environ.get(env):
+        out.append(os.environ[env])
+    for d in dirs:
+        for name in names:
+            out += sorted(glob.glob(os.path.join(d, name)))
+    out += list(names)  # the loader's own search (LD_LIBRARY_PATH, ldconfig)
+    return list(dict.fromkeys(out))
+
+
+def library_candidates() -> dict:
+    """Candidate paths for cuSOLVERMp, NCCL and their dependencies, in the order tried."""
+    dirs = _search_dirs()
+    deps = []
+    for names in (("libcudart.so.13", "libcudart.so.12"), ("libnvJitLink.so.13", "libnvJitLink.so.12"),
+                  ("libcusparse.so.12",), ("libcublasLt.so.13", "libcublasLt.so.12"),
+                  ("libcublas.so.13", "libcublas.so.12"), ("libcusolver.so.12", "libcusolver.so.11")):
+        found = [c for c in _candidates(names, dirs) if os.path.isabs(c)]
+        deps += found[:1]
+    return {
+        "deps": deps,
+        "nccl": _candidates(("libnccl.so.2",), dirs, "JAXMG_NCCL_LIBRARY"),
+        "cusolvermp": _candidates(("libcusolverMp.so.0",), dirs, "JAXMG_CUSOLVERMP_LIBRARY"),
+    }
+
+
+def _preload_cuda_runtime() -> None:
+    """Load libcudart (the one the nvidia wheels ship) globally before jaxmg._native needs it."""
+    import ctypes
+
+    for path in _candidates(("libcudart.so.13", "libcudart.so.12"), _search_dirs()):
+        if not os.path.isabs(path):
+            continue
+        try:
+            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+            return
+        except OSError:
+            continue
+
+
+def _native_module():
+    try:
+        from ... import _native  # noqa: PLC0415
+    except ImportError:
+        _preload_cuda_runtime()
+        from ... import _native  # noqa: PLC0415
+    return _native
+
+
+def unavailable_reason() -> str | None:
+    """Why the native backend cannot run in this process, or None when it can."""
+    if _state["checked"]:
+        return _state["reason"]
+    try:
+        native = _native_module()
+    except ImportError as e:
+        reason = (
+            "the native extension jaxmg._native is not built; reinstall jaxmg on a machine "
+            "with the CUDA toolkit and the cuSOLVERMp/NCCL headers (pip install 'jaxmg[cuda13]')"
+            f" ({e})"
+        )
+    else:
+        c = library_candidates()
+        if native.load(c["deps"], c["nccl"], c["cusolvermp"]):
+            reason = None
+        else:
+            reason = f"cuSOLVERMp could not be loaded: {native.load_error()}"
+    _state["checked"] = True
+    _state["reason"] = reason
+    return reason
+
+
+def info() -> dict:
+    """Versions, library paths and capabilities of the native backend (for bug reports)."""
+    reason = unavailable_reason()
+    out = {"available": reason is None, "reason": reason}
+    if reason is None or "could not be loaded" in (reason or ""):
+        native = _native_module()
+        out.update(
+            header_versions=native.header_versions(),
+            cuda_runtime=native.cuda_runtime_version(),
+            nccl_version=native.nccl_version(),
+            cusolvermp_version=native.cusolvermp_version(),
+            libraries=native.library_paths(),
+            capabilities=native.capabilities(),
+            cache=native.cache_info(),
+        )
+    try:
+        from importlib.metadata import version
+
+        out["cusolvermp_wheel"] = version("nvidia-cusolvermp-cu13")
+    except Exception:  # noqa: BLE001
+        out["cusolvermp_wheel"] = None
+    return out
+
+
+def last_timings() -> list:
+    """GPU time (ms) of the native calls since the last reset on each local device, by call kind
+    (``kind``: "potrf", "potrs", "getrf", "getrs"): layout step and cuSOLVERMp."""
+    return _native_module().last_timings()
+
+
+def register() -> None:
+    """Register every handler of jaxmg._native with JAX (once); RuntimeError where it cannot run."""
+    if _state["registered"]:
+        return
+    reason = unavailable_reason()
+    if reason is not None:
+        raise RuntimeError(f"the native backend cannot run here: {reason}")
+    native = _native_module()
+    for name, capsule in native.handlers().items():
+        jax.ffi.register_ffi_target(name, capsule, platform="CUDA")
+    native.set_process_index(jax.process_index())
+    _state["registered"] = True
+
+
+def check_one_gpu_per_process() -> None:
+    """RuntimeError unless this process drives one GPU (the native backend's launch model)."""
+    if jax.local_device_count() > 1:
+        raise RuntimeError(
+            f"the native backend needs one process per GPU, but this process drives "
+            f"{jax.local_device_count()} GPUs. Launch with `python -m jaxmg.launch -n NGPUS "
+            f"script.py` (one process per GPU), or use backend='portable'."
+        )

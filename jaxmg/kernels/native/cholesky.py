@@ -1,0 +1,312 @@
+"""The native Cholesky family: cuSOLVERMp potrf/potrs through the handlers of csrc/cholesky.cc.
+
+How one call runs (each kernel below runs on every device inside ``shard_map``):
+
+1. **Grid bootstrap**: ``_grid.start`` (see ``_grid``).
+
+2. **Layout without a second copy** (fused ``potrs``/``potrs_inplace``, when the local extents
+   are multiples of ``T_A`` and the grid is square or 1-D). A row-major local block of ``A`` is
+   the column-major local block of ``M = A^T = conj(A)`` (Hermitian ``A``) on the transposed
+   grid; the lower triangle of ``A`` is the upper triangle of ``M``. A block layout over ``P``
+   processes is the block-cyclic layout (tile ``T``) of the symmetrically permuted matrix
+   ``S^T M S``, with ``S`` the tile permutation ``sigma(g) = (g % P) * (K / P) + g // P`` (``K``
+   tiles). A symmetric permutation moves entries across the diagonal, so the handler first
+   fills, in place, the tiles of ``M``'s other triangle that land in the permuted lower
+   triangle (about half of them; conjugate-transposed tiles; NCCL point-to-point for tiles held
+   by another process, through a bounded scratch; about 1/8 of the matrix crosses NVLink on 2
+   GPUs), then, on a 1-D grid, permutes the undistributed dimension's tiles locally, in place
+   (rows: one pass along ``sigma``'s cycles; on a square grid rows and columns share ``sigma``
+   and nothing moves). cuSOLVERMp then factors ``S^T M S`` (``uplo=LOWER``): Hermitian positive definite
+   with the same determinant; ``M y = conj(b)`` is solved as ``(S^T M S)(S^T y) = S^T conj(b)``,
+   so only the small right-hand side and solution are permuted, and ``x = conj(y)``.
+   With ``donate=True`` the FFI call factors JAX's own buffer in place
+   (``input_output_aliases``). XLA honours a donation only when an output of the jitted call
+   can take the donated buffer, so ``potrs_inplace`` returns the consumed buffer as a 4th
+   (Block) output to be dropped by the caller; without donation XLA copies ``a`` first, which
+   doubles the matrix memory: at the largest sizes only the donated call fits.
+
+3. **Natural order** (``cholesky``, the ``cholesky_*`` family, and ``potrs`` when a local extent
+   is not a multiple of ``T_A`` or the grid is neither square nor 1-D). The matrix is
+   redistributed in JAX into the natural-order block-cyclic layout (one ``all_to_all`` per
+   distributed dimension when each process's tile count is a multiple of the process count,
+   else a gather; ``diag(A, I)`` padded to a multiple of ``T_A * lcm(nprow, npcol)`` for the
+   fused kernels; the family instead uses the largest tile <= ``T_A`` dividing both local
+   extents, so its state keeps ``a``'s local shape), factored in place with ``uplo=UPPER``
+   (the upper factor ``U`` of ``conj(A)`` is ``L^T``, whose column-major storage is exactly
+   ``L``'s row-major storage, so no transpose is needed), and redistributed back for ``L``.
+
+Status: 0, or the order of a leading minor that is not positive definite, counted in the
+(permuted, padded) matrix that cuSOLVERMp factors (``N + 1`` where cuSOLVERMp 0.8 reports the
+failure without ``info``). Outputs are NaN whenever status != 0; the grid stays usable.
+
+Kernels: ``potrs``/``potrs_inplace`` and ``cholesky`` (fused: factor and solve in one handler
+call), and the Cholesky family ``cholesky_factor``/``_solve``/``_logdet``/``_lower``/``_inverse``
+(state: the in-place permuted factor of step 2 where the grid is square or 1-D, else, or with
+``natural=True``, the natural-order factor of step 3), which ``jaxmg.Cholesky`` and
+``jaxmg.potrs`` use.
+
+Batching: a leading unsharded batch axis reaches the FFI call (``vmap_method="expand_dims"``)
+and the handler loops over it on one cached grid.
+"""
+
+from __future__ import annotations
+
+
+import jax
+import jax.numpy as jnp
+
+from . import _grid
+
+_UPLO_LOWER = 0
+_UPLO_UPPER = 1
+_MODE_NATURAL = 0
+_MODE_INPLACE = 1
+
+
+def _solve_call(f_m, b_m, members, nid, rank, *, n, tile, pr, pc, mode, solve):
+    """jaxmg_potrs with a factor made by _factor_call (read only): (x, local log det, status 0).
+    f_m is (nloc, mloc) row-major = the factor's column-major local block; b_m is (nrhs, mloc)."""
+    real = jnp.finfo(f_m.dtype).dtype
+    results = (jax.ShapeDtypeStruct(b_m.shape, b_m.dtype), jax.ShapeDtypeStruct((), real),
+               jax.ShapeDtypeStruct((), jnp.int32))
+    return _grid.ffi_call("jaxmg_potrs", results, (f_m, b_m), (members, nid, rank), aliases={1: 0},
+                          **_attrs(f_m, b_m, n, tile, pr, pc, mode, solve))
+
+
+def _factor_call(a_m, b_m, members, nid, rank, *, n, tile, pr, pc, mode, solve):
+    """jaxmg_potrf: factor (and solve) in place: (factor, x, local log det, status). a_m is
+    (nloc, mloc) row-major = M's column-major local block; b_m is (nrhs, mloc)."""
+    real = jnp.finfo(a_m.dtype).dtype
+    results = (jax.ShapeDtypeStruct(a_m.shape, a_m.dtype), jax.ShapeDtypeStruct(b_m.shape, b_m.dtype),
+               jax.ShapeDtypeStruct((), real), jax.ShapeDtypeStruct((), jnp.int32))
+    return _grid.ffi_call("jaxmg_potrf", results, (a_m, b_m), (members, nid, rank), aliases={0: 0, 1: 1},
+                          **_attrs(a_m, b_m, n, tile, pr, pc, mode, solve))
+
+
+def _attrs(a_m, b_m, n, tile, pr, pc, mode, solve):
+    """The handlers' attributes (csrc/README.md)."""
+    return dict(n=n, tile=tile, pr=pr, pc=pc, mloc=a_m.shape[-1], nloc=a_m.shape[-2],
+                nrhs=b_m.shape[-2] if solve else 1, mode=mode, solve=solve,
+                uplo=_UPLO_LOWER if mode == _MODE_INPLACE else _UPLO_UPPER)
+
+
+# --------------------------------------------------------------------------------------------
+# Kernels
+# --------------------------------------------------------------------------------------------
+
+def _inplace_ok(n: int, tile: int, grid) -> bool:
+    pr, pc = _grid.mp_grid(grid)
+    if (n // pr) % tile or (n // pc) % tile:
+        return False
+    return pr == pc or pr == 1 or pc == 1
+
+
+def _finish(x, logdet, status, grid):
+    """(x, log det, status) of a fused solve: log det summed over the grid; NaN on failure."""
+    axes = _grid.grid_axes(grid)
+    if axes:
+        logdet = jax.lax.psum(logdet, _grid.name(axes))
+    status, x, logdet = _grid.agreed(status, grid, x, 2 * logdet)
+    return x, logdet, status
+
+
+def _permuted_rows(bc, grid, n: int, tile: int):
+    """This member's right-hand-side rows for the in-place (permuted) layout, from a whole
+    (n, nrhs) ``bc``: the rows of its block (a row-distributed grid), or all rows in the
+    permuted order ``sigma`` (a column-distributed 1-D grid, whose tiles the handler reorders)."""
+    pr, pc = _grid.mp_grid(grid)
+    if pr == 1 and pc > 1:
+        return bc[_grid.tile_permutation(n, tile, pc)]
+    return _grid.block_rows(bc, grid, n)
+
+
+def _permuted_whole(xl, grid, n: int, tile: int):
+    """Inverse of _permuted_rows: the whole solution from the local rows valid on process column 0."""
+    pr, pc = _grid.mp_grid(grid)
+    x = _grid.block_whole(xl, grid, n)
+    if pr == 1 and pc > 1:
+        return jnp.zeros_like(x).at[_grid.tile_permutation(n, tile, pc)].set(x)
+    return x
+
+
+def potrs(a, b, *, grid, tile):
+    """Solve A x = b (A Hermitian positive definite, lower triangle read); (x, logdet, status)."""
+    return potrs_inplace(a, b, grid=grid, tile=tile)[:3]
+
+
+def potrs_inplace(a, b, *, grid, tile):
+    """potrs, also returning the consumed matrix buffer (a's local block shape) as a 4th output.
+
+    Returning it (as a Block output, then dropping it) lets XLA alias a donated ``a`` to the
+    FFI call's in-place factor: a donated input that no output aliases is copied instead,
+    which doubles the memory. The 4th output's contents are unspecified (the permuted factor).
+    """
+    tile = int(tile)
+    n = a.shape[-2] * grid.nprow
+    vector = b.ndim == 1
+    b2 = b[:, None] if vector else b
+    bc = jnp.conj(b2)
+    pr, pc = _grid.mp_grid(grid)
+    members, nid, rank = _grid.start(grid)
+
+    if _inplace_ok(n, tile, grid):
+        bl = _permuted_rows(bc, grid, n, tile)
+        consumed, xt, logdet, status = _factor_call(a, bl.T, members, nid, rank, n=n, tile=tile, pr=pr, pc=pc,
+                                                    mode=_MODE_INPLACE, solve=1)
+        x = _permuted_whole(xt.T, grid, n, tile)
+    else:
+        consumed = a
+        npad = _grid.padded_size(n, tile, grid)
+        am = _grid.cyclic_matrix(a, grid, n, npad, tile)
+        bl = _grid.rows_of(jnp.pad(bc, ((0, npad - n), (0, 0))), _grid.index(grid.col_axes), npad, tile, pr)
+        _, xt, logdet, status = _factor_call(am, bl.T, members, nid, rank, n=npad, tile=tile, pr=pr, pc=pc,
+                                             mode=_MODE_NATURAL, solve=1)
+        x = _grid.whole_rows(xt.T, grid, npad, tile, pr)[:n]
+    x = jnp.conj(x)
+    x = x[:, 0] if vector else x
+    return _finish(x, logdet, status, grid) + (consumed,)
+
+
+def cholesky(a, *, grid, tile):
+    """Lower factor L (this device's block, natural order) with A = L L^H, and status."""
+    tile = int(tile)
+    n = a.shape[-2] * grid.nprow
+    pr, pc = _grid.mp_grid(grid)
+    members, nid, rank = _grid.start(grid)
+    npad = _grid.padded_size(n, tile, grid)
+    am = _grid.cyclic_matrix(a, grid, n, npad, tile)
+    dummy = _grid.no_rhs(a)
+    f, _, _, status = _factor_call(am, dummy, members, nid, rank, n=npad, tile=tile, pr=pr, pc=pc,
+                                   mode=_MODE_NATURAL, solve=0)
+    f = _grid.from_cyclic(f, -2, grid.row_axes, grid.nprow, n, npad, tile)
+    f = _grid.from_cyclic(f, -1, grid.col_axes, grid.npcol, n, npad, tile)
+    i, j = _grid.index(grid.row_axes), _grid.index(grid.col_axes)
+    rows = i * f.shape[-2] + jnp.arange(f.shape[-2])
+    cols = j * f.shape[-1] + jnp.arange(f.shape[-1])
+    f = jnp.where(rows[:, None] >= cols[None, :], f, jnp.zeros((), f.dtype))
+    status, f = _grid.agreed(status, grid, f)
+    return f, status
+
+
+# --------------------------------------------------------------------------------------------
+# The Cholesky family (factor once; then solve, log det, L, inverse from the saved factor)
+# --------------------------------------------------------------------------------------------
+# The state is cuSOLVERMp's factor in a's local block shape (tile ``family_tile``), in one of
+# two layouts, chosen by ``_permuted(n, t, grid, natural)`` from static values alone:
+# * permuted (the default where the grid is square or 1-D): ``a``'s own buffer factored in
+#   place, exactly as the fused ``potrs`` does (layout step 2 above): the lower factor of
+#   S^T M S. Nothing is redistributed, and with donation the matrix is never copied. Solves
+#   permute only the right-hand side; log det reads the factor's diagonal; L itself cannot be
+#   read from it (the module refactors in natural order for that).
+# * natural (``natural=True``, or other grids): the natural-order block-cyclic layout
+#   (redistributed in JAX), factored with ``uplo=UPPER``: the upper factor U of conj(A) = A^T,
+#   whose column-major storage is L's row-major storage, so L can be read back.
+# A failed factorisation leaves the state NaN (the handler fills it), so every consumer's
+# outputs are NaN too.
+
+def _permuted(n: int, tile: int, grid, natural: bool) -> bool:
+    """Whether the family state is in the permuted (in-place) layout."""
+    return not natural and _inplace_ok(n, tile, grid)
+
+
+def cholesky_state_is_lower(n: int, tile: int, grid, natural: bool = False) -> bool:
+    """Whether the factor state of an n x n matrix holds L (natural order), so that
+    ``cholesky_lower`` can read it; False for the permuted in-place state."""
+    return not _permuted(n, _grid.family_tile(n, int(tile), grid), grid, natural)
+
+
+def _family_call(local, grid, tile, natural):
+    """What each family kernel that calls the handlers starts with: the global size n, the family
+    tile, the grid arguments (``_grid.start``) and the handler attributes of the state's layout
+    (grid and mode)."""
+    n = local.shape[-2] * grid.nprow
+    t = _grid.family_tile(n, int(tile), grid)
+    mode = _MODE_INPLACE if _permuted(n, t, grid, natural) else _MODE_NATURAL
+    pr, pc = _grid.mp_grid(grid)
+    return n, t, _grid.start(grid), dict(n=n, tile=t, pr=pr, pc=pc, mode=mode)
+
+
+def cholesky_factor(a, *, grid, tile, natural=False):
+    """Factor A = L L^H (lower triangle read); returns (the backend's factor state, status)."""
+    n, t, boot, attrs = _family_call(a, grid, tile, natural)
+    dummy = _grid.no_rhs(a)
+    if attrs["mode"] == _MODE_NATURAL:
+        a = _grid.cyclic_matrix(a, grid, n, n, t)
+    f, _, _, status = _factor_call(a, dummy, *boot, solve=0, **attrs)
+    (status,) = _grid.agreed(status, grid)  # the handler already filled a failed factor with NaN
+    return f, status
+
+
+def cholesky_solve(state, b, *, grid, tile, natural=False):
+    """x = A^-1 b from the factor state; b and x whole."""
+    n, t, boot, attrs = _family_call(state, grid, tile, natural)
+    vector = b.ndim == 1
+    bc = jnp.conj(b[:, None] if vector else b)
+    if attrs["mode"] == _MODE_INPLACE:
+        bl = _permuted_rows(bc, grid, n, t)
+    else:
+        bl = _grid.rows_of(bc, _grid.index(grid.col_axes), n, t, attrs["pr"])
+    xt, _, _ = _solve_call(state, bl.T, *boot, solve=1, **attrs)
+    if attrs["mode"] == _MODE_INPLACE:
+        x = _permuted_whole(xt.T, grid, n, t)
+    else:
+        x = _grid.whole_rows(xt.T, grid, n, t, attrs["pr"])
+    x = jnp.conj(x)
+    return (x[:, 0] if vector else x,)
+
+
+def cholesky_logdet(state, *, grid, tile, natural=False):
+    """log det A (real), from the factor's diagonal."""
+    _, _, boot, attrs = _family_call(state, grid, tile, natural)
+    dummy = _grid.no_rhs(state)
+    _, logdet, _ = _solve_call(state, dummy, *boot, solve=0, **attrs)
+    axes = _grid.grid_axes(grid)
+    if axes:
+        logdet = jax.lax.psum(logdet, _grid.name(axes))
+    return (2 * logdet,)
+
+
+def cholesky_lower(state, *, grid, tile, natural=False):
+    """The natural-order lower factor L (this device's block), zero above the diagonal."""
+    n = state.shape[-2] * grid.nprow
+    t = _grid.family_tile(n, int(tile), grid)
+    if _permuted(n, t, grid, natural):
+        raise ValueError("this Cholesky state is in cuSOLVERMp's permuted in-place layout, from which L cannot "
+                         "be read; factor with natural=True (jaxmg.Cholesky(a, natural=True)) to read L.")
+    f = _grid.from_cyclic(state, -2, grid.row_axes, grid.nprow, n, n, t)
+    f = _grid.from_cyclic(f, -1, grid.col_axes, grid.npcol, n, n, t)
+    i, j = _grid.index(grid.row_axes), _grid.index(grid.col_axes)
+    rows = i * f.shape[-2] + jnp.arange(f.shape[-2])
+    cols = j * f.shape[-1] + jnp.arange(f.shape[-1])
+    # a failed factorisation's state is all NaN (the handler fills it): keep it NaN everywhere
+    upper = jnp.where(jnp.isnan(f), f, jnp.zeros((), f.dtype))
+    return (jnp.where(rows[:, None] >= cols[None, :], f, upper),)
+
+
+def cholesky_inverse(state, *, grid, tile, natural=False):
+    """A^-1 (this device's block), one block of the identity's columns at a time.
+
+    Step k solves for the columns of A^-1 in block k of the grid's rows (or, on a one-row
+    grid, of its columns): n/P right-hand sides, whole on every device for that step only, so
+    memory stays a few local blocks, never n x n. With blocks of rows, A^-1 being Hermitian,
+    row block k of A^-1 is the conjugate transpose of column block k.
+    """
+    n = state.shape[-2] * grid.nprow
+    i, j = _grid.index(grid.row_axes), _grid.index(grid.col_axes)
+    mr, mc = n // grid.nprow, n // grid.npcol
+    by_rows = grid.nprow > 1
+    parts = grid.nprow if by_rows else grid.npcol
+    size = n // parts
+    rows = jax.lax.broadcasted_iota(jnp.int32, (n, size), 0)
+    cols = jax.lax.broadcasted_iota(jnp.int32, (n, size), 1)
+
+    def step(k, out):
+        eye_k = (rows == cols + k * size).astype(state.dtype)  # columns of block k of the identity
+        (x,) = cholesky_solve(state, eye_k, grid=grid, tile=tile, natural=natural)  # A^-1[:, block k]
+        if by_rows:
+            block = jax.lax.dynamic_slice_in_dim(jnp.conj(x).T, j * mc, mc, axis=1)  # A^-1[block k, cols j]
+            return jnp.where(i == k, block, out)
+        block = jax.lax.dynamic_slice_in_dim(x, i * mr, mr, axis=0)  # A^-1[rows i, block k]
+        return jnp.where(j == k, block, out)
+
+    return (jax.lax.fori_loop(0, parts, step, jnp.zeros((mr, mc), state.dtype)),)

@@ -1,0 +1,143 @@
+"""The native LU family: cuSOLVERMp getrf/getrs through the handlers of csrc/lu.cc.
+
+Layout, with no redistribution of ``a``. This device's row-major local block of ``A`` is the
+column-major local block of ``M = A^T`` on cuSOLVERMp's grid ``pr x pc`` (``_grid``). When both
+local extents are whole numbers of tiles (the family tile ``t``: the largest divisor of both
+local extents that is at most ``T_A``), a block layout over ``P`` processes is the block-cyclic
+layout of a tile-permuted matrix (``_grid.tile_permutation``), with independent permutations
+``s_r`` (rows, ``pr`` processes) and ``s_c`` (columns, ``pc``): the buffers hold, block-cyclic,
+
+    M' = M[s_r][:, s_c],    M[i, j] = A[j, i],
+
+on any grid shape. getrf factors ``M' = P L U`` in place (``donate=True``: JAX's own buffer);
+that is the state, with the pivots (global, 0-based, in ``M'``'s row order; replicated).
+Only the small right-hand side and solution are permuted:
+
+* ``A^T y = c`` is ``M' z = c[s_r]``, ``y[s_c] = z``: getrs (op = N), with the right-hand
+  side's rows of process row ``p`` being simply block ``p`` of ``c``. ``A^H y = c`` is the
+  same with ``conj(c)`` and ``conj(y)``.
+* ``A x = b`` is ``M'^T z = b[s_c]``, ``x[s_r] = z``. cuSOLVERMp's getrs solves with op = N
+  only, so this one is solved here, with the same factor and no second factorisation:
+  ``M'^T = U^T L^T P^T``, so ``U^T w = b[s_c]`` (forward, tile by tile), ``L^T v = w``
+  (backward, unit diagonal), ``z = P v``. Each tile step reads one tile row of this device's
+  local block (a column panel of the factor), reduces the partial sums over the grid, and the
+  diagonal tile's owner solves and shares the result: two all-reduces of ``t x nrhs`` per tile.
+
+Status: 0, or getrf's ``info`` (the first zero pivot of ``U``, counted in ``M'``'s order), agreed
+over the grid; the handler fills a failed factor with NaN, so every solve with it is NaN.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from . import _grid
+
+
+def _start(local, grid, tile):
+    """The global order n, the family tile, the grid arguments and the handlers' attributes."""
+    n = local.shape[-2] * grid.nprow
+    t = _grid.family_tile(n, int(tile), grid)
+    pr, pc = _grid.mp_grid(grid)
+    attrs = dict(n=n, tile=t, pr=pr, pc=pc, mloc=n // pr, nloc=n // pc)
+    return n, t, _grid.start(grid), attrs
+
+
+def _getrf_call(a_m, members, nid, rank, **attrs):
+    """jaxmg_getrf: (factor in place, this process row's pivots (mloc,) int32 1-based, status)."""
+    results = (jax.ShapeDtypeStruct(a_m.shape, a_m.dtype), jax.ShapeDtypeStruct((attrs["mloc"],), jnp.int32),
+               jax.ShapeDtypeStruct((), jnp.int32))
+    return _grid.ffi_call("jaxmg_getrf", results, (a_m,), (members, nid, rank), aliases={0: 0}, **attrs)
+
+
+def _getrs_call(f_m, ipiv, b_m, members, nid, rank, **attrs):
+    """jaxmg_getrs (op = N): x in place of b_m, (nrhs, mloc) = the local rows, valid on process
+    column 0."""
+    results = jax.ShapeDtypeStruct(b_m.shape, b_m.dtype)
+    return _grid.ffi_call("jaxmg_getrs", results, (f_m, ipiv, b_m), (members, nid, rank), aliases={2: 0},
+                          nrhs=b_m.shape[-2], **attrs)
+
+
+def lu_factor(a, *, grid, tile):
+    """``M' = P L U`` in place; returns (the factor state: a's local block shape, the pivots:
+    (n,) int32, 0-based global rows of ``M'``, replicated; status)."""
+    n, t, boot, attrs = _start(a, grid, tile)
+    f, ipiv, status = _getrf_call(a, *boot, **attrs)
+    (status,) = _grid.agreed(status, grid)  # the handler already filled a failed factor with NaN
+    piv = _grid.whole_rows(ipiv[..., None], grid, n, t, attrs["pr"])[..., 0] - 1
+    return f, piv, status
+
+
+def lu_solve(lu, piv, b, *, grid, trans, tile):
+    """Solve ``op(A) x = b`` from the factor state; trans 0: A, 1: A^T, 2: A^H; b and x whole."""
+    n, t, boot, attrs = _start(lu, grid, tile)
+    pr, pc = attrs["pr"], attrs["pc"]
+    s_r, s_c = _grid.tile_permutation(n, t, pr), _grid.tile_permutation(n, t, pc)
+    vector = b.ndim == 1
+    b2 = b[:, None] if vector else b
+    if trans == 0:
+        z = _transposed_solve(lu, piv, b2[s_c], grid, n, t)
+        x = jnp.zeros_like(z).at[s_r].set(z)
+    else:
+        c = jnp.conj(b2) if trans == 2 else b2
+        ipiv = _grid.rows_of(piv[:, None] + 1, _grid.index(grid.col_axes), n, t, pr)[:, 0]
+        zt = _getrs_call(lu, ipiv, _grid.block_rows(c, grid, n).T, *boot, **attrs)
+        z = _grid.whole_rows(zt.T, grid, n, t, pr)
+        x = jnp.zeros_like(z).at[s_c].set(z)
+        x = jnp.conj(x) if trans == 2 else x
+    return (x[:, 0] if vector else x,)
+
+
+def _transposed_solve(f, piv, c, grid, n: int, t: int):
+    """z with ``M'^T z = c`` (c whole, ``M'``'s column order) from the factor ``P L U`` of ``M'``.
+
+    ``f`` is this device's (nloc, mloc) row-major block: row ``i`` of it is column ``i`` of the
+    local factor, so tile row ``m`` of ``f`` holds, transposed, this device's tiles of global
+    column tile ``m * pc + q``. Whole vectors are (k, t, nrhs) in ``M'``'s (block-cyclic) order.
+    """
+    pr, pc = _grid.mp_grid(grid)
+    p, q = _grid.index(grid.col_axes), _grid.index(grid.row_axes)
+    axes = _grid.grid_axes(grid)
+    k, kr = n // t, n // t // pr
+    nrhs = c.shape[-1]
+    row_tiles = jnp.arange(kr) * pr + p  # global tile of each local tile row of the factor
+
+    def reduce(x):
+        return jax.lax.psum(x, _grid.name(axes)) if axes else x
+
+    def step(j, y, rhs, mask, lower):
+        """Tile j of the solution of a triangular system with the transposed tile column j of
+        the factor: rhs minus the partial sums over the tiles in ``mask``, then the owner's
+        triangular solve with the diagonal tile (U^T: lower; L^T: unit upper)."""
+        slab = jax.lax.dynamic_slice_in_dim(f, (j // pc) * t, t, axis=-2)  # (t, mloc): column tile j, transposed
+        mine = q == j % pc
+        known = y.reshape(kr, pr, t, nrhs)
+        known = jax.lax.dynamic_index_in_dim(known, p, axis=1, keepdims=False)
+        known = jnp.where(mask(row_tiles)[:, None, None], known, jnp.zeros((), y.dtype)).reshape(kr * t, nrhs)
+        partial = jnp.where(mine, jnp.matmul(slab, known, precision=jax.lax.Precision.HIGHEST),
+                            jnp.zeros((), y.dtype))
+        r = rhs - reduce(partial)
+        owner = mine & (p == j % pr)
+        diag = jax.lax.dynamic_slice_in_dim(slab, (j // pr) * t, t, axis=-1)  # D^T
+        diag = jnp.where(owner, diag, jnp.eye(t, dtype=diag.dtype))
+        # (D^T)^-1 r as a solve with D, transposed: the triangular solve wants its matrix
+        # column-major, which D^T's row-major tile is; asked for D^T itself, XLA transposed the
+        # whole local block of the factor once (one more copy of the matrix).
+        sol = jax.lax.linalg.triangular_solve(jnp.swapaxes(diag, -1, -2), r, left_side=True, lower=not lower,
+                                              transpose_a=True, unit_diagonal=not lower)
+        return reduce(jnp.where(owner, sol, jnp.zeros((), sol.dtype)))
+
+    c = c.reshape(k, t, nrhs)
+
+    def forward(j, w):  # U^T w = c: U_ij^T for i < j, then the lower triangle of D^T
+        return w.at[j].set(step(j, w.reshape(n, nrhs), c[j], lambda g: g < j, True))
+
+    def backward(i, v):  # L^T v = w: L_ij^T for i > j, then the unit upper triangle of D^T
+        j = k - 1 - i
+        return v.at[j].set(step(j, v.reshape(n, nrhs), v[j], lambda g: g > j, False))
+
+    w = jax.lax.fori_loop(0, k, forward, jnp.zeros_like(c))
+    v = jax.lax.fori_loop(0, k, backward, w).reshape(n, nrhs)
+    perm = jax.lax.linalg.lu_pivots_to_permutation(piv, n)  # (P^T y)[i] = y[perm[i]]
+    return jnp.zeros_like(v).at[perm].set(v)  # z = P v

@@ -1,0 +1,128 @@
+"""The status every operation returns, defined once for every backend.
+
+* :data:`OK` (0): success.
+* A positive value is LAPACK's ``info``: for a Cholesky factorisation the order of the first
+  leading minor that is not positive definite (``?potrf``); for LU the 1-based index of the
+  first exactly zero pivot of U (``?getrf``); for QR the first zero diagonal entry of R.
+* :data:`NOT_FINITE` (-1): a result is not finite for another reason (for example an
+  eigensolver given NaN).
+
+Whenever the status is not :data:`OK`, the operation's outputs are NaN. Status values are
+int32 scalars, replicated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import jax
+import jax.numpy as jnp
+
+OK = 0
+NOT_FINITE = -1
+
+
+def first_bad_pivot(pivots: jax.Array) -> jax.Array:
+    """LAPACK's info from the diagonal of a triangular factor: the 1-based index of the
+    first zero or non-finite entry, else :data:`OK`."""
+    bad = ~jnp.isfinite(pivots) | (pivots == 0)
+    return jnp.where(jnp.any(bad), jnp.argmax(bad) + 1, OK).astype(jnp.int32)
+
+
+def finite(*arrays: jax.Array) -> jax.Array:
+    """:data:`OK` when every entry of ``arrays`` is finite, else :data:`NOT_FINITE`."""
+    ok = jnp.array(True)
+    for x in arrays:
+        ok = ok & jnp.all(jnp.isfinite(x))
+    return jnp.where(ok, OK, NOT_FINITE).astype(jnp.int32)
+
+
+def either(first: jax.Array, second: jax.Array) -> jax.Array:
+    """``first`` where it reports a failure, else ``second``."""
+    return jnp.where(first != OK, first, second).astype(jnp.int32)
+
+
+def masked(status: jax.Array, *outputs):
+    """``outputs`` (one array, or a tuple of several), NaN wherever ``status`` is not
+    :data:`OK` (integer outputs are left as they are). Elementwise, so each output keeps its
+    layout; under ``jax.vmap`` each system follows its own status."""
+    with _own_mesh(status):
+        bad = status != OK
+        out = tuple(x if x is None or not jnp.issubdtype(x.dtype, jnp.inexact)
+                    else _in_layout_of(x, x + _nan_or_zero(bad, x.dtype)) for x in outputs)
+    return out[0] if len(out) == 1 else out
+
+
+def _in_layout_of(x, y):
+    """``y`` with ``x``'s layout recorded (on Explicit axes), so that reverse mode hands the
+    cotangent back in that layout whatever layout it arrives in."""
+    sharding = getattr(jax.typeof(x), "sharding", None)
+    if sharding is None or sharding.mesh.empty or not any(
+            t == jax.sharding.AxisType.Explicit for t in sharding.mesh.axis_types):
+        return y
+    return jax.sharding.reshard(y, sharding.spec)
+
+
+def _nan_or_zero(bad, dtype):
+    """NaN (NaN + NaN i for complex dtypes) where ``bad``, else 0: a scalar added to an output
+    (an addition, not ``jnp.where``, so that derivatives pass through in the output's own
+    layout: the transpose of a select makes replicated zeros, which Explicit axes reject)."""
+    nan = jnp.nan * (1 + 1j) if jnp.issubdtype(dtype, jnp.complexfloating) else jnp.nan
+    return jnp.where(bad, jnp.asarray(nan, dtype), jnp.zeros((), dtype))
+
+
+def solved(status: jax.Array, x: jax.Array):
+    """(x, status) of a solve: :data:`NOT_FINITE` where the factorisation succeeded but the
+    solution is not finite (NaN or Inf in the right-hand side, or overflow), and x NaN
+    wherever the status is not :data:`OK`."""
+    with _own_mesh(status):
+        status = either(status, finite(x))
+    return masked(status, x), status
+
+
+def _own_mesh(x):
+    """The abstract mesh ``x`` is typed on (Explicit axes), entered for the elementwise work on
+    it: the caller's context mesh may be another one (``jax.set_mesh`` of a second mesh)."""
+    mesh = getattr(getattr(jax.typeof(x), "sharding", None), "mesh", None)
+    if mesh is None or mesh.empty:
+        return contextlib.nullcontext()
+    return jax.sharding.use_abstract_mesh(mesh)
+
+
+def cholesky_info(a: jax.Array, factor: jax.Array) -> jax.Array:
+    """LAPACK ``?potrf``'s info for Hermitian ``a`` (lower triangle read), given the factor
+    that a dense Cholesky returned (NaN when it failed, as JAX's does).
+
+    :data:`OK` when ``factor`` has a positive, finite diagonal. Otherwise the order of the
+    first leading minor of ``a`` that is not positive definite, found by an unblocked
+    Cholesky that stops at the first pivot that is not positive (``O(N^3)`` scalar steps, run
+    only on failure): the same pivots as LAPACK's, up to rounding.
+    """
+    diag = jnp.real(jnp.diagonal(factor))
+    ok = jnp.all(jnp.isfinite(diag) & (diag > 0))
+    return _first_failing_minor(a, ok)
+
+
+def _first_failing_minor(a: jax.Array, ok: jax.Array) -> jax.Array:
+    """The loop stops at once when ``ok`` (also under ``jax.vmap``, where a ``lax.cond``
+    would run both branches)."""
+    n = a.shape[0]
+    rows = jnp.arange(n)
+    work = jnp.tril(a)
+    work = work + jnp.conj(jnp.tril(a, -1)).T
+
+    def running(carry):
+        j, _, info = carry
+        return (j < n) & (info == OK) & ~ok
+
+    def step(carry):
+        j, work, _ = carry
+        pivot = jnp.real(work[j, j])
+        bad = ~(pivot > 0)  # NaN included
+        scale = jnp.sqrt(jnp.where(bad, 1.0, pivot)).astype(work.dtype)
+        column = jnp.where(rows > j, work[:, j], 0) / scale
+        work = work - jnp.outer(column, jnp.conj(column))
+        return j + 1, work, jnp.where(bad, j + 1, OK).astype(jnp.int32)
+
+    _, _, info = jax.lax.while_loop(running, step, (jnp.int32(0), work, jnp.int32(OK)))
+    return info

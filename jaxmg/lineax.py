@@ -1,0 +1,314 @@
+"""Lineax solvers backed by jaxmg: distributed Cholesky, LU and QR for ``lineax.linear_solve``.
+
+Lineax (https://docs.kidger.site/lineax) is an optional dependency: ``pip install "jaxmg[lineax]"``.
+The four solvers are ``lineax.AbstractLinearSolver`` subclasses and slot into Lineax
+wherever its own solvers do::
+
+    import lineax as lx
+    import jaxmg.lineax
+
+    operator = lx.MatrixLinearOperator(a, lx.positive_semidefinite_tag)  # a may be sharded
+    x = lx.linear_solve(operator, b, solver=jaxmg.lineax.Auto()).value
+
+- :class:`Cholesky` for positive (or negative) definite operators, :class:`LU` for square
+  nonsingular ones, :class:`QR` for full-rank rectangular ones (least squares when tall,
+  the minimum-norm solution when wide), and :class:`Auto`, which picks one of these from
+  the operator's tags and shape.
+- When the operator's matrix (``operator.as_matrix()``) is sharded over a mesh, the
+  factorisation and the solves run distributed on that mesh through jaxmg (cuSOLVERMp on
+  NVIDIA GPUs, else the portable backend); the layout rules are jaxmg's.
+- ``init`` factors once; the state it returns is reused by ``linear_solve(..., state=...)``,
+  and ``transpose``/``conj`` only flip flags on it (never a refactorisation).
+- A failed factorisation (singular, not positive definite, rank deficient: jaxmg's
+  ``status`` != 0) gives ``lineax.RESULTS.singular``: ``throw=True`` raises it and
+  ``throw=False`` returns it in ``Solution.result`` (the value is then NaN).
+- Options, fields of every solver (``jaxmg.lineax.LU(T_A=2048, backend="portable")``):
+  ``T_A``, the tile size of the native block-cyclic layout (None picks the largest power of
+  two at most 1024, 2048 once N >= 32768, and at most the smaller extent of the matrix's
+  local block); ``mesh``, the device mesh (default: the matrix's own mesh, else the context
+  mesh, else one device); ``matrix_specs``, the matrix's PartitionSpec (default: from its
+  sharding); ``backend``, ``"auto"`` (native where it can run, else portable),
+  ``"portable"`` or ``"native"``.
+- Derivatives and ``jax.vmap`` are Lineax's own: ``jax.grad`` through ``linear_solve`` and
+  ``jax.vmap`` over operators and vectors work as with Lineax's solvers. Every solver
+  assumes a full-rank operator (``assume_full_rank()`` is True), as Lineax's own
+  ``Cholesky``, ``LU`` and ``QR`` do.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+try:
+    import lineax as lx
+except ImportError as error:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "jaxmg.lineax needs Lineax, which is not installed; install it with "
+        "pip install \"jaxmg[lineax]\" (or pip install lineax)."
+    ) from error
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax.scipy.linalg import solve_triangular
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
+
+from . import _layout, modules
+from .modules._base import Factorisation
+from ._typing import MeshLike, Specs
+
+__all__ = ["Auto", "Cholesky", "LU", "QR"]
+
+
+class _Structure(eqx.Module):
+    """A vector pytree's layout: its tree and each leaf's (shape, dtype); hashable."""
+
+    treedef: Any = eqx.field(static=True)
+    leaves: tuple = eqx.field(static=True)
+
+    @classmethod
+    def of(cls, structure) -> "_Structure":
+        leaves, treedef = jax.tree_util.tree_flatten(structure)
+        return cls(treedef, tuple((tuple(x.shape), jnp.dtype(x.dtype)) for x in leaves))
+
+    def flatten(self, vector) -> jax.Array:
+        """``vector`` (a pytree of this structure) as one 1-D array."""
+        leaves = jax.tree_util.tree_leaves(vector)
+        if len(leaves) == 1:
+            return jnp.reshape(leaves[0], (-1,))
+        return jnp.concatenate([jnp.reshape(x, (-1,)) for x in leaves])
+
+    def unflatten(self, x: jax.Array):
+        """1-D ``x`` as a pytree of this structure."""
+        pieces, start = [], 0
+        for shape, dtype in self.leaves:
+            size = math.prod(shape)
+            pieces.append(jnp.reshape(x[start:start + size], shape).astype(dtype))
+            start += size
+        return jax.tree_util.tree_unflatten(self.treedef, pieces)
+
+
+class _State(eqx.Module):
+    """A factorised operator and how the current operator relates to it.
+
+    The current operator is ``op(M)``: ``M`` the factorised matrix, transposed when
+    ``transposed``, conjugated when ``conjugated``. ``in_structure``/``out_structure`` are
+    the current operator's input and output vector structures.
+    """
+
+    factor: Factorisation
+    transposed: bool = eqx.field(static=True)
+    conjugated: bool = eqx.field(static=True)
+    negated: bool = eqx.field(static=True)
+    in_structure: _Structure = eqx.field(static=True)
+    out_structure: _Structure = eqx.field(static=True)
+
+
+class _JaxmgSolver(lx.AbstractLinearSolver):
+    """What the jaxmg solvers share: the options of the jaxmg call, the vector plumbing,
+    transpose/conj as flags on the state and the status-to-result mapping.
+
+    A subclass gives ``_factor(matrix, operator)`` -> (factorisation module, transposed,
+    negated) and ``_solve(state, b)`` (b and x 1-D, for the operator ``op(M)`` with
+    ``conjugated`` already handled).
+    """
+
+    T_A: Optional[int] = eqx.field(default=None, static=True)
+    mesh: MeshLike = eqx.field(default=None, static=True)
+    matrix_specs: Specs = eqx.field(default=None, static=True)
+    backend: str = eqx.field(default="auto", static=True)
+
+    def _options(self, matrix=None) -> dict:
+        """The keywords of the jaxmg call that factors ``matrix``.
+
+        A matrix with no mesh of its own (and none given, none set with ``jax.set_mesh``)
+        runs on a one-device mesh of the default device, as Lineax's own solvers would.
+        """
+        mesh = self.mesh
+        if mesh is None and matrix is not None and (_layout.mesh_of(matrix) or _layout.context_mesh()) is None:
+            mesh = jax.make_mesh((1,), ("jaxmg_lineax",), devices=jax.devices()[:1],
+                                 axis_types=(AxisType.Auto,))
+        return dict(T_A=self.T_A, mesh=mesh, matrix_specs=self.matrix_specs, backend=self.backend)
+
+    def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]) -> _State:
+        """Factor ``operator.as_matrix()`` with jaxmg (distributed when it is sharded)."""
+        del options
+        if not isinstance(operator, lx.AbstractLinearOperator):
+            raise TypeError(f"{type(self).__name__}.init: operator must be a lineax linear operator, "
+                            f"got {type(operator).__name__}.")
+        factor, transposed, negated = self._factor(operator.as_matrix(), operator)
+        return _State(factor, transposed, False, negated,
+                      _Structure.of(operator.in_structure()), _Structure.of(operator.out_structure()))
+
+    def compute(self, state: _State, vector, options: dict[str, Any]):
+        """Solve ``operator @ x = vector``; returns (x, result, stats)."""
+        del options
+        b = state.out_structure.flatten(vector)
+        if state.conjugated:  # conj(A) x = b  <=>  A conj(x) = conj(b)
+            b = jnp.conj(b)
+        x = self._solve(state, b)
+        if state.conjugated:
+            x = jnp.conj(x)
+        if state.negated:
+            x = -x
+        result = lx.RESULTS.where(state.factor.status == 0, lx.RESULTS.successful, lx.RESULTS.singular)
+        return state.in_structure.unflatten(x), result, {}
+
+    def transpose(self, state: _State, options: dict[str, Any]):
+        """The state of ``operator.T``: a flag flip, no new factorisation."""
+        return _State(state.factor, not state.transposed, state.conjugated, state.negated,
+                      state.out_structure, state.in_structure), options
+
+    def conj(self, state: _State, options: dict[str, Any]):
+        """The state of ``conj(operator)``: a flag flip, no new factorisation."""
+        return _State(state.factor, state.transposed, not state.conjugated, state.negated,
+                      state.in_structure, state.out_structure), options
+
+    def assume_full_rank(self) -> bool:
+        """True: every jaxmg solver needs a full-rank operator (as Lineax's Cholesky, LU, QR)."""
+        return True
+
+    def _factor(self, matrix, operator):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _solve(self, state: _State, b):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+def _square(operator, name: str) -> None:
+    if operator.in_size() != operator.out_size():
+        raise ValueError(
+            f"jaxmg.lineax.{name} needs a square operator, got {operator.out_size()} x "
+            f"{operator.in_size()}; use jaxmg.lineax.QR (or Auto) for rectangular operators.")
+
+
+class Cholesky(_JaxmgSolver):
+    """Cholesky solver (jaxmg's distributed ``Cholesky``) for positive or negative definite operators.
+
+    The operator must be square and tagged ``lineax.positive_semidefinite_tag`` or
+    ``lineax.negative_semidefinite_tag`` (a negative definite operator is solved as
+    ``-(-A)^-1 b``), and nonsingular. Only the lower triangle of its matrix is read.
+    A matrix that is not positive definite gives ``RESULTS.singular``.
+
+    Options (fields): ``T_A``, ``mesh``, ``matrix_specs``, ``backend``, as described in
+    :mod:`jaxmg.lineax`.
+    """
+
+    def _factor(self, matrix, operator):
+        negative = lx.is_negative_semidefinite(operator)
+        if not (lx.is_positive_semidefinite(operator) or negative):
+            raise ValueError(
+                "jaxmg.lineax.Cholesky needs an operator tagged lineax.positive_semidefinite_tag "
+                "(or negative_semidefinite_tag), e.g. lx.MatrixLinearOperator(a, "
+                "lx.positive_semidefinite_tag); use jaxmg.lineax.LU or Auto for other operators.")
+        _square(operator, "Cholesky")
+        return modules.Cholesky(-matrix if negative else matrix, **self._options(matrix)), False, negative
+
+    def _solve(self, state, b):
+        # The operator is Hermitian: its transpose is its conjugate.
+        if state.transposed:
+            return jnp.conj(state.factor.solve(jnp.conj(b)))
+        return state.factor.solve(b)
+
+
+class LU(_JaxmgSolver):
+    """LU solver (jaxmg's distributed ``LU``, partial pivoting) for square nonsingular operators.
+
+    Transposed solves (Lineax's reverse mode) reuse the factor with ``trans="T"``. A
+    singular matrix (a zero pivot) gives ``RESULTS.singular``.
+
+    Options (fields): ``T_A``, ``mesh``, ``matrix_specs``, ``backend``, as described in
+    :mod:`jaxmg.lineax`.
+    """
+
+    def _factor(self, matrix, operator):
+        _square(operator, "LU")
+        return modules.LU(matrix, **self._options(matrix)), False, False
+
+    def _solve(self, state, b):
+        return state.factor.solve(b, trans="T" if state.transposed else "N")
+
+
+class QR(_JaxmgSolver):
+    """QR solver (jaxmg's distributed reduced ``QR``) for full-rank operators of any shape.
+
+    A tall or square operator (M >= N) gets the least-squares solution; a wide one
+    (M < N) is factored through its transpose and gets the minimum-norm solution. The
+    transposed operator (Lineax's reverse mode) reuses the same factor; the minimum-norm
+    solve gathers R (min(M, N) squared) for its triangular solve. A rank-deficient
+    matrix (a zero diagonal entry of R) gives ``RESULTS.singular``. For a wide operator the
+    factored matrix is its transpose, which ``matrix_specs`` then describes.
+
+    Options (fields): ``T_A``, ``mesh``, ``matrix_specs``, ``backend``, as described in
+    :mod:`jaxmg.lineax`.
+    """
+
+    def _factor(self, matrix, operator):
+        wide = operator.out_size() < operator.in_size()
+        matrix = matrix.T if wide else matrix
+        return modules.QR(matrix, **self._options(matrix)), wide, False
+
+    def _solve(self, state, b):
+        factor = state.factor
+        if not state.transposed:  # tall M: least squares
+            return factor.solve(b)
+        # wide M^T with M = Q R: the minimum-norm x is conj(Q) R^-T b (R gathered for the
+        # triangular solve; Q stays in its layout).
+        y = solve_triangular(_unsharded(factor.r), b, trans="T", lower=False)
+        return jnp.conj(factor.q) @ y
+
+
+def _unsharded(x):
+    """``x`` replicated where its sharding is part of its type (Explicit mesh axes), which
+    ``solve_triangular`` requires; unchanged elsewhere (XLA places it)."""
+    sharding = jax.typeof(x).sharding
+    explicit = any(t == AxisType.Explicit for t in getattr(sharding.mesh, "axis_types", ()))
+    if not explicit or sharding.mesh.empty:
+        return x
+    return jax.sharding.reshard(x, NamedSharding(sharding.mesh, PartitionSpec()))
+
+
+class Auto(_JaxmgSolver):
+    """Picks a jaxmg solver from the operator: positive or negative semidefinite tag ->
+    :class:`Cholesky`; square -> :class:`LU`; rectangular -> :class:`QR` (least squares or
+    minimum norm).
+
+    The state is the chosen solver's; it never changes after ``init`` (``transpose`` and
+    ``conj`` keep the choice).
+
+    Options (fields): ``T_A``, ``mesh``, ``matrix_specs``, ``backend``, as described in
+    :mod:`jaxmg.lineax`.
+    """
+
+    def select(self, operator: lx.AbstractLinearOperator) -> _JaxmgSolver:
+        """The solver that ``Auto`` uses for ``operator`` (with Auto's options)."""
+        if lx.is_positive_semidefinite(operator) or lx.is_negative_semidefinite(operator):
+            kind = Cholesky
+        elif operator.in_size() == operator.out_size():
+            kind = LU
+        else:
+            kind = QR
+        return kind(**self._options())
+
+    def init(self, operator, options):
+        solver = self.select(operator)
+        return _AutoState(solver, solver.init(operator, options))
+
+    def compute(self, state, vector, options):
+        return state.solver.compute(state.inner, vector, options)
+
+    def transpose(self, state, options):
+        inner, options = state.solver.transpose(state.inner, options)
+        return _AutoState(state.solver, inner), options
+
+    def conj(self, state, options):
+        inner, options = state.solver.conj(state.inner, options)
+        return _AutoState(state.solver, inner), options
+
+
+class _AutoState(eqx.Module):
+    """Auto's state: the chosen solver and its state."""
+
+    solver: _JaxmgSolver = eqx.field(static=True)
+    inner: _State

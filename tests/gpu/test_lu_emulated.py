@@ -1,0 +1,278 @@
+"""The native LU family kernels, checked on CPU against an emulated cuSOLVERMp.
+
+``lu_factor`` / ``lu_solve`` of ``jaxmg.kernels.native`` call two FFI handlers (csrc/lu.cc):
+``jaxmg_getrf`` (getrf in place on the block-cyclic reading of a's own local blocks: the matrix
+``M' = (a^T)[s_r][:, s_c]``; pivots of this process row, 1-based global rows; status = info, the
+first zero pivot, agreed; a failed factor is NaN) and ``jaxmg_getrs`` (op = N only, right-hand
+side on process column 0). tests/gpu/_emulation.py emulates both on the assembled global matrix.
+The kernels' own work is what is tested: the tile permutations of the right-hand side and
+solution, the pivots' gather and scatter, and the tile-by-tile transposed solve of ``a x = b``.
+
+Runs on CPU with 4 of the simulated devices.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from jaxmg import _layout
+from jaxmg.kernels import native, portable
+
+from _emulation import DTYPES, GRIDS, mesh as _mesh, patch as _patch, require_cpu_devices, rhs as _rhs
+
+require_cpu_devices(4)
+
+# n = 48: local extents 48 or 24. T_A = 8 divides them (family tile 8); T_A = 20 does not
+# (family tile 16 on 1x1, 12 otherwise).
+TILES = [(48, 8), (48, 20)]
+
+
+def _tol(dtype):
+    single = np.finfo(dtype).dtype == np.float32
+    return dict(rtol=2e-4, atol=2e-4) if single else dict(rtol=1e-9, atol=1e-9)
+
+
+def _general(n, dtype, seed=0):
+    """A well-conditioned general (non-symmetric) matrix that needs pivoting."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((n, n))
+    if np.issubdtype(dtype, np.complexfloating):
+        a = a + 1j * rng.standard_normal((n, n))
+    a = a + np.diag(np.linspace(0.5, 2.0, n) * np.sqrt(n))
+    return a.astype(dtype)
+
+
+def _family(grid, mesh, tile):
+    """lu_factor, then solves with trans 0 (vector and matrix), 1 and 2, in one shard_map."""
+    kw = dict(grid=grid, tile=tile)
+
+    def body(a, bv, bm):
+        lu, piv, status = native.lu_factor(a, **kw)
+        (xv,) = native.lu_solve(lu, piv, bv, trans=0, **kw)
+        (xm,) = native.lu_solve(lu, piv, bm, trans=0, **kw)
+        (xt,) = native.lu_solve(lu, piv, bm, trans=1, **kw)
+        (xc,) = native.lu_solve(lu, piv, bv, trans=2, **kw)
+        return lu, piv, status, xv, xm, xt, xc
+    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(grid.spec, P(), P()),
+                                 out_specs=(grid.spec, P(), P(), P(), P(), P(), P()), check_vma=False))
+
+
+def test_native_families_offer_the_portable_kernels():
+    """One kernel contract per family: every native family has every portable kernel of it."""
+    from jaxmg._backend import FAMILY
+
+    for family in native.FAMILIES:
+        names = {k for k in vars(portable) if k.startswith(family + "_") and callable(getattr(portable, k))}
+        names |= {op for op, fam in FAMILY.items() if fam == family and callable(getattr(portable, op, None))}
+        assert names and names <= set(dir(native)), (family, names - set(dir(native)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("n,tile", TILES)
+@pytest.mark.parametrize("shape", GRIDS)
+def test_lu_kernels(shape, n, tile, reverse, dtype, monkeypatch):
+    emu = _patch(monkeypatch)
+    mesh = _mesh(shape, reverse)
+    grid = _layout.Grid(mesh, ("x",), ("y",))
+    t = native.family_tile(n, tile, grid)
+    a = _general(n, dtype)
+    bm = _rhs(n, 3, dtype)
+    bv = bm[:, 0] * 2
+    lu, piv, status, xv, xm, xt, xc = _family(grid, mesh, tile)(a, bv, bm)
+    assert int(status) == 0
+    assert np.asarray(lu).shape == (n, n) and np.asarray(piv).shape == (n,)
+    tol = _tol(dtype)
+    np.testing.assert_allclose(np.asarray(xv), np.linalg.solve(a, bv), **tol)
+    np.testing.assert_allclose(np.asarray(xm), np.linalg.solve(a, bm), **tol)
+    np.testing.assert_allclose(np.asarray(xt), np.linalg.solve(a.T, bm), **tol)
+    np.testing.assert_allclose(np.asarray(xc), np.linalg.solve(np.conj(a).T, bv), **tol)
+    # factor once, with the family tile and no padding; getrs only for the transposed solves
+    assert [c[0] for c in emu.calls] == ["getrf", "getrs", "getrs"]
+    assert {c[3:] for c in emu.calls} == {(n, t)}
+
+
+@pytest.mark.parametrize("shape,reverse", [((2, 2), False), ((1, 2), True), ((2, 1), False), ((1, 1), False)])
+@pytest.mark.parametrize("dtype", [np.float64, np.complex64])
+def test_lu_singular(shape, reverse, dtype, monkeypatch):
+    _patch(monkeypatch)
+    n, tile = 48, 20
+    mesh = _mesh(shape, reverse)
+    grid = _layout.Grid(mesh, ("x",), ("y",))
+    a = _general(n, dtype)
+    a[:, 29] = 0  # a zero column: some pivot of U is exactly zero
+    bm = _rhs(n, 2, dtype)
+    lu, piv, status, xv, xm, xt, xc = _family(grid, mesh, tile)(a, bm[:, 0], bm)
+    assert int(status) > 0  # counted in cuSOLVERMp's (permuted) order
+    for out in (lu, xv, xm, xt, xc):
+        assert np.all(np.isnan(np.asarray(out))), out
+
+
+def test_lu_vmap(monkeypatch):
+    """A batch axis under vmap reaches the handlers (expand_dims) and the transposed solve."""
+    _patch(monkeypatch)
+    n, tile = 48, 8
+    mesh = _mesh((2, 2), True)
+    grid = _layout.Grid(mesh, ("x",), ("y",))
+    a = np.stack([_general(n, np.float64, seed=s) for s in range(3)])
+    b = _rhs(n, 3, np.float64).T  # (3, n): one right-hand side per matrix
+
+    def one(a, b):
+        lu, piv, status = native.lu_factor(a, grid=grid, tile=tile)
+        (x,) = native.lu_solve(lu, piv, b, grid=grid, tile=tile, trans=0)
+        (y,) = native.lu_solve(lu, piv, b, grid=grid, tile=tile, trans=1)
+        return x, y, status
+
+    f = jax.jit(jax.shard_map(jax.vmap(one), mesh=mesh, in_specs=(P(None, "x", "y"), P()),
+                              out_specs=(P(), P(), P()), check_vma=False))
+    x, y, status = f(a, b)
+    assert np.all(np.asarray(status) == 0)
+    for k in range(3):
+        np.testing.assert_allclose(np.asarray(x[k]), np.linalg.solve(a[k], b[k]), rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(np.asarray(y[k]), np.linalg.solve(a[k].T, b[k]), rtol=1e-9, atol=1e-9)
+
+
+# --------------------------------------------------------------------------------------------
+# Public API through the native family (backend="native" with the FFI emulated)
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape,spec,tile,reverse,dtype,explicit", [
+    ((2, 2), P("x", "y"), 8, False, np.float64, False),
+    ((2, 2), P("x", "y"), 20, True, np.complex128, True),
+    ((2, 1), P("x", None), 20, False, np.complex64, False),
+    ((1, 2), P(None, "y"), 8, True, np.float32, True),
+])
+def test_public_api_native_lu(shape, spec, tile, reverse, dtype, explicit, native_backend):
+    import jaxmg
+
+    n = 48
+    mesh = _mesh(shape, reverse, explicit)
+    a = _general(n, dtype)
+    bm = _rhs(n, 2, dtype)
+    bv = bm[:, 0]
+    ag = jax.device_put(a, NamedSharding(mesh, spec))
+
+    def run(ag, bv, bm):
+        xv, st = jaxmg.lu_solve(ag, bv, T_A=tile, mesh=mesh, backend="native", return_status=True)
+        fac = jaxmg.LU(ag, T_A=tile, mesh=mesh, backend="native")
+        return xv, st, fac.solve(bm), fac.solve(bm, trans="T"), fac.solve(bv, trans="C"), fac.status
+
+    tol = _tol(dtype)
+    for outs in (run(ag, bv, bm), jax.jit(run)(ag, bv, bm)):
+        xv, st, xn, xt, xc, stf = outs
+        assert int(st) == 0 and int(stf) == 0
+        np.testing.assert_allclose(np.asarray(xv), np.linalg.solve(a, bv), **tol)
+        np.testing.assert_allclose(np.asarray(xn), np.linalg.solve(a, bm), **tol)
+        np.testing.assert_allclose(np.asarray(xt), np.linalg.solve(a.T, bm), **tol)
+        np.testing.assert_allclose(np.asarray(xc), np.linalg.solve(np.conj(a).T, bv), **tol)
+    assert {c[0] for c in native_backend.calls} == {"getrf", "getrs"}
+
+
+def test_public_api_native_lu_inline_inputs(native_backend):
+    """Inputs built inline (jnp arrays on one device), eagerly: placed on the mesh by jaxmg."""
+    import jaxmg
+
+    n = 48
+    mesh = _mesh((2, 1), False)
+    a = _general(n, np.float64)
+    x = jaxmg.lu_solve(jnp.asarray(a), jnp.ones(n), T_A=16, mesh=mesh, backend="native")
+    np.testing.assert_allclose(np.asarray(x), np.linalg.solve(a, np.ones(n)), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("shape,spec,tile", [((2, 2), P("x", "y"), 20), ((1, 2), P(None, "y"), 8)])
+def test_public_api_native_lu_grad(shape, spec, tile, native_backend):
+    """Derivatives reuse the saved factor: b_bar = A^-T x_bar (getrs), A_bar = -b_bar x^T."""
+    import jaxmg
+
+    n = 48
+    mesh = _mesh(shape, False)
+    a = _general(n, np.float64)
+    b = _rhs(n, 2, np.float64)
+    sharding = NamedSharding(mesh, spec)
+
+    def loss(a, b):
+        return jnp.sum(jaxmg.lu_solve(a, b, T_A=tile, mesh=mesh, backend="native"))
+
+    ga, gb = jax.jit(jax.grad(loss, argnums=(0, 1)))(jax.device_put(a, sharding), b)
+    x = np.linalg.solve(a, b)
+    gb_ref = np.linalg.solve(a.T, np.ones_like(b))
+    np.testing.assert_allclose(np.asarray(gb), gb_ref, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(np.asarray(ga), -gb_ref @ x.T, rtol=1e-9, atol=1e-9)
+    # the transposed solve's derivative uses the untransposed one
+    fac = jaxmg.LU(jax.device_put(a, sharding), T_A=tile, mesh=mesh, backend="native")
+    gt = jax.jit(jax.grad(lambda b: jnp.sum(fac.solve(b, trans="T"))))(b)
+    np.testing.assert_allclose(np.asarray(gt), np.linalg.solve(a, np.ones_like(b)), rtol=1e-9, atol=1e-9)
+    assert native_backend.calls
+
+
+def test_public_api_native_lu_singular_and_donate(native_backend):
+    import jaxmg
+
+    n = 48
+    mesh = _mesh((2, 2), True)
+    a = _general(n, np.float64)
+    b = _rhs(n, 1, np.float64)[:, 0]
+    sharding = NamedSharding(mesh, P("x", "y"))
+    x = jaxmg.lu_solve(jax.device_put(a, sharding), b, T_A=20, mesh=mesh, donate=True, backend="native")
+    np.testing.assert_allclose(np.asarray(x), np.linalg.solve(a, b), rtol=1e-9, atol=1e-9)
+    s = a.copy()
+    s[3] = 0  # a zero row
+    x, st = jaxmg.lu_solve(jax.device_put(s, sharding), b, T_A=20, mesh=mesh, backend="native", return_status=True)
+    assert int(st) > 0 and np.all(np.isnan(np.asarray(x)))
+
+
+def test_ops_local_lu_solve(native_backend):
+    """jaxmg.ops.local.lu_solve inside the caller's own shard_map runs the native kernels."""
+    import jaxmg
+
+    n = 48
+    mesh = _mesh((2, 2), False)
+    grid = jaxmg.Grid.from_spec(mesh, P("x", "y"))
+    a = _general(n, np.float64)
+    b = _rhs(n, 1, np.float64)[:, 0]
+
+    @jax.jit
+    @jax.shard_map(mesh=mesh, in_specs=(P("x", "y"), P("x")), out_specs=(P("x"), P()), check_vma=False)
+    def step(a_block, b_rows):
+        x_rows, status = jaxmg.ops.local.lu_solve(a_block, b_rows, grid=grid, backend="native", T_A=8)
+        return x_rows, status
+
+    x, st = step(jax.device_put(a, NamedSharding(mesh, P("x", "y"))), jax.device_put(b, NamedSharding(mesh, P("x"))))
+    assert int(st) == 0
+    np.testing.assert_allclose(np.asarray(x), np.linalg.solve(a, b), rtol=1e-9, atol=1e-9)
+    assert [c[0] for c in native_backend.calls] == ["getrf"]  # A x = b: no getrs (module docstring)
+
+
+def test_auto_uses_the_measured_crossover(monkeypatch):
+    """backend="auto" runs a family on the portable path (one device's own solver, measured
+    faster) where jaxmg._crossover's data say so and the matrix fits, natively beyond; polar
+    and gesvd (the same QDWH iteration on either path) always natively."""
+    from jaxmg import _backend, _crossover
+
+    monkeypatch.setattr(_backend, "native_unavailable", lambda op, mesh: None)
+    monkeypatch.setattr(_backend, "_device_bytes", lambda mesh: 10 ** 9)
+    one, two = _mesh((1, 1), False), _mesh((2, 1), False)
+    fits, too_big = (1000, 1000), (20000, 20000)  # 8 MB or 3.2 GB a copy, in 1 GB
+    for op in ("lu_solve", "lu", "qr", "least_squares", "syevd", "sygvd", "potrs", "cholesky"):
+        for mesh in (one, two):
+            assert _backend.select(op, "auto", mesh, fits, np.float64) is portable, (op, mesh.shape)
+            assert _backend.select(op, "auto", mesh, too_big, np.float64) is native, (op, mesh.shape)
+            assert _backend.select(op, "native", mesh, fits, np.float64) is native
+    for op in ("polar", "gesvd"):
+        assert _backend.select(op, "auto", two, fits, np.float64) is native
+    # LU's portable path holds three copies: 3 x 8 MB fits in 30 MB, four families' do not
+    monkeypatch.setattr(_backend, "_device_bytes", lambda mesh: 30 * 10 ** 6)
+    assert _backend.select("lu", "auto", two, fits, np.float64) is portable
+    assert _backend.select("syevd", "auto", two, fits, np.float64) is native
+    # Cholesky on a grid of several devices: portable only below N = 32,768 (one device: always)
+    monkeypatch.setattr(_backend, "_device_bytes", lambda mesh: 10 ** 12)
+    big = (32768, 32768)
+    assert _backend.select("potrs", "auto", two, big, np.float64) is native
+    assert _backend.select("potrs", "auto", one, big, np.float64) is portable
+    assert _backend.select("potrs", "auto", two, (16384, 16384), np.float64) is portable
+    assert _backend.select("lu", "auto", one) is native  # no shape: nothing to compare
+    assert not _crossover.prefer_portable("lu", 1, fits, np.float64, None)

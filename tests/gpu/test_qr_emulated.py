@@ -1,0 +1,213 @@
+"""The native QR family kernels, checked on CPU against an emulated cuSOLVERMp.
+
+``qr_factor`` / ``qr_q`` / ``qr_r`` / ``qr_solve`` / ``qr_normal_solve`` of
+``jaxmg.kernels.native`` call three FFI handlers (csrc/qr.cc): ``jaxmg_geqrf`` (Householder QR in
+place of the padded natural block-cyclic matrix on a row-major-mapped grid; tau of this process
+column), ``jaxmg_ormqr`` (op(Q) c, right-hand side on process column 0) and ``jaxmg_orgqr``.
+tests/gpu/_emulation.py emulates them on the assembled global matrix (LAPACK's geqrf and
+Householder product). The kernels' own work is what is tested: the layout and its padding (a
+tall M x N whose M is not a multiple of the grid times the tile), tau's gather and scatter, the
+status read from R's diagonal, and the distributed back substitution with R.
+
+Runs on CPU with 4 of the simulated devices.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from jaxmg import _layout
+from jaxmg.kernels import native, portable
+
+from _emulation import DTYPES, GRIDS, mesh as _mesh, patch as _patch, require_cpu_devices
+
+require_cpu_devices(4)
+
+# (M, N, T_A): padded in both extents (M/2 = 24 rows, N = 24 not a multiple of 8 * 2);
+# unpadded (tiles of 4 divide everything); tiles (10 on a 2-device axis, 20 on 1x1) that divide
+# no local extent, and M = 54 not a multiple of the grid times the tile.
+SHAPES = [(48, 24, 8), (40, 16, 4), (54, 20, 20)]
+
+
+def _tol(dtype):
+    single = np.finfo(dtype).dtype == np.float32
+    return dict(rtol=2e-4, atol=2e-4) if single else dict(rtol=1e-9, atol=1e-9)
+
+
+def _random(shape, dtype, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape)
+    if np.issubdtype(dtype, np.complexfloating):
+        x = x + 1j * rng.standard_normal(shape)
+    return x.astype(dtype)
+
+
+def test_native_qr_offers_the_portable_kernels():
+    """One kernel contract: the native backend has every portable qr_* kernel."""
+    names = {k for k in vars(portable) if k.startswith("qr_") and callable(getattr(portable, k))}
+    assert names and names <= set(dir(native)), names - set(dir(native))
+
+
+def _family(grid, mesh, tile, m):
+    """qr_factor, then Q, R, least-squares solves (vector, matrix) and a normal solve."""
+    kw = dict(grid=grid, tile=tile)
+
+    def body(a, bv, bm, y):
+        f, tau, status = native.qr_factor(a, **kw)
+        (q,) = native.qr_q(f, tau, m=m, **kw)
+        (r,) = native.qr_r(f, tau, **kw)
+        (xv,) = native.qr_solve(f, tau, bv, **kw)
+        (xm,) = native.qr_solve(f, tau, bm, **kw)
+        (z,) = native.qr_normal_solve(f, tau, y, **kw)
+        return status, q, r, xv, xm, z
+    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(grid.spec, P(), P(), P()),
+                                 out_specs=(P(), grid.spec, grid.spec, P(), P(), P()), check_vma=False))
+
+
+# Every dtype, grid, device order and shape appears; not every combination (each compiles a
+# 4-device program on the shared CPU).
+CASES = [(g, shp, rev, dt) for i, (g, dt) in enumerate((g, dt) for g in GRIDS for dt in DTYPES)
+         for shp, rev in [(SHAPES[i % 3], bool(i % 2))]]
+
+
+@pytest.mark.parametrize("shape,m_n_tile,reverse,dtype", CASES)
+def test_qr_kernels(shape, m_n_tile, reverse, dtype, monkeypatch):
+    m, n, tile = m_n_tile
+    _check_kernels(shape, m, n, tile, reverse, dtype, monkeypatch)
+
+
+def _check_kernels(shape, m, n, tile, reverse, dtype, monkeypatch):
+    emu = _patch(monkeypatch)
+    mesh = _mesh(shape, reverse)
+    grid = _layout.Grid(mesh, ("x",), ("y",))
+    a = _random((m, n), dtype, 0)
+    bm = _random((m, 3), dtype, 1)
+    bv = bm[:, 0] * 2
+    y = _random((n, 2), dtype, 2)
+    status, q, r, xv, xm, z = (np.asarray(o) for o in _family(grid, mesh, tile, m)(a, bv, bm, y))
+    assert int(status) == 0
+    tol = _tol(dtype)
+    assert q.shape == (m, n) and r.shape == (n, n)
+    np.testing.assert_allclose(q @ r, a, **tol)
+    np.testing.assert_allclose(np.conj(q).T @ q, np.eye(n), **tol)
+    np.testing.assert_array_equal(np.tril(r, -1), 0)
+    np.testing.assert_allclose(np.abs(r), np.abs(np.linalg.qr(a)[1]), **tol)
+    np.testing.assert_allclose(xv, np.linalg.lstsq(a, bv, rcond=None)[0], **tol)
+    np.testing.assert_allclose(xm, np.linalg.lstsq(a, bm, rcond=None)[0], **tol)
+    np.testing.assert_allclose(z, np.linalg.solve(np.conj(a).T @ a, y), **tol)
+    # one factorization; Q by orgqr; Q^H b by ormqr (Q never formed for the solves)
+    assert [c[0] for c in emu.calls] == ["geqrf", "orgqr", "ormqr", "ormqr"]
+    assert all(c[1] for c in emu.calls if c[0] == "ormqr")
+
+
+@pytest.mark.parametrize("shape,reverse", [((2, 2), False), ((1, 2), True), ((2, 1), False), ((1, 1), False)])
+@pytest.mark.parametrize("dtype", [np.float64, np.complex64])
+def test_qr_rank_deficient(shape, reverse, dtype, monkeypatch):
+    """A zero column j gives R[j, j] = 0 exactly: status j + 1 (agreed), NaN outputs."""
+    _patch(monkeypatch)
+    m, n, tile = 54, 20, 20
+    mesh = _mesh(shape, reverse)
+    grid = _layout.Grid(mesh, ("x",), ("y",))
+    a = _random((m, n), dtype, 0)
+    a[:, 13] = 0
+    b = _random((m, 2), dtype, 1)
+    status, q, r, xv, xm, z = _family(grid, mesh, tile, m)(a, b[:, 0], b, b[:n])
+    assert int(status) == 14
+    for out in (q, r, xv, xm, z):
+        assert np.all(np.isnan(np.asarray(out)))
+
+
+def test_qr_vmap(monkeypatch):
+    """A batch axis under vmap reaches the handlers (expand_dims) and the back substitution."""
+    _patch(monkeypatch)
+    m, n, tile = 48, 24, 8
+    mesh = _mesh((2, 2), True)
+    grid = _layout.Grid(mesh, ("x",), ("y",))
+    a = np.stack([_random((m, n), np.float64, s) for s in range(3)])
+    b = _random((3, m), np.float64, 5)
+
+    def one(a, b):
+        f, tau, status = native.qr_factor(a, grid=grid, tile=tile)
+        (x,) = native.qr_solve(f, tau, b, grid=grid, tile=tile)
+        return x, status
+
+    f = jax.jit(jax.shard_map(jax.vmap(one), mesh=mesh, in_specs=(P(None, "x", "y"), P()),
+                              out_specs=(P(), P()), check_vma=False))
+    x, status = f(a, b)
+    assert np.all(np.asarray(status) == 0)
+    for k in range(3):
+        np.testing.assert_allclose(np.asarray(x[k]), np.linalg.lstsq(a[k], b[k], rcond=None)[0], rtol=1e-9,
+                                   atol=1e-9)
+
+
+# --------------------------------------------------------------------------------------------
+# Public API through the native family (backend="native" with the FFI emulated)
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape,spec,tile,reverse,dtype,explicit", [
+    ((2, 2), P("x", "y"), 20, True, np.complex128, True),
+    ((2, 1), P("x", None), 8, False, np.float32, False),
+])
+def test_public_api_native_qr(shape, spec, tile, reverse, dtype, explicit, native_backend):
+    """qr, QR (q, r on demand, solve) and least_squares, eagerly and in jit."""
+    import jaxmg
+
+    m, n = 54, 20
+    mesh = _mesh(shape, reverse, explicit)
+    a = _random((m, n), dtype, 0)
+    b = _random((m,), dtype, 1)
+    ag = jax.device_put(a, NamedSharding(mesh, spec))
+
+    def run(ag, b):
+        q, r = jaxmg.qr(ag, T_A=tile, mesh=mesh, backend="native")
+        x, st = jaxmg.least_squares(ag, b, T_A=tile, mesh=mesh, backend="native", return_status=True)
+        fac = jaxmg.QR(ag, T_A=tile, mesh=mesh, backend="native")
+        return q, r, x, st, fac.solve(b), fac.q, fac.r, fac.status
+
+    tol = _tol(dtype)
+    ref = np.linalg.lstsq(a, b, rcond=None)[0]
+    for outs in (run(ag, b), jax.jit(run)(ag, b)):
+        q, r, x, st, xf, qf, rf, stf = (np.asarray(o) for o in outs)
+        assert int(st) == 0 and int(stf) == 0
+        for qq, rr in ((q, r), (qf, rf)):
+            np.testing.assert_allclose(qq @ rr, a, **tol)
+            np.testing.assert_array_equal(np.tril(rr, -1), 0)
+        np.testing.assert_allclose(x, ref, **tol)
+        np.testing.assert_allclose(xf, ref, **tol)
+    assert {c[0] for c in native_backend.calls} == {"geqrf", "orgqr", "ormqr"}
+
+
+def test_public_api_native_least_squares_grad_and_local(native_backend):
+    """Derivatives reuse the saved factor (qr_normal_solve); ops.local runs the native kernels."""
+    import jaxmg
+
+    m, n, tile = 48, 24, 8
+    mesh = _mesh((2, 2), False)
+    spec = P("x", "y")
+    a = _random((m, n), np.float64, 0)
+    b = _random((m,), np.float64, 1)
+    ag = jax.device_put(a, NamedSharding(mesh, spec))
+    gb = jax.grad(lambda b: jnp.sum(jaxmg.least_squares(ag, b, T_A=tile, mesh=mesh, backend="native")))(b)
+    np.testing.assert_allclose(np.asarray(gb), a @ np.linalg.solve(a.T @ a, np.ones(n)), rtol=1e-9, atol=1e-9)
+    ga = jax.grad(lambda a: jnp.sum(jaxmg.least_squares(a, b, T_A=tile, mesh=mesh, backend="native")))(ag)
+    eps = 1e-6
+    d = _random((m, n), np.float64, 3)
+    fd = (np.sum(np.linalg.lstsq(a + eps * d, b, rcond=None)[0])
+          - np.sum(np.linalg.lstsq(a - eps * d, b, rcond=None)[0])) / (2 * eps)
+    np.testing.assert_allclose(np.sum(np.asarray(ga) * d), fd, rtol=1e-6)
+    assert "geqrf" in {c[0] for c in native_backend.calls}
+
+    grid = jaxmg.Grid.from_spec(mesh, spec)
+
+    @jax.jit
+    @jax.shard_map(mesh=mesh, in_specs=(spec, P("x")), out_specs=(P("x"), P()), check_vma=False)
+    def step(a_block, b_rows):
+        return jaxmg.ops.local.least_squares(a_block, b_rows, grid=grid, backend="native", T_A=tile)
+
+    x, st = step(ag, jax.device_put(b, NamedSharding(mesh, P("x"))))
+    assert int(st) == 0
+    np.testing.assert_allclose(np.asarray(x), np.linalg.lstsq(a, b, rcond=None)[0], rtol=1e-9, atol=1e-9)

@@ -1,0 +1,51 @@
+"""Long runs: repeated eager calls of every public operation grow neither host memory nor caches.
+
+Runs benchmarks/bench_long_runs.py (200 calls per case here; 1,000 by default there) in a fresh
+process on 8 simulated CPU devices, portable backend, N = 16, and checks each case's record:
+after the warm-up, no jaxmg cache of compiled functions gains an entry, no array stays alive,
+and the resident set grows by less than RSS_BOUND_MIB (a leak of 100 KB per call would fail).
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import jaxmg
+
+ROOT = Path(__file__).resolve().parents[1]
+CALLS = 200
+RSS_BOUND_MIB = 20.0
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    out = tmp_path_factory.mktemp("long_runs") / "long_runs.jsonl"
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(jaxmg.__file__).resolve().parents[1]),
+                                                       env.get("PYTHONPATH")]))
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_long_runs.py"),
+                           "--calls", str(CALLS), "--cases", "fast", "--out", str(out)],
+                          capture_output=True, text=True, env=env, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {r["case"]: r for r in map(json.loads, out.read_text().splitlines())}
+
+
+OPERATIONS = ["potrs", "cholesky", "lu_solve", "least_squares", "qr", "syevd", "sygvd", "gesvd",
+              "polar", "Cholesky.solve", "potrs_jit", "grad_potrs", "grad_logdet",
+              "grad_cholesky", "grad_syevd"]
+
+
+@pytest.mark.parametrize("case", OPERATIONS)
+def test_repeated_calls_grow_nothing(records, case):
+    r = records[case]
+    assert r["calls"] == CALLS and r["devices"] == 8
+    assert set(r["caches_end"]) == {"functional._jitted", "_sharded._compiled",
+                                    "autodiff._dist._jitted"}, r["caches_end"]
+    assert all(v == 0 for v in r["cache_growth"].values()), r
+    assert r["live_arrays_end"] <= r["live_arrays_start"], r
+    assert r["rss_growth_mib"] < RSS_BOUND_MIB, r

@@ -1,0 +1,127 @@
+"""status = LAPACK's info on the portable backend: the first failing leading minor of a
+Cholesky, the first zero pivot of LU, compared with scipy.linalg.lapack on matrices that fail
+at different places; NaN outputs on failure."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType, PartitionSpec as P
+from scipy.linalg import lapack
+
+import jaxmg
+from jaxmg.kernels import status
+from helpers import make_mesh, put, spd_matrix
+
+N = 32
+FAILING = [1, 6, 21, 32]
+
+
+def _not_positive_definite_at(k, dtype):
+    a = spd_matrix(np.random.default_rng(k), N, dtype)
+    a[k - 1, k - 1] = -50.0
+    return a
+
+
+def _singular_at(k):
+    a = np.random.default_rng(k).standard_normal((N, N))
+    a[:, k - 1] = 0.0
+    return a
+
+
+@pytest.mark.parametrize("k", FAILING)
+@pytest.mark.parametrize("dtype,potrf", [(np.float64, lapack.dpotrf), (np.complex128, lapack.zpotrf)],
+                         ids=["d", "z"])
+def test_cholesky_status_is_lapack_info(k, dtype, potrf):
+    a = _not_positive_definite_at(k, dtype)
+    _, info = potrf(a, lower=1)
+    assert info == k
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Auto)
+    sharded = put(a, mesh, P("x", "y"))
+    x, st = jaxmg.potrs(sharded, jnp.ones(N, dtype), return_status=True)
+    assert int(st) == info and np.all(np.isnan(np.asarray(x)))
+    lower, st = jaxmg.cholesky(sharded, return_status=True)
+    assert int(st) == info and np.all(np.isnan(np.asarray(lower)))
+    assert int(jax.jit(lambda a: jaxmg.Cholesky(a).status)(sharded)) == info
+
+
+@pytest.mark.parametrize("k", FAILING)
+def test_lu_status_is_the_first_zero_pivot(k):
+    a = _singular_at(k)
+    _, _, info = lapack.dgetrf(a)
+    assert info == k
+    mesh = make_mesh((4, 2), ("x", "y"))
+    _, st = jaxmg.lu_solve(put(a, mesh, P("x", "y")), put(np.ones(N), mesh, P("x")), return_status=True)
+    assert int(st) == info
+
+
+def test_status_values_are_defined_once():
+    assert status.OK == 0 and status.NOT_FINITE == -1
+    assert int(status.first_bad_pivot(jnp.array([1.0, 2.0, 0.0, 0.0]))) == 3
+    assert int(status.finite(jnp.array([1.0, jnp.nan]))) == status.NOT_FINITE
+    assert int(status.either(jnp.int32(4), jnp.int32(-1))) == 4
+    assert int(status.either(jnp.int32(0), jnp.int32(-1))) == -1
+
+
+def test_success_and_vmap():
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Auto)
+    good = spd_matrix(np.random.default_rng(0), N, np.float64)
+    stack = np.stack([good, _not_positive_definite_at(6, np.float64), _not_positive_definite_at(21, np.float64)])
+    with jax.set_mesh(mesh):
+        assert int(jaxmg.potrs(good, np.ones(N), return_status=True)[1]) == 0
+        got = jax.jit(jax.vmap(lambda a: jaxmg.cholesky(a, return_status=True)[1]))(stack)
+    assert list(np.asarray(got)) == [0, 6, 21]
+
+
+# Non-finite input (issue 15): NaN or Inf in a (its lower triangle, which every Hermitian
+# operation reads) or in b gives, on every operation, a non-zero status (LAPACK's info where
+# the factorisation stops at the bad entry, else -1) and outputs that are NaN throughout.
+_RNG = np.random.default_rng(5)
+_SQUARE = spd_matrix(_RNG, N, np.float64)
+_TALL = _RNG.standard_normal((2 * N, N))
+
+#: name -> (function of (square a, tall a, b of N, b of 2N), whether it takes a right-hand side)
+NON_FINITE_CASES = {
+    "potrs": (lambda a, t, b, tb: jaxmg.potrs(a, b, return_logdet=True, return_status=True), True),
+    "cholesky": (lambda a, t, b, tb: jaxmg.cholesky(a, return_status=True), False),
+    "lu_solve": (lambda a, t, b, tb: jaxmg.lu_solve(a, b, return_status=True), True),
+    "least_squares": (lambda a, t, b, tb: jaxmg.least_squares(t, tb, return_status=True), True),
+    "qr": (lambda a, t, b, tb: jaxmg.qr(t, return_status=True), False),
+    "syevd": (lambda a, t, b, tb: jaxmg.syevd(a, return_status=True), False),
+    "sygvd": (lambda a, t, b, tb: jaxmg.sygvd(a, jnp.asarray(_SQUARE), return_status=True), False),
+    "gesvd": (lambda a, t, b, tb: jaxmg.gesvd(t, return_status=True), False),
+    "polar": (lambda a, t, b, tb: jaxmg.polar(t, return_status=True), False),
+    "Cholesky.solve": (lambda a, t, b, tb: (jaxmg.Cholesky(a).solve(b), jaxmg.Cholesky(a).status), True),
+    "LU.solve": (lambda a, t, b, tb: (jaxmg.LU(a).solve(b), jaxmg.LU(a).status), True),
+    "QR.q": (lambda a, t, b, tb: (jaxmg.QR(t).q, jaxmg.QR(t).r, jaxmg.QR(t).status), False),
+}
+
+
+def _with(x, index, value):
+    x = np.array(x)
+    x[index] = value
+    return x
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf], ids=["nan", "inf"])
+@pytest.mark.parametrize("name,where", [(name, where) for name, (_, rhs) in NON_FINITE_CASES.items()
+                                        for where in (("a", "b") if rhs else ("a",))])
+def test_non_finite_input_gives_status_and_nan(name, where, value):
+    """A module's status is its factorisation's: a bad b leaves it 0 and the solution NaN."""
+    fn, _ = NON_FINITE_CASES[name]
+    module = "." in name
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Auto)
+    a, t, b, tb = _SQUARE, _TALL, np.ones(N), np.ones(2 * N)
+    if where == "a":
+        a, t = _with(_with(a, (7, 2), value), (2, 7), value), _with(t, (7, 2), value)
+    else:
+        b, tb = _with(b, 7, value), _with(tb, 7, value)
+    args = (put(a, mesh, P("x", "y")), put(t, mesh, P("x", "y")), put(b, mesh, P("x")), put(tb, mesh, P("x")))
+    for run in (fn, jax.jit(fn)):
+        *outputs, st = run(*args)
+        if where == "a":
+            assert int(st) != 0, name
+        else:  # the factorisation succeeds, the solution does not
+            assert int(st) == (0 if module else -1), name
+        for out in outputs:
+            assert np.all(np.isnan(np.asarray(out))), (name, where, out)

@@ -18,6 +18,8 @@ import contextlib
 import jax
 import jax.numpy as jnp
 
+from .. import _layout
+
 OK = 0
 NOT_FINITE = -1
 
@@ -60,7 +62,9 @@ def _in_layout_of(x, y):
     if sharding is None or sharding.mesh.empty or not any(
             t == jax.sharding.AxisType.Explicit for t in sharding.mesh.axis_types):
         return y
-    return jax.sharding.reshard(y, sharding.spec)
+    if not isinstance(x, jax.core.Tracer) and isinstance(getattr(x, "sharding", None), jax.sharding.NamedSharding):
+        sharding = x.sharding  # eagerly: the concrete sharding (an abstract one needs a mesh context)
+    return jax.sharding.reshard(y, sharding)
 
 
 def _nan_or_zero(bad, dtype):
@@ -81,11 +85,19 @@ def solved(status: jax.Array, x: jax.Array):
 
 
 def _own_mesh(x):
-    """The abstract mesh ``x`` is typed on (Explicit axes), entered for the elementwise work on
-    it: the caller's context mesh may be another one (``jax.set_mesh`` of a second mesh)."""
+    """A context for the elementwise work on ``x`` (Explicit axes) when the caller's context
+    mesh is another one (``jax.set_mesh`` of a second mesh): ``x``'s own mesh, concrete where
+    the work runs eagerly (an abstract mesh context makes eager primitives fail), abstract
+    while a transformation traces. With no context mesh, or ``x``'s own, nothing is entered."""
     mesh = getattr(getattr(jax.typeof(x), "sharding", None), "mesh", None)
     if mesh is None or mesh.empty:
         return contextlib.nullcontext()
+    current = jax.sharding.get_abstract_mesh()
+    if current is None or current.empty or current == mesh:
+        return contextlib.nullcontext()
+    concrete = getattr(getattr(x, "sharding", None), "mesh", None)
+    if not isinstance(x, jax.core.Tracer) and isinstance(concrete, jax.sharding.Mesh) and not _layout.tracing():
+        return jax.set_mesh(concrete)
     return jax.sharding.use_abstract_mesh(mesh)
 
 

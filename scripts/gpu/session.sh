@@ -21,6 +21,8 @@
 #        processes), eigbench (bench_eig.py, $EIG_SIZES, default 8192, tiles $EIG_TILES, default
 #        256 512 1024, with jnp.linalg.eigh), eigengine (the engine's syevd, raw_ops.sh, same sizes
 #        and tiles, one GPU).
+#        engine (the engine from C++ with no JAX, benchmarks/engine/engine_ops.sh: ENGINE holds its
+#        configurations "NRANKS NPROW M N T OP [MAPPING]", ';'-separated; ENGINE_REPS timed runs).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/jaxmg-out}
@@ -60,6 +62,8 @@ for spec in "$@"; do
     qrbench) cmd=(python3 benchmarks/bench_qr.py --n ${QR_N:-32768} --out "$RES") ;;
     qrengine) raw=$(ls -d shared_bench ../shared/bench 2>/dev/null | head -1)
               cmd=(env EXTRA="$EXTRA" REPS=3 bash "$raw/raw_ops.sh" "one 1 1 ${QR_N:-32768} ${QR_T:-1024} geqrf") ;;
+    engine) IFS=';' read -ra configs <<<"${ENGINE:?set ENGINE to configurations of benchmarks/engine/engine_ops.sh, ';'-separated}"
+            cmd=(env OUTFILE="$RES" REPS="${ENGINE_REPS:-3}" bash benchmarks/engine/engine_ops.sh "${configs[@]}") ;;
     kernel) cmd=(python3 benchmarks/bench_potrs.py --sizes 8192 32768 65536 --no-single --out "$RES") ;;
     kernel-mp) cmd=(env JAXMG_NATIVE_SOLVE=cusolvermp python3 benchmarks/bench_potrs.py --sizes 8192 32768
                     --no-single --out "$RES") ;;

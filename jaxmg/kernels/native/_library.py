@@ -89,6 +89,13 @@ def _native_module():
     return _native
 
 
+def _native_file() -> str | None:
+    """The file of the built extension jaxmg._native in the package folder, or None."""
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    found = sorted(glob.glob(os.path.join(package, "_native*.so")) + glob.glob(os.path.join(package, "_native*.pyd")))
+    return found[0] if found else None
+
+
 def unavailable_reason() -> str | None:
     """Why the native backend cannot run in this process, or None when it can."""
     if _state["checked"]:
@@ -96,11 +103,11 @@ def unavailable_reason() -> str | None:
     try:
         native = _native_module()
     except ImportError as e:
-        reason = (
-            "the native extension jaxmg._native is not built; reinstall jaxmg on a machine "
-            "with the CUDA toolkit and the cuSOLVERMp/NCCL headers (pip install 'jaxmg[cuda13]')"
-            f" ({e})"
-        )
+        if _native_file() is None:
+            reason = ("the native extension jaxmg._native is not built; reinstall jaxmg on a machine "
+                      "with the CUDA toolkit and the cuSOLVERMp/NCCL headers (pip install 'jaxmg[cuda13]')")
+        else:
+            reason = f"the native extension {_native_file()} is built but cannot be imported: {e}"
     else:
         c = library_candidates()
         if native.load(c["deps"], c["nccl"], c["cusolvermp"]):

@@ -57,6 +57,9 @@ def _args(argv=None):
     p.add_argument("--api", action="store_true", help="time jaxmg.potrs (public API) instead of the kernel")
     p.add_argument("--worker", choices=["native", "single"], default=None)
     p.add_argument("--timeout", type=int, default=1200)
+    p.add_argument("--profile", default=None,
+                   help="folder: trace the last timed call with jax.profiler (a Perfetto JSON trace per process, "
+                        "for finding where the time beyond the solver goes)")
     return p.parse_args(argv)
 
 
@@ -114,10 +117,14 @@ def worker_native(a):
         try:
             times, solver, layout, factor = [], [], [], []
             first = None
-            for it in range(a.runs + 2):
+            iterations = a.runs + 2 + (1 if a.profile else 0)  # the traced call is not timed
+            for it in range(iterations):
                 A = gen()
                 A.block_until_ready()
                 _native.reset_timings()
+                tracing = bool(a.profile) and it == iterations - 1
+                if tracing:
+                    jax.profiler.start_trace(os.path.join(a.profile, f"n{n}-rank{rank}"), create_perfetto_trace=True)
                 t0 = time.perf_counter()
                 if use_api:
                     x = jaxmg.potrs(A, b, T_A=tile, mesh=mesh, donate=True, backend="native")
@@ -126,9 +133,13 @@ def worker_native(a):
                                      ["whole"] * 3 + ["block"], donate=True)[0]
                 x.block_until_ready()
                 dt = time.perf_counter() - t0
+                if tracing:
+                    jax.profiler.stop_trace()
                 tm = [t for t in native.last_timings() if t["valid"]]
                 if it == 0:
                     first = dt
+                elif tracing:
+                    rec["traced_call_s"] = dt
                 elif it >= 2 or a.runs + 2 <= 2:
                     times.append(dt)
                     if tm:

@@ -48,3 +48,25 @@ def test_bench_crossover_writes_every_path(tmp_path):
         assert record["portable_ms"] > 0 and "needs NVIDIA GPUs" in record["native_error"], record
         assert record["M"] == (64 if record["op"] == "least_squares" else 32)
     assert all(r["plain_jax_ms"] > 0 for r in records if r["op"] != "least_squares")
+
+
+def test_trace_summary_merges_events_by_name_per_track(tmp_path):
+    import gzip
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import trace_summary
+
+    events = [
+        {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/device:GPU:0"}},
+        {"ph": "M", "pid": 1, "tid": 7, "name": "thread_name", "args": {"name": "stream 7"}},
+        {"ph": "X", "pid": 1, "tid": 7, "ts": 0.0, "dur": 3000.0, "name": "potrf"},
+        {"ph": "X", "pid": 1, "tid": 7, "ts": 3000.0, "dur": 500.0, "name": "copy"},
+        {"ph": "X", "pid": 1, "tid": 7, "ts": 4000.0, "dur": 500.0, "name": "copy"},
+    ]
+    path = tmp_path / "trace.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump({"traceEvents": events}, f)
+    lines = trace_summary.summary(trace_summary.load(str(path)))
+    assert lines[0] == "== /device:GPU:0 / stream 7: 3 events over 4.500 ms"
+    assert "potrf" in lines[1] and "3.000 ms" in lines[1] and "1x" in lines[1]
+    assert "copy" in lines[2] and "1.000 ms" in lines[2] and "2x" in lines[2]

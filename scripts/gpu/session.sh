@@ -21,6 +21,9 @@
 #        processes), eigbench (bench_eig.py, $EIG_SIZES, default 8192, tiles $EIG_TILES, default
 #        256 512 1024, with jnp.linalg.eigh), eigengine (the engine's syevd, raw_ops.sh, same sizes
 #        and tiles, one GPU).
+#        profile (bench_potrs.py --api on $PROFILE_GRID at $PROFILE_SIZES, one more call traced with
+#        jax.profiler: the Perfetto traces come back as $OUT/traceK.json.gz, summarized by
+#        benchmarks/trace_summary.py in the step's log).
 #        engine (the engine from C++ with no JAX, benchmarks/engine/engine_ops.sh: ENGINE holds its
 #        configurations "NRANKS NPROW M N T OP [MAPPING]", ';'-separated; ENGINE_REPS timed runs).
 set -uo pipefail
@@ -64,6 +67,10 @@ for spec in "$@"; do
               cmd=(env EXTRA="$EXTRA" REPS=3 bash "$raw/raw_ops.sh" "one 1 1 ${QR_N:-32768} ${QR_T:-1024} geqrf") ;;
     engine) IFS=';' read -ra configs <<<"${ENGINE:?set ENGINE to configurations of benchmarks/engine/engine_ops.sh, ';'-separated}"
             cmd=(env OUTFILE="$RES" REPS="${ENGINE_REPS:-3}" bash benchmarks/engine/engine_ops.sh "${configs[@]}") ;;
+    profile) cmd=(bash -c "python3 benchmarks/bench_potrs.py --api --grid ${PROFILE_GRID:-2,1} --sizes ${PROFILE_SIZES:-32768} \
+                           --no-single --profile /tmp/jaxmg-prof --out $RES && i=0 && \
+                           for f in \$(find /tmp/jaxmg-prof -name perfetto_trace.json.gz); do i=\$((i+1)); \
+                             cp \$f $OUT/trace\$i.json.gz; echo \$f; python3 benchmarks/trace_summary.py \$f --top 15; done") ;;
     kernel) cmd=(python3 benchmarks/bench_potrs.py --sizes 8192 32768 65536 --no-single --out "$RES") ;;
     kernel-mp) cmd=(env JAXMG_NATIVE_SOLVE=cusolvermp python3 benchmarks/bench_potrs.py --sizes 8192 32768
                     --no-single --out "$RES") ;;

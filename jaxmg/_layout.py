@@ -87,6 +87,14 @@ def _axes_size(mesh: AnyMesh, axes: Axes) -> int:
     return size
 
 
+def padded_spec(spec, ndim: int) -> P:
+    """``spec`` with trailing ``None`` entries up to rank ``ndim``."""
+    entries = tuple(spec)
+    if len(entries) > ndim:
+        raise ValueError(f"PartitionSpec {spec} has more entries than the array's rank {ndim}")
+    return P(*(entries + (None,) * (ndim - len(entries))))
+
+
 def entry_axes(entry) -> Axes:
     """The mesh axes named by one entry of a partition spec."""
     if entry is None:

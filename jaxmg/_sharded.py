@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from ._layout import Grid, check_output_fits, eager_value, entry_axes, is_eager, tracing
+from ._layout import Grid, check_output_fits, eager_value, entry_axes, is_eager, padded_spec, tracing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,13 +50,14 @@ class Replicated:
 Kind = Block | Rows | Replicated
 
 
-def _name(axes):
+def axis_name(axes):
+    """The mesh axis name(s) of ``axes`` as collectives take them."""
     return axes if len(axes) > 1 else axes[0]
 
 
-def _index(axes) -> jax.Array:
-    """This device's index along the (possibly combined) mesh axes ``axes``."""
-    return jax.lax.axis_index(_name(axes))
+def axis_index(axes) -> jax.Array:
+    """This device's index along the (possibly combined) mesh axes ``axes`` (0 for none)."""
+    return jax.lax.axis_index(axis_name(axes)) if axes else jnp.int32(0)
 
 
 def _rows_axes(spec: P) -> tuple:
@@ -69,7 +70,7 @@ def gather_rows(x: jax.Array, spec: P) -> jax.Array:
     axes = _rows_axes(spec)
     if not axes:
         return x
-    return jax.lax.all_gather(x, _name(axes), axis=0, tiled=True)
+    return jax.lax.all_gather(x, axis_name(axes), axis=0, tiled=True)
 
 
 def local_rows(x: jax.Array, spec: P) -> jax.Array:
@@ -81,15 +82,15 @@ def local_rows(x: jax.Array, spec: P) -> jax.Array:
     for name in axes:
         size *= jax.lax.axis_size(name)
     rows = x.shape[0] // size
-    return jax.lax.dynamic_slice_in_dim(x, _index(axes) * rows, rows, axis=0)
+    return jax.lax.dynamic_slice_in_dim(x, axis_index(axes) * rows, rows, axis=0)
 
 
 def gather_block(x: jax.Array, grid: Grid) -> jax.Array:
     """Inside shard_map: the whole matrix from this device's block of the grid layout."""
     if grid.row_axes:
-        x = jax.lax.all_gather(x, _name(grid.row_axes), axis=x.ndim - 2, tiled=True)
+        x = jax.lax.all_gather(x, axis_name(grid.row_axes), axis=x.ndim - 2, tiled=True)
     if grid.col_axes:
-        x = jax.lax.all_gather(x, _name(grid.col_axes), axis=x.ndim - 1, tiled=True)
+        x = jax.lax.all_gather(x, axis_name(grid.col_axes), axis=x.ndim - 1, tiled=True)
     return x
 
 
@@ -98,17 +99,17 @@ def local_block(x: jax.Array, grid: Grid) -> jax.Array:
     rows = x.shape[-2] // grid.nprow
     cols = x.shape[-1] // grid.npcol
     if grid.row_axes:
-        x = jax.lax.dynamic_slice_in_dim(x, _index(grid.row_axes) * rows, rows, axis=x.ndim - 2)
+        x = jax.lax.dynamic_slice_in_dim(x, axis_index(grid.row_axes) * rows, rows, axis=x.ndim - 2)
     if grid.col_axes:
-        x = jax.lax.dynamic_slice_in_dim(x, _index(grid.col_axes) * cols, cols, axis=x.ndim - 1)
+        x = jax.lax.dynamic_slice_in_dim(x, axis_index(grid.col_axes) * cols, cols, axis=x.ndim - 1)
     return x
 
 
 def block_offsets(grid: Grid, local_shape) -> tuple[jax.Array, jax.Array]:
     """Inside shard_map: global row and column indices of this device's local block."""
     rows, cols = local_shape[-2], local_shape[-1]
-    i = _index(grid.row_axes) if grid.row_axes else 0
-    j = _index(grid.col_axes) if grid.col_axes else 0
+    i = axis_index(grid.row_axes) if grid.row_axes else 0
+    j = axis_index(grid.col_axes) if grid.col_axes else 0
     return i * rows + jnp.arange(rows), j * cols + jnp.arange(cols)
 
 
@@ -170,14 +171,9 @@ def _place(x, spec: P, mesh) -> jax.Array:
     if not any(t == jax.sharding.AxisType.Explicit for t in types):
         return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
     current = jax.typeof(x).sharding if isinstance(x, jax.core.Tracer) else None
-    if current is not None and not current.mesh.empty and current.spec == _full(spec, x.ndim):
+    if current is not None and not current.mesh.empty and current.spec == padded_spec(spec, x.ndim):
         return x
     return jax.sharding.reshard(x, spec)
-
-
-def _full(spec: P, ndim: int) -> P:
-    entries = tuple(spec)
-    return P(*(entries + (None,) * (ndim - len(entries))))
 
 
 @functools.lru_cache(maxsize=512)

@@ -6,11 +6,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, PartitionSpec as P
 from jax.test_util import check_grads
 
 import jaxmg
-from helpers import make_mesh, put, random_matrix, spd_matrix
+from helpers import make_mesh, put, spd_matrix
 
 N = 8
 RNG = np.random.default_rng(20)

@@ -137,7 +137,7 @@ def _launch_fault(tmp_path, mode, failing_rank, *options):
 def test_first_failure_stops_every_rank(tmp_path, mode, rank, status, cause):
     r, seconds, pids = _launch_fault(tmp_path, mode, rank)
     assert r.returncode == status, r.stdout[-3000:] + r.stderr[-3000:]
-    how = (f"was killed by signal 9 (SIGKILL)" if status > 128
+    how = ("was killed by signal 9 (SIGKILL)" if status > 128
            else f"exited with status {status}")
     assert f"[jaxmg.launch] rank {rank} failed first: it {how}" in r.stderr, r.stderr[-3000:]
     report = r.stderr[r.stderr.index("[jaxmg.launch]"):]

@@ -13,6 +13,7 @@ import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 from helpers import hermitian_matrix, random_matrix, spd_matrix
+from jaxmg._layout import padded_spec
 from jaxmg.autodiff import _dist, tangents
 
 N, M = 16, 32
@@ -49,7 +50,7 @@ FORMULAS = {"qr": tangents.qr_jvp, "eigh": tangents.eigh_jvp, "svd": tangents.sv
 
 def _spec2(sharding):
     assert isinstance(sharding, NamedSharding), sharding
-    return _dist._pad(sharding.spec, 2)
+    return padded_spec(sharding.spec, 2)
 
 
 def _cases(dtype):

@@ -61,6 +61,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from .. import _sharded
+from .._layout import entry_axes, padded_spec
 
 __all__ = [
     "layout_of",
@@ -84,19 +85,10 @@ _HIGHEST = jax.lax.Precision.HIGHEST
 # --------------------------------------------------------------------------- layouts
 
 
-def _entry_axes(entry) -> tuple:
-    """The mesh axis names of one PartitionSpec entry (None, a name, or a tuple of names)."""
-    if entry is None:
-        return ()
-    if isinstance(entry, (tuple, list)):
-        return tuple(entry)
-    return (entry,)
-
-
 def _spec_axes(spec) -> tuple:
     out = ()
     for entry in tuple(spec):
-        out += _entry_axes(entry)
+        out += entry_axes(entry)
     return out
 
 
@@ -105,16 +97,9 @@ def _entry(axes: tuple):
     return None if not axes else (axes[0] if len(axes) == 1 else tuple(axes))
 
 
-def _pad(spec, ndim: int) -> P:
-    entries = tuple(spec)
-    if len(entries) > ndim:
-        raise ValueError(f"PartitionSpec {spec} has more entries than the array's rank {ndim}")
-    return P(*(entries + (None,) * (ndim - len(entries))))
-
-
 def _axis_size(mesh, entry) -> int:
     shape = dict(mesh.shape)
-    return math.prod(shape[name] for name in _entry_axes(entry))
+    return math.prod(shape[name] for name in entry_axes(entry))
 
 
 def layout_of(x) -> tuple[Any, P] | None:
@@ -138,7 +123,7 @@ def layout_of(x) -> tuple[Any, P] | None:
         return None
     if not _spec_axes(sharding.spec):
         return None
-    return sharding.mesh, _pad(sharding.spec, jnp.ndim(x))
+    return sharding.mesh, padded_spec(sharding.spec, jnp.ndim(x))
 
 
 def resolve(like) -> NamedSharding | None:
@@ -210,7 +195,7 @@ def call(impl, arrays: tuple, sh: NamedSharding | None, **static):
 
 
 def _named(sh: NamedSharding, ndim: int, spec: P | None = None) -> NamedSharding:
-    return NamedSharding(sh.mesh, _pad(sh.spec if spec is None else spec, ndim))
+    return NamedSharding(sh.mesh, padded_spec(sh.spec if spec is None else spec, ndim))
 
 
 def _place(x, sh: NamedSharding | None, spec: P | None = None):
@@ -310,7 +295,7 @@ def _reshape(x, shape, sh, spec):
 
 def _num_blocks(n: int, sh: NamedSharding, max_block: int) -> int | None:
     """How many diagonal blocks the base case of :func:`tri_inv` uses (None: n cannot be split evenly)."""
-    spec = _pad(sh.spec, 2)
+    spec = padded_spec(sh.spec, 2)
     sr, sc = _axis_size(sh.mesh, spec[0]), _axis_size(sh.mesh, spec[1])
     need, every = math.lcm(sr, sc), sr * sc
     cands = [k for k in range(need, n + 1, need) if n % k == 0]
@@ -331,14 +316,14 @@ def _block_diag_inv(t, nb: int, lower: bool, sh: NamedSharding):
     """
     n = t.shape[-1]
     bs = n // nb
-    r, c = _pad(sh.spec, 2)
+    r, c = padded_spec(sh.spec, 2)
     spec4 = P(r, None, c, None)
     t4 = _reshape(t, (nb, bs, nb, bs), sh, spec4)
     same = _iota(t4.shape, 0, sh, spec4) == _iota(t4.shape, 2, sh, spec4)
     d = jnp.sum(_where(same, t4), axis=2)  # (nb, bs, bs): the diagonal blocks
-    batch = _entry_axes(r) + _entry_axes(c)
+    batch = entry_axes(r) + entry_axes(c)
     if nb % (_axis_size(sh.mesh, r) * _axis_size(sh.mesh, c)):
-        batch = _entry_axes(r) or _entry_axes(c)
+        batch = entry_axes(r) or entry_axes(c)
     bspec = P(_entry(batch), None, None)
     d = _place(d, sh, bspec)
     eye = (_iota(d.shape, 1, sh, bspec) == _iota(d.shape, 2, sh, bspec)).astype(t.dtype)
@@ -346,7 +331,7 @@ def _block_diag_inv(t, nb: int, lower: bool, sh: NamedSharding):
     bspec4 = P(_entry(batch), None, None, None)
     same_b = _iota(t4.shape, 0, sh, bspec4) == _iota(t4.shape, 2, sh, bspec4)
     y4 = _place(_where(same_b, dinv[:, :, None, :]), sh, spec4)
-    return _reshape(y4, (n, n), sh, _pad(sh.spec, 2))
+    return _reshape(y4, (n, n), sh, padded_spec(sh.spec, 2))
 
 
 def _tri_inv(t, sh, lower=True, max_block=2048):

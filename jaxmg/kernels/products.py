@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .._sharded import _index, _name
+from .._sharded import axis_index, axis_name
 
 NAME = "products"
 DIFFERENTIABLE = True
@@ -20,7 +20,7 @@ DIFFERENTIABLE = True
 def _slice(x, axes, size, extent):
     if not axes:
         return x
-    return jax.lax.dynamic_slice_in_dim(x, _index(axes) * extent, extent, axis=0)
+    return jax.lax.dynamic_slice_in_dim(x, axis_index(axes) * extent, extent, axis=0)
 
 
 def matvec(a, x, *, grid, trans):
@@ -36,7 +36,7 @@ def matvec(a, x, *, grid, trans):
         part = at @ _slice(x2, grid.row_axes, grid.nprow, mloc)
         sum_axes, gather_axes = grid.row_axes, grid.col_axes
     if sum_axes:
-        part = jax.lax.psum(part, _name(sum_axes))
+        part = jax.lax.psum(part, axis_name(sum_axes))
     if gather_axes:
         part = _assemble(part, gather_axes)
     return (part[:, 0] if vector else part,)
@@ -52,8 +52,8 @@ def _assemble(part, axes):
     for name in axes:
         count *= jax.lax.axis_size(name)
     whole = jnp.zeros((part.shape[0] * count,) + part.shape[1:], part.dtype)
-    whole = jax.lax.dynamic_update_slice_in_dim(whole, part, _index(axes) * part.shape[0], axis=0)
-    return jax.lax.psum(whole, _name(axes))
+    whole = jax.lax.dynamic_update_slice_in_dim(whole, part, axis_index(axes) * part.shape[0], axis=0)
+    return jax.lax.psum(whole, axis_name(axes))
 
 
 def outer(u, v, *, grid, local_shape):

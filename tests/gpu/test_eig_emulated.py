@@ -18,7 +18,7 @@ import pytest
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jaxmg import _layout
 from jaxmg.kernels import native

@@ -26,21 +26,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _library
+from ..._sharded import axis_index as index, axis_name as name  # noqa: F401 (the kernels' names)
 
 
 # --------------------------------------------------------------------------------------------
 # Grid geometry and bootstrap
 # --------------------------------------------------------------------------------------------
-
-def name(axes):
-    """The mesh axis name(s) of ``axes`` as collectives take them."""
-    return axes if len(axes) > 1 else axes[0]
-
-
-def index(axes):
-    """This device's index along mesh axes ``axes`` (0 for none)."""
-    return jax.lax.axis_index(name(axes)) if axes else jnp.int32(0)
-
 
 def grid_axes(grid):
     """Every mesh axis of the grid: rows first."""

@@ -371,7 +371,7 @@ if _harness.PUBLIC_API:
             assert worst < 1e-6, (e1, e2, e3)
             return f"potrs (a, b), logdet, cholesky, order 2: fwd vs differences, rev vs fwd; worst {worst:.1e}"
 
-        for fname, backend in (("potrs", "native"), ("lu_solve", "auto")):
+        for fname, backend in (("potrs", "native"), ("lu_solve", "native"), ("lu_solve", "auto")):
             @case(f"public-eager-grad-{fname}-{mname}-float64-{backend}")
             def _(fname=fname, backend=backend):
                 # jax.grad called outside jit, as users first write it, w.r.t. a, b and both;

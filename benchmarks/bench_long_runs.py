@@ -3,8 +3,10 @@
     python benchmarks/bench_long_runs.py                       # 1,000 calls per case, N = 16
     python benchmarks/bench_long_runs.py --calls 200 --cases potrs,grad_logdet
 
-Runs in this process on 8 simulated CPU devices when there is no GPU (all local devices
-otherwise), on a (4, 2) mesh of Explicit axes, float64, with the backend of ``--backend``
+Runs in this process on 8 simulated CPU devices when there is no GPU, on a (4, 2) mesh of
+Explicit axes; on GPUs over every device of the job (one process per GPU under
+``python -m jaxmg.launch -n NGPUS``), on a (d, 1) mesh for one or two GPUs; float64, with the
+backend of ``--backend``
 (default ``portable``). Each case calls one public operation eagerly, ``--calls`` times, on
 inputs placed anew for every call (as a loop over data would), after ``--warmup`` calls that
 compile what the case needs. Between the warm-up and the end it samples:
@@ -12,7 +14,14 @@ compile what the case needs. Between the warm-up and the end it samples:
   rss_mib        the process's resident set size (VmRSS of /proc/self/status);
   live_arrays    jax.live_arrays(): every array still held (device memory, or host on CPU);
   caches         the sizes of jaxmg's Python-side caches of compiled functions:
-                 functional._jitted, _sharded._compiled, autodiff._dist._jitted.
+                 functional._jitted, _sharded._compiled, autodiff._dist._jitted;
+  device_bytes   bytes in use on this process's GPU (None on CPU);
+  native_cache   the native grid cache: communicators, descriptors, workspace bytes (None
+                 where the native backend cannot run).
+
+On GPUs (issue 15: 1,000 calls of each native operation at N = 4,096):
+``python -m jaxmg.launch -n 2 benchmarks/bench_long_runs.py --backend native --n 4096 --cases
+potrs,cholesky,lu_solve,...`` (scripts/gpu/session.sh step ``long``).
 
 and writes one JSON line per case: case, calls, n, devices, rss_start_mib, rss_end_mib,
 rss_growth_mib, live_arrays_start/_end, caches_start/_end ({name: size}), cache_growth
@@ -78,6 +87,31 @@ def cache_sizes() -> dict[str, int]:
     return sizes
 
 
+def mesh_shape(devices: int) -> tuple[int, int]:
+    """The (rows, columns) grid over ``devices``: (4, 2) for the 8 simulated CPU devices, (d, 1)
+    below 4 devices (one or two GPUs), else two columns."""
+    return (devices, 1) if devices < 4 or devices % 2 else (devices // 2, 2)
+
+
+def device_bytes_in_use():
+    """Bytes in use on this process's first device (the GPU's memory), or None where the
+    platform does not report it (CPU)."""
+    import jax
+
+    stats = jax.local_devices()[0].memory_stats() or {}
+    return stats.get("bytes_in_use")
+
+
+def native_cache():
+    """The native grid cache's sizes (communicators, descriptors, workspace bytes), or None
+    where the native backend cannot run."""
+    from jaxmg.kernels import native
+
+    if native.unavailable_reason() is not None:
+        return None
+    return dict(native.info().get("cache", {}))
+
+
 def cases(n: int, backend: str) -> dict:
     """name -> a function of nothing that runs one eager call on freshly placed inputs."""
     import numpy as np
@@ -87,7 +121,7 @@ def cases(n: int, backend: str) -> dict:
 
     import jaxmg
 
-    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Explicit,) * 2)
+    mesh = jax.make_mesh(mesh_shape(jax.device_count()), ("x", "y"), axis_types=(AxisType.Explicit,) * 2)
     rng = np.random.default_rng(0)
     g = rng.standard_normal((n, n))
     spd, her = g @ g.T / n + np.eye(n), (g + g.T) / 2
@@ -146,13 +180,15 @@ def measure(name: str, call, calls: int, warmup: int) -> dict:
     for _ in range(warmup):
         jax.block_until_ready(call())
     gc.collect()
-    start = {"rss": rss_mib(), "arrays": len(jax.live_arrays()), "caches": cache_sizes()}
+    start = {"rss": rss_mib(), "arrays": len(jax.live_arrays()), "caches": cache_sizes(),
+             "device": device_bytes_in_use(), "native": native_cache()}
     t0 = time.perf_counter()
     for _ in range(calls):
         jax.block_until_ready(call())
     seconds = time.perf_counter() - t0
     gc.collect()
-    end = {"rss": rss_mib(), "arrays": len(jax.live_arrays()), "caches": cache_sizes()}
+    end = {"rss": rss_mib(), "arrays": len(jax.live_arrays()), "caches": cache_sizes(),
+           "device": device_bytes_in_use(), "native": native_cache()}
     return {
         "case": name, "calls": calls,
         "rss_start_mib": round(start["rss"], 1), "rss_end_mib": round(end["rss"], 1),
@@ -160,6 +196,8 @@ def measure(name: str, call, calls: int, warmup: int) -> dict:
         "live_arrays_start": start["arrays"], "live_arrays_end": end["arrays"],
         "caches_start": start["caches"], "caches_end": end["caches"],
         "cache_growth": {k: end["caches"][k] - start["caches"].get(k, 0) for k in end["caches"]},
+        "device_bytes_start": start["device"], "device_bytes_end": end["device"],
+        "native_cache_start": start["native"], "native_cache_end": end["native"],
         "seconds_per_call": round(seconds / max(calls, 1), 5),
     }
 
@@ -180,8 +218,9 @@ def main(argv=None) -> int:
         eager_grad = name.startswith("eager_grad_")
         record = measure(name, table[name], args.eager_grad_calls if eager_grad else args.calls,
                          1 if eager_grad else args.warmup)
-        record.update(n=args.n, devices=jax.device_count(), backend=args.backend)
-        _emit(args.out, record)
+        record.update(n=args.n, devices=jax.device_count(), processes=jax.process_count(), backend=args.backend)
+        if jax.process_index() == 0:
+            _emit(args.out, record)
     return 0
 
 

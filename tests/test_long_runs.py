@@ -49,3 +49,18 @@ def test_repeated_calls_grow_nothing(records, case):
     assert all(v == 0 for v in r["cache_growth"].values()), r
     assert r["live_arrays_end"] <= r["live_arrays_start"], r
     assert r["rss_growth_mib"] < RSS_BOUND_MIB, r
+
+
+def test_records_carry_device_memory_and_native_cache_fields(records):
+    """On CPU there is no GPU memory to read and no native backend: the fields are there, None."""
+    r = records["potrs"]
+    assert r["device_bytes_start"] is None and r["device_bytes_end"] is None
+    assert r["native_cache_start"] is None and r["native_cache_end"] is None
+    assert r["processes"] == 1 and r["devices"] == 8
+
+
+def test_mesh_shape_over_the_devices():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_long_runs import mesh_shape
+
+    assert [mesh_shape(d) for d in (1, 2, 4, 8)] == [(1, 1), (2, 1), (2, 2), (4, 2)]

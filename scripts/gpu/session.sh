@@ -24,6 +24,9 @@
 #        profile (bench_potrs.py --api on $PROFILE_GRID at $PROFILE_SIZES, one more call traced with
 #        jax.profiler: the Perfetto traces come back as $OUT/traceK.json.gz, summarized by
 #        benchmarks/trace_summary.py in the step's log).
+#        long (bench_long_runs.py on the native backend: $LONG_CALLS (1000) eager calls per case at
+#        N = $LONG_N (4096), $LONG_NPROC (1) processes, cases $LONG_CASES (fast: all but eager grads);
+#        RSS, live arrays, jaxmg's caches, GPU bytes in use and the native grid cache before and after).
 #        engine (the engine from C++ with no JAX, benchmarks/engine/engine_ops.sh: ENGINE holds its
 #        configurations "NRANKS NPROW M N T OP [MAPPING]", ';'-separated; ENGINE_REPS timed runs).
 set -uo pipefail
@@ -71,6 +74,8 @@ for spec in "$@"; do
                            --no-single --profile /tmp/jaxmg-prof --out $RES && i=0 && \
                            for f in \$(find /tmp/jaxmg-prof -name perfetto_trace.json.gz); do i=\$((i+1)); \
                              cp \$f $OUT/trace\$i.json.gz; echo \$f; python3 benchmarks/trace_summary.py \$f --top 15; done") ;;
+    long) cmd=(python3 scripts/gpu/launch.py -n "${LONG_NPROC:-1}" benchmarks/bench_long_runs.py --backend native
+               --n "${LONG_N:-4096}" --calls "${LONG_CALLS:-1000}" --cases "${LONG_CASES:-fast}" --out "$RES") ;;
     kernel) cmd=(python3 benchmarks/bench_potrs.py --sizes 8192 32768 65536 --no-single --out "$RES") ;;
     kernel-mp) cmd=(env JAXMG_NATIVE_SOLVE=cusolvermp python3 benchmarks/bench_potrs.py --sizes 8192 32768
                     --no-single --out "$RES") ;;

@@ -8,6 +8,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec as P
 
 import importlib
 
@@ -58,6 +59,15 @@ def rhs(n, k, dtype, seed=1):
 #: The dtypes and process grids every family's emulated tests cover.
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
 GRIDS = [(1, 1), (2, 1), (1, 2), (2, 2)]
+
+#: The layouts of the public-API tests through an emulated native family: (mesh shape, a's spec,
+#: T_A, reversed device order, dtype, Explicit axes).
+PUBLIC_LAYOUTS = [
+    ((2, 2), P("x", "y"), 8, False, np.float64, False),
+    ((2, 2), P("x", "y"), 20, True, np.complex128, True),
+    ((2, 1), P("x", None), 20, False, np.complex64, False),
+    ((1, 2), P(None, "y"), 8, True, np.float32, True),
+]
 
 
 def require_cpu_devices(count: int = 4) -> None:

@@ -23,7 +23,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from jaxmg import _layout
 from jaxmg.kernels import native
 
-from _emulation import DTYPES, GRIDS, hermitian_with_junk, mesh as _mesh, patch as _patch, require_cpu_devices
+from _emulation import DTYPES, GRIDS, PUBLIC_LAYOUTS, hermitian_with_junk, mesh as _mesh, patch as _patch, require_cpu_devices
 
 require_cpu_devices(4)
 
@@ -173,12 +173,7 @@ def test_syevd_vmap(monkeypatch):
 # Public API through the native family (backend="native" with the FFI emulated)
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("shape,spec,tile,reverse,dtype,explicit", [
-    ((2, 2), P("x", "y"), 8, False, np.float64, False),
-    ((2, 2), P("x", "y"), 20, True, np.complex128, True),
-    ((2, 1), P("x", None), 20, False, np.complex64, False),
-    ((1, 2), P(None, "y"), 8, True, np.float32, True),
-])
+@pytest.mark.parametrize("shape,spec,tile,reverse,dtype,explicit", PUBLIC_LAYOUTS)
 def test_public_api_native_eigh(shape, spec, tile, reverse, dtype, explicit, native_backend):
     import jaxmg
 

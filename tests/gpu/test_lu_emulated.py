@@ -22,7 +22,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from jaxmg import _layout
 from jaxmg.kernels import native, portable
 
-from _emulation import DTYPES, GRIDS, mesh as _mesh, patch as _patch, require_cpu_devices, rhs as _rhs
+from _emulation import DTYPES, GRIDS, PUBLIC_LAYOUTS, mesh as _mesh, patch as _patch, require_cpu_devices, rhs as _rhs
 
 require_cpu_devices(4)
 
@@ -140,12 +140,7 @@ def test_lu_vmap(monkeypatch):
 # Public API through the native family (backend="native" with the FFI emulated)
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("shape,spec,tile,reverse,dtype,explicit", [
-    ((2, 2), P("x", "y"), 8, False, np.float64, False),
-    ((2, 2), P("x", "y"), 20, True, np.complex128, True),
-    ((2, 1), P("x", None), 20, False, np.complex64, False),
-    ((1, 2), P(None, "y"), 8, True, np.float32, True),
-])
+@pytest.mark.parametrize("shape,spec,tile,reverse,dtype,explicit", PUBLIC_LAYOUTS)
 def test_public_api_native_lu(shape, spec, tile, reverse, dtype, explicit, native_backend):
     import jaxmg
 

@@ -58,8 +58,9 @@ def _args(argv=None):
     p.add_argument("--worker", choices=["native", "single"], default=None)
     p.add_argument("--timeout", type=int, default=1200)
     p.add_argument("--profile", default=None,
-                   help="folder: trace the last timed call with jax.profiler (a Perfetto JSON trace per process, "
-                        "for finding where the time beyond the solver goes)")
+                   help="folder: trace one more call, after the timed ones and not counted in them, with "
+                        "jax.profiler (a Perfetto JSON trace per size and process), to find where the time "
+                        "beyond the solver goes")
     return p.parse_args(argv)
 
 

@@ -20,6 +20,7 @@ del sys.path[0]  # this file's folder, jaxmg/: nothing may be imported from ther
 import os  # noqa: E402
 import runpy  # noqa: E402
 import signal  # noqa: E402
+import time  # noqa: E402
 import traceback  # noqa: E402
 
 _HIDDEN = {os.path.abspath(__file__), os.path.abspath(runpy.__file__), "<frozen runpy>"}
@@ -39,6 +40,21 @@ def _flush() -> None:
             stream.flush()
         except (OSError, ValueError, AttributeError):
             pass
+
+
+def _stamp_failure() -> None:
+    """Write when the target failed (``time.time()``) to the file the launcher named in
+    ``JAXMG_FAILURE_STAMP``: the launcher names the rank that failed first by these times, not
+    by the order in which it saw the ranks end (a peer of the failed rank can end within
+    milliseconds of it, from the collective that the failure broke)."""
+    path = os.environ.get("JAXMG_FAILURE_STAMP")
+    if not path:
+        return
+    try:
+        with open(path, "w") as f:
+            f.write(repr(time.time()))
+    except OSError:
+        pass
 
 
 def _exit_now(status: int) -> None:
@@ -66,17 +82,20 @@ def main() -> None:
         code = e.code
         if code is None or code == 0:
             raise  # a normal exit: run the exit handlers
+        _stamp_failure()
         if not isinstance(code, int):
             print(code, file=sys.stderr)  # what the interpreter does with sys.exit("text")
             code = 1
         _exit_now(code & 0xFF or 1)
     except KeyboardInterrupt as e:
+        _stamp_failure()
         traceback.print_exception(type(e), e, _user_frames(e.__traceback__))
         _flush()
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # report SIGINT, as Python does
         os.kill(os.getpid(), signal.SIGINT)
         _exit_now(128 + signal.SIGINT)
     except BaseException as e:  # noqa: BLE001 - every failure ends the rank now
+        _stamp_failure()
         traceback.print_exception(type(e), e, _user_frames(e.__traceback__))
         _exit_now(1)
 

@@ -68,7 +68,9 @@ status, the rank prints the traceback and exits at once with ``os._exit``:
 its exit handlers, among them ``jax.distributed.shutdown`` (whose barrier
 would wait minutes for peers blocked in a collective with the failed rank),
 do not run. The launcher takes the first rank that ends with a non-zero status
-or by a signal, reports it (``rank 1 failed first: it exited with status 1``,
+or by a signal (when peers of the failed rank end within ``SETTLE_SECONDS`` of
+it, from the collective that its failure broke, the one whose target failed
+earliest: each rank's runner writes when its target failed), reports it (``rank 1 failed first: it exited with status 1``,
 or ``... was killed by signal 9 (SIGKILL)``) with the last ``TAIL_LINES``
 lines of its stderr, sends SIGTERM to the others (SIGKILL after the grace
 period) and exits with that rank's status (``128 + signal`` for a signal).
@@ -95,10 +97,12 @@ import argparse
 import collections
 import os
 import queue
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -124,6 +128,11 @@ TIMEOUT_EXIT_CODE = 124
 #: Seconds within which a process whose peer died stops with an error (see
 #: :func:`failure_detection_settings`); read from the environment, default 60.
 ENV_FAILURE_TIMEOUT = "JAXMG_FAILURE_TIMEOUT"
+#: Where a launched rank's runner writes when its target failed (jaxmg/_rank_main.py).
+ENV_FAILURE_STAMP = "JAXMG_FAILURE_STAMP"
+#: After the first failed rank is seen, how long the launcher waits for others that ended with it
+#: before naming the one that failed first (also lets the output threads copy its last lines).
+SETTLE_SECONDS = 0.2
 DEFAULT_FAILURE_TIMEOUT = 60.0
 
 _initialized_here = False
@@ -391,9 +400,12 @@ def _free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def _child_env(rank: int, nproc: int, coordinator: str, platform: str) -> dict[str, str]:
+def _child_env(rank: int, nproc: int, coordinator: str, platform: str,
+               stamp: str | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.update(CHILD_ENV)
+    if stamp is not None:
+        env[ENV_FAILURE_STAMP] = stamp
     env[ENV_COORDINATOR] = coordinator
     env[ENV_NUM_PROCESSES] = str(nproc)
     env[ENV_PROCESS_ID] = str(rank)
@@ -498,8 +510,9 @@ class _Run:
         self.procs: list[subprocess.Popen] = []
         self.threads: list[threading.Thread] = []
         self.signals: list[int] = []
-        # (rank, returncode) in the order the ranks ended; one waiter thread per rank.
-        self.exits: queue.Queue[tuple[int, int]] = queue.Queue()
+        # (rank, returncode, time seen) as the ranks end; one waiter thread per rank.
+        self.exits: queue.Queue[tuple[int, int, float]] = queue.Queue()
+        self.stamps = tempfile.mkdtemp(prefix="jaxmg-launch-")  # each rank's failure time
         self.tails: list[collections.deque] = []
 
     # Signal handler (main thread): forward the first signal, kill on the second.
@@ -529,7 +542,7 @@ class _Run:
         for rank in range(self.nproc):
             self.procs.append(subprocess.Popen(
                 self.cmd,
-                env=_child_env(rank, self.nproc, self.coordinator, self.platform),
+                env=_child_env(rank, self.nproc, self.coordinator, self.platform, self._stamp(rank)),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -551,11 +564,40 @@ class _Run:
         self.threads.append(t)
 
     def _await_exit(self, rank: int, p: subprocess.Popen) -> None:
-        self.exits.put((rank, p.wait()))
+        rc = p.wait()
+        self.exits.put((rank, rc, time.time()))
+
+    def _stamp(self, rank: int) -> str:
+        return os.path.join(self.stamps, f"rank{rank}")
+
+    def _failed_at(self, rank: int, seen: float) -> tuple[int, float]:
+        """A key that orders failures by when they happened: (0, when its end was seen) for a rank
+        killed by a signal, whose runner could write no time (its death is taken to come before
+        the failures of peers that end with it: those come from the collectives it broke); else
+        (1, when its target failed, by its runner's stamp)."""
+        try:
+            with open(self._stamp(rank)) as f:
+                return 1, float(f.read())
+        except (OSError, ValueError):
+            return 0, seen
+
+    def _first_failure(self, rank: int, rc: int, seen: float) -> tuple[int, int]:
+        """(rank, returncode) of the rank that failed first: the failure just seen, or one of the
+        ranks that failed with it (within SETTLE_SECONDS), by the time each failed."""
+        failed = [(self._failed_at(rank, seen), rank, rc)]
+        end = time.monotonic() + SETTLE_SECONDS
+        while (left := end - time.monotonic()) > 0:
+            try:
+                other, other_rc, other_seen = self.exits.get(timeout=left)
+            except queue.Empty:
+                break
+            if other_rc != 0:
+                failed.append((self._failed_at(other, other_seen), other, other_rc))
+        _, rank, rc = min(failed)
+        return rank, rc
 
     def _report_failure(self, rank: int, returncode: int) -> None:
         """Say which rank failed first, how, and the last lines of its stderr."""
-        time.sleep(0.2)  # let the output threads copy what the rank wrote last
         tail = b"".join(self.tails[rank]).decode(errors="replace").rstrip("\n")
         lines = [f"rank {rank} failed first: it {_describe(returncode)}; "
                  f"stopping the other ranks"]
@@ -584,7 +626,7 @@ class _Run:
                      "timeout", self.lock)
                 return TIMEOUT_EXIT_CODE
             try:
-                rank, rc = self.exits.get(timeout=0.05)
+                rank, rc, seen = self.exits.get(timeout=0.05)
             except queue.Empty:
                 continue
             running -= 1
@@ -592,6 +634,7 @@ class _Run:
                 continue  # ended by the signal we forwarded: reported as such above
             if rc != 0:
                 failed_at = time.monotonic()
+                rank, rc = self._first_failure(rank, rc, seen)
                 self._report_failure(rank, rc)
                 self._stop_all()
                 _say(f"all ranks stopped {time.monotonic() - failed_at:.1f} s after rank "
@@ -612,6 +655,7 @@ class _Run:
         finally:
             for sig, h in handlers.items():
                 signal.signal(sig, h)
+            shutil.rmtree(self.stamps, ignore_errors=True)
         for t in self.threads:
             t.join(timeout=2.0)  # a detached grandchild may hold a pipe open
         return code

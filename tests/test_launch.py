@@ -6,6 +6,7 @@ Every launch runs in a subprocess with a timeout (and the launcher's own
 
 import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -436,3 +437,20 @@ def test_failure_detection_settings_errors(monkeypatch, value, message):
     monkeypatch.setenv("JAXMG_FAILURE_TIMEOUT", value)
     with pytest.raises(ValueError, match=message):
         launch.failure_detection_settings()
+
+
+def test_first_failure_is_the_earliest_not_the_first_seen():
+    """Ranks that end together (a failure and the peers whose collective it broke) are ordered by
+    when they failed (the runners' stamps), a rank killed by a signal first; not by the order in
+    which the launcher's waiter threads saw them end."""
+    run = launch._Run(["true"], 3, "cpu", 1234, None, 1.0)
+    try:
+        for rank, when in ((0, 20.0), (1, 10.0)):
+            with open(run._stamp(rank), "w") as f:
+                f.write(repr(when))
+        run.exits.put((1, 1, 99.0))
+        assert run._first_failure(0, 1, 98.0) == (1, 1)  # rank 0 was seen first, rank 1 failed first
+        run.exits.put((2, -9, 99.0))  # killed: no stamp
+        assert run._first_failure(0, 1, 98.0) == (2, -9)
+    finally:
+        shutil.rmtree(run.stamps)

@@ -9,7 +9,8 @@ there are several). Each (op, N, T_A) writes one JSON line from process 0: op ("
 or JAX's own on one GPU: "jnp.linalg.eigh", "jnp.linalg.svd"), N, dtype, grid, T_A, runs, median_s (of ``--runs`` timed calls after one
 warm-up call), times_s, syevd_ms (GPU time inside cuSOLVERMp from the handler's CUDA events,
 median), and the scaled residual ``||A V - V diag(w)||_1 / (||A||_1 N eps)`` at N <= 8192, or
-``error``. Compare with the engine's own syevd from C++ (../shared/bench/raw_ops.sh "one 1 1 N T
+``error``. With ``--conds``, polar also runs once per condition number on Q1 diag(s) Q2^T
+(op "polar-accuracy": seconds, orthogonality, backward_error). Compare with the engine's own syevd from C++ (../shared/bench/raw_ops.sh "one 1 1 N T
 syevd"; scripts/gpu/session.sh step eigengine) in the same device call: its matrix is
 1/(1+|i-j|) + N on the diagonal, the one generated here.
 """
@@ -33,6 +34,9 @@ def _args(argv=None):
     p.add_argument("--dtype", default="float64")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--no-jnp", action="store_true", help="skip jnp.linalg.eigh on one GPU")
+    p.add_argument("--conds", type=float, nargs="*", default=[],
+                   help="polar's accuracy: also run polar on matrices with singular values geometric "
+                        "from 1 to 1/cond, and report ||U^H U - I||_F/sqrt(N) and ||A - U H||_F/||A||_F")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "eig.jsonl"))
     return p.parse_args(argv)
 
@@ -61,6 +65,34 @@ def _matrix(n, dtype, sharding):
     return jax.jit(make, out_shardings=sharding)()
 
 
+def _conditioned(n, cond, dtype, sharding, seed=0):
+    """Q1 diag(s) Q2^T with Q1, Q2 the Q factors of Gaussian matrices and s geometric from 1 to
+    1/cond: an (n, n) matrix of 2-norm condition number ``cond``, generated on the GPUs."""
+    import jax
+    import jax.numpy as jnp
+
+    def make():
+        k1, k2 = jax.random.split(jax.random.key(seed))
+        q1 = jnp.linalg.qr(jax.random.normal(k1, (n, n), dtype))[0]
+        q2 = jnp.linalg.qr(jax.random.normal(k2, (n, n), dtype))[0]
+        s = jnp.geomspace(1.0, 1.0 / cond, n).astype(dtype)
+        return (q1 * s) @ q2.T
+    return jax.jit(make, out_shardings=sharding)()
+
+
+def _polar_errors(a, u, h):
+    """(||U^H U - I||_F / sqrt(N), ||A - U H||_F / ||A||_F), computed on the GPUs."""
+    import jax
+    import jax.numpy as jnp
+
+    @jax.jit
+    def errors(a, u, h):
+        n = a.shape[1]
+        gram = jnp.conj(u).T @ u - jnp.eye(n, dtype=u.dtype)
+        return (jnp.linalg.norm(gram) / jnp.sqrt(n), jnp.linalg.norm(a - u @ h) / jnp.linalg.norm(a))
+    return tuple(float(x) for x in errors(a, u, h))
+
+
 def _timed(fn, runs):
     import jax
     jax.block_until_ready(fn())  # warm-up (compilation, communicator, workspaces)
@@ -77,6 +109,23 @@ def _residual(a, w, v, dtype):
     a, w, v = (np.asarray(x, np.float64) for x in (a, w, v))
     n = a.shape[0]
     return float(np.linalg.norm(a @ v - v * w, 1) / (np.linalg.norm(a, 1) * n * np.finfo(dtype).eps))
+
+
+def _polar_accuracy(fn, n, cond, dtype, sharding, grid, tile):
+    """One polar call on a matrix of condition number ``cond``: its time, QDWH's accuracy."""
+    import jax
+
+    rec = dict(op="polar-accuracy", N=n, dtype=dtype.name, grid=grid, T_A=tile, cond=cond)
+    try:
+        a = _conditioned(n, cond, dtype, sharding)
+        t0 = time.perf_counter()
+        u, h = jax.block_until_ready(fn(a))
+        rec["seconds"] = time.perf_counter() - t0
+        rec["orthogonality"], rec["backward_error"] = _polar_errors(a, u, h)
+        del u, h, a
+    except Exception as e:  # noqa: BLE001
+        rec["error"] = f"{type(e).__name__}: {str(e)[:400]}"
+    return rec
 
 
 def main(argv=None):
@@ -120,6 +169,9 @@ def main(argv=None):
                 except Exception as e:  # noqa: BLE001
                     rec["error"] = f"{type(e).__name__}: {str(e)[:400]}"
                 _emit(args.out, rec)
+                if op == "polar":
+                    for cond in args.conds:
+                        _emit(args.out, _polar_accuracy(fn, n, cond, dtype, sharding, grid, tile))
             if not args.no_jnp and jax.process_count() == 1:
                 name, ref = reference[op]
                 rec = dict(op=name, N=n, dtype=dtype.name, grid="1 GPU", runs=args.runs)

@@ -9,9 +9,15 @@ Explicit axes; on GPUs over every device of the job (one process per GPU under
 backend of ``--backend``
 (default ``portable``). Each case calls one public operation eagerly, ``--calls`` times, on
 inputs placed anew for every call (as a loop over data would), after ``--warmup`` calls that
-compile what the case needs. Between the warm-up and the end it samples:
+compile what the case needs. ``--inputs host`` places them from host memory (NumPy) each call;
+``--inputs device`` (the default) copies arrays placed once into fresh device buffers, so that
+a call's time is the operation's and not the host-to-device transfer's. Between the warm-up and
+the end it samples:
 
-  rss_mib        the process's resident set size (VmRSS of /proc/self/status);
+  rss_mib        the process's resident set size (VmRSS of /proc/self/status), also at each
+                 tenth of the calls (rss_trace_mib), and its growth over the second half
+                 (rss_growth_second_half_mib: a leak keeps growing there, allocator warm-up
+                 does not);
   live_arrays    jax.live_arrays(): every array still held (device memory, or host on CPU);
   caches         the sizes of jaxmg's Python-side caches of compiled functions:
                  functional._jitted, _sharded._compiled, autodiff._dist._jitted;
@@ -62,6 +68,8 @@ def _args(argv=None):
     p.add_argument("--backend", default="portable", choices=("portable", "native", "auto"))
     p.add_argument("--cases", default="all",
                    help="comma-separated case names, all, or fast (all but eager_grad_*)")
+    p.add_argument("--inputs", default="device", choices=("device", "host"),
+                   help="fresh inputs per call: device copies of arrays placed once, or placed from NumPy")
     p.add_argument("--out", default=str(HERE.parent / "results" / "long_runs.jsonl"))
     return p.parse_args(argv)
 
@@ -112,7 +120,7 @@ def native_cache():
     return dict(native.info().get("cache", {}))
 
 
-def cases(n: int, backend: str) -> dict:
+def cases(n: int, backend: str, inputs: str = "device") -> dict:
     """name -> a function of nothing that runs one eager call on freshly placed inputs."""
     import numpy as np
     import jax
@@ -128,11 +136,19 @@ def cases(n: int, backend: str) -> dict:
     tall = rng.standard_normal((2 * n, n))
     rhs, rhs_tall = rng.standard_normal(n), rng.standard_normal(2 * n)
 
-    def matrix(x):
-        return jax.device_put(x, NamedSharding(mesh, P("x", "y")))
+    def placer(spec):
+        sharding = NamedSharding(mesh, spec)
+        if inputs == "host":
+            return lambda x: jax.device_put(x, sharding)
+        placed = {}  # id of the NumPy array -> its device copy, made once
 
-    def vector(x):
-        return jax.device_put(x, NamedSharding(mesh, P("x")))
+        def fresh(x):
+            if id(x) not in placed:
+                placed[id(x)] = jax.device_put(x, sharding)
+            return jnp.array(placed[id(x)], copy=True)  # a new device buffer per call
+        return fresh
+
+    matrix, vector = placer(P("x", "y")), placer(P("x"))
 
     kw = {"backend": backend}
 
@@ -182,9 +198,12 @@ def measure(name: str, call, calls: int, warmup: int) -> dict:
     gc.collect()
     start = {"rss": rss_mib(), "arrays": len(jax.live_arrays()), "caches": cache_sizes(),
              "device": device_bytes_in_use(), "native": native_cache()}
+    trace = []
     t0 = time.perf_counter()
-    for _ in range(calls):
+    for i in range(calls):
         jax.block_until_ready(call())
+        if (i + 1) % max(calls // 10, 1) == 0:
+            trace.append(round(rss_mib(), 1))
     seconds = time.perf_counter() - t0
     gc.collect()
     end = {"rss": rss_mib(), "arrays": len(jax.live_arrays()), "caches": cache_sizes(),
@@ -192,7 +211,8 @@ def measure(name: str, call, calls: int, warmup: int) -> dict:
     return {
         "case": name, "calls": calls,
         "rss_start_mib": round(start["rss"], 1), "rss_end_mib": round(end["rss"], 1),
-        "rss_growth_mib": round(end["rss"] - start["rss"], 1),
+        "rss_growth_mib": round(end["rss"] - start["rss"], 1), "rss_trace_mib": trace,
+        "rss_growth_second_half_mib": round(trace[-1] - trace[len(trace) // 2 - 1], 1) if len(trace) >= 2 else None,
         "live_arrays_start": start["arrays"], "live_arrays_end": end["arrays"],
         "caches_start": start["caches"], "caches_end": end["caches"],
         "cache_growth": {k: end["caches"][k] - start["caches"].get(k, 0) for k in end["caches"]},
@@ -208,7 +228,7 @@ def main(argv=None) -> int:
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    table = cases(args.n, args.backend)
+    table = cases(args.n, args.backend, args.inputs)
     names = {"all": list(table), "fast": [k for k in table if not k.startswith("eager_grad_")]}.get(
         args.cases, args.cases.split(","))
     unknown = sorted(set(names) - set(table))
@@ -218,7 +238,8 @@ def main(argv=None) -> int:
         eager_grad = name.startswith("eager_grad_")
         record = measure(name, table[name], args.eager_grad_calls if eager_grad else args.calls,
                          1 if eager_grad else args.warmup)
-        record.update(n=args.n, devices=jax.device_count(), processes=jax.process_count(), backend=args.backend)
+        record.update(n=args.n, devices=jax.device_count(), processes=jax.process_count(), backend=args.backend,
+                      inputs=args.inputs)
         if jax.process_index() == 0:
             _emit(args.out, record)
     return 0

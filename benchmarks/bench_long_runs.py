@@ -38,6 +38,7 @@ growth of RSS beyond allocator noise and no cache growth after warm-up.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import sys
 import time
@@ -168,6 +169,7 @@ def cases(n: int, backend: str, inputs: str = "device") -> dict:
     grads = {name: jitted_grad(loss) for name, (loss, _) in losses.items()}
 
     potrs_jit = jax.jit(lambda a, b: jaxmg.potrs(a, b, **kw))  # jitted once, called many times
+    lu_once = functools.lru_cache(maxsize=1)(lambda: jaxmg.LU(matrix(g), **kw))  # factored once
     return {
         "potrs": lambda: jaxmg.potrs(matrix(spd), vector(rhs), return_logdet=True, **kw),
         "cholesky": lambda: jaxmg.cholesky(matrix(spd), **kw),
@@ -179,6 +181,8 @@ def cases(n: int, backend: str, inputs: str = "device") -> dict:
         "gesvd": lambda: jaxmg.gesvd(matrix(tall), **kw),
         "polar": lambda: jaxmg.polar(matrix(tall), **kw),
         "Cholesky.solve": lambda: jaxmg.Cholesky(matrix(spd), **kw).solve(vector(rhs)),
+        "LU": lambda: jaxmg.LU(matrix(g), **kw).lu,  # the factor only (getrf)
+        "LU.solve": lambda: lu_once().solve(vector(rhs)),  # a solve (getrs) with one saved factor
         "potrs_jit": lambda: potrs_jit(matrix(spd), vector(rhs)),
         # Derivatives: jax.grad jitted once; and eagerly (jax.grad outside jit traces, and
         # compiles, on every call: slow, see --eager-grad-calls).

@@ -10,7 +10,8 @@
 //     DTYPE: d (float64) or s (float32); OP: potrf | getrf | geqrf | qr | lstsq | gels | syevd;
 //     MAPPING: col (default, cuSOLVERMp's column-major rank mapping) or row.
 //   One JSON line from rank 0: op, m, n, T, grid, mapping, dtype, median_s (the whole op), the
-//   median of each phase (phases_s), init_s (communicator, handle, grid), info, work_mib.
+//   median of each phase (phases_s), init_s (communicator, handle, grid), info, work_mib, and
+//   rss_growth_kib_per_rep (host memory gained per timed run after the warm-up: a leak shows here).
 // Run it through engine_ops.sh beside it. Matrix: a_ij = 1 / (1 + |i - j|) + s delta_ij with
 // s = N for potrf/getrf/syevd (well conditioned, SPD) and s = 2 otherwise.
 #include <cuda_runtime.h>
@@ -90,6 +91,18 @@ struct Workspace {
   void grow(size_t d, size_t h) { dev = std::max(dev, d); host = std::max(host, h); }
 };
 
+// The resident set size of this process in KiB (VmRSS of /proc/self/status), or -1.
+long rss_kib() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  long kib = -1;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmRSS: %ld", &kib) == 1) break;
+  std::fclose(f);
+  return kib;
+}
+
 template <typename T>
 int run(int rank, int nranks, const std::string& idfile, int nprow, int64_t m, int64_t n, int64_t nb, int reps,
         cudaDataType_t dt, const std::string& op, bool row_major) {
@@ -162,7 +175,9 @@ int run(int rank, int nranks, const std::string& idfile, int nprow, int64_t m, i
   std::map<std::string, std::vector<double>> phases;
   std::vector<double> totals;
   const double shift = square_op ? (double)n : 2.0;
+  long rss_after_warmup = -1;
   for (int r = 0; r < reps + 1; ++r) {
+    if (r == 1) rss_after_warmup = rss_kib();
     fill<T><<<(unsigned)((a.mloc * a.nloc + 255) / 256), 256, 0, s>>>(a.data, a.mloc, a.nloc, a.lld, nb, myprow,
                                                                        nprow, mypcol, npcol, shift);
     CK(cudaMemsetAsync(b.data, 0, sizeof(T) * b.lld * std::max<int64_t>(b.nloc, 1), s));
@@ -208,6 +223,7 @@ int run(int rank, int nranks, const std::string& idfile, int nprow, int64_t m, i
     }
     if (r > 0) totals.push_back(std::chrono::duration<double>(last - start).count());
   }
+  const long rss_end = rss_kib();
   int hinfo = -1;
   CK(cudaMemcpy(&hinfo, info, sizeof(int), cudaMemcpyDeviceToHost));
   auto median = [](std::vector<double> v) {
@@ -223,10 +239,11 @@ int run(int rank, int nranks, const std::string& idfile, int nprow, int64_t m, i
     }
     std::printf("{\"op\": \"engine_%s\", \"m\": %lld, \"n\": %lld, \"T\": %lld, \"grid\": [%d, %d], \"mapping\": \"%s\", "
                 "\"dtype\": \"%s\", \"reps\": %d, \"median_s\": %.5f, \"phases_s\": {%s}, \"init_s\": %.3f, "
-                "\"info\": %d, \"work_mib\": %.1f, \"host_work_mib\": %.1f}\n",
+                "\"info\": %d, \"work_mib\": %.1f, \"host_work_mib\": %.1f, \"rss_growth_kib_per_rep\": %.1f}\n",
                 op.c_str(), (long long)m, (long long)n, (long long)nb, nprow, npcol, row_major ? "row" : "col",
                 dt == CUDA_R_64F ? "float64" : "float32", reps, median(totals), ph.c_str(), init_s, hinfo,
-                ws.dev / 1048576.0, ws.host / 1048576.0);
+                ws.dev / 1048576.0, ws.host / 1048576.0,
+                reps > 0 && rss_after_warmup >= 0 ? (double)(rss_end - rss_after_warmup) / reps : -1.0);
     std::fflush(stdout);
   }
   cusolverMpDestroyGrid(grid);

@@ -12,6 +12,7 @@
 //   One JSON line from rank 0: op, m, n, T, grid, mapping, dtype, median_s (the whole op), the
 //   median of each phase (phases_s), init_s (communicator, handle, grid), info, work_mib, and
 //   rss_growth_kib_per_rep (host memory gained per timed run after the warm-up: a leak shows here).
+//   QUERY_EACH_REP=1 also queries getrf's workspace size before each getrf, as jaxmg's handler does.
 // Run it through engine_ops.sh beside it. Matrix: a_ij = 1 / (1 + |i - j|) + s delta_ij with
 // s = N for potrf/getrf/syevd (well conditioned, SPD) and s = 2 otherwise.
 #include <cuda_runtime.h>
@@ -176,6 +177,7 @@ int run(int rank, int nranks, const std::string& idfile, int nprow, int64_t m, i
   std::vector<double> totals;
   const double shift = square_op ? (double)n : 2.0;
   long rss_after_warmup = -1;
+  const bool query_each_rep = std::getenv("QUERY_EACH_REP") && std::atoi(std::getenv("QUERY_EACH_REP")) != 0;
   for (int r = 0; r < reps + 1; ++r) {
     if (r == 1) rss_after_warmup = rss_kib();
     fill<T><<<(unsigned)((a.mloc * a.nloc + 255) / 256), 256, 0, s>>>(a.data, a.mloc, a.nloc, a.lld, nb, myprow,
@@ -195,6 +197,10 @@ int run(int rank, int nranks, const std::string& idfile, int nprow, int64_t m, i
       CK(cusolverMpPotrf(h, CUBLAS_FILL_MODE_LOWER, n, a.data, 1, 1, a.desc, dt, dwork, ws.dev, hw, ws.host, info));
       phase("potrf");
     } else if (op == "getrf") {
+      if (query_each_rep) {  // as jaxmg's handler does on every call
+        size_t d = 0, hb = 0;
+        CK(cusolverMpGetrf_bufferSize(h, n, n, a.data, 1, 1, a.desc, ipiv, dt, &d, &hb));
+      }
       CK(cusolverMpGetrf(h, n, n, a.data, 1, 1, a.desc, ipiv, dt, dwork, ws.dev, hw, ws.host, info));
       phase("getrf");
       CK(cusolverMpGetrs(h, CUBLAS_OP_N, n, 1, a.data, 1, 1, a.desc, ipiv, b.data, 1, 1, b.desc, dt, dwork, ws.dev,

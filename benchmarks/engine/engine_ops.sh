@@ -6,7 +6,9 @@
 #   e.g. "1 1 32768 32768 1024 qr" "2 2 65536 32768 1024 lstsq row" "2 1 98304 98304 1024 getrf"
 # OP: potrf | getrf (getrf + getrs) | geqrf | qr (geqrf + orgqr) | lstsq (geqrf + ormqr) | gels | syevd;
 # MAPPING: col (default) or row. Env: REPS (timed runs after one warm-up, default 3), DT (d|s),
-# TO (seconds per configuration, default 600), OUTFILE (also append the lines there).
+# TO (seconds per configuration, default 600), OUTFILE (also append the lines there), QUERY_EACH_REP
+# (1: query getrf's workspace before each getrf, as jaxmg does; with REPS=300 at N=4096 this splits a
+# host-memory growth between getrf and its bufferSize query: rss_growth_kib_per_rep).
 # scripts/gpu/setup.sh installs the wheel into /tmp/jaxmg-extra, the default EXTRA.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1

@@ -126,6 +126,7 @@ def cases(n: int, backend: str, inputs: str = "device") -> dict:
     import numpy as np
     import jax
     import jax.numpy as jnp
+    import jax.scipy.linalg
     from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
     import jaxmg
@@ -138,7 +139,7 @@ def cases(n: int, backend: str, inputs: str = "device") -> dict:
     rhs, rhs_tall = rng.standard_normal(n), rng.standard_normal(2 * n)
 
     def placer(spec):
-        sharding = NamedSharding(mesh, spec)
+        sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0]) if spec is None else NamedSharding(mesh, spec)
         if inputs == "host":
             return lambda x: jax.device_put(x, sharding)
         placed = {}  # id of the NumPy array -> its device copy, made once
@@ -170,6 +171,8 @@ def cases(n: int, backend: str, inputs: str = "device") -> dict:
 
     potrs_jit = jax.jit(lambda a, b: jaxmg.potrs(a, b, **kw))  # jitted once, called many times
     lu_once = functools.lru_cache(maxsize=1)(lambda: jaxmg.LU(matrix(g), **kw))  # factored once
+    jax_cho_solve = jax.jit(lambda a, b: jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(a), b))
+    single = placer(None)  # one device
     return {
         "potrs": lambda: jaxmg.potrs(matrix(spd), vector(rhs), return_logdet=True, **kw),
         "cholesky": lambda: jaxmg.cholesky(matrix(spd), **kw),
@@ -184,6 +187,8 @@ def cases(n: int, backend: str, inputs: str = "device") -> dict:
         "LU": lambda: jaxmg.LU(matrix(g), **kw).lu,  # the factor only (getrf)
         "LU.solve": lambda: lu_once().solve(vector(rhs)),  # a solve (getrs) with one saved factor
         "potrs_jit": lambda: potrs_jit(matrix(spd), vector(rhs)),
+        # Control: plain JAX (no jaxmg) on one device, jitted once: what the runtime itself gains per call.
+        "jax_cho_solve": lambda: jax_cho_solve(single(spd), single(rhs)),
         # Derivatives: jax.grad jitted once; and eagerly (jax.grad outside jit traces, and
         # compiles, on every call: slow, see --eager-grad-calls).
         **{f"grad_{name}": (lambda f=grads[name], x=x: f(matrix(x)))

@@ -108,11 +108,13 @@ def cholesky_info(a: jax.Array, factor: jax.Array) -> jax.Array:
     :data:`OK` when ``factor`` has a positive, finite diagonal. Otherwise the order of the
     first leading minor of ``a`` that is not positive definite, found by an unblocked
     Cholesky that stops at the first pivot that is not positive (``O(N^3)`` scalar steps, run
-    only on failure): the same pivots as LAPACK's, up to rounding.
+    only on failure): the same pivots as LAPACK's, up to rounding. :data:`NOT_FINITE` where
+    every minor is positive but the factor is not finite (an Inf in ``a``).
     """
     diag = jnp.real(jnp.diagonal(factor))
     ok = jnp.all(jnp.isfinite(diag) & (diag > 0))
-    return _first_failing_minor(a, ok)
+    info = _first_failing_minor(a, ok)
+    return jnp.where((info == OK) & ~ok, NOT_FINITE, info).astype(jnp.int32)
 
 
 def _first_failing_minor(a: jax.Array, ok: jax.Array) -> jax.Array:

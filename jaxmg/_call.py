@@ -11,6 +11,7 @@ import dataclasses
 from types import ModuleType
 from typing import Optional, Sequence
 
+import jax
 from jax.sharding import PartitionSpec as P
 
 from . import _backend, _checks, _layout, _sharded
@@ -36,6 +37,21 @@ class Call:
     @property
     def backend(self) -> str:
         return self.kernels.NAME
+
+    def on_concrete_mesh(self, arrays: Sequence) -> "Call":
+        """This call, moved to the concrete mesh beneath ``arrays`` where its own mesh is
+        abstract (it was resolved inside ``jax.jit``, as for a module a jitted function
+        returned) and ``arrays`` are concrete, or eager transformations' tracers of concrete
+        arrays; else this call itself."""
+        mesh = self.grid.mesh
+        if isinstance(mesh, jax.sharding.Mesh) or not _layout.is_eager(arrays):
+            return self
+        for x in arrays:
+            found = _layout.mesh_of(x)
+            if isinstance(found, jax.sharding.Mesh) and found.abstract_mesh == mesh:
+                grid = dataclasses.replace(self.grid, mesh=found)
+                return dataclasses.replace(self, layout=dataclasses.replace(self.layout, grid=grid))
+        return self
 
     def block(self, caller: bool = True) -> Block:
         """A matrix output in a's caller layout (``caller=True``) or in the grid layout."""

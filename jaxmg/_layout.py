@@ -125,6 +125,11 @@ def eager_value(x, *, through_vmap: bool = False):
     return x
 
 
+def under_eager_vmap(x) -> bool:
+    """Whether ``x`` is a tracer of ``jax.vmap`` called outside ``jax.jit`` (over concrete arrays)."""
+    return _is_tracer(x) and eager_value(x) is None and eager_value(x, through_vmap=True) is not None
+
+
 def is_eager(xs) -> bool:
     """Whether every array in ``xs`` (None allowed) is concrete or an eager transformation's
     tracer of a concrete array: the call can then run as its own compiled call."""

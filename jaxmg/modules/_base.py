@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import equinox as eqx
 import jax
 
-from .. import _sharded
+from .. import _layout, _sharded
 from .._call import Call, check_rhs, setup
 from ..kernels import status as _status
 
@@ -39,10 +40,41 @@ class Factorisation(eqx.Module):
         """``outputs``, NaN wherever :attr:`status` is not 0 (on every backend)."""
         return _status.masked(self.status, *outputs)
 
+    @property
+    def _call_here(self) -> Call:
+        """:attr:`call`, on the concrete mesh of this module's arrays where the module was made
+        inside ``jax.jit`` (its call then holds the abstract mesh) and is used eagerly."""
+        return self.call.on_concrete_mesh(jax.tree.leaves(self))
+
     def _rhs(self, b, name: str = "b", rows: Optional[int] = None):
-        """Check right-hand side ``b`` and place it in its layout; returns (b, spec)."""
-        b, spec = check_rhs(self.call, b, name, rows)
-        return _sharded.place(b, spec, self.call.grid.mesh), spec
+        """Check right-hand side ``b`` and place it in its layout; returns (b, spec). Eagerly
+        (also under eager ``jax.vmap``) the placement is a device transfer, or is left to the
+        compiled call for vmapped values."""
+        call = self._call_here
+        b, spec = check_rhs(call, b, name, rows)
+        mesh = call.grid.mesh
+        if isinstance(mesh, jax.sharding.Mesh) and _layout.is_eager((b,)):
+            return _sharded.put_eager(b, jax.sharding.NamedSharding(mesh, spec)), spec
+        return _sharded.place(b, spec, mesh), spec
+
+
+def compiled_under_vmap(method):
+    """``method`` of a module, run inside ``jax.jit`` when it is called under an eager
+    ``jax.vmap`` (the module's arrays or the arguments are its tracers): the solves'
+    placements on Explicit mesh axes need a compiled program there, as the functions get
+    from their own compiled calls. Keyword arguments, and arguments that are not arrays
+    (``trans``), are static."""
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        if not any(_layout.under_eager_vmap(x) for x in jax.tree.leaves((self, args))):
+            return method(self, *args, **kwargs)
+        static = {i: x for i, x in enumerate(args) if not hasattr(x, "shape")}
+
+        def traced(module, *arrays):
+            rest = iter(arrays)
+            return method(module, *(static[i] if i in static else next(rest) for i in range(len(args))), **kwargs)
+        return jax.jit(traced)(self, *(x for i, x in enumerate(args) if i not in static))
+    return run
 
 
 def prepare(family: str, matrices, *, square: bool = True, T_A=None, mesh=None, matrix_specs=None,

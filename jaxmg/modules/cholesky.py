@@ -71,20 +71,22 @@ class Cholesky(Factorisation):
         self.operator = kept
         self.call = call
 
+    @_base.compiled_under_vmap
     @checked
     def solve(self, b: Rhs):
         """x with ``a @ x = b``; b is (N,) or (N, NRHS) and x has b's shape and sharding."""
         b, spec = self._rhs(b)
-        solve = lambda r: ops.solve(self.call, self.state, r, spec)  # noqa: E731
+        call = self._call_here
+        solve = lambda r: ops.solve(call, self.state, r, spec)  # noqa: E731
         return self._masked(solves.linear_solve(
-            self.call, self.operator, b, spec, solve,
+            call, self.operator, b, spec, solve,
             solves.hermitian_transpose_solve(solve, self.dtype),
             symmetric=not jnp.issubdtype(self.dtype, jnp.complexfloating),
         ))
 
     def logdet(self):
         """log det a (real, replicated)."""
-        return self._masked(logdet.logdet(self.call, self.operator, self.state))
+        return self._masked(logdet.logdet(self._call_here, self.operator, self.state))
 
     @property
     def factor(self):
@@ -93,7 +95,7 @@ class Cholesky(Factorisation):
         Read from the saved factor where it holds L (``natural=True``, the portable backend);
         else computed by factoring the kept ``a`` once more in natural order.
         """
-        call, state = self.call, self.state
+        call, state = self._call_here, self.state
         if not ops.state_is_lower(call):
             if self.operator is None:
                 raise ValueError(

@@ -55,9 +55,10 @@ class LU(Factorisation):
 
     def _apply(self, r, spec, trans: str, conjugate: bool):
         if conjugate:
-            return jnp.conj(ops.solve(self.call, self.lu, self.pivots, jnp.conj(r), spec, trans))
-        return ops.solve(self.call, self.lu, self.pivots, r, spec, trans)
+            return jnp.conj(ops.solve(self._call_here, self.lu, self.pivots, jnp.conj(r), spec, trans))
+        return ops.solve(self._call_here, self.lu, self.pivots, r, spec, trans)
 
+    @_base.compiled_under_vmap
     @checked
     def solve(self, b: Rhs, trans: str = "N"):
         """x with ``op(a) @ x = b``, op by ``trans``: "N" (a), "T" (a^T) or "C" (a^H)."""
@@ -66,7 +67,7 @@ class LU(Factorisation):
         b, spec = self._rhs(b)
         transposed, conjugate = _TRANSPOSE[trans]
         return self._masked(solves.linear_solve(
-            self.call, self.operator, b, spec,
+            self._call_here, self.operator, b, spec,
             lambda r: self._apply(r, spec, trans, False),
             lambda r: self._apply(r, spec, transposed, conjugate),
             symmetric=False, trans=trans,

@@ -48,6 +48,7 @@ class QR(Factorisation):
         self.operator = kept
         self.call = call
 
+    @_base.compiled_under_vmap
     @checked
     def solve(self, b: TallRhs):
         """The x (N or N x NRHS) minimising ||a x - b||_2, for b (M,) or (M, NRHS).
@@ -57,15 +58,15 @@ class QR(Factorisation):
         (its row axes must divide N).
         """
         b, spec = self._rhs(b)
-        return self._masked(decompositions.least_squares(self.call, spec, self.shape[1], self.operator,
+        return self._masked(decompositions.least_squares(self._call_here, spec, self.shape[1], self.operator,
                                                          self.state, b))
 
     @property
     def q(self):
         """Q (M x N) with orthonormal columns, in a's layout."""
-        return self._masked(decompositions.qr_outputs(self.call, self.operator, self.state)[0])
+        return self._masked(decompositions.qr_outputs(self._call_here, self.operator, self.state)[0])
 
     @property
     def r(self):
         """R (N x N), upper triangular, in a's layout."""
-        return self._masked(decompositions.qr_outputs(self.call, self.operator, self.state)[1])
+        return self._masked(decompositions.qr_outputs(self._call_here, self.operator, self.state)[1])

@@ -1,0 +1,61 @@
+"""Modules across transformation boundaries, as users call them (found by a user-style sweep):
+
+* a module returned from ``jax.jit`` (its static call then holds the abstract mesh of the trace)
+  solves eagerly afterwards, on Auto and Explicit meshes;
+* module solves under an eager ``jax.vmap`` (outside ``jax.jit`` and ``jax.set_mesh``) on
+  Explicit axes, where each solve's placements need a compiled program.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType, PartitionSpec as P
+
+import jaxmg
+from helpers import make_mesh, put, spd_matrix
+
+N = 16
+A = spd_matrix(np.random.default_rng(3), N, np.float64)
+TALL = np.random.default_rng(4).standard_normal((2 * N, N // 2))
+B = np.arange(1.0, N + 1)
+B_TALL = np.arange(1.0, 2 * N + 1)
+
+
+def _expected(name):
+    if name == "QR":
+        return np.linalg.lstsq(TALL, B_TALL, rcond=None)[0]
+    if name == "LU.T":
+        return np.linalg.solve(A.T, B)
+    return np.linalg.solve(A, B)
+
+
+SOLVES = {
+    "Cholesky": (lambda a, t: jaxmg.Cholesky(a), lambda m, b, bt: m.solve(b)),
+    "LU": (lambda a, t: jaxmg.LU(a), lambda m, b, bt: m.solve(b)),
+    "LU.T": (lambda a, t: jaxmg.LU(a), lambda m, b, bt: m.solve(b, "T")),
+    "QR": (lambda a, t: jaxmg.QR(t), lambda m, b, bt: m.solve(bt)),
+}
+
+
+@pytest.mark.parametrize("axis_types", [AxisType.Auto, AxisType.Explicit], ids=["auto", "explicit"])
+@pytest.mark.parametrize("name", list(SOLVES))
+def test_module_made_in_jit_solves_eagerly(name, axis_types):
+    make, solve = SOLVES[name]
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=axis_types)
+    a, t = put(A, mesh, P("x", "y")), put(TALL, mesh, P("x", "y"))
+    module = jax.jit(make)(a, t)
+    x = solve(module, jnp.asarray(B), jnp.asarray(B_TALL))
+    np.testing.assert_allclose(np.asarray(x), _expected(name), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", list(SOLVES))
+def test_module_solves_under_eager_vmap_on_explicit_axes(name):
+    make, solve = SOLVES[name]
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Explicit)
+    stack = lambda x: np.stack([x, 2 * x])  # noqa: E731
+    a, t = put(stack(A), mesh, P(None, "x", "y")), put(stack(TALL), mesh, P(None, "x", "y"))
+    b, bt = jnp.asarray(np.stack([B, B])), jnp.asarray(np.stack([B_TALL, B_TALL]))
+    x = np.asarray(jax.vmap(lambda a, t, b, bt: solve(make(a, t), b, bt))(a, t, b, bt))
+    np.testing.assert_allclose(x[0], _expected(name), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(x[1], _expected(name) / 2, rtol=1e-9, atol=1e-12)

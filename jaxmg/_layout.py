@@ -398,6 +398,8 @@ def resolve(mesh, matrix_specs, matrices: Sequence[tuple], num_rhs: int = 0, rhs
     """
     a, a_name = matrices[0]
     mesh = resolve_mesh(mesh, a, [x for x, _ in matrices[1:]] + list(rhs))
+    for x, name in matrices:
+        _check_reachable(x, name, mesh)
     specs = _split_specs(matrix_specs, len(matrices) + num_rhs)
     held = specs[0].spec if isinstance(specs[0], Held) else None
     specs = tuple(None if isinstance(s, Held) else s for s in specs)
@@ -417,6 +419,24 @@ def resolve(mesh, matrix_specs, matrices: Sequence[tuple], num_rhs: int = 0, rhs
         _check_divides(x.shape, entries, mesh, name)
     out_spec = given if given is not None and specs[0] is None else grid.spec
     return Layout(grid, out_spec, tuple(specs[len(matrices):]))
+
+
+def _check_reachable(x, name: str, mesh: AnyMesh) -> None:
+    """Inside ``jax.jit`` an array cannot move to a mesh of another shape or other axes (eagerly
+    it is transferred): say so, naming ``mesh``, instead of JAX's divisibility error."""
+    if not _is_tracer(x) or is_eager((x,)):
+        return
+    own = mesh_of(x)
+    if own is None or own.empty:
+        return
+    theirs = own if isinstance(own, AbstractMesh) else own.abstract_mesh
+    wanted = mesh if isinstance(mesh, AbstractMesh) else mesh.abstract_mesh
+    if (theirs.axis_names, theirs.axis_sizes) != (wanted.axis_names, wanted.axis_sizes):
+        raise ValueError(
+            f"{name} is sharded over a mesh of axes {dict(zip(theirs.axis_names, theirs.axis_sizes))}, but "
+            f"mesh= is one of axes {dict(zip(wanted.axis_names, wanted.axis_sizes))}; inside jax.jit an array "
+            f"cannot move to another mesh. Pass {name}'s own mesh (or mesh=None), or place {name} on the "
+            f"mesh first (jax.device_put(x, NamedSharding(mesh, spec)) before jax.jit).")
 
 
 def resolve_rhs(x, name: str, grid: Grid, spec: Optional[P] = None) -> P:

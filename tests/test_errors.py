@@ -151,3 +151,17 @@ def test_singular_lu_status(mesh):
     singular = np.ones((N, N))
     _, status = jaxmg.lu_solve(put(singular, mesh, P("x", "y")), B, return_status=True)
     assert int(status) > 0
+
+
+def test_mesh_of_another_shape_inside_jit_names_mesh():
+    """Eagerly a is moved to ``mesh=``; inside jax.jit it cannot be, and the error says so
+    (naming ``mesh=`` and both meshes) instead of JAX's divisibility error."""
+    a_host = spd_matrix(np.random.default_rng(0), 16, np.float64)
+    mesh, other = make_mesh((4, 2), ("x", "y")), make_mesh((2, 4), ("p", "q"))
+    a, b = put(a_host, mesh, P("x", "y")), jnp.ones(16)
+    expected = np.linalg.solve(a_host, np.ones(16))
+    np.testing.assert_allclose(np.asarray(jaxmg.potrs(a, b, mesh=other)), expected, rtol=1e-10)
+    with pytest.raises(ValueError, match=r"mesh= is one of axes \{'p': 2, 'q': 4\}.*cannot move"):
+        jax.jit(lambda a, b: jaxmg.potrs(a, b, mesh=other))(a, b)
+    np.testing.assert_allclose(np.asarray(jax.jit(lambda a, b: jaxmg.potrs(a, b, mesh=mesh))(a, b)), expected,
+                               rtol=1e-10)

@@ -1,8 +1,9 @@
 """log det A and A^-1 from a saved Cholesky factor, with custom JVPs.
 
-d log det A = Re tr(A^-1 A') = Re sum(conj(A^-1) * A') for Hermitian A: an elementwise
-product in the grid layout (no transpose, no gather); in reverse mode the cotangent is
-g * A^-1. A^-1 comes from the saved factor, and its own tangent, -A^-1 A' A^-1, is two
+d log det A = Re tr(A^-1 A') = Re sum(A^-T * A'), and A^-T = conj(A^-1) for Hermitian A: an
+elementwise product in the grid layout (no transpose, no gather); in reverse mode the cotangent
+is g * A^-T. A^-T's own tangent is the full matrix's (-A^-T A'^T A^-T), so second and higher
+derivatives are slogdet's also along directions A' that are not Hermitian. A^-1 comes from the saved factor, and its own tangent, -A^-1 A' A^-1, is two
 distributed products, so every order of derivative is available.
 """
 
@@ -32,11 +33,34 @@ def _logdet_jvp(call, primals, tangents):
     a_dot = _dist.placed_tangent(a, a_dot, call.grid.spec, call.grid.mesh)
     if a_dot is None:
         return value, jnp.zeros_like(value)
-    tangent = jnp.real(jnp.sum(jnp.conj(inverse(call, a, state)) * a_dot))
+    tangent = jnp.real(jnp.sum(inverse_transposed(call, a, state) * a_dot))
     return value, tangent.astype(value.dtype)
 
 
 logdet.defjvp(_logdet_jvp, symbolic_zeros=True)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def inverse_transposed(call: Call, a, state):
+    """A^-T in the grid layout: conj(A^-1) for Hermitian A (no transpose, no gather), with the
+    full matrix's tangent, -A^-T A'^T A^-T, so that the derivatives of log det of every order
+    are slogdet's along any direction A', Hermitian or not."""
+    return jnp.conj(cholesky.inverse(call, state))
+
+
+def _inverse_transposed_jvp(call, primals, tangents):
+    a, state = primals
+    a_dot, _ = tangents
+    value = inverse_transposed(call, a, state)
+    a_dot = _dist.placed_tangent(a, a_dot, call.grid.spec, call.grid.mesh)
+    if a_dot is None:
+        return value, jnp.zeros_like(value)
+    grid = NamedSharding(call.grid.mesh, call.grid.spec)
+    a_dot_t = jnp.conj(a_dot)  # (conj A')^H = A'^T
+    return value, -_dist.matmul(_dist.matmul(value, a_dot_t, grid, adj_y=True), value, grid)
+
+
+inverse_transposed.defjvp(_inverse_transposed_jvp, symbolic_zeros=True)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))

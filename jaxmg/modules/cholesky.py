@@ -81,7 +81,7 @@ class Cholesky(Factorisation):
         return self._masked(solves.linear_solve(
             call, self.operator, b, spec, solve,
             solves.hermitian_transpose_solve(solve, self.dtype),
-            symmetric=not jnp.issubdtype(self.dtype, jnp.complexfloating),
+            symmetric=False,
         ))
 
     def logdet(self):

@@ -49,15 +49,7 @@ def inverse_transposed(call: Call, a, state):
 
 
 def _inverse_transposed_jvp(call, primals, tangents):
-    a, state = primals
-    a_dot, _ = tangents
-    value = inverse_transposed(call, a, state)
-    a_dot = _dist.placed_tangent(a, a_dot, call.grid.spec, call.grid.mesh)
-    if a_dot is None:
-        return value, jnp.zeros_like(value)
-    grid = NamedSharding(call.grid.mesh, call.grid.spec)
-    a_dot_t = jnp.conj(a_dot)  # (conj A')^H = A'^T
-    return value, -_dist.matmul(_dist.matmul(value, a_dot_t, grid, adj_y=True), value, grid)
+    return _inverse_and_tangent(inverse_transposed, call, primals, tangents, transposed=True)
 
 
 inverse_transposed.defjvp(_inverse_transposed_jvp, symbolic_zeros=True)
@@ -70,14 +62,24 @@ def inverse(call: Call, a, state):
 
 
 def _inverse_jvp(call, primals, tangents):
+    return _inverse_and_tangent(inverse, call, primals, tangents, transposed=False)
+
+
+def _inverse_and_tangent(fn, call, primals, tangents, *, transposed: bool):
+    """``V = fn(call, a, state)`` (A^-1, or A^-T where ``transposed``) and its tangent -V A' V,
+    or -V A'^T V: two distributed products in the grid layout."""
     a, state = primals
     a_dot, _ = tangents
-    value = inverse(call, a, state)
+    value = fn(call, a, state)
     a_dot = _dist.placed_tangent(a, a_dot, call.grid.spec, call.grid.mesh)
     if a_dot is None:
         return value, jnp.zeros_like(value)
     grid = NamedSharding(call.grid.mesh, call.grid.spec)
-    return value, -_dist.matmul(_dist.matmul(value, a_dot, grid), value, grid)
+    if transposed:  # V A'^T = V (conj A')^H
+        middle = _dist.matmul(value, jnp.conj(a_dot), grid, adj_y=True)
+    else:
+        middle = _dist.matmul(value, a_dot, grid)
+    return value, -_dist.matmul(middle, value, grid)
 
 
 inverse.defjvp(_inverse_jvp, symbolic_zeros=True)

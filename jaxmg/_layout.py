@@ -352,10 +352,13 @@ def default_spec(mesh: AnyMesh) -> P:
     )
 
 
+def _abstract(mesh: AnyMesh) -> AbstractMesh:
+    """``mesh`` itself if abstract, else its abstract mesh (axis names, sizes and types)."""
+    return mesh if isinstance(mesh, AbstractMesh) else mesh.abstract_mesh
+
+
 def _same_mesh(m1: AnyMesh, m2: AnyMesh) -> bool:
-    a1 = m1 if isinstance(m1, AbstractMesh) else m1.abstract_mesh
-    a2 = m2 if isinstance(m2, AbstractMesh) else m2.abstract_mesh
-    if a1 != a2:
+    if _abstract(m1) != _abstract(m2):
         return False
     if isinstance(m1, Mesh) and isinstance(m2, Mesh):
         return m1 == m2
@@ -429,8 +432,7 @@ def _check_reachable(x, name: str, mesh: AnyMesh) -> None:
     own = mesh_of(x)
     if own is None or own.empty:
         return
-    theirs = own if isinstance(own, AbstractMesh) else own.abstract_mesh
-    wanted = mesh if isinstance(mesh, AbstractMesh) else mesh.abstract_mesh
+    theirs, wanted = _abstract(own), _abstract(mesh)
     if (theirs.axis_names, theirs.axis_sizes) != (wanted.axis_names, wanted.axis_sizes):
         raise ValueError(
             f"{name} is sharded over a mesh of axes {dict(zip(theirs.axis_names, theirs.axis_sizes))}, but "

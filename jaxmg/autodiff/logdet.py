@@ -3,8 +3,9 @@
 d log det A = Re tr(A^-1 A') = Re sum(A^-T * A'), and A^-T = conj(A^-1) for Hermitian A: an
 elementwise product in the grid layout (no transpose, no gather); in reverse mode the cotangent
 is g * A^-T. A^-T's own tangent is the full matrix's (-A^-T A'^T A^-T), so second and higher
-derivatives are slogdet's also along directions A' that are not Hermitian. A^-1 comes from the saved factor, and its own tangent, -A^-1 A' A^-1, is two
-distributed products, so every order of derivative is available.
+derivatives are slogdet's also along directions A' that are not Hermitian. A^-1 comes from the
+saved factor, and its own tangent, -A^-1 A' A^-1, is two distributed products, so every order
+of derivative is available.
 """
 
 from __future__ import annotations

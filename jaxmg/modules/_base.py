@@ -46,11 +46,10 @@ class Factorisation(eqx.Module):
         inside ``jax.jit`` (its call then holds the abstract mesh) and is used eagerly."""
         return self.call.on_concrete_mesh(jax.tree.leaves(self))
 
-    def _rhs(self, b, name: str = "b", rows: Optional[int] = None):
-        """Check right-hand side ``b`` and place it in its layout; returns (b, spec). Eagerly
-        (also under eager ``jax.vmap``) the placement is a device transfer, or is left to the
-        compiled call for vmapped values."""
-        call = self._call_here
+    def _rhs(self, call: Call, b, name: str = "b", rows: Optional[int] = None):
+        """Check right-hand side ``b`` against ``call`` (:attr:`_call_here`) and place it in its
+        layout; returns (b, spec). Eagerly (also under eager ``jax.vmap``) the placement is a
+        device transfer, or is left to the compiled call for vmapped values."""
         b, spec = check_rhs(call, b, name, rows)
         mesh = call.grid.mesh
         if isinstance(mesh, jax.sharding.Mesh) and _layout.is_eager((b,)):

@@ -75,8 +75,8 @@ class Cholesky(Factorisation):
     @checked
     def solve(self, b: Rhs):
         """x with ``a @ x = b``; b is (N,) or (N, NRHS) and x has b's shape and sharding."""
-        b, spec = self._rhs(b)
         call = self._call_here
+        b, spec = self._rhs(call, b)
         solve = lambda r: ops.solve(call, self.state, r, spec)  # noqa: E731
         return self._masked(solves.linear_solve(
             call, self.operator, b, spec, solve,

@@ -53,10 +53,10 @@ class LU(Factorisation):
         self.operator = kept
         self.call = call
 
-    def _apply(self, r, spec, trans: str, conjugate: bool):
+    def _apply(self, call, r, spec, trans: str, conjugate: bool):
         if conjugate:
-            return jnp.conj(ops.solve(self._call_here, self.lu, self.pivots, jnp.conj(r), spec, trans))
-        return ops.solve(self._call_here, self.lu, self.pivots, r, spec, trans)
+            return jnp.conj(ops.solve(call, self.lu, self.pivots, jnp.conj(r), spec, trans))
+        return ops.solve(call, self.lu, self.pivots, r, spec, trans)
 
     @_base.compiled_under_vmap
     @checked
@@ -64,12 +64,13 @@ class LU(Factorisation):
         """x with ``op(a) @ x = b``, op by ``trans``: "N" (a), "T" (a^T) or "C" (a^H)."""
         if trans not in _TRANSPOSE:
             raise ValueError(f"trans must be 'N', 'T' or 'C', got {trans!r}.")
-        b, spec = self._rhs(b)
+        call = self._call_here
+        b, spec = self._rhs(call, b)
         transposed, conjugate = _TRANSPOSE[trans]
         return self._masked(solves.linear_solve(
-            self._call_here, self.operator, b, spec,
-            lambda r: self._apply(r, spec, trans, False),
-            lambda r: self._apply(r, spec, transposed, conjugate),
+            call, self.operator, b, spec,
+            lambda r: self._apply(call, r, spec, trans, False),
+            lambda r: self._apply(call, r, spec, transposed, conjugate),
             symmetric=False, trans=trans,
         ))
 

@@ -57,8 +57,9 @@ class QR(Factorisation):
         process, so no process-grid column needs to own a tile of it. x is laid out like b
         (its row axes must divide N).
         """
-        b, spec = self._rhs(b)
-        return self._masked(decompositions.least_squares(self._call_here, spec, self.shape[1], self.operator,
+        call = self._call_here
+        b, spec = self._rhs(call, b)
+        return self._masked(decompositions.least_squares(call, spec, self.shape[1], self.operator,
                                                          self.state, b))
 
     @property

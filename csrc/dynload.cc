@@ -77,6 +77,8 @@ bool load(const std::vector<std::string>& deps, const std::vector<std::string>& 
   sym(nccl_lib, "ncclGetUniqueId", &a.ncclGetUniqueId, &missing);
   sym(nccl_lib, "ncclCommInitRank", &a.ncclCommInitRank, &missing);
   sym(nccl_lib, "ncclCommDestroy", &a.ncclCommDestroy, &missing);
+  sym(nccl_lib, "ncclCommAbort", &a.ncclCommAbort, &missing);
+  sym(nccl_lib, "ncclCommGetAsyncError", &a.ncclCommGetAsyncError, &missing);
   sym(nccl_lib, "ncclGetErrorString", &a.ncclGetErrorString, &missing);
   sym(nccl_lib, "ncclGetVersion", &a.ncclGetVersion, &missing);
   sym(nccl_lib, "ncclSend", &a.ncclSend, &missing);

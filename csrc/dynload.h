@@ -13,6 +13,8 @@ namespace jaxmg {
 using ncclGetUniqueId_fn = decltype(&::ncclGetUniqueId);
 using ncclCommInitRank_fn = decltype(&::ncclCommInitRank);
 using ncclCommDestroy_fn = decltype(&::ncclCommDestroy);
+using ncclCommAbort_fn = decltype(&::ncclCommAbort);
+using ncclCommGetAsyncError_fn = decltype(&::ncclCommGetAsyncError);
 using ncclGetErrorString_fn = decltype(&::ncclGetErrorString);
 using ncclGetVersion_fn = decltype(&::ncclGetVersion);
 using ncclSend_fn = decltype(&::ncclSend);
@@ -68,6 +70,8 @@ struct Api {
   ncclGetUniqueId_fn ncclGetUniqueId = nullptr;
   ncclCommInitRank_fn ncclCommInitRank = nullptr;
   ncclCommDestroy_fn ncclCommDestroy = nullptr;
+  ncclCommAbort_fn ncclCommAbort = nullptr;                  // the watchdog's (watchdog.h)
+  ncclCommGetAsyncError_fn ncclCommGetAsyncError = nullptr;
   ncclGetErrorString_fn ncclGetErrorString = nullptr;
   ncclGetVersion_fn ncclGetVersion = nullptr;
   ncclSend_fn ncclSend = nullptr;

@@ -197,7 +197,11 @@ void check_mp(cusolverStatus_t s, const char* call) {
   if (s != CUSOLVER_STATUS_SUCCESS) fail(call, cat("cuSOLVERMp status ", (int)s, " (", cusolver_status_name(s), ")"));
 }
 
-ffi::Error to_error(const std::exception& e) { return ffi::Error::Internal(e.what()); }
+ffi::Error to_error(const std::exception& e) {
+  const std::string aborts = aborts_so_far();
+  if (aborts.empty()) return ffi::Error::Internal(e.what());
+  return ffi::Error::Internal(cat(e.what(), " [the watchdog aborted a communicator: ", aborts, "]"));
+}
 
 cudaDataType cuda_type(ffi::DataType t, int* code, int* elem_bytes) {
   switch (t) {
@@ -246,7 +250,7 @@ Context::~Context() {
   for (auto& [key, d] : descs) api().cusolverMpDestroyMatrixDesc(d);
   for (auto& [key, g] : grids) api().cusolverMpDestroyGrid(g);
   if (handle) api().cusolverMpDestroy(handle);
-  if (comm) api().ncclCommDestroy(comm);
+  if (comm && !comm_aborted) api().ncclCommDestroy(comm);
 }
 
 cusolverMpGrid_t Context::grid(int pr, int pc, bool row_major) {
@@ -292,6 +296,10 @@ GridCall open_grid(cudaStream_t stream, const Members& members_buf, const NcclId
   if ((int64_t)nmembers != pr * pc) throw Failure("jaxmg native: grid size mismatch on " + where());
   g.pr = pr, g.pc = pc, g.p = g.rank % pr, g.q = g.rank / pr;
   g.ctx = &get_context(g.device, members, g.rank, id_buf.typed_data(), stream);
+  if (g.ctx->comm_aborted)
+    throw Failure("jaxmg native: this grid's NCCL communicator was aborted earlier (" + abort_reason(*g.ctx) +
+                  "); it cannot be used again: restart the processes");
+  g.watch = std::make_unique<Watch>(g.ctx, stream);
   check_mp(api().cusolverMpSetStream(g.ctx->handle, stream), "cusolverMpSetStream");
   return g;
 }

@@ -8,6 +8,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
+
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -20,6 +22,7 @@
 
 #include "dynload.h"
 #include "handlers.h"
+#include "watchdog.h"
 #include "xla/ffi/api/c_api.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -120,6 +123,8 @@ struct Context {
   std::map<std::string, std::unique_ptr<FamilyCache>> families;
   DeviceBuffer work, scratch, info;  // cuSOLVERMp device workspace, layout scratch, status words
   std::vector<char> host_work;
+  std::string aborted;                   // why the watchdog aborted comm (watchdog.h; under its lock)
+  std::atomic<bool> comm_aborted{false};  // comm was aborted: unusable
   Context() = default;
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
@@ -181,7 +186,10 @@ struct GridCall {
   int rank = 0;
   int64_t pr = 1, pc = 1, p = 0, q = 0;  // grid shape and this member's coordinates
   Context* ctx = nullptr;
+  std::unique_ptr<Watch> watch;  // the communicator is watched while this call's work runs
 };
+// The call's grid: its cached context (created on first use), the handle bound to `stream`, and
+// a watch on the communicator (watchdog.h). Fails where the communicator was aborted.
 GridCall open_grid(cudaStream_t stream, const Members& members, const NcclId& id, const Rank& rank, int64_t pr,
                    int64_t pc);
 

@@ -7,6 +7,7 @@
 
 #include "dynload.h"
 #include "handlers.h"
+#include "watchdog.h"
 
 namespace nb = nanobind;
 
@@ -116,4 +117,9 @@ NB_MODULE(_native, m) {
     return d;
   });
   m.def("clear_cache", &jaxmg::clear_cache);
+  m.def("abort_communicators", &jaxmg::request_abort, nb::arg("reason"),
+        "Abort every cached grid's NCCL communicator (ncclCommAbort) with this reason: calls blocked in "
+        "them end, and every call on those grids fails from then on.");
+  m.def("aborts", &jaxmg::aborts_so_far, "Every communicator abort so far, with its reason ('' when none).");
+  m.def("native_timeout", &jaxmg::native_timeout_s, "JAXMG_NATIVE_TIMEOUT in seconds (0: no limit).");
 }

@@ -68,3 +68,16 @@ def test_launcher_stops_both_ranks_in_time(tmp_path):
     assert r.returncode == 128 + 9, r.stdout[-2000:] + r.stderr[-2000:]
     assert "rank 1 failed first: it was killed by signal 9 (SIGKILL)" in r.stderr
     assert seconds < 10
+
+
+def test_native_timeout_frees_the_survivor_before_the_heartbeat(tmp_path):
+    """With JAX's heartbeat set far off (JAXMG_FAILURE_TIMEOUT=300: 150 s), the native watchdog
+    (JAXMG_NATIVE_TIMEOUT=10) aborts the survivor's NCCL communicator: its blocked solve ends
+    with an error that names the timeout, well before the heartbeat would."""
+    status, out, seconds, dead_status = run_ranks_without_launcher(
+        "kill-in-solve", 1, tmp_path, platform="gpu",
+        env={"JAXMG_FAILURE_TIMEOUT": "300", "JAXMG_NATIVE_TIMEOUT": "10", "FAULT_N": str(N)}, timeout=600)
+    print(f"survivor (rank 0) ended {seconds:.1f} s after rank 1 died, status {status}:", out[-2000:], sep="\n")
+    assert dead_status == -9
+    assert status != 0 and seconds < 60, f"{seconds:.1f} s\n{out[-3000:]}"
+    assert "JAXMG_NATIVE_TIMEOUT" in out and "aborting the grid's NCCL communicator" in out, out[-3000:]

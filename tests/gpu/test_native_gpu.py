@@ -69,3 +69,40 @@ def test_native_cases(nproc):
     failed = [l for l in lines if " FAIL " in l]
     assert proc.returncode == 0 and not failed and any("SUMMARY" in l for l in lines), (
         f"exit {proc.returncode}\n{report}\n--- stderr tail ---\n{proc.stderr[-4000:]}")
+
+
+ABORT_SCRIPT = r"""
+import jax, jax.numpy as jnp
+import jaxmg
+from jaxmg.kernels import native
+jax.config.update("jax_enable_x64", True)
+a = 64.0 * jnp.eye(64) + 1.0
+x = jaxmg.potrs(a, jnp.ones(64), backend="native")
+print("before", float(jnp.abs(a @ x - 1).max()), flush=True)
+native.abort_communicators("aborted by the test")
+assert "aborted by the test" in native.info()["watchdog"]["aborts"]
+try:
+    jaxmg.potrs(a, 2 * jnp.ones(64), backend="native").block_until_ready()
+except Exception as e:
+    print("after:", str(e)[:600], flush=True)
+else:
+    raise SystemExit("a call on an aborted grid succeeded")
+"""
+
+
+def test_abort_communicators_fails_later_calls_with_the_reason():
+    """jaxmg.kernels.native.abort_communicators: ncclCommAbort on the cached grid (one GPU);
+    the next native call on it raises, naming the reason, instead of using the communicator."""
+    if _gpu_count() == 0:
+        pytest.skip("no NVIDIA GPU here (nvidia-smi lists none)")
+    reason = _native_reason()
+    if reason is not None:
+        pytest.skip(f"native backend unavailable: {reason}")
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    proc = subprocess.run([sys.executable, "-c", ABORT_SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    print(proc.stdout, proc.stderr[-2000:])
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "before" in proc.stdout and "aborted earlier (aborted by the test" in proc.stdout

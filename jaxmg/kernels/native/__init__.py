@@ -16,7 +16,7 @@ grid; outputs are NaN whenever status != 0, and the grid stays usable.
 
 from __future__ import annotations
 
-from ._library import info, last_timings, library_candidates, unavailable_reason
+from ._library import abort_communicators, info, last_timings, library_candidates, unavailable_reason
 from .cholesky import (
     cholesky,
     cholesky_factor,
@@ -41,7 +41,7 @@ NAME = "native"
 FAMILIES: frozenset = frozenset({"cholesky", "lu", "qr", "eigh", "sygvd", "polar", "svd"})
 
 __all__ = [
-    "FAMILIES", "NAME", "cholesky", "cholesky_factor", "cholesky_inverse", "cholesky_logdet", "cholesky_lower",
+    "FAMILIES", "NAME", "abort_communicators", "cholesky", "cholesky_factor", "cholesky_inverse", "cholesky_logdet", "cholesky_lower",
     "cholesky_solve", "cholesky_state_is_lower", "family_tile", "gesvd", "info", "last_timings", "library_candidates",
     "lu_factor", "lu_solve", "polar", "potrs", "potrs_inplace", "qr_factor", "qr_normal_solve", "qr_q", "qr_r",
     "qr_solve", "syevd", "sygvd", "unavailable_reason",

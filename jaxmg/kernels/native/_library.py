@@ -133,6 +133,7 @@ def info() -> dict:
             libraries=native.library_paths(),
             capabilities=native.capabilities(),
             cache=native.cache_info(),
+            watchdog={"timeout_s": native.native_timeout(), "aborts": native.aborts()},
         )
     try:
         from importlib.metadata import version
@@ -141,6 +142,19 @@ def info() -> dict:
     except Exception:  # noqa: BLE001
         out["cusolvermp_wheel"] = None
     return out
+
+
+def abort_communicators(reason: str) -> None:
+    """Abort the NCCL communicator of every grid this process has used (``ncclCommAbort``).
+
+    Native calls blocked in a collective (a peer process died or stopped) end at once and
+    raise, with ``reason``; every later native call on those grids raises too, since an aborted
+    communicator cannot be used again: restart the processes. The watchdog does the same by
+    itself on an NCCL asynchronous error, and after ``JAXMG_NATIVE_TIMEOUT`` seconds (unset: no
+    limit) of one call's GPU work. No-op where the native library is not loaded.
+    """
+    if unavailable_reason() is None:
+        _native_module().abort_communicators(str(reason))
 
 
 def last_timings() -> list:

@@ -42,7 +42,9 @@ ARGUMENTS: dict = {
     ),
     "donate": (
         'let the call consume its matrix inputs (their buffers may be reused for the '
-        'factorisation). Default False: inputs are never consumed.'
+        'factorisation). Default False: inputs are never consumed. Under a transformation '
+        '(``jax.jit``, an eager ``jax.grad``, ``jax.jvp`` or ``jax.vmap``) the caller\'s arrays are '
+        'not consumed: their derivatives need them (under ``jax.jit``, donate to the jitted function).'
     ),
     "backend": (
         '``"auto"`` (native cuSOLVERMp where it can run: NVIDIA GPUs, the native module loaded, '

@@ -94,3 +94,12 @@ def no_gradient(x):
     """``x`` cut from differentiation (the factor is never differentiated); concrete arrays
     pass through untouched, so that donating them consumes the caller's buffer."""
     return jax.lax.stop_gradient(x) if isinstance(x, jax.core.Tracer) else x
+
+
+def factor_operand(x, donate: bool):
+    """The matrix to factor and whether it may be donated: ``x`` cut from differentiation
+    (:func:`no_gradient`), donated only when it is concrete. A tracer (``jax.jit``, or an
+    eager ``jax.grad``/``jax.jvp``/``jax.vmap``) is kept as the module's operator for the
+    derivatives, and under eager differentiation its primal is the caller's own buffer, which
+    must outlive the factorisation."""
+    return no_gradient(x), bool(donate) and not isinstance(x, jax.core.Tracer)

@@ -65,7 +65,8 @@ class Cholesky(Factorisation):
                                       matrix_specs=matrix_specs, donate=donate, backend=backend,
                                       num_rhs=1)
         call = dataclasses.replace(call, natural=natural)
-        state, status = ops.factor(call, _base.no_gradient(a), donate=donate)
+        operand, consumed = _base.factor_operand(a, donate)
+        state, status = ops.factor(call, operand, donate=consumed)
         self.state = jax.lax.stop_gradient(state)
         self.status = status
         self.operator = kept

@@ -3,9 +3,11 @@
     python benchmarks/bench_qr.py --n 32768 --tile 1024 --out benchmarks/results/qr.jsonl
 
 Two JSON lines per run: ``op`` "qr" (N x N, reduced Q and R: geqrf + orgqr) and "least_squares"
-(M = 2N rows, one right-hand side: geqrf + ormqr + back substitution), each with N, M, dtype, grid,
+(M = 2N rows, one right-hand side: geqrf, Q^H b, back substitution; qr_apply says how Q^H b was
+applied: "householder" from the reflectors, or "ormqr" with JAXMG_QR_APPLY=ormqr), each with N, M, dtype, grid,
 T_A, runs, median_s (of ``--runs`` timed calls after one warm-up call), times_s, first_call_s,
-geqrf_ms (GPU time inside cuSOLVERMp's geqrf, from CUDA events in the handler, median), and the
+geqrf_ms (GPU time inside cuSOLVERMp's geqrf, from CUDA events in the handler, median),
+handler_ms (the same for every native call kind of the operation: geqrf, ormqr, orgqr; median), and the
 relative residual of a check (||QR - A|| / ||A|| on a sample of rows for qr; the normal-equation
 residual ||A^T (A x - b)|| / (||A||^2 ||x||) for least squares), or ``error``. Compare with the
 engine's own geqrf (../shared/bench/raw_ops.sh "one 1 1 N T geqrf") in the same device call.
@@ -14,6 +16,7 @@ The matrix is generated on the GPUs: a_ij = 1 / (1 + |i - j|) + 2 delta_ij.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from pathlib import Path
@@ -51,7 +54,8 @@ def main(argv=None):
     for op in args.ops:
         n = args.n
         m = n if op == "qr" else 2 * n
-        rec = dict(op=op, N=n, M=m, dtype=args.dtype, grid=grid, T_A=args.tile, runs=args.runs)
+        rec = dict(op=op, N=n, M=m, dtype=args.dtype, grid=grid, T_A=args.tile, runs=args.runs,
+                   qr_apply=os.environ.get("JAXMG_QR_APPLY", "householder"))
         try:
             @jax.jit
             def make():
@@ -65,7 +69,7 @@ def main(argv=None):
                 fn = jax.jit(lambda a: jaxmg.qr(a, T_A=args.tile, mesh=mesh, backend="native"))
             else:
                 fn = jax.jit(lambda a: jaxmg.least_squares(a, b, T_A=args.tile, mesh=mesh, backend="native"))
-            times, geqrf = [], []
+            times, geqrf, handlers = [], [], {}
             for k in range(args.runs + 1):
                 a = make()
                 a.block_until_ready()
@@ -76,8 +80,12 @@ def main(argv=None):
                 tm = [t for t in native.last_timings() if t["valid"] and t.get("kind") == "geqrf"]
                 if tm and k:
                     geqrf.append(tm[0]["factor_ms"])
+                for t in native.last_timings() if k else ():
+                    if t["valid"]:
+                        handlers.setdefault(t["kind"], []).append(t["solver_ms"])
             rec.update(first_call_s=times[0], times_s=times[1:], median_s=statistics.median(times[1:]),
-                       geqrf_ms=statistics.median(geqrf) if geqrf else None)
+                       geqrf_ms=statistics.median(geqrf) if geqrf else None,
+                       handler_ms={kind: statistics.median(v) for kind, v in handlers.items()})
             a = make()
             if op == "qr":  # on the GPUs: a sample of rows of QR - A
                 q, r = out

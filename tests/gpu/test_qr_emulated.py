@@ -74,13 +74,25 @@ CASES = [(g, shp, rev, dt) for i, (g, dt) in enumerate((g, dt) for g in GRIDS fo
          for shp, rev in [(SHAPES[i % 3], bool(i % 2))]]
 
 
+@pytest.mark.parametrize("apply", ["householder", "ormqr"])
 @pytest.mark.parametrize("shape,m_n_tile,reverse,dtype", CASES)
-def test_qr_kernels(shape, m_n_tile, reverse, dtype, monkeypatch):
+def test_qr_kernels(shape, m_n_tile, reverse, dtype, apply, monkeypatch):
+    """Q^H b from the reflectors in compact WY form (the default), or by cuSOLVERMp's ormqr."""
+    monkeypatch.setenv("JAXMG_QR_APPLY", apply)
     m, n, tile = m_n_tile
-    _check_kernels(shape, m, n, tile, reverse, dtype, monkeypatch)
+    _check_kernels(shape, m, n, tile, reverse, dtype, monkeypatch, apply)
 
 
-def _check_kernels(shape, m, n, tile, reverse, dtype, monkeypatch):
+@pytest.mark.parametrize("shape,m_n_tile,reverse", [((2, 2), (48, 24, 8), False), ((1, 2), (54, 20, 20), True),
+                                                    ((2, 1), (40, 16, 4), True)])
+def test_qr_solve_with_panels_narrower_than_a_tile(shape, m_n_tile, reverse, monkeypatch):
+    """Compact-WY panels of 2 or 5 columns inside tiles of 4, 8 or 20 (as 256 inside 1024 on GPUs)."""
+    monkeypatch.setattr(native.qr, "PANEL_WIDTH", 3)
+    m, n, tile = m_n_tile
+    _check_kernels(shape, m, n, tile, reverse, np.complex128, monkeypatch, "householder")
+
+
+def _check_kernels(shape, m, n, tile, reverse, dtype, monkeypatch, apply="householder"):
     emu = _patch(monkeypatch)
     mesh = _mesh(shape, reverse)
     grid = _layout.Grid(mesh, ("x",), ("y",))
@@ -99,8 +111,9 @@ def _check_kernels(shape, m, n, tile, reverse, dtype, monkeypatch):
     np.testing.assert_allclose(xv, np.linalg.lstsq(a, bv, rcond=None)[0], **tol)
     np.testing.assert_allclose(xm, np.linalg.lstsq(a, bm, rcond=None)[0], **tol)
     np.testing.assert_allclose(z, np.linalg.solve(np.conj(a).T @ a, y), **tol)
-    # one factorization; Q by orgqr; Q^H b by ormqr (Q never formed for the solves)
-    assert [c[0] for c in emu.calls] == ["geqrf", "orgqr", "ormqr", "ormqr"]
+    # one factorization; Q by orgqr; Q^H b from the reflectors or by ormqr (Q never formed for the solves)
+    applied = ["ormqr", "ormqr"] if apply == "ormqr" else []
+    assert [c[0] for c in emu.calls] == ["geqrf", "orgqr", *applied]
     assert all(c[1] for c in emu.calls if c[0] == "ormqr")
 
 
@@ -178,7 +191,7 @@ def test_public_api_native_qr(shape, spec, tile, reverse, dtype, explicit, nativ
             np.testing.assert_array_equal(np.tril(rr, -1), 0)
         np.testing.assert_allclose(x, ref, **tol)
         np.testing.assert_allclose(xf, ref, **tol)
-    assert {c[0] for c in native_backend.calls} == {"geqrf", "orgqr", "ormqr"}
+    assert {c[0] for c in native_backend.calls} == {"geqrf", "orgqr"}  # Q^H b from the reflectors
 
 
 def test_public_api_native_least_squares_grad_and_local(native_backend):

@@ -23,9 +23,11 @@ them, and R's padding diagonal (+-1) stays as geqrf left it.
 
 * ``qr_q``: orgqr of a copy of the factor, laid back out to a's block layout.
 * ``qr_r``: the upper triangle of the factor's first Np rows, laid back out.
-* ``qr_solve``: ``c = Q^H [b; 0]`` by ormqr (right-hand side on process column 0), then
-  ``R x = c[:Np]`` by tile-by-tile back substitution on the distributed R (:func:`_r_solve`):
-  Q is never formed.
+* ``qr_solve``: ``c = Q^H [b; 0]``, then ``R x = c[:Np]`` by tile-by-tile back substitution on
+  the distributed R (:func:`_r_solve`): Q is never formed. ``Q^H`` is applied from the saved
+  reflectors panel by panel in compact WY form (:func:`_apply_qh`), or, with the environment
+  variable ``JAXMG_QR_APPLY=ormqr``, by cuSOLVERMp's ormqr (right-hand side on process column 0),
+  measured slower (``benchmarks/bench_qr.py``).
 * ``qr_normal_solve``: ``R^-1 R^-H y`` with the same substitution (the least-squares derivative).
 
 Status: 0, or the 1-based index of the first zero or non-finite diagonal entry of R (A is
@@ -36,6 +38,7 @@ failure, so every result from it is NaN.
 from __future__ import annotations
 
 import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -171,19 +174,77 @@ def qr_r(f, tau, *, grid, tile):
 
 
 def qr_solve(f, tau, b, *, grid, tile):
-    """The least-squares solution x = R^-1 (Q^H b)[:N] (b whole, M rows; x whole, N rows), by
-    ormqr and back substitution: Q is never formed."""
+    """The least-squares solution x = R^-1 (Q^H b)[:N] (b whole, M rows; x whole, N rows): Q^H b
+    from the saved reflectors, then back substitution; Q is never formed."""
     vector = b.ndim == 1
     b2 = b[:, None] if vector else b
     s, tau_l = _of_state(f, tau, grid, tile, b2.shape[0])
-    p, q = _coords(grid)
+    p, _ = _coords(grid)
     c = jnp.pad(b2, ((0, s.m - s.m0), (0, 0)))
     c_l = _grid.rows_of(c, p, s.m, s.t, s.pr)  # (mloc, nrhs): this process row's rows
-    ct = _grid.ffi_call("jaxmg_ormqr", jax.ShapeDtypeStruct(c_l.T.shape, c.dtype), (f, tau_l, c_l.T),
-                        _grid.start(grid), aliases={2: 0}, nrhs=c.shape[-1], adjoint=1, **s.attrs())
-    c = _whole_rows(ct.T, grid, s)[: s.n]
-    x = _r_solve(f, c, grid, s, adjoint=False)[: s.n0]
+    if os.environ.get("JAXMG_QR_APPLY", "householder") == "ormqr":
+        ct = _grid.ffi_call("jaxmg_ormqr", jax.ShapeDtypeStruct(c_l.T.shape, c.dtype), (f, tau_l, c_l.T),
+                            _grid.start(grid), aliases={2: 0}, nrhs=c.shape[-1], adjoint=1, **s.attrs())
+        c = _whole_rows(ct.T, grid, s)
+    else:
+        c = _gathered_rows(_apply_qh(f, tau_l, c_l, grid, s), grid, s)
+    x = _r_solve(f, c[: s.n], grid, s, adjoint=False)[: s.n0]
     return (x[:, 0] if vector else x,)
+
+
+#: The widest compact-WY panel of :func:`_apply_qh` (below a tile when the tile is wider).
+PANEL_WIDTH = 256
+
+
+def _panel_width(tile: int) -> int:
+    """Columns per compact-WY panel of :func:`_apply_qh`: the tile, halved while above
+    :data:`PANEL_WIDTH` (a panel lies within one tile; its Gram matrix costs 2 M w^2 per panel,
+    2 M N w in all)."""
+    w = tile
+    while w > PANEL_WIDTH and w % 2 == 0:
+        w //= 2
+    return w
+
+
+def _apply_qh(f, tau_l, c_l, grid, s: _Shape):
+    """``Q^H c`` for the saved factor's reflectors: c_l is this process row's (mloc, nrhs) rows of
+    c, the same on every process column, and so is the result.
+
+    ``Q = H_1 ... H_n``, ``H_i = I - tau_i v_i v_i^H`` (v_i: unit lower trapezoidal column i of the
+    factor). A panel of w reflectors is ``I - V T V^H`` with ``T^-1 = S = diag(1/tau) +
+    striu(V^H V)``, so ``Q^H c`` is, panel by panel from the first, ``c -= V S^-H (V^H c)``. The
+    panel's owner process column forms ``V^H V`` and ``V^H c`` from its local rows (summed over
+    the process rows), solves with the w x w triangle, updates its rows and shares them with the
+    other process columns. The padding columns' reflectors (tau = 0) are the identity: v is taken
+    as zero there.
+    """
+    p, q = _coords(grid)
+    w = _panel_width(s.t)
+    rows = _global_index(s.mloc, s.t, s.pr, p)
+    zero = jnp.zeros((), f.dtype)
+
+    def row_sum(x):
+        return jax.lax.psum(x, _grid.name(grid.row_axes)) if grid.row_axes else x
+
+    def panel(k, c_l):
+        first = k * w  # the panel's first global column, in global tile column first // t
+        owner = (first // s.t) % s.pc
+        local = (first // s.t // s.pc) * s.t + first % s.t
+        cols = first + jnp.arange(w)
+        v = jax.lax.dynamic_slice_in_dim(f, local, w, axis=-2)  # (w, mloc): V^T, local rows
+        tau_k = jax.lax.dynamic_slice_in_dim(tau_l, local, w)
+        live = (tau_k != 0) & (q == owner)
+        v = jnp.where(rows[None, :] > cols[:, None], v, zero) + (rows[None, :] == cols[:, None]).astype(f.dtype)
+        v = jnp.where(live[:, None], v, zero)
+        gram, proj = row_sum((jnp.conj(v) @ v.T, jnp.conj(v) @ c_l))
+        tri = jnp.triu(gram, 1) + jnp.diag(jnp.where(live, 1 / jnp.where(live, tau_k, 1), 1).astype(f.dtype))
+        y = jax.scipy.linalg.solve_triangular(tri, proj, lower=False, trans="C")
+        c_l = c_l - v.T @ y
+        if grid.col_axes:  # the owner's rows, to every process column
+            c_l = jax.lax.psum(jnp.where(q == owner, c_l, zero), _grid.name(grid.col_axes))
+        return c_l
+
+    return jax.lax.fori_loop(0, -(-s.n0 // w), panel, c_l)
 
 
 def qr_normal_solve(f, tau, y, *, grid, tile):
@@ -201,6 +262,12 @@ def _whole_rows(x_l, grid, s: _Shape):
     _, q = _coords(grid)
     if grid.col_axes:
         x_l = jax.lax.psum(jnp.where(q == 0, x_l, jnp.zeros((), x_l.dtype)), _grid.name(grid.col_axes))
+    return _gathered_rows(x_l, grid, s)
+
+
+def _gathered_rows(x_l, grid, s: _Shape):
+    """The whole (m, nrhs) array from every process row's (mloc, nrhs) local rows (the same on
+    every process column)."""
     if s.pr == 1:
         return x_l
     xs = jax.lax.all_gather(x_l, _grid.name(grid.row_axes), axis=0, tiled=False)  # (pr, mloc, nrhs)

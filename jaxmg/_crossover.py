@@ -26,11 +26,14 @@ the issues' reference points, which were measured side by side on the same machi
   (eig_h200.jsonl); two GPUs (issue 12): cuSOLVERMp syevd through JAX 5.26 s at 16,384
   against 3.18 s for plain JAX on one GPU. The portable syevd holds the matrix, the vectors
   and a workspace of about 2 N^2.
-* QR, one GPU (session 5, benchmarks/results/session5/qr_crossover_h200x1.txt): qr native
-  12.3 / 32.0 / 101 / 447 ms against portable 11.7 / 30.0 / 97.6 / 467 ms at N = 2,048 /
-  4,096 / 8,192 / 16,384; least_squares (M = 2N) native 73 / 169 / 377 ms against portable
-  16 / 49 / 225 ms at N = 2,048 / 4,096 / 8,192 (cuSOLVERMp's ormqr dominates). Not yet
-  measured on two GPUs.
+* QR, one GPU (session 8, benchmarks/results/session8/call3_crossover.jsonl, Q^H b applied
+  from the reflectors): qr native 13.4 / 32.4 / 100.9 / 449 ms against portable 11.8 / 30.2 /
+  97.3 / 469 ms at N = 2,048 / 4,096 / 8,192 / 16,384; least_squares (M = 2N) native 15.8 /
+  44.8 / 153.6 / 664 ms against portable 16.4 / 48.8 / 226 / 1006 ms. So one GPU runs the
+  portable path below N = 8,192 (native qr 13% and 7% slower there; least squares 4% and 8%
+  faster), natively from 8,192 (qr 3.7% slower, least squares 1.5x faster) and beyond. Not
+  yet measured on two GPUs: grids keep the portable path below N = 32,768, where the Cholesky
+  family's two-GPU crossover was measured.
 """
 
 from __future__ import annotations
@@ -50,11 +53,13 @@ class Crossover:
     below_n: run portable only while the matrix's order (its smaller extent) is below this
       (None: at every size that fits).
     devices: grid sizes (number of devices) where the rule applies (None: every grid).
+    min_devices: the rule applies only to grids of at least this many devices.
     """
 
     copies: int
     below_n: Optional[int] = None
     devices: Optional[frozenset] = None
+    min_devices: int = 1
 
 
 #: The crossovers of each kernel family, any of which sends ``auto`` to the portable path
@@ -63,7 +68,8 @@ CROSSOVERS: dict = {
     # one GPU: plain JAX is faster at every size that fits; on a grid, below N = 32,768
     "cholesky": (Crossover(copies=5, devices=frozenset({1})), Crossover(copies=5, below_n=32768)),
     "lu": (Crossover(copies=3),),
-    "qr": (Crossover(copies=4),),
+    # one GPU: below N = 8,192; grids (not measured yet): below N = 32,768, as Cholesky's
+    "qr": (Crossover(copies=4, below_n=8192, devices=frozenset({1})), Crossover(copies=4, below_n=32768, min_devices=2)),
     "eigh": (Crossover(copies=5),),
     "sygvd": (Crossover(copies=7),),
 }
@@ -77,7 +83,7 @@ def prefer_portable(family: str, ndevices: int, shape, dtype, device_bytes) -> b
         return False
     size = int(np.prod(shape)) * np.dtype(dtype).itemsize
     for rule in CROSSOVERS.get(family, ()):
-        if rule.devices is not None and ndevices not in rule.devices:
+        if (rule.devices is not None and ndevices not in rule.devices) or ndevices < rule.min_devices:
             continue
         if rule.below_n is not None and min(shape) >= rule.below_n:
             continue

@@ -269,5 +269,11 @@ def test_auto_uses_the_measured_crossover(monkeypatch):
     assert _backend.select("potrs", "auto", two, big, np.float64) is native
     assert _backend.select("potrs", "auto", one, big, np.float64) is portable
     assert _backend.select("potrs", "auto", two, (16384, 16384), np.float64) is portable
+    # QR (qr, least_squares): one device portable below N = 8,192, grids below 32,768
+    for op in ("qr", "least_squares"):
+        assert _backend.select(op, "auto", one, (8192, 8192), np.float64) is native
+        assert _backend.select(op, "auto", one, (16384, 4096), np.float64) is portable
+        assert _backend.select(op, "auto", two, (16384, 16384), np.float64) is portable
+        assert _backend.select(op, "auto", two, (65536, 32768), np.float64) is native
     assert _backend.select("lu", "auto", one) is native  # no shape: nothing to compare
     assert not _crossover.prefer_portable("lu", 1, fits, np.float64, None)

@@ -62,18 +62,33 @@ def compiled_under_vmap(method):
     ``jax.vmap`` (the module's arrays or the arguments are its tracers): the solves'
     placements on Explicit mesh axes need a compiled program there, as the functions get
     from their own compiled calls. Keyword arguments, and arguments that are not arrays
-    (``trans``), are static."""
+    (``trans``), are static; the jitted function is cached on them, and ``jax.jit`` caches
+    its compilations on the module's structure (its static call) and the arrays' types."""
     @functools.wraps(method)
     def run(self, *args, **kwargs):
         if not any(_layout.under_eager_vmap(x) for x in jax.tree.leaves((self, args))):
             return method(self, *args, **kwargs)
-        static = {i: x for i, x in enumerate(args) if not hasattr(x, "shape")}
-
-        def traced(module, *arrays):
-            rest = iter(arrays)
-            return method(module, *(static[i] if i in static else next(rest) for i in range(len(args))), **kwargs)
-        return jax.jit(traced)(self, *(x for i, x in enumerate(args) if i not in static))
+        static = tuple((i, x) for i, x in enumerate(args) if not hasattr(x, "shape"))
+        arrays = (x for i, x in enumerate(args) if i not in dict(static))
+        key = (method, len(args), static, tuple(sorted(kwargs.items())))
+        try:
+            jitted = _jitted_method(*key)
+        except TypeError:  # an unhashable static argument (a list for b): not cached
+            jitted = _jitted_method.__wrapped__(*key)
+        return jitted(self, *arrays)
     return run
+
+
+@functools.lru_cache(maxsize=256)
+def _jitted_method(method, nargs: int, static: tuple, kwargs: tuple):
+    """``jax.jit`` of ``method(module, *args, **kwargs)`` with the arguments at the positions of
+    ``static`` fixed to their values; the others are the jitted function's array arguments."""
+    fixed, options = dict(static), dict(kwargs)
+
+    def traced(module, *arrays):
+        rest = iter(arrays)
+        return method(module, *(fixed[i] if i in fixed else next(rest) for i in range(nargs)), **options)
+    return jax.jit(traced)
 
 
 def prepare(family: str, matrices, *, square: bool = True, T_A=None, mesh=None, matrix_specs=None,

@@ -224,3 +224,18 @@ def test_public_api_native_least_squares_grad_and_local(native_backend):
     x, st = step(ag, jax.device_put(b, NamedSharding(mesh, P("x"))))
     assert int(st) == 0
     np.testing.assert_allclose(np.asarray(x), np.linalg.lstsq(a, b, rcond=None)[0], rtol=1e-9, atol=1e-9)
+
+
+def test_native_least_squares_products_are_full_precision(native_backend):
+    """Q^H b from the reflectors and the back substitution multiply at full precision (no TF32
+    for float32 on GPUs: tests/test_precision.py)."""
+    import re
+
+    import jaxmg
+
+    mesh = _mesh((2, 2), False)
+    a = jax.device_put(_random((48, 24), np.float32, 0), NamedSharding(mesh, P("x", "y")))
+    b = jnp.ones(48, jnp.float32)
+    text = jax.jit(lambda a: jaxmg.least_squares(a, b, T_A=8, mesh=mesh, backend="native")).lower(a).as_text()
+    dots = re.findall(r"stablehlo\.dot_general[^\n]*", text)
+    assert dots and all("HIGHEST" in d for d in dots), [d for d in dots if "HIGHEST" not in d][:2]

@@ -2,9 +2,12 @@
 
 On GPUs, float32 and complex64 products at JAX's default precision run in TF32 (about 1e-3
 relative error): a least-squares solution computed so was off by 1.4e-3 on an H200 (session 8).
-The kernel layer traces its kernels under ``jax.default_matmul_precision("highest")``
-(``jaxmg._sharded._body``), so every ``dot_general`` of an operation and of its derivatives
-carries ``precision = [HIGHEST, HIGHEST]``. Checked on the lowered program (the CPU has no TF32).
+The kernels multiply with ``jaxmg.kernels.products.matmul`` (precision HIGHEST), also when
+called directly in a shard_map (``jaxmg.ops.local``), and the kernel layer traces them under
+``jax.default_matmul_precision("highest")`` (``jaxmg._sharded._body``), so every ``dot_general``
+of an operation and of its derivatives carries ``precision = [HIGHEST, HIGHEST]``. Checked on the
+lowered program (the CPU has no TF32); the native kernels' own check is in
+tests/gpu/test_qr_emulated.py.
 """
 
 import re
@@ -46,3 +49,19 @@ def test_products_of_operations_and_gradients_are_full_precision(name):
     assert dots or name in ("potrs", "lu_solve", "qr", "syevd"), "no products at all: the check checks nothing"
     loose = [d for d in dots if "HIGHEST" not in d]
     assert not loose, loose[:2]
+
+
+def test_local_kernels_are_full_precision():
+    """jaxmg.ops.local runs the kernels in the caller's shard_map, outside the kernel layer."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Auto)
+    grid = jaxmg.Grid.from_spec(mesh, P("x", "y"))
+
+    def step(a_block, b_rows):
+        (x,) = jaxmg.ops.local.least_squares(a_block, b_rows, grid=grid)[:1]
+        return x
+
+    fn = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(P("x", "y"), P("x")), out_specs=P("x"),
+                               check_vma=False))
+    text = fn.lower(put(TALL, mesh, P("x", "y")), put(np.ones(64, np.float32), mesh, P("x"))).as_text()
+    dots = re.findall(r"stablehlo\.dot_general[^\n]*", text)
+    assert dots and all("HIGHEST" in d for d in dots), dots[:2]

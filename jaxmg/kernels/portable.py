@@ -23,6 +23,7 @@ from jax.scipy.linalg import solve_triangular
 
 from .._sharded import gather_block, local_block
 from . import status as _status
+from .products import matmul
 
 NAME = "portable"
 
@@ -73,7 +74,7 @@ def cholesky_inverse(state, *, grid):
     chol = gather_block(state, grid)
     eye = jnp.eye(chol.shape[0], dtype=chol.dtype)
     inv_l = solve_triangular(chol, eye, lower=True)
-    return (local_block(jnp.conj(inv_l).T @ inv_l, grid),)
+    return (local_block(matmul(jnp.conj(inv_l).T, inv_l), grid),)
 
 
 def cholesky_lower(state, *, grid):
@@ -116,7 +117,7 @@ def qr_r(q, r, *, grid):
 def qr_solve(q, r, b, *, grid):
     """The least-squares solution x = R^-1 Q^H b (b has M rows; x has N)."""
     q = gather_block(q, grid)
-    x = solve_triangular(r, jnp.conj(q).T @ _as_matrix(b), lower=False)
+    x = solve_triangular(r, matmul(jnp.conj(q).T, _as_matrix(b)), lower=False)
     return (_like_rhs(x, b),)
 
 
@@ -154,7 +155,7 @@ def gesvd(a, *, grid, full_matrices):
 def polar(a, *, grid):
     """A = U_p H with U_p (M x N) having orthonormal columns and H (N x N) Hermitian PSD."""
     u, s, vh = jnp.linalg.svd(gather_block(a, grid), full_matrices=False)
-    u_p = u @ vh
-    h = (jnp.conj(vh).T * s.astype(vh.dtype)) @ vh
+    u_p = matmul(u, vh)
+    h = matmul(jnp.conj(vh).T * s.astype(vh.dtype), vh)
     h = (h + jnp.conj(h).T) / 2
     return local_block(u_p, grid), local_block(h, grid), _status.finite(s)

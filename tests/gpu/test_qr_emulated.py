@@ -237,5 +237,9 @@ def test_native_least_squares_products_are_full_precision(native_backend):
     a = jax.device_put(_random((48, 24), np.float32, 0), NamedSharding(mesh, P("x", "y")))
     b = jnp.ones(48, jnp.float32)
     text = jax.jit(lambda a: jaxmg.least_squares(a, b, T_A=8, mesh=mesh, backend="native")).lower(a).as_text()
+    # the kernels called directly in a shard_map, as jaxmg.ops.local calls them
+    grid = _layout.Grid(mesh, ("x",), ("y",))
+    y = jnp.ones((24, 2), jnp.float32)
+    text += _family(grid, mesh, 8, 48).lower(a, b, jnp.ones((48, 3), jnp.float32), y).as_text()
     dots = re.findall(r"stablehlo\.dot_general[^\n]*", text)
     assert dots and all("HIGHEST" in d for d in dots), [d for d in dots if "HIGHEST" not in d][:2]

@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 
 from . import _grid
+from ..products import matmul
 
 
 def _start(local, grid, tile):
@@ -115,7 +116,7 @@ def _transposed_solve(f, piv, c, grid, n: int, t: int):
         known = y.reshape(kr, pr, t, nrhs)
         known = jax.lax.dynamic_index_in_dim(known, p, axis=1, keepdims=False)
         known = jnp.where(mask(row_tiles)[:, None, None], known, jnp.zeros((), y.dtype)).reshape(kr * t, nrhs)
-        partial = jnp.where(mine, jnp.matmul(slab, known, precision=jax.lax.Precision.HIGHEST),
+        partial = jnp.where(mine, matmul(slab, known),
                             jnp.zeros((), y.dtype))
         r = rhs - reduce(partial)
         owner = mine & (p == j % pr)

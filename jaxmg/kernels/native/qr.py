@@ -44,6 +44,7 @@ import jax
 import jax.numpy as jnp
 
 from . import _grid
+from ..products import matmul
 from ..status import first_bad_pivot
 
 
@@ -236,10 +237,10 @@ def _apply_qh(f, tau_l, c_l, grid, s: _Shape):
         live = (tau_k != 0) & (q == owner)
         v = jnp.where(rows[None, :] > cols[:, None], v, zero) + (rows[None, :] == cols[:, None]).astype(f.dtype)
         v = jnp.where(live[:, None], v, zero)
-        gram, proj = row_sum((jnp.conj(v) @ v.T, jnp.conj(v) @ c_l))
+        gram, proj = row_sum((matmul(jnp.conj(v), v.T), matmul(jnp.conj(v), c_l)))
         tri = jnp.triu(gram, 1) + jnp.diag(jnp.where(live, 1 / jnp.where(live, tau_k, 1), 1).astype(f.dtype))
         y = jax.scipy.linalg.solve_triangular(tri, proj, lower=False, trans="C")
-        c_l = c_l - v.T @ y
+        c_l = c_l - matmul(v.T, y)
         if grid.col_axes:  # the owner's rows, to every process column
             c_l = jax.lax.psum(jnp.where(q == owner, c_l, zero), _grid.name(grid.col_axes))
         return c_l
@@ -298,7 +299,7 @@ def _r_solve(f, c, grid, s: _Shape, adjoint: bool):
             mine = q == j % s.pc
             known = jax.lax.dynamic_index_in_dim(x.reshape(kr_n, s.pr, t, nrhs), p, axis=1, keepdims=False)
             known = jnp.where((row_tiles < j)[:, None, None], known, 0).reshape(kr_n * t, nrhs)
-            partial = jnp.conj(slab) @ known
+            partial = matmul(jnp.conj(slab), known)
             diag = jax.lax.dynamic_slice_in_dim(slab, (j // s.pr) * t, t, axis=-1).T  # R_jj
             owner = mine & (p == j % s.pr)
         else:  # (R x)_j = sum_{l >= j} R_jl x_l: tile row j of R, local columns
@@ -306,7 +307,7 @@ def _r_solve(f, c, grid, s: _Shape, adjoint: bool):
             mine = p == j % s.pr
             known = jax.lax.dynamic_index_in_dim(x.reshape(s.nloc // t, s.pc, t, nrhs), q, axis=1, keepdims=False)
             known = jnp.where((col_tiles > j)[:, None, None], known, 0).reshape(s.nloc, nrhs)
-            partial = slab.T @ known
+            partial = matmul(slab.T, known)
             diag = jax.lax.dynamic_slice_in_dim(slab, (j // s.pc) * t, t, axis=-2).T  # R_jj
             owner = mine & (q == j % s.pc)
         r = rhs - reduce(jnp.where(mine, partial, jnp.zeros((), c.dtype)))

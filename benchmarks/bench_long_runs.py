@@ -62,8 +62,9 @@ CACHES = {
 def _args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--calls", type=int, default=1000)
-    p.add_argument("--eager-grad-calls", type=int, default=5,
-                   help="calls of the eager_grad_* cases (each compiles anew; one warm-up call)")
+    p.add_argument("--eager-grad-calls", type=int, default=None,
+                   help="calls of the eager_grad_* cases (default: --calls; their compiled calls are cached "
+                        "after the first, as for the other cases)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--n", type=int, default=16)
     p.add_argument("--backend", default="portable", choices=("portable", "native", "auto"))
@@ -189,8 +190,8 @@ def cases(n: int, backend: str, inputs: str = "device") -> dict:
         "potrs_jit": lambda: potrs_jit(matrix(spd), vector(rhs)),
         # Control: plain JAX (no jaxmg) on one device, jitted once: what the runtime itself gains per call.
         "jax_cho_solve": lambda: jax_cho_solve(single(spd), single(rhs)),
-        # Derivatives: jax.grad jitted once; and eagerly (jax.grad outside jit traces, and
-        # compiles, on every call: slow, see --eager-grad-calls).
+        # Derivatives: jax.grad jitted once; and eagerly (jax.grad outside jit: the first call
+        # compiles, later calls reuse jaxmg's cached compiled calls; they trace the loss anew).
         **{f"grad_{name}": (lambda f=grads[name], x=x: f(matrix(x)))
            for name, (_, x) in losses.items()},
         **{f"eager_grad_{name}": (lambda loss=loss, x=x: eager_grad(loss, matrix(x)))
@@ -245,8 +246,8 @@ def main(argv=None) -> int:
         raise SystemExit(f"--cases: unknown {unknown}; choose from {sorted(table)}")
     for name in names:
         eager_grad = name.startswith("eager_grad_")
-        record = measure(name, table[name], args.eager_grad_calls if eager_grad else args.calls,
-                         1 if eager_grad else args.warmup)
+        calls = args.eager_grad_calls if eager_grad and args.eager_grad_calls is not None else args.calls
+        record = measure(name, table[name], calls, args.warmup)
         record.update(n=args.n, devices=jax.device_count(), processes=jax.process_count(), backend=args.backend,
                       inputs=args.inputs)
         if jax.process_index() == 0:

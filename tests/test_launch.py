@@ -415,8 +415,11 @@ def test_survivor_of_a_dead_rank_fails_in_time(tmp_path, init, dead, mode):
     if dead == 1:  # the coordination service (in rank 0) names the dead task
         assert ("Task 1 heartbeat timeout" in out
                 or "stopped sending heartbeats):\n1" in out), out[-3000:]
-    else:  # the coordination service itself died with rank 0
-        assert "coordination_service" in out and "Socket closed" in out, out[-3000:]
+    else:  # the coordination service itself died with rank 0: the survivor's RPCs to it fail,
+        # in gRPC's words of the moment ("Socket closed", or "Connection reset by peer" when the
+        # survivor's poll was in flight)
+        lost = ("Socket closed", "Connection reset by peer", "Stream removed", "Connection refused")
+        assert "coordination_service" in out and any(word in out for word in lost), out[-3000:]
 
 
 @pytest.mark.parametrize("value, heartbeat", [(None, 30), ("20", 10), ("9", 4)])

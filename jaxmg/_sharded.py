@@ -137,13 +137,9 @@ class Plan:
 
 
 def _body(plan: Plan):
-    """The per-shard body of ``plan``: its kernel, with every matrix product it traces at full
-    precision (float32 and complex64 products on GPUs would otherwise run in TF32, with errors
-    near 1e-3 in a least-squares solution; float64 is unaffected)."""
     def body(*args):
         args = [gather_rows(x, k.spec) if isinstance(k, Rows) else x for x, k in zip(args, plan.inputs)]
-        with jax.default_matmul_precision("highest"):
-            outs = plan.kernel(*args, grid=plan.grid, **dict(plan.params))
+        outs = plan.kernel(*args, grid=plan.grid, **dict(plan.params))
         return tuple(local_rows(o, k.spec) if isinstance(k, Rows) else o for o, k in zip(outs, plan.outputs))
 
     return body

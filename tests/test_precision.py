@@ -2,10 +2,10 @@
 
 On GPUs, float32 and complex64 products at JAX's default precision run in TF32 (about 1e-3
 relative error): a least-squares solution computed so was off by 1.4e-3 on an H200 (session 8).
-The kernels multiply with ``jaxmg.kernels.products.matmul`` (precision HIGHEST), also when
-called directly in a shard_map (``jaxmg.ops.local``), and the kernel layer traces them under
-``jax.default_matmul_precision("highest")`` (``jaxmg._sharded._body``), so every ``dot_general``
-of an operation and of its derivatives carries ``precision = [HIGHEST, HIGHEST]``. Checked on the
+The kernels multiply with ``jaxmg.kernels.products.matmul`` (precision HIGHEST; QDWH's products
+are traced under ``jax.default_matmul_precision("highest")``), also when called directly in a
+shard_map (``jaxmg.ops.local``), so every ``dot_general`` of an operation and of its derivatives
+carries ``precision = [HIGHEST, HIGHEST]``. Checked on the
 lowered program (the CPU has no TF32); the native kernels' own check is in
 tests/gpu/test_qr_emulated.py.
 """

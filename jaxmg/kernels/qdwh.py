@@ -97,16 +97,15 @@ def _qr_step(x, grid, a, b, c):
     if grid.nprow == 1:
         q, _ = jnp.linalg.qr(jnp.concatenate([math.sqrt(c) * x, jnp.eye(n, dtype=x.dtype)], axis=0), mode="reduced")
         q1, q2 = q[: x.shape[0]], q[x.shape[0]:]
-        return (b / c) * x + ((a - b / c) / math.sqrt(c)) * (q1 @ jnp.conj(q2).T)
-    q_loc, r_loc = jnp.linalg.qr(math.sqrt(c) * x, mode="reduced")
-    r_all = jax.lax.all_gather(r_loc, _axes_name(grid.row_axes), axis=0, tiled=False)
-    k = r_all.shape[1]
-    stacked = jnp.concatenate([r_all.reshape(-1, n), jnp.eye(n, dtype=x.dtype)], axis=0)
-    q_small, _ = jnp.linalg.qr(stacked, mode="reduced")
-    me = jax.lax.axis_index(_axes_name(grid.row_axes))
-    mine = jax.lax.dynamic_slice_in_dim(q_small, me * k, k, axis=0)
-    q1 = q_loc @ mine
-    q2 = q_small[-n:]
+    else:
+        q_loc, r_loc = jnp.linalg.qr(math.sqrt(c) * x, mode="reduced")
+        r_all = jax.lax.all_gather(r_loc, _axes_name(grid.row_axes), axis=0, tiled=False)
+        k = r_all.shape[1]
+        stacked = jnp.concatenate([r_all.reshape(-1, n), jnp.eye(n, dtype=x.dtype)], axis=0)
+        q_small, _ = jnp.linalg.qr(stacked, mode="reduced")
+        me = jax.lax.axis_index(_axes_name(grid.row_axes))
+        q1 = q_loc @ jax.lax.dynamic_slice_in_dim(q_small, me * k, k, axis=0)
+        q2 = q_small[-n:]
     return (b / c) * x + ((a - b / c) / math.sqrt(c)) * (q1 @ jnp.conj(q2).T)
 
 

@@ -95,8 +95,11 @@ def prepare(family: str, matrices, *, square: bool = True, T_A=None, mesh=None, 
             donate: bool = False, backend: str = "auto", num_rhs: int = 0):
     """Check the matrices, resolve the call, and place them in a's caller layout.
 
-    Returns (call, arrays, kept): ``kept`` are the arrays to keep as operators (None for
-    donated concrete arrays, which the factorisation consumes).
+    Returns (call, arrays, kept): ``kept`` are the arrays to keep as operators; None for
+    donated concrete arrays, which the factorisation consumes (``donate=kept is None``). A tracer
+    (``jax.jit``, or an eager ``jax.grad``/``jax.jvp``/``jax.vmap``) is always kept, and never
+    consumed: the derivatives need it, and under eager differentiation its primal is the
+    caller's own buffer.
     """
     call, arrays = setup(family, matrices=matrices, square=square, T_A=T_A, mesh=mesh,
                          matrix_specs=matrix_specs, donate=donate, backend=backend, num_rhs=num_rhs)
@@ -110,11 +113,3 @@ def no_gradient(x):
     pass through untouched, so that donating them consumes the caller's buffer."""
     return jax.lax.stop_gradient(x) if isinstance(x, jax.core.Tracer) else x
 
-
-def factor_operand(x, donate: bool):
-    """The matrix to factor and whether it may be donated: ``x`` cut from differentiation
-    (:func:`no_gradient`), donated only when it is concrete. A tracer (``jax.jit``, or an
-    eager ``jax.grad``/``jax.jvp``/``jax.vmap``) is kept as the module's operator for the
-    derivatives, and under eager differentiation its primal is the caller's own buffer, which
-    must outlive the factorisation."""
-    return no_gradient(x), bool(donate) and not isinstance(x, jax.core.Tracer)

@@ -65,8 +65,7 @@ class Cholesky(Factorisation):
                                       matrix_specs=matrix_specs, donate=donate, backend=backend,
                                       num_rhs=1)
         call = dataclasses.replace(call, natural=natural)
-        operand, consumed = _base.factor_operand(a, donate)
-        state, status = ops.factor(call, operand, donate=consumed)
+        state, status = ops.factor(call, _base.no_gradient(a), donate=kept is None)
         self.state = jax.lax.stop_gradient(state)
         self.status = status
         self.operator = kept

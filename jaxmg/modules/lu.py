@@ -46,8 +46,7 @@ class LU(Factorisation):
                  donate: bool = False, backend: str = "auto"):
         call, (a,), (kept,) = prepare("lu", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
                                       donate=donate, backend=backend, num_rhs=1)
-        operand, consumed = _base.factor_operand(a, donate)
-        lu, pivots, status = ops.factor(call, operand, donate=consumed)
+        lu, pivots, status = ops.factor(call, _base.no_gradient(a), donate=kept is None)
         self.lu = jax.lax.stop_gradient(lu)
         self.pivots = pivots
         self.status = status

@@ -42,8 +42,7 @@ class QR(Factorisation):
         call, (a,), (kept,) = prepare("qr", [("a", a)], square=False, T_A=T_A, mesh=mesh,
                                       matrix_specs=matrix_specs, donate=donate, backend=backend,
                                       num_rhs=1)
-        operand, consumed = _base.factor_operand(a, donate)
-        *state, status = ops.factor(call, operand, donate=consumed)
+        *state, status = ops.factor(call, _base.no_gradient(a), donate=kept is None)
         self.state = tuple(jax.lax.stop_gradient(s) for s in state)
         self.status = status
         self.operator = kept

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -38,6 +39,9 @@ def _args(argv=None):
                    help="polar's accuracy: also run polar on matrices with singular values geometric "
                         "from 1 to 1/cond, and report ||U^H U - I||_F/sqrt(N) and ||A - U H||_F/||A||_F")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "eig.jsonl"))
+    p.add_argument("--profile", default=None,
+                   help="trace one more (untimed) call of each jaxmg case with jax.profiler into this folder "
+                        "(a Perfetto trace per case; summarize it with benchmarks/trace_summary.py)")
     return p.parse_args(argv)
 
 
@@ -104,6 +108,16 @@ def _timed(fn, runs):
     return times
 
 
+def _traced(fn, folder):
+    """One more call of ``fn``, traced by jax.profiler into ``folder`` (Perfetto JSON)."""
+    import jax
+    jax.profiler.start_trace(folder, create_perfetto_trace=True)
+    try:
+        jax.block_until_ready(fn())
+    finally:
+        jax.profiler.stop_trace()
+
+
 def _residual(a, w, v, dtype):
     import numpy as np
     a, w, v = (np.asarray(x, np.float64) for x in (a, w, v))
@@ -163,6 +177,8 @@ def main(argv=None):
                               if t["kind"] == "syevd"]
                     rec.update(median_s=statistics.median(times), times_s=times,
                                syevd_ms=statistics.median(solver) if solver else None)
+                    if args.profile:
+                        _traced(lambda: fn(a), os.path.join(args.profile, f"{op}-n{n}-t{tile}"))
                     if op == "syevd" and n <= 8192 and jax.process_count() == 1:
                         w, v = fn(a)
                         rec["residual"] = _residual(a, w, v, dtype)

@@ -22,6 +22,9 @@ FAMILY = {
     "potrs": "cholesky", "cholesky": "cholesky", "lu_solve": "lu", "lu": "lu",
     "least_squares": "qr", "qr": "qr", "syevd": "eigh", "eigh": "eigh", "sygvd": "sygvd",
     "gesvd": "svd", "svd": "svd", "polar": "polar",
+    # the modules, and log det (the Cholesky family's)
+    "Cholesky": "cholesky", "LU": "lu", "QR": "qr", "Eigh": "eigh", "SVD": "svd", "Polar": "polar",
+    "logdet": "cholesky",
 }
 
 
@@ -57,7 +60,8 @@ def select(op: str, backend: str, mesh, shape=None, dtype=None) -> ModuleType:
 
 
 def native_unavailable(op: str, mesh) -> str | None:
-    """Why ``op`` cannot run natively on ``mesh``, or None."""
+    """Why ``op`` (an operation, module or family) cannot run natively on ``mesh``, or None."""
+    op = FAMILY.get(op, op)
     platform = _platform(mesh)
     if platform not in ("gpu", "cuda"):
         return f"the mesh's devices are {platform!r}, and the native backend needs NVIDIA GPUs"
@@ -70,5 +74,11 @@ def native_unavailable(op: str, mesh) -> str | None:
 
 
 def default_backend(op: str, mesh) -> str:
-    """The backend that ``backend="auto"`` gives family ``op`` on ``mesh``: "native" or "portable"."""
+    """The backend that ``backend="auto"`` gives ``op`` on ``mesh``: "native" or "portable".
+
+    ``op`` is an operation ("potrs", "lu_solve", ...), a module ("Cholesky", "Eigh", ...) or a
+    family ("cholesky", "lu", "qr", "eigh", "sygvd", "svd", "polar")."""
+    if op not in FAMILY and op not in FAMILY.values():
+        known = sorted(set(FAMILY) | set(FAMILY.values()))
+        raise ValueError(f"op must name an operation, module or family of jaxmg, one of {known}; got {op!r}.")
     return select(op, "auto", mesh).NAME

@@ -154,6 +154,8 @@ def check_rhs(call: Call, b, name: str = "b", rows: Optional[int] = None):
         raise TypeError(f"{name} has dtype {b.dtype} but a has dtype {call.dtype}; "
                         f"convert {name} with {name}.astype(a.dtype).")
     _checks.check_rhs(b, name, call.shape[0] if rows is None else rows, "a")
+    _layout.check_reachable(b, name, call.grid.mesh, target="the factorisation's mesh (a's, else its device's)",
+                            fix="Make the factorisation on b's mesh (shard a there, or pass mesh= to the module)")
     return b, call.rhs(b, name)
 
 

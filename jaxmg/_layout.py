@@ -402,7 +402,7 @@ def resolve(mesh, matrix_specs, matrices: Sequence[tuple], num_rhs: int = 0, rhs
     a, a_name = matrices[0]
     mesh = resolve_mesh(mesh, a, [x for x, _ in matrices[1:]] + list(rhs))
     for x, name in matrices:
-        _check_reachable(x, name, mesh)
+        check_reachable(x, name, mesh)
     specs = _split_specs(matrix_specs, len(matrices) + num_rhs)
     held = specs[0].spec if isinstance(specs[0], Held) else None
     specs = tuple(None if isinstance(s, Held) else s for s in specs)
@@ -424,9 +424,10 @@ def resolve(mesh, matrix_specs, matrices: Sequence[tuple], num_rhs: int = 0, rhs
     return Layout(grid, out_spec, tuple(specs[len(matrices):]))
 
 
-def _check_reachable(x, name: str, mesh: AnyMesh) -> None:
+def check_reachable(x, name: str, mesh: AnyMesh, target: str = "mesh=", fix: Optional[str] = None) -> None:
     """Inside ``jax.jit`` an array cannot move to a mesh of another shape or other axes (eagerly
-    it is transferred): say so, naming ``mesh``, instead of JAX's divisibility error."""
+    it is transferred): say so, naming ``target`` (where ``mesh`` came from) and ``fix``,
+    instead of JAX's divisibility or device-assignment error."""
     if not _is_tracer(x) or is_eager((x,)):
         return
     own = mesh_of(x)
@@ -434,27 +435,37 @@ def _check_reachable(x, name: str, mesh: AnyMesh) -> None:
         return
     theirs, wanted = _abstract(own), _abstract(mesh)
     if (theirs.axis_names, theirs.axis_sizes) != (wanted.axis_names, wanted.axis_sizes):
+        fix = fix or f"Pass {name}'s own mesh (or mesh=None)"
         raise ValueError(
             f"{name} is sharded over a mesh of axes {dict(zip(theirs.axis_names, theirs.axis_sizes))}, but "
-            f"mesh= is one of axes {dict(zip(wanted.axis_names, wanted.axis_sizes))}; inside jax.jit an array "
-            f"cannot move to another mesh. Pass {name}'s own mesh (or mesh=None), or place {name} on the "
-            f"mesh first (jax.device_put(x, NamedSharding(mesh, spec)) before jax.jit).")
+            f"{target} is one of axes {dict(zip(wanted.axis_names, wanted.axis_sizes))}; inside jax.jit an array "
+            f"cannot move to another mesh. {fix}, or place {name} on that mesh first "
+            f"(jax.device_put(x, NamedSharding(mesh, spec)) before jax.jit).")
 
 
 def resolve_rhs(x, name: str, grid: Grid, spec: Optional[P] = None) -> P:
-    """The layout of right-hand side ``x``: ``spec`` if given, else x's own, else a's rows."""
+    """The layout in which right-hand side ``x`` is solved: ``spec`` if given (in
+    ``matrix_specs``), else x's own, else a's rows; a layout that splits x's columns is
+    solved with the columns whole (:func:`rhs_home` gives the solution back in it)."""
     if spec is None:
         spec = caller_spec(x, grid.mesh)
     if spec is None:
         spec = grid.rows_spec(x.ndim)
     entries = _validate_spec(spec, grid.mesh, name, x.ndim)
     if x.ndim == 2 and entry_axes(entries[1]):
-        raise ValueError(
-            f"the spec of {name}, {spec}, splits its columns; a right-hand side may be "
-            f"P(r), P(r, None) or replicated."
-        )
+        entries = (entries[0], None)
     _check_divides(x.shape[:1], entries[:1], grid.mesh, name)
     return P(*entries)
+
+
+def rhs_home(x, solved: P, mesh: AnyMesh, spec: Optional[P] = None) -> Optional[P]:
+    """The layout to return the solution of right-hand side ``x`` in (``spec`` if given, else
+    x's own) where it splits x's columns, which :func:`resolve_rhs` solved whole; else None."""
+    own = spec if spec is not None else caller_spec(x, mesh)
+    if own is None or x.ndim != 2:
+        return None
+    entries = _validate_spec(own, mesh, "b", 2)
+    return P(*entries) if entry_axes(entries[1]) and P(*entries) != solved else None
 
 
 def check_output_fits(shape, spec: P, mesh: AnyMesh, what: str) -> None:

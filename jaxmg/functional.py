@@ -57,6 +57,18 @@ def _jitted(impl, mesh, matrix_specs, donate: tuple, static: tuple):
                    donate_argnums=donate)
 
 
+def _mesh_of_arguments(mesh, arrays):
+    """``mesh``, or where it is None and ``a`` (``arrays[0]``) is on no mesh, the mesh of the
+    first other argument that is: the operations resolve their mesh from their matrices, so
+    a mesh that only ``b`` carries (``jax.jit(jaxmg.potrs)(numpy_a, sharded_b)``) is passed
+    on here, as layout rule 3 reads it."""
+    if mesh is not None or not arrays or not all(hasattr(x, "shape") for x in arrays):
+        return mesh
+    if _layout.mesh_of(arrays[0]) is not None:
+        return None
+    return next((m for m in map(_layout.mesh_of, arrays[1:]) if m is not None), None)
+
+
 def _compiled(impl, matrices: tuple, rhs: tuple = (), *, mesh, matrix_specs, donate=False, **static):
     """``impl(*matrices, *rhs, mesh=, matrix_specs=, donate=, **static)``, outside ``jax.jit``
     as one compiled call cached on the static arguments.
@@ -70,7 +82,7 @@ def _compiled(impl, matrices: tuple, rhs: tuple = (), *, mesh, matrix_specs, don
     """
     arrays = tuple(matrices + rhs)
     static = dict(static, donate=donate)
-    direct = functools.partial(impl, mesh=mesh, matrix_specs=matrix_specs, **static)
+    direct = functools.partial(impl, mesh=_mesh_of_arguments(mesh, arrays), matrix_specs=matrix_specs, **static)
     if (not all(hasattr(x, "shape") for x in arrays) or not _layout.is_eager(arrays)
             or any(x.ndim != 2 for x in matrices) or any(x.ndim not in (1, 2) for x in rhs)
             or not _hashable(mesh, matrix_specs, tuple(sorted(static.items())))):

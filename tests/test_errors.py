@@ -165,3 +165,36 @@ def test_mesh_of_another_shape_inside_jit_names_mesh():
         jax.jit(lambda a, b: jaxmg.potrs(a, b, mesh=other))(a, b)
     np.testing.assert_allclose(np.asarray(jax.jit(lambda a, b: jaxmg.potrs(a, b, mesh=mesh))(a, b)), expected,
                                rtol=1e-10)
+
+
+def test_default_backend_names_the_op_and_maps_modules(mesh):
+    """default_backend takes operations, modules and families, and refuses a misspelled op."""
+    for op in ("potrs", "Cholesky", "logdet", "cholesky"):
+        assert jaxmg.default_backend(op, mesh) == jaxmg.default_backend("potrs", mesh)
+    assert jaxmg.default_backend("Eigh", mesh) == jaxmg.default_backend("syevd", mesh)
+    with pytest.raises(ValueError, match="op must name an operation.*'potrf'"):
+        jaxmg.default_backend("potrf", mesh)
+
+
+def test_native_unavailable_maps_operations_to_families(monkeypatch):
+    """Where the native library loads, an operation name ('potrs') is its family's: no
+    'family has no native kernels' for operations that have them (python -m jaxmg.info)."""
+    from jaxmg import _backend
+    from jaxmg.kernels import native
+
+    monkeypatch.setattr(native, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(_backend, "_platform", lambda mesh: "gpu")
+    for op in ("potrs", "lu_solve", "least_squares", "syevd", "sygvd", "gesvd", "polar", "Cholesky"):
+        assert _backend.native_unavailable(op, None) is None, op
+
+
+@pytest.mark.parametrize("kwargs, match", [(dict(backend="nativ"), "backend must be"),
+                                           (dict(T_A=0), "T_A must be at least 1"),
+                                           (dict(T_A=-3), "T_A must be at least 1")])
+def test_ops_local_checks_backend_and_tile(mesh, kwargs, match):
+    grid = jaxmg.Grid.from_spec(mesh, P("x", "y"))
+    a, b = put(4 * np.eye(8), mesh, P("x", "y")), put(np.ones(8), mesh, P("x"))
+    step = jax.shard_map(lambda a, b: jaxmg.ops.local.potrs(a, b, grid=grid, **kwargs), mesh=mesh,
+                         in_specs=(P("x", "y"), P("x")), out_specs=(P("x"), P(), P()), check_vma=False)
+    with pytest.raises(ValueError, match=match):
+        jax.jit(step)(a, b)

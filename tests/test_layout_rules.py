@@ -52,10 +52,29 @@ def test_rule2_accepted_layouts(spec_a, b_kind):
     assert same_spec(x, b_spec)
 
 
-def test_rule2_column_split_rhs_is_refused():
-    mesh = make_mesh((4, 2), ("x", "y"))
-    with pytest.raises(ValueError, match="splits its columns"):
-        jaxmg.potrs(put(A, mesh, P("x", "y")), put(np.ones((N, 2)), mesh, P("x", "y")))
+TALL = random_matrix(np.random.default_rng(12), (2 * N, N), np.float64)
+COLS = random_matrix(np.random.default_rng(13), (2 * N, 4), np.float64)
+
+
+@pytest.mark.parametrize("axis_type", [AxisType.Auto, AxisType.Explicit], ids=["auto", "explicit"])
+@pytest.mark.parametrize("b_spec", [P("x", "y"), P(None, "y")], ids=str)
+@pytest.mark.parametrize("op", ["potrs", "lu_solve", "least_squares", "Cholesky.solve", "LU.solve", "QR.solve"])
+def test_rule2_column_split_rhs_is_solved_and_returned_in_its_layout(op, b_spec, axis_type):
+    """A b whose columns are split (as plain JAX accepts it) is solved with its columns whole,
+    and the solution comes back in b's layout: eagerly, and inside jax.jit with the same values."""
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(axis_type,) * 2)
+    tall = op in ("least_squares", "QR.solve")
+    a_value, b_value = (TALL, COLS) if tall else (A, COLS[:N])
+    expected = np.linalg.lstsq(a_value, b_value, rcond=None)[0]
+    a, b = put(a_value, mesh, P("x", "y")), put(b_value, mesh, b_spec)
+    fn = {"potrs": jaxmg.potrs, "lu_solve": jaxmg.lu_solve, "least_squares": jaxmg.least_squares,
+          "Cholesky.solve": lambda a, b: jaxmg.Cholesky(a).solve(b),
+          "LU.solve": lambda a, b: jaxmg.LU(a).solve(b),
+          "QR.solve": lambda a, b: jaxmg.QR(a).solve(b)}[op]
+    x = fn(a, b)
+    assert np.allclose(np.asarray(x), expected, rtol=1e-9, atol=1e-11)
+    assert same_spec(x, b_spec)
+    assert np.allclose(np.asarray(jax.jit(fn)(a, b)), expected, rtol=1e-9, atol=1e-11)
 
 
 # Rule 3: mesh and specs read from a's sharding, or from jax.set_mesh, eagerly and in jit.
@@ -64,6 +83,35 @@ def test_rule3_from_sharding_eager_and_jit():
     a, b = put(A, mesh, P("x", "y")), put(B, mesh, P("x"))
     assert close(jaxmg.potrs(a, b))
     assert close(jax.jit(jaxmg.potrs)(a, b))
+
+
+@pytest.mark.parametrize("axis_type", [AxisType.Auto, AxisType.Explicit], ids=["auto", "explicit"])
+@pytest.mark.parametrize("op", ["potrs", "lu_solve", "least_squares", "vmap potrs"])
+def test_rule3_mesh_from_b_when_a_has_none_eager_and_jit(op, axis_type):
+    """a unsharded (NumPy), b sharded: the call runs on b's mesh, inside jax.jit too (b a jit
+    argument, or placed inside the jitted function)."""
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(axis_type,) * 2)
+    tall = op == "least_squares"
+    a_value, b_value = (TALL, COLS[:, 0]) if tall else (A, B)
+    fn = {"potrs": jaxmg.potrs, "lu_solve": jaxmg.lu_solve, "least_squares": jaxmg.least_squares,
+          "vmap potrs": lambda a, b: jax.vmap(jaxmg.potrs, in_axes=(None, 0))(a, b[None])[0]}[op]
+    expected = np.linalg.lstsq(a_value, b_value, rcond=None)[0]
+    b = put(b_value, mesh, P("x"))
+    placed_inside = jax.jit(lambda a: fn(a, jax.device_put(jnp.asarray(b_value), b.sharding)))
+    for x in (fn(a_value, b), jax.jit(fn)(a_value, b), placed_inside(a_value)):
+        assert np.allclose(np.asarray(x), expected, rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.parametrize("axis_type", [AxisType.Auto, AxisType.Explicit], ids=["auto", "explicit"])
+def test_rule3_module_solve_of_b_on_another_mesh_inside_jit_says_how(axis_type):
+    """A factorisation made from an unsharded a inside jax.jit runs on a's device; a b sharded
+    over a mesh cannot reach it there: a ValueError naming b and the fix, not JAX's device error."""
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(axis_type,) * 2)
+    b = put(B, mesh, P("x"))
+    with pytest.raises(ValueError, match="b is sharded over a mesh.*factorisation's mesh.*pass mesh="):
+        jax.jit(lambda a, b: jaxmg.Cholesky(a).solve(b))(A, b)
+    assert close(jax.jit(lambda a, b: jaxmg.Cholesky(a, mesh=mesh).solve(b))(A, b))
+    assert close(jaxmg.Cholesky(A).solve(b))
 
 
 def test_rule3_from_context_mesh_eager_and_jit():

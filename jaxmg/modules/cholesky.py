@@ -76,13 +76,13 @@ class Cholesky(Factorisation):
     def solve(self, b: Rhs):
         """x with ``a @ x = b``; b is (N,) or (N, NRHS) and x has b's shape and sharding."""
         call = self._call_here
-        b, spec = self._rhs(call, b)
+        b, spec, home = self._rhs(call, b)
         solve = lambda r: ops.solve(call, self.state, r, spec)  # noqa: E731
-        return self._masked(solves.linear_solve(
+        return home(self._masked(solves.linear_solve(
             call, self.operator, b, spec, solve,
             solves.hermitian_transpose_solve(solve, self.dtype),
             symmetric=False,
-        ))
+        )))
 
     def logdet(self):
         """log det a (real, replicated)."""

@@ -65,14 +65,14 @@ class LU(Factorisation):
         if trans not in _TRANSPOSE:
             raise ValueError(f"trans must be 'N', 'T' or 'C', got {trans!r}.")
         call = self._call_here
-        b, spec = self._rhs(call, b)
+        b, spec, home = self._rhs(call, b)
         transposed, conjugate = _TRANSPOSE[trans]
-        return self._masked(solves.linear_solve(
+        return home(self._masked(solves.linear_solve(
             call, self.operator, b, spec,
             lambda r: self._apply(call, r, spec, trans, False),
             lambda r: self._apply(call, r, spec, transposed, conjugate),
             symmetric=False, trans=trans,
-        ))
+        )))
 
     def transpose_solve(self, b):
         """x with ``a^T @ x = b`` (shorthand for ``solve(b, trans="T")``)."""

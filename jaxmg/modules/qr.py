@@ -58,9 +58,9 @@ class QR(Factorisation):
         (its row axes must divide N).
         """
         call = self._call_here
-        b, spec = self._rhs(call, b)
-        return self._masked(decompositions.least_squares(call, spec, self.shape[1], self.operator,
-                                                         self.state, b))
+        b, spec, home = self._rhs(call, b)
+        return home(self._masked(decompositions.least_squares(call, spec, self.shape[1], self.operator,
+                                                              self.state, b)))
 
     @property
     def q(self):

@@ -36,12 +36,14 @@ from typing import Optional
 
 from jax.sharding import PartitionSpec as P
 
-from .. import _backend, _layout
+from .. import _backend, _checks, _layout
 from .._layout import Grid
 from .._sharded import gather_rows, local_rows
 
 
 def _kernels(family: str, grid: Grid, backend: str, T_A: Optional[int], local_shape, dtype=None):
+    _checks.check_backend(backend)
+    _checks.check_tile(T_A)
     shape = (local_shape[0] * grid.nprow, local_shape[1] * grid.npcol)
     module = _backend.select(family, backend, grid.mesh, shape, dtype)
     params = {}

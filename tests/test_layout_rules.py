@@ -75,6 +75,9 @@ def test_rule2_column_split_rhs_is_solved_and_returned_in_its_layout(op, b_spec,
     assert np.allclose(np.asarray(x), expected, rtol=1e-9, atol=1e-11)
     assert same_spec(x, b_spec)
     assert np.allclose(np.asarray(jax.jit(fn)(a, b)), expected, rtol=1e-9, atol=1e-11)
+    with jax.set_mesh(mesh):  # (eager reverse mode on Explicit axes needs it, for jnp too)
+        grad_b = jax.grad(lambda b: jnp.sum(fn(a, b) ** 2))(b)
+    assert same_spec(grad_b, b_spec)  # the cotangent comes back in b's layout
 
 
 # Rule 3: mesh and specs read from a's sharding, or from jax.set_mesh, eagerly and in jit.

@@ -59,6 +59,8 @@ class Factorisation(eqx.Module):
         home = (lambda x: x) if own is None else functools.partial(_home, spec=own, mesh=mesh)  # noqa: E731
         if isinstance(mesh, jax.sharding.Mesh) and _layout.is_eager((b,)):
             return _sharded.put_eager(b, jax.sharding.NamedSharding(mesh, spec)), spec, home
+        if own is not None:  # through b's own layout first: its cotangent comes back in it
+            b = _sharded.place(b, own, mesh)
         return _sharded.place(b, spec, mesh), spec, home
 
 

@@ -57,8 +57,9 @@ class Call:
         """A matrix output in a's caller layout (``caller=True``) or in the grid layout."""
         return Block(self.layout.out_spec if caller else None)
 
-    def rhs(self, x, name: str, index: int = 0) -> P:
-        """Check right-hand side ``x`` against this call and return its layout."""
+    def rhs(self, x, name: str, index: int = 0) -> tuple:
+        """Check right-hand side ``x`` against this call: the layout it is solved in, and the
+        one its solution goes back to (None where the same; :func:`_layout.resolve_rhs`)."""
         spec = self.layout.rhs_specs[index] if index < len(self.layout.rhs_specs) else None
         return _layout.resolve_rhs(x, name, self.grid, spec)
 
@@ -146,7 +147,7 @@ def check_rhs(call: Call, b, name: str = "b", rows: Optional[int] = None):
     """Check a right-hand side against the factorised ``a`` (``module.solve(b)``).
 
     ``rows`` is the number of rows ``b`` must have (default: a's rows). Returns ``b`` as
-    an array and its layout.
+    an array, the layout it is solved in and its solution's home layout (None where the same).
     """
     b = _checks.as_array(b, name)
     _checks.check_dtype(b, name)
@@ -156,7 +157,7 @@ def check_rhs(call: Call, b, name: str = "b", rows: Optional[int] = None):
     _checks.check_rhs(b, name, call.shape[0] if rows is None else rows, "a")
     _layout.check_reachable(b, name, call.grid.mesh, target="the factorisation's mesh (a's, else its device's)",
                             fix="Make the factorisation on b's mesh (shard a there, or pass mesh= to the module)")
-    return b, call.rhs(b, name)
+    return (b, *call.rhs(b, name))
 
 
 def pick(values: Sequence, keep: Sequence[bool]):

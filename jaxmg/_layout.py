@@ -443,29 +443,21 @@ def check_reachable(x, name: str, mesh: AnyMesh, target: str = "mesh=", fix: Opt
             f"(jax.device_put(x, NamedSharding(mesh, spec)) before jax.jit).")
 
 
-def resolve_rhs(x, name: str, grid: Grid, spec: Optional[P] = None) -> P:
-    """The layout in which right-hand side ``x`` is solved: ``spec`` if given (in
-    ``matrix_specs``), else x's own, else a's rows; a layout that splits x's columns is
-    solved with the columns whole (:func:`rhs_home` gives the solution back in it)."""
+def resolve_rhs(x, name: str, grid: Grid, spec: Optional[P] = None) -> tuple:
+    """(solved, home): the layout in which right-hand side ``x`` is solved, and the one its
+    solution goes back to, or None where that is the same. The layout is ``spec`` if given (in
+    ``matrix_specs``), else x's own, else a's rows; one that splits x's columns is solved with
+    the columns whole, and is the solution's home."""
     if spec is None:
         spec = caller_spec(x, grid.mesh)
     if spec is None:
         spec = grid.rows_spec(x.ndim)
     entries = _validate_spec(spec, grid.mesh, name, x.ndim)
+    home = None
     if x.ndim == 2 and entry_axes(entries[1]):
-        entries = (entries[0], None)
+        home, entries = P(*entries), (entries[0], None)
     _check_divides(x.shape[:1], entries[:1], grid.mesh, name)
-    return P(*entries)
-
-
-def rhs_home(x, solved: P, mesh: AnyMesh, spec: Optional[P] = None) -> Optional[P]:
-    """The layout to return the solution of right-hand side ``x`` in (``spec`` if given, else
-    x's own) where it splits x's columns, which :func:`resolve_rhs` solved whole; else None."""
-    own = spec if spec is not None else caller_spec(x, mesh)
-    if own is None or x.ndim != 2:
-        return None
-    entries = _validate_spec(own, mesh, "b", 2)
-    return P(*entries) if entry_axes(entries[1]) and P(*entries) != solved else None
+    return P(*entries), home
 
 
 def check_output_fits(shape, spec: P, mesh: AnyMesh, what: str) -> None:

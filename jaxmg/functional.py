@@ -82,13 +82,13 @@ def _compiled(impl, matrices: tuple, rhs: tuple = (), *, mesh, matrix_specs, don
     """
     arrays = tuple(matrices + rhs)
     static = dict(static, donate=donate)
-    direct = functools.partial(impl, mesh=_mesh_of_arguments(mesh, arrays), matrix_specs=matrix_specs, **static)
+    direct = functools.partial(impl, mesh=mesh, matrix_specs=matrix_specs, **static)
     if (not all(hasattr(x, "shape") for x in arrays) or not _layout.is_eager(arrays)
             or any(x.ndim != 2 for x in matrices) or any(x.ndim not in (1, 2) for x in rhs)
             or not _hashable(mesh, matrix_specs, tuple(sorted(static.items())))):
         # the operation's checks convert what is not an array, or reject it with a message
         # that names the argument (before any placement could fail on a wrong rank)
-        return direct(*arrays)
+        return direct(*arrays, mesh=_mesh_of_arguments(mesh, arrays))
     try:
         own = _layout.resolve_mesh(mesh, arrays[0], arrays[1:])
     except (TypeError, ValueError):  # a bad mesh: the operation's own checks explain

@@ -49,23 +49,18 @@ class Factorisation(eqx.Module):
     def _rhs(self, call: Call, b, name: str = "b", rows: Optional[int] = None):
         """Check right-hand side ``b`` against ``call`` (:attr:`_call_here`) and place it in its
         layout; returns (b, spec, home), ``home`` mapping the solution back to b's own layout
-        (where b arrived with its columns split; else the identity). Eagerly (also under eager
-        ``jax.vmap``) the placement is a device transfer, or is left to the compiled call for
-        vmapped values."""
-        b, spec = check_rhs(call, b, name, rows)
+        (where b arrived with its columns split; else the identity)."""
+        b, spec, own = check_rhs(call, b, name, rows)
         mesh = call.grid.mesh
-        given = call.layout.rhs_specs[0] if call.layout.rhs_specs else None
-        own = _layout.rhs_home(b, spec, mesh, given)
-        home = (lambda x: x) if own is None else functools.partial(_home, spec=own, mesh=mesh)  # noqa: E731
-        if isinstance(mesh, jax.sharding.Mesh) and _layout.is_eager((b,)):
-            return _sharded.put_eager(b, jax.sharding.NamedSharding(mesh, spec)), spec, home
-        if own is not None:  # through b's own layout first: its cotangent comes back in it
-            b = _sharded.place(b, own, mesh)
-        return _sharded.place(b, spec, mesh), spec, home
+        if own is None:
+            return _put(b, spec, mesh), spec, lambda x: x
+        # through b's own layout first, so that its cotangent comes back in it
+        return _put(_put(b, own, mesh), spec, mesh), spec, functools.partial(_put, spec=own, mesh=mesh)
 
 
-def _home(x, *, spec, mesh):
-    """Solution ``x`` in layout ``spec`` (its right-hand side's own)."""
+def _put(x, spec, mesh):
+    """``x`` in layout ``spec`` on ``mesh``. Eagerly (also under eager ``jax.vmap``) a device
+    transfer, or left to the compiled call for vmapped values; inside a trace a placement."""
     if isinstance(mesh, jax.sharding.Mesh) and _layout.is_eager((x,)):
         return _sharded.put_eager(x, jax.sharding.NamedSharding(mesh, spec))
     return _sharded.place(x, spec, mesh)

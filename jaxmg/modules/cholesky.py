@@ -81,7 +81,7 @@ class Cholesky(Factorisation):
         return home(self._masked(solves.linear_solve(
             call, self.operator, b, spec, solve,
             solves.hermitian_transpose_solve(solve, self.dtype),
-            symmetric=False,
+            symmetric=False, reads_lower=True,
         )))
 
     def logdet(self):

@@ -200,6 +200,39 @@ def run(plan: Plan, args: Sequence, *, donate: Sequence[int] = ()) -> tuple:
         return _compiled(plan, tuple(donate) if concrete else ())(*placed)
 
 
+def whole(fn: Callable, args: Sequence, grid: Grid, **static) -> jax.Array:
+    """``fn(*args, **static)`` on whole matrices in the grid layout, one output in that layout.
+
+    ``fn`` is written for whole (global) arrays; XLA's partitioner splits its products and
+    slices over the mesh, so no matrix is gathered onto one device (on Explicit mesh axes it is
+    traced with the axes Auto, as ``jax.sharding.auto_axes`` does). Eagerly it runs as one
+    compiled call cached on ``fn``, the grid and ``static`` (hashable), like :func:`run`.
+    """
+    mesh = grid.mesh
+    key = tuple(sorted(static.items()))
+    if isinstance(mesh, Mesh) and is_eager(args):
+        placed = tuple(put_eager(x, NamedSharding(mesh, grid.spec)) for x in args)
+        with entered(mesh):
+            return _whole_compiled(fn, grid, key)(*placed)
+    return _whole_traced(fn, grid, key, *args)
+
+
+def _whole_traced(fn: Callable, grid: Grid, static: tuple, *args):
+    mesh = grid.mesh
+    abstract = mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh
+    body = functools.partial(fn, **dict(static))
+    with jax.sharding.use_abstract_mesh(abstract):
+        args = tuple(pinned(x, grid.spec, mesh) for x in args)
+        if any(t == jax.sharding.AxisType.Explicit for t in getattr(mesh, "axis_types", ())):
+            return jax.sharding.auto_axes(body, out_sharding=grid.spec)(*args)
+        return jax.lax.with_sharding_constraint(body(*args), NamedSharding(mesh, grid.spec))
+
+
+@functools.lru_cache(maxsize=256)
+def _whole_compiled(fn: Callable, grid: Grid, static: tuple):
+    return jax.jit(functools.partial(_whole_traced, fn, grid, static))
+
+
 def put_eager(x, sharding: NamedSharding):
     """``x`` (concrete, or an eager transformation's tracer) moved to ``sharding`` with its
     tangents; values under ``jax.vmap`` (one more axis) are left to the compiled call, whose

@@ -69,12 +69,19 @@ def cholesky_logdet(state, *, grid):
     return (2 * jnp.sum(jnp.log(jnp.real(jnp.diagonal(chol)))),)
 
 
-def cholesky_inverse(state, *, grid):
-    """A^-1 (local block), from the factor."""
-    chol = gather_block(state, grid)
-    eye = jnp.eye(chol.shape[0], dtype=chol.dtype)
-    inv_l = solve_triangular(chol, eye, lower=True)
-    return (local_block(matmul(jnp.conj(inv_l).T, inv_l), grid),)
+def cholesky_triangle_kind(n: int, tile: int, grid, natural: bool = False) -> tuple[bool, bool]:
+    """(lower, reordered) of :func:`cholesky_triangle`'s result: L itself, in a's order."""
+    return True, False
+
+
+def cholesky_triangle(state, *, grid):
+    """The factor as a triangular matrix (local block): L."""
+    return (state,)
+
+
+def cholesky_to_a_order(c, *, grid):
+    """A matrix in the factored matrix's order taken to a's order: the same order here."""
+    return (c,)
 
 
 def cholesky_lower(state, *, grid):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from .. import _sharded
 from .._call import Block, Call, Replicated, Rows
+from ..kernels import triangular
 
 
 def factor(call: Call, a, *, donate: bool = False):
@@ -22,8 +24,20 @@ def logdet(call: Call, state):
 
 
 def inverse(call: Call, state):
-    """A^-1 in the grid layout."""
-    return call.run("cholesky_inverse", [state], [Block()], [Block()])[0]
+    """A^-1 in the grid layout, from the factor: LAPACK's potri (the triangular inverse, then
+    the product W^H W; (2/3) N^3 flops, almost all in large matrix products), on the whole
+    factor in the grid layout (distributed, never gathered), then taken to a's order where the
+    backend factored a tile-permuted matrix."""
+    lower, reordered = call.kernels.cholesky_triangle_kind(call.shape[0], call.tile, call.grid, call.natural)
+    (factor,) = call.run("cholesky_triangle", [state], [Block()], [Block()])
+    inverse = _sharded.whole(_hermitian_inverse, (factor,), call.grid, lower=lower)
+    if reordered:
+        (inverse,) = call.run("cholesky_to_a_order", [inverse], [Block()], [Block()])
+    return inverse
+
+
+def _hermitian_inverse(factor, *, lower: bool):
+    return triangular.hermitian_inverse(triangular.Tri(factor, lower=lower))
 
 
 def state_is_lower(call: Call) -> bool:

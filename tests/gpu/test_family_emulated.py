@@ -1,7 +1,7 @@
 """The native Cholesky family kernels, checked on CPU against an emulated cuSOLVERMp.
 
 ``cholesky_factor`` / ``cholesky_solve`` / ``cholesky_logdet`` / ``cholesky_lower`` /
-``cholesky_inverse`` of ``jaxmg.kernels.native`` redistribute in JAX and call two FFI handlers
+``cholesky_triangle``/``cholesky_to_a_order`` (the inverse) of ``jaxmg.kernels.native`` redistribute in JAX and call two FFI handlers
 (csrc/cholesky.cc): ``jaxmg_potrf`` (natural mode: potrf with ``uplo=UPPER`` on the
 column-major view, in place, no layout step) and ``jaxmg_potrs`` (potrs and the local log det
 with that factor, read only; status 0).
@@ -31,7 +31,7 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jaxmg import _layout
-from jaxmg.kernels import native
+from jaxmg.kernels import native, triangular
 
 from _emulation import (GRIDS, cholesky_kernels, hermitian_with_junk as _matrix, mesh as _mesh, patch as _patch,
                         require_cpu_devices, rhs as _rhs)
@@ -44,8 +44,10 @@ require_cpu_devices(4)
 # --------------------------------------------------------------------------------------------
 
 def _family(grid, mesh, tile, natural=True):
-    """Every family kernel in one shard_map: (state, status, x_vec, x_mat, logdet, L, A^-1);
-    L is the state itself where it is in the permuted layout (natural=False)."""
+    """Every family kernel: (state, status, x_vec, x_mat, logdet, L, A^-1); L is the state itself
+    where it is in the permuted layout (natural=False). A^-1 is computed as jaxmg.ops does: the
+    triangle in block layout (one shard_map), its Hermitian inverse on the whole matrix, then
+    back to a's order (a second shard_map)."""
     kw = dict(grid=grid, tile=tile, natural=natural)
 
     def body(a, bv, bm):
@@ -54,11 +56,22 @@ def _family(grid, mesh, tile, natural=True):
         (xm,) = native.cholesky_solve(state, bm, **kw)
         (ld,) = native.cholesky_logdet(state, **kw)
         (low,) = native.cholesky_lower(state, **kw) if natural else (state,)
-        (inv,) = native.cholesky_inverse(state, **kw)
-        return state, status, xv, xm, ld, low, inv
-    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(grid.spec, P(), P()),
-                                 out_specs=(grid.spec, P(), P(), P(), P(), grid.spec, grid.spec),
-                                 check_vma=False))
+        (tri,) = native.cholesky_triangle(state, **kw)
+        return state, status, xv, xm, ld, low, tri
+    first = jax.shard_map(body, mesh=mesh, in_specs=(grid.spec, P(), P()),
+                          out_specs=(grid.spec, P(), P(), P(), P(), grid.spec, grid.spec), check_vma=False)
+    back = jax.shard_map(lambda c: native.cholesky_to_a_order(c, **kw)[0], mesh=mesh, in_specs=grid.spec,
+                         out_specs=grid.spec, check_vma=False)
+
+    @jax.jit
+    def run(a, bv, bm):
+        *outs, tri = first(a, bv, bm)
+        n = a.shape[0]
+        lower, reordered = native.cholesky_triangle_kind(n, tile, grid, natural)
+        assert reordered == (not natural and native.cholesky_state_is_lower(n, tile, grid) is False)
+        inv = triangular.hermitian_inverse(triangular.Tri(tri, lower=lower), base=8)
+        return (*outs, back(inv) if reordered else inv)
+    return run
 
 
 # --------------------------------------------------------------------------------------------

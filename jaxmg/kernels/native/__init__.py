@@ -20,11 +20,13 @@ from ._library import abort_communicators, info, last_timings, library_candidate
 from .cholesky import (
     cholesky,
     cholesky_factor,
-    cholesky_inverse,
     cholesky_logdet,
     cholesky_lower,
     cholesky_solve,
     cholesky_state_is_lower,
+    cholesky_to_a_order,
+    cholesky_triangle,
+    cholesky_triangle_kind,
     potrs,
     potrs_inplace,
 )
@@ -41,8 +43,8 @@ NAME = "native"
 FAMILIES: frozenset = frozenset({"cholesky", "lu", "qr", "eigh", "sygvd", "polar", "svd"})
 
 __all__ = [
-    "FAMILIES", "NAME", "abort_communicators", "cholesky", "cholesky_factor", "cholesky_inverse", "cholesky_logdet", "cholesky_lower",
-    "cholesky_solve", "cholesky_state_is_lower", "family_tile", "gesvd", "info", "last_timings", "library_candidates",
+    "FAMILIES", "NAME", "abort_communicators", "cholesky", "cholesky_factor", "cholesky_logdet", "cholesky_lower",
+    "cholesky_solve", "cholesky_state_is_lower", "cholesky_to_a_order", "cholesky_triangle", "cholesky_triangle_kind", "family_tile", "gesvd", "info", "last_timings", "library_candidates",
     "lu_factor", "lu_solve", "polar", "potrs", "potrs_inplace", "qr_factor", "qr_normal_solve", "qr_q", "qr_r",
     "qr_solve", "syevd", "sygvd", "unavailable_reason",
 ]

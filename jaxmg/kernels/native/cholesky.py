@@ -283,30 +283,42 @@ def cholesky_lower(state, *, grid, tile, natural=False):
     return (jnp.where(rows[:, None] >= cols[None, :], f, upper),)
 
 
-def cholesky_inverse(state, *, grid, tile, natural=False):
-    """A^-1 (this device's block), one block of the identity's columns at a time.
+def cholesky_triangle_kind(n: int, tile: int, grid, natural: bool = False) -> tuple[bool, bool]:
+    """(lower, reordered) of what :func:`cholesky_triangle` returns for an n x n factor state:
+    the natural-order state holds L (A = L L^H); the permuted one holds, in a's row-major view,
+    the upper factor U of the tile-permuted matrix (S^T A S = U^H U), whose results
+    :func:`cholesky_to_a_order` takes back to a's order."""
+    t = _grid.family_tile(n, int(tile), grid)
+    permuted = _permuted(n, t, grid, natural)
+    return not permuted, permuted
 
-    Step k solves for the columns of A^-1 in block k of the grid's rows (or, on a one-row
-    grid, of its columns): n/P right-hand sides, whole on every device for that step only, so
-    memory stays a few local blocks, never n x n. With blocks of rows, A^-1 being Hermitian,
-    row block k of A^-1 is the conjugate transpose of column block k.
-    """
+
+def cholesky_triangle(state, *, grid, tile, natural=False):
+    """The factor as a triangular matrix (this device's block of the grid layout), in the order
+    of the matrix that was factored (a's, or the tile-permuted one for the permuted state): the
+    block-cyclic state brought to block layout (one all_to_all per distributed dimension; on a
+    1-D grid the handler already reordered the other dimension's tiles in place). The other
+    triangle is unspecified (never read)."""
     n = state.shape[-2] * grid.nprow
-    i, j = _grid.index(grid.row_axes), _grid.index(grid.col_axes)
-    mr, mc = n // grid.nprow, n // grid.npcol
-    by_rows = grid.nprow > 1
-    parts = grid.nprow if by_rows else grid.npcol
-    size = n // parts
-    rows = jax.lax.broadcasted_iota(jnp.int32, (n, size), 0)
-    cols = jax.lax.broadcasted_iota(jnp.int32, (n, size), 1)
+    t = _grid.family_tile(n, int(tile), grid)
+    f = _grid.from_cyclic(state, -2, grid.row_axes, grid.nprow, n, n, t)
+    return (_grid.from_cyclic(f, -1, grid.col_axes, grid.npcol, n, n, t),)
 
-    def step(k, out):
-        eye_k = (rows == cols + k * size).astype(state.dtype)  # columns of block k of the identity
-        (x,) = cholesky_solve(state, eye_k, grid=grid, tile=tile, natural=natural)  # A^-1[:, block k]
-        if by_rows:
-            block = jax.lax.dynamic_slice_in_dim(jnp.conj(x).T, j * mc, mc, axis=1)  # A^-1[block k, cols j]
-            return jnp.where(i == k, block, out)
-        block = jax.lax.dynamic_slice_in_dim(x, i * mr, mr, axis=0)  # A^-1[rows i, block k]
-        return jnp.where(j == k, block, out)
 
-    return (jax.lax.fori_loop(0, parts, step, jnp.zeros((mr, mc), state.dtype)),)
+def cholesky_to_a_order(c, *, grid, tile, natural=False):
+    """A matrix in the order of the factored matrix (this device's block) taken to a's order:
+    for the permuted state, the tile permutation undone (the inverse of
+    :func:`cholesky_triangle`'s reordering, the undistributed dimension of a 1-D grid included);
+    unchanged for the natural-order state."""
+    n = c.shape[-2] * grid.nprow
+    t = _grid.family_tile(n, int(tile), grid)
+    if not _permuted(n, t, grid, natural):
+        return (c,)
+    c = _grid.to_cyclic(c, -2, grid.row_axes, grid.nprow, n, n, t)
+    c = _grid.to_cyclic(c, -1, grid.col_axes, grid.npcol, n, n, t)
+    pr, pc = _grid.mp_grid(grid)
+    if pr != pc:  # a 1-D grid: the undistributed dimension was reordered in place by the handler
+        perm = _grid.tile_permutation(n, t, max(pr, pc))
+        axis = -2 if grid.nprow == 1 else -1
+        c = jnp.zeros_like(c).at[(slice(None),) * (c.ndim + axis) + (perm,)].set(c)
+    return (c,)

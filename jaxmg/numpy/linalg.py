@@ -13,6 +13,20 @@ function, and each matrix is distributed over the whole mesh. Functions that onl
 multiply data (``matmul``, ``outer``, ``trace`` ...) are JAX's own, re-exported: XLA
 shards them already. ``eig`` and ``eigvals`` (non-Hermitian eigenproblems) are not
 provided: cuSOLVERMp has no distributed non-Hermitian eigensolver.
+
+Example (8 devices)::
+
+    >>> import jax, jax.numpy as jnp, numpy as np
+    >>> import jaxmg.numpy.linalg as la
+    >>> from jax.sharding import NamedSharding, PartitionSpec as P
+    >>> mesh = jax.make_mesh((4, 2), ("x", "y"))
+    >>> a = jax.device_put(4 * jnp.eye(8), NamedSharding(mesh, P("x", "y")))
+    >>> sign, logdet = la.slogdet(a)
+    >>> print(float(sign), round(float(logdet), 4), tuple(la.inv(a).sharding.spec))
+    1.0 11.0904 ('x', 'y')
+    >>> u, s, vh = la.svd(jnp.ones((4, 8)))  # wide: U (4, 4), Vh (8, 8) as full_matrices=True
+    >>> print(u.shape, round(float(s[0]), 4), vh.shape)
+    (4, 4) 5.6569 (8, 8)
 """
 
 from __future__ import annotations

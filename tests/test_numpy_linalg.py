@@ -219,6 +219,10 @@ def test_other_functions():
     _close(mla.svd(tall, full_matrices=False, subset_by_index=(0, 3)).S, la.svdvals(tall)[:3], np.float64, 10)
     _close(mla.cond(a, "fro"), la.cond(a, "fro"), np.float64, 100)
     assert mla.matmul is la.matmul and mla.trace is la.trace and mla.outer is la.outer
+    batch = np.stack([a, a + np.eye(8)])  # eagerly batched: in the input's layout
+    inverses = mla.inv(put(batch, mesh, P(None, *spec)))
+    assert inverses.sharding.spec == P(None, *spec)
+    _close(inverses, la.inv(batch), np.float64, 10)
 
 
 # --- derivatives -----------------------------------------------------------------------------------

@@ -51,7 +51,24 @@ def map_batch(fn, args, core_ranks):
             for x, r in zip(args, core_ranks)]
     for _ in batch:
         fn = jax.vmap(fn)
-    return fn(*args)
+    return _in_matrix_layout(fn(*args), args[0])
+
+
+def _in_matrix_layout(out, a):
+    """Eagerly, the batched matrix outputs (a's rank) in a's layout, as inside ``jax.jit``:
+    jaxmg's eager calls under ``jax.vmap`` return them replicated."""
+    sharding = getattr(a, "sharding", None)
+    if isinstance(a, jax.core.Tracer) or not isinstance(sharding, NamedSharding):
+        return out
+
+    def place(x):
+        if getattr(x, "ndim", None) != a.ndim or isinstance(x, jax.core.Tracer):
+            return x
+        try:
+            return jax.device_put(x, sharding)
+        except ValueError:  # a shape the mesh does not divide: left as computed
+            return x
+    return jax.tree.map(place, out)
 
 
 def take_columns(v, order):

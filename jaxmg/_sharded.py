@@ -200,18 +200,19 @@ def run(plan: Plan, args: Sequence, *, donate: Sequence[int] = ()) -> tuple:
         return _compiled(plan, tuple(donate) if concrete else ())(*placed)
 
 
-def whole(fn: Callable, args: Sequence, grid: Grid, **static) -> jax.Array:
-    """``fn(*args, **static)`` on whole matrices in the grid layout, one output in that layout.
+def whole(fn: Callable, args: Sequence, grid: Grid, **static):
+    """``fn(*args, **static)`` on whole matrices in the grid layout.
 
     ``fn`` is written for whole (global) arrays; XLA's partitioner splits its products and
     slices over the mesh, so no matrix is gathered onto one device (on Explicit mesh axes it is
-    traced with the axes Auto, as ``jax.sharding.auto_axes`` does). Eagerly it runs as one
-    compiled call cached on ``fn``, the grid and ``static`` (hashable), like :func:`run`.
+    traced with the axes Auto, as ``jax.sharding.auto_axes`` does). Matrix arguments and outputs
+    are in the grid layout, vectors (pivots) and scalars replicated. Eagerly it runs as one compiled call cached
+    on ``fn``, the grid and ``static`` (hashable), like :func:`run`.
     """
     mesh = grid.mesh
     key = tuple(sorted(static.items()))
     if isinstance(mesh, Mesh) and is_eager(args):
-        placed = tuple(put_eager(x, NamedSharding(mesh, grid.spec)) for x in args)
+        placed = tuple(put_eager(x, NamedSharding(mesh, _whole_spec(x, grid))) for x in args)
         with entered(mesh):
             return _whole_compiled(fn, grid, key)(*placed)
     return _whole_traced(fn, grid, key, *args)
@@ -222,10 +223,17 @@ def _whole_traced(fn: Callable, grid: Grid, static: tuple, *args):
     abstract = mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh
     body = functools.partial(fn, **dict(static))
     with jax.sharding.use_abstract_mesh(abstract):
-        args = tuple(pinned(x, grid.spec, mesh) for x in args)
+        args = tuple(pinned(x, _whole_spec(x, grid), mesh) for x in args)
+        shapes = jax.eval_shape(body, *(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in args))
+        specs = jax.tree.map(lambda o: _whole_spec(o, grid), shapes)
         if any(t == jax.sharding.AxisType.Explicit for t in getattr(mesh, "axis_types", ())):
-            return jax.sharding.auto_axes(body, out_sharding=grid.spec)(*args)
-        return jax.lax.with_sharding_constraint(body(*args), NamedSharding(mesh, grid.spec))
+            return jax.sharding.auto_axes(body, out_sharding=specs)(*args)
+        return jax.tree.map(lambda o, spec: jax.lax.with_sharding_constraint(o, NamedSharding(mesh, spec)),
+                            body(*args), specs)
+
+
+def _whole_spec(x, grid: Grid) -> P:
+    return grid.spec if jnp.ndim(x) == 2 else P()
 
 
 @functools.lru_cache(maxsize=256)

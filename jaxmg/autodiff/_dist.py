@@ -75,6 +75,7 @@ __all__ = [
     "tril",
     "triu",
     "sym_part",
+    "lower_read",
     "diag_embed",
     "tri_inv",
 ]
@@ -284,6 +285,15 @@ def _sym(x, sh):
     return (x + _ct(x, sh)) / 2
 
 
+def _lower_read(x, sh):
+    """The Hermitian matrix that a function reading only the lower triangle of ``x`` sees:
+    ``tril(x, -1) + tril(x, -1)^H + Re diag(x)`` (LAPACK reads the real part of the diagonal)."""
+    x = _place(x, sh)
+    strict = _tril(x, sh, -1)
+    diagonal = _where(_eye(x.shape, sh), jnp.real(x).astype(x.dtype))
+    return strict + _ct(strict, sh) + diagonal
+
+
 def _reshape(x, shape, sh, spec):
     if kind(sh) == "explicit":
         return jnp.reshape(x, shape, out_sharding=_named(sh, len(shape), spec))
@@ -453,6 +463,19 @@ def sym_part(x, like=None):
 
 def _sym_impl(x, sh):
     return _sym(x, sh)
+
+
+def lower_read(x, like=None):
+    """The Hermitian matrix ``tril(x, -1) + tril(x, -1)^H + Re diag(x)`` that an operation
+    reading only the lower triangle of ``x`` computes with, laid out like ``like`` (default:
+    like ``x``). Linear: applied to a tangent, it makes a derivative rule the exact derivative
+    of what was computed; JAX transposes it for reverse mode (the cotangent of the lower
+    triangle then collects both triangles')."""
+    return call(_lower_read_impl, (x,), resolve(x if like is None else like))
+
+
+def _lower_read_impl(x, sh):
+    return _lower_read(x, sh)
 
 
 def diag_embed(v, like, shape=None):

@@ -51,8 +51,10 @@ def _zeros(outputs):
 def cholesky_lower(call: Call, a, state):
     """L (a's layout) from the saved factor; derivatives with respect to ``a``.
 
-    L' = L Phi(L^-1 sym(A') L^-H), with Phi taking the lower triangle and half the diagonal
-    and sym(A') = (A' + A'^H) / 2 (the convention of ``jnp.linalg.cholesky``): triangular
+    L' = L Phi(L^-1 H(A') L^-H), with Phi taking the lower triangle and half the diagonal
+    and H(A') = tril(A', -1) + tril(A', -1)^H + Re diag(A') the Hermitian matrix read from
+    the lower triangle (the exact derivative of what is computed, which reads only that
+    triangle): triangular
     inverse and products, all distributed (:mod:`._dist`); linear in A', so reverse mode is
     its transpose, and L itself is this function, so every order is available.
     """
@@ -67,7 +69,7 @@ def _cholesky_jvp(call, primals, tangents):
     if a_dot is None:
         return lower, jnp.zeros_like(lower)
     layout = _sharding(call)
-    a_dot = _dist.sym_part(a_dot, like=layout)
+    a_dot = _dist.lower_read(a_dot, like=layout)
     inverse = _dist.tri_inv(lower, lower=True, like=layout)
     x = _dist.matmul(_dist.matmul(inverse, a_dot, layout), inverse, layout, adj_y=True)
     phi = 0.5 * (_dist.tril(x, 0, like=layout) + _dist.tril(x, -1, like=layout))

@@ -5,7 +5,10 @@ cotangents are b_bar = A^-H x_bar (one more solve with the same factor, never a
 refactorisation) and A_bar = -b_bar x^H, an outer product that stays sharded in a's
 layout (it is the transpose of the distributed product A' x). Higher orders follow,
 since every piece is itself differentiable. The factor is never differentiated: all
-derivatives with respect to ``a`` flow through the distributed product ``a @ x``.
+derivatives with respect to ``a`` flow through the distributed product ``a @ x``. For a
+factorisation that reads only the lower triangle of ``a`` (Cholesky), that product is with the
+Hermitian matrix it read, ``tril(a, -1) + tril(a, -1)^H + Re diag(a)``, so the derivatives are
+exactly those of the computed function, also for ``a`` that is not exactly Hermitian.
 """
 
 from __future__ import annotations
@@ -14,20 +17,24 @@ from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import NamedSharding
 
 from .. import _sharded
 from .._call import Call
 from ..ops import products
+from . import _dist
 
 
 def linear_solve(call: Call, a: Optional[jax.Array], b: jax.Array, spec,
                  solve: Callable, transpose_solve: Callable, *, symmetric: bool,
-                 trans: str = "N") -> jax.Array:
+                 trans: str = "N", reads_lower: bool = False) -> jax.Array:
     """x = op(A)^-1 b, differentiable in ``a`` and ``b``; op by ``trans`` ("N", "T", "C").
 
     ``solve(r)`` and ``transpose_solve(r)`` apply op(A)^-1 and op(A)^-T with the saved factor to a
     right-hand side in layout ``spec``. ``a`` is the operator in any layout (None when it was
-    donated: then no derivative with respect to it exists and none is taken).
+    donated: then no derivative with respect to it exists and none is taken). ``reads_lower``:
+    the factorisation read only a's lower triangle, so the operator is the Hermitian matrix read
+    from it.
     """
     b = _sharded.place(b, spec, call.grid.mesh)
     if not any(isinstance(x, jax.core.Tracer) for x in (a, b)):
@@ -36,7 +43,8 @@ def linear_solve(call: Call, a: Optional[jax.Array], b: jax.Array, spec,
         matvec = jnp.zeros_like  # a was consumed: only b can carry derivatives
     else:
         def matvec(x):
-            return products.matvec(call, a, x, spec, spec, trans)
+            operator = _dist.lower_read(a, like=NamedSharding(call.grid.mesh, call.grid.spec)) if reads_lower else a
+            return products.matvec(call, operator, x, spec, spec, trans)
     with _sharded.entered(call.grid.mesh):
         return jax.lax.custom_linear_solve(
             matvec, b,

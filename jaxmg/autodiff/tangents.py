@@ -17,9 +17,10 @@ inside a trace it is inlined.
 
 Conventions, as ``jnp.linalg``:
 
-* **Hermitian inputs** (eigh, sygvd): the tangent used is the Hermitian part
-  ``(A' + A'^H) / 2`` of the one given (the derivative of the function of the full
-  Hermitian matrix; the primal reads only one triangle).
+* **Hermitian inputs** (eigh, sygvd): the primal reads only the lower triangle, and the
+  tangent used is the Hermitian matrix read from the lower triangle of the one given,
+  ``tril(A', -1) + tril(A', -1)^H + Re diag(A')``: the exact derivative of what is computed,
+  also for inputs that are not exactly Hermitian.
 * **Gauges.** Eigen- and singular vectors are defined up to a phase (a sign for real
   dtypes) per vector: the gauge components of the tangent are set to zero, as JAX does
   (``Im diag(v^H v') = 0``). Derivatives of a loss are right whenever the loss is
@@ -39,7 +40,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from . import _dist
-from ._dist import _cols, _ct, _eye, _iota, _matmul, _place, _replicate, _rows, _sym, _tri_inv, _tril, _where, _zeros
+from ._dist import _cols, _ct, _eye, _iota, _matmul, _place, _replicate, _lower_read, _rows, _tri_inv, _tril, _where, _zeros
 
 __all__ = ["qr_jvp", "eigh_jvp", "sygvd_jvp", "svd_jvp", "polar_jvp"]
 
@@ -78,10 +79,11 @@ def _safe_inverse(s):
 
 
 def _rotated(v, x_dot, sh):
-    """``v^H X' v`` for the Hermitian part X' of a tangent (None stays None)."""
+    """``v^H X' v`` for the Hermitian matrix X' read from the lower triangle of a tangent
+    (None stays None)."""
     if x_dot is None:
         return None
-    return _matmul(_matmul(v, _sym(x_dot, sh), sh, adj_x=True), v, sh)
+    return _matmul(_matmul(v, _lower_read(x_dot, sh), sh, adj_x=True), v, sh)
 
 
 # --------------------------------------------------------------------------- QR
@@ -116,7 +118,7 @@ def _qr_impl(q, r, a_dot, sh):
 def eigh_jvp(w, v, a_dot, sh):
     r"""Tangents ``(w', v')`` of ``w, v = eigh(a)`` for Hermitian ``a = v diag(w) v^H``.
 
-    Math: ``X = v^H sym(a') v``, ``w' = Re diag(X)``, ``v' = v (F o X)`` with ``F`` the
+    Math: ``X = v^H H(a') v`` (``H``: the Hermitian matrix read from the lower triangle), ``w' = Re diag(X)``, ``v' = v (F o X)`` with ``F`` the
     inverse gaps (module docstring: degenerate pairs dropped). w (N,) replicated; v and a'
     (N, N) in layout ``sh``.
     """
@@ -131,7 +133,7 @@ def sygvd_jvp(w, v, a_dot, b_dot, sh):
     r"""Tangents ``(w', v')`` of the pencil ``a v = b v diag(w)``, ``v^H b v = I`` (a Hermitian,
     b Hermitian positive definite), with respect to both ``a`` and ``b``.
 
-    Math: ``Xa = v^H sym(a') v``, ``Xb = v^H sym(b') v``, ``Y = Xa - Xb diag(w)``::
+    Math: ``Xa = v^H H(a') v``, ``Xb = v^H H(b') v``, ``Y = Xa - Xb diag(w)``::
 
         w' = Re diag(Y),      v' = v (F o Y - diag(Xb) / 2)
 

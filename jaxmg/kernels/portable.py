@@ -97,6 +97,17 @@ def lu_factor(a, *, grid):
     return local_block(lu, grid), piv.astype(jnp.int32), _status.first_bad_pivot(jnp.diagonal(lu))
 
 
+def lu_factor_order(n: int, tile: int, grid) -> dict:
+    """How :func:`lu_triangles`' result relates to a (``jaxmg.ops.lu``): LAPACK's packed
+    ``a[perm] = L U`` itself."""
+    return dict(transposed=False, rows=None, cols=None)
+
+
+def lu_triangles(lu, *, grid):
+    """The packed factor L\\U (local block of the grid layout)."""
+    return (lu,)
+
+
 def lu_solve(lu, piv, b, *, grid, trans):
     """Solve op(A) x = b from the LU factor; trans 0: A, 1: A^T, 2: A^H."""
     x = jax.scipy.linalg.lu_solve((gather_block(lu, grid), piv), _as_matrix(b), trans=trans)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..autodiff import solves
+from ..autodiff import logdet, solves
 from ..ops import lu as ops
 from . import _base
 from .._docstrings import shared_arguments
@@ -77,3 +77,19 @@ class LU(Factorisation):
     def transpose_solve(self, b):
         """x with ``a^T @ x = b`` (shorthand for ``solve(b, trans="T")``)."""
         return self.solve(b, trans="T")
+
+    def inverse(self):
+        """a^-1 (N x N) in a's layout, from the saved factor: LAPACK's getri, the inverses of
+        both triangular factors and their product, (4/3) N^3 flops in large matrix products,
+        distributed over the grid (never gathered). Differentiable in ``a`` (any order)."""
+        call = self._call_here
+        inverse = logdet.inverse(call, self.operator, (self.lu, self.pivots))
+        return self._masked(_base._put(inverse, call.layout.out_spec, call.grid.mesh))
+
+    def slogdet(self):
+        """``(sign, logabsdet)`` of a, replicated, as ``jnp.linalg.slogdet``: sign has a's dtype
+        (+-1, or a unit-modulus phase for complex a; 0 where a is singular) and logabsdet is
+        real (-inf where a is singular). Differentiable in ``a`` (any order), with A^-1 from the
+        saved factor."""
+        sign, value = logdet.slogdet(self._call_here, self.operator, (self.lu, self.pivots))
+        return sign, value

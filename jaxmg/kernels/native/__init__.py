@@ -30,7 +30,7 @@ from .cholesky import (
     potrs,
     potrs_inplace,
 )
-from .lu import lu_factor, lu_solve
+from .lu import lu_factor, lu_factor_order, lu_solve, lu_triangles
 from .qr import qr_factor, qr_normal_solve, qr_q, qr_r, qr_solve
 from .eig import syevd, sygvd
 from .polar import gesvd, polar
@@ -45,6 +45,6 @@ FAMILIES: frozenset = frozenset({"cholesky", "lu", "qr", "eigh", "sygvd", "polar
 __all__ = [
     "FAMILIES", "NAME", "abort_communicators", "cholesky", "cholesky_factor", "cholesky_logdet", "cholesky_lower",
     "cholesky_solve", "cholesky_state_is_lower", "cholesky_to_a_order", "cholesky_triangle", "cholesky_triangle_kind", "family_tile", "gesvd", "info", "last_timings", "library_candidates",
-    "lu_factor", "lu_solve", "polar", "potrs", "potrs_inplace", "qr_factor", "qr_normal_solve", "qr_q", "qr_r",
+    "lu_factor", "lu_factor_order", "lu_solve", "lu_triangles", "polar", "potrs", "potrs_inplace", "qr_factor", "qr_normal_solve", "qr_q", "qr_r",
     "qr_solve", "syevd", "sygvd", "unavailable_reason",
 ]

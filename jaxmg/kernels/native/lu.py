@@ -70,6 +70,29 @@ def lu_factor(a, *, grid, tile):
     return f, piv, status
 
 
+def lu_factor_order(n: int, tile: int, grid) -> dict:
+    """How :func:`lu_triangles`' result relates to A (``jaxmg.ops.lu``): the packed factor of
+    ``M'`` (``M'[perm] = L U``, perm from the pivots), transposed (row-major view), with
+    ``A[cols][:, rows] = M'^T``; ``rows``/``cols`` are the tile permutations ``s_r``/``s_c`` (tuples),
+    or None where both are the identity (one process)."""
+    t = _grid.family_tile(n, int(tile), grid)
+    pr, pc = _grid.mp_grid(grid)
+    if pr == pc == 1:
+        return dict(transposed=True, rows=None, cols=None)
+    return dict(transposed=True, rows=tuple(int(i) for i in _grid.tile_permutation(n, t, pr)),
+                cols=tuple(int(i) for i in _grid.tile_permutation(n, t, pc)))
+
+
+def lu_triangles(lu, *, grid, tile):
+    """The packed factor of ``M'`` transposed, in natural order (this device's block of the grid
+    layout): the block-cyclic state brought to block layout, one all_to_all per distributed
+    dimension."""
+    n = lu.shape[-2] * grid.nprow
+    t = _grid.family_tile(n, int(tile), grid)
+    f = _grid.from_cyclic(lu, -2, grid.row_axes, grid.nprow, n, n, t)
+    return (_grid.from_cyclic(f, -1, grid.col_axes, grid.npcol, n, n, t),)
+
+
 def lu_solve(lu, piv, b, *, grid, trans, tile):
     """Solve ``op(A) x = b`` from the factor state; trans 0: A, 1: A^T, 2: A^H; b and x whole."""
     n, t, boot, attrs = _start(lu, grid, tile)

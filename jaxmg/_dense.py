@@ -80,14 +80,6 @@ def in_layout_of(x, like):
     return jax.sharding.reshard(x, NamedSharding(mesh, spec_of(like)))
 
 
-def diagonal(x):
-    """The diagonal of matrix ``x``, by a masked sum (no gather of a sharded matrix)."""
-    m, n = x.shape[-2:]
-    rows = jax.lax.broadcasted_iota(jnp.int32, (m, n), 0)
-    cols = jax.lax.broadcasted_iota(jnp.int32, (m, n), 1)
-    return jnp.sum(jnp.where(rows == cols, x, jnp.zeros((), x.dtype)), axis=-1)[..., : min(m, n)]
-
-
 def triu(x):
     """The upper triangle of matrix ``x`` (zero below the diagonal), in x's layout."""
     m, n = x.shape[-2:]

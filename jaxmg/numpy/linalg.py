@@ -38,7 +38,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import functional as _f
-from .._dense import adjoint as _H, columns as _columns, diagonal as _diagonal, in_layout_of as _in_layout_of, matmul as _matmul, spec_of as _spec_of, triu as _triu
+from .._dense import (adjoint as _H, columns as _columns, in_layout_of as _in_layout_of, matmul as _matmul,
+                      spec_of as _spec_of, triu as _triu)
 from ..modules import LU as _LU
 from ._results import EighResult, QRResult, SlogdetResult, SVDResult
 from ._util import (herm_input as _herm_input, inexact as _inexact, map_batch as _map_batch,
@@ -59,42 +60,14 @@ vector_norm = jnp.linalg.vector_norm
 
 # --- LU: solve, inv, det, slogdet -------------------------------------------------------------
 
-def _eye_like(a):
-    """The identity with a's shape, dtype and layout."""
-    n = a.shape[-1]
-    return jnp.zeros_like(a) + jnp.eye(n, dtype=a.dtype)
-
-
 def _inverse(a):
-    """a^-1 of one square matrix, in a's layout, from its LU factorisation."""
-    return _f.lu_solve(a, _eye_like(a))
+    """a^-1 of one square matrix, in a's layout, from its LU factor (LAPACK's getri)."""
+    return _LU(a).inverse()
 
 
-@jax.custom_jvp
 def _slogdet(a):
-    """(sign, log|det a|) of one square matrix from the diagonal of its LU factor."""
-    factor = _LU(a, backend="portable")  # the packed L\U in natural order
-    diag = _diagonal(factor.lu)
-    pivots = factor.pivots
-    swaps = jnp.sum(pivots != jnp.arange(pivots.shape[-1], dtype=pivots.dtype))
-    parity = jnp.where(swaps % 2 == 0, 1, -1).astype(a.dtype)
-    magnitude = jnp.abs(diag)
-    singular = jnp.any(magnitude == 0)
-    units = diag / jnp.where(magnitude == 0, 1, magnitude).astype(a.dtype)
-    sign = jnp.where(singular, jnp.zeros((), a.dtype), parity * jnp.prod(units))
-    logabsdet = jnp.where(singular, -jnp.inf, jnp.sum(jnp.log(magnitude)))
-    return sign, logabsdet
-
-
-@_slogdet.defjvp
-def _slogdet_jvp(primals, tangents):
-    """d log|det a| = Re tr(a^-1 da); for complex a, d sign = i Im tr(a^-1 da) sign."""
-    (a,), (a_dot,) = primals, tangents
-    sign, logabsdet = _slogdet(a)
-    t = jnp.sum(_in_layout_of(jnp.swapaxes(_inverse(a), -1, -2), a_dot) * a_dot)
-    if jnp.issubdtype(a.dtype, jnp.complexfloating):
-        return (sign, logabsdet), (1j * jnp.imag(t) * sign, jnp.real(t))
-    return (sign, logabsdet), (jnp.zeros_like(sign), t)
+    """(sign, log|det a|) of one square matrix from its LU factor."""
+    return _LU(a).slogdet()
 
 
 def solve(a, b):
@@ -109,7 +82,8 @@ def solve(a, b):
 
 
 def inv(a):
-    """The inverse of square ``a`` (..., N, N), in a's layout, by distributed LU."""
+    """The inverse of square ``a`` (..., N, N), in a's layout, from its distributed LU factor
+    (:meth:`jaxmg.LU.inverse`: both triangular inverses and their product)."""
     (a,) = _inexact(a)
     _square(a, "inv")
     return _map_batch(_inverse, (a,), (2,))
@@ -119,7 +93,7 @@ def slogdet(a, *, method=None):
     """``SlogdetResult(sign, logabsdet)`` of square ``a`` (..., N, N) from its LU factor.
 
     ``method`` is accepted for JAX's signature: only ``None`` or ``"lu"`` (the LU factor).
-    The derivative is ``Re tr(a^-1 da)`` with a^-1 from jaxmg's LU.
+    The derivative is ``Re tr(a^-1 da)`` with a^-1 from the saved LU factor.
     """
     if method not in (None, "lu"):
         raise ValueError(f"slogdet: method must be None or 'lu' (jaxmg computes it from the LU factor), got {method!r}.")

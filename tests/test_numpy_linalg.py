@@ -340,3 +340,32 @@ def test_bad_arguments():
     with pytest.raises(NotImplementedError, match="pivoting"):
         msla.qr(np.eye(8), pivoting=True)
     assert not hasattr(mla, "eig") and not hasattr(mla, "eigvals")
+
+
+# --- wide matrices in the top-level functions and modules -----------------------------------------
+
+def test_wide_matrices_in_jaxmg_functions_and_modules():
+    mesh, spec = _mesh("4x2-explicit")
+    rng = np.random.default_rng(8)
+    dtype = np.complex128
+    w = random_matrix(rng, (8, 16), dtype)
+    b = random_matrix(rng, (8,), dtype)
+    placed = put(w, mesh, spec)
+    minimum_norm = np.linalg.lstsq(w, b, rcond=None)[0]
+    _close(jaxmg.least_squares(placed, b), minimum_norm, dtype, 10)
+    factor = jaxmg.QR(placed)
+    assert factor.shape == (8, 16)
+    _close(factor.solve(b), minimum_norm, dtype, 10)
+    q, r = factor.q, factor.r
+    assert q.shape == (8, 8) and r.shape == (8, 16) and tuple(r.sharding.spec) == tuple(spec)
+    _close(np.asarray(q) @ np.asarray(r), w, dtype, 10)
+    u, s, vh = jaxmg.gesvd(placed, full_matrices=True)
+    assert u.shape == (8, 8) and vh.shape == (16, 16) and jaxmg.SVD(placed).shape == (8, 16)
+    _close(s, np.linalg.svd(w, compute_uv=False), dtype, 10)
+    _close((np.asarray(u) * np.asarray(s)) @ np.asarray(vh)[:8], w, dtype, 10)
+    with jax.set_mesh(mesh):  # derivatives: the wide paths are compositions of differentiable operations
+        grad = jax.jit(jax.grad(lambda a: jnp.sum(jnp.abs(jaxmg.least_squares(a, b)) ** 2)))(placed)
+    want = jax.grad(lambda a: jnp.sum(jnp.abs(jnp.linalg.lstsq(a, b)[0]) ** 2))(w)
+    _close(grad, want, dtype, 100)
+    with pytest.raises(ValueError, match="side='left'"):
+        jaxmg.polar(placed)

@@ -96,7 +96,8 @@ def slogdet(a, *, method=None):
     The derivative is ``Re tr(a^-1 da)`` with a^-1 from the saved LU factor.
     """
     if method not in (None, "lu"):
-        raise ValueError(f"slogdet: method must be None or 'lu' (jaxmg computes it from the LU factor), got {method!r}.")
+        raise ValueError(f"slogdet: method must be None or 'lu' (jaxmg computes it from the LU factor), "
+                         f"got {method!r}.")
     (a,) = _inexact(a)
     _square(a, "slogdet")
     return SlogdetResult(*_map_batch(_slogdet, (a,), (2,)))
@@ -266,14 +267,18 @@ def _lstsq(a, b, rcond, numpy_resid):
     rank = jnp.sum(mask)
     s_inv = jnp.where(mask, 1 / jnp.where(mask, s, 1), 0).astype(a.dtype)
     x = _matmul(_H(vh), s_inv[:, None] * _matmul(_H(u), b))
-    if numpy_resid and (m <= n or not isinstance(rank, jax.core.Tracer) and int(rank) < n):
-        resid = jnp.asarray([], dtype=s.dtype)
-    elif numpy_resid and isinstance(rank, jax.core.Tracer):
-        raise ValueError("lstsq(numpy_resid=True) needs a concrete rank: call it outside jax.jit, "
-                         "or use numpy_resid=False (residuals always returned).")
+    if numpy_resid and (m <= n or _concrete(rank, "lstsq(numpy_resid=True)") < n):
+        resid = jnp.asarray([], dtype=s.dtype)  # NumPy's empty residuals
     else:
         resid = jnp.sum(jnp.abs(b - _matmul(a, x)) ** 2, axis=0)
     return (x[:, 0] if vector else x), resid, rank, s
+
+
+def _concrete(value, name):
+    if isinstance(value, jax.core.Tracer):
+        raise ValueError(f"{name} needs the rank as a Python value, which inside jax.jit is not known: "
+                         f"call it outside jax.jit, or use numpy_resid=False (residuals always returned).")
+    return int(value)
 
 
 def lstsq(a, b, rcond=None, *, numpy_resid=False):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from .. import functional as _f
+from .._dense import adjoint as _H, in_layout_of as _in_layout_of
 from ..modules import LU as _LU, Cholesky as _Cholesky
 from ..numpy import linalg as _np
 from ..numpy._util import herm_input as _herm_input, inexact as _inexact, map_batch as _map_batch, square as _square
@@ -51,7 +52,7 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
         return c.solve(b)
     c, b = _inexact(c, b)
     factor = jnp.tril(c) if lower else jnp.triu(c)
-    a = factor @ _np._H(factor) if lower else _np._H(factor) @ factor
+    a = factor @ _H(factor) if lower else _H(factor) @ factor
     return _map_batch(_f.potrs, (a, b), (2, _rhs_rank(b)))
 
 
@@ -62,7 +63,7 @@ def cholesky(a, lower=False, overwrite_a=False, check_finite=True):
     (a,) = _inexact(a)
     _square(a, "cholesky")
     factor = _map_batch(_f.cholesky, (_herm_input(a, False, lower=bool(lower)),), (2,))
-    return factor if lower else _np._in_layout_of(_np._H(factor), factor)
+    return factor if lower else _in_layout_of(_H(factor), factor)
 
 
 def lu_factor(a, overwrite_a=False, check_finite=True):
@@ -193,8 +194,8 @@ def polar(a, side="right", *, method="qdwh", eps=None, max_iterations=None):
     (a,) = _inexact(a)
     if side == "right":
         return _map_batch(_f.polar, (a,), (2,))
-    u, p = _map_batch(_f.polar, (_np._H(a),), (2,))  # a^H = u p, so a = p u^H
-    return _np._in_layout_of(_np._H(u), a), _np._in_layout_of(p, a)
+    u, p = _map_batch(_f.polar, (_H(a),), (2,))  # a^H = u p, so a = p u^H
+    return _in_layout_of(_H(u), a), _in_layout_of(p, a)
 
 
 def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=True, lapack_driver=None):

@@ -24,8 +24,9 @@ import jax
 import jax.numpy as jnp
 
 #: Diagonal blocks of at most this order are inverted by a triangular solve, and triangular
-#: products of at most this order are one product with the other triangle masked.
-BASE = 512
+#: products of at most this order are one product with the other triangle masked (the default
+#: of every ``base`` argument; smaller means fewer wasted flops, but more and smaller products).
+BASE = 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,9 +97,10 @@ def _halves(n: int):
     return slice(0, k), slice(k, n)
 
 
-def trmm(t: Tri, x, *, left: bool, base: int = BASE) -> jax.Array:
+def trmm(t: Tri, x, *, left: bool, base: int | None = None) -> jax.Array:
     """``t @ x`` (``left``) or ``x @ t`` for triangular ``t`` (order n) and full ``x``: 2 n^2 m
     flops halved, as BLAS's trmm."""
+    base = BASE if base is None else base
     x = x if isinstance(x, Mat) else Mat(x)
     n = t.n
     if n <= base:
@@ -129,9 +131,10 @@ def _assemble(b11, b12, b21, b22) -> jax.Array:
     return jnp.concatenate([jnp.concatenate([b11, b12], axis=1), jnp.concatenate([b21, b22], axis=1)], axis=0)
 
 
-def trtri(t: Tri, *, base: int = BASE) -> jax.Array:
+def trtri(t: Tri, *, base: int | None = None) -> jax.Array:
     """The inverse of triangular ``t``, triangular the same way (the other triangle zero):
     [[T11, 0], [T21, T22]]^-1 = [[W11, 0], [-W22 T21 W11, W22]], N^3/3 flops."""
+    base = BASE if base is None else base
     n = t.n
     if n <= base:
         eye = jnp.eye(n, dtype=t.x.dtype)
@@ -149,8 +152,9 @@ def trtri(t: Tri, *, base: int = BASE) -> jax.Array:
     return _assemble(w11, off, jnp.zeros((w22.shape[0], w11.shape[1]), w11.dtype), w22)
 
 
-def gram(x: Mat, *, base: int = BASE) -> jax.Array:
+def gram(x: Mat, *, base: int | None = None) -> jax.Array:
     """``x^H x`` (Hermitian, both triangles), computing one triangle: half a product's flops."""
+    base = BASE if base is None else base
     x = x if isinstance(x, Mat) else Mat(x)
     k = x.shape[1]
     if k <= base:
@@ -163,9 +167,10 @@ def gram(x: Mat, *, base: int = BASE) -> jax.Array:
     return _assemble(c11, jnp.conj(c21).T, c21, c22)
 
 
-def lauum(w: Tri, *, base: int = BASE) -> jax.Array:
+def lauum(w: Tri, *, base: int | None = None) -> jax.Array:
     """``w^H w`` for lower triangular ``w`` (Hermitian, both triangles), N^3/3 flops:
     [[W11, 0], [W21, W22]]^H (...) = [[W11^H W11 + W21^H W21, .], [W22^H W21, W22^H W22]]."""
+    base = BASE if base is None else base
     if not w.lower:
         raise ValueError("lauum takes a lower triangular w (pass an upper one as Tri(u, adj=True))")
     n = w.n
@@ -179,17 +184,19 @@ def lauum(w: Tri, *, base: int = BASE) -> jax.Array:
     return _assemble(c11, jnp.conj(c21).T, c21, c22)
 
 
-def hermitian_inverse(t: Tri, *, base: int = BASE) -> jax.Array:
+def hermitian_inverse(t: Tri, *, base: int | None = None) -> jax.Array:
     """A^-1 for A = T T^H (``t`` lower) or A = T^H T (``t`` upper): with W the lower triangular
     L^-1 (L = T, or T^H), A^-1 = W^H W. LAPACK's potri: (2/3) N^3 flops."""
+    base = BASE if base is None else base
     lower = t if t.lower else dataclasses.replace(t, adj=not t.adj, lower=True)
     w = trtri(lower, base=base)
     return lauum(Tri(w, lower=True), base=base)
 
 
-def upper_times_lower(x: Tri, y: Tri, *, base: int = BASE) -> jax.Array:
+def upper_times_lower(x: Tri, y: Tri, *, base: int | None = None) -> jax.Array:
     """``x @ y`` for upper triangular ``x`` and lower triangular ``y``, 2N^3/3 flops:
     C11 = X11 Y11 + X12 Y21, C12 = X12 Y22, C21 = X22 Y21, C22 = X22 Y22."""
+    base = BASE if base is None else base
     n = x.n
     if n <= base:
         return _mm(x, y)
@@ -202,10 +209,11 @@ def upper_times_lower(x: Tri, y: Tri, *, base: int = BASE) -> jax.Array:
     return _assemble(c11, c12, c21, c22)
 
 
-def lu_inverse(lu: jax.Array, permutation: jax.Array, *, base: int = BASE) -> jax.Array:
+def lu_inverse(lu: jax.Array, permutation: jax.Array, *, base: int | None = None) -> jax.Array:
     """A^-1 from LAPACK's packed LU of ``a[permutation] = L U`` (L unit lower, U upper, both in
     ``lu``): A^-1 = U^-1 L^-1 P with P the row permutation, as LAPACK's getri (4N^3/3 flops).
     ``permutation`` (N,) holds the rows of a in the order the factor has them."""
+    base = BASE if base is None else base
     w_u = trtri(Tri(lu, lower=False), base=base)
     w_l = trtri(Tri(lu, lower=True, unit=True), base=base)
     c = upper_times_lower(Tri(w_u, lower=False), Tri(w_l, lower=True), base=base)

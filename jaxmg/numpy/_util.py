@@ -36,27 +36,31 @@ def herm_input(a, symmetrize: bool, lower: bool):
     return a if lower else in_layout_of(adjoint(a), a)
 
 
-def map_batch(fn, args, core_ranks):
+def map_batch(fn, args, core_ranks, *, solution: bool = False):
     """``fn`` of 2-D matrices (and their right-hand sides) over leading batch dimensions.
 
     Each argument has ``core_ranks[i]`` trailing dimensions that ``fn`` takes; the dimensions
     before them are broadcast together and mapped with nested ``jax.vmap``: each matrix of
-    the batch is one distributed call over the whole mesh.
+    the batch is one distributed call over the whole mesh. Eagerly, matrix outputs are
+    returned in a's layout, except a ``solution`` (laid out like its right-hand side).
     """
     shapes = [x.shape[: x.ndim - r] for x, r in zip(args, core_ranks)]
     batch = tuple(jnp.broadcast_shapes(*shapes)) if shapes else ()
+    a = args[0]
+    place = (lambda out: out) if solution else (lambda out: _in_matrix_layout(out, a))
     if not batch:
-        return fn(*args)
+        return place(fn(*args))
     args = [x if x.shape[: x.ndim - r] == batch else jnp.broadcast_to(x, batch + x.shape[x.ndim - r:])
             for x, r in zip(args, core_ranks)]
     for _ in batch:
         fn = jax.vmap(fn)
-    return _in_matrix_layout(fn(*args), args[0])
+    return place(fn(*args))
 
 
 def _in_matrix_layout(out, a):
-    """Eagerly, the batched matrix outputs (a's rank) in a's layout, as inside ``jax.jit``:
-    jaxmg's eager calls under ``jax.vmap`` return them replicated."""
+    """Eagerly, the matrix outputs (those of a's rank) in a's layout: jaxmg's eager calls under
+    ``jax.vmap`` return them replicated, and products on Auto mesh axes (pinv, a wide R) where
+    XLA put them. A no-op for outputs already there."""
     sharding = getattr(a, "sharding", None)
     if isinstance(a, jax.core.Tracer) or not isinstance(sharding, NamedSharding):
         return out

@@ -78,7 +78,7 @@ def solve(a, b):
     """
     a, b = _inexact(a, b)
     _square(a, "solve")
-    return _map_batch(_f.lu_solve, (a, b), (2, 1 if b.ndim == 1 else 2))
+    return _map_batch(_f.lu_solve, (a, b), (2, 1 if b.ndim == 1 else 2), solution=True)
 
 
 def inv(a):

@@ -53,7 +53,7 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
     c, b = _inexact(c, b)
     factor = jnp.tril(c) if lower else jnp.triu(c)
     a = factor @ _H(factor) if lower else _H(factor) @ factor
-    return _map_batch(_f.potrs, (a, b), (2, _rhs_rank(b)))
+    return _map_batch(_f.potrs, (a, b), (2, _rhs_rank(b)), solution=True)
 
 
 def cholesky(a, lower=False, overwrite_a=False, check_finite=True):
@@ -108,7 +108,7 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False, 
     a, b = _inexact(a, b)
     _square(a, "solve")
     a = _herm_input(a, False, lower=bool(lower))
-    return _map_batch(_f.potrs, (a, b), (2, _rhs_rank(b)))
+    return _map_batch(_f.potrs, (a, b), (2, _rhs_rank(b)), solution=True)
 
 
 def inv(a, overwrite_a=False, check_finite=True):

@@ -481,3 +481,10 @@ NOT_PROVIDED = {
     "eig": "non-Hermitian eigenproblem: cuSOLVERMp has no distributed non-Hermitian eigensolver",
     "eigvals": "non-Hermitian eigenproblem: cuSOLVERMp has no distributed non-Hermitian eigensolver",
 }
+
+
+def __getattr__(name):
+    if name in NOT_PROVIDED:
+        raise AttributeError(f"jaxmg.numpy.linalg has no {name}: {NOT_PROVIDED[name]}; use jax.numpy.linalg.{name} "
+                             f"on a gathered matrix.")
+    raise AttributeError(f"module 'jaxmg.numpy.linalg' has no attribute {name!r}")

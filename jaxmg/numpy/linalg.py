@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import operator
+
 import jax
 import jax.numpy as jnp
 import numpy as np

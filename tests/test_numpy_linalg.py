@@ -354,6 +354,9 @@ def test_wide_matrices_in_jaxmg_functions_and_modules():
     placed = put(w, mesh, spec)
     minimum_norm = np.linalg.lstsq(w, b, rcond=None)[0]
     _close(jaxmg.least_squares(placed, b), minimum_norm, dtype, 10)
+    _close(jaxmg.least_squares(placed, b, T_A=3), minimum_norm, dtype, 10)  # a tile that does not divide
+    q3, r3 = jaxmg.qr(placed, T_A=3)
+    _close(np.asarray(q3) @ np.asarray(r3), w, dtype, 10)
     factor = jaxmg.QR(placed)
     assert factor.shape == (8, 16)
     _close(factor.solve(b), minimum_norm, dtype, 10)

@@ -105,7 +105,7 @@ def bench_loss(args, n, dtype, mesh, emit, out):
     sharding = NamedSharding(mesh, P("x", None))
     x, y, theta = make_problem(n, dtype, sharding)
     reference = None
-    for solver in ["jax"] + list(args.solvers):
+    for solver in (["jax"] if args.plain else []) + list(args.solvers):
         name = "plain JAX" if solver == "jax" else f"jaxmg {solver}"
         if solver == "jax" and jax.device_count() > 1:
             local = jax.sharding.SingleDeviceSharding(jax.devices()[0])
@@ -172,11 +172,16 @@ def bench_inverse(args, n, dtype, mesh, emit, out):
             check = jax.jit(lambda m, w: jnp.linalg.norm(jnp.matmul(m, w, precision="highest")
                                                          - jnp.eye(n, dtype=dtype)) / jnp.sqrt(n))
             rec["residual_rms"] = float(check(a, inverse(a)))
+            lu_factor = jax.jit(lambda m: jaxmg.LU(m, backend=backend).lu)
+            lu_inverse = jax.jit(lambda m: jaxmg.LU(m, backend=backend).inverse())
+            rec["lu_factor_s"] = _median_time(lambda: lu_factor(a), args.runs)
+            rec["lu_inverse_s"] = _median_time(lambda: lu_inverse(a), args.runs) - rec["lu_factor_s"]
+            rec["lu_residual_rms"] = float(check(a, lu_inverse(a)))
         except Exception as e:
             rec["error"] = f"{type(e).__name__}: {str(e)[:300]}"
         emit(out, rec)
     triangular.BASE = default_base
-    if jax.device_count() == 1:
+    if jax.device_count() == 1 and args.plain:
         rec = dict(bench="inverse", n=n, dtype=jnp.dtype(dtype).name, solver="plain JAX", devices=1,
                    device_kind=jax.devices()[0].device_kind, date=time.strftime("%Y-%m-%d"))
         try:
@@ -198,6 +203,7 @@ def main(argv=None):
     parser.add_argument("--solvers", nargs="+", default=["auto", "native"],
                         help="jaxmg backends to run beside plain JAX (auto, native, portable)")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--no-plain", dest="plain", action="store_false", help="skip plain JAX's loss")
     parser.add_argument("--no-eager", dest="eager", action="store_false", help="skip the eager value_and_grad")
     parser.add_argument("--no-loss", dest="loss", action="store_false", help="skip the GP loss")
     parser.add_argument("--inverse", action="store_true", help="also time Cholesky(k).inverse()")

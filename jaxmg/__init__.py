@@ -33,8 +33,9 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name):
-    # jaxmg.lineax needs the optional Lineax: imported on first use, not with jaxmg.
-    if name == "lineax":
+    # jaxmg.lineax needs the optional Lineax: imported on first use, not with jaxmg; the
+    # JAX-shaped namespaces jaxmg.numpy and jaxmg.scipy are imported on first use too.
+    if name in ("lineax", "numpy", "scipy"):
         import importlib
 
         return importlib.import_module(".lineax", __name__)

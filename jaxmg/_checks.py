@@ -59,8 +59,10 @@ def check_matrix(x, name: str, *, square: bool = False, tall: bool = False) -> N
         raise ValueError(f"{name} must be square, got shape {tuple(x.shape)}.")
     if tall and m < n:
         raise ValueError(
-            f"{name} must have at least as many rows as columns (M >= N), got shape "
-            f"{tuple(x.shape)}; pass the conjugate transpose instead."
+            f"{name} must have at least as many rows as columns (M >= N) for this decomposition, "
+            f"got shape {tuple(x.shape)}; for the polar decomposition of a wide matrix, decompose "
+            f"{name}.conj().T = u h, which gives {name} = h u^H (the left polar decomposition, "
+            f"jaxmg.scipy.linalg.polar(a, side='left'))."
         )
     if m == 0 or n == 0:
         raise ValueError(f"{name} must not be empty, got shape {tuple(x.shape)}.")

@@ -1,7 +1,7 @@
 """Shape-typed signatures (jaxtyping) and optional run-time checking (beartype).
 
 The public functions and modules are annotated with jaxtyping shapes ("n n" for a square
-matrix, "n" or "n k" for right-hand sides, "m n" for a tall matrix). Checking is off by
+matrix, "n" or "n k" for right-hand sides, "m n" for a rectangular matrix). Checking is off by
 default. Set the environment variable ``JAXMG_TYPECHECK=1`` before ``import jaxmg`` to
 verify every public call with beartype: a mismatch raises a type-check error naming the
 argument and the dimension that disagrees (e.g. ``n=32`` from ``a`` against 16 rows of
@@ -23,7 +23,8 @@ from ._layout import Held
 
 AnyArray = Union[jax.Array, np.ndarray]
 SquareMatrix = Inexact[AnyArray, "n n"]
-TallMatrix = Inexact[AnyArray, "m n"]
+TallMatrix = Inexact[AnyArray, "m n"]  # M >= N, checked by the operation
+Matrix = Inexact[AnyArray, "m n"]  # any M x N (wide ones where the operation takes them)
 Rhs = Union[Inexact[AnyArray, "n"], Inexact[AnyArray, "n k"]]
 TallRhs = Union[Inexact[AnyArray, "m"], Inexact[AnyArray, "m k"]]
 Solution = Union[Inexact[jax.Array, "n"], Inexact[jax.Array, "n k"]]

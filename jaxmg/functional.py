@@ -16,9 +16,10 @@ from . import _layout, _sharded
 from ._call import pick
 from ._checks import check_flag
 from ._docstrings import shared_arguments
-from ._typing import MeshLike, Rhs, Specs, SquareMatrix, TallMatrix, TallRhs, Tile, checked
+from ._typing import Matrix, MeshLike, Rhs, Specs, SquareMatrix, TallMatrix, TallRhs, Tile, checked
 from .kernels import status as _status
 from .modules import LU, QR, SVD, Cholesky, Eigh, Polar
+from .modules.qr import wide_factors
 
 
 def _flags(**flags) -> None:
@@ -261,15 +262,19 @@ def _lu_solve(a, b, *, T_A, mesh, matrix_specs, donate, backend, return_status):
 
 @shared_arguments
 @checked
-def least_squares(a: TallMatrix, b: TallRhs, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, return_status=False,
+def least_squares(a: Matrix, b: TallRhs, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, return_status=False,
                   donate=False, backend="auto"):
-    """The ``x`` minimising ``||a @ x - b||_2`` for ``a`` of full column rank, by QR.
+    """The ``x`` minimising ``||a @ x - b||_2`` for ``a`` of full column rank, by QR; for a wide
+    ``a`` (M < N) of full row rank, the ``x`` of least norm with ``a @ x = b``.
+
+    A wide ``a`` is factored through its conjugate transpose, ``a^H = Q R``, and
+    ``x = Q R^-H b``.
 
     Works on float32, float64, complex64 and complex128, eagerly and inside ``jax.jit``.
     Differentiable (forward and reverse, any order) in ``a`` and ``b``.
 
     Args:
-      a: (M, N) matrix, M >= N, sharded ``P(r, c)``, ``P(r)`` or ``P(None, c)`` over ``mesh``.
+      a: (M, N) matrix sharded ``P(r, c)``, ``P(r)`` or ``P(None, c)`` over ``mesh``.
       b: (M,) or (M, NRHS) with a's dtype, in any layout (``P(r)``, ``P(r, None)`` or replicated)
         on any grid shape: it is gathered whole on every process, so the ScaLAPACK-style
         restriction that every process-grid column owns a tile of ``b`` does not apply.
@@ -298,14 +303,15 @@ def _least_squares(a, b, *, T_A, mesh, matrix_specs, donate, backend, return_sta
 
 @shared_arguments
 @checked
-def qr(a: TallMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, return_status=False, donate=False, backend="auto"):
-    """The reduced QR decomposition ``a = q @ r``.
+def qr(a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, return_status=False, donate=False, backend="auto"):
+    """The reduced QR decomposition ``a = q @ r``; for a wide ``a`` (M < N), ``q`` (M, M) and ``r``
+    (M, N) upper trapezoidal (from the QR of a's first M columns and ``r[:, M:] = q^H a[:, M:]``).
 
     Works on float32, float64, complex64 and complex128, eagerly and inside ``jax.jit``.
-    Differentiable (forward and reverse, any order) for ``a`` of full column rank.
+    Differentiable (forward and reverse, any order) for ``a`` of full rank.
 
     Args:
-      a: (M, N) matrix, M >= N, sharded ``P(r, c)``, ``P(r)`` or ``P(None, c)`` over ``mesh``.
+      a: (M, N) matrix sharded ``P(r, c)``, ``P(r)`` or ``P(None, c)`` over ``mesh``.
       T_A: {T_A}
       mesh: {mesh}
       matrix_specs: {matrix_specs}
@@ -316,8 +322,8 @@ def qr(a: TallMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Spe
       backend: {backend}
 
     Returns:
-      ``(q, r)``: ``q`` (M, N) with orthonormal columns and ``r`` (N, N) upper triangular, both
-      with a's sharding; then ``status`` when asked.
+      ``(q, r)``: with K = min(M, N), ``q`` (M, K) with orthonormal columns and ``r`` (K, N)
+      upper triangular (trapezoidal), both with a's sharding; then ``status`` when asked.
     """
     _flags(return_status=return_status)
     return _compiled(_qr, (a,), mesh=mesh, matrix_specs=matrix_specs, donate=donate, T_A=T_A, backend=backend,
@@ -325,6 +331,8 @@ def qr(a: TallMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Spe
 
 
 def _qr(a, *, T_A, mesh, matrix_specs, donate, backend, return_status):
+    if a.ndim == 2 and a.shape[0] < a.shape[1]:  # wide: a's first M columns, then q^H a
+        return pick(wide_factors(a, T_A, mesh, matrix_specs, backend), (True, True, return_status))
     factor = QR(a, T_A, mesh, matrix_specs, donate=donate, backend=backend)
     return pick((factor.q, factor.r, factor.status), (True, True, return_status))
 
@@ -405,30 +413,31 @@ def _eigh(a, b=None, *, T_A, mesh, matrix_specs, donate, backend, return_eigenve
 
 @shared_arguments
 @checked
-def gesvd(a: TallMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, compute_u=True, compute_vh=True,
+def gesvd(a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, compute_u=True, compute_vh=True,
           full_matrices=False, return_status=False, donate=False, backend="auto"):
     """The singular value decomposition ``a = u @ diag(s) @ vh``, in NumPy's order.
 
     Works on float32, float64, complex64 and complex128, eagerly and inside ``jax.jit``.
     Differentiable (forward and reverse, any order) for distinct non-zero singular values.
+    A wide ``a`` (M < N) is decomposed through its conjugate transpose at the tall cost.
 
     Args:
-      a: (M, N) matrix, M >= N, sharded ``P(r, c)``, ``P(r)`` or ``P(None, c)`` over ``mesh``.
+      a: (M, N) matrix sharded ``P(r, c)``, ``P(r)`` or ``P(None, c)`` over ``mesh``.
       T_A: {T_A}
       mesh: {mesh}
       matrix_specs: {matrix_specs}
       compute_u: return ``u`` (default True).
       compute_vh: return ``vh`` (default True).
-      full_matrices: ``u`` is (M, M) instead of (M, N) (default False).
+      full_matrices: ``u`` is (M, M) and ``vh`` (N, N) instead of (M, K) and (K, N), K = min(M, N)
+        (default False).
       return_status: also return the status (int32, replicated): 0 on success, or -1 for a
         non-finite result. Failed outputs are NaN.
       donate: {donate}
       backend: {backend}
 
     Returns:
-      ``(u, s, vh)``, ``(u, s)``, ``(s, vh)`` or ``s`` as asked: ``s`` (N,) descending and
-      replicated, ``u`` (M, N) or (M, M) and ``vh`` (N, N) with a's sharding; then ``status``
-      when asked.
+      ``(u, s, vh)``, ``(u, s)``, ``(s, vh)`` or ``s`` as asked: ``s`` (K,) descending and
+      replicated, ``u`` and ``vh`` with a's sharding; then ``status`` when asked.
     """
     _flags(compute_u=compute_u, compute_vh=compute_vh, return_status=return_status)
     return _compiled(_gesvd, (a,), mesh=mesh, matrix_specs=matrix_specs, donate=donate, T_A=T_A, backend=backend,

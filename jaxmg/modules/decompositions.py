@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Optional
 
+import equinox as eqx
 import jax
 
 from ..autodiff import decompositions as rules
+from .._checks import as_array, check_flag
+from .._dense import adjoint, adjoint_specs
 from .._docstrings import shared_arguments
-from .._typing import MeshLike, Specs, SquareMatrix, TallMatrix, Tile, checked
+from .._typing import Matrix, MeshLike, Specs, SquareMatrix, TallMatrix, Tile, checked
 from ._base import Factorisation, prepare
 
 
@@ -58,15 +61,18 @@ class Eigh(Factorisation):
 
 @shared_arguments
 class SVD(Factorisation):
-    """Singular value decomposition ``a = u diag(s) vh`` of a sharded M x N matrix, M >= N.
+    """Singular value decomposition ``a = u diag(s) vh`` of a sharded M x N matrix.
 
     ``SVD(a, T_A=None, mesh=None, matrix_specs=None, *, full_matrices=False, donate=False,
-    backend="auto")``: :attr:`u` (M x N, or M x M with ``full_matrices``) and :attr:`vh`
-    (N x N) in a's layout, :attr:`s` (N,) descending and replicated. Differentiable (forward
-    and reverse mode, any order) in ``a`` for distinct non-zero singular values.
+    backend="auto")``: with K = min(M, N), :attr:`u` (M x K, or M x M with
+    ``full_matrices``) and :attr:`vh` (K x N, or N x N with ``full_matrices``) in a's
+    layout, :attr:`s` (K,) descending and replicated. A wide ``a`` (M < N) is decomposed
+    through its conjugate transpose (``a^H = u' s vh'`` gives ``u = vh'^H`` and
+    ``vh = u'^H``), so it costs what the tall case costs. Differentiable (forward and
+    reverse mode, any order) in ``a`` for distinct non-zero singular values.
 
     Args:
-      a: (M, N) matrix, M >= N, sharded ``P(r, c)``, ``P(r)`` or ``P(None, c)`` over ``mesh``.
+      a: (M, N) matrix sharded ``P(r, c)``, ``P(r)`` or ``P(None, c)`` over ``mesh``.
       T_A: {T_A}
       mesh: {mesh_module}
       matrix_specs: {matrix_specs}
@@ -81,19 +87,26 @@ class SVD(Factorisation):
     u: jax.Array
     s: jax.Array
     vh: jax.Array
+    wide: bool = eqx.field(static=True)
 
     @checked
-    def __init__(self, a: TallMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
+    def __init__(self, a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
                  full_matrices: bool = False, donate: bool = False, backend: str = "auto"):
-        from .._checks import check_flag
-
         check_flag(full_matrices, "full_matrices")
+        a, self.wide, matrix_specs = _dense_or_adjoint(a, matrix_specs)
         call, (a,), (kept,) = prepare("svd", [("a", a)], square=False, T_A=T_A, mesh=mesh,
                                       matrix_specs=matrix_specs, donate=donate, backend=backend)
         u, s, vh, self.status = rules.gesvd(call, bool(full_matrices), a)
+        if self.wide:  # a^H = u s vh, so a = vh^H s u^H
+            u, vh = adjoint(vh), adjoint(u)
         self.u, self.s, self.vh = self._masked(u, s, vh)
         self.operator = kept
         self.call = call
+
+    @property
+    def shape(self) -> tuple:
+        """The decomposed matrix's shape (M, N)."""
+        return self.call.shape[::-1] if self.wide else self.call.shape
 
 
 @shared_arguments
@@ -129,3 +142,13 @@ class Polar(Factorisation):
         self.u_p, self.h = self._masked(u_p, h)
         self.operator = kept
         self.call = call
+
+
+def _dense_or_adjoint(a, matrix_specs):
+    """(a, False, matrix_specs) for a tall or square ``a``; for a wide one (M < N) its conjugate
+    transpose, True and the specs of the conjugate transpose, so that decompositions that
+    need M >= N run on a^H."""
+    a = as_array(a, "a")
+    if a.ndim == 2 and a.shape[0] < a.shape[1]:
+        return adjoint(a), True, adjoint_specs(matrix_specs)
+    return a, False, matrix_specs

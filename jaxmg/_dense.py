@@ -1,0 +1,88 @@
+"""Dense compositions shared by the wide-matrix paths and the JAX-shaped namespaces.
+
+The conjugate transpose of a matrix and of its ``matrix_specs``, column slices, and
+products whose output layout is stated where the mesh has Explicit axes (where JAX
+cannot infer it from a contraction over a sharded dimension). Every function is plain
+JAX: it works eagerly, under ``jax.jit``, ``jax.vmap`` and differentiation.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+from ._layout import Held
+
+
+def adjoint(a):
+    """The conjugate transpose of the last two dimensions of ``a``."""
+    return jnp.conj(jnp.swapaxes(a, -1, -2))
+
+
+def _swapped(spec):
+    if isinstance(spec, Held):
+        return Held(_swapped(spec.spec))
+    if isinstance(spec, P):
+        entries = tuple(spec) + (None,) * (2 - len(tuple(spec)))
+        return P(entries[1], entries[0])
+    return spec
+
+
+def adjoint_specs(matrix_specs):
+    """``matrix_specs`` of a matrix, turned into those of its conjugate transpose: the matrix's
+    spec (alone, or first in a list) has its row and column entries swapped; right-hand-side
+    specs are kept."""
+    if matrix_specs is None:
+        return None
+    if isinstance(matrix_specs, (list, tuple)) and not isinstance(matrix_specs, P):
+        specs = list(matrix_specs)
+        return type(matrix_specs)([_swapped(specs[0])] + specs[1:]) if specs else matrix_specs
+    return _swapped(matrix_specs)
+
+
+def columns(a, start: int, stop: int):
+    """Columns ``start:stop`` of matrix ``a`` (a static slice, also of sharded columns)."""
+    return jax.lax.slice_in_dim(a, start, stop, axis=a.ndim - 1)
+
+
+def _explicit_mesh(x):
+    mesh = jax.typeof(x).sharding.mesh
+    types = getattr(mesh, "axis_types", ())
+    return mesh if any(t == AxisType.Explicit for t in types) else None
+
+
+def spec_of(x) -> P:
+    """The PartitionSpec of ``x``'s type (all None where it is not sharded explicitly)."""
+    spec = tuple(jax.typeof(x).sharding.spec)
+    return P(*(spec + (None,) * (x.ndim - len(spec))))
+
+
+def matmul(x, y, spec: Optional[P] = None):
+    """``x @ y`` at full precision; on a mesh with Explicit axes laid out as ``spec`` (default
+    replicated), elsewhere as XLA chooses."""
+    mesh = _explicit_mesh(x)
+    if mesh is None:
+        mesh = _explicit_mesh(y)
+    sharding = None
+    if mesh is not None:
+        sharding = NamedSharding(mesh, spec if spec is not None else P())
+    return jnp.matmul(x, y, precision=jax.lax.Precision.HIGHEST, out_sharding=sharding)
+
+
+def in_layout_of(x, like):
+    """``x`` laid out like ``like`` where the mesh has Explicit axes (elsewhere unchanged)."""
+    mesh = _explicit_mesh(like)
+    if mesh is None:
+        return x
+    return jax.sharding.reshard(x, NamedSharding(mesh, spec_of(like)))
+
+
+def triu(x):
+    """The upper triangle of matrix ``x`` (zero below the diagonal), in x's layout."""
+    m, n = x.shape[-2:]
+    rows = jax.lax.broadcasted_iota(jnp.int32, (m, n), 0)
+    cols = jax.lax.broadcasted_iota(jnp.int32, (m, n), 1)
+    return jnp.where(rows <= cols, x, jnp.zeros((), x.dtype))

@@ -1,0 +1,83 @@
+"""Argument handling shared by ``jaxmg.numpy.linalg`` and ``jaxmg.scipy.linalg``: dtype
+promotion, shape checks, the Hermitian input convention and leading batch dimensions."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding
+
+from .._dense import _explicit_mesh, adjoint, in_layout_of, spec_of
+
+
+def inexact(*arrays):
+    """The arguments as arrays of one inexact dtype, promoted as JAX promotes (integers and
+    booleans become the default float dtype)."""
+    arrays = [x if isinstance(x, jax.Array) else jnp.asarray(x) for x in arrays]
+    dtype = jnp.result_type(*arrays)
+    if not jnp.issubdtype(dtype, jnp.inexact):
+        dtype = jnp.result_type(float)
+    return tuple(x if x.dtype == dtype else x.astype(dtype) for x in arrays)
+
+
+def square(a, name: str) -> None:
+    """``a`` must be (..., N, N)."""
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+        raise ValueError(f"{name}: a must be a square matrix or a batch of them (..., N, N), "
+                         f"got shape {tuple(a.shape)}.")
+
+
+def herm_input(a, symmetrize: bool, lower: bool):
+    """The matrix whose lower triangle jaxmg reads for Hermitian ``a``: ``(a + a^H)/2`` when
+    ``symmetrize`` (as JAX), else ``a`` (``lower``) or ``a^H`` (its upper triangle, conjugated
+    into the lower one)."""
+    if symmetrize:
+        return (a + in_layout_of(adjoint(a), a)) / 2
+    return a if lower else in_layout_of(adjoint(a), a)
+
+
+def map_batch(fn, args, core_ranks, *, solution: bool = False):
+    """``fn`` of 2-D matrices (and their right-hand sides) over leading batch dimensions.
+
+    Each argument has ``core_ranks[i]`` trailing dimensions that ``fn`` takes; the dimensions
+    before them are broadcast together and mapped with nested ``jax.vmap``: each matrix of
+    the batch is one distributed call over the whole mesh. Eagerly, matrix outputs are
+    returned in a's layout, except a ``solution`` (laid out like its right-hand side).
+    """
+    shapes = [x.shape[: x.ndim - r] for x, r in zip(args, core_ranks)]
+    batch = tuple(jnp.broadcast_shapes(*shapes)) if shapes else ()
+    a = args[0]
+    place = (lambda out: out) if solution else (lambda out: _in_matrix_layout(out, a))
+    if not batch:
+        return place(fn(*args))
+    args = [x if x.shape[: x.ndim - r] == batch else jnp.broadcast_to(x, batch + x.shape[x.ndim - r:])
+            for x, r in zip(args, core_ranks)]
+    for _ in batch:
+        fn = jax.vmap(fn)
+    return place(fn(*args))
+
+
+def _in_matrix_layout(out, a):
+    """Eagerly, the matrix outputs (those of a's rank) in a's layout: jaxmg's eager calls under
+    ``jax.vmap`` return them replicated, and products on Auto mesh axes (pinv, a wide R) where
+    XLA put them. A no-op for outputs already there."""
+    sharding = getattr(a, "sharding", None)
+    if isinstance(a, jax.core.Tracer) or not isinstance(sharding, NamedSharding):
+        return out
+
+    def place(x):
+        if getattr(x, "ndim", None) != a.ndim or isinstance(x, jax.core.Tracer):
+            return x
+        try:
+            return jax.device_put(x, sharding)
+        except ValueError:  # a shape the mesh does not divide: left as computed
+            return x
+    return jax.tree.map(place, out)
+
+
+def take_columns(v, order):
+    """Columns ``order`` (an index array) of matrix ``v``, in v's layout."""
+    mesh = _explicit_mesh(v)
+    if mesh is None:
+        return v[:, order]
+    return v.at[:, order].get(out_sharding=NamedSharding(mesh, spec_of(v)))

@@ -1,0 +1,491 @@
+"""``jax.numpy.linalg`` on sharded matrices: JAX's names, signatures and results over jaxmg.
+
+Change ``import jax.numpy.linalg as la`` to ``import jaxmg.numpy.linalg as la`` and a model
+runs its linear algebra on matrices sharded over a mesh: each function checks and promotes
+its arguments as JAX does, then calls jaxmg's distributed operations (LU for solve, inv,
+det and slogdet; syevd for eigh; the polar-based SVD for svd, lstsq, pinv, matrix_rank and
+cond; QR for qr) and returns JAX's own result types (``EighResult``, ``SVDResult``,
+``SlogdetResult``, ``QRResult``). Matrix outputs stay in the input's layout.
+
+Leading batch dimensions (``(..., M, N)``) are accepted wherever JAX accepts them: the
+function runs on each matrix of the batch in turn through ``jax.vmap`` of the 2-D
+function, and each matrix is distributed over the whole mesh. Functions that only move or
+multiply data (``matmul``, ``outer``, ``trace`` ...) are JAX's own, re-exported: XLA
+shards them already. ``eig`` and ``eigvals`` (non-Hermitian eigenproblems) are not
+provided: cuSOLVERMp has no distributed non-Hermitian eigensolver.
+
+Example (8 devices)::
+
+    >>> import jax, jax.numpy as jnp, numpy as np
+    >>> import jaxmg.numpy.linalg as la
+    >>> from jax.sharding import NamedSharding, PartitionSpec as P
+    >>> mesh = jax.make_mesh((4, 2), ("x", "y"))
+    >>> a = jax.device_put(4 * jnp.eye(8), NamedSharding(mesh, P("x", "y")))
+    >>> sign, logdet = la.slogdet(a)
+    >>> print(float(sign), round(float(logdet), 4), tuple(la.inv(a).sharding.spec))
+    1.0 11.0904 ('x', 'y')
+    >>> u, s, vh = la.svd(jnp.ones((4, 8)))  # wide: U (4, 4), Vh (8, 8) as full_matrices=True
+    >>> print(u.shape, round(float(s[0]), 4), vh.shape)
+    (4, 4) 5.6569 (8, 8)
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import functional as _f
+from .._dense import (adjoint as _H, columns as _columns, in_layout_of as _in_layout_of, matmul as _matmul,
+                      spec_of as _spec_of, triu as _triu)
+from ..modules import LU as _LU
+from ._results import EighResult, QRResult, SlogdetResult, SVDResult
+from ._util import (herm_input as _herm_input, inexact as _inexact, map_batch as _map_batch,
+                    square as _square, take_columns as _take_columns)
+
+# Products, norms of vectors and data movement: JAX's own (XLA shards them).
+cross = jnp.linalg.cross
+diagonal = jnp.linalg.diagonal
+matmul = jnp.linalg.matmul
+matrix_transpose = jnp.linalg.matrix_transpose
+multi_dot = jnp.linalg.multi_dot
+outer = jnp.linalg.outer
+tensordot = jnp.linalg.tensordot
+trace = jnp.linalg.trace
+vecdot = jnp.linalg.vecdot
+vector_norm = jnp.linalg.vector_norm
+
+
+# --- LU: solve, inv, det, slogdet -------------------------------------------------------------
+
+def _inverse(a):
+    """a^-1 of one square matrix, in a's layout, from its LU factor (LAPACK's getri)."""
+    return _LU(a).inverse()
+
+
+def _slogdet(a):
+    """(sign, log|det a|) of one square matrix from its LU factor."""
+    return _LU(a).slogdet()
+
+
+def solve(a, b):
+    """Solve ``a @ x = b`` for square ``a`` by distributed LU (:func:`jaxmg.lu_solve`).
+
+    ``a`` is (..., N, N); ``b`` is (N,) or (..., N, K), batch dimensions broadcast as in
+    ``jnp.linalg.solve``. ``x`` has b's shape (after broadcasting) and layout.
+    """
+    a, b = _inexact(a, b)
+    _square(a, "solve")
+    return _map_batch(_f.lu_solve, (a, b), (2, 1 if b.ndim == 1 else 2), solution=True)
+
+
+def inv(a):
+    """The inverse of square ``a`` (..., N, N), in a's layout, from its distributed LU factor
+    (:meth:`jaxmg.LU.inverse`: both triangular inverses and their product)."""
+    (a,) = _inexact(a)
+    _square(a, "inv")
+    return _map_batch(_inverse, (a,), (2,))
+
+
+def slogdet(a, *, method=None):
+    """``SlogdetResult(sign, logabsdet)`` of square ``a`` (..., N, N) from its LU factor.
+
+    ``method`` is accepted for JAX's signature: only ``None`` or ``"lu"`` (the LU factor).
+    The derivative is ``Re tr(a^-1 da)`` with a^-1 from the saved LU factor.
+    """
+    if method not in (None, "lu"):
+        raise ValueError(f"slogdet: method must be None or 'lu' (jaxmg computes it from the LU factor), "
+                         f"got {method!r}.")
+    (a,) = _inexact(a)
+    _square(a, "slogdet")
+    return SlogdetResult(*_map_batch(_slogdet, (a,), (2,)))
+
+
+def det(a):
+    """The determinant of square ``a`` (..., N, N), ``sign * exp(logabsdet)`` of :func:`slogdet`."""
+    sign, logabsdet = slogdet(a)
+    return sign * jnp.exp(logabsdet).astype(sign.dtype)
+
+
+# --- Cholesky ------------------------------------------------------------------------------------
+
+def cholesky(a, *, upper=False, symmetrize_input=True):
+    """The Cholesky factor of Hermitian positive-definite ``a`` (..., N, N), in a's layout.
+
+    ``L`` (lower, ``a = L L^H``) or, with ``upper=True``, ``U = L^H`` (``a = U^H U``).
+    With ``symmetrize_input`` (default) ``(a + a^H)/2`` is factored; otherwise a's lower
+    triangle is read. Distributed Cholesky (:func:`jaxmg.cholesky`).
+    """
+    (a,) = _inexact(a)
+    _square(a, "cholesky")
+    a = _herm_input(a, symmetrize_input, lower=True)
+    factor = _map_batch(_f.cholesky, (a,), (2,))
+    return _in_layout_of(_H(factor), factor) if upper else factor
+
+
+# --- Hermitian eigenproblems ---------------------------------------------------------------------
+
+def _uplo(UPLO, name):
+    if UPLO is None or UPLO == "L":
+        return True
+    if UPLO == "U":
+        return False
+    raise ValueError(f"{name}: UPLO must be 'L' or 'U', got {UPLO!r}.")
+
+
+def eigh(a, UPLO=None, symmetrize_input=True):
+    """``EighResult(eigenvalues, eigenvectors)`` of Hermitian ``a`` (..., N, N) by distributed syevd.
+
+    Eigenvalues ascending and replicated, eigenvectors as columns in a's layout. With
+    ``symmetrize_input`` (default) ``(a + a^H)/2`` is decomposed; otherwise the triangle
+    ``UPLO`` ("L", the default, or "U") is read.
+    """
+    (a,) = _inexact(a)
+    _square(a, "eigh")
+    a = _herm_input(a, symmetrize_input, lower=_uplo(UPLO, "eigh"))
+    return EighResult(*_map_batch(_f.syevd, (a,), (2,)))
+
+
+def eigvalsh(a, UPLO="L", *, symmetrize_input=True):
+    """The eigenvalues (ascending, replicated) of Hermitian ``a`` (..., N, N), as in :func:`eigh`."""
+    (a,) = _inexact(a)
+    _square(a, "eigvalsh")
+    a = _herm_input(a, symmetrize_input, lower=_uplo(UPLO, "eigvalsh"))
+    return _map_batch(functools.partial(_f.syevd, return_eigenvectors=False), (a,), (2,))
+
+
+# --- SVD -----------------------------------------------------------------------------------------
+
+def _hermitian_svd(a, compute_uv):
+    """The SVD of Hermitian ``a`` from its eigendecomposition: s = |w| descending, u = v
+    reordered and vh = (u sign(w))^H."""
+    if not compute_uv:
+        return -jnp.sort(-jnp.abs(_f.syevd(a, return_eigenvectors=False)))
+    w, v = _f.syevd(a)
+    order = jnp.argsort(-jnp.abs(w))
+    w = w[order]
+    u = _take_columns(v, order)
+    return u, jnp.abs(w), _H(u * jnp.sign(w).astype(u.dtype))
+
+
+def _svd(a, *, full_matrices, compute_uv, hermitian):
+    if hermitian:
+        return _hermitian_svd(a, compute_uv)
+    if not compute_uv:
+        return _f.gesvd(a, compute_u=False, compute_vh=False)
+    return _f.gesvd(a, full_matrices=full_matrices)
+
+
+def svd(a, full_matrices=True, compute_uv=True, hermitian=False, subset_by_index=None):
+    """The singular value decomposition of ``a`` (..., M, N), tall, square or wide.
+
+    ``SVDResult(U, S, Vh)`` (or ``S`` alone with ``compute_uv=False``): S descending and
+    replicated, U and Vh in a's layout, (M, M) and (N, N) with ``full_matrices`` (default,
+    as JAX), else (M, K) and (K, N), K = min(M, N). Computed by jaxmg's polar-based
+    :func:`jaxmg.gesvd`; with ``hermitian=True`` from the eigendecomposition of
+    ``(a + a^H)/2`` (:func:`jaxmg.syevd`). ``subset_by_index=(start, end)`` keeps singular
+    values ``start:end`` (and their vectors) of the full decomposition.
+    """
+    (a,) = _inexact(a)
+    if a.ndim < 2:
+        raise ValueError(f"svd: a must be at least 2-D (..., M, N), got shape {a.shape}.")
+    if hermitian:
+        _square(a, "svd(hermitian=True)")
+        a = _herm_input(a, True, lower=True)
+        full_matrices = False
+    fn = functools.partial(_svd, full_matrices=bool(full_matrices), compute_uv=bool(compute_uv),
+                           hermitian=bool(hermitian))
+    out = _map_batch(fn, (a,), (2,))
+    if subset_by_index is not None:
+        start, end = (int(i) for i in subset_by_index)
+        if compute_uv:
+            u, s, vh = out
+            out = (_columns(u, start, end), s[..., start:end],
+                   jax.lax.slice_in_dim(vh, start, end, axis=vh.ndim - 2))
+        else:
+            out = out[..., start:end]
+    return SVDResult(*out) if compute_uv else out
+
+
+def svdvals(x, /):
+    """The singular values of ``x`` (..., M, N), descending: ``svd(x, compute_uv=False)``."""
+    return svd(x, compute_uv=False)
+
+
+# --- QR --------------------------------------------------------------------------------------------
+
+def _complete_qr(a):
+    """q (M x M) and r (M x N) of a tall ``a``: the QR of ``[a, g]`` with a fixed random
+    M x (M - N) block g (nonsingular with probability one), whose first N columns of Q are
+    a's; r = triu(q^H a)."""
+    m, n = a.shape
+    g = np.random.default_rng(0).standard_normal((m, m - n))
+    if jnp.issubdtype(a.dtype, jnp.complexfloating):
+        g = g + 1j * np.random.default_rng(1).standard_normal((m, m - n))
+    q, _ = _f.qr(jnp.concatenate([a, jnp.asarray(g, a.dtype)], axis=1))
+    return q, _triu(_matmul(_H(q), a, _spec_of(a)))
+
+
+def _qr(a, *, mode):
+    m, n = a.shape
+    if mode == "complete" and m > n:
+        q, r = _complete_qr(a)
+    else:
+        q, r = _f.qr(a)
+    return r if mode == "r" else (q, r)
+
+
+def qr(a, mode="reduced"):
+    """The QR decomposition of ``a`` (..., M, N), tall, square or wide, by distributed QR.
+
+    ``mode="reduced"`` (default): ``QRResult(Q, R)``, Q (M, K) and R (K, N), K = min(M, N);
+    ``"complete"``: Q (M, M) and R (M, N); ``"r"``: R alone (as reduced). Both in a's layout.
+    A wide ``a`` is factored as Q R of its first M columns with ``R[:, M:] = Q^H a[:, M:]``.
+    """
+    if mode not in ("reduced", "complete", "r"):
+        raise ValueError(f"qr: mode must be 'reduced', 'complete' or 'r' (jaxmg has no 'raw' Householder "
+                         f"output), got {mode!r}.")
+    (a,) = _inexact(a)
+    if a.ndim < 2:
+        raise ValueError(f"qr: a must be at least 2-D (..., M, N), got shape {a.shape}.")
+    out = _map_batch(functools.partial(_qr, mode=mode), (a,), (2,))
+    return out if mode == "r" else QRResult(*out)
+
+
+# --- Least squares, pseudo-inverse, rank, condition number ---------------------------------------
+
+def _lstsq(a, b, rcond, numpy_resid):
+    m, n = a.shape
+    vector = b.ndim == 1
+    b = b[:, None] if vector else b
+    eps = float(jnp.finfo(a.dtype).eps)
+    rcond = eps * max(m, n) if rcond is None else jnp.where(rcond < 0, eps, rcond)
+    u, s, vh = _f.gesvd(a)
+    mask = (s > 0) & (s >= jnp.asarray(rcond, s.dtype) * s[0])
+    rank = jnp.sum(mask)
+    s_inv = jnp.where(mask, 1 / jnp.where(mask, s, 1), 0).astype(a.dtype)
+    x = _matmul(_H(vh), s_inv[:, None] * _matmul(_H(u), b))
+    if numpy_resid and (m <= n or _concrete(rank, "lstsq(numpy_resid=True)") < n):
+        resid = jnp.asarray([], dtype=s.dtype)  # NumPy's empty residuals
+    else:
+        resid = jnp.sum(jnp.abs(b - _matmul(a, x)) ** 2, axis=0)
+    return (x[:, 0] if vector else x), resid, rank, s
+
+
+def _concrete(value, name):
+    if isinstance(value, jax.core.Tracer):
+        raise ValueError(f"{name} needs the rank as a Python value, which inside jax.jit is not known: "
+                         f"call it outside jax.jit, or use numpy_resid=False (residuals always returned).")
+    return int(value)
+
+
+def lstsq(a, b, rcond=None, *, numpy_resid=False):
+    """``(x, resid, rank, s)``: the least-squares solution of ``a @ x = b`` of least norm.
+
+    ``a`` (M, N) tall, square or wide, of any rank; ``b`` (M,) or (M, K). From jaxmg's SVD:
+    singular values below ``rcond * s[0]`` (default ``eps * max(M, N)``) are treated as zero,
+    ``rank`` counts the others, and ``resid`` holds ``||b - a x||^2`` per column (with
+    ``numpy_resid=True``, NumPy's empty array where M <= N or rank < N).
+    """
+    a, b = _inexact(a, b)
+    if a.ndim != 2:
+        raise TypeError(f"lstsq: a must be two-dimensional (M, N), got shape {a.shape}.")
+    if b.ndim not in (1, 2) or b.shape[0] != a.shape[0]:
+        raise ValueError(f"lstsq: b must have shape ({a.shape[0]},) or ({a.shape[0]}, K) to match a "
+                         f"{a.shape}, got {b.shape}.")
+    return _lstsq(a, b, rcond, numpy_resid)
+
+
+def _pinv_from_svd(a, rtol, hermitian):
+    u, s, vh = _svd(a, full_matrices=False, compute_uv=True, hermitian=hermitian)
+    cutoff = rtol * s[0]
+    s_inv = jnp.where(s > cutoff, 1 / jnp.where(s > cutoff, s, 1), 0).astype(a.dtype)
+    return _matmul(_H(vh) * s_inv, _H(u), _spec_of(a))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _pinv(a, rtol, hermitian):
+    return _pinv_from_svd(a, rtol, hermitian)
+
+
+@_pinv.defjvp
+def _pinv_jvp(hermitian, primals, tangents):
+    """Golub and Pereyra's derivative of the pseudo-inverse (as JAX's pinv), with products
+    laid out like a."""
+    a, rtol = primals
+    a_dot, _ = tangents
+    p = _pinv(a, rtol, hermitian)
+    spec = _spec_of(a)
+    mm = functools.partial(_matmul, spec=spec)
+    s = mm(mm(p, _H(p)), _H(a_dot))
+    t = mm(mm(_H(a_dot), _H(p)), p)
+    p_dot = -mm(mm(p, a_dot), p) + s - mm(mm(s, a), p) + t - mm(mm(p, a), t)
+    return p, p_dot
+
+
+def pinv(a, rtol=None, hermitian=False, *, rcond=None):
+    """The Moore-Penrose pseudo-inverse of ``a`` (..., M, N), (..., N, M) in a's layout.
+
+    From jaxmg's SVD (the eigendecomposition with ``hermitian=True``); singular values at most
+    ``rtol * s[0]`` (default ``10 * max(M, N) * eps``) are treated as zero. ``rcond`` is
+    JAX's alias of ``rtol``. The derivative is JAX's (Golub and Pereyra).
+    """
+    if rcond is not None:
+        if rtol is not None:
+            raise ValueError("pinv: only one of rtol and rcond may be specified.")
+        rtol = rcond
+    (a,) = _inexact(a)
+    if hermitian:
+        _square(a, "pinv(hermitian=True)")
+        a = _herm_input(a, True, lower=True)
+    if rtol is None:
+        rtol = 10.0 * max(a.shape[-2:]) * float(jnp.finfo(a.dtype).eps)
+    rtol = jnp.asarray(rtol, dtype=jnp.finfo(a.dtype).dtype)
+    return _map_batch(lambda x, r: _pinv(x, r, bool(hermitian)), (a, rtol), (2, 0))
+
+
+def matrix_rank(M, rtol=None, *, hermitian=False, tol=None):
+    """The number of singular values of ``M`` (..., M, N) above the tolerance, as in JAX.
+
+    The tolerance is ``rtol`` (or its alias ``tol``) where given, else
+    ``s.max() * max(M, N) * eps``. Singular values from :func:`svdvals` (``hermitian``:
+    absolute eigenvalues).
+    """
+    if tol is not None:
+        if rtol is not None:
+            raise ValueError("matrix_rank: only one of tol or rtol may be specified.")
+        rtol = tol
+    (M,) = _inexact(M)
+    if M.ndim < 2:
+        return jnp.any(M != 0).astype(jnp.int32)
+    s = svd(M, full_matrices=False, compute_uv=False, hermitian=hermitian)
+    if rtol is None:
+        rtol = s.max(-1) * max(M.shape[-2:]) * jnp.finfo(s.dtype).eps
+    rtol = jnp.expand_dims(jnp.asarray(rtol), np.ndim(rtol))
+    return jnp.sum(s > rtol, axis=-1)
+
+
+def cond(x, p=None):
+    """The condition number of ``x`` (..., M, N) in norm ``p``, as ``jnp.linalg.cond``.
+
+    ``p`` None, 2 or -2: ratios of singular values (:func:`svdvals`); other norms (square x):
+    ``norm(x, p) * norm(inv(x), p)``. Singular matrices give inf.
+    """
+    (x,) = _inexact(x)
+    if x.ndim < 2:
+        raise ValueError(f"cond: x must be at least 2-D, got shape {x.shape}.")
+    if p is None or p == 2:
+        s = svdvals(x)
+        r = s[..., 0] / s[..., -1]
+    elif p == -2:
+        s = svdvals(x)
+        r = s[..., -1] / s[..., 0]
+    else:
+        _square(x, f"cond(p={p!r})")
+        r = norm(x, ord=p, axis=(-2, -1)) * norm(inv(x), ord=p, axis=(-2, -1))
+    return jnp.where(jnp.isnan(r) & ~jnp.isnan(x).any(axis=(-2, -1)), jnp.inf, r)
+
+
+# --- Norms and powers ---------------------------------------------------------------------------
+
+def _spectral(x, ord, axis, keepdims):
+    """Matrix norms from singular values (ord 2, -2, 'nuc') over ``axis`` (two dimensions)."""
+    rows, cols = (a % x.ndim for a in axis)
+    moved = jnp.moveaxis(x, (rows, cols), (-2, -1))
+    s = svdvals(moved)
+    out = {2: lambda: s[..., 0], -2: lambda: s[..., -1], "nuc": lambda: jnp.sum(s, axis=-1)}[ord]()
+    if keepdims:
+        out = jnp.expand_dims(out, tuple(sorted((rows, cols))))
+    return out
+
+
+def norm(x, ord=None, axis=None, keepdims=False):
+    """``jnp.linalg.norm``; the matrix norms ord=2, -2 and 'nuc' from jaxmg's singular values."""
+    (x,) = _inexact(x)
+    if isinstance(axis, int):
+        axis = (axis,)
+    matrix_axes = tuple(axis) if axis is not None else ((-2, -1) if x.ndim == 2 else None)
+    if matrix_axes is not None and len(matrix_axes) == 2 and ord in (2, -2, "nuc"):
+        return _spectral(x, ord, matrix_axes, keepdims)
+    return jnp.linalg.norm(x, ord=ord, axis=axis, keepdims=keepdims)
+
+
+def matrix_norm(x, /, *, keepdims=False, ord="fro"):
+    """``jnp.linalg.matrix_norm`` over the last two dimensions (2, -2, 'nuc' via :func:`svdvals`)."""
+    return norm(x, ord=ord, axis=(-2, -1), keepdims=keepdims)
+
+
+def matrix_power(a, n):
+    """``a`` (..., N, N) to the integer power ``n`` by repeated squaring; negative ``n`` raise
+    :func:`inv` (a) to ``-n``. Products in a's layout."""
+    a = jnp.asarray(a)
+    _square(a, "matrix_power")
+    n = operator.index(n)
+    if n < 0:
+        a, n = inv(a), -n
+    if n == 0:
+        return jnp.broadcast_to(jnp.eye(a.shape[-1], dtype=a.dtype), a.shape)
+
+    def power(x):
+        mm = functools.partial(_matmul, spec=_spec_of(x))
+        result, base, k = None, x, n
+        while k:
+            if k & 1:
+                result = base if result is None else mm(result, base)
+            k >>= 1
+            if k:
+                base = mm(base, base)
+        return result
+    return _map_batch(power, (a,), (2,))
+
+
+# --- Tensor forms -------------------------------------------------------------------------------
+
+def tensorinv(a, ind=2):
+    """The tensor inverse of ``a`` over its first ``ind`` dimensions, via :func:`inv`."""
+    (a,) = _inexact(a)
+    ind = operator.index(ind)
+    if ind <= 0:
+        raise ValueError(f"tensorinv: ind must be a positive integer, got {ind}.")
+    head, tail = a.shape[:ind], a.shape[ind:]
+    rows, cols = int(np.prod(head)), int(np.prod(tail))
+    if rows != cols:
+        raise ValueError(f"tensorinv: prod(a.shape[:ind]) = {rows} must equal prod(a.shape[ind:]) = {cols}.")
+    return inv(a.reshape(rows, cols)).reshape(*tail, *head)
+
+
+def tensorsolve(a, b, axes=None):
+    """Solve the tensor equation ``tensordot(a, x, x.ndim) = b`` for x, via :func:`solve`."""
+    a, b = _inexact(a, b)
+    if axes is not None:
+        axes = tuple(ax % a.ndim for ax in axes)
+        a = jnp.moveaxis(a, axes, tuple(range(a.ndim - len(axes), a.ndim)))
+    out_shape = a.shape[b.ndim:]
+    rows, cols = int(np.prod(b.shape)), int(np.prod(out_shape))
+    if rows != cols:
+        raise ValueError(f"tensorsolve: prod(b.shape) = {rows} must equal prod(x.shape) = {cols}.")
+    return solve(a.reshape(rows, cols), b.ravel()).reshape(out_shape)
+
+
+__all__ = [
+    "EighResult", "QRResult", "SVDResult", "SlogdetResult",
+    "cholesky", "cond", "cross", "det", "diagonal", "eigh", "eigvalsh", "inv", "lstsq", "matmul",
+    "matrix_norm", "matrix_power", "matrix_rank", "matrix_transpose", "multi_dot", "norm", "outer",
+    "pinv", "qr", "slogdet", "solve", "svd", "svdvals", "tensordot", "tensorinv", "tensorsolve",
+    "trace", "vecdot", "vector_norm",
+]
+# which jax.numpy.linalg functions are left out, and why (docs/numpy.md's table)
+NOT_PROVIDED = {
+    "eig": "non-Hermitian eigenproblem: cuSOLVERMp has no distributed non-Hermitian eigensolver",
+    "eigvals": "non-Hermitian eigenproblem: cuSOLVERMp has no distributed non-Hermitian eigensolver",
+}
+
+
+def __getattr__(name):
+    if name in NOT_PROVIDED:
+        raise AttributeError(f"jaxmg.numpy.linalg has no {name}: {NOT_PROVIDED[name]}; use jax.numpy.linalg.{name} "
+                             f"on a gathered matrix.")
+    raise AttributeError(f"module 'jaxmg.numpy.linalg' has no attribute {name!r}")

@@ -1,0 +1,375 @@
+"""jaxmg.numpy.linalg and jaxmg.scipy.linalg against jax.numpy.linalg / jax.scipy.linalg.
+
+Each check compares with JAX on the gathered input, up to the sign/phase freedom of
+eigenvectors, singular vectors and Q (compared through reconstructions, orthonormality and
+the invariant parts). Small matrices, several functions per compiled case.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+import pytest
+from jax.sharding import AxisType, PartitionSpec as P
+from jax.test_util import check_grads
+
+import jaxmg
+import jaxmg.numpy.linalg as mla
+import jaxmg.scipy.linalg as msla
+from helpers import make_mesh, put, random_matrix, spd_matrix
+
+# (mesh shape, axis names, axis type, spec of a): two-axis Explicit and Auto, one-axis rows and columns
+MESHES = {
+    "4x2-explicit": ((4, 2), ("x", "y"), AxisType.Explicit, P("x", "y")),
+    "4x2-auto": ((4, 2), ("x", "y"), AxisType.Auto, P("x", "y")),
+    "rows-8": ((8,), ("i",), AxisType.Explicit, P("i", None)),
+    "cols-8-auto": ((8,), ("i",), AxisType.Auto, P(None, "i")),
+}
+# each mesh with one dtype, so that every mesh and every dtype is covered once
+CASES = [("4x2-explicit", np.float64), ("4x2-auto", np.complex128), ("rows-8", np.float32),
+         ("cols-8-auto", np.complex64)]
+
+
+def _tol(dtype):
+    return 2e-3 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-9
+
+
+def _close(x, y, dtype, scale=1.0):
+    x, y = np.asarray(x), np.asarray(y)
+    assert x.shape == y.shape, (x.shape, y.shape)
+    err = np.max(np.abs(x - y)) if x.size else 0.0
+    assert err <= _tol(dtype) * scale * max(1.0, np.max(np.abs(y)) if y.size else 1.0), err
+
+
+def _orthonormal_columns(q, dtype):
+    q = np.asarray(q)
+    _close(q.conj().T @ q, np.eye(q.shape[1]), dtype, 10)
+
+
+def _mesh(name):
+    shape, names, kind, spec = MESHES[name]
+    return make_mesh(shape, names, axis_types=kind), spec
+
+
+def _problem(dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    return dict(
+        square=random_matrix(rng, (8, 8), dtype) + 4 * np.eye(8, dtype=dtype),
+        spd=spd_matrix(rng, 8, dtype),
+        tall=random_matrix(rng, (16, 8), dtype),
+        wide=random_matrix(rng, (8, 16), dtype),
+        b=random_matrix(rng, (8,), dtype),
+        b16=random_matrix(rng, (16, 2), dtype),
+    )
+
+
+# --- signatures and coverage ------------------------------------------------------------------
+
+def _parameters(f):
+    return [(p.name, p.kind, p.default) for p in inspect.signature(f).parameters.values()]
+
+
+def test_signatures_match_jax():
+    for name in mla.__all__:
+        ours = getattr(mla, name)
+        if name.endswith("Result"):  # JAX's own named tuples
+            continue
+        assert _parameters(ours) == _parameters(getattr(jnp.linalg, name)), name
+    for name in msla.__all__:
+        if name == "lstsq":  # JAX has no scipy lstsq: SciPy's signature
+            scipy_linalg = pytest.importorskip("scipy.linalg")
+            assert _parameters(msla.lstsq) == _parameters(scipy_linalg.lstsq)
+            continue
+        assert _parameters(getattr(msla, name)) == _parameters(getattr(jsl, name)), name
+    # everything of jax.numpy.linalg is provided, except the non-Hermitian eigenproblems
+    public = {n for n in dir(jnp.linalg) if not n.startswith("_") and not n.endswith("Result")
+              and callable(getattr(jnp.linalg, n))}
+    assert public - set(mla.__all__) == set(mla.NOT_PROVIDED) == {"eig", "eigvals"}
+    assert mla.EighResult is type(jnp.linalg.eigh(jnp.eye(2))) and mla.SVDResult is type(jnp.linalg.svd(jnp.eye(2)))
+
+
+# --- results against JAX, per mesh and dtype -------------------------------------------------------
+
+def _check_all(mla_fns, p, placed, dtype, jit):
+    """Run the functions of jaxmg.numpy.linalg on the placed arrays (eagerly or in one jitted
+    call) and compare with jax.numpy.linalg on the gathered ones."""
+    def ours(sq, spd, tall, wide, b):
+        return dict(
+            solve=mla.solve(sq, b), inv=mla.inv(sq), slogdet=mla.slogdet(sq), det=mla.det(sq),
+            chol=mla.cholesky(spd), chol_u=mla.cholesky(spd, upper=True),
+            eigh=mla.eigh(spd), eigvalsh=mla.eigvalsh(spd, UPLO="U"),
+            svd_tall=mla.svd(tall, full_matrices=False), svd_wide=mla.svd(wide), svdvals=mla.svdvals(wide),
+            qr_tall=mla.qr(tall), qr_wide=mla.qr(wide), qr_r=mla.qr(sq, mode="r"),
+            lstsq_tall=mla.lstsq(tall, jnp.ones(16, tall.dtype)), lstsq_wide=mla.lstsq(wide, b),
+            pinv=mla.pinv(wide), rank=mla.matrix_rank(tall), cond=mla.cond(sq),
+            norm2=mla.norm(sq, 2), nuc=mla.matrix_norm(sq, ord="nuc"),
+        )
+    fn = jax.jit(ours) if jit else ours
+    out = fn(placed["square"], placed["spd"], placed["tall"], placed["wide"], placed["b"])
+    sq, spd, tall, wide, b = (p[k] for k in ("square", "spd", "tall", "wide", "b"))
+    la = jnp.linalg
+    _close(out["solve"], la.solve(sq, b), dtype, 10)
+    _close(out["inv"], la.inv(sq), dtype, 10)
+    assert isinstance(out["slogdet"], type(la.slogdet(sq)))
+    _close(out["slogdet"].sign, la.slogdet(sq).sign, dtype)
+    _close(out["slogdet"].logabsdet, la.slogdet(sq).logabsdet, dtype, 10)
+    _close(out["det"], la.det(sq), dtype, 10)
+    _close(out["chol"], la.cholesky(spd), dtype, 10)
+    _close(out["chol_u"], la.cholesky(spd, upper=True), dtype, 10)
+    w, v = out["eigh"]
+    _close(w, la.eigvalsh(spd), dtype, 10)
+    _close(np.asarray(v) * np.asarray(w) @ np.asarray(v).conj().T, spd, dtype, 10)
+    _close(out["eigvalsh"], la.eigvalsh(spd, UPLO="U"), dtype, 10)
+    for key, a, k in (("svd_tall", tall, 8), ("svd_wide", wide, 16)):
+        u, s, vh = out[key]
+        assert u.shape == (a.shape[0], min(a.shape) if key == "svd_tall" else a.shape[0])
+        assert vh.shape == ((8, 8) if key == "svd_tall" else (16, 16))
+        _close(s, la.svd(a, compute_uv=False), dtype, 10)
+        _close((np.asarray(u)[:, :8] * np.asarray(s)) @ np.asarray(vh)[:8], a, dtype, 10)
+        _orthonormal_columns(u, dtype)
+        _orthonormal_columns(np.asarray(vh).conj().T, dtype)
+    _close(out["svdvals"], la.svdvals(wide), dtype, 10)
+    for key, a in (("qr_tall", tall), ("qr_wide", wide)):
+        q, r = out[key]
+        q_ref, r_ref = la.qr(a)
+        assert q.shape == q_ref.shape and r.shape == r_ref.shape
+        _close(np.asarray(q) @ np.asarray(r), a, dtype, 10)
+        _close(np.tril(np.asarray(r), -1), np.zeros(r.shape), dtype)
+        _close(np.abs(np.diagonal(np.asarray(r))), np.abs(np.diagonal(r_ref)), dtype, 10)
+        _orthonormal_columns(q, dtype)
+    _close(np.abs(out["qr_r"]), np.abs(la.qr(sq, mode="r")), dtype, 10)
+    for key, a, rhs in (("lstsq_tall", tall, jnp.ones(16, dtype)), ("lstsq_wide", wide, b)):
+        for got, want in zip(out[key], la.lstsq(a, rhs)):
+            _close(got, want, dtype, 100)
+    _close(out["pinv"], la.pinv(wide), dtype, 100)
+    assert int(out["rank"]) == int(la.matrix_rank(tall)) == 8
+    _close(out["cond"], la.cond(sq), dtype, 100)
+    _close(out["norm2"], la.norm(sq, 2), dtype, 10)
+    _close(out["nuc"], la.matrix_norm(sq, ord="nuc"), dtype, 10)
+    return out
+
+
+@pytest.mark.parametrize("mesh_name,dtype", CASES, ids=[f"{m}-{np.dtype(d).name}" for m, d in CASES])
+def test_numpy_linalg_against_jax(mesh_name, dtype):
+    mesh, spec = _mesh(mesh_name)
+    p = _problem(dtype)
+    placed = {k: put(v, mesh, spec) if k in ("square", "spd", "tall", "wide") else v for k, v in p.items()}
+    jit = mesh_name.endswith("auto")  # Auto meshes in jit, Explicit ones eagerly (and in the jit tests below)
+    if jit:
+        with jax.set_mesh(mesh):
+            out = _check_all(mla, p, placed, dtype, jit=True)
+    else:
+        out = _check_all(mla, p, placed, dtype, jit=False)
+    if not jit:  # matrix outputs stay in the input's layout
+        for x in (out["inv"], out["chol"], out["chol_u"], out["eigh"].eigenvectors, out["pinv"],
+                  out["svd_tall"].U, out["qr_wide"].R):
+            assert x.sharding.spec == spec or x.sharding.is_equivalent_to(placed["square"].sharding, 2), x.sharding
+
+
+def test_explicit_mesh_in_jit_and_batched():
+    """Explicit axes inside jax.jit, and leading batch dimensions (each matrix distributed)."""
+    mesh, spec = _mesh("4x2-explicit")
+    rng = np.random.default_rng(3)
+    a = random_matrix(rng, (2, 3, 8, 8), np.float64) + 4 * np.eye(8)
+    b = random_matrix(rng, (3, 8, 2), np.float64)
+    batched = put(a, mesh, P(None, None, *spec))
+
+    @jax.jit
+    def f(a, b):
+        return mla.solve(a, b), mla.inv(a), mla.slogdet(a), mla.eigvalsh(a), mla.svdvals(a), mla.qr(a, mode="r")
+
+    with jax.set_mesh(mesh):
+        x, ainv, (sign, logdet), w, s, r = f(batched, b)
+    la = jnp.linalg
+    _close(x, la.solve(a, b), np.float64, 10)
+    _close(ainv, la.inv(a), np.float64, 10)
+    _close(sign, la.slogdet(a).sign, np.float64)
+    _close(logdet, la.slogdet(a).logabsdet, np.float64, 10)
+    _close(w, la.eigvalsh(a), np.float64, 10)
+    _close(s, la.svdvals(a), np.float64, 10)
+    _close(np.abs(r), np.abs(la.qr(a, mode="r")), np.float64, 10)
+
+
+def test_other_functions():
+    """matrix_power (negative), tensorinv, tensorsolve, complete QR of a tall matrix, hermitian
+    SVD and pinv, svd subset_by_index, and the re-exported product functions."""
+    mesh, spec = _mesh("4x2-explicit")
+    rng = np.random.default_rng(4)
+    a = random_matrix(rng, (8, 8), np.float64) + 4 * np.eye(8)
+    h = a + a.T
+    tall = random_matrix(rng, (16, 8), np.float64)
+    la = jnp.linalg
+    _close(mla.matrix_power(put(a, mesh, spec), -3), la.matrix_power(a, -3), np.float64, 10)
+    _close(mla.matrix_power(a, 5), la.matrix_power(a, 5), np.float64, 10)
+    t = a.reshape(2, 4, 8)
+    _close(mla.tensorinv(t, ind=2), la.tensorinv(t, ind=2), np.float64, 10)
+    _close(mla.tensorsolve(t, np.ones((2, 4))), la.tensorsolve(t, np.ones((2, 4))), np.float64, 10)
+    q, r = mla.qr(put(tall, mesh, spec), mode="complete")
+    assert q.shape == (16, 16) and r.shape == (16, 8)
+    _close(np.asarray(q) @ np.asarray(r), tall, np.float64, 10)
+    _orthonormal_columns(q, np.float64)
+    u, s, vh = mla.svd(put(h, mesh, spec), hermitian=True)
+    _close(s, la.svd(h, hermitian=True, compute_uv=False), np.float64, 10)
+    _close((np.asarray(u) * np.asarray(s)) @ np.asarray(vh), h, np.float64, 10)
+    _close(mla.pinv(h, hermitian=True), la.pinv(h, hermitian=True), np.float64, 100)
+    _close(mla.svd(tall, full_matrices=False, subset_by_index=(0, 3)).S, la.svdvals(tall)[:3], np.float64, 10)
+    _close(mla.cond(a, "fro"), la.cond(a, "fro"), np.float64, 100)
+    assert mla.matmul is la.matmul and mla.trace is la.trace and mla.outer is la.outer
+    batch = np.stack([a, a + np.eye(8)])  # eagerly batched: in the input's layout
+    inverses = mla.inv(put(batch, mesh, P(None, *spec)))
+    assert inverses.sharding.spec == P(None, *spec)
+    _close(inverses, la.inv(batch), np.float64, 10)
+
+
+# --- derivatives -----------------------------------------------------------------------------------
+
+def test_gradients_equal_jax():
+    mesh, spec = _mesh("4x2-explicit")
+    p = _problem(np.float64, seed=5)
+    sq, spd, wide, b = p["square"], p["spd"], p["wide"], p["b"]
+
+    def loss(la):
+        def f(sq, spd, wide):
+            w, v = la.eigh(spd)
+            u, s, vh = la.svd(wide, full_matrices=False)
+            return (la.slogdet(sq)[1] + jnp.sum(la.inv(sq) ** 2) + jnp.sum(la.solve(sq, b))
+                    + jnp.sum(w * jnp.arange(8)) + jnp.sum(jnp.abs(v) ** 4)
+                    + jnp.sum(s ** 3) + jnp.sum(la.lstsq(wide, b)[0] ** 2) + jnp.sum(la.pinv(wide) ** 2)
+                    + jnp.sum(la.cholesky(spd)))
+        return f
+
+    with jax.set_mesh(mesh):
+        ours = jax.jit(jax.grad(loss(mla), argnums=(0, 1, 2)))(*(put(x, mesh, spec) for x in (sq, spd, wide)))
+    want = jax.grad(loss(jnp.linalg), argnums=(0, 1, 2))(sq, spd, wide)
+    for got, ref in zip(ours, want):
+        _close(got, ref, np.float64, 1e3)
+
+
+def test_check_grads_first_order():
+    p = _problem(np.float64, seed=6)
+    check_grads(lambda a: mla.slogdet(a)[1], (p["square"],), order=1, modes=("fwd", "rev"))
+    check_grads(lambda a: mla.solve(a, p["b"]), (p["square"],), order=1, modes=("rev",))
+    check_grads(lambda a: mla.lstsq(a, p["b"])[0], (p["wide"],), order=1, modes=("rev",))
+    check_grads(lambda a: mla.eigvalsh(a), (p["spd"],), order=1, modes=("fwd",))
+
+
+# --- jaxmg.scipy.linalg ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mesh_name,dtype", [("4x2-explicit", np.complex128), ("cols-8-auto", np.float32)])
+def test_scipy_linalg_against_jax(mesh_name, dtype):
+    mesh, spec = _mesh(mesh_name)
+    p = _problem(dtype, seed=7)
+    sq, spd, wide, tall, b = (p[k] for k in ("square", "spd", "wide", "tall", "b"))
+    placed = {k: put(v, mesh, spec) for k, v in p.items() if k in ("square", "spd", "tall", "wide")}
+    with jax.set_mesh(mesh):
+        c = msla.cho_factor(placed["spd"])
+        assert isinstance(c[0], jaxmg.Cholesky) and c[1] is False
+        c_arr, lower = c  # unpacks as JAX's (c, lower)
+        _close(msla.cho_solve((c_arr, lower), b), jsl.cho_solve(jsl.cho_factor(spd), b), dtype, 10)
+        _close(msla.cho_solve(jsl.cho_factor(spd, lower=True), b), np.linalg.solve(spd, b), dtype, 10)
+        lu, piv = msla.lu_factor(placed["square"])
+        for trans in (0, 1, 2):
+            _close(msla.lu_solve((lu, piv), b, trans=trans), jsl.lu_solve(jsl.lu_factor(sq), b, trans=trans), dtype, 10)
+        _close(msla.solve(placed["spd"], b, assume_a="pos", lower=True), jsl.solve(spd, b, assume_a="pos", lower=True),
+               dtype, 10)
+        _close(msla.solve(placed["square"], b), jsl.solve(sq, b), dtype, 10)
+        _close(msla.inv(placed["square"]), jsl.inv(sq), dtype, 10)
+        _close(msla.det(placed["square"]), jsl.det(sq), dtype, 10)
+        _close(msla.cholesky(placed["spd"]), jsl.cholesky(spd), dtype, 10)
+        _close(msla.eigh(placed["square"], eigvals_only=True), jsl.eigh(sq, eigvals_only=True), dtype, 10)
+        w, v = msla.eigh(placed["spd"], placed["spd"] + 0 * placed["spd"] + put(np.eye(8, dtype=dtype), mesh, spec))
+        _close(w, jsl.eigh(spd, spd + np.eye(8, dtype=dtype), eigvals_only=True), dtype, 10)
+        u, s, vh = msla.svd(placed["wide"])
+        assert u.shape == (8, 8) and vh.shape == (16, 16)
+        _close(s, jsl.svd(wide, compute_uv=False), dtype, 10)
+        q, r = msla.qr(placed["tall"], mode="economic")
+        _close(np.asarray(q) @ np.asarray(r), tall, dtype, 10)
+        (r_full,) = msla.qr(placed["wide"], mode="r")
+        _close(np.abs(r_full), np.abs(jsl.qr(wide, mode="r")[0]), dtype, 10)
+        for side, a in (("right", sq), ("left", wide)):
+            u, h = msla.polar(put(a, mesh, spec), side=side)
+            u_ref, h_ref = jsl.polar(a, side=side, method="svd")
+            _close(u, u_ref, dtype, 100)
+            _close(h, h_ref, dtype, 100)
+        x, resid, rank, s = msla.lstsq(placed["tall"], p["b16"])
+        ref = np.linalg.lstsq(tall, p["b16"], rcond=None)
+        _close(x, ref[0], dtype, 100)
+        _close(resid, ref[1], dtype, 100)
+        assert int(rank) == 8
+
+
+# --- a model written against jnp.linalg --------------------------------------------------------------
+
+def _gp_model(la):
+    """A Gaussian-process negative log marginal likelihood and its posterior mean, written
+    against a ``jax.numpy.linalg``-like module ``la``."""
+    def nll(log_scale, x, y):
+        k = jnp.exp(-((x[:, None] - x[None, :]) ** 2) / jnp.exp(log_scale)) + 0.5 * jnp.eye(x.shape[0])
+        alpha = la.solve(k, y)
+        sign, logdet = la.slogdet(k)
+        return 0.5 * y @ alpha + 0.5 * logdet, alpha
+    return nll
+
+
+def test_model_with_switched_import():
+    mesh, _ = _mesh("4x2-auto")
+    x = jnp.linspace(0.0, 1.0, 16)
+    y = jnp.sin(6 * x)
+    ref_value, ref_grad = jax.value_and_grad(lambda s: _gp_model(jnp.linalg)(s, x, y)[0])(0.1)
+    with jax.set_mesh(mesh):
+        value, grad = jax.jit(jax.value_and_grad(lambda s: _gp_model(mla)(s, x, y)[0]))(0.1)
+    np.testing.assert_allclose(value, ref_value, rtol=1e-10)
+    np.testing.assert_allclose(grad, ref_grad, rtol=1e-8)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="square"):
+        mla.inv(np.ones((4, 6)))
+    with pytest.raises(ValueError, match="UPLO"):
+        mla.eigh(np.eye(4), UPLO="X")
+    with pytest.raises(ValueError, match="mode"):
+        mla.qr(np.eye(4), mode="raw")
+    with pytest.raises(ValueError, match="only one of rtol and rcond"):
+        mla.pinv(np.eye(4), rtol=0.1, rcond=0.1)
+    with pytest.raises(ValueError, match="trans"):
+        msla.lu_solve(msla.lu_factor(np.eye(8)), np.ones(8), trans=3)
+    with pytest.raises(NotImplementedError, match="pivoting"):
+        msla.qr(np.eye(8), pivoting=True)
+    with pytest.raises(AttributeError, match="no distributed non-Hermitian eigensolver"):
+        mla.eig(np.eye(4))
+
+
+# --- wide matrices in the top-level functions and modules -----------------------------------------
+
+def test_wide_matrices_in_jaxmg_functions_and_modules():
+    mesh, spec = _mesh("4x2-explicit")
+    rng = np.random.default_rng(8)
+    dtype = np.complex128
+    w = random_matrix(rng, (8, 16), dtype)
+    b = random_matrix(rng, (8,), dtype)
+    placed = put(w, mesh, spec)
+    minimum_norm = np.linalg.lstsq(w, b, rcond=None)[0]
+    _close(jaxmg.least_squares(placed, b), minimum_norm, dtype, 10)
+    _close(jaxmg.least_squares(placed, b, T_A=3), minimum_norm, dtype, 10)  # a tile that does not divide
+    q3, r3 = jaxmg.qr(placed, T_A=3)
+    _close(np.asarray(q3) @ np.asarray(r3), w, dtype, 10)
+    factor = jaxmg.QR(placed)
+    assert factor.shape == (8, 16)
+    _close(factor.solve(b), minimum_norm, dtype, 10)
+    q, r = factor.q, factor.r
+    assert q.shape == (8, 8) and r.shape == (8, 16) and tuple(r.sharding.spec) == tuple(spec)
+    _close(np.asarray(q) @ np.asarray(r), w, dtype, 10)
+    u, s, vh = jaxmg.gesvd(placed, full_matrices=True)
+    assert u.shape == (8, 8) and vh.shape == (16, 16) and jaxmg.SVD(placed).shape == (8, 16)
+    _close(s, np.linalg.svd(w, compute_uv=False), dtype, 10)
+    _close((np.asarray(u) * np.asarray(s)) @ np.asarray(vh)[:8], w, dtype, 10)
+    with jax.set_mesh(mesh):  # derivatives: the wide paths are compositions of differentiable operations
+        grad = jax.jit(jax.grad(lambda a: jnp.sum(jnp.abs(jaxmg.least_squares(a, b)) ** 2)))(placed)
+    want = jax.grad(lambda a: jnp.sum(jnp.abs(jnp.linalg.lstsq(a, b)[0]) ** 2))(w)
+    _close(grad, want, dtype, 100)
+    with pytest.raises(ValueError, match="side='left'"):
+        jaxmg.polar(placed)

@@ -169,8 +169,14 @@ def potrs(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, matr
         [0.25 0.25] 11.0904
         >>> with jax.set_mesh(mesh):
         ...     g = jax.grad(lambda a: jnp.sum(jaxmg.potrs(a, jnp.ones(8))))(a)
-        >>> print(np.asarray(g)[0, :2], tuple(g.sharding.spec))
-        [-0.0625 -0.0625] ('x', 'y')
+        >>> print(np.asarray(g)[:2, :2], tuple(g.sharding.spec))
+        [[-0.0625  0.    ]
+         [-0.125  -0.0625]] ('x', 'y')
+
+    Only the lower triangle of ``a`` is read, so the derivative with respect to ``a`` is that of
+    the function of its lower triangle (as ``jax.scipy.linalg.cho_solve(cho_factor(a,
+    lower=True), b)`` gives): zero above the diagonal, and below it the sum of the full-matrix
+    gradient's two mirrored entries.
     """
     _flags(return_logdet=return_logdet, return_status=return_status, donate=donate)
     out, _ = _compiled(_potrs, (a,), (b,), mesh=mesh, matrix_specs=matrix_specs, donate=donate, T_A=T_A,

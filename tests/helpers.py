@@ -49,6 +49,16 @@ def make_mesh(shape, names, devices=None, axis_types=AxisType.Explicit):
                 axis_types=(axis_types,) * len(shape))
 
 
+def lower_read(a):
+    """The Hermitian matrix that an operation reading only a's lower triangle computes with
+    (Cholesky, eigh, sygvd): tril(a, -1) + tril(a, -1)^H + Re diag(a). References for those
+    operations' derivatives are the JAX functions of ``lower_read(a)``."""
+    import jax.numpy as jnp
+
+    strict = jnp.tril(a, -1)
+    return strict + jnp.conj(strict).swapaxes(-1, -2) + jnp.diag(jnp.real(jnp.diagonal(a))).astype(a.dtype)
+
+
 def put(x, mesh, spec):
     return jax.device_put(x, NamedSharding(mesh, spec))
 

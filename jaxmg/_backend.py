@@ -28,11 +28,27 @@ FAMILY = {
 }
 
 
-def _device_bytes(mesh):
-    """The memory of the mesh's first device (bytes), or None where it cannot be read."""
+def _first_device(mesh):
+    """A device of the mesh: its first one, or for the abstract mesh that ``jax.jit`` traces
+    with (no devices attached), this process's first device of the mesh's platform: the grid's
+    devices are of one kind, so its memory is theirs."""
+    if isinstance(mesh, Mesh):
+        return mesh.devices.flat[0]
+    import jax
+
+    platform = _platform(mesh)
     try:
-        stats = mesh.devices.flat[0].memory_stats() or {}
-    except Exception:  # noqa: BLE001 (abstract meshes, platforms without memory stats)
+        return jax.local_devices(backend=None if platform == "unknown" else platform)[0]
+    except RuntimeError:  # no such platform in this process
+        return None
+
+
+def _device_bytes(mesh):
+    """The memory of one of the mesh's devices (bytes), or None where it cannot be read. Inside
+    ``jax.jit`` too, so that ``auto`` applies the measured crossovers there as it does eagerly."""
+    try:
+        stats = _first_device(mesh).memory_stats() or {}
+    except Exception:  # noqa: BLE001 (platforms without memory stats)
         return None
     return stats.get("bytes_limit")
 

@@ -182,7 +182,9 @@ def call(impl, arrays: tuple, sh: NamedSharding | None, **static):
     concrete), which laid-out constants need. ``static`` values and ``sh`` must
     be hashable; ``arrays`` may contain ``None``.
     """
-    if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(arrays)):
+    if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(arrays)) or _sharded.tracing():
+        # traced, or concrete values met while a transformation traces (the primal of a
+        # derivative rule under an eager jax.vjp): inline; jax.set_mesh cannot be entered there
         return impl(*arrays, sh=sh, **static)
     fn = _jitted(impl, ("sh",) + tuple(sorted(static)))
     if sh is not None and isinstance(sh.mesh, Mesh) and kind(sh) is not None:

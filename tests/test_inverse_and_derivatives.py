@@ -1,0 +1,146 @@
+"""Inverses from the saved factor, and derivatives that are exactly those of what is computed.
+
+* ``jaxmg.kernels.triangular``: the recursive trtri / lauum / getri against NumPy, with small
+  recursion bases so that every branch runs (odd orders, both triangles, unit diagonals, views).
+* ``Cholesky(a).inverse()``, ``LU(a).inverse()``, ``LU(a).slogdet()`` on Explicit and Auto meshes,
+  eagerly and in jit: values, and the output in a's layout.
+* ``jax.test_util.check_grads`` (forward and reverse, orders 1 and 2) of every operation and
+  module method that reads one triangle, on inputs that are not Hermitian, eagerly and in jit on
+  Explicit and Auto meshes; and of the LU inverse and log-determinant.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.linalg
+from jax.sharding import AxisType, PartitionSpec as P
+from jax.test_util import check_grads
+
+import jaxmg
+from jaxmg.kernels import triangular
+from helpers import make_mesh, put, random_matrix, spd_matrix
+
+N = 8
+
+
+def _lu_permutation(piv):
+    perm = np.arange(len(piv))
+    for i, p in enumerate(piv):
+        perm[[i, p]] = perm[[p, i]]
+    return perm
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128], ids=["d", "z"])
+@pytest.mark.parametrize("n,base", [(1, 1), (7, 1), (19, 3)])
+def test_recursive_inverses_match_lapack(n, base, dtype):
+    rng = np.random.default_rng(n)
+    a = spd_matrix(rng, n, dtype)
+    lower = np.linalg.cholesky(a)
+    junk = random_matrix(rng, (n, n), dtype)  # the other triangle is never read
+    want = np.linalg.inv(a)
+    inverse = jax.jit(lambda t, lower: triangular.hermitian_inverse(triangular.Tri(t, lower=lower), base=base),
+                      static_argnums=1)
+    got_l = inverse(lower + np.triu(junk, 1), True)
+    got_u = inverse(lower.conj().T + np.tril(junk, -1), False)
+    g = random_matrix(rng, (n, n), dtype) + n * np.eye(n)
+    lu, piv = scipy.linalg.lu_factor(g)
+    got_g = jax.jit(lambda m, p: triangular.lu_inverse(m, p, base=base))(lu, _lu_permutation(piv))
+    for got, ref in ((got_l, want), (got_u, want), (got_g, np.linalg.inv(g))):
+        np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-11, atol=1e-11 * np.abs(ref).max())
+    w = jax.jit(lambda t: triangular.trtri(triangular.Tri(t, lower=False, unit=True), base=base))(lu)
+    unit_upper = np.triu(lu, 1) + np.eye(n)
+    np.testing.assert_allclose(np.asarray(w), np.linalg.inv(unit_upper), rtol=1e-10, atol=1e-10)
+
+
+MESHES = {
+    "explicit-4x2": ((4, 2), AxisType.Explicit, P("x", "y")),
+    "auto-4x2": ((4, 2), AxisType.Auto, P("x", "y")),
+    "explicit-cols": ((2, 4), AxisType.Explicit, P(None, "y")),
+}
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("layout", list(MESHES))
+def test_inverse_and_slogdet_from_the_saved_factor(layout, jit):
+    shape, kind, spec = MESHES[layout]
+    mesh = make_mesh(shape, ("x", "y"), axis_types=kind)
+    rng = np.random.default_rng(3)
+    a, g = spd_matrix(rng, N, np.float64), random_matrix(rng, (N, N), np.float64)
+    a_s, g_s = put(a, mesh, spec), put(g, mesh, spec)
+
+    def run(a, g):
+        lu = jaxmg.LU(g)
+        return jaxmg.Cholesky(a).inverse(), lu.inverse(), lu.slogdet()
+
+    chol_inv, lu_inv, (sign, logabs) = (jax.jit(run) if jit else run)(a_s, g_s)
+    np.testing.assert_allclose(np.asarray(chol_inv), np.linalg.inv(a), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(lu_inv), np.linalg.inv(g), rtol=1e-10, atol=1e-12)
+    want_sign, want_log = np.linalg.slogdet(g)
+    assert float(sign) == want_sign and np.isclose(float(logabs), want_log, rtol=1e-12)
+    for x in (chol_inv, lu_inv):
+        assert x.sharding.is_equivalent_to(a_s.sharding, 2), (x.sharding, a_s.sharding)
+
+
+def test_complex_slogdet_and_a_singular_factor():
+    rng = np.random.default_rng(4)
+    g = random_matrix(rng, (N, N), np.complex128)
+    sign, logabs = jaxmg.LU(g).slogdet()
+    want_sign, want_log = np.linalg.slogdet(g)
+    assert np.isclose(complex(sign), want_sign) and np.isclose(float(logabs), want_log)
+    check_grads(lambda m: jaxmg.LU(m).slogdet()[0], (g,), order=1, modes=["fwd", "rev"])
+    singular = np.ones((N, N))
+    lu = jaxmg.LU(singular)
+    assert int(lu.status) != 0 and np.all(np.isnan(np.asarray(lu.inverse())))
+
+
+def _spd_b(a):
+    """b, a function of a: positive definite as read (its lower triangle), not Hermitian."""
+    return 4 * jnp.eye(N, dtype=a.dtype) + 0.05 * a
+
+
+#: name -> function of a (and b): every operation and module method that reads one triangle,
+#: and the LU inverse and log-determinant (full matrix).
+FUNCTIONS = {
+    "potrs": lambda a, b: jaxmg.potrs(a, b),
+    "potrs-logdet": lambda a, b: jaxmg.potrs(a, b, return_logdet=True)[1],
+    "cholesky": lambda a, b: jaxmg.cholesky(a),
+    "Cholesky.solve+logdet+inverse": lambda a, b: (
+        lambda c: (c.solve(b), c.logdet(), c.inverse()))(jaxmg.Cholesky(a)),
+    "Cholesky.factor": lambda a, b: jaxmg.Cholesky(a, natural=True).factor,
+    "syevd": lambda a, b: (lambda w, v: (w, jnp.abs(v) ** 2))(*jaxmg.syevd(a)),
+    "sygvd": lambda a, b: jaxmg.sygvd(a, _spd_b(a), return_eigenvectors=False),
+    "Eigh": lambda a, b: jaxmg.Eigh(a).w,
+    "LU.inverse+slogdet": lambda a, b: (lambda f: (f.inverse(), f.slogdet()[1]))(jaxmg.LU(a)),
+}
+#: (function, mesh axis type, jit, dtype): each function once or twice, so that together they
+#: cover eager and jit, Explicit and Auto axes, real and complex (each case compiles its own
+#: derivatives; all of them would take CI minutes).
+CASES = [
+    ("potrs", "explicit", False, np.float64), ("potrs", "auto", True, np.complex128),
+    ("potrs-logdet", "auto", True, np.float64), ("potrs-logdet", "explicit", True, np.complex128),
+    ("cholesky", "explicit", True, np.float64),
+    ("Cholesky.solve+logdet+inverse", "auto", True, np.float64),
+    ("Cholesky.solve+logdet+inverse", "explicit", True, np.complex128),
+    ("Cholesky.factor", "explicit", False, np.float64),
+    ("syevd", "auto", True, np.complex128), ("sygvd", "explicit", True, np.float64),
+    ("Eigh", "auto", False, np.float64),
+    ("LU.inverse+slogdet", "explicit", True, np.float64), ("LU.inverse+slogdet", "auto", False, np.complex128),
+]
+
+
+@pytest.mark.parametrize("name,kind,jit,dtype", CASES,
+                         ids=[f"{c[0]}-{c[1]}-{'jit' if c[2] else 'eager'}-{np.dtype(c[3]).char}" for c in CASES])
+def test_check_grads_on_inputs_that_are_not_hermitian(name, kind, jit, dtype):
+    types = AxisType.Explicit if kind == "explicit" else AxisType.Auto
+    mesh = make_mesh((2, 2), ("x", "y"), axis_types=types)
+    rng = np.random.default_rng(11)
+    a = spd_matrix(rng, N, dtype) * 4 + 0.3 * random_matrix(rng, (N, N), dtype)  # not Hermitian
+    if name in ("syevd", "Eigh"):  # well separated eigenvalues
+        a = a + np.diag(np.arange(N) * 3.0).astype(dtype)
+    b = random_matrix(rng, (N, 2), dtype)
+    fn = FUNCTIONS[name]
+    f = jax.jit(fn) if jit else fn
+    with jax.set_mesh(mesh):
+        args = (put(a, mesh, P("x", "y")), put(b, mesh, P("x")))
+        check_grads(f, args, order=2, modes=["fwd", "rev"], atol=1e-5, rtol=1e-5)

@@ -38,6 +38,7 @@ wherever its own solvers do::
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any, Optional
 
 try:
@@ -152,7 +153,10 @@ class _JaxmgSolver(lx.AbstractLinearSolver):
             x = jnp.conj(x)
         if state.negated:
             x = -x
-        result = lx.RESULTS.where(state.factor.status == 0, lx.RESULTS.successful, lx.RESULTS.singular)
+        status = state.factor.status
+        if _lineax_throws():
+            status = _raise_on_every_device(status, state.factor)
+        result = lx.RESULTS.where(status == 0, lx.RESULTS.successful, lx.RESULTS.singular)
         return state.in_structure.unflatten(x), result, {}
 
     def transpose(self, state: _State, options: dict[str, Any]):
@@ -174,6 +178,39 @@ class _JaxmgSolver(lx.AbstractLinearSolver):
 
     def _solve(self, state: _State, b):  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+def _lineax_throws() -> bool:
+    """Whether the ``lineax.linear_solve`` that calls this solver's ``compute`` raises on failure
+    (its ``throw`` argument; False when ``compute`` is called on its own)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "_linear_solve_impl" and "lineax" in code.co_filename:
+            return bool(frame.f_locals.get("throw", False))
+        frame = frame.f_back
+    return False
+
+
+def _raise_on_every_device(status: jax.Array, factor: Factorisation) -> jax.Array:
+    """``status`` (a scalar, the same on every device), after a check that raises Lineax's
+    ``RESULTS.singular`` error on every device of the factorisation's mesh where it is not 0.
+
+    Lineax raises a failure from a host callback that runs on one device, whose result the
+    others then wait for in a collective: over a mesh of several devices that device stops and
+    the rest wait until XLA aborts the process. Checked here on every device at once, the
+    failure raises the same catchable error before Lineax's own check is reached.
+    """
+    mesh = factor.call.grid.mesh
+    if mesh is None or mesh.size <= 1:
+        return status
+
+    def check(s):
+        result = lx.RESULTS.where(s == 0, lx.RESULTS.successful, lx.RESULTS.singular)
+        return result.error_if(s, result != lx.RESULTS.successful)
+
+    return jax.shard_map(check, mesh=mesh, in_specs=PartitionSpec(), out_specs=PartitionSpec(),
+                         check_vma=False)(status)
 
 
 def _square(operator, name: str) -> None:

@@ -457,3 +457,18 @@ def test_first_failure_is_the_earliest_not_the_first_seen():
         assert run._first_failure(0, 1, 98.0) == (2, -9)
     finally:
         shutil.rmtree(run.stamps)
+
+
+NOISE = ("CANCELLED", "WatchTasksAsync", "Cancelling all calls", "Source Location Trace",
+         "GRPC error", "grpc_util", "[Gloo]")
+
+
+def test_clean_run_prints_only_the_programs_output():
+    """The coordination client's shutdown lines and Gloo's connection lines are not passed on."""
+    r = _launch("-n", 2, "--platform", "cpu", "--timeout", 90, SCRIPTS / "quiet_exit.py", timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(r.stdout.splitlines()) == ["[rank 0] solved 0.5", "[rank 1] solved 0.5"], r.stdout
+    for rank in range(2):
+        own = [line for line in r.stderr.splitlines() if line.startswith(f"[rank {rank}]")]
+        assert own == [f"[rank {rank}] own stderr line", f"[rank {rank}] last own stderr line"], r.stderr
+    assert not any(word in r.stdout + r.stderr for word in NOISE), r.stdout + r.stderr

@@ -2,17 +2,19 @@
 
 Lineax (https://docs.kidger.site/lineax) is an optional dependency: ``pip install "jaxmg[lineax]"``.
 The four solvers are ``lineax.AbstractLinearSolver`` subclasses and slot into Lineax
-wherever its own solvers do::
+wherever its own solvers do:
 
-    import lineax as lx
-    import jaxmg.lineax
+```python
+import lineax as lx
+import jaxmg.lineax
 
-    operator = lx.MatrixLinearOperator(a, lx.positive_semidefinite_tag)  # a may be sharded
-    x = lx.linear_solve(operator, b, solver=jaxmg.lineax.Auto()).value
+operator = lx.MatrixLinearOperator(a, lx.positive_semidefinite_tag)  # a may be sharded
+x = lx.linear_solve(operator, b, solver=jaxmg.lineax.Auto()).value
+```
 
-- :class:`Cholesky` for positive (or negative) definite operators, :class:`LU` for square
-  nonsingular ones, :class:`QR` for full-rank rectangular ones (least squares when tall,
-  the minimum-norm solution when wide), and :class:`Auto`, which picks one of these from
+- [`Cholesky`][jaxmg.lineax.Cholesky] for positive (or negative) definite operators, [`LU`][jaxmg.lineax.LU] for square
+  nonsingular ones, [`QR`][jaxmg.lineax.QR] for full-rank rectangular ones (least squares when tall,
+  the minimum-norm solution when wide), and [`Auto`][jaxmg.lineax.Auto], which picks one of these from
   the operator's tags and shape.
 - When the operator's matrix (``operator.as_matrix()``) is sharded over a mesh, the
   factorisation and the solves run distributed on that mesh through jaxmg (cuSOLVERMp on
@@ -229,7 +231,7 @@ class Cholesky(_JaxmgSolver):
     A matrix that is not positive definite gives ``RESULTS.singular``.
 
     Options (fields): ``T_A``, ``mesh``, ``matrix_specs``, ``backend``, as described in
-    :mod:`jaxmg.lineax`.
+    [`jaxmg.lineax`][jaxmg.lineax].
     """
 
     def _factor(self, matrix, operator):
@@ -256,7 +258,7 @@ class LU(_JaxmgSolver):
     singular matrix (a zero pivot) gives ``RESULTS.singular``.
 
     Options (fields): ``T_A``, ``mesh``, ``matrix_specs``, ``backend``, as described in
-    :mod:`jaxmg.lineax`.
+    [`jaxmg.lineax`][jaxmg.lineax].
     """
 
     def _factor(self, matrix, operator):
@@ -278,7 +280,7 @@ class QR(_JaxmgSolver):
     factored matrix is its transpose, which ``matrix_specs`` then describes.
 
     Options (fields): ``T_A``, ``mesh``, ``matrix_specs``, ``backend``, as described in
-    :mod:`jaxmg.lineax`.
+    [`jaxmg.lineax`][jaxmg.lineax].
     """
 
     def _factor(self, matrix, operator):
@@ -308,14 +310,14 @@ def _unsharded(x):
 
 class Auto(_JaxmgSolver):
     """Picks a jaxmg solver from the operator: positive or negative semidefinite tag ->
-    :class:`Cholesky`; square -> :class:`LU`; rectangular -> :class:`QR` (least squares or
+    [`Cholesky`][jaxmg.lineax.Cholesky]; square -> [`LU`][jaxmg.lineax.LU]; rectangular -> [`QR`][jaxmg.lineax.QR] (least squares or
     minimum norm).
 
     The state is the chosen solver's; it never changes after ``init`` (``transpose`` and
     ``conj`` keep the choice).
 
     Options (fields): ``T_A``, ``mesh``, ``matrix_specs``, ``backend``, as described in
-    :mod:`jaxmg.lineax`.
+    [`jaxmg.lineax`][jaxmg.lineax].
     """
 
     def select(self, operator: lx.AbstractLinearOperator) -> _JaxmgSolver:

@@ -24,7 +24,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE.parent))
-from _common import emit  # noqa: E402
+from _common import emit, results_path  # noqa: E402
 
 OPS = ("polar", "gesvd", "potrs")
 
@@ -36,7 +36,7 @@ def _args(argv=None):
     p.add_argument("--levels", nargs="+", default=["0", "default"],
                    help="xla_gpu_autotune_level values, or 'default' (JAX's own)")
     p.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "compile.jsonl"))
+    p.add_argument("--out", default=str(results_path("compile.jsonl")))
     return p.parse_args(argv)
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import emit  # noqa: E402
+from _common import emit, results_path  # noqa: E402
 
 OPS = ("potrs", "qr", "least_squares", "lu_solve", "syevd")
 
@@ -34,7 +34,7 @@ def _args(argv=None):
     p.add_argument("--sizes", nargs="+", type=int, default=[2048, 4096, 8192, 16384])
     p.add_argument("--dtype", default="float64")
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "crossover.jsonl"))
+    p.add_argument("--out", default=str(results_path("crossover.jsonl")))
     return p.parse_args(argv)
 
 

@@ -33,6 +33,7 @@ from bench_autodiff import _median_time  # noqa: E402  (warm-up, then the median
 from bench_potrs import _emit, _generator, _rhs  # noqa: E402  (shared generators and output)
 
 from jaxmg.launch import simulate_cpu_devices_without_gpu  # noqa: E402  (imports no JAX backend)
+from _common import results_path  # noqa: E402
 
 
 def _args(argv=None):
@@ -41,7 +42,7 @@ def _args(argv=None):
     p.add_argument("--mesh", choices=["explicit", "auto"], default="explicit")
     p.add_argument("--dtype", default="float64")
     p.add_argument("--runs", type=int, default=5)
-    p.add_argument("--out", default=str(HERE.parent / "results" / "eager_grad.jsonl"))
+    p.add_argument("--out", default=str(results_path("eager_grad.jsonl")))
     return p.parse_args(argv)
 
 

@@ -23,6 +23,7 @@ import os
 import statistics
 import time
 from pathlib import Path
+from _common import results_path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,7 +39,7 @@ def _args(argv=None):
     p.add_argument("--conds", type=float, nargs="*", default=[],
                    help="polar's accuracy: also run polar on matrices with singular values geometric "
                         "from 1 to 1/cond, and report ||U^H U - I||_F/sqrt(N) and ||A - U H||_F/||A||_F")
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "eig.jsonl"))
+    p.add_argument("--out", default=str(results_path("eig.jsonl")))
     p.add_argument("--profile", default=None,
                    help="trace one more (untimed) call of each jaxmg case with jax.profiler into this folder "
                         "(a Perfetto trace per case; summarize it with benchmarks/trace_summary.py)")

@@ -50,6 +50,7 @@ sys.path.insert(0, str(HERE.parent))
 from bench_potrs import _emit  # noqa: E402  (shared JSON-lines output)
 
 from jaxmg.launch import simulate_cpu_devices_without_gpu  # noqa: E402  (imports no JAX backend)
+from _common import results_path  # noqa: E402
 
 #: (module, attribute) of each functools.lru_cache of compiled functions in jaxmg.
 CACHES = {
@@ -72,7 +73,7 @@ def _args(argv=None):
                    help="comma-separated case names, all, or fast (all but eager_grad_*)")
     p.add_argument("--inputs", default="device", choices=("device", "host"),
                    help="fresh inputs per call: device copies of arrays placed once, or placed from NumPy")
-    p.add_argument("--out", default=str(HERE.parent / "results" / "long_runs.jsonl"))
+    p.add_argument("--out", default=str(results_path("long_runs.jsonl")))
     return p.parse_args(argv)
 
 

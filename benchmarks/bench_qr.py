@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from bench_potrs import _emit  # one JSON line, printed and appended to --out
+from _common import results_path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,7 +34,7 @@ def _args(argv=None):
     p.add_argument("--tile", type=int, default=1024)
     p.add_argument("--runs", type=int, default=2)
     p.add_argument("--ops", nargs="+", default=["qr", "least_squares"])
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "qr.jsonl"))
+    p.add_argument("--out", default=str(results_path("qr.jsonl")))
     return p.parse_args(argv)
 
 

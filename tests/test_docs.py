@@ -105,3 +105,72 @@ def test_derivatives_page_lists_forward_mode_for_every_operation():
     assert len(table) >= 4
     for line in table:
         assert line.split("|")[2].strip().startswith("forward and reverse"), line
+
+
+# ---------------------------------------------------------------- the README, a landing page
+
+README = ROOT / "README.md"
+
+
+def _example():
+    text = README.read_text()
+    section = text.split("## A short example", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_readme_is_a_landing_page():
+    text = README.read_text()
+    lines = text.splitlines()
+    assert len(lines) <= 250, len(lines)
+    for command in ("bash scripts/venv.sh && .venv/bin/python examples/quickstart.py", "bash tests/run.sh",
+                    "bash tests/run.sh --slow"):
+        assert command in text, command
+    first_page = "\n".join(lines[:110])
+    assert "with jax.set_mesh(mesh):" in first_page and "jax.grad" in first_page
+    assert "docs/performance.md" in text and "benchmarks/results/h200x2/2026-11-30/" in text
+
+
+def test_readme_example_runs(tmp_path):
+    """The README's short example runs as written on 8 simulated CPU devices."""
+    script = tmp_path / "example.py"
+    script.write_text('import jax\njax.config.update("jax_enable_x64", True)\n' + _example()
+                      + "\nimport numpy as np\nnp.testing.assert_allclose(np.asarray(a) @ np.asarray(x), 1.0, rtol=1e-10)"
+                      + "\nprint('OK', g.sharding.spec)\n")
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(jaxmg_path()).parent), env.get("PYTHONPATH")]))
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 0 and "OK P('x', 'y')" in run.stdout, run.stdout + run.stderr[-3000:]
+
+
+def jaxmg_path():
+    import jaxmg
+
+    return Path(jaxmg.__file__).resolve().parent
+
+
+#: How the project may not speak of itself: the work that made it, not the product.
+DEVELOPMENT_WORDS = re.compile(
+    r"\bsession[ _-]?\d|\bsessions?\b(?! ?=)|\bdevice calls?\b|\bremote calls?\b|\bwork rounds?\b|\bround \d"
+    r"|\bissue \d+|\bissues? #\d|\btask \d+|64 MiB|\bmachines (?:available|lent)\b|\bnot lent\b|\bwithheld\b"
+    r"|\bcarr(?:y|ied) to\b|\bcan carry\b|\bper call can carry\b", re.I)
+
+
+def test_the_project_speaks_only_of_the_product():
+    tracked = subprocess.run(["git", "ls-files"], capture_output=True, text=True, cwd=ROOT).stdout.split()
+    if not tracked:
+        pytest.skip("not a git checkout")
+    found = []
+    for name in tracked:
+        path = ROOT / name
+        if DEVELOPMENT_WORDS.search(name):
+            found.append(f"file name: {name}")
+        if path.suffix not in (".py", ".md", ".txt", ".sh", ".jsonl", ".log", ".yml", ".toml", ".cc", ".h", ".cu"):
+            continue
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError):
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            if DEVELOPMENT_WORDS.search(line) and "DEVELOPMENT_WORDS" not in line:
+                found.append(f"{name}:{number}: {line.strip()[:120]}")
+    assert not found, f"{len(found)} lines:\n" + "\n".join(found[:80])

@@ -9,7 +9,7 @@ call, jitted) for the paths ``native``, ``portable`` and, where JAX has the oper
 ``plain_jax`` (jax.scipy cho_factor + cho_solve for potrs, jnp.linalg.qr for qr); a path that
 fails gets ``<path>_error``. The matrix is a_ij = 1 / (1 + |i - j|) + 2 delta_ij (symmetric
 positive definite), replicated on the process's first device. Run on one GPU (the results
-of session 5, benchmarks/results/session5/*_crossover_h200x1.txt, were measured with these
+of 2026-12-01, benchmarks/results/h200x1/2026-12-01/*-crossover.txt, were measured with these
 same calls) or, under ``jaxmg.launch``, on several.
 """
 from __future__ import annotations

@@ -13,7 +13,7 @@ sharded ``P('x', 'y')`` and ``b`` ``P('x')``, float64, each case is timed as the
         called outside jit), "eager_grad_b" (w.r.t. b alone), "eager_jvp" (jax.jvp w.r.t. a
         and b), "first_eager_grad" (the first eager call: compiles; one run);
   N, mesh ("explicit" or "auto"), median_s, times_s, runs, and ratio (to "jit_grad" at the
-  same N). Target (issue 10): eager_grad <= 3x jit_grad at N = 256 and 2048.
+  same N). Target: eager_grad <= 3x jit_grad at N = 256 and 2048.
 
 Explicit mesh axes: JAX's own eager ``jax.grad`` of ``jnp.sum`` of an Explicit-sharded array
 needs the mesh set, so every case runs inside ``jax.set_mesh`` (README, Derivatives).

@@ -11,7 +11,7 @@ warm-up call), times_s, syevd_ms (GPU time inside cuSOLVERMp from the handler's 
 median), and the scaled residual ``||A V - V diag(w)||_1 / (||A||_1 N eps)`` at N <= 8192, or
 ``error``. With ``--conds``, polar also runs once per condition number on Q1 diag(s) Q2^T
 (op "polar-accuracy": seconds, orthogonality, backward_error). Compare with the engine's own syevd from C++ (../shared/bench/raw_ops.sh "one 1 1 N T
-syevd"; scripts/gpu/session.sh step eigengine) in the same device call: its matrix is
+syevd"; scripts/gpu/steps.sh step eigengine) in the same run: its matrix is
 1/(1+|i-j|) + N on the diagonal, the one generated here.
 """
 from __future__ import annotations

@@ -25,13 +25,13 @@ the end it samples:
   native_cache   the native grid cache: communicators, descriptors, workspace bytes (None
                  where the native backend cannot run).
 
-On GPUs (issue 15: 1,000 calls of each native operation at N = 4,096):
+On GPUs (1,000 calls of each native operation at N = 4,096):
 ``python -m jaxmg.launch -n 2 benchmarks/bench_long_runs.py --backend native --n 4096 --cases
-potrs,cholesky,lu_solve,...`` (scripts/gpu/session.sh step ``long``).
+potrs,cholesky,lu_solve,...`` (scripts/gpu/steps.sh step ``long``).
 
 and writes one JSON line per case: case, calls, n, devices, rss_start_mib, rss_end_mib,
 rss_growth_mib, live_arrays_start/_end, caches_start/_end ({name: size}), cache_growth
-({name: entries added during the measured calls}), seconds_per_call. Targets (issue 15): no
+({name: entries added during the measured calls}), seconds_per_call. Targets: no
 growth of RSS beyond allocator noise and no cache growth after warm-up.
 """
 

@@ -21,7 +21,7 @@ native kernel ``potrs_inplace`` runs through the library's shard_map contract
 (tests/gpu/_harness.py; its 4th output lets XLA honour the donation); ``--api`` times
 ``jaxmg.potrs(..., donate=True, backend="native")`` instead.
 
-On the lent machines: ``source scripts/gpu/setup.sh`` first (wheels, paths, build). Run the
+On GPU machines without network: ``source scripts/gpu/setup.sh`` first (wheels, paths, build). Run the
 largest sizes in a process of their own (``--sizes 163840``): XLA's allocator keeps the memory
 of an earlier size pooled.
 """

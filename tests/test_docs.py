@@ -151,8 +151,8 @@ def jaxmg_path():
 #: How the project may not speak of itself: the work that made it, not the product.
 DEVELOPMENT_WORDS = re.compile(
     r"\bsession[ _-]?\d|\bsessions?\b(?! ?=)|\bdevice calls?\b|\bremote calls?\b|\bwork rounds?\b|\bround \d"
-    r"|\bissue \d+|\bissues? #\d|\btask \d+|64 MiB|\bmachines (?:available|lent)\b|\bnot lent\b|\bwithheld\b"
-    r"|\bcarr(?:y|ied) to\b|\bcan carry\b|\bper call can carry\b", re.I)
+    r"|\bissue \d+|\bissues? #\d|64 MiB|\bmachines (?:available|lent)\b|\bnot lent\b|\blent\b|\bwithheld\b"
+    r"|\bcarr(?:y|ied) to\b", re.I)
 
 
 def test_the_project_speaks_only_of_the_product():
@@ -165,6 +165,8 @@ def test_the_project_speaks_only_of_the_product():
         if DEVELOPMENT_WORDS.search(name):
             found.append(f"file name: {name}")
         if path.suffix not in (".py", ".md", ".txt", ".sh", ".jsonl", ".log", ".yml", ".toml", ".cc", ".h", ".cu"):
+            continue
+        if name == "tests/test_docs.py":  # the patterns themselves
             continue
         try:
             text = path.read_text()

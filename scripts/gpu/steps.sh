@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One device call's worth of GPU work, each step under its own time limit, logs under $OUT.
-#   bash scripts/gpu/session.sh STEP[:SECONDS] ...     (repo root, on the lent GPU machine)
+# One run's worth of GPU work, each step under its own time limit, logs under $OUT.
+#   bash scripts/gpu/steps.sh STEP[:SECONDS] ...     (repo root, on the GPU machine)
 # Steps: tests (the GPU test suite), kernel (bench_potrs.py, kernel path, 8192 32768 65536),
 #        kernel-mp (the same with cuSOLVERMp's own potrs solve), api (bench_potrs.py --api, with
 #        plain JAX on one GPU), autodiff (bench_autodiff.py --nproc 2), big131 / big164

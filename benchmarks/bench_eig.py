@@ -10,7 +10,7 @@ or JAX's own on one GPU: "jnp.linalg.eigh", "jnp.linalg.svd"), N, dtype, grid, T
 warm-up call), times_s, syevd_ms (GPU time inside cuSOLVERMp from the handler's CUDA events,
 median), and the scaled residual ``||A V - V diag(w)||_1 / (||A||_1 N eps)`` at N <= 8192, or
 ``error``. With ``--conds``, polar also runs once per condition number on Q1 diag(s) Q2^T
-(op "polar-accuracy": seconds, orthogonality, backward_error). Compare with the engine's own syevd from C++ (../shared/bench/raw_ops.sh "one 1 1 N T
+(op "polar-accuracy": seconds, orthogonality, backward_error). Compare with the engine's own syevd from C++ (benchmarks/engine/engine_ops.sh "one 1 1 N T
 syevd"; scripts/gpu/steps.sh step eigengine) in the same run: its matrix is
 1/(1+|i-j|) + N on the diagonal, the one generated here.
 """

@@ -13,7 +13,7 @@ only the generated matrix), native_workspace_bytes, and the residual
 The matrix is generated on the GPUs, already sharded and donated, so that the largest sizes fit
 with one copy of it: a_ij = (1 + (i > j)) / (1 + |i-j|) + N delta_ij (not symmetric); the
 residual regenerates it. b is a vector (N,). Compare with the engine's own getrf+getrs
-(../shared/bench/raw_ops.sh "one NRANKS NPROW N T getrf") in the same run.
+(benchmarks/engine/engine_ops.sh "NRANKS NPROW N N T getrf") in the same run.
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ geqrf_ms (GPU time inside cuSOLVERMp's geqrf, from CUDA events in the handler, m
 handler_ms (the same for every native call kind of the operation: geqrf, ormqr, orgqr; median), and the
 relative residual of a check (||QR - A|| / ||A|| on a sample of rows for qr; the normal-equation
 residual ||A^T (A x - b)|| / (||A||^2 ||x||) for least squares), or ``error``. Compare with the
-engine's own geqrf (../shared/bench/raw_ops.sh "one 1 1 N T geqrf") in the same run.
+engine's own geqrf (benchmarks/engine/engine_ops.sh "1 1 N N T geqrf") in the same run.
 The matrix is generated on the GPUs: a_ij = 1 / (1 + |i - j|) + 2 delta_ij.
 """
 from __future__ import annotations

@@ -29,6 +29,7 @@ def _launch(nproc, script, timeout):
     return proc
 
 
+@pytest.mark.slow  # four processes on a 2-core machine: minutes; `bash tests/run.sh --slow`
 @pytest.mark.multiprocess
 def test_every_operation_across_four_processes():
     proc = _launch(4, "solve_all.py", timeout=400)

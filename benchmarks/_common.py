@@ -2,8 +2,35 @@
 already sharded (so that the largest sizes fit)."""
 from __future__ import annotations
 
+import datetime
 import json
+import shutil
+import subprocess
 from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def machine() -> str:
+    """This machine's folder name under benchmarks/results: the GPU model and count read from
+    ``nvidia-smi`` (``h200x2`` for two H200s), or ``cpu`` where there is no NVIDIA GPU."""
+    if shutil.which("nvidia-smi"):
+        try:
+            names = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                                   capture_output=True, text=True, timeout=30).stdout.split("\n")
+        except (OSError, subprocess.SubprocessError):
+            names = []
+        names = [n.strip() for n in names if n.strip()]
+        if names:
+            model = names[0].split()[-1].lower().replace("-", "")
+            return f"{model}x{len(names)}"
+    return "cpu"
+
+
+def results_path(name: str) -> Path:
+    """Where a benchmark writes its records by default: ``benchmarks/results/MACHINE/DATE/name``
+    (results are filed by the machine that measured them and the day)."""
+    return RESULTS / machine() / datetime.date.today().isoformat() / name
 
 
 def emit(out, rec):

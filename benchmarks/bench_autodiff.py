@@ -32,6 +32,7 @@ sys.path.insert(0, str(HERE.parent))
 from bench_potrs import _emit, _generator, _rhs  # noqa: E402  (shared generators and output)
 
 from jaxmg.launch import simulate_cpu_devices_without_gpu  # noqa: E402  (imports no JAX backend)
+from _common import results_path  # noqa: E402
 
 
 def _args(argv=None):
@@ -43,7 +44,7 @@ def _args(argv=None):
     p.add_argument("--dtype", default="float64")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--nproc", type=int, default=0, help="processes under jaxmg.launch (0: this process)")
-    p.add_argument("--out", default=str(HERE.parent / "results" / "autodiff.jsonl"))
+    p.add_argument("--out", default=str(results_path("autodiff.jsonl")))
     p.add_argument("--timeout", type=int, default=1200)
     return p.parse_args(argv)
 

@@ -10,7 +10,7 @@ compiled call, twice). potrs runs at 2N (its products are cuSOLVERMp's, so it ha
 autotune; it is the control). XLA keeps autotuning results in memory for the process's later
 compilations, so levels are run in the order given: put ``0`` first.
 
-Measured on one H200 (session 9, benchmarks/results/session9/): polar at N = 16,384 compiles in
+Measured on one H200 (benchmarks/results/h200x1/2026-12-02/): polar at N = 16,384 compiles in
 17.2 s with autotuning and 2.1 s without, and then runs in 4.28 s against 5.89 s; at 32,768,
 gesvd compiles in 133 s with it and polar in 1.8 s without, running 28.9 s against 41.0 s.
 """
@@ -24,7 +24,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE.parent))
-from _common import emit  # noqa: E402
+from _common import emit, results_path  # noqa: E402
 
 OPS = ("polar", "gesvd", "potrs")
 
@@ -36,7 +36,7 @@ def _args(argv=None):
     p.add_argument("--levels", nargs="+", default=["0", "default"],
                    help="xla_gpu_autotune_level values, or 'default' (JAX's own)")
     p.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "compile.jsonl"))
+    p.add_argument("--out", default=str(results_path("compile.jsonl")))
     return p.parse_args(argv)
 
 

@@ -9,7 +9,7 @@ call, jitted) for the paths ``native``, ``portable`` and, where JAX has the oper
 ``plain_jax`` (jax.scipy cho_factor + cho_solve for potrs, jnp.linalg.qr for qr); a path that
 fails gets ``<path>_error``. The matrix is a_ij = 1 / (1 + |i - j|) + 2 delta_ij (symmetric
 positive definite), replicated on the process's first device. Run on one GPU (the results
-of session 5, benchmarks/results/session5/*_crossover_h200x1.txt, were measured with these
+of 2026-12-01, benchmarks/results/h200x1/2026-12-01/*-crossover.txt, were measured with these
 same calls) or, under ``jaxmg.launch``, on several.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import emit  # noqa: E402
+from _common import emit, results_path  # noqa: E402
 
 OPS = ("potrs", "qr", "least_squares", "lu_solve", "syevd")
 
@@ -34,7 +34,7 @@ def _args(argv=None):
     p.add_argument("--sizes", nargs="+", type=int, default=[2048, 4096, 8192, 16384])
     p.add_argument("--dtype", default="float64")
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "crossover.jsonl"))
+    p.add_argument("--out", default=str(results_path("crossover.jsonl")))
     return p.parse_args(argv)
 
 

@@ -13,7 +13,7 @@ sharded ``P('x', 'y')`` and ``b`` ``P('x')``, float64, each case is timed as the
         called outside jit), "eager_grad_b" (w.r.t. b alone), "eager_jvp" (jax.jvp w.r.t. a
         and b), "first_eager_grad" (the first eager call: compiles; one run);
   N, mesh ("explicit" or "auto"), median_s, times_s, runs, and ratio (to "jit_grad" at the
-  same N). Target (issue 10): eager_grad <= 3x jit_grad at N = 256 and 2048.
+  same N). Target: eager_grad <= 3x jit_grad at N = 256 and 2048.
 
 Explicit mesh axes: JAX's own eager ``jax.grad`` of ``jnp.sum`` of an Explicit-sharded array
 needs the mesh set, so every case runs inside ``jax.set_mesh`` (README, Derivatives).
@@ -33,6 +33,7 @@ from bench_autodiff import _median_time  # noqa: E402  (warm-up, then the median
 from bench_potrs import _emit, _generator, _rhs  # noqa: E402  (shared generators and output)
 
 from jaxmg.launch import simulate_cpu_devices_without_gpu  # noqa: E402  (imports no JAX backend)
+from _common import results_path  # noqa: E402
 
 
 def _args(argv=None):
@@ -41,7 +42,7 @@ def _args(argv=None):
     p.add_argument("--mesh", choices=["explicit", "auto"], default="explicit")
     p.add_argument("--dtype", default="float64")
     p.add_argument("--runs", type=int, default=5)
-    p.add_argument("--out", default=str(HERE.parent / "results" / "eager_grad.jsonl"))
+    p.add_argument("--out", default=str(results_path("eager_grad.jsonl")))
     return p.parse_args(argv)
 
 

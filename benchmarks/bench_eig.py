@@ -10,8 +10,8 @@ or JAX's own on one GPU: "jnp.linalg.eigh", "jnp.linalg.svd"), N, dtype, grid, T
 warm-up call), times_s, syevd_ms (GPU time inside cuSOLVERMp from the handler's CUDA events,
 median), and the scaled residual ``||A V - V diag(w)||_1 / (||A||_1 N eps)`` at N <= 8192, or
 ``error``. With ``--conds``, polar also runs once per condition number on Q1 diag(s) Q2^T
-(op "polar-accuracy": seconds, orthogonality, backward_error). Compare with the engine's own syevd from C++ (../shared/bench/raw_ops.sh "one 1 1 N T
-syevd"; scripts/gpu/session.sh step eigengine) in the same device call: its matrix is
+(op "polar-accuracy": seconds, orthogonality, backward_error). Compare with the engine's own syevd from C++ (benchmarks/engine/engine_ops.sh "one 1 1 N T
+syevd"; scripts/gpu/steps.sh step eigengine) in the same run: its matrix is
 1/(1+|i-j|) + N on the diagonal, the one generated here.
 """
 from __future__ import annotations
@@ -23,6 +23,7 @@ import os
 import statistics
 import time
 from pathlib import Path
+from _common import results_path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,7 +39,7 @@ def _args(argv=None):
     p.add_argument("--conds", type=float, nargs="*", default=[],
                    help="polar's accuracy: also run polar on matrices with singular values geometric "
                         "from 1 to 1/cond, and report ||U^H U - I||_F/sqrt(N) and ||A - U H||_F/||A||_F")
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "eig.jsonl"))
+    p.add_argument("--out", default=str(results_path("eig.jsonl")))
     p.add_argument("--profile", default=None,
                    help="trace one more (untimed) call of each jaxmg case with jax.profiler into this folder "
                         "(a Perfetto trace per case; summarize it with benchmarks/trace_summary.py)")

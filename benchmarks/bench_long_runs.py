@@ -25,13 +25,13 @@ the end it samples:
   native_cache   the native grid cache: communicators, descriptors, workspace bytes (None
                  where the native backend cannot run).
 
-On GPUs (issue 15: 1,000 calls of each native operation at N = 4,096):
+On GPUs (1,000 calls of each native operation at N = 4,096):
 ``python -m jaxmg.launch -n 2 benchmarks/bench_long_runs.py --backend native --n 4096 --cases
-potrs,cholesky,lu_solve,...`` (scripts/gpu/session.sh step ``long``).
+potrs,cholesky,lu_solve,...`` (scripts/gpu/steps.sh step ``long``).
 
 and writes one JSON line per case: case, calls, n, devices, rss_start_mib, rss_end_mib,
 rss_growth_mib, live_arrays_start/_end, caches_start/_end ({name: size}), cache_growth
-({name: entries added during the measured calls}), seconds_per_call. Targets (issue 15): no
+({name: entries added during the measured calls}), seconds_per_call. Targets: no
 growth of RSS beyond allocator noise and no cache growth after warm-up.
 """
 
@@ -50,6 +50,7 @@ sys.path.insert(0, str(HERE.parent))
 from bench_potrs import _emit  # noqa: E402  (shared JSON-lines output)
 
 from jaxmg.launch import simulate_cpu_devices_without_gpu  # noqa: E402  (imports no JAX backend)
+from _common import results_path  # noqa: E402
 
 #: (module, attribute) of each functools.lru_cache of compiled functions in jaxmg.
 CACHES = {
@@ -72,7 +73,7 @@ def _args(argv=None):
                    help="comma-separated case names, all, or fast (all but eager_grad_*)")
     p.add_argument("--inputs", default="device", choices=("device", "host"),
                    help="fresh inputs per call: device copies of arrays placed once, or placed from NumPy")
-    p.add_argument("--out", default=str(HERE.parent / "results" / "long_runs.jsonl"))
+    p.add_argument("--out", default=str(results_path("long_runs.jsonl")))
     return p.parse_args(argv)
 
 

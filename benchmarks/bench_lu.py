@@ -13,7 +13,7 @@ only the generated matrix), native_workspace_bytes, and the residual
 The matrix is generated on the GPUs, already sharded and donated, so that the largest sizes fit
 with one copy of it: a_ij = (1 + (i > j)) / (1 + |i-j|) + N delta_ij (not symmetric); the
 residual regenerates it. b is a vector (N,). Compare with the engine's own getrf+getrs
-(../shared/bench/raw_ops.sh "one NRANKS NPROW N T getrf") in the same device call.
+(benchmarks/engine/engine_ops.sh "NRANKS NPROW N N T getrf") in the same run.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE.parent))
-from _common import emit as _emit, generator as _generator, worker_env  # noqa: E402
+from _common import emit as _emit, generator as _generator, results_path, worker_env  # noqa: E402
 
 
 def _args(argv=None):
@@ -36,7 +36,7 @@ def _args(argv=None):
     p.add_argument("--grid", default="2,1", help="process grid nprow,npcol (default 2,1)")
     p.add_argument("--tile", type=int, default=1024, help="T_A (default 1024, as the engine's reference)")
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "lu.jsonl"))
+    p.add_argument("--out", default=str(results_path("lu.jsonl")))
     p.add_argument("--no-residual", action="store_true")
     p.add_argument("--worker", action="store_true")
     p.add_argument("--timeout", type=int, default=1200)

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from _common import results_path  # noqa: E402
 
 HERE = Path(__file__).resolve()
 
@@ -48,7 +49,7 @@ def _measure(n: int) -> dict:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", type=int, default=1024)
-    p.add_argument("--out", default=str(HERE.parent / "results" / "openblas_threads.jsonl"))
+    p.add_argument("--out", default=str(results_path("openblas_threads.jsonl")))
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:

@@ -21,7 +21,7 @@ native kernel ``potrs_inplace`` runs through the library's shard_map contract
 (tests/gpu/_harness.py; its 4th output lets XLA honour the donation); ``--api`` times
 ``jaxmg.potrs(..., donate=True, backend="native")`` instead.
 
-On the lent machines: ``source scripts/gpu/setup.sh`` first (wheels, paths, build). Run the
+On GPU machines without network: ``source scripts/gpu/setup.sh`` first (wheels, paths, build). Run the
 largest sizes in a process of their own (``--sizes 163840``): XLA's allocator keeps the memory
 of an earlier size pooled.
 """
@@ -37,7 +37,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE.parent))
-from _common import emit as _emit, generator as _generator, worker_env  # noqa: E402
+from _common import emit as _emit, generator as _generator, results_path, worker_env  # noqa: E402
 
 
 def _args(argv=None):
@@ -51,7 +51,7 @@ def _args(argv=None):
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--nrhs", type=int, default=0, help="0: b is a vector (N,)")
     p.add_argument("-n", "--nproc", type=int, default=None, help="processes (default: nprow*npcol)")
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "potrs.jsonl"))
+    p.add_argument("--out", default=str(results_path("potrs.jsonl")))
     p.add_argument("--no-single", action="store_true")
     p.add_argument("--no-residual", action="store_true")
     p.add_argument("--api", action="store_true", help="time jaxmg.potrs (public API) instead of the kernel")

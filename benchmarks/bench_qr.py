@@ -10,7 +10,7 @@ geqrf_ms (GPU time inside cuSOLVERMp's geqrf, from CUDA events in the handler, m
 handler_ms (the same for every native call kind of the operation: geqrf, ormqr, orgqr; median), and the
 relative residual of a check (||QR - A|| / ||A|| on a sample of rows for qr; the normal-equation
 residual ||A^T (A x - b)|| / (||A||^2 ||x||) for least squares), or ``error``. Compare with the
-engine's own geqrf (../shared/bench/raw_ops.sh "one 1 1 N T geqrf") in the same device call.
+engine's own geqrf (benchmarks/engine/engine_ops.sh "1 1 N N T geqrf") in the same run.
 The matrix is generated on the GPUs: a_ij = 1 / (1 + |i - j|) + 2 delta_ij.
 """
 from __future__ import annotations
@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from bench_potrs import _emit  # one JSON line, printed and appended to --out
+from _common import results_path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,7 +34,7 @@ def _args(argv=None):
     p.add_argument("--tile", type=int, default=1024)
     p.add_argument("--runs", type=int, default=2)
     p.add_argument("--ops", nargs="+", default=["qr", "least_squares"])
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "qr.jsonl"))
+    p.add_argument("--out", default=str(results_path("qr.jsonl")))
     return p.parse_args(argv)
 
 

@@ -6,6 +6,10 @@ else (and on request) a portable pure-JAX backend runs the same API.
 
 import os as _os
 
+from ._threads import choose_openblas_threads as _choose_openblas_threads
+
+_choose_openblas_threads()  # one OpenBLAS thread on simulated CPU devices, unless the user chose
+
 if _os.environ.get("JAXMG_COORDINATOR"):  # started by jaxmg.launch: join the other processes
     from .launch import initialize_from_environment as _initialize_from_environment
 

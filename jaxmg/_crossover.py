@@ -12,21 +12,21 @@ the portable one's, on row slabs rather than on the whole matrix) always run nat
 The measurements (nvidia-h200, float64; ``benchmarks/results/``, /work/shared/GPU.md, and
 the issues' reference points, which were measured side by side on the same machines):
 
-* Cholesky, one GPU (session 5, benchmarks/results/session5/potrs_crossover_h200x1.txt):
+* Cholesky, one GPU (benchmarks/results/h200x1/2026-12-01/potrs-crossover.txt):
   jaxmg.potrs native 14.5 / 54.7 / 276 ms, portable 9.7 / 41.8 / 263 ms, plain JAX
   (cho_factor + cho_solve) 9.3 / 40.8 / 261 ms at N = 8,192 / 16,384 / 32,768. Two GPUs,
-  (2,1) grid (issue 13's table): native 15.7 / 47.7 / 199 ms against plain JAX on one GPU
+  (2,1) grid: native 15.7 / 47.7 / 199 ms against plain JAX on one GPU
   9.85 / 42.0 / 266 ms. Plain JAX ran out of memory at 65,536 on one H200 (the matrix is
   34 GB), so five copies must fit.
 * LU: one GPU, N = 16,384: cuSOLVERMp getrf+getrs 255 ms, jaxmg.lu_solve (native) 257 ms,
-  plain JAX 130 ms (lu_h200x1.jsonl). Two GPUs (issue 11): cuSOLVERMp through JAX 372 ms at
+  plain JAX 130 ms (benchmarks/results/h200x1/2026-12-01/lu.jsonl). Two GPUs: cuSOLVERMp through JAX 372 ms at
   16,384 and 4.37 s at 65,536, against 4.46 s for the portable path at 65,536 (80 GiB per
   GPU), which ran out of memory at 98,304.
 * syevd: one GPU, N = 8,192: native 0.543 s, engine 0.546 s, jnp.linalg.eigh 0.542 s
-  (eig_h200.jsonl); two GPUs (issue 12): cuSOLVERMp syevd through JAX 5.26 s at 16,384
+  (benchmarks/results/h200x1/2026-12-01/eig.jsonl); two GPUs: cuSOLVERMp syevd through JAX 5.26 s at 16,384
   against 3.18 s for plain JAX on one GPU. The portable syevd holds the matrix, the vectors
   and a workspace of about 2 N^2.
-* QR, one GPU (session 8, benchmarks/results/session8/call3_crossover.jsonl, Q^H b applied
+* QR, one GPU (benchmarks/results/h200x1/2026-12-02/crossover.jsonl, Q^H b applied
   from the reflectors): qr native 13.4 / 32.4 / 100.9 / 449 ms against portable 11.8 / 30.2 /
   97.3 / 469 ms at N = 2,048 / 4,096 / 8,192 / 16,384; least_squares (M = 2N) native 15.8 /
   44.8 / 153.6 / 664 ms against portable 16.4 / 48.8 / 226 / 1006 ms. So one GPU runs the

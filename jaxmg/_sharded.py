@@ -265,6 +265,21 @@ def _in_place(x, sharding: NamedSharding) -> bool:
     return current is not None and current.is_equivalent_to(sharding, x.ndim)
 
 
+def uncommitted(tree):
+    """``tree`` with each concrete single-device array made uncommitted (no copy), as JAX's
+    own results are when every input was uncommitted: such arrays then meet arrays on any
+    device, as jnp.linalg's results do."""
+    from jax._src.array import ArrayImpl  # the only constructor that takes the commitment
+
+    def release(x):
+        if not isinstance(x, ArrayImpl) or not x.committed or len(x.sharding.device_set) != 1:
+            return x
+        device = next(iter(x.sharding.device_set))
+        return ArrayImpl(x.aval, jax.sharding.SingleDeviceSharding(device), x._arrays, committed=False)
+
+    return jax.tree.map(release, tree)
+
+
 def entered(mesh):
     """Context that enters ``mesh`` for eager code that traces (a no-op while a
     transformation traces: ``jax.set_mesh`` cannot be entered then, and the caller's

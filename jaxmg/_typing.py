@@ -34,6 +34,21 @@ Tile = Optional[int]
 MeshLike = Optional[Union[Mesh, AbstractMesh]]
 Specs = Optional[Union[PartitionSpec, Held, Sequence[Optional[Union[PartitionSpec, Held]]]]]
 
+#: How the documentation shows each alias above: jaxtyping's dtype kind and shape, not the
+#: ``Union``/``Optional`` that the aliases expand to (read by docs/griffe_jaxmg.py).
+DOC_TYPES: dict = {
+    "SquareMatrix": "Inexact[Array, 'n n']",
+    "TallMatrix": "Inexact[Array, 'm n']",
+    "Rhs": "Inexact[Array, 'n'] | Inexact[Array, 'n k']",
+    "TallRhs": "Inexact[Array, 'm'] | Inexact[Array, 'm k']",
+    "Solution": "Inexact[Array, 'n'] | Inexact[Array, 'n k']",
+    "Status": "Int[Array, '']",
+    "Scalar": "Real[Array, '']",
+    "Tile": "int | None",
+    "MeshLike": "Mesh | AbstractMesh | None",
+    "Specs": "PartitionSpec | Sequence[PartitionSpec | None] | None",
+}
+
 
 def enabled() -> bool:
     """Whether run-time checking was asked for (``JAXMG_TYPECHECK=1``)."""

@@ -107,7 +107,13 @@ def _compiled(impl, matrices: tuple, rhs: tuple = (), *, mesh, matrix_specs, don
     donated = tuple(range(len(matrices))) if donate and concrete else ()
     fn = _jitted(impl, own, specs, donated, tuple(sorted(static.items())))
     with _sharded.entered(own):  # the arrays' own mesh, whatever the caller's context
-        return fn(*placed)
+        out = fn(*placed)
+    if (mesh is None and concrete and not any(getattr(x, "committed", False) for x in arrays)
+            and _layout.context_mesh(eager=True) is None):
+        # no mesh given and none on the inputs: as with JAX's own operations, uncommitted
+        # inputs give uncommitted outputs (on the default device)
+        out = _sharded.uncommitted(out)
+    return out
 
 
 def _on_mesh(arrays, count: int, mesh, specs):

@@ -25,6 +25,11 @@ PACKAGES = (
 OPERATIONS = ("potrs", "cholesky", "lu_solve", "least_squares", "qr", "syevd", "sygvd", "gesvd", "polar")
 
 
+#: What the report says on a machine without NVIDIA GPUs, where the native backend never runs.
+NO_GPU_NOTE = ("no NVIDIA GPU here: the portable backend is in use, and nothing is wrong "
+               "(the native cuSOLVERMp backend runs only on NVIDIA GPUs)")
+
+
 def _version(name: str):
     try:
         return metadata.version(name)
@@ -50,7 +55,10 @@ def report() -> dict:
     }
     native_info = native.info()
     reason = native_info.get("reason")
-    if reason is not None:
+    if not out["nvidia_gpu"]["present"]:
+        # the native backend is for NVIDIA GPUs only: without them there is nothing to fix
+        native_info["note"] = NO_GPU_NOTE
+    elif reason is not None:
         native_info["fix"] = _native_check.fix_for(reason)
     out["native"] = native_info
     devices = jax.devices()
@@ -74,13 +82,16 @@ def format_report(info: dict) -> str:
     gpu = info["nvidia_gpu"]
     lines += ["", f"NVIDIA GPUs: {'yes, driver ' + (gpu['driver'] or 'version unknown') if gpu['present'] else 'none found'}"]
     native = info["native"]
-    lines.append(f"native backend: {'available' if native['available'] else 'unavailable'}")
-    if native.get("reason"):
+    state = "available" if native["available"] else ("not used" if native.get("note") else "unavailable")
+    lines.append(f"native backend: {state}")
+    if native.get("note"):
+        lines.append(f"  {native['note']}")
+    elif native.get("reason"):
         lines.append(f"  why: {native['reason']}")
     if native.get("fix"):
         lines.append(f"  fix: {native['fix']}")
     for key, value in native.items():
-        if key not in ("available", "reason", "fix"):
+        if key not in ("available", "reason", "fix", "note") and not (native.get("note") and value is None):
             lines.append(f"  {key}: {value}")
     d = info["devices"]
     lines += ["", f"devices: {d['count']} x {d['platform']} ({', '.join(d['kinds'])}), "

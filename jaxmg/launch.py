@@ -56,7 +56,10 @@ collectives, so ``N`` processes form an ``N``-device mesh and the
 multi-process code path can be exercised on a machine without GPUs.
 
 Every line a process writes to stdout or stderr is copied to the launcher's
-stdout or stderr prefixed with ``[rank r] ``. SIGINT (Ctrl-C) and SIGTERM sent
+stdout or stderr prefixed with ``[rank r] ``, except the runtime's own noise: the
+coordination client's messages when the processes stop ("WatchTasksAsync failed ...
+CANCELLED", with gRPC's details and source trace) and Gloo's connection lines on CPU, so
+that a clean run prints only the program's output (``JAXMG_LAUNCH_RAW=1`` keeps them). SIGINT (Ctrl-C) and SIGTERM sent
 to the launcher are forwarded to every process; a second one kills them at
 once. If the launcher itself dies, Linux kills its processes
 (``PR_SET_PDEATHSIG``).
@@ -97,6 +100,7 @@ import argparse
 import collections
 import os
 import queue
+import re
 import shutil
 import signal
 import socket
@@ -448,14 +452,53 @@ def _binary(stream):
 TAIL_LINES = 20
 
 
+#: A line that starts what JAX's coordination client writes when the service stops before a
+#: peer's watch of it ends (at every normal exit of a multi-process run): not the program's.
+_SHUTDOWN_NOISE_START = re.compile(rb"^[WE]\d{4} [\d:.]+\s+\d+ \S+\] WatchTasksAsync failed for task \d+")
+#: The lines that follow it: gRPC's details, its status line and a source trace.
+_SHUTDOWN_NOISE_REST = re.compile(
+    rb"^(Additional GRPC error information from remote target .*|:[A-Z_]+:.*"
+    rb"|=== Source Location Trace: ===\s*|external/\S+:\d+|\s*)$")
+#: Gloo's line on each connection of the CPU collectives: not the program's either.
+_GLOO_CONNECTED = re.compile(rb"^\[Gloo\] Rank \d+ is connected to \d+ peer ranks\. "
+                             rb"Expected number of connected peer ranks is : \d+$")
+
+
+class _NoiseFilter:
+    """Drops, line by line, the shutdown and connection messages of JAX's runtime that every
+    multi-process run prints (``_SHUTDOWN_NOISE_START`` and the block after it, and
+    ``_GLOO_CONNECTED``), so that a clean run shows only the program's own output.
+    ``JAXMG_LAUNCH_RAW=1`` passes everything on."""
+
+    def __init__(self):
+        self.in_block = False
+        self.off = os.environ.get("JAXMG_LAUNCH_RAW", "") == "1"
+
+    def keep(self, line: bytes) -> bool:
+        if self.off:
+            return True
+        text = line.rstrip(b"\r\n")
+        if _SHUTDOWN_NOISE_START.match(text):
+            self.in_block = True
+            return False
+        if self.in_block and _SHUTDOWN_NOISE_REST.match(text):
+            return False
+        self.in_block = False
+        return not _GLOO_CONNECTED.match(text)
+
+
 def _pump(src, dst, prefix: bytes, lock: threading.Lock,
           tail: collections.deque | None = None) -> None:
-    """Copy lines from a child's pipe to dst, each prefixed by its rank; keep the last in tail."""
+    """Copy lines from a child's pipe to dst, each prefixed by its rank, without the runtime's
+    noise (``_NoiseFilter``); keep the last in tail."""
     out = _binary(dst)
+    noise = _NoiseFilter()
     with src:
         for line in iter(src.readline, b""):
             if not line.endswith(b"\n"):
                 line += b"\n"
+            if not noise.keep(line):
+                continue
             if tail is not None:
                 tail.append(line)
             with lock:

@@ -2,17 +2,19 @@
 
 Lineax (https://docs.kidger.site/lineax) is an optional dependency: ``pip install "jaxmg[lineax]"``.
 The four solvers are ``lineax.AbstractLinearSolver`` subclasses and slot into Lineax
-wherever its own solvers do::
+wherever its own solvers do:
 
-    import lineax as lx
-    import jaxmg.lineax
+```python
+import lineax as lx
+import jaxmg.lineax
 
-    operator = lx.MatrixLinearOperator(a, lx.positive_semidefinite_tag)  # a may be sharded
-    x = lx.linear_solve(operator, b, solver=jaxmg.lineax.Auto()).value
+operator = lx.MatrixLinearOperator(a, lx.positive_semidefinite_tag)  # a may be sharded
+x = lx.linear_solve(operator, b, solver=jaxmg.lineax.Auto()).value
+```
 
-- :class:`Cholesky` for positive (or negative) definite operators, :class:`LU` for square
-  nonsingular ones, :class:`QR` for full-rank rectangular ones (least squares when tall,
-  the minimum-norm solution when wide), and :class:`Auto`, which picks one of these from
+- [`Cholesky`][jaxmg.lineax.Cholesky] for positive (or negative) definite operators, [`LU`][jaxmg.lineax.LU] for square
+  nonsingular ones, [`QR`][jaxmg.lineax.QR] for full-rank rectangular ones (least squares when tall,
+  the minimum-norm solution when wide), and [`Auto`][jaxmg.lineax.Auto], which picks one of these from
   the operator's tags and shape.
 - When the operator's matrix (``operator.as_matrix()``) is sharded over a mesh, the
   factorisation and the solves run distributed on that mesh through jaxmg (cuSOLVERMp on
@@ -38,6 +40,7 @@ wherever its own solvers do::
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any, Optional
 
 try:
@@ -152,7 +155,10 @@ class _JaxmgSolver(lx.AbstractLinearSolver):
             x = jnp.conj(x)
         if state.negated:
             x = -x
-        result = lx.RESULTS.where(state.factor.status == 0, lx.RESULTS.successful, lx.RESULTS.singular)
+        status = state.factor.status
+        if _lineax_throws():
+            status = _raise_on_every_device(status, state.factor)
+        result = lx.RESULTS.where(status == 0, lx.RESULTS.successful, lx.RESULTS.singular)
         return state.in_structure.unflatten(x), result, {}
 
     def transpose(self, state: _State, options: dict[str, Any]):
@@ -176,6 +182,39 @@ class _JaxmgSolver(lx.AbstractLinearSolver):
         raise NotImplementedError
 
 
+def _lineax_throws() -> bool:
+    """Whether the ``lineax.linear_solve`` that calls this solver's ``compute`` raises on failure
+    (its ``throw`` argument; False when ``compute`` is called on its own)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "_linear_solve_impl" and "lineax" in code.co_filename:
+            return bool(frame.f_locals.get("throw", False))
+        frame = frame.f_back
+    return False
+
+
+def _raise_on_every_device(status: jax.Array, factor: Factorisation) -> jax.Array:
+    """``status`` (a scalar, the same on every device), after a check that raises Lineax's
+    ``RESULTS.singular`` error on every device of the factorisation's mesh where it is not 0.
+
+    Lineax raises a failure from a host callback that runs on one device, whose result the
+    others then wait for in a collective: over a mesh of several devices that device stops and
+    the rest wait until XLA aborts the process. Checked here on every device at once, the
+    failure raises the same catchable error before Lineax's own check is reached.
+    """
+    mesh = factor.call.grid.mesh
+    if mesh is None or mesh.size <= 1:
+        return status
+
+    def check(s):
+        result = lx.RESULTS.where(s == 0, lx.RESULTS.successful, lx.RESULTS.singular)
+        return result.error_if(s, result != lx.RESULTS.successful)
+
+    return jax.shard_map(check, mesh=mesh, in_specs=PartitionSpec(), out_specs=PartitionSpec(),
+                         check_vma=False)(status)
+
+
 def _square(operator, name: str) -> None:
     if operator.in_size() != operator.out_size():
         raise ValueError(
@@ -192,7 +231,7 @@ class Cholesky(_JaxmgSolver):
     A matrix that is not positive definite gives ``RESULTS.singular``.
 
     Options (fields): ``T_A``, ``mesh``, ``matrix_specs``, ``backend``, as described in
-    :mod:`jaxmg.lineax`.
+    [`jaxmg.lineax`][jaxmg.lineax].
     """
 
     def _factor(self, matrix, operator):
@@ -219,7 +258,7 @@ class LU(_JaxmgSolver):
     singular matrix (a zero pivot) gives ``RESULTS.singular``.
 
     Options (fields): ``T_A``, ``mesh``, ``matrix_specs``, ``backend``, as described in
-    :mod:`jaxmg.lineax`.
+    [`jaxmg.lineax`][jaxmg.lineax].
     """
 
     def _factor(self, matrix, operator):
@@ -241,7 +280,7 @@ class QR(_JaxmgSolver):
     factored matrix is its transpose, which ``matrix_specs`` then describes.
 
     Options (fields): ``T_A``, ``mesh``, ``matrix_specs``, ``backend``, as described in
-    :mod:`jaxmg.lineax`.
+    [`jaxmg.lineax`][jaxmg.lineax].
     """
 
     def _factor(self, matrix, operator):
@@ -271,14 +310,14 @@ def _unsharded(x):
 
 class Auto(_JaxmgSolver):
     """Picks a jaxmg solver from the operator: positive or negative semidefinite tag ->
-    :class:`Cholesky`; square -> :class:`LU`; rectangular -> :class:`QR` (least squares or
+    [`Cholesky`][jaxmg.lineax.Cholesky]; square -> [`LU`][jaxmg.lineax.LU]; rectangular -> [`QR`][jaxmg.lineax.QR] (least squares or
     minimum norm).
 
     The state is the chosen solver's; it never changes after ``init`` (``transpose`` and
     ``conj`` keep the choice).
 
     Options (fields): ``T_A``, ``mesh``, ``matrix_specs``, ``backend``, as described in
-    :mod:`jaxmg.lineax`.
+    [`jaxmg.lineax`][jaxmg.lineax].
     """
 
     def select(self, operator: lx.AbstractLinearOperator) -> _JaxmgSolver:

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 runs() { "$1" -c 'import sys; assert sys.version_info >= (3, 10)' >/dev/null 2>&1; }
 
 pick_python() {
-  # Python 3.12 first: the GPU machines run it, and it takes the newest JAX.
+  # Python 3.12 first: it takes the newest JAX.
   for candidate in python3.12 python3.13; do
     runs "$candidate" && { command -v "$candidate"; return; }
   done

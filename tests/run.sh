@@ -5,6 +5,8 @@
 # the unit tests, the Lineax tests, and the documentation build (mkdocs build --strict,
 # tests/test_docs.py; JAXMG_REQUIRE_DOCS=1 makes a missing mkdocs a failure).
 # GPU tests skip here with their reason; run them on GPUs with tests/gpu/run.sh.
+# The tests marked slow (eager check_grads of order 2 of the decompositions, the four-process
+# run of every operation) are left out: `bash tests/run.sh --slow` runs only them, and CI (.ci/run) runs both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/venv.sh test,docs
@@ -13,4 +15,9 @@ export JAXMG_REQUIRE_DOCS=1
 cd tests
 # Two workers (pytest-xdist): most of the suite's time is single-threaded tracing and compiling,
 # so on CI's 2 cores two workers take about half the time. JAXMG_TEST_WORKERS=0 runs in-process.
-exec ../.venv/bin/python -m pytest -q -rs -n "${JAXMG_TEST_WORKERS:-2}" --durations=25 "$@"
+SELECT="not slow"
+if [ "${1:-}" = "--slow" ]; then
+    SELECT="slow"
+    shift
+fi
+exec ../.venv/bin/python -m pytest -q -rs -n "${JAXMG_TEST_WORKERS:-2}" --durations=25 -m "$SELECT" "$@"

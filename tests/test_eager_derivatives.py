@@ -275,19 +275,47 @@ CHECKED = {
     "cholesky": (lambda a, b: jaxmg.cholesky(_sym(a)), (0,)),
     "logdet": (lambda a, b: jaxmg.Cholesky(_sym(a)).logdet(), (0,)),
     "lu_solve": (lambda a, b: jaxmg.lu_solve(a, b), (0, 1)),
-    "Cholesky.solve": (lambda a, b: jaxmg.Cholesky(_sym(a)).solve(b), (0, 1)),
-    "LU.solve-T": (lambda a, b: jaxmg.LU(a).solve(b, trans="T"), (0, 1)),
 }
 
 
 @pytest.mark.parametrize("name", list(CHECKED))
 def test_check_grads_order2_eagerly(name):
-    """The same for cholesky, logdet, lu_solve and the modules' solves (Auto axes)."""
+    """The same for cholesky, logdet and lu_solve (Auto axes)."""
     mesh = _mesh(AxisType.Auto)
     a, b = _inputs(mesh)
     fn, wrt = CHECKED[name]
     with jax.set_mesh(mesh):
         check_grads(*_restrict(fn, a, b, wrt), order=2, modes=("fwd", "rev"))
+
+
+#: module solve -> (jaxmg function, jnp.linalg reference)
+MODULE_SOLVES = {
+    "Cholesky.solve": (lambda a, b: jaxmg.Cholesky(_sym(a)).solve(b), lambda a, b: _solve((a + a.T) / 2, b)),
+    "LU.solve-T": (lambda a, b: jaxmg.LU(a).solve(b, trans="T"), lambda a, b: _solve(a.T, b)),
+}
+
+
+@pytest.mark.parametrize("name", list(MODULE_SOLVES))
+def test_module_solves_order2_eagerly(name):
+    """The modules' solves outside jit (Auto axes): check_grads of order 1, fwd and rev, then the
+    exact second derivatives of a loss (reverse over reverse, forward over reverse, forward over
+    forward) against jnp.linalg's. (check_grads of order 2 compares the same derivatives with
+    finite differences, but re-traces each eager module call at every point: 3-5 minutes each.)"""
+    mesh = _mesh(AxisType.Auto)
+    a, b = _inputs(mesh)
+    fn, reference = MODULE_SOLVES[name]
+    g, args = _restrict(fn, a, b, (0, 1))
+    ref, ref_args = _restrict(reference, A, B, (0, 1))
+    loss, ref_loss = _loss(g), _loss(ref)
+    both = (0, 1)
+    with jax.set_mesh(mesh):
+        check_grads(g, args, order=1, modes=("fwd", "rev"))
+        got = [jax.hessian(loss, argnums=both)(*args),
+               jax.jacfwd(jax.grad(loss, argnums=both), argnums=both)(*args),
+               jax.jacfwd(jax.jacfwd(loss, argnums=both), argnums=both)(*args)]
+    want = jax.hessian(ref_loss, argnums=both)(*ref_args)
+    for second in got:
+        _close(second, want)
 
 
 # --- No mesh anywhere: the arrays' device, as a 1 x 1 grid ------------------------------------

@@ -115,11 +115,11 @@ FUNCTIONS = {
     "polar": (lambda t: jaxmg.polar(t), ("t",)),
 }
 
+#: each function factors once and reads every output of that one module
 MODULES = {
-    "QR": (lambda t, rhs: (jaxmg.QR(t).q, jaxmg.QR(t).r, jaxmg.QR(t).solve(rhs)), ("t", "rhs")),
-    "Eigh": (lambda a: eig_loss(jaxmg.Eigh(herm(a)).w, jaxmg.Eigh(herm(a)).v), ("a",)),
-    "Eigh-pencil": (lambda a, b: eig_loss(jaxmg.Eigh(herm(a), herm(b)).w, jaxmg.Eigh(herm(a), herm(b)).v),
-                    ("a", "b")),
+    "QR": (lambda t, rhs: (lambda f: (f.q, f.r, f.solve(rhs)))(jaxmg.QR(t)), ("t", "rhs")),
+    "Eigh": (lambda a: (lambda f: eig_loss(f.w, f.v))(jaxmg.Eigh(herm(a))), ("a",)),
+    "Eigh-pencil": (lambda a, b: (lambda f: eig_loss(f.w, f.v))(jaxmg.Eigh(herm(a), herm(b))), ("a", "b")),
     "SVD": (lambda t: (lambda f: svd_loss(f.u, f.s, f.vh))(jaxmg.SVD(t)), ("t",)),
     "Polar": (lambda t: (lambda f: (f.u_p, f.h))(jaxmg.Polar(t)), ("t",)),
 }
@@ -147,6 +147,11 @@ def _args(names, dtype, mesh):
     return tuple(_put(data[k], mesh) if data[k].ndim == 2 else data[k] for k in names)
 
 
+#: Eager check_grads at order 2 evaluates each operation at many points under nested eager
+#: transformations (20-300 s per case on 2 cores): these run with `bash tests/run.sh --slow`
+#: (CI runs them); the same derivatives are checked inside jit in test_autodiff.py and by the
+#: jacfwd/hessian/jvp tests below in the default run.
+@pytest.mark.slow
 @eager_plumbing
 @pytest.mark.parametrize("name", list(FUNCTIONS))
 def test_functions_check_grads_eagerly(combo, name):
@@ -155,6 +160,7 @@ def test_functions_check_grads_eagerly(combo, name):
     _check_grads(f, _args(names, dtype, mesh))
 
 
+@pytest.mark.slow
 @eager_plumbing
 @pytest.mark.parametrize("name", list(MODULES))
 def test_modules_check_grads_eagerly(combo, name):

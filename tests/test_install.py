@@ -118,7 +118,16 @@ def test_info_command_text_and_json():
     assert set(info["backends"]) == {"potrs", "cholesky", "lu_solve", "least_squares", "qr", "syevd", "sygvd",
                                      "gesvd", "polar"}
     assert all(b["auto"] == "portable" and "NVIDIA GPUs" in b["why_not_native"] for b in info["backends"].values())
-    assert info["native"]["available"] is False and info["native"]["fix"]
+    assert info["native"]["available"] is False
+
+
+def test_info_without_gpus_says_the_portable_backend_is_in_use_and_nothing_is_wrong():
+    text = _run("jaxmg.info", env={"JAXMG_NVIDIA_GPU": "0"}, module=True)
+    assert text.returncode == 0, text.stderr
+    assert "rebuild" not in text.stdout and "fix:" not in text.stdout, text.stdout
+    assert "no NVIDIA GPU here: the portable backend is in use, and nothing is wrong" in text.stdout
+    info = json.loads(_run("jaxmg.info", "--json", env={"JAXMG_NVIDIA_GPU": "0"}, module=True).stdout)
+    assert "fix" not in info["native"] and "portable backend is in use" in info["native"]["note"]
 
 
 # ---------------------------------------------------------------- the build backend

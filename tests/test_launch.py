@@ -125,10 +125,10 @@ def _launch_fault(tmp_path, mode, failing_rank, *options):
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("mode, rank, status, cause", [
-    # rank 1 raises while rank 0 waits for it in a gloo all-reduce (issue 15: 302 s, "rank 0
+    # rank 1 raises while rank 0 waits for it in a gloo all-reduce (302 s, "rank 0
     # exited with status 134"; now about 1 s and rank 1)
     ("raise-in-collective", 1, 1, "ValueError: rank 1 fails on purpose"),
-    # rank 1 raises before any collective (issue 15: 33 s)
+    # rank 1 raises before any collective (33 s)
     ("raise-early", 1, 1, "ValueError: rank 1 fails on purpose"),
     # the coordinator's rank calls sys.exit(7) while rank 1 waits in a collective
     ("exit-in-collective", 0, 7, None),
@@ -152,7 +152,7 @@ def test_first_failure_stops_every_rank(tmp_path, mode, rank, status, cause):
 
 @pytest.mark.multiprocess
 def test_timeout_stops_ranks_blocked_in_a_collective(tmp_path):
-    # Rank 1 sleeps while rank 0 waits for it in an all-reduce (issue 15: --timeout 15 took
+    # Rank 1 sleeps while rank 0 waits for it in an all-reduce (--timeout 15 took
     # 21 s, since JAX's preemption service swallowed SIGTERM and only SIGKILL after the
     # 5-s grace period stopped the ranks).
     start = time.monotonic()
@@ -457,3 +457,18 @@ def test_first_failure_is_the_earliest_not_the_first_seen():
         assert run._first_failure(0, 1, 98.0) == (2, -9)
     finally:
         shutil.rmtree(run.stamps)
+
+
+NOISE = ("CANCELLED", "WatchTasksAsync", "Cancelling all calls", "Source Location Trace",
+         "GRPC error", "grpc_util", "[Gloo]")
+
+
+def test_clean_run_prints_only_the_programs_output():
+    """The coordination client's shutdown lines and Gloo's connection lines are not passed on."""
+    r = _launch("-n", 2, "--platform", "cpu", "--timeout", 90, SCRIPTS / "quiet_exit.py", timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(r.stdout.splitlines()) == ["[rank 0] solved 0.5", "[rank 1] solved 0.5"], r.stdout
+    for rank in range(2):
+        own = [line for line in r.stderr.splitlines() if line.startswith(f"[rank {rank}]")]
+        assert own == [f"[rank {rank}] own stderr line", f"[rank {rank}] last own stderr line"], r.stderr
+    assert not any(word in r.stdout + r.stderr for word in NOISE), r.stdout + r.stderr

@@ -281,3 +281,18 @@ def test_portable_backend_selected_on_cpu():
     mesh = make_mesh((8,), ("x",))
     assert jaxmg.default_backend("potrs", mesh) == "portable"
     assert close(jaxmg.potrs(put(A, mesh, P("x")), B, backend="portable"))
+
+
+# Without a mesh, outputs keep the inputs' commitment, as jnp.linalg's do.
+def test_no_mesh_uncommitted_inputs_give_uncommitted_outputs():
+    a, b = jnp.eye(8) * 2.0, jnp.ones(8)
+    assert not a.committed and not b.committed
+    other = jax.device_put(jnp.ones(8), jax.devices()[3])
+    x = jaxmg.potrs(a, b)
+    assert not x.committed, x.sharding
+    np.testing.assert_allclose(x + other, np.full(8, 1.5))  # meets an array on another device
+    outputs = [jaxmg.lu_solve(a, b), jaxmg.cholesky(a), *jaxmg.qr(a), *jaxmg.syevd(a),
+               jaxmg.least_squares(np.eye(8), np.ones(8))]
+    assert not any(o.committed for o in outputs), [o.sharding for o in outputs]
+    # committed inputs stay committed
+    assert jaxmg.potrs(jax.device_put(a, jax.devices()[2]), b).committed

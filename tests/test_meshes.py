@@ -1,6 +1,6 @@
 """Several meshes used alternately in one program each keep working (portable backend).
 
-Issue 15: a program that alternates between meshes of different shapes, for example (8, 1),
+a program that alternates between meshes of different shapes, for example (8, 1),
 (4, 2) and (2, 4) over the same 8 devices, gets correct results on each, eagerly and in jit,
 and a factorisation made on one mesh still solves after calls on the others. The two-process
 version, (2, 1) and (1, 2) through jaxmg.launch, is tests/launch_scripts/two_meshes.py.
@@ -25,10 +25,10 @@ def test_meshes_used_alternately(axis_type):
     g, rhs = random_matrix(rng, (N, N), np.float64), rng.standard_normal(N)
     meshes = [make_mesh(shape, ("x", "y"), axis_types=axis_type) for shape in SHAPES]
     potrs_jit = jax.jit(lambda a, b: jaxmg.potrs(a, b, backend="portable"))
-    kept = {}  # one Cholesky module per mesh, made in the first round, solved in every round
-    for round_ in range(2):
+    kept = {}  # one Cholesky module per mesh, made in the first pass, solved in every pass
+    for pass_ in range(2):
         for shape, mesh in zip(SHAPES, meshes):
-            where = f"round {round_}, mesh {shape}"
+            where = f"pass {pass_}, mesh {shape}"
             a, b = put(spd, mesh, P("x", "y")), put(rhs, mesh, P("x"))
             x, logdet = jaxmg.potrs(a, b, return_logdet=True, backend="portable")
             np.testing.assert_allclose(x, np.linalg.solve(spd, rhs), rtol=1e-10, err_msg=where)
@@ -41,9 +41,9 @@ def test_meshes_used_alternately(axis_type):
             w = jaxmg.syevd(put(her, mesh, P("x", "y")), return_eigenvectors=False,
                             backend="portable")
             np.testing.assert_allclose(w, np.linalg.eigvalsh(her), atol=1e-12, err_msg=where)
-            if round_ == 0:
+            if pass_ == 0:
                 kept[shape] = jaxmg.Cholesky(a, backend="portable")
         for shape, mesh in zip(SHAPES, meshes):
             x = kept[shape].solve(put(rhs, mesh, P("x")))
             np.testing.assert_allclose(x, np.linalg.solve(spd, rhs), rtol=1e-10,
-                                       err_msg=f"round {round_}, kept module of mesh {shape}")
+                                       err_msg=f"pass {pass_}, kept module of mesh {shape}")

@@ -29,6 +29,7 @@ def _launch(nproc, script, timeout):
     return proc
 
 
+@pytest.mark.slow  # four processes on a 2-core machine: minutes; `bash tests/run.sh --slow`
 @pytest.mark.multiprocess
 def test_every_operation_across_four_processes():
     proc = _launch(4, "solve_all.py", timeout=400)
@@ -42,5 +43,5 @@ def test_every_operation_across_four_processes():
 def test_two_meshes_used_alternately_across_two_processes():
     proc = _launch(2, "two_meshes.py", timeout=300)
     for rank in range(2):
-        assert f"[rank {rank}] round 2: ok" in proc.stdout, proc.stdout[-4000:]
+        assert f"[rank {rank}] pass 2: ok" in proc.stdout, proc.stdout[-4000:]
         assert f"[rank {rank}] ALL OK" in proc.stdout

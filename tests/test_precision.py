@@ -1,7 +1,7 @@
 """Every matrix product jaxmg traces runs at full precision.
 
 On GPUs, float32 and complex64 products at JAX's default precision run in TF32 (about 1e-3
-relative error): a least-squares solution computed so was off by 1.4e-3 on an H200 (session 8).
+relative error): a least-squares solution computed so was off by 1.4e-3 on an H200.
 The kernels multiply with ``jaxmg.kernels.products.matmul`` (precision HIGHEST; QDWH's products
 are traced under ``jax.default_matmul_precision("highest")``), also when called directly in a
 shard_map (``jaxmg.ops.local``), so every ``dot_general`` of an operation and of its derivatives

@@ -1,6 +1,6 @@
 """The QDWH polar decomposition and the SVD composed from it (jaxmg/kernels/qdwh.py), on CPU.
 
-Issue 12's accuracy target, float64: ||U_p^H U_p - I||_F / sqrt(N) and ||A - U_p H||_F / ||A||_F
+The accuracy target, float64: ||U_p^H U_p - I||_F / sqrt(N) and ||A - U_p H||_F / ||A||_F
 at most 1e-12 for condition numbers up to 1e12 (constructed: A = U diag(s) V^H with s
 geometric from 1 to 1/cond), on several grids and both device orders.
 """

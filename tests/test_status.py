@@ -73,7 +73,7 @@ def test_success_and_vmap():
     assert list(np.asarray(got)) == [0, 6, 21]
 
 
-# Non-finite input (issue 15): NaN or Inf in a (its lower triangle, which every Hermitian
+# Non-finite input: NaN or Inf in a (its lower triangle, which every Hermitian
 # operation reads) or in b gives, on every operation, a non-zero status (LAPACK's info where
 # the factorisation stops at the bad entry, else -1) and outputs that are NaN throughout.
 _RNG = np.random.default_rng(5)

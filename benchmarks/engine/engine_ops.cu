@@ -1,7 +1,7 @@
 // The engine's own speed: cuSOLVERMp driven from C++ with no JAX, one process per GPU.
 //
-// Extends ../shared/bench/raw_ops.cu (potrf, getrf+getrs, square geqrf, syevd) with what the
-// LU/QR/eigen issues compare against: tall M x N matrices, geqrf + orgqr (the explicit Q that
+// Times potrf, getrf+getrs, geqrf and syevd, and what jaxmg's LU, QR and eigensolver families are
+// compared against: tall M x N matrices, geqrf + orgqr (the explicit Q that
 // jaxmg.qr returns), geqrf + ormqr (Q^H b of least squares), gels, and either rank mapping of the
 // process grid. Every phase is timed on its own, so a run reports, for example, geqrf and orgqr
 // separately as well as their sum.

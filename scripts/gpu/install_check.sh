@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU machine: the install path of issue 14 as far as a machine without network allows.
+# GPU machine: the install path as far as a machine without network allows.
 #   bash scripts/gpu/install_check.sh      (repo root; the .whl folder carries cuSOLVERMp 0.8 and lineax)
 # 1. what the build backend would fetch here (the GPU is detected from the driver files);
 # 2. a wheel built with the native module (no build isolation: no network here), its tag;

@@ -1,4 +1,4 @@
-# Source on a GPU machine (repo root): installs the carried wheels (.whl: cuSOLVERMp 0.8, beartype),
+# Source on a GPU machine (repo root): installs the wheels (.whl: cuSOLVERMp 0.8, beartype),
 # sets the library paths and NVLink-multicast-off variables, and builds jaxmg._native into jaxmg/.
 #   source scripts/gpu/setup.sh
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1

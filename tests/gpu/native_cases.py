@@ -331,7 +331,7 @@ if _harness.PUBLIC_API:
             assert e < 1e-9, e
             return f"L err {e:.1e}"
 
-    # Issue 4 on the native backend: derivatives, factor once / solve many, vmap (public API).
+    # the native backend: derivatives, factor once / solve many, vmap (public API).
     def _system(mesh, spec, n=256):
         a_in, a = spd(n, np.float64, seed=3)
         a_sym = np.tril(a_in) + np.tril(a_in, -1).T  # the Hermitian matrix the solver sees
@@ -440,7 +440,7 @@ if _harness.PUBLIC_API:
 
 
 # --------------------------------------------------------------------------------------------
-# The LU family (issue 11): lu_factor once, lu_solve with trans 0 (A), 1 (A^T), 2 (A^H)
+# The LU family: lu_factor once, lu_solve with trans 0 (A), 1 (A^T), 2 (A^H)
 # --------------------------------------------------------------------------------------------
 
 def general(n, dtype, seed=0, singular_col=None):
@@ -560,7 +560,7 @@ if _harness.PUBLIC_API and hasattr(native, "lu_factor"):
             return ", ".join(f"{k} {v:.1e}" for k, v in out.items())
 
 # --------------------------------------------------------------------------------------------
-# The QR family (issue 11): qr_factor once, Q (orgqr), R, least squares (ormqr + back substitution)
+# The QR family: qr_factor once, Q (orgqr), R, least squares (ormqr + back substitution)
 # --------------------------------------------------------------------------------------------
 
 def tall(m, n, dtype, seed=0, zero_col=None):
@@ -665,7 +665,7 @@ if _harness.PUBLIC_API and "qr" in native.FAMILIES:
             return ", ".join(f"{k} {v:.1e}" for k, v in out.items())
 
 # --------------------------------------------------------------------------------------------
-# The eigensolver family (issue 12): syevd and sygvd, LAPACK's scaled residual and orthogonality
+# The eigensolver family: syevd and sygvd, LAPACK's scaled residual and orthogonality
 # --------------------------------------------------------------------------------------------
 
 def hermitian(n, dtype, seed=0):

@@ -1,4 +1,4 @@
-"""A dead rank on 2 GPUs never hangs the other (issue 15), native backend.
+"""A dead rank on 2 GPUs never hangs the other, native backend.
 
 Rank 1 dies of SIGKILL after three native potrs solves (N = 16,384), while rank 0 is in the
 fourth, blocked inside cuSOLVERMp's NCCL calls:

@@ -1,8 +1,8 @@
 """Two meshes used alternately, (2, 1) and (1, 2), across the processes of a 2-process launch.
 
 Started by tests/test_multiprocess.py as ``python -m jaxmg.launch -n 2 two_meshes.py``: one
-CPU device per process, so every collective crosses processes. Each round solves on both
-meshes (eagerly and in jit) and with a Cholesky module factored on each mesh in round 0.
+CPU device per process, so every collective crosses processes. Each pass solves on both
+meshes (eagerly and in jit) and with a Cholesky module factored on each mesh in pass 0.
 """
 
 import numpy as np
@@ -41,7 +41,7 @@ assert jax.process_count() == 2 and devices.size == 2
 meshes = {shape: Mesh(devices.reshape(shape), ("x", "y")) for shape in [(2, 1), (1, 2)]}
 potrs_jit = jax.jit(lambda a, b: jaxmg.potrs(a, b))
 kept = {}
-for round_ in range(3):
+for pass_ in range(3):
     for shape, mesh in meshes.items():
         rows = P("x") if shape[0] > 1 else P("y")
         a, b = place(SPD, mesh, P("x", "y")), place(RHS, mesh, rows)
@@ -51,11 +51,11 @@ for round_ in range(3):
         check(f"potrs in jit on {shape}", np.allclose(gather(potrs_jit(a, b)), np.linalg.solve(SPD, RHS)))
         x = jaxmg.lu_solve(place(G, mesh, P("x", "y")), b)
         check(f"lu_solve on {shape}", np.allclose(gather(x), np.linalg.solve(G, RHS)))
-        if round_ == 0:
+        if pass_ == 0:
             kept[shape] = jaxmg.Cholesky(a)
     for shape, mesh in meshes.items():
         rows = P("x") if shape[0] > 1 else P("y")
         x = kept[shape].solve(place(RHS, mesh, rows))
         check(f"kept Cholesky of {shape}", np.allclose(gather(x), np.linalg.solve(SPD, RHS)))
-    print(f"round {round_}: ok", flush=True)
+    print(f"pass {pass_}: ok", flush=True)
 print("ALL OK", flush=True)

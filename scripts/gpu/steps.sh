@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One device call's worth of GPU work, each step under its own time limit, logs under $OUT.
-#   bash scripts/gpu/session.sh STEP[:SECONDS] ...     (repo root, on the lent GPU machine)
+# One run's worth of GPU work, each step under its own time limit, logs under $OUT.
+#   bash scripts/gpu/steps.sh STEP[:SECONDS] ...     (repo root, on the GPU machine)
 # Steps: tests (the GPU test suite), kernel (bench_potrs.py, kernel path, 8192 32768 65536),
 #        kernel-mp (the same with cuSOLVERMp's own potrs solve), api (bench_potrs.py --api, with
 #        plain JAX on one GPU), autodiff (bench_autodiff.py --nproc 2), big131 / big164
@@ -9,17 +9,16 @@
 #        lu1 / lu2 (the LU cases of native_cases.py, 1 / 2 processes; LU_CASES filters lu2),
 #        lubench (bench_lu.py on the mesh grid $LU_GRID, default 2,1, T_A=1024, $LU_SIZES, default
 #        16384 65536), lubig (bench_lu.py at $LU_BIG, default 98304 131072, one run each in a process
-#        of its own), luengine (the engine's getrf+getrs, raw_ops.sh from shared_bench/ or
-#        ../shared/bench, at $LU_ENGINE_SIZES (default $LU_SIZES), T=1024, on "NRANKS NPROW" =
+#        of its own), luengine (the engine's getrf+getrs, benchmarks/engine/engine_ops.sh, at $LU_ENGINE_SIZES (default $LU_SIZES), T=1024, on "NRANKS NPROW" =
 #        $LU_ENGINE, default "2 1": cuSOLVERMp's 1x2 grid, which a (2,1) mesh grid is).
 #        eager2 (eager jax.grad of potrs and lu_solve, check_grads order 2 of potrs, logdet and
 #        cholesky: native_cases.py, 2 processes).
 #        qr1 / qr2 (the QR and least-squares cases of native_cases.py, 1 / 2 processes), qrbench
 #        (bench_qr.py: qr at $QR_N, default 32768, least_squares at M = 2N), qrengine (the engine's
-#        geqrf, raw_ops.sh, at $QR_N on one GPU).
+#        geqrf, engine_ops.sh, at $QR_N on one GPU).
 #        eig1 / eig2 (the eig-/sygvd-/polar-/svd- cases of native_cases.py, 1 / 2
 #        processes), eigbench (bench_eig.py, $EIG_SIZES, default 8192, tiles $EIG_TILES, default
-#        256 512 1024, with jnp.linalg.eigh), eigengine (the engine's syevd, raw_ops.sh, same sizes
+#        256 512 1024, with jnp.linalg.eigh), eigengine (the engine's syevd, engine_ops.sh, same sizes
 #        and tiles, one GPU).
 #        profile (bench_potrs.py --api on $PROFILE_GRID at $PROFILE_SIZES, one more call traced with
 #        jax.profiler: the Perfetto traces come back as $OUT/traceK.json.gz, summarized by
@@ -53,21 +52,21 @@ for spec in "$@"; do
     eig2) cmd=(env JAXMG_CASES=eig-,sygvd-,polar-,svd- python3 scripts/gpu/launch.py -n 2 tests/gpu/native_cases.py) ;;
     eigbench) cmd=(python3 benchmarks/bench_eig.py --sizes ${EIG_SIZES:-8192} --tiles ${EIG_TILES:-256 512 1024}
                    --out "$RES") ;;
-    eigengine) raw=$(ls -d shared_bench ../shared/bench 2>/dev/null | head -1)
-               cmd=(env EXTRA="$EXTRA" REPS=3 bash "$raw/raw_ops.sh"
-                    "$(for n in ${EIG_SIZES:-8192}; do for t in ${EIG_TILES:-256 512 1024}; do
-                         printf 'one 1 1 %s %s syevd; ' "$n" "$t"; done; done)") ;;
-    luengine) raw=$(ls -d shared_bench ../shared/bench 2>/dev/null | head -1)
-              cmd=(env EXTRA="$EXTRA" REPS=${LU_REPS:-3} bash "$raw/raw_ops.sh"
-                   "$(for n in ${LU_ENGINE_SIZES:-${LU_SIZES:-16384 65536}}; do
-                        printf 'one %s %s 1024 getrf; ' "${LU_ENGINE:-2 1}" "$n"; done)") ;;
+    eigengine) configs=()
+               for n in ${EIG_SIZES:-8192}; do for t in ${EIG_TILES:-256 512 1024}; do
+                   configs+=("1 1 $n $n $t syevd"); done; done
+               cmd=(env EXTRA="$EXTRA" REPS=3 bash benchmarks/engine/engine_ops.sh "${configs[@]}") ;;
+    luengine) configs=()
+              for n in ${LU_ENGINE_SIZES:-${LU_SIZES:-16384 65536}}; do
+                  configs+=("${LU_ENGINE:-2 1} $n $n 1024 getrf"); done
+              cmd=(env EXTRA="$EXTRA" REPS=${LU_REPS:-3} bash benchmarks/engine/engine_ops.sh "${configs[@]}") ;;
     eager2) cmd=(env JAXMG_CASES=public-eager-grad,public-check-grads
                  python3 scripts/gpu/launch.py -n 2 tests/gpu/native_cases.py) ;;
     qr1) cmd=(env JAXMG_CASES=qr,lstsq python3 scripts/gpu/launch.py -n 1 tests/gpu/native_cases.py) ;;
     qr2) cmd=(env JAXMG_CASES=qr,lstsq python3 scripts/gpu/launch.py -n 2 tests/gpu/native_cases.py) ;;
     qrbench) cmd=(python3 benchmarks/bench_qr.py --n ${QR_N:-32768} --out "$RES") ;;
-    qrengine) raw=$(ls -d shared_bench ../shared/bench 2>/dev/null | head -1)
-              cmd=(env EXTRA="$EXTRA" REPS=3 bash "$raw/raw_ops.sh" "one 1 1 ${QR_N:-32768} ${QR_T:-1024} geqrf") ;;
+    qrengine) cmd=(env EXTRA="$EXTRA" REPS=3 bash benchmarks/engine/engine_ops.sh
+                   "1 1 ${QR_N:-32768} ${QR_N:-32768} ${QR_T:-1024} geqrf") ;;
     engine) IFS=';' read -ra configs <<<"${ENGINE:?set ENGINE to configurations of benchmarks/engine/engine_ops.sh, ';'-separated}"
             cmd=(env OUTFILE="$RES" REPS="${ENGINE_REPS:-3}" bash benchmarks/engine/engine_ops.sh "${configs[@]}") ;;
     profile) cmd=(bash -c "python3 benchmarks/bench_potrs.py --api --grid ${PROFILE_GRID:-2,1} --sizes ${PROFILE_SIZES:-32768} \

@@ -7,7 +7,7 @@ slab). ``gesvd`` is that polar decomposition followed by this backend's syevd of
 
 cuSOLVERMp 0.9 and later export their own polar and gesvd (``jaxmg.kernels.native.info()``'s
 capabilities ``polar`` / ``gesvd``, probed at load by csrc/dynload.cc). Handlers for them are
-not written yet (only 0.8 runs on the machines here), so these compositions run on every
+not written yet (only 0.8 has been run), so these compositions run on every
 version; :func:`engine_polar_available` is where the choice goes once they exist.
 """
 

@@ -39,6 +39,7 @@ Specs = Optional[Union[PartitionSpec, Held, Sequence[Optional[Union[PartitionSpe
 DOC_TYPES: dict = {
     "SquareMatrix": "Inexact[Array, 'n n']",
     "TallMatrix": "Inexact[Array, 'm n']",
+    "Matrix": "Inexact[Array, 'm n']",
     "Rhs": "Inexact[Array, 'n'] | Inexact[Array, 'n k']",
     "TallRhs": "Inexact[Array, 'm'] | Inexact[Array, 'm k']",
     "Solution": "Inexact[Array, 'n'] | Inexact[Array, 'n k']",

@@ -105,7 +105,9 @@ def bench_loss(args, n, dtype, mesh, emit, out):
     sharding = NamedSharding(mesh, P("x", None))
     x, y, theta = make_problem(n, dtype, sharding)
     reference = None
-    for solver in (["jax"] if args.plain else []) + list(args.solvers):
+    # plain JAX runs on one device of a single process (several processes: jaxmg only)
+    plain = args.plain and jax.process_count() == 1
+    for solver in (["jax"] if plain else []) + list(args.solvers):
         name = "plain JAX" if solver == "jax" else f"jaxmg {solver}"
         if solver == "jax" and jax.device_count() > 1:
             local = jax.sharding.SingleDeviceSharding(jax.devices()[0])
@@ -181,7 +183,7 @@ def bench_inverse(args, n, dtype, mesh, emit, out):
             rec["error"] = f"{type(e).__name__}: {str(e)[:300]}"
         emit(out, rec)
     triangular.BASE = default_base
-    if jax.device_count() == 1 and args.plain:
+    if jax.device_count() == 1 and args.plain:  # plain JAX's inverses: one device
         rec = dict(bench="inverse", n=n, dtype=jnp.dtype(dtype).name, solver="plain JAX", devices=1,
                    device_kind=jax.devices()[0].device_kind, date=time.strftime("%Y-%m-%d"))
         try:
@@ -218,7 +220,11 @@ def main(argv=None):
     import jax.numpy as jnp
     from jax.sharding import AxisType
 
-    from _common import emit
+    from _common import emit as emit_line
+
+    def emit(out, rec):  # one record per run: the first process writes it
+        if jax.process_index() == 0:
+            emit_line(out, rec)
 
     mesh = jax.make_mesh((jax.device_count(), 1), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
     for dtype_name in args.dtypes:

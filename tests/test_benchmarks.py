@@ -78,3 +78,16 @@ def test_trace_summary_merges_events_by_name_per_track(tmp_path):
     assert lines[0] == "== /device:GPU:0 / stream 7: 3 events over 4.500 ms"
     assert "potrf" in lines[1] and "3.000 ms" in lines[1] and "1x" in lines[1]
     assert "copy" in lines[2] and "1.000 ms" in lines[2] and "2x" in lines[2]
+
+
+def test_bench_gp_writes_the_loss_and_the_inverses(tmp_path):
+    """The GP loss (plain JAX, then jaxmg) and the inverses (jaxmg's, then plain JAX's); the
+    gradient equals plain JAX's."""
+    records = _bench("bench_gp.py", tmp_path / "gp.jsonl", "--sizes", "64", "--dtypes", "float64",
+                     "--solvers", "portable", "--runs", "1", "--inverse")
+    assert [(r["bench"], r["solver"]) for r in records] == [
+        ("gp", "plain JAX"), ("gp", "jaxmg portable"), ("inverse", "jaxmg portable"), ("inverse", "plain JAX")]
+    loss = records[1]
+    assert loss["value_and_grad_s"] > 0 and loss["first_call_s"] > 0 and loss["eager_value_and_grad_s"] > 0
+    assert loss["value_rel_diff"] < 1e-12 and loss["grad_rel_diff"] < 1e-10
+    assert records[2]["residual_rms"] < 1e-12 and records[2]["lu_residual_rms"] < 1e-12

@@ -10,7 +10,7 @@ from jax.test_util import check_grads
 
 import jaxmg
 from jaxmg.kernels import portable
-from helpers import hermitian_matrix, make_mesh, put, random_matrix, spd_matrix
+from helpers import hermitian_matrix, lower_read, make_mesh, put, random_matrix, spd_matrix
 
 N = 16
 M = 32
@@ -31,12 +31,29 @@ def check(f, args, order, modes):
 
 
 def herm(x):
-    """The Hermitian part: derivatives are checked along Hermitian directions."""
+    """The Hermitian part: derivatives are checked along Hermitian directions (and along any
+    direction, with an input that is not Hermitian, in test_grads_of_non_hermitian_inputs)."""
     return (x + jnp.conj(x).T) / 2
 
 
 def spd(rng, dtype):
     return spd_matrix(rng, N, dtype) + 2 * np.eye(N, dtype=dtype)
+
+
+def junk_above(rng, a):
+    """``a`` with random entries above the diagonal (and, complex, an imaginary diagonal): the
+    operations that read a's lower triangle see ``lower_read(a)`` unchanged."""
+    junk = random_matrix(rng, a.shape, a.dtype)
+    upper = np.triu(junk, 1)
+    if np.iscomplexobj(a):
+        upper = upper + 1j * np.diag(np.imag(np.diag(junk)))
+    return (a + upper).astype(a.dtype)
+
+
+def fold(g):
+    """The cotangent of ``a`` for a function of ``lower_read(a)`` whose cotangent is ``g`` (real):
+    zero above the diagonal, the two mirrored entries summed below it."""
+    return np.tril(g, -1) + np.tril(g.T, -1) + np.diag(np.diag(g))
 
 
 @dtypes
@@ -52,8 +69,9 @@ def test_potrs_solve_grads_fwd_rev_order2(auto_mesh, dtype):
 def test_cholesky_grads_fwd_rev_order2(auto_mesh, dtype):
     A = spd(np.random.default_rng(14), dtype)
     check(lambda a: jaxmg.cholesky(herm(a)), (A,), order=2, modes=("fwd", "rev"))
-    reference = jax.grad(lambda a: jnp.sum(jnp.abs(jnp.linalg.cholesky(a)) ** 2))(A)
-    ours = jax.grad(lambda a: jnp.sum(jnp.abs(jaxmg.cholesky(a)) ** 2))(A)
+    weights = np.arange(1.0, N * N + 1).reshape(N, N)  # sum |L|^2 alone is tr(a): its gradient is I
+    reference = jax.grad(lambda a: jnp.sum(jnp.abs(jnp.linalg.cholesky(lower_read(a))) ** 2 * weights))(A)
+    ours = jax.grad(lambda a: jnp.sum(jnp.abs(jaxmg.cholesky(a)) ** 2 * weights))(A)
     assert np.allclose(np.asarray(ours), np.asarray(reference), atol=1e-10)
 
 
@@ -97,6 +115,8 @@ def test_least_squares_grads_fwd_rev(auto_mesh, dtype):
 
 
 def test_gradients_match_jax_numpy(auto_mesh):
+    """potrs reads a's lower triangle: its derivatives are jnp's at lower_read(a) (zero above
+    the diagonal), also for an ``a`` whose upper triangle is not the mirror of the lower."""
     rng = np.random.default_rng(5)
     A, B = spd(rng, np.float64), random_matrix(rng, (N,), np.float64)
 
@@ -105,10 +125,12 @@ def test_gradients_match_jax_numpy(auto_mesh):
         return jnp.sum(x ** 2) + logdet
 
     def reference(a, b):
-        return jnp.sum(jnp.linalg.solve(a, b) ** 2) + jnp.linalg.slogdet(a)[1]
+        return jnp.sum(jnp.linalg.solve(lower_read(a), b) ** 2) + jnp.linalg.slogdet(lower_read(a))[1]
 
-    for g, r in zip(jax.grad(ours, argnums=(0, 1))(A, B), jax.grad(reference, argnums=(0, 1))(A, B)):
-        assert np.allclose(np.asarray(g), np.asarray(r), atol=1e-10)
+    for a in (A, junk_above(rng, A)):
+        for g, r in zip(jax.grad(ours, argnums=(0, 1))(a, B), jax.grad(reference, argnums=(0, 1))(a, B)):
+            assert np.allclose(np.asarray(g), np.asarray(r), atol=1e-10)
+        assert not np.any(np.triu(np.asarray(jax.grad(ours)(a, B)), 1))
 
 
 @pytest.mark.parametrize("shape,spec", [((4, 2), P("x", "y")), ((8,), P("x", None)), ((8,), P(None, "x"))],
@@ -125,7 +147,7 @@ def test_cotangents_keep_the_primal_sharding(shape, spec):
     x = np.linalg.solve(np.asarray(a), np.asarray(b))
     b_bar = np.linalg.solve(np.asarray(a).T, np.ones(N))
     assert np.allclose(np.asarray(grad_b), b_bar)
-    assert np.allclose(np.asarray(grad_a), -np.outer(b_bar, x))
+    assert np.allclose(np.asarray(grad_a), fold(-np.outer(b_bar, x)))
 
 
 def _count_factorisations(monkeypatch):
@@ -204,6 +226,26 @@ def test_decomposition_grads_fwd_rev(auto_mesh, dtype):
     check(lambda a: jaxmg.polar(a), (A_tall,), order=1, modes=("fwd", "rev"))
 
 
+@dtypes
+def test_grads_of_non_hermitian_inputs(auto_mesh, dtype):
+    """Without symmetrising: at an input with junk above the diagonal and along directions that
+    are not Hermitian, the derivatives are those of the functions of lower_read(a)."""
+    rng = np.random.default_rng(15)
+    A, A_her = junk_above(rng, spd(rng, dtype)), junk_above(rng, hermitian_matrix(rng, N, dtype))
+    B = random_matrix(rng, (N,), dtype)
+    check(lambda a, b: jaxmg.potrs(a, b, return_logdet=True), (A, B), order=1, modes=("fwd", "rev"))
+    check(lambda a, b: jaxmg.Cholesky(a).solve(b), (A, B), order=1, modes=("fwd", "rev"))
+    check(lambda a: jaxmg.cholesky(a), (A,), order=1, modes=("fwd", "rev"))
+    check(lambda a: _gauge_free_eig(*jaxmg.syevd(a)), (A_her,), order=1, modes=("fwd", "rev"))
+    check(lambda a, b: _gauge_free_eig(*jaxmg.sygvd(a, b)), (A_her, A), order=1, modes=("fwd", "rev"))
+    loss = lambda f: lambda a, b: jnp.sum(jnp.abs(f(a, b)) ** 2)  # noqa: E731
+    pairs = [(lambda a, b: jaxmg.potrs(a, b), lambda a, b: jnp.linalg.solve(lower_read(a), b)),
+             (lambda a, b: jaxmg.cholesky(a) @ b, lambda a, b: jnp.linalg.cholesky(lower_read(a)) @ b)]
+    for ours, theirs in pairs:
+        for g, r in zip(jax.grad(loss(ours), argnums=(0, 1))(A, B), jax.grad(loss(theirs), argnums=(0, 1))(A, B)):
+            assert np.allclose(np.asarray(g), np.asarray(r), atol=1e-10)
+
+
 def test_decomposition_cotangents_keep_the_primal_sharding():
     mesh = make_mesh((4, 2), ("x", "y"))
     rng = np.random.default_rng(13)
@@ -216,8 +258,8 @@ def test_decomposition_cotangents_keep_the_primal_sharding():
         g_chol = jax.jit(jax.grad(lambda a: jnp.sum(jaxmg.cholesky(a) ** 2)))(spd_a)
     assert g_eig.sharding.spec == a.sharding.spec and g_svd.sharding.spec == tall.sharding.spec
     assert g_chol.sharding.spec == spd_a.sharding.spec
-    assert np.allclose(np.asarray(g_chol),
-                       np.asarray(jax.grad(lambda a: jnp.sum(jnp.linalg.cholesky(a) ** 2))(np.asarray(spd_a))))
+    assert np.allclose(np.asarray(g_chol), np.asarray(
+        jax.grad(lambda a: jnp.sum(jnp.linalg.cholesky(lower_read(a)) ** 2))(np.asarray(spd_a))))
     assert np.allclose(np.asarray(g_eig), 2 * np.eye(N))
     u, _, vh = np.linalg.svd(np.asarray(tall), full_matrices=False)
     assert np.allclose(np.asarray(g_svd), u @ vh)

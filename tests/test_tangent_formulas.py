@@ -2,6 +2,9 @@
 on sharded inputs (every layout, Explicit and Auto mesh axes, inside jit and eagerly), and the
 _dist building blocks they use.
 
+eigh and sygvd read their inputs' lower triangles: their formulas are compared with jax.jvp of
+jnp.linalg's functions of ``lower_read`` of the inputs, along tangents that are not Hermitian.
+
 To stay fast, the primal outputs, tangents and references of all cases are built in one jitted
 program, and the formulas of all cases run in another.
 """
@@ -12,7 +15,7 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
-from helpers import hermitian_matrix, random_matrix, spd_matrix
+from helpers import hermitian_matrix, lower_read, random_matrix, spd_matrix
 from jaxmg._layout import padded_spec
 from jaxmg.autodiff import _dist, tangents
 
@@ -29,8 +32,9 @@ def _polar(a):
 
 
 def _pencil(a, b):
-    """A v = w B v, v^H B v = I, by Cholesky reduction (differentiable with JAX)."""
-    a, b = (a + a.conj().T) / 2, (b + b.conj().T) / 2
+    """A v = w B v, v^H B v = I, by Cholesky reduction (differentiable with JAX), for the
+    Hermitian matrices read from the lower triangles of a and b."""
+    a, b = lower_read(a), lower_read(b)
     L = jnp.linalg.cholesky(b)
     x = jax.scipy.linalg.solve_triangular(L, a, lower=True)
     c = jax.scipy.linalg.solve_triangular(L, x.conj().T, lower=True).conj().T
@@ -65,7 +69,7 @@ def _cases(dtype):
         out = {}
         (q, r), ref = jax.jvp(jnp.linalg.qr, (t,), (dt,))
         out["qr"] = ((q, r, dt), ref)
-        (w, v), ref = jax.jvp(jnp.linalg.eigh, (a,), (da,))
+        (w, v), ref = jax.jvp(lambda a: jnp.linalg.eigh(lower_read(a)), (a,), (da,))
         out["eigh"] = ((w, v, da), ref)
         (u, s, vh), ref = jax.jvp(lambda t: jnp.linalg.svd(t, full_matrices=False), (t,), (dt,))
         out["svd"] = ((u, s, vh, dt), ref)
@@ -179,6 +183,7 @@ def test_helpers(shape, names, spec, axis_type):
     y = jax.device_put(rng.standard_normal((n, n)), sh)
     yy = np.asarray(y)
     for got, want in ((_dist.sym_part(y), (yy + yy.T) / 2),
+                      (_dist.lower_read(y), np.asarray(lower_read(yy))),
                       (_dist.tril(y, -1), np.tril(yy, -1)),
                       (_dist.triu(y), np.triu(yy)),
                       (_dist.matmul(y, y, sh, adj_x=True), yy.T @ yy),

@@ -1,6 +1,10 @@
 """Derivatives as users write them: every JAX entry point outside jit, on Auto and Explicit
 meshes, with and without jax.set_mesh, with respect to a, b or both; tangents and cotangents
-in other shardings; single-device arrays with no mesh anywhere; eager check_grads."""
+in other shardings; single-device arrays with no mesh anywhere; eager check_grads.
+
+potrs reads a's lower triangle: its derivatives are those of jnp.linalg.solve at
+``lower_read(a)`` (with respect to a: zero above the diagonal, the two mirrored entries summed
+below it)."""
 
 import jax
 import jax.numpy as jnp
@@ -10,7 +14,7 @@ from jax.sharding import AxisType, PartitionSpec as P
 from jax.test_util import check_grads
 
 import jaxmg
-from helpers import make_mesh, put, spd_matrix
+from helpers import lower_read, make_mesh, put, spd_matrix
 
 N = 8
 RNG = np.random.default_rng(20)
@@ -22,6 +26,16 @@ TB = RNG.standard_normal(N)
 
 def _solve(a, b):
     return jnp.linalg.solve(a, b)
+
+
+def _potrs_reference(a, b):
+    """What potrs computes: the solve with the Hermitian matrix read from a's lower triangle."""
+    return jnp.linalg.solve(lower_read(a), b)
+
+
+def _fold(g):
+    """The cotangent of a for a function of lower_read(a) whose cotangent is g (real)."""
+    return np.tril(g, -1) + np.tril(g.T, -1) + np.diag(np.diag(g))
 
 
 #: entry point -> f(fn, a, b, wrt) for fn(a, b) -> x; wrt is a tuple of argument indices.
@@ -105,14 +119,13 @@ def _inputs(mesh):
 def test_every_entry_point_eagerly(entry, wrt, kind, set_mesh):
     mesh = _mesh(kind)
     a, b = _inputs(mesh)
-    fn, reference = jaxmg.potrs, _solve
+    got = _run(entry, jaxmg.potrs, a, b, WRT[wrt], mesh if set_mesh else None)
+    _close(got, ENTRY[entry](_potrs_reference, A, B, WRT[wrt]))
     if entry == "hessian" and "a" in wrt:
-        # potrs reads a's lower triangle: second derivatives agree with jnp.linalg.solve's along
-        # Hermitian directions, so both see the Hermitian part of a
+        # also of the Hermitian part of a (on Explicit axes through _sym's workaround)
         fn = lambda a, b: jaxmg.potrs(_sym(a), b)  # noqa: E731
-        reference = lambda a, b: _solve((a + a.T) / 2, b)  # noqa: E731
-    got = _run(entry, fn, a, b, WRT[wrt], mesh if set_mesh else None)
-    _close(got, ENTRY[entry](reference, A, B, WRT[wrt]))
+        got = _run(entry, fn, a, b, WRT[wrt], mesh if set_mesh else None)
+        _close(got, ENTRY[entry](lambda a, b: _solve((a + a.T) / 2, b), A, B, WRT[wrt]))
 
 
 @pytest.mark.parametrize("entry", ["grad", "jvp", "vjp"])
@@ -155,7 +168,7 @@ def test_b_built_inline_and_grad_of_b_alone(kind):
         g_lu = jax.grad(lambda b: jnp.sum(jaxmg.lu_solve(a, b)))(b)
     x = np.linalg.solve(A, np.ones(N))
     w = np.linalg.solve(A, np.ones(N))
-    _close(g_a, -np.outer(w, x))
+    _close(g_a, _fold(-np.outer(w, x)))
     _close(g_b, w)
     _close(g_lu, w)
     assert g_a.sharding.spec == a.sharding.spec and g_b.sharding.spec == b.sharding.spec
@@ -194,7 +207,7 @@ def test_cotangents_in_other_shardings_keep_the_primal_sharding():
             _, pullback = jax.vjp(jaxmg.potrs, a, b)
             g_a, g_b = pullback(ct)
         w = np.linalg.solve(A, np.arange(1.0, N + 1))
-        _close((g_a, g_b), (-np.outer(w, x), w))
+        _close((g_a, g_b), (_fold(-np.outer(w, x)), w))
         assert g_a.sharding.spec == a.sharding.spec and g_b.sharding.spec == b.sharding.spec
 
 
@@ -210,7 +223,7 @@ def test_explicit_vjp_cotangent_type_is_jax_rule():
             pullback(jnp.ones(N))
         g_a, g_b = pullback(put(np.ones(N), mesh, P("x")))
     w = np.linalg.solve(A, np.ones(N))
-    _close((g_a, g_b), (-np.outer(w, np.linalg.solve(A, B)), w))
+    _close((g_a, g_b), (_fold(-np.outer(w, np.linalg.solve(A, B))), w))
 
 
 def test_symbolic_zero_tangents():
@@ -262,19 +275,23 @@ def test_jax_refuses_order2_reverse_of_resharded_transpose():
         check_grads(lambda a, b: jnp.sum(_sym(a) ** 2) * b, (a, b), order=2, modes=("rev",))
 
 
+@pytest.mark.parametrize("symmetrise", [True, False], ids=["sym", "as-is"])
 @pytest.mark.parametrize("kind", [AxisType.Auto, AxisType.Explicit], ids=["auto", "explicit"])
-def test_check_grads_order2_eagerly_potrs(kind):
-    """jax.test_util.check_grads, fwd and rev, order 2, outside jit, with Hermitian inputs."""
+def test_check_grads_order2_eagerly_potrs(kind, symmetrise):
+    """jax.test_util.check_grads, fwd and rev, order 2, outside jit, with Hermitian inputs, and
+    with a as given (finite differences along directions that are not Hermitian)."""
     mesh = _mesh(kind)
     a, b = _inputs(mesh)
+    prepare = _sym if symmetrise else (lambda a: a)
     with jax.set_mesh(mesh):
-        check_grads(lambda a, b: jaxmg.potrs(_sym(a), b), (a, b), order=2, modes=("fwd", "rev"))
+        check_grads(lambda a, b: jaxmg.potrs(prepare(a), b), (a, b), order=2, modes=("fwd", "rev"))
 
 
 CHECKED = {
     "cholesky": (lambda a, b: jaxmg.cholesky(_sym(a)), (0,)),
     "logdet": (lambda a, b: jaxmg.Cholesky(_sym(a)).logdet(), (0,)),
     "lu_solve": (lambda a, b: jaxmg.lu_solve(a, b), (0, 1)),
+    "logdet-as-is": (lambda a, b: jaxmg.Cholesky(a).logdet(), (0,)),
 }
 
 
@@ -330,11 +347,12 @@ def test_single_device_arrays_without_a_mesh():
     _close(jaxmg.cholesky(A), np.linalg.cholesky(A))
     _close(jaxmg.syevd(A)[0], np.linalg.eigvalsh(A))
     g = jax.grad(lambda a, b: jnp.sum(jaxmg.potrs(a, b) ** 2), argnums=(0, 1))(a, b)
-    _close(g, jax.grad(lambda a, b: jnp.sum(_solve(a, b) ** 2), argnums=(0, 1))(A, B))
+    _close(g, jax.grad(lambda a, b: jnp.sum(_potrs_reference(a, b) ** 2), argnums=(0, 1))(A, B))
     assert g[0].sharding.device_set == {device}
     _close(jax.jit(jax.grad(lambda a: jnp.sum(jaxmg.potrs(a, jnp.ones(N)))))(jnp.asarray(A)),
-           jax.grad(lambda a: jnp.sum(_solve(a, jnp.ones(N))))(A))
+           jax.grad(lambda a: jnp.sum(_potrs_reference(a, jnp.ones(N))))(A))
     check_grads(lambda a, b: jaxmg.potrs((a + a.T) / 2, b), (A, B), order=2, modes=("fwd", "rev"))
+    check_grads(jaxmg.potrs, (A, B), order=2, modes=("fwd", "rev"))
 
 
 # --- Eager derivatives are compiled calls ------------------------------------------------------

@@ -17,7 +17,7 @@ from jax.test_util import check_grads
 
 import jaxmg
 from jaxmg import _layout
-from helpers import make_mesh, random_matrix, spd_matrix
+from helpers import lower_read, make_mesh, random_matrix, spd_matrix
 
 N = 8
 M = 16
@@ -61,7 +61,10 @@ def _whole(x):
 
 
 def herm(x):
-    """The Hermitian part: derivatives are checked along Hermitian directions."""
+    """The Hermitian part: derivatives are checked along Hermitian directions. (syevd reads
+    the lower triangle: along any direction, its derivatives are those of the functions of
+    ``lower_read(a)``, checked in test_jacfwd_and_hessian_match_jax_numpy and
+    test_jvp_matches_jax_numpy_and_keeps_layouts.)"""
     return (x + jnp.conj(_whole(x)).T) / 2
 
 
@@ -177,6 +180,10 @@ def test_jacfwd_and_hessian_match_jax_numpy(mesh):
     got = jax.jacfwd(lambda a: jaxmg.syevd(herm(a), return_eigenvectors=False))(a)
     want = jax.jacfwd(lambda a: jnp.linalg.eigvalsh((a + a.T) / 2))(data["a"])
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-10)
+    # not symmetrised: the eigenvalues of the matrix read from the lower triangle
+    got = jax.jacfwd(lambda a: jaxmg.syevd(a, return_eigenvectors=False))(a)
+    want = jax.jacfwd(lambda a: jnp.linalg.eigvalsh(lower_read(a)))(data["a"])
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-10)
     got = jax.jacfwd(lambda t: jaxmg.gesvd(t, compute_u=False, compute_vh=False))(t)
     want = jax.jacfwd(lambda t: jnp.linalg.svd(t, compute_uv=False))(data["t"])
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-10)
@@ -205,18 +212,18 @@ def test_hessian_of_polar_and_qr_match_jax_numpy(mesh):
 
 def test_jvp_matches_jax_numpy_and_keeps_layouts(mesh):
     """jax.jvp of qr, eigh and svd against jnp.linalg's own JVP rules (same gauge), with
-    matrix tangents in a's layout and vector tangents replicated."""
+    matrix tangents in a's layout and vector tangents replicated. syevd reads a's lower
+    triangle: along a tangent that is not Hermitian, its JVP is that of eigh(lower_read(a))."""
     data = _data(np.complex128)
     rng = np.random.default_rng(1)
     da = random_matrix(rng, (N, N), np.complex128)
-    da = (da + da.conj().T) / 2
     dt = random_matrix(rng, (M, N), np.complex128)
     a, t = _put(data["a"], mesh), _put(data["t"], mesh)
     checks = [
         (jax.jvp(lambda t: jaxmg.qr(t), (t,), (_put(dt, mesh),)),
          jax.jvp(lambda t: jnp.linalg.qr(t), (data["t"],), (dt,))),
         (jax.jvp(lambda a: jaxmg.syevd(a), (a,), (_put(da, mesh),)),
-         jax.jvp(lambda a: jnp.linalg.eigh(a), (data["a"],), (da,))),
+         jax.jvp(lambda a: jnp.linalg.eigh(lower_read(a)), (data["a"],), (da,))),
         (jax.jvp(lambda t: jaxmg.gesvd(t), (t,), (_put(dt, mesh),)),
          jax.jvp(lambda t: jnp.linalg.svd(t, full_matrices=False), (data["t"],), (dt,))),
     ]

@@ -80,6 +80,15 @@ def test_mkdocs_build_strict(site):
     assert "time_vs_n.png" in performance
 
 
+def test_mkdocs_default_output_is_ignored():
+    """`mkdocs build` writes site/ in the repository root: git must ignore it, or a docs build
+    leaves the checkout dirty."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    run = subprocess.run(["git", "check-ignore", "-q", "site/index.html"], cwd=ROOT)
+    assert run.returncode == 0, "site/ is not in .gitignore"
+
+
 @pytest.mark.parametrize("page", ["api/functional", "api/modules", "api/lineax", "api/layout", "api/tools",
                                   "lineax"])
 def test_api_pages_are_markdown_not_sphinx_roles(site, page):

@@ -184,8 +184,13 @@ def call(impl, arrays: tuple, sh: NamedSharding | None, **static):
     """
     if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(arrays)) or _sharded.tracing():
         # traced, or concrete values met while a transformation traces (the primal of a
-        # derivative rule under an eager jax.vjp): inline; jax.set_mesh cannot be entered there
-        return impl(*arrays, sh=sh, **static)
+        # derivative rule under an eager jax.vjp): inline; jax.set_mesh cannot be entered there,
+        # but the layout's own (abstract) mesh can, whatever mesh the caller's context holds
+        if sh is None or kind(sh) is None:
+            return impl(*arrays, sh=sh, **static)
+        abstract = sh.mesh.abstract_mesh if isinstance(sh.mesh, Mesh) else sh.mesh
+        with jax.sharding.use_abstract_mesh(abstract):
+            return impl(*arrays, sh=sh, **static)
     fn = _jitted(impl, ("sh",) + tuple(sorted(static)))
     if sh is not None and isinstance(sh.mesh, Mesh) and kind(sh) is not None:
         with jax.set_mesh(sh.mesh):

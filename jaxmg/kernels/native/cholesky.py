@@ -40,9 +40,10 @@ Status: 0, or the order of a leading minor that is not positive definite, counte
 failure without ``info``). Outputs are NaN whenever status != 0; the grid stays usable.
 
 Kernels: ``potrs``/``potrs_inplace`` and ``cholesky`` (fused: factor and solve in one handler
-call), and the Cholesky family ``cholesky_factor``/``_solve``/``_logdet``/``_lower``/``_inverse``
-(state: the in-place permuted factor of step 2 where the grid is square or 1-D, else, or with
-``natural=True``, the natural-order factor of step 3), which ``jaxmg.Cholesky`` and
+call), and the Cholesky family ``cholesky_factor``/``_solve``/``_logdet``/``_lower``, plus
+``_triangle``/``_to_a_order`` around the inverse that ``jaxmg.ops.cholesky.inverse`` forms on the
+whole factor (state: the in-place permuted factor of step 2 where the grid is square or 1-D,
+else, or with ``natural=True``, the natural-order factor of step 3), which ``jaxmg.Cholesky`` and
 ``jaxmg.potrs`` use.
 
 Batching: a leading unsharded batch axis reaches the FFI call (``vmap_method="expand_dims"``)

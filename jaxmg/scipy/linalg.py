@@ -29,16 +29,22 @@ def _rhs_rank(b):
     return 1 if b.ndim == 1 else 2
 
 
+def _one_square_matrix(a, name: str, module: str):
+    """``a`` as an inexact array, checked to be one square matrix (N, N): ``module`` factors one."""
+    (a,) = _inexact(a)
+    _square(a, name)
+    if a.ndim != 2:
+        raise ValueError(f"{name}: a must be one matrix (N, N) (a {module} factors one matrix), "
+                         f"got shape {a.shape}; use jax.vmap for a batch.")
+    return a
+
+
 def cho_factor(a, lower=False, overwrite_a=False, check_finite=True):
     """``(c, lower)``: ``c`` the :class:`jaxmg.Cholesky` factorisation of Hermitian
     positive-definite ``a`` (N, N), from its lower triangle (``lower=True``) or its upper one
     (default, as SciPy). Pass the tuple to :func:`cho_solve`."""
     del overwrite_a, check_finite
-    (a,) = _inexact(a)
-    _square(a, "cho_factor")
-    if a.ndim != 2:
-        raise ValueError(f"cho_factor: a must be one matrix (N, N) (a jaxmg.Cholesky factors one matrix), "
-                         f"got shape {a.shape}; use jax.vmap for a batch.")
+    a = _one_square_matrix(a, "cho_factor", "jaxmg.Cholesky")
     return _Cholesky(_herm_input(a, False, lower=bool(lower))), bool(lower)
 
 
@@ -70,11 +76,7 @@ def lu_factor(a, overwrite_a=False, check_finite=True):
     """``(lu, piv)``: ``lu`` the :class:`jaxmg.LU` factorisation (partial pivoting) of square ``a``
     (N, N), ``piv`` its pivots (replicated). Pass the tuple to :func:`lu_solve`."""
     del overwrite_a, check_finite
-    (a,) = _inexact(a)
-    _square(a, "lu_factor")
-    if a.ndim != 2:
-        raise ValueError(f"lu_factor: a must be one matrix (N, N) (a jaxmg.LU factors one matrix), "
-                         f"got shape {a.shape}; use jax.vmap for a batch.")
+    a = _one_square_matrix(a, "lu_factor", "jaxmg.LU")
     factor = _LU(a)
     return factor, factor.pivots
 

@@ -49,6 +49,7 @@ NB_MODULE(_native, m) {
     d["jaxmg_orgqr"] = handler_capsule(jaxmg::jaxmg_orgqr);
     d["jaxmg_syevd"] = handler_capsule(jaxmg::jaxmg_syevd);
     d["jaxmg_sygvd"] = handler_capsule(jaxmg::jaxmg_sygvd);
+    d["jaxmg_gemm"] = handler_capsule(jaxmg::jaxmg_gemm);
     return d;
   }, "FFI handler capsules by target name (register with platform='CUDA').");
 
@@ -87,6 +88,7 @@ NB_MODULE(_native, m) {
     d["gesvd"] = a.loaded && a.cusolverMpGesvd != nullptr;
     d["polar"] = a.loaded && a.cusolverMpPolar != nullptr;
     d["tiled_solve"] = a.loaded && a.blas;  // cuBLAS found: potrs on 1 x P grids solves by tiles
+    d["gemm"] = a.loaded && a.blas;         // cuBLAS found: one-GPU products without autotuning
     return d;
   }, "Which cuSOLVERMp entry points the loaded library has (optional ones are probed).");
 

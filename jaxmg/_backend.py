@@ -89,6 +89,19 @@ def native_unavailable(op: str, mesh) -> str | None:
     return None
 
 
+def one_gpu_product(grid):
+    """The product for the triangular inverses (``jaxmg.kernels.triangular``) on ``grid``:
+    cuBLAS (no autotuning on the first call) where the grid's mesh is one NVIDIA GPU and the
+    native library is loaded, else None (XLA's dots, which XLA partitions over the mesh).
+    ``JAXMG_PRODUCTS=xla`` keeps XLA's dots everywhere."""
+    mesh = grid.mesh
+    if mesh.size != 1 or _platform(mesh) not in ("gpu", "cuda"):
+        return None
+    from .kernels.native import gemm
+
+    return gemm.product if gemm.wanted() else None
+
+
 def default_backend(op: str, mesh) -> str:
     """The backend that ``backend="auto"`` gives ``op`` on ``mesh``: "native" or "portable".
 

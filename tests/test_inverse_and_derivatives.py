@@ -53,6 +53,39 @@ def test_recursive_inverses_match_lapack(n, base, dtype):
     np.testing.assert_allclose(np.asarray(w), np.linalg.inv(unit_upper), rtol=1e-10, atol=1e-10)
 
 
+
+def test_products_through_another_engine():
+    """The kernels' products go through the product given to ``products_through`` (cuBLAS on one
+    GPU), with the conjugate transposes passed as flags, and give the same inverses."""
+    n, base, dtype = 19, 3, np.complex128
+    rng = np.random.default_rng(5)
+    a = spd_matrix(rng, n, dtype)
+    g = random_matrix(rng, (n, n), dtype) + n * np.eye(n)
+    lu, piv = scipy.linalg.lu_factor(g)
+    seen = set()
+
+    def product(x, y, adj_x, adj_y):
+        seen.add((adj_x, adj_y))
+        op = lambda m, adj: jnp.conj(m).T if adj else m  # noqa: E731
+        return jnp.matmul(op(x, adj_x), op(y, adj_y), precision=jax.lax.Precision.HIGHEST)
+
+    def both(lower, lu, perm):
+        with triangular.products_through(product):
+            return (triangular.hermitian_inverse(triangular.Tri(lower, lower=True), base=base),
+                    triangular.hermitian_inverse(triangular.Tri(jnp.conj(lower).T, lower=False), base=base),
+                    triangular.lu_inverse(lu, perm, base=base))
+
+    got_h, got_u, got_g = jax.jit(both)(np.linalg.cholesky(a), lu, _lu_permutation(piv))
+    np.testing.assert_allclose(np.asarray(got_h), np.linalg.inv(a), rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(got_u), np.linalg.inv(a), rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(got_g), np.linalg.inv(g), rtol=1e-11, atol=1e-12)
+    assert {(True, False), (False, False)} <= seen, seen
+    assert triangular._PRODUCT.get() is None  # only inside the block
+    mesh = make_mesh((1, 1), ("x", "y"))
+    from jaxmg import _backend
+    from jaxmg._layout import Grid
+    assert _backend.one_gpu_product(Grid(mesh, ("x",), ("y",))) is None  # CPU: XLA's dots
+
 MESHES = {
     "explicit-4x2": ((4, 2), AxisType.Explicit, P("x", "y")),
     "auto-4x2": ((4, 2), AxisType.Auto, P("x", "y")),

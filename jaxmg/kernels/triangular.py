@@ -18,6 +18,8 @@ The other triangle of the array is never read.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 
 import jax
@@ -27,6 +29,21 @@ import jax.numpy as jnp
 #: products of at most this order are one product with the other triangle masked (the default
 #: of every ``base`` argument; smaller means fewer wasted flops, but more and smaller products).
 BASE = 1024
+
+_PRODUCT: contextvars.ContextVar = contextvars.ContextVar("jaxmg_triangular_product", default=None)
+
+
+@contextlib.contextmanager
+def products_through(product):
+    """While tracing inside this block, every product of this module is
+    ``product(x, y, adj_x, adj_y)`` (``op(x) @ op(y)``, op the conjugate transpose where
+    ``adj_*``), for example cuBLAS on one GPU (``jaxmg.kernels.native.gemm.product``); None:
+    XLA's dots, which XLA partitions over a mesh."""
+    token = _PRODUCT.set(product)
+    try:
+        yield
+    finally:
+        _PRODUCT.reset(token)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,9 +101,13 @@ def _mm(x, y) -> jax.Array:
     The operands (slices of the factor at many offsets) pass an optimisation barrier first, so
     that each product is compiled as a product of whole arrays: XLA then tunes one kernel per
     shape instead of one per fused slice, which took a first call at N = 32,768 from minutes of
-    autotuning to seconds; the slices cost one copy each."""
+    autotuning to seconds; the slices cost one copy each. Inside :func:`products_through`, the
+    product given there is used instead."""
     x = x if isinstance(x, Mat) else Mat(x)
     y = y if isinstance(y, Mat) else Mat(y)
+    product = _PRODUCT.get()
+    if product is not None:
+        return product(x.x, y.x, x.adj, y.adj)
     xs, ys = jax.lax.optimization_barrier((x.x, y.x))
     return jnp.matmul(dataclasses.replace(x, x=xs).value(), dataclasses.replace(y, x=ys).value(),
                       precision=jax.lax.Precision.HIGHEST)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import _sharded
+from .. import _backend, _sharded
 from .._call import Block, Call, Replicated, Rows
 from ..kernels import triangular
 
@@ -30,14 +30,16 @@ def inverse(call: Call, state):
     backend factored a tile-permuted matrix."""
     lower, reordered = call.kernels.cholesky_triangle_kind(call.shape[0], call.tile, call.grid, call.natural)
     (factor,) = call.run("cholesky_triangle", [state], [Block()], [Block()])
-    inverse = _sharded.whole(_hermitian_inverse, (factor,), call.grid, lower=lower)
+    inverse = _sharded.whole(_hermitian_inverse, (factor,), call.grid, lower=lower,
+                             product=_backend.one_gpu_product(call.grid))
     if reordered:
         (inverse,) = call.run("cholesky_to_a_order", [inverse], [Block()], [Block()])
     return inverse
 
 
-def _hermitian_inverse(factor, *, lower: bool):
-    return triangular.hermitian_inverse(triangular.Tri(factor, lower=lower))
+def _hermitian_inverse(factor, *, lower: bool, product):
+    with triangular.products_through(product):
+        return triangular.hermitian_inverse(triangular.Tri(factor, lower=lower))
 
 
 def state_is_lower(call: Call) -> bool:

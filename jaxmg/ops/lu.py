@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .. import _sharded
+from .. import _backend, _sharded
 from .._call import Block, Call, Replicated, Rows
 from ..kernels import triangular
 
@@ -30,11 +30,17 @@ def inverse(call: Call, lu, piv):
     whole factor in the grid layout (distributed, never gathered)."""
     order = call.kernels.lu_factor_order(call.shape[0], call.tile, call.grid)
     (factor,) = call.run("lu_triangles", [lu], [Block()], [Block()])
-    return _sharded.whole(_inverse, (factor, piv), call.grid, **order)
+    return _sharded.whole(_inverse, (factor, piv), call.grid, product=_backend.one_gpu_product(call.grid), **order)
 
 
-def _inverse(factor, piv, *, transposed: bool, rows, cols):
-    """A^-1 from the packed factor (``lu_factor_order`` describes it) and the pivots."""
+def _inverse(factor, piv, *, transposed: bool, rows, cols, product):
+    """A^-1 from the packed factor (``lu_factor_order`` describes it) and the pivots, with the
+    triangular kernels' products through ``product`` (see ``triangular.products_through``)."""
+    with triangular.products_through(product):
+        return _inverse_from_factor(factor, piv, transposed=transposed, rows=rows, cols=cols)
+
+
+def _inverse_from_factor(factor, piv, *, transposed: bool, rows, cols):
     n = factor.shape[-1]
     perm = jax.lax.linalg.lu_pivots_to_permutation(piv, n)
     if not transposed:  # a[perm] = L U

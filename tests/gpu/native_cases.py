@@ -813,6 +813,58 @@ if _harness.PUBLIC_API and "polar" in native.FAMILIES:
                 assert max(out.values()) <= limit, out
                 return ", ".join(f"{k} {v:.1e}" for k, v in out.items())
 
+@case("gemm-cublas-products-every-dtype-and-op")
+def _():
+    from jaxmg.kernels.native import gemm
+    assert gemm.available(), "the native library has no cuBLAS product (capability gemm)"
+    rng = np.random.default_rng(11)
+    worst = 0.0
+    for dtype in DTYPES:
+        for adj_x in (False, True):
+            for adj_y in (False, True):
+                op = lambda m, adj: m.conj().T if adj else m  # noqa: E731
+                x = rng.standard_normal((7, 5) if adj_x else (5, 7)).astype(dtype)
+                y = rng.standard_normal((3, 7) if adj_y else (7, 3)).astype(dtype)
+                if np.iscomplexobj(x):
+                    x = x + 1j * rng.standard_normal(x.shape).astype(x.real.dtype)
+                    y = y + 1j * rng.standard_normal(y.shape).astype(y.real.dtype)
+                got = jax.jit(gemm.product, static_argnums=(2, 3))(x, y, adj_x, adj_y)
+                ref = op(x.astype(np.complex128), adj_x) @ op(y.astype(np.complex128), adj_y)
+                err = relerr(host(got), ref)
+                assert err < 100 * np.finfo(dtype).eps, (dtype, adj_x, adj_y, err)
+                worst = max(worst, err / np.finfo(dtype).eps)
+    xs = rng.standard_normal((3, 6, 4))
+    ys = rng.standard_normal((3, 4, 2))
+    batched = jax.vmap(gemm.product)(xs, ys)
+    assert relerr(host(batched), xs @ ys) < 1e-14
+    f = lambda x, y: jax.numpy.sum(gemm.product(x, y, True, False) ** 2)  # noqa: E731
+    g = jax.grad(f, argnums=(0, 1))(xs[0].T, ys[0])
+    g_ref = jax.grad(lambda x, y: jax.numpy.sum((x.T @ y) ** 2), argnums=(0, 1))(xs[0].T, ys[0])
+    assert max(relerr(host(a), host(b)) for a, b in zip(g, g_ref)) < 1e-13
+    return f"worst {worst:.1f} eps; vmap and grad agree"
+
+
+if _harness.PUBLIC_API and NPROC == 1:
+    @case("inverse-one-gpu-cublas-products-match-xla-dots")
+    def _():
+        from jaxmg.kernels.native import gemm
+        n = 1500  # two recursion levels below the base 1024, an odd order
+        a_in, a = spd(n, np.float64, 3)
+        g = np.random.default_rng(4).standard_normal((n, n)) + n ** 0.5 * np.eye(n)
+        mesh1 = Mesh(np.array(jax.devices()[:1]), ("x",), axis_types=(AxisType.Explicit,))
+        grid1 = jaxmg._layout.Grid(mesh1, ("x",), ())
+        assert jaxmg._backend.one_gpu_product(grid1) is gemm.product
+        out = {}
+        for backend in ("native", "portable"):
+            with jax.set_mesh(mesh1):
+                inv_a = jax.jit(lambda a: jaxmg.Cholesky(a, backend=backend).inverse())(a_in)
+                inv_g = jax.jit(lambda g: jaxmg.LU(g, backend=backend).inverse())(g)
+            out[f"{backend}_chol"] = relerr(host(inv_a) @ a, np.eye(n))
+            out[f"{backend}_lu"] = relerr(host(inv_g) @ g, np.eye(n))
+        assert max(out.values()) < 1e-10, out
+        return ", ".join(f"{k} {v:.1e}" for k, v in out.items())
+
+
 failed = [n for n, ok in RESULTS if not ok]
 log(f"SUMMARY processes={NPROC} passed={len(RESULTS) - len(failed)} failed={len(failed)} {failed}")
 sys.stdout.flush()

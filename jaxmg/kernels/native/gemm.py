@@ -1,0 +1,70 @@
+"""Matrix products on one GPU through cuBLAS (``jaxmg_gemm``, csrc/gemm.cc), without autotuning.
+
+The triangular inverses (``jaxmg.kernels.triangular``) are made of products of many distinct
+shapes. As XLA dots, each shape is autotuned when the program is first compiled, which at order
+32,768 took tens of seconds; cuBLAS's heuristic chooses its kernel without a tuning run. XLA
+cannot partition a custom call, so these products serve only computations on one GPU.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _library
+
+
+def available() -> bool:
+    """Whether the native library is loaded with cuBLAS, so that :func:`product` can run."""
+    if _library.unavailable_reason() is not None:
+        return False
+    return bool(_library.info().get("capabilities", {}).get("gemm"))
+
+
+def wanted() -> bool:
+    """Whether one-GPU products go through cuBLAS: where :func:`available`, unless the
+    environment variable ``JAXMG_PRODUCTS=xla`` asks for XLA's (autotuned) dots."""
+    return os.environ.get("JAXMG_PRODUCTS", "cublas").lower() != "xla" and available()
+
+
+def _op(x: jax.Array, adj: bool) -> int:
+    if not adj:
+        return 0
+    return 2 if jnp.iscomplexobj(x) else 1
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3))
+def _product(x, y, adj_x, adj_y):
+    _library.register()
+    m = x.shape[1] if adj_x else x.shape[0]
+    n = y.shape[0] if adj_y else y.shape[1]
+    out = jax.ShapeDtypeStruct((m, n), x.dtype)
+    return jax.ffi.ffi_call("jaxmg_gemm", out, vmap_method="sequential")(
+        x, y, op_x=np.int64(_op(x, adj_x)), op_y=np.int64(_op(y, adj_y)))
+
+
+def _value(x, adj):
+    return jnp.conj(x).T if adj else x
+
+
+@_product.defjvp
+def _product_jvp(adj_x, adj_y, primals, tangents):
+    # Tangents through XLA's dots: linear, so JAX can transpose them (the custom call cannot be).
+    x, y = primals
+    dx, dy = tangents
+    out = _product(x, y, adj_x, adj_y)
+    hi = jax.lax.Precision.HIGHEST
+    dout = jnp.matmul(_value(dx, adj_x), _value(y, adj_y), precision=hi)
+    dout = dout + jnp.matmul(_value(x, adj_x), _value(dy, adj_y), precision=hi)
+    return out, dout
+
+
+def product(x: jax.Array, y: jax.Array, adj_x: bool = False, adj_y: bool = False) -> jax.Array:
+    """``op(x) @ op(y)`` on this GPU, op the conjugate transpose where ``adj_*``: x (p, q) and
+    y (r, s), row-major, one dtype (float32, float64, complex64, complex128); float32 and
+    complex64 at full precision (no TF32). Differentiable (tangents through XLA's dots)."""
+    return _product(x, y, bool(adj_x), bool(adj_y))

@@ -158,12 +158,14 @@ def bench_inverse(args, n, dtype, mesh, emit, out):
 
     sharding = NamedSharding(mesh, P("x", None))
     a = generator(n, dtype, sharding)()
-    default_base = triangular.BASE
-    for backend, base in [(b, k) for b in args.solvers for k in (args.bases or [default_base])]:
-        triangular.BASE = base  # read when the functions below are traced
+    default_base, default_trmm_base = triangular.BASE, triangular.TRMM_BASE
+    configs = [(b, k, t) for b in args.solvers for k in (args.bases or [default_base])
+               for t in (args.trmm_bases or [default_trmm_base])]
+    for backend, base, trmm_base in configs:
+        triangular.BASE, triangular.TRMM_BASE = base, trmm_base  # read when the functions below are traced
         rec = dict(bench="inverse", n=n, dtype=jnp.dtype(dtype).name, solver=f"jaxmg {backend}",
                    devices=jax.device_count(), device_kind=jax.devices()[0].device_kind,
-                   date=time.strftime("%Y-%m-%d"), base=base)
+                   date=time.strftime("%Y-%m-%d"), base=base, trmm_base=trmm_base)
         try:
             factor = jax.jit(lambda m: jaxmg.Cholesky(m, backend=backend).state)
             inverse = jax.jit(lambda m: jaxmg.Cholesky(m, backend=backend).inverse())
@@ -182,7 +184,7 @@ def bench_inverse(args, n, dtype, mesh, emit, out):
         except Exception as e:
             rec["error"] = f"{type(e).__name__}: {str(e)[:300]}"
         emit(out, rec)
-    triangular.BASE = default_base
+    triangular.BASE, triangular.TRMM_BASE = default_base, default_trmm_base
     if jax.device_count() == 1 and args.plain:  # plain JAX's inverses: one device
         rec = dict(bench="inverse", n=n, dtype=jnp.dtype(dtype).name, solver="plain JAX", devices=1,
                    device_kind=jax.devices()[0].device_kind, date=time.strftime("%Y-%m-%d"))
@@ -211,6 +213,8 @@ def main(argv=None):
     parser.add_argument("--inverse", action="store_true", help="also time Cholesky(k).inverse()")
     parser.add_argument("--bases", type=int, nargs="+", default=None,
                         help="with --inverse: the triangular recursion's base orders to time (default: the library's)")
+    parser.add_argument("--trmm-bases", type=int, nargs="+", default=None,
+                        help="with --inverse: the triangular products' base orders to time (default: the library's)")
     parser.add_argument("--out", default="benchmarks/results/gp.jsonl")
     args = parser.parse_args(argv)
 

@@ -30,6 +30,12 @@ import jax.numpy as jnp
 #: of every ``base`` argument; smaller means fewer wasted flops, but more and smaller products).
 BASE = 1024
 
+#: Triangular products (:func:`trmm`) of at most this order are one product with the other
+#: triangle masked. Their products keep the full width of the other operand however deep the
+#: recursion, so a smaller base wastes fewer flops at little cost in product speed; the other
+#: functions pass ``min(base, TRMM_BASE)``.
+TRMM_BASE = 1024
+
 _PRODUCT: contextvars.ContextVar = contextvars.ContextVar("jaxmg_triangular_product", default=None)
 
 
@@ -128,7 +134,7 @@ def _halves(n: int):
 def trmm(t: Tri, x, *, left: bool, base: int | None = None) -> jax.Array:
     """``t @ x`` (``left``) or ``x @ t`` for triangular ``t`` (order n) and full ``x``: 2 n^2 m
     flops halved, as BLAS's trmm."""
-    base = BASE if base is None else base
+    base = TRMM_BASE if base is None else base
     x = x if isinstance(x, Mat) else Mat(x)
     n = t.n
     if n <= base:
@@ -155,6 +161,10 @@ def trmm(t: Tri, x, *, left: bool, base: int | None = None) -> jax.Array:
     return jnp.concatenate([first, second], axis=1)
 
 
+def _trmm_base(base: int) -> int:
+    return min(base, TRMM_BASE)
+
+
 def _assemble(b11, b12, b21, b22) -> jax.Array:
     return jnp.concatenate([jnp.concatenate([b11, b12], axis=1), jnp.concatenate([b21, b22], axis=1)], axis=0)
 
@@ -174,9 +184,9 @@ def trtri(t: Tri, *, base: int | None = None) -> jax.Array:
     tri11 = Tri(w11, lower=t.lower)
     tri22 = Tri(w22, lower=t.lower)
     if t.lower:
-        off = -trmm(tri22, trmm(tri11, t.block(s2, s1), left=False, base=base), left=True, base=base)
+        off = -trmm(tri22, trmm(tri11, t.block(s2, s1), left=False, base=_trmm_base(base)), left=True, base=_trmm_base(base))
         return _assemble(w11, jnp.zeros((w11.shape[0], w22.shape[1]), w11.dtype), off, w22)
-    off = -trmm(tri11, trmm(tri22, t.block(s1, s2), left=False, base=base), left=True, base=base)
+    off = -trmm(tri11, trmm(tri22, t.block(s1, s2), left=False, base=_trmm_base(base)), left=True, base=_trmm_base(base))
     return _assemble(w11, off, jnp.zeros((w22.shape[0], w11.shape[1]), w11.dtype), w22)
 
 
@@ -207,7 +217,7 @@ def lauum(w: Tri, *, base: int | None = None) -> jax.Array:
     s1, s2 = _halves(n)
     w11, w21, w22 = w.block(s1, s1), w.block(s2, s1), w.block(s2, s2)
     c11 = lauum(w11, base=base) + gram(w21, base=base)
-    c21 = trmm(dataclasses.replace(w22, adj=not w22.adj, lower=False), w21, left=True, base=base)
+    c21 = trmm(dataclasses.replace(w22, adj=not w22.adj, lower=False), w21, left=True, base=_trmm_base(base))
     c22 = lauum(w22, base=base)
     return _assemble(c11, jnp.conj(c21).T, c21, c22)
 
@@ -231,8 +241,8 @@ def upper_times_lower(x: Tri, y: Tri, *, base: int | None = None) -> jax.Array:
     s1, s2 = _halves(n)
     x12, y21 = x.block(s1, s2), y.block(s2, s1)
     c11 = upper_times_lower(x.block(s1, s1), y.block(s1, s1), base=base) + _mm(x12, y21)
-    c12 = trmm(y.block(s2, s2), x12, left=False, base=base)
-    c21 = trmm(x.block(s2, s2), y21, left=True, base=base)
+    c12 = trmm(y.block(s2, s2), x12, left=False, base=_trmm_base(base))
+    c21 = trmm(x.block(s2, s2), y21, left=True, base=_trmm_base(base))
     c22 = upper_times_lower(x.block(s2, s2), y.block(s2, s2), base=base)
     return _assemble(c11, c12, c21, c22)
 

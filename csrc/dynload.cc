@@ -144,6 +144,10 @@ bool load(const std::vector<std::string>& deps, const std::vector<std::string>& 
     sym(blas_lib, "cublasDgemm_v2", &a.cublasDgemm, &blas_missing);
     sym(blas_lib, "cublasCgemm_v2", &a.cublasCgemm, &blas_missing);
     sym(blas_lib, "cublasZgemm_v2", &a.cublasZgemm, &blas_missing);
+    sym(blas_lib, "cublasStrmm_v2", &a.cublasStrmm, &blas_missing);
+    sym(blas_lib, "cublasDtrmm_v2", &a.cublasDtrmm, &blas_missing);
+    sym(blas_lib, "cublasCtrmm_v2", &a.cublasCtrmm, &blas_missing);
+    sym(blas_lib, "cublasZtrmm_v2", &a.cublasZtrmm, &blas_missing);
     a.blas = blas_missing.empty();
     a.log.push_back(a.blas ? "cuBLAS entry points found in " + a.cublas_path : "cuBLAS lacks " + blas_missing);
   } else {

@@ -51,7 +51,8 @@ using cusolverMpSyevd_fn = decltype(&::cusolverMpSyevd);
 using cusolverMpSygvd_bufferSize_fn = decltype(&::cusolverMpSygvd_bufferSize);
 using cusolverMpSygvd_fn = decltype(&::cusolverMpSygvd);
 
-// cuBLAS (loaded with cuSOLVERMp, which needs it): the tiled triangular solves of potrs.
+// cuBLAS (loaded with cuSOLVERMp, which needs it): the tiled triangular solves of potrs, and
+// the one-GPU products of the triangular inverses (gemm.cc).
 using cublasCreate_fn = decltype(&::cublasCreate_v2);
 using cublasDestroy_fn = decltype(&::cublasDestroy_v2);
 using cublasSetStream_fn = decltype(&::cublasSetStream_v2);
@@ -63,6 +64,10 @@ using cublasSgemm_fn = decltype(&::cublasSgemm_v2);
 using cublasDgemm_fn = decltype(&::cublasDgemm_v2);
 using cublasCgemm_fn = decltype(&::cublasCgemm_v2);
 using cublasZgemm_fn = decltype(&::cublasZgemm_v2);
+using cublasStrmm_fn = decltype(&::cublasStrmm_v2);
+using cublasDtrmm_fn = decltype(&::cublasDtrmm_v2);
+using cublasCtrmm_fn = decltype(&::cublasCtrmm_v2);
+using cublasZtrmm_fn = decltype(&::cublasZtrmm_v2);
 
 // One function pointer per entry point we call; optional ones may stay null.
 struct Api {
@@ -123,6 +128,10 @@ struct Api {
   cublasDgemm_fn cublasDgemm = nullptr;
   cublasCgemm_fn cublasCgemm = nullptr;
   cublasZgemm_fn cublasZgemm = nullptr;
+  cublasStrmm_fn cublasStrmm = nullptr;
+  cublasDtrmm_fn cublasDtrmm = nullptr;
+  cublasCtrmm_fn cublasCtrmm = nullptr;
+  cublasZtrmm_fn cublasZtrmm = nullptr;
   bool blas = false;             // every cuBLAS entry point above was found
   std::string cublas_path;
 

@@ -1,4 +1,6 @@
-// jaxmg_gemm: one matrix product on the calling GPU through cuBLAS, C = op(X) op(Y).
+// jaxmg_gemm and jaxmg_trmm: matrix products on the calling GPU through cuBLAS, C = op(X) op(Y),
+// and C = op(T) X or X op(T) for triangular T (cuBLAS's out-of-place trmm: one call, no wasted
+// flops on the zero triangle).
 //
 // The triangular inverses of jaxmg/kernels/triangular.py are made of many products of distinct
 // shapes. Compiled as XLA dots, each shape is autotuned on its first call (tens of seconds for
@@ -89,6 +91,31 @@ cublasOperation_t op_of(int64_t code) {
   }
 }
 
+cublasStatus_t trmm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t op,
+                    cublasDiagType_t diag, int m, int n, const float* t, int ldt, const float* x, int ldx, float* c,
+                    int ldc) {
+  const float alpha = one<float>();
+  return api().cublasStrmm(h, side, uplo, op, diag, m, n, &alpha, t, ldt, x, ldx, c, ldc);
+}
+cublasStatus_t trmm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t op,
+                    cublasDiagType_t diag, int m, int n, const double* t, int ldt, const double* x, int ldx,
+                    double* c, int ldc) {
+  const double alpha = one<double>();
+  return api().cublasDtrmm(h, side, uplo, op, diag, m, n, &alpha, t, ldt, x, ldx, c, ldc);
+}
+cublasStatus_t trmm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t op,
+                    cublasDiagType_t diag, int m, int n, const cuComplex* t, int ldt, const cuComplex* x, int ldx,
+                    cuComplex* c, int ldc) {
+  const cuComplex alpha = one<cuComplex>();
+  return api().cublasCtrmm(h, side, uplo, op, diag, m, n, &alpha, t, ldt, x, ldx, c, ldc);
+}
+cublasStatus_t trmm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t op,
+                    cublasDiagType_t diag, int m, int n, const cuDoubleComplex* t, int ldt, const cuDoubleComplex* x,
+                    int ldx, cuDoubleComplex* c, int ldc) {
+  const cuDoubleComplex alpha = one<cuDoubleComplex>();
+  return api().cublasZtrmm(h, side, uplo, op, diag, m, n, &alpha, t, ldt, x, ldx, c, ldc);
+}
+
 // Row-major x (p x q), y (r x s): op_x(x) is m x k and op_y(y) is k x n; c is m x n.
 template <typename T>
 void product(cublasHandle_t h, const T* x, int64_t p, int64_t q, int64_t op_x, const T* y, int64_t r, int64_t s,
@@ -96,6 +123,58 @@ void product(cublasHandle_t h, const T* x, int64_t p, int64_t q, int64_t op_x, c
   const int64_t m = op_x ? q : p, k = op_x ? p : q, n = op_y ? r : s;
   check_blas(gemm(h, op_of(op_y), op_of(op_x), (int)n, (int)m, (int)k, y, (int)s, x, (int)q, c, (int)n),
              "cublas gemm");
+}
+
+// Row-major triangular t (n x n, its stored triangle the lower one where `lower`) and x (r x s):
+// c = op(t) x (left, n == r) or x op(t) (n == s). Column-major, t is t^T (the other triangle)
+// and x is x^T, so c^T = x^T op(t)^T is cuBLAS's trmm on the other side with the same op.
+template <typename T>
+void triangular_product(cublasHandle_t h, const T* t, int64_t n, bool lower, int64_t op, bool unit, const T* x,
+                        int64_t r, int64_t s, bool left, T* c) {
+  check_blas(trmm(h, left ? CUBLAS_SIDE_RIGHT : CUBLAS_SIDE_LEFT, lower ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER,
+                  op_of(op), unit ? CUBLAS_DIAG_UNIT : CUBLAS_DIAG_NON_UNIT, (int)s, (int)r, t, (int)n, x, (int)s, c,
+                  (int)s),
+             "cublas trmm");
+}
+
+// Runs fn(T-typed pointers...) for the element type of `type`; false for other types.
+template <typename Fn>
+bool with_type(ffi::DataType type, Fn&& fn) {
+  switch (type) {
+    case ffi::DataType::F32: fn(float{}); return true;
+    case ffi::DataType::F64: fn(double{}); return true;
+    case ffi::DataType::C64: fn(cuComplex{}); return true;
+    case ffi::DataType::C128: fn(cuDoubleComplex{}); return true;
+    default: return false;
+  }
+}
+
+ffi::Error TrmmImpl(cudaStream_t stream, ffi::AnyBuffer t, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> c,
+                    int64_t left, int64_t lower, int64_t op, int64_t unit) {
+  auto td = t.dimensions(), xd = x.dimensions(), cd = c->dimensions();
+  if (td.size() != 2 || xd.size() != 2 || cd.size() != 2 || td[0] != td[1])
+    return ffi::Error::InvalidArgument("jaxmg_trmm: t must be a square matrix, x and the result matrices");
+  if (t.element_type() != x.element_type() || c->element_type() != x.element_type())
+    return ffi::Error::InvalidArgument("jaxmg_trmm: the operands and the result must have one dtype");
+  const int64_t n = td[0], r = xd[0], s = xd[1];
+  if ((left ? r : s) != n || cd[0] != r || cd[1] != s)
+    return ffi::Error::InvalidArgument(cat("jaxmg_trmm: t is ", n, "x", n, ", x ", r, "x", s, ", the result ", cd[0],
+                                           "x", cd[1], " (left: ", left, ")"));
+  try {
+    if (!api().blas) throw Failure("jaxmg_trmm: cuBLAS was not found in this process");
+    if (r == 0 || s == 0) return ffi::Error::Success();
+    cublasHandle_t h = device_handle();
+    check_blas(api().cublasSetStream(h, stream), "cublasSetStream");
+    bool known = with_type(x.element_type(), [&](auto zero_value) {
+      using T = decltype(zero_value);
+      triangular_product(h, static_cast<const T*>(t.untyped_data()), n, lower != 0, op, unit != 0,
+                         static_cast<const T*>(x.untyped_data()), r, s, left != 0, static_cast<T*>(c->untyped_data()));
+    });
+    if (!known) return ffi::Error::InvalidArgument("jaxmg_trmm: float32, float64, complex64 or complex128 only");
+    return ffi::Error::Success();
+  } catch (const std::exception& e) {
+    return to_error(e);
+  }
 }
 
 ffi::Error GemmImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::Result<ffi::AnyBuffer> c,
@@ -119,25 +198,12 @@ ffi::Error GemmImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer y, ffi
     }
     cublasHandle_t h = device_handle();
     check_blas(api().cublasSetStream(h, stream), "cublasSetStream");
-    switch (x.element_type()) {
-      case ffi::DataType::F32:
-        product(h, x.typed_data<float>(), p, q, op_x, y.typed_data<float>(), r, s, op_y, c->typed_data<float>());
-        break;
-      case ffi::DataType::F64:
-        product(h, x.typed_data<double>(), p, q, op_x, y.typed_data<double>(), r, s, op_y, c->typed_data<double>());
-        break;
-      case ffi::DataType::C64:
-        product(h, static_cast<const cuComplex*>(x.untyped_data()), p, q, op_x,
-                static_cast<const cuComplex*>(y.untyped_data()), r, s, op_y, static_cast<cuComplex*>(c->untyped_data()));
-        break;
-      case ffi::DataType::C128:
-        product(h, static_cast<const cuDoubleComplex*>(x.untyped_data()), p, q, op_x,
-                static_cast<const cuDoubleComplex*>(y.untyped_data()), r, s, op_y,
-                static_cast<cuDoubleComplex*>(c->untyped_data()));
-        break;
-      default:
-        return ffi::Error::InvalidArgument("jaxmg_gemm: float32, float64, complex64 or complex128 only");
-    }
+    bool known = with_type(x.element_type(), [&](auto zero_value) {
+      using T = decltype(zero_value);
+      product(h, static_cast<const T*>(x.untyped_data()), p, q, op_x, static_cast<const T*>(y.untyped_data()), r, s,
+              op_y, static_cast<T*>(c->untyped_data()));
+    });
+    if (!known) return ffi::Error::InvalidArgument("jaxmg_gemm: float32, float64, complex64 or complex128 only");
     return ffi::Error::Success();
   } catch (const std::exception& e) {
     return to_error(e);
@@ -154,5 +220,16 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_gemm, GemmImpl,
                                   .Ret<ffi::AnyBuffer>()   // op(x) op(y), row-major
                                   .Attr<int64_t>("op_x")   // 0: x, 1: x^T, 2: x^H
                                   .Attr<int64_t>("op_y"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_trmm, TrmmImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<ffi::AnyBuffer>()   // t, row-major, square
+                                  .Arg<ffi::AnyBuffer>()   // x, row-major
+                                  .Ret<ffi::AnyBuffer>()   // op(t) x or x op(t), row-major
+                                  .Attr<int64_t>("left")   // 1: op(t) x, 0: x op(t)
+                                  .Attr<int64_t>("lower")  // 1: t's stored triangle is its lower one
+                                  .Attr<int64_t>("op")     // 0: t, 1: t^T, 2: t^H
+                                  .Attr<int64_t>("unit")); // 1: t's diagonal is taken as ones
 
 }  // namespace jaxmg

@@ -29,8 +29,10 @@ extern "C" XLA_FFI_Error* jaxmg_orgqr(XLA_FFI_CallFrame* call_frame);
 // The eigensolver family (eig.cc): syevd and sygvd (type 1, vectors) on a row-major-mapped grid.
 extern "C" XLA_FFI_Error* jaxmg_syevd(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* jaxmg_sygvd(XLA_FFI_CallFrame* call_frame);
-// One matrix product on the calling GPU through cuBLAS (gemm.cc), for the triangular inverses.
+// Matrix products on the calling GPU through cuBLAS (gemm.cc), for the triangular inverses:
+// general (gemm) and triangular (trmm).
 extern "C" XLA_FFI_Error* jaxmg_gemm(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* jaxmg_trmm(XLA_FFI_CallFrame* call_frame);
 
 void set_process_index(int index);
 int process_index();

@@ -50,6 +50,7 @@ NB_MODULE(_native, m) {
     d["jaxmg_syevd"] = handler_capsule(jaxmg::jaxmg_syevd);
     d["jaxmg_sygvd"] = handler_capsule(jaxmg::jaxmg_sygvd);
     d["jaxmg_gemm"] = handler_capsule(jaxmg::jaxmg_gemm);
+    d["jaxmg_trmm"] = handler_capsule(jaxmg::jaxmg_trmm);
     return d;
   }, "FFI handler capsules by target name (register with platform='CUDA').");
 

@@ -89,17 +89,19 @@ def native_unavailable(op: str, mesh) -> str | None:
     return None
 
 
-def one_gpu_product(grid):
-    """The product for the triangular inverses (``jaxmg.kernels.triangular``) on ``grid``:
-    cuBLAS (no autotuning on the first call) where the grid's mesh is one NVIDIA GPU and the
-    native library is loaded, else None (XLA's dots, which XLA partitions over the mesh).
-    ``JAXMG_PRODUCTS=xla`` keeps XLA's dots everywhere."""
+def one_gpu_products(grid) -> tuple:
+    """The (product, triangular product) of the triangular inverses (``jaxmg.kernels.triangular``
+    ``products_through``) on ``grid``: cuBLAS's gemm and trmm (no autotuning on the first call)
+    where the grid's mesh is one NVIDIA GPU and the native library is loaded, else (None, None):
+    XLA's dots, which XLA partitions over the mesh. ``JAXMG_PRODUCTS=xla`` keeps XLA's dots,
+    ``JAXMG_PRODUCTS=gemm`` uses cuBLAS's gemm only."""
     mesh = grid.mesh
     if mesh.size != 1 or _platform(mesh) not in ("gpu", "cuda"):
-        return None
+        return None, None
     from .kernels.native import gemm
 
-    return gemm.product if gemm.wanted() else None
+    general, triangular = gemm.chosen()
+    return (gemm.product if general else None), (gemm.triangular_product if triangular else None)
 
 
 def default_backend(op: str, mesh) -> str:

@@ -55,8 +55,9 @@ def test_recursive_inverses_match_lapack(n, base, dtype):
 
 
 def test_products_through_another_engine():
-    """The kernels' products go through the product given to ``products_through`` (cuBLAS on one
-    GPU), with the conjugate transposes passed as flags, and give the same inverses."""
+    """The kernels' products go through the products given to ``products_through`` (cuBLAS's gemm
+    and trmm on one GPU), with the conjugate transposes, stored triangles and unit diagonals
+    passed as flags, and give the same inverses."""
     n, base, dtype = 19, 3, np.complex128
     rng = np.random.default_rng(5)
     a = spd_matrix(rng, n, dtype)
@@ -69,8 +70,16 @@ def test_products_through_another_engine():
         op = lambda m, adj: jnp.conj(m).T if adj else m  # noqa: E731
         return jnp.matmul(op(x, adj_x), op(y, adj_y), precision=jax.lax.Precision.HIGHEST)
 
+    def trmm(t, x, *, lower, adj, unit, left):
+        seen.add(("trmm", lower, adj, unit, left))
+        tri = jnp.tril(t) if lower else jnp.triu(t)
+        if unit:
+            tri = jnp.where(jnp.eye(t.shape[0], dtype=bool), 1.0, tri)
+        tri = jnp.conj(tri).T if adj else tri
+        return tri @ x if left else x @ tri
+
     def both(lower, lu, perm):
-        with triangular.products_through(product):
+        with triangular.products_through(product, trmm):
             return (triangular.hermitian_inverse(triangular.Tri(lower, lower=True), base=base),
                     triangular.hermitian_inverse(triangular.Tri(jnp.conj(lower).T, lower=False), base=base),
                     triangular.lu_inverse(lu, perm, base=base))
@@ -80,11 +89,12 @@ def test_products_through_another_engine():
     np.testing.assert_allclose(np.asarray(got_u), np.linalg.inv(a), rtol=1e-11, atol=1e-12)
     np.testing.assert_allclose(np.asarray(got_g), np.linalg.inv(g), rtol=1e-11, atol=1e-12)
     assert {(True, False), (False, False)} <= seen, seen
-    assert triangular._PRODUCT.get() is None  # only inside the block
+    assert len([k for k in seen if k[0] == "trmm"]) >= 4, seen
+    assert triangular._ENGINE.get() == (None, None)  # only inside the block
     mesh = make_mesh((1, 1), ("x", "y"))
     from jaxmg import _backend
     from jaxmg._layout import Grid
-    assert _backend.one_gpu_product(Grid(mesh, ("x",), ("y",))) is None  # CPU: XLA's dots
+    assert _backend.one_gpu_products(Grid(mesh, ("x",), ("y",))) == (None, None)  # CPU: XLA's dots
 
 MESHES = {
     "explicit-4x2": ((4, 2), AxisType.Explicit, P("x", "y")),

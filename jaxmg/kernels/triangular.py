@@ -37,20 +37,22 @@ BASE = 1024
 #: 79.3 / 79.9 ms at N = 16,384 with 512 / 256 / 1024 (benchmarks/results/h200x1/2026-12-02).
 TRMM_BASE = 512
 
-_PRODUCT: contextvars.ContextVar = contextvars.ContextVar("jaxmg_triangular_product", default=None)
+_ENGINE: contextvars.ContextVar = contextvars.ContextVar("jaxmg_triangular_engine", default=(None, None))
 
 
 @contextlib.contextmanager
-def products_through(product):
+def products_through(product, trmm=None):
     """While tracing inside this block, every product of this module is
     ``product(x, y, adj_x, adj_y)`` (``op(x) @ op(y)``, op the conjugate transpose where
-    ``adj_*``), for example cuBLAS on one GPU (``jaxmg.kernels.native.gemm.product``); None:
-    XLA's dots, which XLA partitions over a mesh."""
-    token = _PRODUCT.set(product)
+    ``adj_*``) and, where ``trmm`` is given, every triangular product :func:`trmm` is one call
+    ``trmm(t, x, lower=, adj=, unit=, left=)`` (``op(T) @ x`` or ``x @ op(T)``, T the stored
+    triangle ``lower`` of ``t``, unit diagonal where ``unit``); for example cuBLAS on one GPU
+    (``jaxmg.kernels.native.gemm``). None: XLA's dots, which XLA partitions over a mesh."""
+    token = _ENGINE.set((product, trmm))
     try:
         yield
     finally:
-        _PRODUCT.reset(token)
+        _ENGINE.reset(token)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +114,7 @@ def _mm(x, y) -> jax.Array:
     product given there is used instead."""
     x = x if isinstance(x, Mat) else Mat(x)
     y = y if isinstance(y, Mat) else Mat(y)
-    product = _PRODUCT.get()
+    product = _ENGINE.get()[0]
     if product is not None:
         return product(x.x, y.x, x.adj, y.adj)
     xs, ys = jax.lax.optimization_barrier((x.x, y.x))
@@ -137,6 +139,9 @@ def trmm(t: Tri, x, *, left: bool, base: int | None = None) -> jax.Array:
     flops halved, as BLAS's trmm."""
     base = TRMM_BASE if base is None else base
     x = x if isinstance(x, Mat) else Mat(x)
+    engine = _ENGINE.get()[1]
+    if engine is not None:  # the stored triangle of t.x is the other one where t.adj
+        return engine(t.x, x.value(), lower=t.lower != t.adj, adj=t.adj, unit=t.unit, left=left)
     n = t.n
     if n <= base:
         return _mm(t, x) if left else _mm(x, t)

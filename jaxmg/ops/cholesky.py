@@ -31,14 +31,14 @@ def inverse(call: Call, state):
     lower, reordered = call.kernels.cholesky_triangle_kind(call.shape[0], call.tile, call.grid, call.natural)
     (factor,) = call.run("cholesky_triangle", [state], [Block()], [Block()])
     inverse = _sharded.whole(_hermitian_inverse, (factor,), call.grid, lower=lower,
-                             product=_backend.one_gpu_product(call.grid))
+                             products=_backend.one_gpu_products(call.grid))
     if reordered:
         (inverse,) = call.run("cholesky_to_a_order", [inverse], [Block()], [Block()])
     return inverse
 
 
-def _hermitian_inverse(factor, *, lower: bool, product):
-    with triangular.products_through(product):
+def _hermitian_inverse(factor, *, lower: bool, products):
+    with triangular.products_through(*products):
         return triangular.hermitian_inverse(triangular.Tri(factor, lower=lower))
 
 

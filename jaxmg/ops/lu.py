@@ -30,13 +30,13 @@ def inverse(call: Call, lu, piv):
     whole factor in the grid layout (distributed, never gathered)."""
     order = call.kernels.lu_factor_order(call.shape[0], call.tile, call.grid)
     (factor,) = call.run("lu_triangles", [lu], [Block()], [Block()])
-    return _sharded.whole(_inverse, (factor, piv), call.grid, product=_backend.one_gpu_product(call.grid), **order)
+    return _sharded.whole(_inverse, (factor, piv), call.grid, products=_backend.one_gpu_products(call.grid), **order)
 
 
-def _inverse(factor, piv, *, transposed: bool, rows, cols, product):
+def _inverse(factor, piv, *, transposed: bool, rows, cols, products):
     """A^-1 from the packed factor (``lu_factor_order`` describes it) and the pivots, with the
-    triangular kernels' products through ``product`` (see ``triangular.products_through``)."""
-    with triangular.products_through(product):
+    triangular kernels' products through ``products`` (see ``triangular.products_through``)."""
+    with triangular.products_through(*products):
         return _inverse_from_factor(factor, piv, transposed=transposed, rows=rows, cols=cols)
 
 

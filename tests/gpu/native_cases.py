@@ -844,6 +844,39 @@ def _():
     return f"worst {worst:.1f} eps; vmap and grad agree"
 
 
+@case("trmm-cublas-triangular-products-every-dtype-and-flag")
+def _():
+    from jaxmg.kernels.native import gemm
+    rng = np.random.default_rng(12)
+    worst, count = 0.0, 0
+    for dtype in DTYPES:
+        for lower in (False, True):
+            for adj in (False, True):
+                for unit in (False, True):
+                    for left in (False, True):
+                        t = rng.standard_normal((6, 6)).astype(dtype)
+                        x = rng.standard_normal((6, 4) if left else (4, 6)).astype(dtype)
+                        if np.iscomplexobj(t):
+                            t = t + 1j * rng.standard_normal(t.shape).astype(t.real.dtype)
+                            x = x + 1j * rng.standard_normal(x.shape).astype(x.real.dtype)
+                        tri = np.tril(t) if lower else np.triu(t)
+                        if unit:
+                            np.fill_diagonal(tri, 1)
+                        op = tri.conj().T if adj else tri
+                        ref = op.astype(np.complex128) @ x if left else x.astype(np.complex128) @ op
+                        fn = jax.jit(functools.partial(gemm.triangular_product, lower=lower, adj=adj, unit=unit,
+                                                       left=left))
+                        err = relerr(host(fn(t, x)), ref)
+                        assert err < 100 * np.finfo(dtype).eps, (dtype, lower, adj, unit, left, err)
+                        worst, count = max(worst, err / np.finfo(dtype).eps), count + 1
+    t, x = rng.standard_normal((5, 5)), rng.standard_normal((5, 3))
+    f = lambda t, x: jax.numpy.sum(gemm.triangular_product(t, x, lower=True, unit=True) ** 2)  # noqa: E731
+    ref_f = lambda t, x: jax.numpy.sum(((jax.numpy.tril(t, -1) + jax.numpy.eye(5)) @ x) ** 2)  # noqa: E731
+    g, g_ref = jax.grad(f, argnums=(0, 1))(t, x), jax.grad(ref_f, argnums=(0, 1))(t, x)
+    assert max(relerr(host(a), host(b)) for a, b in zip(g, g_ref)) < 1e-13
+    return f"{count} cases, worst {worst:.1f} eps; grad agrees"
+
+
 if _harness.PUBLIC_API and NPROC == 1:
     @case("inverse-one-gpu-cublas-products-match-xla-dots")
     def _():
@@ -853,7 +886,7 @@ if _harness.PUBLIC_API and NPROC == 1:
         g = np.random.default_rng(4).standard_normal((n, n)) + n ** 0.5 * np.eye(n)
         mesh1 = Mesh(np.array(jax.devices()[:1]), ("x",), axis_types=(AxisType.Explicit,))
         grid1 = jaxmg._layout.Grid(mesh1, ("x",), ())
-        assert jaxmg._backend.one_gpu_product(grid1) is gemm.product
+        assert jaxmg._backend.one_gpu_products(grid1) == (gemm.product, gemm.triangular_product)
         out = {}
         for backend in ("native", "portable"):
             with jax.set_mesh(mesh1):

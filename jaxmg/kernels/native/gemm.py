@@ -1,9 +1,11 @@
-"""Matrix products on one GPU through cuBLAS (``jaxmg_gemm``, csrc/gemm.cc), without autotuning.
+"""Matrix products on one GPU through cuBLAS (``jaxmg_gemm``, ``jaxmg_trmm``, csrc/gemm.cc),
+without autotuning.
 
 The triangular inverses (``jaxmg.kernels.triangular``) are made of products of many distinct
 shapes. As XLA dots, each shape is autotuned when the program is first compiled, which at order
 32,768 took tens of seconds; cuBLAS's heuristic chooses its kernel without a tuning run. XLA
-cannot partition a custom call, so these products serve only computations on one GPU.
+cannot partition a custom call, so these products serve only computations on one GPU. A
+triangular product is one cuBLAS trmm: no flops on the zero triangle, no recursion.
 """
 
 from __future__ import annotations
@@ -25,10 +27,14 @@ def available() -> bool:
     return bool(_library.info().get("capabilities", {}).get("gemm"))
 
 
-def wanted() -> bool:
-    """Whether one-GPU products go through cuBLAS: where :func:`available`, unless the
-    environment variable ``JAXMG_PRODUCTS=xla`` asks for XLA's (autotuned) dots."""
-    return os.environ.get("JAXMG_PRODUCTS", "cublas").lower() != "xla" and available()
+def chosen() -> tuple[bool, bool]:
+    """(general products, triangular products) through cuBLAS on one GPU: both where
+    :func:`available`, unless the environment variable ``JAXMG_PRODUCTS`` says ``gemm`` (cuBLAS's
+    gemm only; triangular products recurse into general ones) or ``xla`` (XLA's autotuned dots)."""
+    setting = os.environ.get("JAXMG_PRODUCTS", "cublas").lower()
+    if setting == "xla" or not available():
+        return False, False
+    return True, setting != "gemm"
 
 
 def _op(x: jax.Array, adj: bool) -> int:
@@ -68,3 +74,41 @@ def product(x: jax.Array, y: jax.Array, adj_x: bool = False, adj_y: bool = False
     y (r, s), row-major, one dtype (float32, float64, complex64, complex128); float32 and
     complex64 at full precision (no TF32). Differentiable (tangents through XLA's dots)."""
     return _product(x, y, bool(adj_x), bool(adj_y))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4, 5))
+def _triangular_product(t, x, lower, adj, unit, left):
+    _library.register()
+    return jax.ffi.ffi_call("jaxmg_trmm", jax.ShapeDtypeStruct(x.shape, x.dtype), vmap_method="sequential")(
+        t, x, left=np.int64(left), lower=np.int64(lower), op=np.int64(_op(t, adj)), unit=np.int64(unit))
+
+
+def _triangle(t, lower, unit):
+    tri = jnp.tril(t) if lower else jnp.triu(t)
+    if unit:
+        tri = jnp.where(jnp.eye(t.shape[0], dtype=bool), jnp.ones((), t.dtype), tri)
+    return tri
+
+
+@_triangular_product.defjvp
+def _triangular_product_jvp(lower, adj, unit, left, primals, tangents):
+    t, x = primals
+    dt, dx = tangents
+    out = _triangular_product(t, x, lower, adj, unit, left)
+    dtri = _value(jnp.tril(dt, -1 if unit else 0) if lower else jnp.triu(dt, 1 if unit else 0), adj)
+    tri = _value(_triangle(t, lower, unit), adj)
+    hi = jax.lax.Precision.HIGHEST
+    if left:
+        dout = jnp.matmul(dtri, x, precision=hi) + jnp.matmul(tri, dx, precision=hi)
+    else:
+        dout = jnp.matmul(x, dtri, precision=hi) + jnp.matmul(dx, tri, precision=hi)
+    return out, dout
+
+
+def triangular_product(t: jax.Array, x: jax.Array, *, lower: bool, adj: bool = False, unit: bool = False,
+                       left: bool = True) -> jax.Array:
+    """``op(T) @ x`` (``left``) or ``x @ op(T)`` on this GPU (cuBLAS trmm): T the stored triangle of
+    square ``t`` (its lower one where ``lower``; the other is never read), with ones on the
+    diagonal where ``unit``, op the conjugate transpose where ``adj``; x (n, s) or (r, n),
+    row-major, t's dtype. Differentiable (tangents through XLA's dots)."""
+    return _triangular_product(t, x, bool(lower), bool(adj), bool(unit), bool(left))

@@ -89,18 +89,27 @@ def native_unavailable(op: str, mesh) -> str | None:
     return None
 
 
-def one_gpu_products(grid) -> tuple:
+#: On one GPU, triangular products are single cuBLAS trmm calls for matrices of at most this
+#: order, and recurse into cuBLAS gemm calls above it. One H200, float64, ``Cholesky(a).inverse()``:
+#: 73.9 ms with trmm against 76.2 ms recursing at N = 16,384; 0.553 s against 0.534 s at 32,768
+#: (benchmarks/results/h200x1/2026-12-02).
+ONE_GPU_TRMM_MAX_ORDER = 16384
+
+
+def one_gpu_products(grid, n: int) -> tuple:
     """The (product, triangular product) of the triangular inverses (``jaxmg.kernels.triangular``
-    ``products_through``) on ``grid``: cuBLAS's gemm and trmm (no autotuning on the first call)
-    where the grid's mesh is one NVIDIA GPU and the native library is loaded, else (None, None):
-    XLA's dots, which XLA partitions over the mesh. ``JAXMG_PRODUCTS=xla`` keeps XLA's dots,
-    ``JAXMG_PRODUCTS=gemm`` uses cuBLAS's gemm only."""
+    ``products_through``) of an order-``n`` matrix on ``grid``: cuBLAS's gemm and trmm (no
+    autotuning on the first call) where the grid's mesh is one NVIDIA GPU and the native library
+    is loaded (trmm up to :data:`ONE_GPU_TRMM_MAX_ORDER`), else (None, None): XLA's dots, which
+    XLA partitions over the mesh. ``JAXMG_PRODUCTS=xla`` keeps XLA's dots,
+    ``JAXMG_PRODUCTS=gemm`` uses cuBLAS's gemm only, ``JAXMG_PRODUCTS=trmm`` its trmm at every order."""
     mesh = grid.mesh
     if mesh.size != 1 or _platform(mesh) not in ("gpu", "cuda"):
         return None, None
     from .kernels.native import gemm
 
     general, triangular = gemm.chosen()
+    triangular = triangular and (n <= ONE_GPU_TRMM_MAX_ORDER or gemm.trmm_at_every_order())
     return (gemm.product if general else None), (gemm.triangular_product if triangular else None)
 
 

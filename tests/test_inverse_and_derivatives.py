@@ -94,7 +94,7 @@ def test_products_through_another_engine():
     mesh = make_mesh((1, 1), ("x", "y"))
     from jaxmg import _backend
     from jaxmg._layout import Grid
-    assert _backend.one_gpu_products(Grid(mesh, ("x",), ("y",))) == (None, None)  # CPU: XLA's dots
+    assert _backend.one_gpu_products(Grid(mesh, ("x",), ("y",)), 8) == (None, None)  # CPU: XLA's dots
 
 MESHES = {
     "explicit-4x2": ((4, 2), AxisType.Explicit, P("x", "y")),

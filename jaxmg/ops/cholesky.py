@@ -31,7 +31,7 @@ def inverse(call: Call, state):
     lower, reordered = call.kernels.cholesky_triangle_kind(call.shape[0], call.tile, call.grid, call.natural)
     (factor,) = call.run("cholesky_triangle", [state], [Block()], [Block()])
     inverse = _sharded.whole(_hermitian_inverse, (factor,), call.grid, lower=lower,
-                             products=_backend.one_gpu_products(call.grid))
+                             products=_backend.one_gpu_products(call.grid, call.shape[0]))
     if reordered:
         (inverse,) = call.run("cholesky_to_a_order", [inverse], [Block()], [Block()])
     return inverse

@@ -30,7 +30,8 @@ def inverse(call: Call, lu, piv):
     whole factor in the grid layout (distributed, never gathered)."""
     order = call.kernels.lu_factor_order(call.shape[0], call.tile, call.grid)
     (factor,) = call.run("lu_triangles", [lu], [Block()], [Block()])
-    return _sharded.whole(_inverse, (factor, piv), call.grid, products=_backend.one_gpu_products(call.grid), **order)
+    products = _backend.one_gpu_products(call.grid, call.shape[0])
+    return _sharded.whole(_inverse, (factor, piv), call.grid, products=products, **order)
 
 
 def _inverse(factor, piv, *, transposed: bool, rows, cols, products):

@@ -886,7 +886,7 @@ if _harness.PUBLIC_API and NPROC == 1:
         g = np.random.default_rng(4).standard_normal((n, n)) + n ** 0.5 * np.eye(n)
         mesh1 = Mesh(np.array(jax.devices()[:1]), ("x",), axis_types=(AxisType.Explicit,))
         grid1 = jaxmg._layout.Grid(mesh1, ("x",), ())
-        assert jaxmg._backend.one_gpu_products(grid1) == (gemm.product, gemm.triangular_product)
+        assert jaxmg._backend.one_gpu_products(grid1, n) == (gemm.product, gemm.triangular_product)
         out = {}
         for backend in ("native", "portable"):
             with jax.set_mesh(mesh1):

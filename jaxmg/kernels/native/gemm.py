@@ -30,11 +30,21 @@ def available() -> bool:
 def chosen() -> tuple[bool, bool]:
     """(general products, triangular products) through cuBLAS on one GPU: both where
     :func:`available`, unless the environment variable ``JAXMG_PRODUCTS`` says ``gemm`` (cuBLAS's
-    gemm only; triangular products recurse into general ones) or ``xla`` (XLA's autotuned dots)."""
-    setting = os.environ.get("JAXMG_PRODUCTS", "cublas").lower()
+    gemm only; triangular products recurse into general ones) or ``xla`` (XLA's autotuned dots).
+    ``jaxmg._backend.one_gpu_products`` decides by the matrix's order where trmm is used."""
+    setting = _setting()
     if setting == "xla" or not available():
         return False, False
     return True, setting != "gemm"
+
+
+def trmm_at_every_order() -> bool:
+    """``JAXMG_PRODUCTS=trmm``: cuBLAS's trmm for triangular products of every order."""
+    return _setting() == "trmm"
+
+
+def _setting() -> str:
+    return os.environ.get("JAXMG_PRODUCTS", "cublas").lower()
 
 
 def _op(x: jax.Array, adj: bool) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import jax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
@@ -142,3 +143,9 @@ def run_ranks_without_launcher(mode, dead, pid_dir, *, init="jaxmg", platform="c
             p.communicate()
     seconds = ended - float((Path(pid_dir) / "failed_at").read_text())
     return survivor.returncode, out, seconds, procs[dead].returncode
+
+
+#: check_grads orders: order 1 in the default run, order 2 (which checks order 1 as well) with
+#: ``bash tests/run.sh --slow``, which CI runs too. Order 2 compiles the derivative of every
+#: derivative and dominates the default run's time on 2 cores.
+ORDERS = [1, pytest.param(2, marks=pytest.mark.slow)]

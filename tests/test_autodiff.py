@@ -10,7 +10,7 @@ from jax.test_util import check_grads
 
 import jaxmg
 from jaxmg.kernels import portable
-from helpers import hermitian_matrix, lower_read, make_mesh, put, random_matrix, spd_matrix
+from helpers import ORDERS, hermitian_matrix, lower_read, make_mesh, put, random_matrix, spd_matrix
 
 N = 16
 M = 32
@@ -56,19 +56,21 @@ def fold(g):
     return np.tril(g, -1) + np.tril(g.T, -1) + np.diag(np.diag(g))
 
 
+@pytest.mark.parametrize("order", ORDERS, ids=lambda o: f"order{o}")
 @dtypes
-def test_potrs_solve_grads_fwd_rev_order2(auto_mesh, dtype):
+def test_potrs_solve_grads_fwd_rev_order2(auto_mesh, dtype, order):
     rng = np.random.default_rng(0)
     A, B = spd(rng, dtype), random_matrix(rng, (N,), dtype)
-    check(lambda a, b: jaxmg.potrs(herm(a), b), (A, B), order=2, modes=("fwd", "rev"))
+    check(lambda a, b: jaxmg.potrs(herm(a), b), (A, B), order=order, modes=("fwd", "rev"))
     check(lambda a, b: jaxmg.Cholesky(herm(a)).solve(b), (A, B[:, None] * np.ones(2, dtype)),
-                order=2, modes=("fwd", "rev"))
+                order=order, modes=("fwd", "rev"))
 
 
+@pytest.mark.parametrize("order", ORDERS, ids=lambda o: f"order{o}")
 @dtypes
-def test_cholesky_grads_fwd_rev_order2(auto_mesh, dtype):
+def test_cholesky_grads_fwd_rev_order2(auto_mesh, dtype, order):
     A = spd(np.random.default_rng(14), dtype)
-    check(lambda a: jaxmg.cholesky(herm(a)), (A,), order=2, modes=("fwd", "rev"))
+    check(lambda a: jaxmg.cholesky(herm(a)), (A,), order=order, modes=("fwd", "rev"))
     weights = np.arange(1.0, N * N + 1).reshape(N, N)  # sum |L|^2 alone is tr(a): its gradient is I
     reference = jax.grad(lambda a: jnp.sum(jnp.abs(jnp.linalg.cholesky(lower_read(a))) ** 2 * weights))(A)
     ours = jax.grad(lambda a: jnp.sum(jnp.abs(jaxmg.cholesky(a)) ** 2 * weights))(A)

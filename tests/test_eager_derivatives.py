@@ -312,6 +312,7 @@ MODULE_SOLVES = {
 }
 
 
+@pytest.mark.slow  # eager order 2: `bash tests/run.sh --slow` (CI runs it); in jit: test_autodiff.py
 @pytest.mark.parametrize("name", list(MODULE_SOLVES))
 def test_module_solves_order2_eagerly(name):
     """The modules' solves outside jit (Auto axes): check_grads of order 1, fwd and rev, then the

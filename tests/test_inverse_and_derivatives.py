@@ -19,7 +19,7 @@ from jax.test_util import check_grads
 
 import jaxmg
 from jaxmg.kernels import triangular
-from helpers import make_mesh, put, random_matrix, spd_matrix
+from helpers import ORDERS, make_mesh, put, random_matrix, spd_matrix
 
 N = 8
 
@@ -172,9 +172,10 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("order", ORDERS, ids=lambda o: f"order{o}")
 @pytest.mark.parametrize("name,kind,jit,dtype", CASES,
                          ids=[f"{c[0]}-{c[1]}-{'jit' if c[2] else 'eager'}-{np.dtype(c[3]).char}" for c in CASES])
-def test_check_grads_on_inputs_that_are_not_hermitian(name, kind, jit, dtype):
+def test_check_grads_on_inputs_that_are_not_hermitian(name, kind, jit, dtype, order):
     types = AxisType.Explicit if kind == "explicit" else AxisType.Auto
     mesh = make_mesh((2, 2), ("x", "y"), axis_types=types)
     rng = np.random.default_rng(11)
@@ -186,4 +187,4 @@ def test_check_grads_on_inputs_that_are_not_hermitian(name, kind, jit, dtype):
     f = jax.jit(fn) if jit else fn
     with jax.set_mesh(mesh):
         args = (put(a, mesh, P("x", "y")), put(b, mesh, P("x")))
-        check_grads(f, args, order=2, modes=["fwd", "rev"], atol=1e-5, rtol=1e-5)
+        check_grads(f, args, order=order, modes=["fwd", "rev"], atol=1e-5, rtol=1e-5)

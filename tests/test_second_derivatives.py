@@ -28,7 +28,8 @@ FUNCTIONS = {
 
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128], ids=["d", "z"])
 @pytest.mark.parametrize("layout", ["single", "mesh"])
-@pytest.mark.parametrize("name", list(FUNCTIONS))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "Cholesky.solve" else n
+                                  for n in FUNCTIONS])  # Cholesky.solve: potrs's rule; --slow runs it
 def test_derivative_of_the_gradient_along_any_direction(name, layout, dtype):
     ours, theirs = FUNCTIONS[name]
     rng = np.random.default_rng(7)

@@ -22,10 +22,6 @@
 namespace jaxmg {
 namespace {
 
-void check_blas(cublasStatus_t s, const char* call) {
-  if (s != CUBLAS_STATUS_SUCCESS) fail(call, cat("cuBLAS status ", (int)s));
-}
-
 // One cuBLAS handle per device, created on its first product and kept for the process.
 cublasHandle_t device_handle() {
   static std::mutex mutex;
@@ -38,49 +34,39 @@ cublasHandle_t device_handle() {
   return h;
 }
 
+// The real scalar v as each element type (alpha = 1, beta = 0 of the calls below).
 template <typename T>
-T one();
+T scalar(double v) {
+  return static_cast<T>(v);
+}
 template <>
-float one<float>() { return 1.0f; }
+cuComplex scalar<cuComplex>(double v) {
+  return make_cuComplex((float)v, 0.0f);
+}
 template <>
-double one<double>() { return 1.0; }
-template <>
-cuComplex one<cuComplex>() { return make_cuComplex(1.0f, 0.0f); }
-template <>
-cuDoubleComplex one<cuDoubleComplex>() { return make_cuDoubleComplex(1.0, 0.0); }
+cuDoubleComplex scalar<cuDoubleComplex>(double v) {
+  return make_cuDoubleComplex(v, 0.0);
+}
 
-template <typename T>
-T zero();
-template <>
-float zero<float>() { return 0.0f; }
-template <>
-double zero<double>() { return 0.0; }
-template <>
-cuComplex zero<cuComplex>() { return make_cuComplex(0.0f, 0.0f); }
-template <>
-cuDoubleComplex zero<cuDoubleComplex>() { return make_cuDoubleComplex(0.0, 0.0); }
+// cuBLAS's gemm and trmm of each element type, with alpha = 1 (and beta = 0).
+#define JAXMG_GEMM_TRMM(T, GEMM, TRMM)                                                                       \
+  cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,      \
+                      const T* a, int lda, const T* b, int ldb, T* c, int ldc) {                              \
+    const T alpha = scalar<T>(1.0), beta = scalar<T>(0.0);                                                   \
+    return api().GEMM(h, ta, tb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc);                            \
+  }                                                                                                          \
+  cublasStatus_t trmm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t op,   \
+                      cublasDiagType_t diag, int m, int n, const T* t, int ldt, const T* x, int ldx, T* c,    \
+                      int ldc) {                                                                             \
+    const T alpha = scalar<T>(1.0);                                                                          \
+    return api().TRMM(h, side, uplo, op, diag, m, n, &alpha, t, ldt, x, ldx, c, ldc);                        \
+  }
 
-cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float* a,
-                    int lda, const float* b, int ldb, float* c, int ldc) {
-  const float alpha = one<float>(), beta = zero<float>();
-  return api().cublasSgemm(h, ta, tb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc);
-}
-cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const double* a,
-                    int lda, const double* b, int ldb, double* c, int ldc) {
-  const double alpha = one<double>(), beta = zero<double>();
-  return api().cublasDgemm(h, ta, tb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc);
-}
-cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                    const cuComplex* a, int lda, const cuComplex* b, int ldb, cuComplex* c, int ldc) {
-  const cuComplex alpha = one<cuComplex>(), beta = zero<cuComplex>();
-  return api().cublasCgemm(h, ta, tb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc);
-}
-cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                    const cuDoubleComplex* a, int lda, const cuDoubleComplex* b, int ldb, cuDoubleComplex* c,
-                    int ldc) {
-  const cuDoubleComplex alpha = one<cuDoubleComplex>(), beta = zero<cuDoubleComplex>();
-  return api().cublasZgemm(h, ta, tb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc);
-}
+JAXMG_GEMM_TRMM(float, cublasSgemm, cublasStrmm)
+JAXMG_GEMM_TRMM(double, cublasDgemm, cublasDtrmm)
+JAXMG_GEMM_TRMM(cuComplex, cublasCgemm, cublasCtrmm)
+JAXMG_GEMM_TRMM(cuDoubleComplex, cublasZgemm, cublasZtrmm)
+#undef JAXMG_GEMM_TRMM
 
 cublasOperation_t op_of(int64_t code) {
   switch (code) {
@@ -89,31 +75,6 @@ cublasOperation_t op_of(int64_t code) {
     case 2: return CUBLAS_OP_C;
     default: throw Failure(cat("jaxmg_gemm: op code ", code, " is not 0 (N), 1 (T) or 2 (C)"));
   }
-}
-
-cublasStatus_t trmm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t op,
-                    cublasDiagType_t diag, int m, int n, const float* t, int ldt, const float* x, int ldx, float* c,
-                    int ldc) {
-  const float alpha = one<float>();
-  return api().cublasStrmm(h, side, uplo, op, diag, m, n, &alpha, t, ldt, x, ldx, c, ldc);
-}
-cublasStatus_t trmm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t op,
-                    cublasDiagType_t diag, int m, int n, const double* t, int ldt, const double* x, int ldx,
-                    double* c, int ldc) {
-  const double alpha = one<double>();
-  return api().cublasDtrmm(h, side, uplo, op, diag, m, n, &alpha, t, ldt, x, ldx, c, ldc);
-}
-cublasStatus_t trmm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t op,
-                    cublasDiagType_t diag, int m, int n, const cuComplex* t, int ldt, const cuComplex* x, int ldx,
-                    cuComplex* c, int ldc) {
-  const cuComplex alpha = one<cuComplex>();
-  return api().cublasCtrmm(h, side, uplo, op, diag, m, n, &alpha, t, ldt, x, ldx, c, ldc);
-}
-cublasStatus_t trmm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t op,
-                    cublasDiagType_t diag, int m, int n, const cuDoubleComplex* t, int ldt, const cuDoubleComplex* x,
-                    int ldx, cuDoubleComplex* c, int ldc) {
-  const cuDoubleComplex alpha = one<cuDoubleComplex>();
-  return api().cublasZtrmm(h, side, uplo, op, diag, m, n, &alpha, t, ldt, x, ldx, c, ldc);
 }
 
 // Row-major x (p x q), y (r x s): op_x(x) is m x k and op_y(y) is k x n; c is m x n.
@@ -137,7 +98,7 @@ void triangular_product(cublasHandle_t h, const T* t, int64_t n, bool lower, int
              "cublas trmm");
 }
 
-// Runs fn(T-typed pointers...) for the element type of `type`; false for other types.
+// Runs fn(T{}) for the element type T of `type` (float32 to complex128); false for other types.
 template <typename Fn>
 bool with_type(ffi::DataType type, Fn&& fn) {
   switch (type) {

@@ -197,6 +197,10 @@ void check_mp(cusolverStatus_t s, const char* call) {
   if (s != CUSOLVER_STATUS_SUCCESS) fail(call, cat("cuSOLVERMp status ", (int)s, " (", cusolver_status_name(s), ")"));
 }
 
+void check_blas(cublasStatus_t s, const char* call) {
+  if (s != CUBLAS_STATUS_SUCCESS) fail(call, cat("cuBLAS status ", (int)s));
+}
+
 ffi::Error to_error(const std::exception& e) {
   const std::string aborts = aborts_so_far();
   if (aborts.empty()) return ffi::Error::Internal(e.what());

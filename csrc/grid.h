@@ -71,6 +71,7 @@ std::string cat(const Ts&... parts) {
 void check_cuda(cudaError_t e, const char* call);
 void check_nccl(ncclResult_t r, const char* call);
 void check_mp(cusolverStatus_t s, const char* call);
+void check_blas(cublasStatus_t s, const char* call);
 ffi::Error to_error(const std::exception& e);
 
 // The CUDA data type of an FFI buffer type; `code` 0..3 = float32, float64, complex64, complex128.

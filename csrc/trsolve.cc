@@ -12,10 +12,6 @@
 namespace jaxmg {
 namespace {
 
-void check_blas(cublasStatus_t s, const char* call) {
-  if (s != CUBLAS_STATUS_SUCCESS) fail(call, cat("cuBLAS status ", (int)s));
-}
-
 // Per element type: the NCCL type of its real parts, how many there are, the adjoint operation,
 // and the two cuBLAS calls.
 template <typename T>

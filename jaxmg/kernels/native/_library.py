@@ -119,6 +119,14 @@ def unavailable_reason() -> str | None:
     return reason
 
 
+def capabilities() -> dict:
+    """Which optional entry points the loaded library has (``jaxmg._native.capabilities()``),
+    read once; empty where the native backend cannot run. Cheap enough for every trace."""
+    if "capabilities" not in _state:
+        _state["capabilities"] = _native_module().capabilities() if unavailable_reason() is None else {}
+    return _state["capabilities"]
+
+
 def info() -> dict:
     """Versions, library paths and capabilities of the native backend (for bug reports)."""
     reason = unavailable_reason()

@@ -17,14 +17,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..triangular import Mat, Tri
 from . import _library
 
 
 def available() -> bool:
     """Whether the native library is loaded with cuBLAS, so that :func:`product` can run."""
-    if _library.unavailable_reason() is not None:
-        return False
-    return bool(_library.info().get("capabilities", {}).get("gemm"))
+    return bool(_library.capabilities().get("gemm"))
 
 
 def chosen() -> tuple[bool, bool]:
@@ -63,10 +62,6 @@ def _product(x, y, adj_x, adj_y):
         x, y, op_x=np.int64(_op(x, adj_x)), op_y=np.int64(_op(y, adj_y)))
 
 
-def _value(x, adj):
-    return jnp.conj(x).T if adj else x
-
-
 @_product.defjvp
 def _product_jvp(adj_x, adj_y, primals, tangents):
     # Tangents through XLA's dots: linear, so JAX can transpose them (the custom call cannot be).
@@ -74,8 +69,8 @@ def _product_jvp(adj_x, adj_y, primals, tangents):
     dx, dy = tangents
     out = _product(x, y, adj_x, adj_y)
     hi = jax.lax.Precision.HIGHEST
-    dout = jnp.matmul(_value(dx, adj_x), _value(y, adj_y), precision=hi)
-    dout = dout + jnp.matmul(_value(x, adj_x), _value(dy, adj_y), precision=hi)
+    dout = jnp.matmul(Mat(dx, adj_x).value(), Mat(y, adj_y).value(), precision=hi)
+    dout = dout + jnp.matmul(Mat(x, adj_x).value(), Mat(dy, adj_y).value(), precision=hi)
     return out, dout
 
 
@@ -93,20 +88,15 @@ def _triangular_product(t, x, lower, adj, unit, left):
         t, x, left=np.int64(left), lower=np.int64(lower), op=np.int64(_op(t, adj)), unit=np.int64(unit))
 
 
-def _triangle(t, lower, unit):
-    tri = jnp.tril(t) if lower else jnp.triu(t)
-    if unit:
-        tri = jnp.where(jnp.eye(t.shape[0], dtype=bool), jnp.ones((), t.dtype), tri)
-    return tri
-
-
 @_triangular_product.defjvp
 def _triangular_product_jvp(lower, adj, unit, left, primals, tangents):
     t, x = primals
     dt, dx = tangents
     out = _triangular_product(t, x, lower, adj, unit, left)
-    dtri = _value(jnp.tril(dt, -1 if unit else 0) if lower else jnp.triu(dt, 1 if unit else 0), adj)
-    tri = _value(_triangle(t, lower, unit), adj)
+    # T's stored triangle (ones on the diagonal where unit), and its tangent (zero diagonal there)
+    tri = Tri(t, lower=lower, unit=unit).value()
+    dtri = jnp.tril(dt, -1 if unit else 0) if lower else jnp.triu(dt, 1 if unit else 0)
+    tri, dtri = Mat(tri, adj).value(), Mat(dtri, adj).value()
     hi = jax.lax.Precision.HIGHEST
     if left:
         dout = jnp.matmul(dtri, x, precision=hi) + jnp.matmul(tri, dx, precision=hi)

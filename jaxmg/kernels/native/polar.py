@@ -23,7 +23,7 @@ from .eig import syevd
 def engine_polar_available() -> bool:
     """Whether the loaded cuSOLVERMp has its own polar/gesvd (0.9+); unused until handlers for
     them exist (module docstring)."""
-    caps = _library.info().get("capabilities", {})
+    caps = _library.capabilities()
     return bool(caps.get("polar")) and bool(caps.get("gesvd"))
 
 

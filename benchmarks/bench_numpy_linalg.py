@@ -11,7 +11,8 @@ and ``b`` (N,), each function is timed as the median of ``--runs`` runs after on
 line per function, implementation and N:
 
   function: solve, inv, slogdet, slogdet_grad (jax.grad of logabsdet), eigh (of (a + a^T)/2),
-            svd (U, S, Vh), lstsq (square a);
+            svd (U, S, Vh), lstsq (square a), cholesky, det, qr (reduced), pinv, eigvalsh,
+            svdvals;
   impl, N, median_s, times_s, runs, devices, platform, dtype, grid, jax; for "jaxmg" also
   ratio (jaxmg's median over JAX's, when JAX ran: < 1 is faster).
 
@@ -33,7 +34,8 @@ from bench_potrs import _emit, _generator, _rhs  # noqa: E402  (shared generator
 
 from jaxmg.launch import simulate_cpu_devices_without_gpu  # noqa: E402  (imports no JAX backend)
 
-FUNCTIONS = ("solve", "inv", "slogdet", "slogdet_grad", "eigh", "svd", "lstsq")
+FUNCTIONS = ("solve", "inv", "slogdet", "slogdet_grad", "eigh", "svd", "lstsq",
+             "cholesky", "det", "qr", "pinv", "eigvalsh", "svdvals")
 
 
 def _args(argv=None):
@@ -60,6 +62,12 @@ def _cases(la):
         "eigh": lambda a, b: la.eigh(a),  # symmetrize_input: (a + a^T)/2
         "svd": lambda a, b: la.svd(a),
         "lstsq": lambda a, b: la.lstsq(a, b)[0],
+        "cholesky": lambda a, b: la.cholesky(a),
+        "det": lambda a, b: la.det(a),
+        "qr": lambda a, b: la.qr(a),
+        "pinv": lambda a, b: la.pinv(a),
+        "eigvalsh": lambda a, b: la.eigvalsh(a),
+        "svdvals": lambda a, b: la.svdvals(a),
     }
 
 

@@ -188,3 +188,17 @@ def test_check_grads_on_inputs_that_are_not_hermitian(name, kind, jit, dtype, or
     with jax.set_mesh(mesh):
         args = (put(a, mesh, P("x", "y")), put(b, mesh, P("x")))
         check_grads(f, args, order=order, modes=["fwd", "rev"], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", ["LU", "Cholesky"])
+def test_second_reverse_derivative_of_the_inverse_eagerly_on_explicit_axes(module):
+    """Reverse over reverse, eagerly, on Explicit axes: the inner derivative's tangent comes back
+    as check_grads' unsharded cotangent and must be laid out again inside the rule."""
+    mesh = make_mesh((2, 2), ("x", "y"), axis_types=AxisType.Explicit)
+    rng = np.random.default_rng(1)
+    a = spd_matrix(rng, N, np.float64) * 4 + 0.3 * random_matrix(rng, (N, N), np.float64)
+    factorise = getattr(jaxmg, module)
+    with jax.set_mesh(mesh):
+        check_grads(lambda m: factorise(m).inverse(), (put(a, mesh, P("x", "y")),), order=2,
+                    modes=["rev"], atol=1e-5, rtol=1e-5)

@@ -419,7 +419,9 @@ def placed_tangent(a, a_dot, spec: P, mesh):
     with ``symbolic_zeros=True``): the JVP rules then return a zero tangent without work."""
     if a is None or isinstance(a_dot, jax.custom_derivatives.SymbolicZero):
         return None
-    return _sharded.place(a_dot, spec, mesh)
+    # pinned, not placed: under a second reverse-mode derivative the tangent is replayed with
+    # the caller's cotangents (often unsharded) and must be brought to the layout there too
+    return _sharded.pinned(a_dot, spec, mesh)
 
 
 def replicate(v, like):

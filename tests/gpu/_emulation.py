@@ -60,6 +60,29 @@ def rhs(n, k, dtype, seed=1):
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
 GRIDS = [(1, 1), (2, 1), (1, 2), (2, 2)]
 
+
+def kernel_layouts(tiles, variants=DTYPES):
+    """The cases of a family's kernel test: every process grid of GRIDS, ``(n, tile)`` of
+    ``tiles`` and device order (plain, reversed), each with half of ``variants`` in turn, as
+    ``(shape, n, tile, reverse, variant)`` tuples.
+
+    With ``variants`` the four DTYPES, each layout runs one real and one complex dtype, and each
+    dtype meets every grid, tile and device order: the redistribution depends on the dtype only
+    through its item size and whether it is complex, so the full product (twice the compiles)
+    covers no more. Other ``variants`` (a list of 4, or of 2 to give each layout one) are
+    spread the same way.
+    """
+    cases = []
+    for shape in GRIDS:
+        for i, (n, tile) in enumerate(tiles):
+            for reverse in (False, True):
+                turn = (i + reverse) % 2
+                if len(variants) == 2:
+                    cases.append((shape, n, tile, reverse, variants[turn]))
+                else:
+                    cases += [(shape, n, tile, reverse, variants[2 * k + (turn + k) % 2]) for k in range(2)]
+    return cases
+
 #: The layouts of the public-API tests through an emulated native family: (mesh shape, a's spec,
 #: T_A, reversed device order, dtype, Explicit axes).
 PUBLIC_LAYOUTS = [

@@ -23,7 +23,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from jaxmg import _layout
 from jaxmg.kernels import native
 
-from _emulation import DTYPES, GRIDS, PUBLIC_LAYOUTS, hermitian_with_junk, mesh as _mesh, patch as _patch, require_cpu_devices
+from _emulation import PUBLIC_LAYOUTS, hermitian_with_junk, kernel_layouts, mesh as _mesh, patch as _patch, require_cpu_devices
 
 require_cpu_devices(4)
 
@@ -81,10 +81,7 @@ def _kernel(fn, grid, mesh, tile, nargs):
                                  out_specs=(P(), grid.spec, P()), check_vma=False))
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("reverse", [False, True])
-@pytest.mark.parametrize("n,tile", TILES)
-@pytest.mark.parametrize("shape", GRIDS)
+@pytest.mark.parametrize("shape,n,tile,reverse,dtype", kernel_layouts(TILES))
 def test_syevd_kernel(shape, n, tile, reverse, dtype, monkeypatch):
     emu = _patch(monkeypatch)
     mesh = _mesh(shape, reverse)
@@ -99,10 +96,7 @@ def test_syevd_kernel(shape, n, tile, reverse, dtype, monkeypatch):
     assert (npad > n) == (tile == 20)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("reverse", [False, True])
-@pytest.mark.parametrize("n,tile", TILES)
-@pytest.mark.parametrize("shape", GRIDS)
+@pytest.mark.parametrize("shape,n,tile,reverse,dtype", kernel_layouts(TILES))
 def test_sygvd_kernel(shape, n, tile, reverse, dtype, monkeypatch):
     emu = _patch(monkeypatch)
     mesh = _mesh(shape, reverse)

@@ -33,7 +33,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from jaxmg import _layout
 from jaxmg.kernels import native, triangular
 
-from _emulation import (GRIDS, cholesky_kernels, hermitian_with_junk as _matrix, mesh as _mesh, patch as _patch,
+from _emulation import (cholesky_kernels, kernel_layouts, hermitian_with_junk as _matrix, mesh as _mesh, patch as _patch,
                         require_cpu_devices, rhs as _rhs)
 
 require_cpu_devices(4)
@@ -69,7 +69,7 @@ def _family(grid, mesh, tile, natural=True):
         n = a.shape[0]
         lower, reordered = native.cholesky_triangle_kind(n, tile, grid, natural)
         assert reordered == (not natural and native.cholesky_state_is_lower(n, tile, grid) is False)
-        inv = triangular.hermitian_inverse(triangular.Tri(tri, lower=lower), base=8)
+        inv = triangular.hermitian_inverse(triangular.Tri(tri, lower=lower), base=24)
         return (*outs, back(inv) if reordered else inv)
     return run
 
@@ -83,12 +83,14 @@ def _family(grid, mesh, tile, natural=True):
 TILES = [(48, 8), (48, 20)]
 
 
-@pytest.mark.parametrize("natural", [True, False])
-@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
-@pytest.mark.parametrize("reverse", [False, True])
-@pytest.mark.parametrize("n,tile", TILES)
-@pytest.mark.parametrize("shape", GRIDS)
-def test_family_kernels(shape, n, tile, reverse, dtype, natural, monkeypatch):
+#: (dtype, natural) for kernel_layouts: each layout runs one real and one complex case, in
+#: opposite modes, and each pair of dtype and mode meets every grid, tile and device order.
+VARIANTS = [(np.float64, True), (np.float64, False), (np.complex128, True), (np.complex128, False)]
+
+
+@pytest.mark.parametrize("shape,n,tile,reverse,variant", kernel_layouts(TILES, VARIANTS))
+def test_family_kernels(shape, n, tile, reverse, variant, monkeypatch):
+    dtype, natural = variant
     emu = _patch(monkeypatch)
     mesh = _mesh(shape, reverse)
     grid = _layout.Grid(mesh, ("x",), ("y",))

@@ -22,7 +22,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from jaxmg import _layout
 from jaxmg.kernels import native, portable
 
-from _emulation import DTYPES, GRIDS, PUBLIC_LAYOUTS, mesh as _mesh, patch as _patch, require_cpu_devices, rhs as _rhs
+from _emulation import PUBLIC_LAYOUTS, kernel_layouts, mesh as _mesh, patch as _patch, require_cpu_devices, rhs as _rhs
 
 require_cpu_devices(4)
 
@@ -71,10 +71,7 @@ def test_native_families_offer_the_portable_kernels():
         assert names and names <= set(dir(native)), (family, names - set(dir(native)))
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("reverse", [False, True])
-@pytest.mark.parametrize("n,tile", TILES)
-@pytest.mark.parametrize("shape", GRIDS)
+@pytest.mark.parametrize("shape,n,tile,reverse,dtype", kernel_layouts(TILES))
 def test_lu_kernels(shape, n, tile, reverse, dtype, monkeypatch):
     emu = _patch(monkeypatch)
     mesh = _mesh(shape, reverse)

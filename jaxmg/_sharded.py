@@ -187,13 +187,16 @@ def run(plan: Plan, args: Sequence, *, donate: Sequence[int] = ()) -> tuple:
     ``jax.grad`` and ``jax.jvp`` called outside jit) the inputs are placed on the mesh and
     a compiled call cached on the plan runs; JAX differentiates that call as it does any
     jitted function (its derivatives are compiled and cached too). Arguments whose
-    positions are in ``donate`` may be consumed when all are concrete. Inside ``jax.jit``
-    the computation is inlined into the caller's program.
+    positions are in ``donate`` may be consumed when all are concrete. Inside a trace it is
+    a call of the same cached jitted function, which XLA inlines into the caller's program;
+    where a transformation stages the call and then runs it eagerly (the solves inside
+    ``jax.lax.custom_linear_solve`` under an eager ``jax.grad``), it runs as one compiled
+    program, compiled once, instead of operation by operation.
     """
     args = tuple(args)
     mesh = plan.grid.mesh
     if not isinstance(mesh, Mesh) or not is_eager(args):
-        return _traced(plan, *args)
+        return _compiled(plan, ())(*args)
     placed = tuple(put_eager(x, NamedSharding(mesh, spec)) for x, spec in zip(args, plan.in_specs))
     concrete = not any(isinstance(x, jax.core.Tracer) for x in args)
     with entered(mesh):
@@ -206,8 +209,8 @@ def whole(fn: Callable, args: Sequence, grid: Grid, **static):
     ``fn`` is written for whole (global) arrays; XLA's partitioner splits its products and
     slices over the mesh, so no matrix is gathered onto one device (on Explicit mesh axes it is
     traced with the axes Auto, as ``jax.sharding.auto_axes`` does). Matrix arguments and outputs
-    are in the grid layout, vectors (pivots) and scalars replicated. Eagerly it runs as one compiled call cached
-    on ``fn``, the grid and ``static`` (hashable), like :func:`run`.
+    are in the grid layout, vectors (pivots) and scalars replicated. It runs as one jitted call cached
+    on ``fn``, the grid and ``static`` (hashable), eagerly and inside a trace, like :func:`run`.
     """
     mesh = grid.mesh
     key = tuple(sorted(static.items()))
@@ -215,7 +218,7 @@ def whole(fn: Callable, args: Sequence, grid: Grid, **static):
         placed = tuple(put_eager(x, NamedSharding(mesh, _whole_spec(x, grid))) for x in args)
         with entered(mesh):
             return _whole_compiled(fn, grid, key)(*placed)
-    return _whole_traced(fn, grid, key, *args)
+    return _whole_compiled(fn, grid, key)(*args)
 
 
 def _whole_traced(fn: Callable, grid: Grid, static: tuple, *args):

@@ -176,22 +176,25 @@ def _jitted(impl, static: tuple):
 
 
 def call(impl, arrays: tuple, sh: NamedSharding | None, **static):
-    """``impl(*arrays, sh=sh, **static)``: directly inside a trace, else as one jitted call.
+    """``impl(*arrays, sh=sh, **static)`` as one jitted call, cached on ``impl`` and the static
+    arguments: inside a trace XLA inlines it; where a transformation stages it and runs it
+    eagerly (the transpose of a derivative rule under an eager ``jax.grad``) it runs as one
+    compiled program, compiled once, instead of operation by operation.
 
     Eagerly, the call runs inside ``jax.set_mesh(sh.mesh)`` (when the mesh is
     concrete), which laid-out constants need. ``static`` values and ``sh`` must
     be hashable; ``arrays`` may contain ``None``.
     """
+    fn = _jitted(impl, ("sh",) + tuple(sorted(static)))
     if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(arrays)) or _sharded.tracing():
         # traced, or concrete values met while a transformation traces (the primal of a
-        # derivative rule under an eager jax.vjp): inline; jax.set_mesh cannot be entered there,
-        # but the layout's own (abstract) mesh can, whatever mesh the caller's context holds
+        # derivative rule under an eager jax.vjp): jax.set_mesh cannot be entered there, but the
+        # layout's own (abstract) mesh can, whatever mesh the caller's context holds
         if sh is None or kind(sh) is None:
-            return impl(*arrays, sh=sh, **static)
+            return fn(*arrays, sh=sh, **static)
         abstract = sh.mesh.abstract_mesh if isinstance(sh.mesh, Mesh) else sh.mesh
         with jax.sharding.use_abstract_mesh(abstract):
-            return impl(*arrays, sh=sh, **static)
-    fn = _jitted(impl, ("sh",) + tuple(sorted(static)))
+            return fn(*arrays, sh=sh, **static)
     if sh is not None and isinstance(sh.mesh, Mesh) and kind(sh) is not None:
         with jax.set_mesh(sh.mesh):
             return fn(*arrays, sh=sh, **static)

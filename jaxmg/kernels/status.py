@@ -118,12 +118,18 @@ def cholesky_info(a: jax.Array, factor: jax.Array) -> jax.Array:
 
 
 def _first_failing_minor(a: jax.Array, ok: jax.Array) -> jax.Array:
-    """The loop stops at once when ``ok`` (also under ``jax.vmap``, where a ``lax.cond``
-    would run both branches)."""
+    """Runs only when not ``ok``: ``lax.cond`` skips it, so a factorisation that succeeded pays
+    neither a pass over ``a`` nor a copy of it. Under ``jax.vmap`` (where both branches run)
+    the loop stops at once for the matrices that are ``ok``."""
+    return jax.lax.cond(ok, lambda a, ok: jnp.int32(OK), _unblocked_pivots, a, ok)
+
+
+def _unblocked_pivots(a: jax.Array, ok: jax.Array) -> jax.Array:
+    """An unblocked Cholesky of the Hermitian matrix whose lower triangle is ``a``'s, stopping
+    at the first pivot that is not positive. It reads only the lower triangle (the pivots and
+    the columns below them), so ``a`` is its working copy as it is."""
     n = a.shape[0]
     rows = jnp.arange(n)
-    work = jnp.tril(a)
-    work = work + jnp.conj(jnp.tril(a, -1)).T
 
     def running(carry):
         j, _, info = carry
@@ -138,5 +144,5 @@ def _first_failing_minor(a: jax.Array, ok: jax.Array) -> jax.Array:
         work = work - jnp.outer(column, jnp.conj(column))
         return j + 1, work, jnp.where(bad, j + 1, OK).astype(jnp.int32)
 
-    _, _, info = jax.lax.while_loop(running, step, (jnp.int32(0), work, jnp.int32(OK)))
+    _, _, info = jax.lax.while_loop(running, step, (jnp.int32(0), a, jnp.int32(OK)))
     return info

@@ -12,7 +12,11 @@ line per function, implementation and N:
 
   function: solve, inv, slogdet, slogdet_grad (jax.grad of logabsdet), eigh (of (a + a^T)/2),
             svd (U, S, Vh), lstsq (square a), cholesky, det, qr (reduced), pinv, eigvalsh,
-            svdvals;
+            svdvals; of jax.scipy.linalg (against jaxmg.scipy.linalg): scipy.cho_solve
+            (cho_solve(cho_factor(a), b)), scipy.lu_solve (lu_solve(lu_factor(a), b)),
+            scipy.solve_pos (solve(a, b, assume_a="pos")), scipy.eigh_b (the generalized
+            problem a v = w b v, b = I + a/N),
+            scipy.polar;
   impl, N, median_s, times_s, runs, devices, platform, dtype, grid, jax; for "jaxmg" also
   ratio (jaxmg's median over JAX's, when JAX ran: < 1 is faster).
 
@@ -34,8 +38,10 @@ from bench_potrs import _emit, _generator, _rhs  # noqa: E402  (shared generator
 
 from jaxmg.launch import simulate_cpu_devices_without_gpu  # noqa: E402  (imports no JAX backend)
 
-FUNCTIONS = ("solve", "inv", "slogdet", "slogdet_grad", "eigh", "svd", "lstsq",
-             "cholesky", "det", "qr", "pinv", "eigvalsh", "svdvals")
+NUMPY_FUNCTIONS = ("solve", "inv", "slogdet", "slogdet_grad", "eigh", "svd", "lstsq",
+                   "cholesky", "det", "qr", "pinv", "eigvalsh", "svdvals")
+SCIPY_FUNCTIONS = ("scipy.cho_solve", "scipy.lu_solve", "scipy.solve_pos", "scipy.eigh_b", "scipy.polar")
+FUNCTIONS = NUMPY_FUNCTIONS + SCIPY_FUNCTIONS
 
 
 def _args(argv=None):
@@ -71,12 +77,34 @@ def _cases(la):
     }
 
 
+def _scipy_cases(sla):
+    """function name -> f(a, b), written against a jax.scipy.linalg-like module ``sla``."""
+    return {
+        "scipy.cho_solve": lambda a, b: sla.cho_solve(sla.cho_factor(a), b),
+        "scipy.lu_solve": lambda a, b: sla.lu_solve(sla.lu_factor(a), b),
+        "scipy.solve_pos": lambda a, b: sla.solve(a, b, assume_a="pos"),
+        "scipy.eigh_b": lambda a, b: sla.eigh(a, _definite_partner(a)),
+        "scipy.polar": lambda a, b: sla.polar(a),
+    }
+
+
+def _definite_partner(a):
+    """b = I + a/N for the generalized eigenproblem: positive definite for the benchmark's a."""
+    import jax.numpy as jnp
+
+    n = a.shape[0]
+    return a / n + jnp.eye(n, dtype=a.dtype)
+
+
 def run(args):
     import jax
     import jax.numpy as jnp
     from jax.sharding import AxisType, NamedSharding, PartitionSpec as P, SingleDeviceSharding
 
+    import jax.scipy.linalg as jsla
+
     import jaxmg.numpy.linalg as mla
+    import jaxmg.scipy.linalg as msla
 
     jax.config.update("jax_enable_x64", True)
     dtype = jnp.dtype(args.dtype)
@@ -87,7 +115,7 @@ def run(args):
     mesh = jax.make_mesh(shape, ("x", "y"), axis_types=(AxisType.Explicit,) * 2)
     base = {"devices": count, "platform": platform, "dtype": dtype.name, "grid": list(shape),
             "jax": jax.__version__}
-    ours, theirs = _cases(mla), _cases(jnp.linalg)
+    ours, theirs = _cases(mla) | _scipy_cases(msla), _cases(jnp.linalg) | _scipy_cases(jsla)
 
     for n in sizes:
         with jax.set_mesh(mesh):

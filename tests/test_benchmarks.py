@@ -41,7 +41,8 @@ def test_bench_eager_grad_writes_every_case(tmp_path):
 def test_bench_numpy_linalg_writes_every_function(tmp_path):
     records = _bench("bench_numpy_linalg.py", tmp_path / "numpy_linalg.jsonl", "--sizes", "32", "--runs", "1")
     functions = ["solve", "inv", "slogdet", "slogdet_grad", "eigh", "svd", "lstsq",
-                 "cholesky", "det", "qr", "pinv", "eigvalsh", "svdvals"]
+                 "cholesky", "det", "qr", "pinv", "eigvalsh", "svdvals",
+                 "scipy.cho_solve", "scipy.lu_solve", "scipy.solve_pos", "scipy.eigh_b", "scipy.polar"]
     assert [(r["function"], r["impl"]) for r in records] == [(f, i) for f in functions for i in ("jax", "jaxmg")]
     assert all(r["median_s"] > 0 and r["devices"] == 8 and r["N"] == 32 for r in records)
     assert all("ratio" in r for r in records if r["impl"] == "jaxmg")

@@ -1,0 +1,95 @@
+"""The inverse from a Cholesky factor on one GPU: cuSOLVER's dense potri against jaxmg.
+
+    python3 benchmarks/engine/dense_potri.py 16384 32768 [--out FILE]   # one NVIDIA GPU
+
+For SPD ``a`` (N x N, float64), times JAX's Cholesky (``jnp.linalg.cholesky``), cuSOLVER's
+single-GPU ``cusolverDnDpotri`` on that factor (called through ctypes on the default stream,
+in place on a copy), and jaxmg's ``Cholesky(a).factor`` and ``Cholesky(a).inverse()`` (the
+triangular inverse and its product, LAPACK's trtri + lauum in large products). Medians of 5
+runs after a warm-up (3 for jaxmg's). One JSON line per N: jax_cholesky_s, cusolver_potri_s,
+potri_over_cholesky, potri_residual_rms (of a A^-1 - I), jaxmg_factor_s,
+jaxmg_factor_and_inverse_s, jaxmg_inverse_over_factor.
+"""
+import argparse
+import ctypes
+import glob
+import json
+import os
+import site
+import time
+
+import jax
+import jax.numpy as jnp
+
+jax.config.update("jax_enable_x64", True)
+import jaxmg  # noqa: E402
+
+parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+parser.add_argument("sizes", type=int, nargs="+")
+parser.add_argument("--out", default=None, help="also append the JSON lines to this file")
+args = parser.parse_args()
+root = site.getsitepackages()[0]
+
+
+def _lib(pat):
+    found = sorted(glob.glob(os.path.join(root, "nvidia", "**", pat), recursive=True))
+    return ctypes.CDLL(found[0]), found[0]
+
+
+solver, path = _lib("libcusolver.so*")
+cudart, _ = _lib("libcudart.so*")
+print("cusolver", path, flush=True)
+h = ctypes.c_void_p()
+assert solver.cusolverDnCreate(ctypes.byref(h)) == 0
+
+
+def med(f, runs=5):
+    """The median of ``runs`` timed calls after one warm-up."""
+    f()
+    ts = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        f()
+        ts.append(time.perf_counter() - t)
+    return sorted(ts)[len(ts) // 2]
+
+
+for n in args.sizes:
+    x = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float64)
+    a = (x @ x.T) / n + 2 * jnp.eye(n)
+    a.block_until_ready(); del x
+    chol = jax.jit(jnp.linalg.cholesky)
+    t_chol = med(lambda: chol(a).block_until_ready())
+    L = chol(a).block_until_ready()
+    lwork = ctypes.c_int()
+    assert solver.cusolverDnDpotri_bufferSize(h, 1, n, ctypes.c_void_p(L.unsafe_buffer_pointer()), n, ctypes.byref(lwork)) == 0
+    work = jnp.zeros((max(lwork.value, 1),), jnp.float64).block_until_ready()
+    info = jnp.zeros((1,), jnp.int32).block_until_ready()
+    copy = jax.jit(lambda v: v + 0.0)
+
+    def potri():
+        c = copy(L).block_until_ready()
+        t = time.perf_counter()
+        st = solver.cusolverDnDpotri(h, 1, n, ctypes.c_void_p(c.unsafe_buffer_pointer()), n,
+                                     ctypes.c_void_p(work.unsafe_buffer_pointer()), lwork.value,
+                                     ctypes.c_void_p(info.unsafe_buffer_pointer()))
+        cudart.cudaDeviceSynchronize()
+        assert st == 0, st
+        return time.perf_counter() - t, c
+    potri()
+    ts = sorted(potri()[0] for _ in range(5)); t_potri = ts[2]
+    _, c = potri()
+    inv_ref = jnp.tril(c) + jnp.tril(c, -1).T
+    resid = float(jnp.sqrt(jnp.mean((a @ inv_ref - jnp.eye(n)) ** 2)))
+    inv = jax.jit(lambda a: jaxmg.Cholesky(a).inverse())
+    fac_only = jax.jit(lambda a: jaxmg.Cholesky(a).factor)
+    t_fac = med(lambda: fac_only(a).block_until_ready(), 3)
+    t_both = med(lambda: inv(a).block_until_ready(), 3)
+    rec = dict(n=n, jax_cholesky_s=t_chol, cusolver_potri_s=t_potri, potri_over_cholesky=t_potri / t_chol,
+               potri_residual_rms=resid, jaxmg_factor_s=t_fac, jaxmg_factor_and_inverse_s=t_both,
+               jaxmg_inverse_over_factor=(t_both - t_fac) / t_fac)
+    print("RESULT", json.dumps(rec), flush=True)
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+    del a, L, c, work, inv_ref

@@ -1,7 +1,6 @@
 // jaxmg_gemm and jaxmg_trmm: matrix products on the calling GPU through cuBLAS, C = op(X) op(Y),
 // and C = op(T) X or X op(T) for triangular T (cuBLAS's out-of-place trmm: one call, no wasted
-// flops on the zero triangle). jaxmg_potri: A^-1 from A's Cholesky factor on the calling GPU,
-// LAPACK's potri (trtri, then lauum) as a recursion of cuBLAS calls on the factor's own buffer.
+// flops on the zero triangle).
 //
 // The triangular inverses of jaxmg/kernels/triangular.py are made of many products of distinct
 // shapes. Compiled as XLA dots, each shape is autotuned on its first call (tens of seconds for
@@ -49,35 +48,24 @@ cuDoubleComplex scalar<cuDoubleComplex>(double v) {
   return make_cuDoubleComplex(v, 0.0);
 }
 
-// cuBLAS's gemm, trmm, trsm and herk (syrk for real types) of each element type: gemm and trsm
-// with alpha = 1 (and beta = 0), trmm and herk with the given real alpha (and beta).
-#define JAXMG_GEMM_TRMM(T, R, GEMM, TRMM, TRSM, HERK)                                                        \
+// cuBLAS's gemm and trmm of each element type, with alpha = 1 (and beta = 0).
+#define JAXMG_GEMM_TRMM(T, GEMM, TRMM)                                                                       \
   cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,      \
                       const T* a, int lda, const T* b, int ldb, T* c, int ldc) {                              \
     const T alpha = scalar<T>(1.0), beta = scalar<T>(0.0);                                                   \
     return api().GEMM(h, ta, tb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc);                            \
   }                                                                                                          \
   cublasStatus_t trmm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t op,   \
-                      cublasDiagType_t diag, int m, int n, double scale, const T* t, int ldt, const T* x,     \
-                      int ldx, T* c, int ldc) {                                                              \
-    const T alpha = scalar<T>(scale);                                                                        \
-    return api().TRMM(h, side, uplo, op, diag, m, n, &alpha, t, ldt, x, ldx, c, ldc);                        \
-  }                                                                                                          \
-  cublasStatus_t trsm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t op,   \
-                      cublasDiagType_t diag, int m, int n, const T* t, int ldt, T* b, int ldb) {              \
+                      cublasDiagType_t diag, int m, int n, const T* t, int ldt, const T* x, int ldx, T* c,    \
+                      int ldc) {                                                                             \
     const T alpha = scalar<T>(1.0);                                                                          \
-    return api().TRSM(h, side, uplo, op, diag, m, n, &alpha, t, ldt, b, ldb);                                \
-  }                                                                                                          \
-  cublasStatus_t herk(cublasHandle_t h, cublasFillMode_t uplo, int n, int k, double scale, const T* a, int lda, \
-                      double keep, T* c, int ldc) {                                                          \
-    const R alpha = static_cast<R>(scale), beta = static_cast<R>(keep);                                      \
-    return api().HERK(h, uplo, CUBLAS_OP_N, n, k, &alpha, a, lda, &beta, c, ldc);                            \
+    return api().TRMM(h, side, uplo, op, diag, m, n, &alpha, t, ldt, x, ldx, c, ldc);                        \
   }
 
-JAXMG_GEMM_TRMM(float, float, cublasSgemm, cublasStrmm, cublasStrsm, cublasSsyrk)
-JAXMG_GEMM_TRMM(double, double, cublasDgemm, cublasDtrmm, cublasDtrsm, cublasDsyrk)
-JAXMG_GEMM_TRMM(cuComplex, float, cublasCgemm, cublasCtrmm, cublasCtrsm, cublasCherk)
-JAXMG_GEMM_TRMM(cuDoubleComplex, double, cublasZgemm, cublasZtrmm, cublasZtrsm, cublasZherk)
+JAXMG_GEMM_TRMM(float, cublasSgemm, cublasStrmm)
+JAXMG_GEMM_TRMM(double, cublasDgemm, cublasDtrmm)
+JAXMG_GEMM_TRMM(cuComplex, cublasCgemm, cublasCtrmm)
+JAXMG_GEMM_TRMM(cuDoubleComplex, cublasZgemm, cublasZtrmm)
 #undef JAXMG_GEMM_TRMM
 
 cublasOperation_t op_of(int64_t code) {
@@ -105,85 +93,10 @@ template <typename T>
 void triangular_product(cublasHandle_t h, const T* t, int64_t n, bool lower, int64_t op, bool unit, const T* x,
                         int64_t r, int64_t s, bool left, T* c) {
   check_blas(trmm(h, left ? CUBLAS_SIDE_RIGHT : CUBLAS_SIDE_LEFT, lower ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER,
-                  op_of(op), unit ? CUBLAS_DIAG_UNIT : CUBLAS_DIAG_NON_UNIT, (int)s, (int)r, 1.0, t, (int)n, x, (int)s,
-                  c, (int)s),
+                  op_of(op), unit ? CUBLAS_DIAG_UNIT : CUBLAS_DIAG_NON_UNIT, (int)s, (int)r, t, (int)n, x, (int)s, c,
+                  (int)s),
              "cublas trmm");
 }
-
-// Where to halve an order-n problem: a multiple of 128 where n is large (as
-// jaxmg/kernels/triangular.py's _split).
-int64_t split_order(int64_t n) {
-  const int64_t half = n / 2;
-  return half >= 256 ? (half / 128) * 128 : half;
-}
-
-// LAPACK's potri on one GPU, in place, on the column-major view of the buffer: the row-major
-// lower factor L (zero above the diagonal) is the column-major upper triangular U = L^T.
-// trtri makes U^-1 = V (upper), lauum then X = V V^H, whose column-major upper triangle is the
-// row-major lower triangle of X^T = conj(X) = L^-H L^-1 = A^-1. Both recurse on halves: the
-// off-diagonal work is cuBLAS trmm and herk calls on the buffer itself (no copies); blocks of
-// order at most `leaf` are one trsm against the identity (trtri) or one herk (lauum) through a
-// leaf x leaf scratch buffer. Column-major (i, j) of the block at offset o is a[o + i + (o + j) lda].
-template <typename T>
-struct HermitianInverse {
-  cublasHandle_t h;
-  cudaStream_t stream;
-  T* a;
-  int64_t lda;
-  const T* eye;
-  T* scratch;
-  int64_t leaf;
-
-  T* at(int64_t i, int64_t j) const { return a + i + j * lda; }
-
-  void copy(T* dst, int64_t ld_dst, const T* src, int64_t ld_src, int64_t n) const {
-    check_cuda(cudaMemcpy2DAsync(dst, ld_dst * sizeof(T), src, ld_src * sizeof(T), n * sizeof(T), n,
-                                 cudaMemcpyDeviceToDevice, stream),
-               "cudaMemcpy2DAsync(potri)");
-  }
-
-  // [[U11, U12], [0, U22]]^-1 = [[V11, -V11 U12 V22], [0, V22]]
-  void trtri(int64_t o, int64_t n) const {
-    if (n <= leaf) {
-      copy(scratch, leaf, eye, leaf, n);
-      check_blas(trsm(h, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, (int)n, (int)n,
-                      at(o, o), (int)lda, scratch, (int)leaf),
-                 "cublas trsm (potri)");
-      copy(at(o, o), lda, scratch, leaf, n);  // V, and exact zeros below its diagonal
-      return;
-    }
-    const int64_t n1 = split_order(n), n2 = n - n1;
-    trtri(o, n1);
-    trtri(o + n1, n2);
-    T* a12 = at(o, o + n1);
-    check_blas(trmm(h, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, (int)n1, (int)n2,
-                    1.0, at(o, o), (int)lda, a12, (int)lda, a12, (int)lda),
-               "cublas trmm (potri)");
-    check_blas(trmm(h, CUBLAS_SIDE_RIGHT, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, (int)n1, (int)n2,
-                    -1.0, at(o + n1, o + n1), (int)lda, a12, (int)lda, a12, (int)lda),
-               "cublas trmm (potri)");
-  }
-
-  // [[V11, V12], [0, V22]] [[V11, V12], [0, V22]]^H, upper triangle:
-  // [[V11 V11^H + V12 V12^H, V12 V22^H], [., V22 V22^H]]
-  void lauum(int64_t o, int64_t n) const {
-    if (n <= leaf) {
-      copy(scratch, leaf, at(o, o), lda, n);  // V's block, zero below the diagonal
-      check_blas(herk(h, CUBLAS_FILL_MODE_UPPER, (int)n, (int)n, 1.0, scratch, (int)leaf, 0.0, at(o, o), (int)lda),
-                 "cublas herk (potri)");
-      return;
-    }
-    const int64_t n1 = split_order(n), n2 = n - n1;
-    T* a12 = at(o, o + n1);
-    lauum(o, n1);
-    check_blas(herk(h, CUBLAS_FILL_MODE_UPPER, (int)n1, (int)n2, 1.0, a12, (int)lda, 1.0, at(o, o), (int)lda),
-               "cublas herk (potri)");
-    check_blas(trmm(h, CUBLAS_SIDE_RIGHT, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_C, CUBLAS_DIAG_NON_UNIT, (int)n1, (int)n2,
-                    1.0, at(o + n1, o + n1), (int)lda, a12, (int)lda, a12, (int)lda),
-               "cublas trmm (potri)");
-    lauum(o + n1, n2);
-  }
-};
 
 // Runs fn(T{}) for the element type T of `type` (float32 to complex128); false for other types.
 template <typename Fn>
@@ -258,51 +171,7 @@ ffi::Error GemmImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer y, ffi
   }
 }
 
-ffi::Error PotriImpl(cudaStream_t stream, ffi::AnyBuffer factor, ffi::AnyBuffer eye,
-                     ffi::Result<ffi::AnyBuffer> inverse, ffi::Result<ffi::AnyBuffer> scratch) {
-  auto fd = factor.dimensions(), ed = eye.dimensions(), id = inverse->dimensions(), sd = scratch->dimensions();
-  if (fd.size() != 2 || fd[0] != fd[1] || ed.size() != 2 || ed[0] != ed[1] || id.size() != 2 || sd.size() != 2)
-    return ffi::Error::InvalidArgument("jaxmg_potri: the factor and the identity must be square matrices");
-  const int64_t n = fd[0], leaf = ed[0];
-  if (id[0] != n || id[1] != n || sd[0] != leaf || sd[1] != leaf || leaf < 1)
-    return ffi::Error::InvalidArgument(cat("jaxmg_potri: the factor is ", n, "x", n, ", the identity ", leaf, "x",
-                                           leaf, ", the results ", id[0], "x", id[1], " and ", sd[0], "x", sd[1]));
-  const auto type = factor.element_type();
-  if (eye.element_type() != type || inverse->element_type() != type || scratch->element_type() != type)
-    return ffi::Error::InvalidArgument("jaxmg_potri: the operands and the results must have one dtype");
-  try {
-    if (!api().blas) throw Failure("jaxmg_potri: cuBLAS was not found in this process");
-    if (n == 0) return ffi::Error::Success();
-    if (inverse->untyped_data() != factor.untyped_data())  // not aliased: work on a copy
-      check_cuda(cudaMemcpyAsync(inverse->untyped_data(), factor.untyped_data(), factor.size_bytes(),
-                                 cudaMemcpyDeviceToDevice, stream),
-                 "cudaMemcpyAsync(potri)");
-    cublasHandle_t h = device_handle();
-    check_blas(api().cublasSetStream(h, stream), "cublasSetStream");
-    bool known = with_type(type, [&](auto zero_value) {
-      using T = decltype(zero_value);
-      HermitianInverse<T> run{h, stream, static_cast<T*>(inverse->untyped_data()), n,
-                              static_cast<const T*>(eye.untyped_data()), static_cast<T*>(scratch->untyped_data()),
-                              leaf};
-      run.trtri(0, n);
-      run.lauum(0, n);
-    });
-    if (!known) return ffi::Error::InvalidArgument("jaxmg_potri: float32, float64, complex64 or complex128 only");
-    return ffi::Error::Success();
-  } catch (const std::exception& e) {
-    return to_error(e);
-  }
-}
-
 }  // namespace
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_potri, PotriImpl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<ffi::AnyBuffer>()   // L, row-major, zero above the diagonal
-                                  .Arg<ffi::AnyBuffer>()   // the identity of the leaf order
-                                  .Ret<ffi::AnyBuffer>()   // A^-1's lower triangle, row-major (aliases L)
-                                  .Ret<ffi::AnyBuffer>()); // leaf x leaf scratch
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_gemm, GemmImpl,
                               ffi::Ffi::Bind()

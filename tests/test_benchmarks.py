@@ -93,3 +93,11 @@ def test_bench_gp_writes_the_loss_and_the_inverses(tmp_path):
     assert loss["value_and_grad_s"] > 0 and loss["first_call_s"] > 0 and loss["eager_value_and_grad_s"] > 0
     assert loss["value_rel_diff"] < 1e-12 and loss["grad_rel_diff"] < 1e-10
     assert records[2]["residual_rms"] < 1e-12 and records[2]["lu_residual_rms"] < 1e-12
+
+
+def test_bench_batch_writes_both_layouts(tmp_path):
+    records = _bench("bench_batch.py", tmp_path / "batch.jsonl", "--sizes", "32", "--batches", "8", "--runs", "1")
+    assert [r["layout"] for r in records] == ["spread", "distributed"]
+    assert all(r["median_s"] > 0 and r["devices"] == 8 and r["batch"] == 8 and r["residual"] < 1e-12
+               for r in records)
+    assert records[1]["ratio"] > 0

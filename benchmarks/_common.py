@@ -42,6 +42,24 @@ def emit(out, rec):
         f.write(line + "\n")
 
 
+def grid_shape(count: int) -> tuple[int, int]:
+    """The (rows, columns) mesh of ``count`` devices that the single-call benchmarks use:
+    (count/2, 2), or (count, 1) for one device or an odd count."""
+    return (count // 2, 2) if count % 2 == 0 and count > 1 else (count, 1)
+
+
+def emit_timing(out, base: dict, median: float, times, reference=None, **fields) -> None:
+    """Emit (on the first process only) one timing record: ``base``, ``fields``, median_s,
+    times_s and runs, and ratio (``median / reference``) where a reference time is given."""
+    import jax
+
+    record = dict(base, **fields, median_s=median, times_s=times, runs=len(times))
+    if reference:
+        record["ratio"] = median / reference
+    if jax.process_index() == 0:
+        emit(out, record)
+
+
 def generator(n, dtype, sharding, lower=1.0):
     """A jitted function making the n x n matrix a_ij = s_ij / (1 + |i - j|) + N delta_ij, with
     s = ``lower`` below the diagonal and 1 elsewhere (symmetric positive definite for lower=1),

@@ -27,7 +27,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
-from _common import emit, results_path  # noqa: E402
+from _common import emit_timing, grid_shape, results_path  # noqa: E402
 from bench_autodiff import _median_time  # noqa: E402  (warm-up, then the median of runs)
 
 from jaxmg.launch import simulate_cpu_devices_without_gpu  # noqa: E402  (imports no JAX backend)
@@ -52,7 +52,7 @@ def run(args):
 
     jax.config.update("jax_enable_x64", True)
     count = jax.device_count()
-    shape = (count // 2, 2) if count % 2 == 0 and count > 1 else (count, 1)
+    shape = grid_shape(count)
     mesh = jax.make_mesh(shape, ("x", "y"), axis_types=(AxisType.Explicit,) * 2)
     base = {"devices": count, "platform": jax.devices()[0].platform, "grid": list(shape), "jax": jax.__version__}
     layouts = {"spread": (P(("x", "y")), P(("x", "y")), jnp.linalg.solve),
@@ -74,12 +74,8 @@ def run(args):
                     x = np.asarray(fn(a_dev, b_dev))
                 residual = float(np.max(np.abs(a @ x - b)) / np.max(np.abs(b)))
                 medians[layout] = median
-                record = dict(base, layout=layout, N=n, batch=batch, median_s=median, times_s=times,
-                              runs=len(times), residual=residual)
-                if layout == "distributed":
-                    record["ratio"] = median / medians["spread"]
-                if jax.process_index() == 0:
-                    emit(args.out, record)
+                emit_timing(args.out, base, median, times, medians["spread"] if layout == "distributed" else None,
+                            layout=layout, N=n, batch=batch, residual=residual)
 
 
 def main(argv=None):

@@ -30,10 +30,10 @@ HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
 
 from bench_autodiff import _median_time  # noqa: E402  (warm-up, then the median of runs)
-from bench_potrs import _emit, _generator, _rhs  # noqa: E402  (shared generators and output)
+from bench_potrs import _generator, _rhs  # noqa: E402  (shared generators)
 
 from jaxmg.launch import simulate_cpu_devices_without_gpu  # noqa: E402  (imports no JAX backend)
-from _common import results_path  # noqa: E402
+from _common import emit_timing, grid_shape, results_path  # noqa: E402
 
 
 def _args(argv=None):
@@ -56,7 +56,7 @@ def run(args):
     jax.config.update("jax_enable_x64", True)
     dtype = jnp.dtype(args.dtype)
     count = jax.device_count()
-    shape = (count // 2, 2) if count % 2 == 0 and count > 1 else (count, 1)
+    shape = grid_shape(count)
     kind = AxisType.Explicit if args.mesh == "explicit" else AxisType.Auto
     mesh = jax.make_mesh(shape, ("x", "y"), axis_types=(kind, kind))
     base = {"devices": count, "platform": jax.devices()[0].platform, "dtype": dtype.name,
@@ -77,11 +77,7 @@ def run(args):
             jvp = lambda: jax.jvp(lambda a, b: jaxmg.potrs(a, b), (a, b), (a, b))  # noqa: E731
 
             def emit(case, median, times, reference=None):
-                record = dict(base, case=case, N=n, median_s=median, times_s=times, runs=len(times))
-                if reference:
-                    record["ratio"] = median / reference
-                if jax.process_index() == 0:
-                    _emit(args.out, record)
+                emit_timing(args.out, base, median, times, reference, case=case, N=n)
 
             start = time.perf_counter()
             jax.block_until_ready(grad(a, b))

@@ -34,6 +34,7 @@ HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
 
 from bench_autodiff import _median_time  # noqa: E402  (warm-up, then the median of runs)
+from _common import emit_timing, grid_shape  # noqa: E402
 from bench_potrs import _emit, _generator, _rhs  # noqa: E402  (shared generators and output)
 
 from jaxmg.launch import simulate_cpu_devices_without_gpu  # noqa: E402  (imports no JAX backend)
@@ -111,7 +112,7 @@ def run(args):
     count = jax.device_count()
     platform = jax.devices()[0].platform
     sizes = args.sizes or ([16384] if platform == "gpu" else [256])
-    shape = (count // 2, 2) if count % 2 == 0 and count > 1 else (count, 1)
+    shape = grid_shape(count)
     mesh = jax.make_mesh(shape, ("x", "y"), axis_types=(AxisType.Explicit,) * 2)
     base = {"devices": count, "platform": platform, "dtype": dtype.name, "grid": list(shape),
             "jax": jax.__version__}
@@ -130,21 +131,17 @@ def run(args):
                     b1 = jax.device_put(_rhs(n, 0, dtype), one)
                     fn = jax.jit(theirs[name])
                     reference, times = _median_time(lambda: fn(a1, b1), args.runs)
-                    record = dict(base, function=name, impl="jax", N=n, median_s=reference, times_s=times,
-                                  runs=len(times))
                     del a1, b1
+                    emit_timing(args.out, base, reference, times, function=name, impl="jax", N=n)
                 except Exception as err:  # noqa: BLE001 (recorded: e.g. out of memory on one device)
-                    record = dict(base, function=name, impl="jax", N=n, error=f"{type(err).__name__}: {err}"[:300])
-                if jax.process_index() == 0:
-                    _emit(args.out, record)
+                    reference = None
+                    if jax.process_index() == 0:
+                        _emit(args.out, dict(base, function=name, impl="jax", N=n,
+                                             error=f"{type(err).__name__}: {err}"[:300]))
             with jax.set_mesh(mesh):
                 fn = jax.jit(ours[name])
                 median, times = _median_time(lambda: fn(a, b), args.runs)
-            record = dict(base, function=name, impl="jaxmg", N=n, median_s=median, times_s=times, runs=len(times))
-            if reference:
-                record["ratio"] = median / reference
-            if jax.process_index() == 0:
-                _emit(args.out, record)
+            emit_timing(args.out, base, median, times, reference, function=name, impl="jaxmg", N=n)
 
 
 def main(argv=None):

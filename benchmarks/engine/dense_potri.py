@@ -16,13 +16,18 @@ import glob
 import json
 import os
 import site
+import sys
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 
 jax.config.update("jax_enable_x64", True)
 import jaxmg  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench_autodiff import _median_time  # noqa: E402  (warm-up, then the median of runs)
 
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 parser.add_argument("sizes", type=int, nargs="+")
@@ -43,23 +48,12 @@ h = ctypes.c_void_p()
 assert solver.cusolverDnCreate(ctypes.byref(h)) == 0
 
 
-def med(f, runs=5):
-    """The median of ``runs`` timed calls after one warm-up."""
-    f()
-    ts = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        f()
-        ts.append(time.perf_counter() - t)
-    return sorted(ts)[len(ts) // 2]
-
-
 for n in args.sizes:
     x = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float64)
     a = (x @ x.T) / n + 2 * jnp.eye(n)
     a.block_until_ready(); del x
     chol = jax.jit(jnp.linalg.cholesky)
-    t_chol = med(lambda: chol(a).block_until_ready())
+    t_chol, _ = _median_time(lambda: chol(a), 5)
     L = chol(a).block_until_ready()
     lwork = ctypes.c_int()
     assert solver.cusolverDnDpotri_bufferSize(h, 1, n, ctypes.c_void_p(L.unsafe_buffer_pointer()), n, ctypes.byref(lwork)) == 0
@@ -83,8 +77,8 @@ for n in args.sizes:
     resid = float(jnp.sqrt(jnp.mean((a @ inv_ref - jnp.eye(n)) ** 2)))
     inv = jax.jit(lambda a: jaxmg.Cholesky(a).inverse())
     fac_only = jax.jit(lambda a: jaxmg.Cholesky(a).factor)
-    t_fac = med(lambda: fac_only(a).block_until_ready(), 3)
-    t_both = med(lambda: inv(a).block_until_ready(), 3)
+    t_fac, _ = _median_time(lambda: fac_only(a), 3)
+    t_both, _ = _median_time(lambda: inv(a), 3)
     rec = dict(n=n, jax_cholesky_s=t_chol, cusolver_potri_s=t_potri, potri_over_cholesky=t_potri / t_chol,
                potri_residual_rms=resid, jaxmg_factor_s=t_fac, jaxmg_factor_and_inverse_s=t_both,
                jaxmg_inverse_over_factor=(t_both - t_fac) / t_fac)

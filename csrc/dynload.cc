@@ -148,6 +148,10 @@ bool load(const std::vector<std::string>& deps, const std::vector<std::string>& 
     sym(blas_lib, "cublasDtrmm_v2", &a.cublasDtrmm, &blas_missing);
     sym(blas_lib, "cublasCtrmm_v2", &a.cublasCtrmm, &blas_missing);
     sym(blas_lib, "cublasZtrmm_v2", &a.cublasZtrmm, &blas_missing);
+    sym(blas_lib, "cublasSsyrk_v2", &a.cublasSsyrk, &blas_missing);
+    sym(blas_lib, "cublasDsyrk_v2", &a.cublasDsyrk, &blas_missing);
+    sym(blas_lib, "cublasCherk_v2", &a.cublasCherk, &blas_missing);
+    sym(blas_lib, "cublasZherk_v2", &a.cublasZherk, &blas_missing);
     a.blas = blas_missing.empty();
     a.log.push_back(a.blas ? "cuBLAS entry points found in " + a.cublas_path : "cuBLAS lacks " + blas_missing);
   } else {

@@ -68,6 +68,10 @@ using cublasStrmm_fn = decltype(&::cublasStrmm_v2);
 using cublasDtrmm_fn = decltype(&::cublasDtrmm_v2);
 using cublasCtrmm_fn = decltype(&::cublasCtrmm_v2);
 using cublasZtrmm_fn = decltype(&::cublasZtrmm_v2);
+using cublasSsyrk_fn = decltype(&::cublasSsyrk_v2);
+using cublasDsyrk_fn = decltype(&::cublasDsyrk_v2);
+using cublasCherk_fn = decltype(&::cublasCherk_v2);
+using cublasZherk_fn = decltype(&::cublasZherk_v2);
 
 // One function pointer per entry point we call; optional ones may stay null.
 struct Api {
@@ -132,6 +136,10 @@ struct Api {
   cublasDtrmm_fn cublasDtrmm = nullptr;
   cublasCtrmm_fn cublasCtrmm = nullptr;
   cublasZtrmm_fn cublasZtrmm = nullptr;
+  cublasSsyrk_fn cublasSsyrk = nullptr;
+  cublasDsyrk_fn cublasDsyrk = nullptr;
+  cublasCherk_fn cublasCherk = nullptr;
+  cublasZherk_fn cublasZherk = nullptr;
   bool blas = false;             // every cuBLAS entry point above was found
   std::string cublas_path;
 

@@ -1,6 +1,7 @@
 // jaxmg_gemm and jaxmg_trmm: matrix products on the calling GPU through cuBLAS, C = op(X) op(Y),
 // and C = op(T) X or X op(T) for triangular T (cuBLAS's out-of-place trmm: one call, no wasted
-// flops on the zero triangle).
+// flops on the zero triangle). jaxmg_potri: A^-1 from A's Cholesky factor on the calling GPU,
+// LAPACK's potri (trtri, then lauum) as a recursion of cuBLAS calls on the factor's own buffer.
 //
 // The triangular inverses of jaxmg/kernels/triangular.py are made of many products of distinct
 // shapes. Compiled as XLA dots, each shape is autotuned on its first call (tens of seconds for
@@ -13,6 +14,7 @@
 #include <cuComplex.h>
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -48,24 +50,36 @@ cuDoubleComplex scalar<cuDoubleComplex>(double v) {
   return make_cuDoubleComplex(v, 0.0);
 }
 
-// cuBLAS's gemm and trmm of each element type, with alpha = 1 (and beta = 0).
-#define JAXMG_GEMM_TRMM(T, GEMM, TRMM)                                                                       \
+// cuBLAS's gemm, trmm, trsm and herk (syrk for real types) of each element type: trsm with
+// alpha = 1, the others with the given real alpha (``scale``) and beta (``keep``).
+#define JAXMG_GEMM_TRMM(T, R, GEMM, TRMM, TRSM, HERK)                                                        \
   cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,      \
-                      const T* a, int lda, const T* b, int ldb, T* c, int ldc) {                              \
-    const T alpha = scalar<T>(1.0), beta = scalar<T>(0.0);                                                   \
+                      const T* a, int lda, const T* b, int ldb, T* c, int ldc, double scale = 1.0,            \
+                      double keep = 0.0) {                                                                   \
+    const T alpha = scalar<T>(scale), beta = scalar<T>(keep);                                                \
     return api().GEMM(h, ta, tb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc);                            \
   }                                                                                                          \
   cublasStatus_t trmm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t op,   \
-                      cublasDiagType_t diag, int m, int n, const T* t, int ldt, const T* x, int ldx, T* c,    \
-                      int ldc) {                                                                             \
-    const T alpha = scalar<T>(1.0);                                                                          \
+                      cublasDiagType_t diag, int m, int n, double scale, const T* t, int ldt, const T* x,     \
+                      int ldx, T* c, int ldc) {                                                              \
+    const T alpha = scalar<T>(scale);                                                                        \
     return api().TRMM(h, side, uplo, op, diag, m, n, &alpha, t, ldt, x, ldx, c, ldc);                        \
+  }                                                                                                          \
+  cublasStatus_t trsm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t op,   \
+                      cublasDiagType_t diag, int m, int n, const T* t, int ldt, T* b, int ldb) {              \
+    const T alpha = scalar<T>(1.0);                                                                          \
+    return api().TRSM(h, side, uplo, op, diag, m, n, &alpha, t, ldt, b, ldb);                                \
+  }                                                                                                          \
+  cublasStatus_t herk(cublasHandle_t h, cublasFillMode_t uplo, int n, int k, double scale, const T* a, int lda, \
+                      double keep, T* c, int ldc) {                                                          \
+    const R alpha = static_cast<R>(scale), beta = static_cast<R>(keep);                                      \
+    return api().HERK(h, uplo, CUBLAS_OP_N, n, k, &alpha, a, lda, &beta, c, ldc);                            \
   }
 
-JAXMG_GEMM_TRMM(float, cublasSgemm, cublasStrmm)
-JAXMG_GEMM_TRMM(double, cublasDgemm, cublasDtrmm)
-JAXMG_GEMM_TRMM(cuComplex, cublasCgemm, cublasCtrmm)
-JAXMG_GEMM_TRMM(cuDoubleComplex, cublasZgemm, cublasZtrmm)
+JAXMG_GEMM_TRMM(float, float, cublasSgemm, cublasStrmm, cublasStrsm, cublasSsyrk)
+JAXMG_GEMM_TRMM(double, double, cublasDgemm, cublasDtrmm, cublasDtrsm, cublasDsyrk)
+JAXMG_GEMM_TRMM(cuComplex, float, cublasCgemm, cublasCtrmm, cublasCtrsm, cublasCherk)
+JAXMG_GEMM_TRMM(cuDoubleComplex, double, cublasZgemm, cublasZtrmm, cublasZtrsm, cublasZherk)
 #undef JAXMG_GEMM_TRMM
 
 cublasOperation_t op_of(int64_t code) {
@@ -93,10 +107,150 @@ template <typename T>
 void triangular_product(cublasHandle_t h, const T* t, int64_t n, bool lower, int64_t op, bool unit, const T* x,
                         int64_t r, int64_t s, bool left, T* c) {
   check_blas(trmm(h, left ? CUBLAS_SIDE_RIGHT : CUBLAS_SIDE_LEFT, lower ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER,
-                  op_of(op), unit ? CUBLAS_DIAG_UNIT : CUBLAS_DIAG_NON_UNIT, (int)s, (int)r, t, (int)n, x, (int)s, c,
-                  (int)s),
+                  op_of(op), unit ? CUBLAS_DIAG_UNIT : CUBLAS_DIAG_NON_UNIT, (int)s, (int)r, 1.0, t, (int)n, x, (int)s,
+                  c, (int)s),
              "cublas trmm");
 }
+
+// Where to halve an order-n problem: a multiple of 128 where n is large (as
+// jaxmg/kernels/triangular.py's _split).
+int64_t split_order(int64_t n) {
+  const int64_t half = n / 2;
+  return half >= 256 ? (half / 128) * 128 : half;
+}
+
+// LAPACK's potri on one GPU, in place, on the column-major view of the buffer: the row-major
+// lower factor L is the column-major upper triangular U = L^T. trtri makes U^-1 = V (upper),
+// lauum then X = V V^H, whose column-major upper triangle is the row-major lower triangle of
+// X^T = conj(X) = L^-H L^-1 = A^-1. Only the upper triangle (column-major) is read or written,
+// apart from the diagonal blocks of order at most `leaf`, which are written whole.
+//
+// Every step recurses on halves down to cuBLAS gemm calls on the buffer itself, as
+// jaxmg/kernels/triangular.py does in JAX, but with no slices, sums or concatenations: the
+// triangular products (trmm) and Hermitian rank-k updates (herk) are done in place, the
+// off-diagonal part of each as one gemm that accumulates into its block (beta = 1). A triangular
+// product with a diagonal block of order at most `trmm_leaf` is one gemm with the whole block
+// (trtri leaves zeros below the diagonal of those blocks), through a scratch copy of the operand:
+// cuBLAS's own trmm runs below gemm speed there. Updates of diagonal blocks of order at most
+// `herk_leaf` are one cuBLAS herk. Diagonal blocks of order at most `leaf` are inverted by one
+// trsm against the identity through a leaf x leaf scratch buffer. Column-major (i, j) of the
+// buffer is a[i + j lda].
+template <typename T>
+struct HermitianInverse {
+  cublasHandle_t h;
+  cudaStream_t stream;
+  T* a;
+  int64_t lda;
+  const T* eye;
+  T* scratch;     // leaf x leaf
+  T* operand;     // trmm_leaf x lda: the operand of a leaf triangular product
+  int64_t leaf, trmm_leaf, herk_leaf;
+
+  T* at(int64_t i, int64_t j) const { return a + i + j * lda; }
+
+  void copy(T* dst, int64_t ld_dst, const T* src, int64_t ld_src, int64_t n) const {
+    check_cuda(cudaMemcpy2DAsync(dst, ld_dst * sizeof(T), src, ld_src * sizeof(T), n * sizeof(T), n,
+                                 cudaMemcpyDeviceToDevice, stream),
+               "cudaMemcpy2DAsync(potri)");
+  }
+
+  // c (m x n) = alpha op_a(a) op_b(b) + c, every operand in the buffer (leading dimension lda)
+  void accumulate(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n, int64_t k, double alpha,
+                  const T* x, const T* y, T* c) const {
+    check_blas(gemm(h, op_a, op_b, (int)m, (int)n, (int)k, x, (int)lda, y, (int)lda, c, (int)lda, alpha, 1.0),
+               "cublas gemm (potri)");
+  }
+
+  // x := alpha op(t) x (left; x is n x m) or alpha x op(t) (right; x is m x n), in place, for
+  // upper triangular t of order n at `t` and op N or C. With t = [[T11, T12], [0, T22]]:
+  //   left N:  x1 = T11 x1 + T12 x2, x2 = T22 x2;    left C:  x1 = T11^H x1, x2 = T12^H x1 + T22^H x2;
+  //   right N: x1 = x1 T11, x2 = x1 T12 + x2 T22;    right C: x1 = x1 T11^H + x2 T12^H, x2 = x2 T22^H;
+  // each block is updated after the blocks it reads.
+  void trmm_in_place(bool left, cublasOperation_t op, const T* t, int64_t n, T* x, int64_t m, double alpha) const {
+    if (n <= trmm_leaf) {  // x := alpha op(t) x as one gemm with the whole block t (zero below)
+      const int64_t rows = left ? n : m, cols = left ? m : n;
+      check_cuda(cudaMemcpy2DAsync(operand, rows * sizeof(T), x, lda * sizeof(T), rows * sizeof(T), cols,
+                                   cudaMemcpyDeviceToDevice, stream),
+                 "cudaMemcpy2DAsync(potri)");
+      if (left)
+        check_blas(gemm(h, op, CUBLAS_OP_N, (int)n, (int)m, (int)n, t, (int)lda, operand, (int)rows, x, (int)lda,
+                        alpha, 0.0),
+                   "cublas gemm (potri)");
+      else
+        check_blas(gemm(h, CUBLAS_OP_N, op, (int)m, (int)n, (int)n, operand, (int)rows, t, (int)lda, x, (int)lda,
+                        alpha, 0.0),
+                   "cublas gemm (potri)");
+      return;
+    }
+    const int64_t n1 = split_order(n), n2 = n - n1;
+    const T *t11 = t, *t12 = t + n1 * lda, *t22 = t + n1 + n1 * lda;
+    const bool plain = op == CUBLAS_OP_N;
+    T *x1 = x, *x2 = left ? x + n1 : x + n1 * lda;  // rows (left) or columns (right) n1..n
+    if (left == plain) {  // x1 first: it reads x2 as it was
+      trmm_in_place(left, op, t11, n1, x1, m, alpha);
+      if (left) accumulate(CUBLAS_OP_N, CUBLAS_OP_N, n1, m, n2, alpha, t12, x2, x1);
+      else accumulate(CUBLAS_OP_N, op, m, n1, n2, alpha, x2, t12, x1);
+      trmm_in_place(left, op, t22, n2, x2, m, alpha);
+    } else {  // x2 first: it reads x1 as it was
+      trmm_in_place(left, op, t22, n2, x2, m, alpha);
+      if (left) accumulate(op, CUBLAS_OP_N, n2, m, n1, alpha, t12, x1, x2);
+      else accumulate(CUBLAS_OP_N, CUBLAS_OP_N, m, n2, n1, alpha, x1, t12, x2);
+      trmm_in_place(left, op, t11, n1, x1, m, alpha);
+    }
+  }
+
+  // The upper triangle of c (order n) += x x^H for x (n x k): c11 += x1 x1^H, c12 += x1 x2^H,
+  // c22 += x2 x2^H.
+  void herk_in_place(T* c, int64_t n, const T* x, int64_t k) const {
+    if (n <= herk_leaf) {
+      check_blas(herk(h, CUBLAS_FILL_MODE_UPPER, (int)n, (int)k, 1.0, x, (int)lda, 1.0, c, (int)lda),
+                 "cublas herk (potri)");
+      return;
+    }
+    const int64_t n1 = split_order(n), n2 = n - n1;
+    herk_in_place(c, n1, x, k);
+    accumulate(CUBLAS_OP_N, CUBLAS_OP_C, n1, n2, k, 1.0, x, x + n1, c + n1 * lda);
+    herk_in_place(c + n1 + n1 * lda, n2, x + n1, k);
+  }
+
+  // [[U11, U12], [0, U22]]^-1 = [[V11, -V11 U12 V22], [0, V22]]
+  void trtri(int64_t o, int64_t n) const {
+    if (n <= leaf) {
+      copy(scratch, leaf, eye, leaf, n);
+      check_blas(trsm(h, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, (int)n, (int)n,
+                      at(o, o), (int)lda, scratch, (int)leaf),
+                 "cublas trsm (potri)");
+      copy(at(o, o), lda, scratch, leaf, n);  // V, and exact zeros below its diagonal
+      return;
+    }
+    const int64_t n1 = split_order(n), n2 = n - n1;
+    trtri(o, n1);
+    trtri(o + n1, n2);
+    if (n <= trmm_leaf)  // the block is a whole operand of the leaf products: zero below its diagonal
+      check_cuda(cudaMemset2DAsync(at(o + n1, o), lda * sizeof(T), 0, n2 * sizeof(T), n1, stream),
+                 "cudaMemset2DAsync(potri)");
+    T* a12 = at(o, o + n1);
+    trmm_in_place(true, CUBLAS_OP_N, at(o, o), n1, a12, n2, 1.0);
+    trmm_in_place(false, CUBLAS_OP_N, at(o + n1, o + n1), n2, a12, n1, -1.0);
+  }
+
+  // [[V11, V12], [0, V22]] [[V11, V12], [0, V22]]^H, upper triangle:
+  // [[V11 V11^H + V12 V12^H, V12 V22^H], [., V22 V22^H]]
+  void lauum(int64_t o, int64_t n) const {
+    if (n <= leaf) {
+      copy(scratch, leaf, at(o, o), lda, n);  // V's block, zero below the diagonal
+      check_blas(herk(h, CUBLAS_FILL_MODE_UPPER, (int)n, (int)n, 1.0, scratch, (int)leaf, 0.0, at(o, o), (int)lda),
+                 "cublas herk (potri)");
+      return;
+    }
+    const int64_t n1 = split_order(n), n2 = n - n1;
+    T* a12 = at(o, o + n1);
+    lauum(o, n1);
+    herk_in_place(at(o, o), n1, a12, n2);
+    trmm_in_place(false, CUBLAS_OP_C, at(o + n1, o + n1), n2, a12, n1, 1.0);
+    lauum(o + n1, n2);
+  }
+};
 
 // Runs fn(T{}) for the element type T of `type` (float32 to complex128); false for other types.
 template <typename Fn>
@@ -171,7 +325,60 @@ ffi::Error GemmImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer y, ffi
   }
 }
 
+ffi::Error PotriImpl(cudaStream_t stream, ffi::AnyBuffer factor, ffi::AnyBuffer eye,
+                     ffi::Result<ffi::AnyBuffer> inverse, ffi::Result<ffi::AnyBuffer> scratch,
+                     ffi::Result<ffi::AnyBuffer> operand, int64_t trmm_leaf, int64_t herk_leaf) {
+  auto fd = factor.dimensions(), ed = eye.dimensions(), id = inverse->dimensions(), sd = scratch->dimensions();
+  auto od = operand->dimensions();
+  if (fd.size() != 2 || fd[0] != fd[1] || ed.size() != 2 || ed[0] != ed[1] || id.size() != 2 || sd.size() != 2)
+    return ffi::Error::InvalidArgument("jaxmg_potri: the factor and the identity must be square matrices");
+  const int64_t n = fd[0], leaf = ed[0];
+  if (id[0] != n || id[1] != n || sd[0] != leaf || sd[1] != leaf || leaf < 1 || trmm_leaf < 1 || herk_leaf < 1 ||
+      od.size() != 2 || od[0] != std::min(trmm_leaf, n) || od[1] != n)
+    return ffi::Error::InvalidArgument(cat("jaxmg_potri: the factor is ", n, "x", n, ", the identity ", leaf, "x",
+                                           leaf, ", the results ", id[0], "x", id[1], ", ", sd[0], "x", sd[1], " and ",
+                                           od.size() == 2 ? od[0] : -1, "x", od.size() == 2 ? od[1] : -1,
+                                           ", the leaves ", trmm_leaf, " and ", herk_leaf));
+  const auto type = factor.element_type();
+  if (eye.element_type() != type || inverse->element_type() != type || scratch->element_type() != type ||
+      operand->element_type() != type)
+    return ffi::Error::InvalidArgument("jaxmg_potri: the operands and the results must have one dtype");
+  try {
+    if (!api().blas) throw Failure("jaxmg_potri: cuBLAS was not found in this process");
+    if (n == 0) return ffi::Error::Success();
+    if (inverse->untyped_data() != factor.untyped_data())  // not aliased: work on a copy
+      check_cuda(cudaMemcpyAsync(inverse->untyped_data(), factor.untyped_data(), factor.size_bytes(),
+                                 cudaMemcpyDeviceToDevice, stream),
+                 "cudaMemcpyAsync(potri)");
+    cublasHandle_t h = device_handle();
+    check_blas(api().cublasSetStream(h, stream), "cublasSetStream");
+    bool known = with_type(type, [&](auto zero_value) {
+      using T = decltype(zero_value);
+      HermitianInverse<T> run{h, stream, static_cast<T*>(inverse->untyped_data()), n,
+                              static_cast<const T*>(eye.untyped_data()), static_cast<T*>(scratch->untyped_data()),
+                              static_cast<T*>(operand->untyped_data()), leaf, trmm_leaf, herk_leaf};
+      run.trtri(0, n);
+      run.lauum(0, n);
+    });
+    if (!known) return ffi::Error::InvalidArgument("jaxmg_potri: float32, float64, complex64 or complex128 only");
+    return ffi::Error::Success();
+  } catch (const std::exception& e) {
+    return to_error(e);
+  }
+}
+
 }  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_potri, PotriImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<ffi::AnyBuffer>()   // L in its lower triangle, row-major
+                                  .Arg<ffi::AnyBuffer>()   // the identity of the leaf order
+                                  .Ret<ffi::AnyBuffer>()   // A^-1's lower triangle, row-major (aliases L)
+                                  .Ret<ffi::AnyBuffer>()   // leaf x leaf scratch
+                                  .Ret<ffi::AnyBuffer>()   // min(trmm_leaf, n) x n scratch
+                                  .Attr<int64_t>("trmm_leaf")   // cuBLAS trmm up to this order
+                                  .Attr<int64_t>("herk_leaf")); // cuBLAS herk up to this order
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_gemm, GemmImpl,
                               ffi::Ffi::Bind()

@@ -33,6 +33,9 @@ extern "C" XLA_FFI_Error* jaxmg_sygvd(XLA_FFI_CallFrame* call_frame);
 // general (gemm) and triangular (trmm).
 extern "C" XLA_FFI_Error* jaxmg_gemm(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* jaxmg_trmm(XLA_FFI_CallFrame* call_frame);
+// The Hermitian inverse from a Cholesky factor on the calling GPU (gemm.cc): LAPACK's potri as
+// a recursion of cuBLAS calls, in place.
+extern "C" XLA_FFI_Error* jaxmg_potri(XLA_FFI_CallFrame* call_frame);
 
 void set_process_index(int index);
 int process_index();

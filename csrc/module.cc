@@ -51,6 +51,7 @@ NB_MODULE(_native, m) {
     d["jaxmg_sygvd"] = handler_capsule(jaxmg::jaxmg_sygvd);
     d["jaxmg_gemm"] = handler_capsule(jaxmg::jaxmg_gemm);
     d["jaxmg_trmm"] = handler_capsule(jaxmg::jaxmg_trmm);
+    d["jaxmg_potri"] = handler_capsule(jaxmg::jaxmg_potri);
     return d;
   }, "FFI handler capsules by target name (register with platform='CUDA').");
 

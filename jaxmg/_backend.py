@@ -97,20 +97,23 @@ ONE_GPU_TRMM_MAX_ORDER = 16384
 
 
 def one_gpu_products(grid, n: int) -> tuple:
-    """The (product, triangular product) of the triangular inverses (``jaxmg.kernels.triangular``
-    ``products_through``) of an order-``n`` matrix on ``grid``: cuBLAS's gemm and trmm (no
-    autotuning on the first call) where the grid's mesh is one NVIDIA GPU and the native library
-    is loaded (trmm up to :data:`ONE_GPU_TRMM_MAX_ORDER`), else (None, None): XLA's dots, which
-    XLA partitions over the mesh. ``JAXMG_PRODUCTS=xla`` keeps XLA's dots,
-    ``JAXMG_PRODUCTS=gemm`` uses cuBLAS's gemm only, ``JAXMG_PRODUCTS=trmm`` its trmm at every order."""
+    """The (product, triangular product, Hermitian inverse) of the triangular inverses
+    (``jaxmg.kernels.triangular.products_through``) of an order-``n`` matrix on ``grid``: cuBLAS's
+    gemm and trmm (no autotuning on the first call) and the one-call potri of
+    ``jaxmg.kernels.native.gemm.hermitian_inverse`` where the grid's mesh is one NVIDIA GPU and the
+    native library is loaded (trmm up to :data:`ONE_GPU_TRMM_MAX_ORDER`), else (None, None, None):
+    XLA's dots, which XLA partitions over the mesh. ``JAXMG_PRODUCTS=xla`` keeps XLA's dots,
+    ``recursion`` the Hermitian inverse as a recursion of cuBLAS products, ``gemm`` cuBLAS's gemm
+    only, ``trmm`` its trmm at every order."""
     mesh = grid.mesh
     if mesh.size != 1 or _platform(mesh) not in ("gpu", "cuda"):
-        return None, None
+        return None, None, None
     from .kernels.native import gemm
 
-    general, triangular = gemm.chosen()
+    general, triangular, inverse = gemm.chosen()
     triangular = triangular and (n <= ONE_GPU_TRMM_MAX_ORDER or gemm.trmm_at_every_order())
-    return (gemm.product if general else None), (gemm.triangular_product if triangular else None)
+    return ((gemm.product if general else None), (gemm.triangular_product if triangular else None),
+            (gemm.hermitian_inverse if inverse else None))
 
 
 def default_backend(op: str, mesh) -> str:

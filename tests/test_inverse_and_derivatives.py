@@ -90,11 +90,65 @@ def test_products_through_another_engine():
     np.testing.assert_allclose(np.asarray(got_g), np.linalg.inv(g), rtol=1e-11, atol=1e-12)
     assert {(True, False), (False, False)} <= seen, seen
     assert len([k for k in seen if k[0] == "trmm"]) >= 4, seen
-    assert triangular._ENGINE.get() == (None, None)  # only inside the block
+    assert triangular._ENGINE.get() == (None, None, None)  # only inside the block
     mesh = make_mesh((1, 1), ("x", "y"))
     from jaxmg import _backend
     from jaxmg._layout import Grid
-    assert _backend.one_gpu_products(Grid(mesh, ("x",), ("y",)), 8) == (None, None)  # CPU: XLA's dots
+    assert _backend.one_gpu_products(Grid(mesh, ("x",), ("y",)), 8) == (None, None, None)  # CPU: XLA's dots
+
+
+def test_hermitian_inverse_through_a_one_call_engine():
+    """Given an ``inverse`` engine (cuBLAS's one-call potri on one GPU), hermitian_inverse hands it
+    the lower factor L, from a lower or an upper triangle (Tri(L^H, lower=False)), and no product."""
+    rng = np.random.default_rng(6)
+    a = spd_matrix(rng, 7, np.complex128)
+    low = np.linalg.cholesky(a)
+    got = []
+
+    def inverse(l):
+        got.append(np.asarray(jnp.tril(l)))
+        return jnp.linalg.inv(jnp.tril(l) @ jnp.conj(jnp.tril(l)).T)
+
+    def no_product(*args, **kwargs):
+        raise AssertionError("the inverse engine replaces every product")
+
+    with triangular.products_through(no_product, no_product, inverse):
+        from_lower = triangular.hermitian_inverse(triangular.Tri(low + np.triu(np.ones_like(low), 1), lower=True))
+        from_upper = triangular.hermitian_inverse(triangular.Tri(np.conj(low).T, lower=False))
+    for inv in (from_lower, from_upper):
+        np.testing.assert_allclose(np.asarray(inv), np.linalg.inv(a), rtol=1e-12, atol=1e-12)
+    for l in got:
+        np.testing.assert_allclose(l, low, rtol=1e-14, atol=1e-14)
+
+
+def test_one_gpu_potri_derivative_rule(monkeypatch):
+    """The derivative rule of jaxmg.kernels.native.gemm.hermitian_inverse (A^-1 from L, A = L L^H,
+    L read from the lower triangle), checked with check_grads around the handler's contract: the
+    handler itself (``jaxmg_potri``) runs on GPUs only, so here a reference stands in for it."""
+    from jaxmg.kernels.native import gemm
+
+    real_ffi_call = jax.ffi.ffi_call
+
+    def ffi_call(target, shapes, **kwargs):
+        if target != "jaxmg_potri":
+            return real_ffi_call(target, shapes, **kwargs)
+        assert kwargs["input_output_aliases"] == {0: 0}
+
+        def handler(l, eye, **attrs):  # reads L's triangle only; writes A^-1's lower triangle
+            low = jnp.tril(l)
+            inv = jnp.linalg.inv(low @ jnp.conj(low).T)
+            return (jnp.tril(inv) + jnp.triu(l, 1),) + tuple(jnp.zeros(s.shape, s.dtype) for s in shapes[1:])
+        return handler
+
+    monkeypatch.setattr(jax.ffi, "ffi_call", ffi_call)
+    monkeypatch.setattr(gemm._library, "register", lambda: None)
+    rng = np.random.default_rng(8)
+    for dtype in (np.float64, np.complex128):
+        a = spd_matrix(rng, 6, dtype)
+        factor = np.linalg.cholesky(a) + np.triu(random_matrix(rng, (6, 6), dtype), 1)  # junk above: not read
+        np.testing.assert_allclose(np.asarray(gemm.hermitian_inverse(factor)), np.linalg.inv(a), rtol=1e-12,
+                                   atol=1e-12)
+        jax.test_util.check_grads(gemm.hermitian_inverse, (factor,), order=2, modes=["fwd", "rev"])
 
 MESHES = {
     "explicit-4x2": ((4, 2), AxisType.Explicit, P("x", "y")),

@@ -37,18 +37,20 @@ BASE = 1024
 #: 79.3 / 79.9 ms at N = 16,384 with 512 / 256 / 1024 (benchmarks/results/h200x1/2026-12-02).
 TRMM_BASE = 512
 
-_ENGINE: contextvars.ContextVar = contextvars.ContextVar("jaxmg_triangular_engine", default=(None, None))
+_ENGINE: contextvars.ContextVar = contextvars.ContextVar("jaxmg_triangular_engine", default=(None, None, None))
 
 
 @contextlib.contextmanager
-def products_through(product, trmm=None):
+def products_through(product, trmm=None, inverse=None):
     """While tracing inside this block, every product of this module is
     ``product(x, y, adj_x, adj_y)`` (``op(x) @ op(y)``, op the conjugate transpose where
     ``adj_*``) and, where ``trmm`` is given, every triangular product :func:`trmm` is one call
     ``trmm(t, x, lower=, adj=, unit=, left=)`` (``op(T) @ x`` or ``x @ op(T)``, T the stored
-    triangle ``lower`` of ``t``, unit diagonal where ``unit``); for example cuBLAS on one GPU
-    (``jaxmg.kernels.native.gemm``). None: XLA's dots, which XLA partitions over a mesh."""
-    token = _ENGINE.set((product, trmm))
+    triangle ``lower`` of ``t``, unit diagonal where ``unit``); where ``inverse`` is given,
+    :func:`hermitian_inverse` is one call ``inverse(l)`` (A^-1, both triangles, for A = L L^H with
+    L the lower triangle of ``l``). For example cuBLAS on one GPU (``jaxmg.kernels.native.gemm``).
+    None: XLA's dots, which XLA partitions over a mesh."""
+    token = _ENGINE.set((product, trmm, inverse))
     try:
         yield
     finally:
@@ -233,6 +235,9 @@ def hermitian_inverse(t: Tri, *, base: int | None = None) -> jax.Array:
     L^-1 (L = T, or T^H), A^-1 = W^H W. LAPACK's potri: (2/3) N^3 flops."""
     base = BASE if base is None else base
     lower = t if t.lower else dataclasses.replace(t, adj=not t.adj, lower=True)
+    engine = _ENGINE.get()[2]
+    if engine is not None:
+        return engine(lower.x if not lower.adj else Mat.value(lower))
     w = trtri(lower, base=base)
     return lauum(Tri(w, lower=True), base=base)
 

@@ -886,7 +886,8 @@ if _harness.PUBLIC_API and NPROC == 1:
         g = np.random.default_rng(4).standard_normal((n, n)) + n ** 0.5 * np.eye(n)
         mesh1 = Mesh(np.array(jax.devices()[:1]), ("x",), axis_types=(AxisType.Explicit,))
         grid1 = jaxmg._layout.Grid(mesh1, ("x",), ())
-        assert jaxmg._backend.one_gpu_products(grid1, n) == (gemm.product, gemm.triangular_product)
+        assert jaxmg._backend.one_gpu_products(grid1, n) == (gemm.product, gemm.triangular_product,
+                                                             gemm.hermitian_inverse)
         out = {}
         for backend in ("native", "portable"):
             with jax.set_mesh(mesh1):
@@ -895,6 +896,31 @@ if _harness.PUBLIC_API and NPROC == 1:
             out[f"{backend}_chol"] = relerr(host(inv_a) @ a, np.eye(n))
             out[f"{backend}_lu"] = relerr(host(inv_g) @ g, np.eye(n))
         assert max(out.values()) < 1e-10, out
+        # the one-call potri alone: every dtype, one leaf and several levels, junk above L not read;
+        # the library's leaves, then small ones (every trmm side/op and herk through the gemm recursion)
+        defaults = gemm.INVERSE_LEAF, gemm.TRMM_LEAF, gemm.HERK_LEAF
+        try:
+            for leaves in (defaults, (64, 48, 40), (32, 96, 40)):
+                gemm.INVERSE_LEAF, gemm.TRMM_LEAF, gemm.HERK_LEAF = leaves
+                for dtype in (np.float32, np.float64, np.complex64, np.complex128):
+                    for order in (300, 1500):
+                        _, ad = spd(order, dtype, 5)
+                        low = np.linalg.cholesky(ad.astype(np.complex128 if np.iscomplexobj(ad) else np.float64))
+                        junk = np.triu(np.ones((order, order)), 1).astype(dtype)
+                        inverse = jax.jit(lambda l: gemm.hermitian_inverse(l))  # traced with these leaves
+                        got = host(inverse(jax.numpy.asarray(low.astype(dtype) + junk)))
+                        err = relerr(got.astype(np.complex128) @ ad, np.eye(order))
+                        assert err < (2e-3 if np.finfo(dtype).bits == 32 else 1e-10), (leaves, dtype, order, err)
+                        assert np.allclose(got, np.conj(got).T), (leaves, dtype, order)
+                        out[f"potri_{leaves[0]}_{np.dtype(dtype).name}_{order}"] = err
+        finally:
+            gemm.INVERSE_LEAF, gemm.TRMM_LEAF, gemm.HERK_LEAF = defaults
+        f = lambda l: jax.numpy.sum(jax.numpy.real(gemm.hermitian_inverse(l)) ** 2)  # noqa: E731
+        ref = lambda l: jax.numpy.sum(jax.numpy.real(jax.numpy.linalg.inv(  # noqa: E731
+            jax.numpy.tril(l) @ jax.numpy.tril(l).T)) ** 2)
+        low = jax.numpy.asarray(np.linalg.cholesky(a[:64, :64]))
+        g, g_ref = host(jax.grad(f)(low)), host(jax.grad(ref)(low))
+        assert relerr(g, g_ref) < 1e-10, relerr(g, g_ref)
         return ", ".join(f"{k} {v:.1e}" for k, v in out.items())
 
 

@@ -1,5 +1,5 @@
 """Matrix products on one GPU through cuBLAS (``jaxmg_gemm``, ``jaxmg_trmm``, csrc/gemm.cc),
-without autotuning.
+without autotuning, and the Hermitian inverse from a Cholesky factor (``jaxmg_potri``).
 
 The triangular inverses (``jaxmg.kernels.triangular``) are made of products of many distinct
 shapes. As XLA dots, each shape is autotuned when the program is first compiled, which at order
@@ -26,15 +26,17 @@ def available() -> bool:
     return bool(_library.capabilities().get("gemm"))
 
 
-def chosen() -> tuple[bool, bool]:
-    """(general products, triangular products) through cuBLAS on one GPU: both where
-    :func:`available`, unless the environment variable ``JAXMG_PRODUCTS`` says ``gemm`` (cuBLAS's
-    gemm only; triangular products recurse into general ones) or ``xla`` (XLA's autotuned dots).
+def chosen() -> tuple[bool, bool, bool]:
+    """(general products, triangular products, the Hermitian inverse) through cuBLAS on one GPU:
+    all where :func:`available`, unless the environment variable ``JAXMG_PRODUCTS`` says
+    ``recursion`` (the inverse as jaxmg.kernels.triangular's recursion of cuBLAS products),
+    ``trmm`` (the same with trmm at every order), ``gemm`` (cuBLAS's gemm only; triangular
+    products recurse into general ones) or ``xla`` (XLA's autotuned dots).
     ``jaxmg._backend.one_gpu_products`` decides by the matrix's order where trmm is used."""
     setting = _setting()
     if setting == "xla" or not available():
-        return False, False
-    return True, setting != "gemm"
+        return False, False, False
+    return True, setting != "gemm", setting == "cublas"
 
 
 def trmm_at_every_order() -> bool:
@@ -112,3 +114,48 @@ def triangular_product(t: jax.Array, x: jax.Array, *, lower: bool, adj: bool = F
     diagonal where ``unit``, op the conjugate transpose where ``adj``; x (n, s) or (r, n),
     row-major, t's dtype. Differentiable (tangents through XLA's dots)."""
     return _triangular_product(t, x, bool(lower), bool(adj), bool(unit), bool(left))
+
+
+#: :func:`hermitian_inverse`'s handler inverts diagonal blocks of at most this order by one
+#: cuBLAS trsm against the identity (through a scratch buffer of this order squared), does each
+#: triangular product with a diagonal block of order at most ``TRMM_LEAF`` as one gemm (through a
+#: ``TRMM_LEAF`` x n scratch buffer) and each Hermitian rank-k update of order at most
+#: ``HERK_LEAF`` as one cuBLAS herk; everything above is cuBLAS gemm calls.
+INVERSE_LEAF = 512
+TRMM_LEAF = 512
+HERK_LEAF = 2048
+
+
+@jax.custom_jvp
+def _hermitian_inverse(factor):
+    _library.register()
+    n = factor.shape[0]
+    leaf = max(1, min(INVERSE_LEAF, n))
+    eye = jnp.eye(leaf, dtype=factor.dtype)
+    shapes = (jax.ShapeDtypeStruct((n, n), factor.dtype), jax.ShapeDtypeStruct((leaf, leaf), factor.dtype),
+              jax.ShapeDtypeStruct((min(TRMM_LEAF, n), n), factor.dtype))
+    lower, _, _ = jax.ffi.ffi_call("jaxmg_potri", shapes, input_output_aliases={0: 0}, vmap_method="sequential")(
+        factor, eye, trmm_leaf=np.int64(TRMM_LEAF), herk_leaf=np.int64(HERK_LEAF))
+    lower = jnp.tril(lower)
+    return lower + jnp.conj(jnp.tril(lower, -1)).T
+
+
+@_hermitian_inverse.defjvp
+def _hermitian_inverse_jvp(primals, tangents):
+    # d(A^-1) = -A^-1 dA A^-1 with dA = dL L^H + L dL^H, through XLA's dots (JAX can transpose them)
+    (factor,), (dfactor,) = primals, tangents
+    inverse = _hermitian_inverse(factor)
+    low, dlow = jnp.tril(factor), jnp.tril(dfactor)
+    hi = jax.lax.Precision.HIGHEST
+    da = jnp.matmul(dlow, jnp.conj(low).T, precision=hi)
+    da = da + jnp.conj(da).T
+    return inverse, -jnp.matmul(inverse, jnp.matmul(da, inverse, precision=hi), precision=hi)
+
+
+def hermitian_inverse(factor: jax.Array) -> jax.Array:
+    """A^-1 (n, n, both triangles) on this GPU for A = L L^H, from the lower triangular factor L
+    in ``factor``'s lower triangle (the other triangle is not read), row-major, float32 to
+    complex128: LAPACK's potri ((2/3) n^3 flops) as one call that recurses into cuBLAS gemm calls
+    on the factor's own buffer, in place (``jaxmg_potri``, csrc/gemm.cc). Differentiable
+    (tangents through XLA's dots)."""
+    return _hermitian_inverse(factor)

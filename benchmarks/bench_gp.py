@@ -155,17 +155,21 @@ def bench_inverse(args, n, dtype, mesh, emit, out):
     from _common import generator
 
     from jaxmg.kernels import triangular
+    from jaxmg.kernels.native import gemm
 
     sharding = NamedSharding(mesh, P("x", None))
     a = generator(n, dtype, sharding)()
     default_base, default_trmm_base = triangular.BASE, triangular.TRMM_BASE
-    configs = [(b, k, t) for b in args.solvers for k in (args.bases or [default_base])
-               for t in (args.trmm_bases or [default_trmm_base])]
-    for backend, base, trmm_base in configs:
+    default_leaves = (gemm.INVERSE_LEAF, gemm.TRMM_LEAF, gemm.HERK_LEAF)
+    leaves_list = [tuple(int(v) for v in text.split(",")) for text in args.leaves] if args.leaves else [default_leaves]
+    configs = [(b, k, t, leaves) for b in args.solvers for k in (args.bases or [default_base])
+               for t in (args.trmm_bases or [default_trmm_base]) for leaves in leaves_list]
+    for backend, base, trmm_base, leaves in configs:
         triangular.BASE, triangular.TRMM_BASE = base, trmm_base  # read when the functions below are traced
+        gemm.INVERSE_LEAF, gemm.TRMM_LEAF, gemm.HERK_LEAF = leaves
         rec = dict(bench="inverse", n=n, dtype=jnp.dtype(dtype).name, solver=f"jaxmg {backend}",
                    devices=jax.device_count(), device_kind=jax.devices()[0].device_kind,
-                   date=time.strftime("%Y-%m-%d"), base=base, trmm_base=trmm_base)
+                   date=time.strftime("%Y-%m-%d"), base=base, trmm_base=trmm_base, one_gpu_leaves=list(leaves))
         try:
             factor = jax.jit(lambda m: jaxmg.Cholesky(m, backend=backend).state)
             inverse = jax.jit(lambda m: jaxmg.Cholesky(m, backend=backend).inverse())
@@ -185,6 +189,7 @@ def bench_inverse(args, n, dtype, mesh, emit, out):
             rec["error"] = f"{type(e).__name__}: {str(e)[:300]}"
         emit(out, rec)
     triangular.BASE, triangular.TRMM_BASE = default_base, default_trmm_base
+    gemm.INVERSE_LEAF, gemm.TRMM_LEAF, gemm.HERK_LEAF = default_leaves
     if jax.device_count() == 1 and args.plain:  # plain JAX's inverses: one device
         rec = dict(bench="inverse", n=n, dtype=jnp.dtype(dtype).name, solver="plain JAX", devices=1,
                    device_kind=jax.devices()[0].device_kind, date=time.strftime("%Y-%m-%d"))
@@ -215,6 +220,9 @@ def main(argv=None):
                         help="with --inverse: the triangular recursion's base orders to time (default: the library's)")
     parser.add_argument("--trmm-bases", type=int, nargs="+", default=None,
                         help="with --inverse: the triangular products' base orders to time (default: the library's)")
+    parser.add_argument("--leaves", nargs="+", default=None, metavar="INVERSE,TRMM,HERK",
+                        help="with --inverse: leaf orders of the one-GPU inverse (jaxmg.kernels.native.gemm "
+                             "INVERSE_LEAF, TRMM_LEAF, HERK_LEAF) to time, e.g. 512,512,2048 (default: the library's)")
     parser.add_argument("--out", default="benchmarks/results/gp.jsonl")
     args = parser.parse_args(argv)
 

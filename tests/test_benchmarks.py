@@ -86,9 +86,11 @@ def test_bench_gp_writes_the_loss_and_the_inverses(tmp_path):
     """The GP loss (plain JAX, then jaxmg) and the inverses (jaxmg's, then plain JAX's); the
     gradient equals plain JAX's."""
     records = _bench("bench_gp.py", tmp_path / "gp.jsonl", "--sizes", "64", "--dtypes", "float64",
-                     "--solvers", "portable", "--runs", "1", "--inverse")
+                     "--solvers", "portable", "--runs", "1", "--inverse", "--leaves", "512,512,2048", "64,32,128")
     assert [(r["bench"], r["solver"]) for r in records] == [
-        ("gp", "plain JAX"), ("gp", "jaxmg portable"), ("inverse", "jaxmg portable"), ("inverse", "plain JAX")]
+        ("gp", "plain JAX"), ("gp", "jaxmg portable"), ("inverse", "jaxmg portable"), ("inverse", "jaxmg portable"),
+        ("inverse", "plain JAX")]
+    assert [r["one_gpu_leaves"] for r in records[2:4]] == [[512, 512, 2048], [64, 32, 128]]
     loss = records[1]
     assert loss["value_and_grad_s"] > 0 and loss["first_call_s"] > 0 and loss["eager_value_and_grad_s"] > 0
     assert loss["value_rel_diff"] < 1e-12 and loss["grad_rel_diff"] < 1e-10

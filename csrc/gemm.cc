@@ -50,8 +50,8 @@ cuDoubleComplex scalar<cuDoubleComplex>(double v) {
   return make_cuDoubleComplex(v, 0.0);
 }
 
-// cuBLAS's gemm, trmm, trsm and herk (syrk for real types) of each element type: trsm with
-// alpha = 1, the others with the given real alpha (``scale``) and beta (``keep``).
+// cuBLAS's gemm, trmm, trsm and herk (syrk for real types) of each element type: trmm and trsm
+// with alpha = 1, gemm and herk with the given real alpha (``scale``) and beta (``keep``).
 #define JAXMG_GEMM_TRMM(T, R, GEMM, TRMM, TRSM, HERK)                                                        \
   cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,      \
                       const T* a, int lda, const T* b, int ldb, T* c, int ldc, double scale = 1.0,            \
@@ -60,9 +60,9 @@ cuDoubleComplex scalar<cuDoubleComplex>(double v) {
     return api().GEMM(h, ta, tb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc);                            \
   }                                                                                                          \
   cublasStatus_t trmm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t op,   \
-                      cublasDiagType_t diag, int m, int n, double scale, const T* t, int ldt, const T* x,     \
-                      int ldx, T* c, int ldc) {                                                              \
-    const T alpha = scalar<T>(scale);                                                                        \
+                      cublasDiagType_t diag, int m, int n, const T* t, int ldt, const T* x, int ldx, T* c,    \
+                      int ldc) {                                                                             \
+    const T alpha = scalar<T>(1.0);                                                                          \
     return api().TRMM(h, side, uplo, op, diag, m, n, &alpha, t, ldt, x, ldx, c, ldc);                        \
   }                                                                                                          \
   cublasStatus_t trsm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t op,   \
@@ -107,8 +107,8 @@ template <typename T>
 void triangular_product(cublasHandle_t h, const T* t, int64_t n, bool lower, int64_t op, bool unit, const T* x,
                         int64_t r, int64_t s, bool left, T* c) {
   check_blas(trmm(h, left ? CUBLAS_SIDE_RIGHT : CUBLAS_SIDE_LEFT, lower ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER,
-                  op_of(op), unit ? CUBLAS_DIAG_UNIT : CUBLAS_DIAG_NON_UNIT, (int)s, (int)r, 1.0, t, (int)n, x, (int)s,
-                  c, (int)s),
+                  op_of(op), unit ? CUBLAS_DIAG_UNIT : CUBLAS_DIAG_NON_UNIT, (int)s, (int)r, t, (int)n, x, (int)s, c,
+                  (int)s),
              "cublas trmm");
 }
 
@@ -123,7 +123,8 @@ int64_t split_order(int64_t n) {
 // lower factor L is the column-major upper triangular U = L^T. trtri makes U^-1 = V (upper),
 // lauum then X = V V^H, whose column-major upper triangle is the row-major lower triangle of
 // X^T = conj(X) = L^-H L^-1 = A^-1. Only the upper triangle (column-major) is read or written,
-// apart from the diagonal blocks of order at most `leaf`, which are written whole.
+// apart from the diagonal blocks of order at most `leaf` or `trmm_leaf`, below whose diagonal
+// trtri writes zeros.
 //
 // Every step recurses on halves down to cuBLAS gemm calls on the buffer itself, as
 // jaxmg/kernels/triangular.py does in JAX, but with no slices, sums or concatenations: the
@@ -148,8 +149,9 @@ struct HermitianInverse {
 
   T* at(int64_t i, int64_t j) const { return a + i + j * lda; }
 
-  void copy(T* dst, int64_t ld_dst, const T* src, int64_t ld_src, int64_t n) const {
-    check_cuda(cudaMemcpy2DAsync(dst, ld_dst * sizeof(T), src, ld_src * sizeof(T), n * sizeof(T), n,
+  // the rows x cols block at src (leading dimension ld_src) to dst (leading dimension ld_dst)
+  void copy(T* dst, int64_t ld_dst, const T* src, int64_t ld_src, int64_t rows, int64_t cols) const {
+    check_cuda(cudaMemcpy2DAsync(dst, ld_dst * sizeof(T), src, ld_src * sizeof(T), rows * sizeof(T), cols,
                                  cudaMemcpyDeviceToDevice, stream),
                "cudaMemcpy2DAsync(potri)");
   }
@@ -169,9 +171,7 @@ struct HermitianInverse {
   void trmm_in_place(bool left, cublasOperation_t op, const T* t, int64_t n, T* x, int64_t m, double alpha) const {
     if (n <= trmm_leaf) {  // x := alpha op(t) x as one gemm with the whole block t (zero below)
       const int64_t rows = left ? n : m, cols = left ? m : n;
-      check_cuda(cudaMemcpy2DAsync(operand, rows * sizeof(T), x, lda * sizeof(T), rows * sizeof(T), cols,
-                                   cudaMemcpyDeviceToDevice, stream),
-                 "cudaMemcpy2DAsync(potri)");
+      copy(operand, rows, x, lda, rows, cols);
       if (left)
         check_blas(gemm(h, op, CUBLAS_OP_N, (int)n, (int)m, (int)n, t, (int)lda, operand, (int)rows, x, (int)lda,
                         alpha, 0.0),
@@ -216,11 +216,11 @@ struct HermitianInverse {
   // [[U11, U12], [0, U22]]^-1 = [[V11, -V11 U12 V22], [0, V22]]
   void trtri(int64_t o, int64_t n) const {
     if (n <= leaf) {
-      copy(scratch, leaf, eye, leaf, n);
+      copy(scratch, leaf, eye, leaf, n, n);
       check_blas(trsm(h, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, (int)n, (int)n,
                       at(o, o), (int)lda, scratch, (int)leaf),
                  "cublas trsm (potri)");
-      copy(at(o, o), lda, scratch, leaf, n);  // V, and exact zeros below its diagonal
+      copy(at(o, o), lda, scratch, leaf, n, n);  // V, and exact zeros below its diagonal
       return;
     }
     const int64_t n1 = split_order(n), n2 = n - n1;
@@ -238,7 +238,7 @@ struct HermitianInverse {
   // [[V11 V11^H + V12 V12^H, V12 V22^H], [., V22 V22^H]]
   void lauum(int64_t o, int64_t n) const {
     if (n <= leaf) {
-      copy(scratch, leaf, at(o, o), lda, n);  // V's block, zero below the diagonal
+      copy(scratch, leaf, at(o, o), lda, n, n);  // V's block, zero below the diagonal
       check_blas(herk(h, CUBLAS_FILL_MODE_UPPER, (int)n, (int)n, 1.0, scratch, (int)leaf, 0.0, at(o, o), (int)lda),
                  "cublas herk (potri)");
       return;
@@ -377,8 +377,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_potri, PotriImpl,
                                   .Ret<ffi::AnyBuffer>()   // A^-1's lower triangle, row-major (aliases L)
                                   .Ret<ffi::AnyBuffer>()   // leaf x leaf scratch
                                   .Ret<ffi::AnyBuffer>()   // min(trmm_leaf, n) x n scratch
-                                  .Attr<int64_t>("trmm_leaf")   // cuBLAS trmm up to this order
-                                  .Attr<int64_t>("herk_leaf")); // cuBLAS herk up to this order
+                                  .Attr<int64_t>("trmm_leaf")   // triangular products by one gemm up to this order
+                                  .Attr<int64_t>("herk_leaf")); // rank-k updates by one herk up to this order
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_gemm, GemmImpl,
                               ffi::Ffi::Bind()

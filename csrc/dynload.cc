@@ -70,7 +70,7 @@ bool load(const std::vector<std::string>& deps, const std::vector<std::string>& 
   if (!mp_lib) {
     std::string last = a.log.empty() ? "" : a.log.back();
     a.error = "cuSOLVERMp (libcusolverMp.so.0) could not be loaded; install nvidia-cusolvermp-cu13 "
-              "(pip install 'jaxmg[cuda13]'). Last attempt: " + last;
+              "(pip install nvidia-cusolvermp-cu13). Last attempt: " + last;
     return false;
   }
   std::string missing;

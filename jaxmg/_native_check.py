@@ -33,8 +33,8 @@ def fix_for(reason: str) -> str:
                 "source folder, after pip install \".[cuda13]\" (on a build node without GPUs, "
                 "set JAXMG_CUDA=13)")
     if "cuSOLVERMp" in reason or "NCCL" in reason or "load" in reason:
-        return ("install the libraries with pip install \"jaxmg[cuda13]\" (nvidia-cusolvermp-cu13, "
-                "nvidia-nccl-cu13), or point JAXMG_CUSOLVERMP_LIBRARY / JAXMG_NCCL_LIBRARY at them")
+        return ("install the libraries with pip install nvidia-cusolvermp-cu13 nvidia-nccl-cu13 "
+                "(-cu12 for CUDA 12), or point JAXMG_CUSOLVERMP_LIBRARY / JAXMG_NCCL_LIBRARY at them")
     return "see python -m jaxmg.info"
 
 

@@ -1,6 +1,7 @@
 """Lineax solvers backed by jaxmg: distributed Cholesky, LU and QR for ``lineax.linear_solve``.
 
-Lineax (https://docs.kidger.site/lineax) is an optional dependency: ``pip install "jaxmg[lineax]"``.
+Lineax (https://docs.kidger.site/lineax) is an optional dependency: ``pip install lineax``
+(or ``pip install ".[lineax]"`` in jaxmg's source folder).
 The four solvers are ``lineax.AbstractLinearSolver`` subclasses and slot into Lineax
 wherever its own solvers do:
 
@@ -48,7 +49,7 @@ try:
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "jaxmg.lineax needs Lineax, which is not installed; install it with "
-        "pip install \"jaxmg[lineax]\" (or pip install lineax)."
+        "pip install lineax (or, in jaxmg's source folder, pip install \".[lineax]\")."
     ) from error
 
 import equinox as eqx

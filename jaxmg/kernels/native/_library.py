@@ -105,7 +105,8 @@ def unavailable_reason() -> str | None:
     except ImportError as e:
         if _native_file() is None:
             reason = ("the native extension jaxmg._native is not built; reinstall jaxmg on a machine "
-                      "with the CUDA toolkit and the cuSOLVERMp/NCCL headers (pip install 'jaxmg[cuda13]')")
+                      "with the CUDA toolkit and the cuSOLVERMp/NCCL headers "
+                      "(in jaxmg's source folder: pip install \".[cuda13]\")")
         else:
             reason = f"the native extension {_native_file()} is built but cannot be imported: {e}"
     else:

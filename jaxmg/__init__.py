@@ -15,7 +15,7 @@ if _os.environ.get("JAXMG_COORDINATOR"):  # started by jaxmg.launch: join the ot
 
     _initialize_from_environment()
 
-from ._backend import default_backend  # noqa: E402
+from .info import default_backend, route  # noqa: E402
 from ._layout import Grid, auto_tile  # noqa: E402
 from .functional import (  # noqa: E402
     cholesky,
@@ -42,7 +42,7 @@ def __getattr__(name):
     if name in ("lineax", "numpy", "scipy"):
         import importlib
 
-        return importlib.import_module(".lineax", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'jaxmg' has no attribute {name!r}")
 
 __all__ = [
@@ -56,6 +56,7 @@ __all__ = [
     "NativeBackendWarning",
     "auto_tile",
     "default_backend",
+    "route",
     "cholesky",
     "gesvd",
     "least_squares",

@@ -1,6 +1,6 @@
 """Dense compositions shared by the wide-matrix paths and the JAX-shaped namespaces.
 
-The conjugate transpose of a matrix and of its ``matrix_specs``, column slices, and
+The conjugate transpose of a matrix, column slices, and
 products whose output layout is stated where the mesh has Explicit axes (where JAX
 cannot infer it from a contraction over a sharded dimension). Every function is plain
 JAX: it works eagerly, under ``jax.jit``, ``jax.vmap`` and differentiation.
@@ -14,33 +14,11 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
-from ._layout import Held
 
 
 def adjoint(a):
     """The conjugate transpose of the last two dimensions of ``a``."""
     return jnp.conj(jnp.swapaxes(a, -1, -2))
-
-
-def _swapped(spec):
-    if isinstance(spec, Held):
-        return Held(_swapped(spec.spec))
-    if isinstance(spec, P):
-        entries = tuple(spec) + (None,) * (2 - len(tuple(spec)))
-        return P(entries[1], entries[0])
-    return spec
-
-
-def adjoint_specs(matrix_specs):
-    """``matrix_specs`` of a matrix, turned into those of its conjugate transpose: the matrix's
-    spec (alone, or first in a list) has its row and column entries swapped; right-hand-side
-    specs are kept."""
-    if matrix_specs is None:
-        return None
-    if isinstance(matrix_specs, (list, tuple)) and not isinstance(matrix_specs, P):
-        specs = list(matrix_specs)
-        return type(matrix_specs)([_swapped(specs[0])] + specs[1:]) if specs else matrix_specs
-    return _swapped(matrix_specs)
 
 
 def columns(a, start: int, stop: int):

@@ -25,6 +25,9 @@ import jax
 import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec as P
 
+from . import _context
+from ._context import concrete_value
+
 AnyMesh = Union[Mesh, AbstractMesh]
 Axes = tuple  # tuple[str, ...]
 
@@ -60,21 +63,22 @@ class Grid:
     @property
     def spec(self) -> P:
         """The partition spec of a matrix laid out on this grid."""
-        return P(_entry(self.row_axes), _entry(self.col_axes))
+        return P(entry(self.row_axes), entry(self.col_axes))
 
     @classmethod
     def from_spec(cls, mesh: AnyMesh, spec: P) -> "Grid":
         """The grid of a matrix laid out as ``spec`` on ``mesh`` (checked as everywhere)."""
-        entries = _validate_spec(spec, mesh, "a", 2)
+        entries = validate_spec(spec, mesh, "a", 2)
         return cls(mesh, entry_axes(entries[0]), entry_axes(entries[1]))
 
     def rows_spec(self, ndim: int) -> P:
         """The spec of a right-hand side whose rows follow this grid's process rows."""
         axes = self.row_axes or self.col_axes
-        return P(_entry(axes), *([None] * (ndim - 1)))
+        return P(entry(axes), *([None] * (ndim - 1)))
 
 
-def _entry(axes: Axes):
+def entry(axes: Axes):
+    """The PartitionSpec entry for the mesh axes ``axes`` (None for none)."""
     if not axes:
         return None
     return axes[0] if len(axes) == 1 else tuple(axes)
@@ -108,41 +112,13 @@ def _is_tracer(x) -> bool:
     return isinstance(x, jax.core.Tracer)
 
 
-def eager_value(x, *, through_vmap: bool = False):
-    """The concrete array under the tracers of eager transformations, or None.
-
-    ``jax.grad``, ``jvp``, ``linearize`` (and, with ``through_vmap``, ``vmap``, whose value
-    has one more axis) called outside ``jax.jit`` wrap a concrete array in tracers; its
-    sharding says where the computation runs. Inside ``jax.jit`` there is none: None.
-    """
-    while _is_tracer(x):
-        inner = getattr(x, "primal", None)  # JVPTracer, LinearizeTracer
-        if inner is None and through_vmap and hasattr(x, "batch_dim"):
-            inner = x.val  # BatchTracer
-        if inner is None:
-            return None  # a jit tracer: no concrete value
-        x = inner
-    return x
-
-
-def under_eager_vmap(x) -> bool:
-    """Whether ``x`` is a tracer of ``jax.vmap`` called outside ``jax.jit`` (over concrete arrays)."""
-    return _is_tracer(x) and eager_value(x) is None and eager_value(x, through_vmap=True) is not None
-
-
-def is_eager(xs) -> bool:
-    """Whether every array in ``xs`` (None allowed) is concrete or an eager transformation's
-    tracer of a concrete array: the call can then run as its own compiled call."""
-    return all(x is None or eager_value(x, through_vmap=True) is not None for x in xs)
-
-
 def known_sharding(x) -> Optional[NamedSharding]:
     """The NamedSharding of ``x`` if it is known at trace time, else None.
 
     Concrete arrays, and tracers of eager transformations of them, report their sharding.
     Inside ``jax.jit`` only Explicit mesh axes carry a layout; with Auto axes it is unknown.
     """
-    base = eager_value(x)
+    base = concrete_value(x)
     if base is not None and base is not x:
         x = base
     if _is_tracer(x):
@@ -170,7 +146,7 @@ def mesh_of(x) -> Optional[AnyMesh]:
     """The mesh ``x`` is placed on, concrete or abstract, if any (Auto axes included).
 
     Under eager transformations the mesh is read from the concrete array beneath the tracers."""
-    base = eager_value(x, through_vmap=True)
+    base = concrete_value(x, through_vmap=True)
     if base is not None:
         x = base
     if _is_tracer(x):
@@ -185,16 +161,6 @@ def mesh_of(x) -> Optional[AnyMesh]:
     if isinstance(sharding, NamedSharding) and not sharding.mesh.empty:
         return sharding.mesh
     return None
-
-
-def tracing() -> bool:
-    """Whether a transformation (jit, grad, vmap, ...) is tracing: ``jax.set_mesh`` and
-    ``jax.sharding.get_mesh`` then refuse to run."""
-    try:
-        jax.sharding.get_mesh()
-    except ValueError:
-        return True
-    return False
 
 
 def _set_mesh_while_tracing() -> Optional[Mesh]:
@@ -216,7 +182,7 @@ def context_mesh(eager: bool = False) -> Optional[AnyMesh]:
 
     ``eager`` says that the call's arrays are concrete or eager transformations' tracers
     of concrete arrays, so that the concrete mesh is wanted even while those trace."""
-    if not tracing():
+    if not _context.tracing():
         concrete = jax.sharding.get_mesh()
     else:
         concrete = _set_mesh_while_tracing() if eager else None
@@ -228,20 +194,30 @@ def context_mesh(eager: bool = False) -> Optional[AnyMesh]:
     return None
 
 
-def resolve_mesh(mesh, a, others: Sequence = ()) -> AnyMesh:
-    """The mesh a call runs on: ``mesh`` if given, else a's mesh, else that of another
-    argument (``others``), else the context mesh, else the 1 x 1 mesh of a's device."""
+def check_mesh(mesh) -> None:
+    """``mesh=`` must be a Mesh or AbstractMesh with axes."""
+    if not isinstance(mesh, (Mesh, AbstractMesh)):
+        raise TypeError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}.")
+    if mesh.empty:
+        raise ValueError("mesh has no axes; pass a mesh made with jax.make_mesh.")
+
+
+def resolve_mesh(mesh, a, others: Sequence = ()) -> Optional[AnyMesh]:
+    """The mesh a call runs on: ``mesh`` if given, else a's mesh, else that of another argument
+    (``others``), else the context mesh (``jax.set_mesh``), else the 1 x 1 mesh of a's device where
+    that device is known (eagerly, or in a process with one device); else None: inside
+    ``jax.jit`` on several devices an array without a known layout is on no known mesh."""
     if mesh is not None:
-        if not isinstance(mesh, (Mesh, AbstractMesh)):
-            raise TypeError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}.")
-        if mesh.empty:
-            raise ValueError("mesh has no axes; pass a mesh made with jax.make_mesh.")
+        check_mesh(mesh)
         return mesh
     found = mesh_of(a)
     for x in others:
         found = found or mesh_of(x)
-    found = found or context_mesh(eager=is_eager((a,) + tuple(others)))
-    return found if found is not None else device_mesh(a)
+    eager = _context.is_eager((a,) + tuple(others))
+    found = found or context_mesh(eager=eager)
+    if found is None and (eager or jax.device_count() == 1):
+        found = device_mesh(a)
+    return found
 
 
 #: The axis names of the 1 x 1 mesh of a call that finds no mesh anywhere.
@@ -254,7 +230,7 @@ def device_mesh(x) -> Mesh:
     With no mesh anywhere (plain single-device arrays, no ``jax.set_mesh``, no ``mesh=``)
     a call runs on that device as a 1 x 1 process grid, as ``jax.scipy.linalg`` would.
     """
-    base = eager_value(x, through_vmap=True)
+    base = concrete_value(x, through_vmap=True)
     devices = getattr(getattr(base, "sharding", None), "device_set", None)
     device = next(iter(devices)) if devices is not None and len(devices) == 1 else jax.devices()[0]
     return _one_device_mesh(device)
@@ -266,24 +242,14 @@ def _one_device_mesh(device) -> Mesh:
                 axis_types=(jax.sharding.AxisType.Auto,) * 2)
 
 
-@dataclasses.dataclass(frozen=True)
-class Held:
-    """Internal entry of ``matrix_specs``: the layout ``spec`` in which the caller holds a
-    matrix that the computation lays out on the grid's default instead (matrix outputs
-    return to ``spec``). Eager calls pass it for replicated matrices, whose layout a
-    compiled call on Auto mesh axes could not read."""
-
-    spec: P
-
-
-def _split_specs(matrix_specs, count: int) -> tuple:
+def split_specs(matrix_specs, count: int) -> tuple:
     """``matrix_specs`` is one PartitionSpec (for ``a``) or one per matrix argument."""
     if matrix_specs is None:
         return (None,) * count
-    if isinstance(matrix_specs, (P, Held)):
+    if isinstance(matrix_specs, P):
         return (matrix_specs,) + (None,) * (count - 1)
     if isinstance(matrix_specs, (list, tuple)) and all(
-        s is None or isinstance(s, (P, Held)) for s in matrix_specs
+        s is None or isinstance(s, P) for s in matrix_specs
     ):
         specs = tuple(matrix_specs)
         if len(specs) > count:
@@ -298,7 +264,7 @@ def _split_specs(matrix_specs, count: int) -> tuple:
     )
 
 
-def _validate_spec(spec: P, mesh: AnyMesh, name: str, ndim: int) -> tuple:
+def validate_spec(spec: P, mesh: AnyMesh, name: str, ndim: int) -> tuple:
     entries = tuple(spec)
     if len(entries) > ndim:
         raise ValueError(
@@ -326,7 +292,12 @@ def _validate_spec(spec: P, mesh: AnyMesh, name: str, ndim: int) -> tuple:
     return entries
 
 
-def _check_divides(shape, entries, mesh: AnyMesh, name: str, fix: Optional[str] = None) -> None:
+def divides(shape, entries, mesh: AnyMesh) -> bool:
+    """Whether every dimension of ``shape`` is divisible by the mesh axes of its spec entry."""
+    return all(extent % _axes_size(mesh, entry_axes(e)) == 0 for extent, e in zip(shape, tuple(entries)))
+
+
+def check_divides(shape, entries, mesh: AnyMesh, name: str, fix: Optional[str] = None) -> None:
     """Each dimension of ``shape`` must be divisible by the mesh axes of its spec entry."""
     for dim, (extent, entry) in enumerate(zip(shape, entries)):
         size = _axes_size(mesh, entry_axes(entry))
@@ -403,23 +374,21 @@ def resolve(mesh, matrix_specs, matrices: Sequence[tuple], num_rhs: int = 0, rhs
     mesh = resolve_mesh(mesh, a, [x for x, _ in matrices[1:]] + list(rhs))
     for x, name in matrices:
         check_reachable(x, name, mesh)
-    specs = _split_specs(matrix_specs, len(matrices) + num_rhs)
-    held = specs[0].spec if isinstance(specs[0], Held) else None
-    specs = tuple(None if isinstance(s, Held) else s for s in specs)
+    specs = split_specs(matrix_specs, len(matrices) + num_rhs)
 
     spec_a = specs[0]
-    given = held if held is not None else caller_spec(a, mesh)
+    given = caller_spec(a, mesh)
     if spec_a is None:
         spec_a = given if given is not None and not _is_replicated(given) else default_spec(mesh)
-    entries = _validate_spec(spec_a, mesh, a_name, 2)
+    entries = validate_spec(spec_a, mesh, a_name, 2)
     grid = Grid(mesh, entry_axes(entries[0]), entry_axes(entries[1]))
     for (x, name), spec in zip(matrices, specs[: len(matrices)]):
-        if spec is not None and P(*_validate_spec(spec, mesh, name, 2)) != grid.spec:
+        if spec is not None and P(*validate_spec(spec, mesh, name, 2)) != grid.spec:
             raise ValueError(
                 f"the spec of {name}, {spec}, differs from that of {a_name}, {grid.spec}; "
                 f"both matrices must share one layout."
             )
-        _check_divides(x.shape, entries, mesh, name)
+        check_divides(x.shape, entries, mesh, name)
     out_spec = given if given is not None and specs[0] is None else grid.spec
     return Layout(grid, out_spec, tuple(specs[len(matrices):]))
 
@@ -428,7 +397,7 @@ def check_reachable(x, name: str, mesh: AnyMesh, target: str = "mesh=", fix: Opt
     """Inside ``jax.jit`` an array cannot move to a mesh of another shape or other axes (eagerly
     it is transferred): say so, naming ``target`` (where ``mesh`` came from) and ``fix``,
     instead of JAX's divisibility or device-assignment error."""
-    if not _is_tracer(x) or is_eager((x,)):
+    if not _is_tracer(x) or _context.is_eager((x,)):
         return
     own = mesh_of(x)
     if own is None or own.empty:
@@ -452,18 +421,18 @@ def resolve_rhs(x, name: str, grid: Grid, spec: Optional[P] = None) -> tuple:
         spec = caller_spec(x, grid.mesh)
     if spec is None:
         spec = grid.rows_spec(x.ndim)
-    entries = _validate_spec(spec, grid.mesh, name, x.ndim)
+    entries = validate_spec(spec, grid.mesh, name, x.ndim)
     home = None
     if x.ndim == 2 and entry_axes(entries[1]):
         home, entries = P(*entries), (entries[0], None)
-    _check_divides(x.shape[:1], entries[:1], grid.mesh, name)
+    check_divides(x.shape[:1], entries[:1], grid.mesh, name)
     return P(*entries), home
 
 
 def check_output_fits(shape, spec: P, mesh: AnyMesh, what: str) -> None:
     """An output of ``shape`` must be divisible by the mesh axes of ``spec``."""
     entries = tuple(spec) + (None,) * (len(shape) - len(tuple(spec)))
-    _check_divides(shape, entries, mesh, what, fix="choose a mesh or spec that divides it")
+    check_divides(shape, entries, mesh, what, fix="choose a mesh or spec that divides it")
 
 
 def auto_tile(shape, grid: Grid) -> int:
@@ -485,3 +454,15 @@ def auto_tile(shape, grid: Grid) -> int:
 def padded_extent(local: int, tile: int) -> int:
     """A local extent rounded up to a whole number of tiles (what the native layout pads to)."""
     return -(-local // tile) * tile
+
+
+def batch_axes(mesh: AnyMesh, size: int) -> Axes:
+    """The mesh axes to spread a stack of ``size`` matrices over: the longest run of the mesh's
+    axes, in order, whose devices divide ``size`` (none where even one axis does not)."""
+    names = tuple(mesh.axis_names)
+    for count in range(len(names), 0, -1):
+        for start in range(len(names) - count + 1):
+            axes = names[start:start + count]
+            if size % _axes_size(mesh, axes) == 0:
+                return axes
+    return ()

@@ -10,13 +10,13 @@ Each argument and each output has a kind:
 * :class:`Replicated` — small data every device holds whole (scalars, eigenvalues,
   pivots, status).
 
-Placement, resharding, donation and compilation caching are done here once for
-every operation.
+Everything here is trace-only: the public boundary (``jaxmg._dispatch``) places the caller's
+arrays, caches compiled calls and enters meshes; this module only builds the ``shard_map`` of a
+kernel over the grid and records placements in the trace.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 from typing import Callable, Optional, Sequence
@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from ._layout import Grid, check_output_fits, eager_value, entry_axes, is_eager, padded_spec, tracing
+from ._layout import Grid, check_output_fits, entry_axes, padded_spec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,47 +121,42 @@ def _spec(kind: Kind, grid: Grid) -> P:
 
 
 @dataclasses.dataclass(frozen=True)
-class Plan:
-    """Everything static about one call; hashable, so compiled calls are cached on it."""
+class Call:
+    """Everything static about one kernel call over the grid."""
 
     kernel: Callable  # kernel(*args, grid=grid, **params) -> tuple of outputs
     params: tuple  # sorted (name, value) pairs of the kernel's static keywords
     grid: Grid
     inputs: tuple  # Kind per argument
     outputs: tuple  # Kind per output
-    check_vma: bool = False  # True for pure-JAX kernels that JAX differentiates
 
     @property
     def in_specs(self) -> tuple:
         return tuple(_spec(k, self.grid) for k in self.inputs)
 
 
-def _body(plan: Plan):
+def _body(call: Call):
     def body(*args):
-        args = [gather_rows(x, k.spec) if isinstance(k, Rows) else x for x, k in zip(args, plan.inputs)]
-        outs = plan.kernel(*args, grid=plan.grid, **dict(plan.params))
-        return tuple(local_rows(o, k.spec) if isinstance(k, Rows) else o for o, k in zip(outs, plan.outputs))
+        args = [gather_rows(x, k.spec) if isinstance(k, Rows) else x for x, k in zip(args, call.inputs)]
+        outs = call.kernel(*args, grid=call.grid, **dict(call.params))
+        return tuple(local_rows(o, k.spec) if isinstance(k, Rows) else o for o, k in zip(outs, call.outputs))
 
     return body
 
 
-def _traced(plan: Plan, *args):
-    """The computation of one call, to be traced (inside the caller's jit or our own)."""
-    mesh = plan.grid.mesh
+def run(kernel: Callable, grid: Grid, args: Sequence, inputs: Sequence, outputs: Sequence, **params) -> tuple:
+    """``kernel`` on every device of ``grid`` inside ``jax.shard_map`` (trace-only): the arguments
+    are placed in the layouts of their kinds (``inputs``), and the outputs come back in theirs
+    (``outputs``; a Block output with a ``spec`` is returned in that layout)."""
+    call = Call(kernel, tuple(sorted(params.items())), grid, tuple(inputs), tuple(outputs))
+    mesh = grid.mesh
     abstract = mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh
     with jax.sharding.use_abstract_mesh(abstract):
-        args = tuple(pinned(x, spec, mesh) for x, spec in zip(args, plan.in_specs))
-        outs = jax.shard_map(
-            _body(plan),
-            mesh=mesh,
-            in_specs=plan.in_specs,
-            out_specs=tuple(_spec(k, plan.grid) for k in plan.outputs),
-            check_vma=plan.check_vma,
-        )(*args)
-        return tuple(
-            _place(o, k.spec, mesh) if isinstance(k, Block) and k.spec is not None else o
-            for o, k in zip(outs, plan.outputs)
-        )
+        args = tuple(pinned(x, spec, mesh) for x, spec in zip(args, call.in_specs))
+        outs = jax.shard_map(_body(call), mesh=mesh, in_specs=call.in_specs,
+                             out_specs=tuple(_spec(k, grid) for k in call.outputs), check_vma=False)(*args)
+        return tuple(_place(o, k.spec, mesh) if isinstance(k, Block) and k.spec is not None else o
+                     for o, k in zip(outs, call.outputs))
 
 
 def _place(x, spec: P, mesh) -> jax.Array:
@@ -175,56 +170,16 @@ def _place(x, spec: P, mesh) -> jax.Array:
     return jax.sharding.reshard(x, spec)
 
 
-@functools.lru_cache(maxsize=512)
-def _compiled(plan: Plan, donate: tuple):
-    return jax.jit(functools.partial(_traced, plan), donate_argnums=donate)
-
-
-def run(plan: Plan, args: Sequence, *, donate: Sequence[int] = ()) -> tuple:
-    """Run ``plan`` on ``args``.
-
-    Outside ``jax.jit`` (concrete arrays, or the tracers of eager transformations such as
-    ``jax.grad`` and ``jax.jvp`` called outside jit) the inputs are placed on the mesh and
-    a compiled call cached on the plan runs; JAX differentiates that call as it does any
-    jitted function (its derivatives are compiled and cached too). Arguments whose
-    positions are in ``donate`` may be consumed when all are concrete. Inside a trace it is
-    a call of the same cached jitted function, which XLA inlines into the caller's program;
-    where a transformation stages the call and then runs it eagerly (the solves inside
-    ``jax.lax.custom_linear_solve`` under an eager ``jax.grad``), it runs as one compiled
-    program, compiled once, instead of operation by operation.
-    """
-    args = tuple(args)
-    mesh = plan.grid.mesh
-    if not isinstance(mesh, Mesh) or not is_eager(args):
-        return _compiled(plan, ())(*args)
-    placed = tuple(put_eager(x, NamedSharding(mesh, spec)) for x, spec in zip(args, plan.in_specs))
-    concrete = not any(isinstance(x, jax.core.Tracer) for x in args)
-    with entered(mesh):
-        return _compiled(plan, tuple(donate) if concrete else ())(*placed)
-
-
 def whole(fn: Callable, args: Sequence, grid: Grid, **static):
-    """``fn(*args, **static)`` on whole matrices in the grid layout.
+    """``fn(*args, **static)`` on whole matrices in the grid layout (trace-only).
 
-    ``fn`` is written for whole (global) arrays; XLA's partitioner splits its products and
-    slices over the mesh, so no matrix is gathered onto one device (on Explicit mesh axes it is
-    traced with the axes Auto, as ``jax.sharding.auto_axes`` does). Matrix arguments and outputs
-    are in the grid layout, vectors (pivots) and scalars replicated. It runs as one jitted call cached
-    on ``fn``, the grid and ``static`` (hashable), eagerly and inside a trace, like :func:`run`.
-    """
-    mesh = grid.mesh
-    key = tuple(sorted(static.items()))
-    if isinstance(mesh, Mesh) and is_eager(args):
-        placed = tuple(put_eager(x, NamedSharding(mesh, _whole_spec(x, grid))) for x in args)
-        with entered(mesh):
-            return _whole_compiled(fn, grid, key)(*placed)
-    return _whole_compiled(fn, grid, key)(*args)
-
-
-def _whole_traced(fn: Callable, grid: Grid, static: tuple, *args):
+    ``fn`` is written for whole (global) arrays; XLA's partitioner splits its products and slices
+    over the mesh, so no matrix is gathered onto one device (on Explicit mesh axes it is traced
+    with the axes Auto, as ``jax.sharding.auto_axes`` does). Matrix arguments and outputs are in
+    the grid layout, vectors (pivots) and scalars replicated."""
     mesh = grid.mesh
     abstract = mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh
-    body = functools.partial(fn, **dict(static))
+    body = functools.partial(fn, **static)
     with jax.sharding.use_abstract_mesh(abstract):
         args = tuple(pinned(x, _whole_spec(x, grid), mesh) for x in args)
         shapes = jax.eval_shape(body, *(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in args))
@@ -237,61 +192,6 @@ def _whole_traced(fn: Callable, grid: Grid, static: tuple, *args):
 
 def _whole_spec(x, grid: Grid) -> P:
     return grid.spec if jnp.ndim(x) == 2 else P()
-
-
-@functools.lru_cache(maxsize=256)
-def _whole_compiled(fn: Callable, grid: Grid, static: tuple):
-    return jax.jit(functools.partial(_whole_traced, fn, grid, static))
-
-
-def put_eager(x, sharding: NamedSharding):
-    """``x`` (concrete, or an eager transformation's tracer) moved to ``sharding`` with its
-    tangents; values under ``jax.vmap`` (one more axis) are left to the compiled call, whose
-    own placement JAX batches."""
-    if eager_value(x) is None:
-        return x
-    if _in_place(x, sharding):
-        return x  # already there (and JAX's transpose of device_put under jacrev mistypes Explicit cotangents)
-    return jax.device_put(x, sharding)
-
-
-def _in_place(x, sharding: NamedSharding) -> bool:
-    """Whether the concrete values in ``x`` (its primal, and the tangents of ``jax.jvp`` that are
-    concrete arrays) all have layout ``sharding``."""
-    while isinstance(x, jax.core.Tracer):
-        tangent = getattr(x, "tangent", None)
-        current = getattr(tangent, "sharding", None) if not isinstance(tangent, jax.core.Tracer) else None
-        if current is not None and not current.is_equivalent_to(sharding, x.ndim):
-            return False
-        x = x.primal
-    current = getattr(x, "sharding", None)
-    return current is not None and current.is_equivalent_to(sharding, x.ndim)
-
-
-def uncommitted(tree):
-    """``tree`` with each concrete single-device array made uncommitted (no copy), as JAX's
-    own results are when every input was uncommitted: such arrays then meet arrays on any
-    device, as jnp.linalg's results do."""
-    from jax._src.array import ArrayImpl  # the only constructor that takes the commitment
-
-    def release(x):
-        if not isinstance(x, ArrayImpl) or not x.committed or len(x.sharding.device_set) != 1:
-            return x
-        device = next(iter(x.sharding.device_set))
-        return ArrayImpl(x.aval, jax.sharding.SingleDeviceSharding(device), x._arrays, committed=False)
-
-    return jax.tree.map(release, tree)
-
-
-def entered(mesh):
-    """Context that enters ``mesh`` for eager code that traces (a no-op while a
-    transformation traces: ``jax.set_mesh`` cannot be entered then, and the caller's
-    program decides).
-
-    Each call runs in its own mesh, whatever mesh the caller has set."""
-    if isinstance(mesh, Mesh) and not tracing():
-        return jax.set_mesh(mesh)
-    return contextlib.nullcontext()
 
 
 def pinned(x, spec: P, mesh) -> jax.Array:
@@ -310,27 +210,19 @@ def pinned(x, spec: P, mesh) -> jax.Array:
 
 
 def place(x, spec: P, mesh) -> jax.Array:
-    """Give global array ``x`` layout ``spec`` on ``mesh``, eagerly or inside a trace.
+    """Global array ``x`` in layout ``spec`` on ``mesh`` (trace-only).
 
     Its tangents get the same layout: JAX accepts tangents and cotangents in any sharding
     (replicated, on one device, another spec), and every array that enters an operation
     passes here, so the computation after it sees one layout per value."""
-    if isinstance(x, jax.core.Tracer):
-        return _placed(x, spec, mesh)
-    return _place_value(x, spec, mesh)
-
-
-def _place_value(x, spec: P, mesh) -> jax.Array:
-    if isinstance(x, jax.core.Tracer) or not isinstance(mesh, Mesh):
-        abstract = mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh
-        with jax.sharding.use_abstract_mesh(abstract):
-            return _place(x, spec, mesh)
-    return jax.device_put(x, NamedSharding(mesh, spec))
+    return _placed(x, spec, mesh)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
 def _placed(x, spec: P, mesh) -> jax.Array:
-    return _place_value(x, spec, mesh)
+    abstract = mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh
+    with jax.sharding.use_abstract_mesh(abstract):
+        return _place(x, spec, mesh)
 
 
 @_placed.defjvp

@@ -19,8 +19,6 @@ import numpy as np
 from jax.sharding import AbstractMesh, Mesh, PartitionSpec
 from jaxtyping import Inexact, Int, Real, jaxtyped
 
-from ._layout import Held
-
 AnyArray = Union[jax.Array, np.ndarray]
 SquareMatrix = Inexact[AnyArray, "n n"]
 TallMatrix = Inexact[AnyArray, "m n"]  # M >= N, checked by the operation
@@ -32,7 +30,7 @@ Status = Int[jax.Array, ""]
 Scalar = Real[jax.Array, ""]
 Tile = Optional[int]
 MeshLike = Optional[Union[Mesh, AbstractMesh]]
-Specs = Optional[Union[PartitionSpec, Held, Sequence[Optional[Union[PartitionSpec, Held]]]]]
+Specs = Optional[Union[PartitionSpec, Sequence[Optional[PartitionSpec]]]]
 
 #: How the documentation shows each alias above: jaxtyping's dtype kind and shape, not the
 #: ``Union``/``Optional`` that the aliases expand to (read by docs/griffe_jaxmg.py).

@@ -1,25 +1,18 @@
-"""The functional API: each solver is one of the factorisation modules, used once.
+"""The functional API: each solver is a factorisation of ``jaxmg.modules``, used once.
 
-``potrs(a, b)`` is ``Cholesky(a).solve(b)``, ``lu_solve`` is ``LU(a).solve(b)``, and so
-on: one implementation, the same derivatives. Shapes, layouts and keywords are those
-users of distributed JAX solvers already write (see the README's table).
+``potrs(a, b)`` computes what ``Cholesky(a).solve(b)`` does, ``lu_solve`` what ``LU(a).solve(b)``
+does, and so on: the same trace-only bodies, the same derivatives, in one call through the public
+boundary (``jaxmg._dispatch``). Shapes, layouts and keywords are those users of distributed JAX
+solvers already write (see the README's table).
 """
 
 from __future__ import annotations
 
-import functools
-
-import jax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-
-from . import _layout, _sharded
-from ._call import pick
 from ._checks import check_flag
 from ._docstrings import shared_arguments
 from ._typing import Matrix, MeshLike, Rhs, Specs, SquareMatrix, TallMatrix, TallRhs, Tile, checked
 from .kernels import status as _status
-from .modules import LU, QR, SVD, Cholesky, Eigh, Polar
-from .modules.qr import wide_factors
+from .modules import _base, cholesky as _cholesky, decompositions as _decompositions, lu as _lu, qr as _qr
 
 
 def _flags(**flags) -> None:
@@ -27,112 +20,10 @@ def _flags(**flags) -> None:
         check_flag(value, name)
 
 
-def _hashable(*args) -> bool:
-    try:
-        hash(args)
-    except TypeError:  # e.g. malformed matrix_specs: the module's checks explain
-        return False
-    return True
-
-
-def _known_specs(mesh, matrix_specs, matrices, rhs):
-    """``matrix_specs`` for one compiled call: the caller's, else the arrays' own layouts
-    (those of sharded matrices, of replicated ones as :class:`_layout.Held`, which are
-    computed on the grid's default and returned replicated, and of right-hand sides),
-    which inside ``jax.jit`` are unknown on Auto mesh axes."""
-    if matrix_specs is not None:
-        return tuple(matrix_specs) if isinstance(matrix_specs, list) else matrix_specs
-    specs = []
-    for x in matrices:
-        spec = _layout.caller_spec(x, mesh)
-        if spec is not None and not any(_layout.entry_axes(e) for e in spec):
-            spec = _layout.Held(spec)
-        specs.append(spec)
-    specs += [_layout.caller_spec(x, mesh) for x in rhs]
-    return None if all(s is None for s in specs) else tuple(specs)
-
-
-@functools.lru_cache(maxsize=256)
-def _jitted(impl, mesh, matrix_specs, donate: tuple, static: tuple):
-    return jax.jit(functools.partial(impl, mesh=mesh, matrix_specs=matrix_specs, **dict(static)),
-                   donate_argnums=donate)
-
-
-def _mesh_of_arguments(mesh, arrays):
-    """``mesh``, or where it is None and ``a`` (``arrays[0]``) is on no mesh, the mesh of the
-    first other argument that is: the operations resolve their mesh from their matrices, so
-    a mesh that only ``b`` carries (``jax.jit(jaxmg.potrs)(numpy_a, sharded_b)``) is passed
-    on here, as layout rule 3 reads it."""
-    if mesh is not None or not arrays or not all(hasattr(x, "shape") for x in arrays):
-        return mesh
-    if _layout.mesh_of(arrays[0]) is not None:
-        return None
-    return next((m for m in map(_layout.mesh_of, arrays[1:]) if m is not None), None)
-
-
-def _compiled(impl, matrices: tuple, rhs: tuple = (), *, mesh, matrix_specs, donate=False, **static):
-    """``impl(*matrices, *rhs, mesh=, matrix_specs=, donate=, **static)``, outside ``jax.jit``
-    as one compiled call cached on the static arguments.
-
-    Eager calls, and eager ``jax.grad``/``jvp``/... of them (whose tracers hold concrete
-    arrays), resolve the mesh and the arrays' layouts here and run one jitted function: JAX
-    then differentiates a jitted call, whose derivatives are compiled and cached too, so
-    that a second call costs what the jitted one does. Inside ``jax.jit`` (or where the
-    mesh is only abstract) ``impl`` is traced into the caller's program. With ``donate`` and
-    concrete arrays the matrices are donated to the compiled call.
-    """
-    arrays = tuple(matrices + rhs)
-    static = dict(static, donate=donate)
-    direct = functools.partial(impl, mesh=mesh, matrix_specs=matrix_specs, **static)
-    if (not all(hasattr(x, "shape") for x in arrays) or not _layout.is_eager(arrays)
-            or any(x.ndim != 2 for x in matrices) or any(x.ndim not in (1, 2) for x in rhs)
-            or not _hashable(mesh, matrix_specs, tuple(sorted(static.items())))):
-        # the operation's checks convert what is not an array, or reject it with a message
-        # that names the argument (before any placement could fail on a wrong rank)
-        return direct(*arrays, mesh=_mesh_of_arguments(mesh, arrays))
-    try:
-        own = _layout.resolve_mesh(mesh, arrays[0], arrays[1:])
-    except (TypeError, ValueError):  # a bad mesh: the operation's own checks explain
-        return direct(*arrays)
-    if not isinstance(own, Mesh):
-        return direct(*arrays)
-    try:
-        specs = _known_specs(own, matrix_specs, arrays[: len(matrices)], arrays[len(matrices):])
-        placed = _on_mesh(arrays, len(matrices), own, specs)
-    except (TypeError, ValueError, AttributeError):
-        # bad specs or shapes the mesh does not divide: the operation's own checks raise an
-        # error that names the argument and the fix
-        return direct(*arrays)
-    concrete = not any(isinstance(x, jax.core.Tracer) for x in arrays)
-    donated = tuple(range(len(matrices))) if donate and concrete else ()
-    fn = _jitted(impl, own, specs, donated, tuple(sorted(static.items())))
-    with _sharded.entered(own):  # the arrays' own mesh, whatever the caller's context
-        out = fn(*placed)
-    if (mesh is None and concrete and not any(getattr(x, "committed", False) for x in arrays)
-            and _layout.context_mesh(eager=True) is None):
-        # no mesh given and none on the inputs: as with JAX's own operations, uncommitted
-        # inputs give uncommitted outputs (on the default device)
-        out = _sharded.uncommitted(out)
-    return out
-
-
-def _on_mesh(arrays, count: int, mesh, specs):
-    """The arrays (and, under eager transformations, their tangents) on ``mesh``: matrices in
-    their own layout or the grid's default, right-hand sides in theirs or replicated; a no-op
-    for arrays already there. Arrays on one device (jnp.ones(n), a tangent made with
-    jax.device_put(t, device)) can then meet arrays on the mesh in one compiled call."""
-    given = specs if isinstance(specs, tuple) else (specs,)
-    given = given + (None,) * (len(arrays) - len(given))
-    try:
-        default = _layout.default_spec(mesh)
-    except ValueError:  # a mesh of more than two axes: the operation's checks explain
-        return arrays
-    placed = []
-    for k, (x, spec) in enumerate(zip(arrays, given)):
-        if spec is None or isinstance(spec, _layout.Held):
-            spec = default if k < count else P()
-        placed.append(_sharded.put_eager(x, NamedSharding(mesh, spec)))
-    return tuple(placed)
+def pick(values, keep):
+    """The values whose flag is set: one value alone, several as a tuple."""
+    chosen = tuple(v for v, k in zip(values, keep) if k)
+    return chosen[0] if len(chosen) == 1 else chosen
 
 
 @shared_arguments
@@ -184,20 +75,20 @@ def potrs(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, matr
     lower=True), b)`` gives): zero above the diagonal, and below it the sum of the full-matrix
     gradient's two mirrored entries.
     """
-    _flags(return_logdet=return_logdet, return_status=return_status, donate=donate)
-    out, _ = _compiled(_potrs, (a,), (b,), mesh=mesh, matrix_specs=matrix_specs, donate=donate, T_A=T_A,
-                       backend=backend, return_logdet=return_logdet, return_status=return_status)
+    _flags(return_logdet=return_logdet, return_status=return_status)
+    _, (out, _) = _base.build(_potrs, "cholesky", [("a", a)], rhs=[("b", b)], T_A=T_A, mesh=mesh,
+                              matrix_specs=matrix_specs, donate=donate, backend=backend,
+                              return_logdet=return_logdet, return_status=return_status)
     return out
 
 
-def _potrs(a, b, *, T_A, mesh, matrix_specs, donate, backend, return_logdet, return_status):
-    """potrs's outputs, and the factor state when donating (so that XLA can give it a's
-    donated buffer; the caller drops it)."""
-    factor = Cholesky(a, T_A, mesh, matrix_specs, donate=donate, backend=backend)
-    x, status = _status.solved(factor.status, factor.solve(b))
-    logdet = _status.masked(status, factor.logdet()) if return_logdet else None
-    out = pick((x, logdet, status), (True, return_logdet, return_status))
-    return out, factor.state if donate else None
+def _potrs(plan, a, b, *, keep, return_logdet, return_status):
+    """potrs's outputs, and the factor state when donating (so that XLA can give it a's donated
+    buffer; the caller drops it)."""
+    state, status, operator = _cholesky.factored(plan, a, keep=keep)
+    x, status = _status.solved(status, _cholesky.solved(plan, operator, state, status, b))
+    logdet = _status.masked(status, _cholesky.log_determinant(plan, operator, state, status)) if return_logdet else None
+    return pick((x, logdet, status), (True, return_logdet, return_status)), None if keep else state
 
 
 @shared_arguments
@@ -225,13 +116,18 @@ def cholesky(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_sp
       ``L`` (N, N), zero above the diagonal, with a's sharding; then ``status`` when asked.
     """
     _flags(return_status=return_status)
-    return _compiled(_cholesky, (a,), mesh=mesh, matrix_specs=matrix_specs, donate=donate, T_A=T_A,
-                     backend=backend, return_status=return_status)
+    _, out = _base.build(_lower, "cholesky", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
+                         donate=donate, backend=backend, natural=True, return_status=return_status)
+    return out
 
 
-def _cholesky(a, *, T_A, mesh, matrix_specs, donate, backend, return_status):
-    factor = Cholesky(a, T_A, mesh, matrix_specs, natural=True, donate=donate, backend=backend)
-    return pick((factor.factor, factor.status), (True, return_status))
+def _lower(plan, a, *, keep, return_status):
+    state, status, operator = _cholesky.factored(plan, a, keep=keep)
+    from .autodiff import decompositions
+    from .kernels import families
+
+    lower = _status.masked(status, plan.leave(decompositions.cholesky_lower(families.cholesky(plan), operator, state)))
+    return pick((lower, status), (True, return_status))
 
 
 @shared_arguments
@@ -260,16 +156,17 @@ def lu_solve(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, m
       ``x`` with b's shape and sharding; then ``status`` when asked.
     """
     _flags(return_status=return_status)
-    out, _ = _compiled(_lu_solve, (a,), (b,), mesh=mesh, matrix_specs=matrix_specs, donate=donate, T_A=T_A,
-                       backend=backend, return_status=return_status)
+    _, (out, _) = _base.build(_lu_solve, "lu", [("a", a)], rhs=[("b", b)], T_A=T_A, mesh=mesh,
+                              matrix_specs=matrix_specs, donate=donate, backend=backend, return_status=return_status)
     return out
 
 
-def _lu_solve(a, b, *, T_A, mesh, matrix_specs, donate, backend, return_status):
+def _lu_solve(plan, a, b, *, keep, return_status):
     """lu_solve's outputs, and the factor when donating (so that XLA can give it a's donated
     buffer; the caller drops it)."""
-    factor = LU(a, T_A, mesh, matrix_specs, donate=donate, backend=backend)
-    return pick(_status.solved(factor.status, factor.solve(b)), (True, return_status)), factor.lu if donate else None
+    state, status, operator = _lu.factored(plan, a, keep=keep)
+    x, status = _status.solved(status, _lu.solved(plan, operator, state, status, b))
+    return pick((x, status), (True, return_status)), None if keep else state
 
 
 @shared_arguments
@@ -304,13 +201,16 @@ def least_squares(a: Matrix, b: TallRhs, T_A: Tile = None, mesh: MeshLike = None
       ``status`` when asked.
     """
     _flags(return_status=return_status)
-    return _compiled(_least_squares, (a,), (b,), mesh=mesh, matrix_specs=matrix_specs, donate=donate, T_A=T_A,
-                     backend=backend, return_status=return_status)
+    _, out = _base.build(_least_squares, "qr", [("a", a)], rhs=[("b", b)], T_A=T_A, mesh=mesh,
+                         matrix_specs=matrix_specs, donate=donate, backend=backend, square=False, tall=False,
+                         return_status=return_status)
+    return out
 
 
-def _least_squares(a, b, *, T_A, mesh, matrix_specs, donate, backend, return_status):
-    factor = QR(a, T_A, mesh, matrix_specs, donate=donate, backend=backend)
-    return pick(_status.solved(factor.status, factor.solve(b)), (True, return_status))
+def _least_squares(plan, a, b, *, keep, return_status):
+    state, status, operator = _qr.factored(plan, a, keep=keep or plan.wide)
+    x, status = _status.solved(status, _qr.solved(plan, operator, state, status, b))
+    return pick((x, status), (True, return_status))
 
 
 @shared_arguments
@@ -338,15 +238,17 @@ def qr(a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs =
       upper triangular (trapezoidal), both with a's sharding; then ``status`` when asked.
     """
     _flags(return_status=return_status)
-    return _compiled(_qr, (a,), mesh=mesh, matrix_specs=matrix_specs, donate=donate, T_A=T_A, backend=backend,
-                     return_status=return_status)
+    _, out = _base.build(_qr_factors, "qr", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
+                         donate=donate, backend=backend, square=False, tall=False, return_status=return_status)
+    return out
 
 
-def _qr(a, *, T_A, mesh, matrix_specs, donate, backend, return_status):
-    if a.ndim == 2 and a.shape[0] < a.shape[1]:  # wide: a's first M columns, then q^H a
-        return pick(wide_factors(a, T_A, mesh, matrix_specs, backend), (True, True, return_status))
-    factor = QR(a, T_A, mesh, matrix_specs, donate=donate, backend=backend)
-    return pick((factor.q, factor.r, factor.status), (True, True, return_status))
+def _qr_factors(plan, a, *, keep, return_status):
+    if plan.wide:  # a's first M columns, then q^H a
+        return pick(_qr.wide_factors(plan, a), (True, True, return_status))
+    state, status, operator = _qr.factored(plan, a, keep=keep)
+    q, r = _qr.factors(plan, operator, state, status)
+    return pick((q, r, status), (True, True, return_status))
 
 
 @shared_arguments
@@ -377,8 +279,10 @@ def syevd(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs
       columns in a's sharding; or ``w`` alone; then ``status`` when asked.
     """
     _flags(return_eigenvectors=return_eigenvectors, return_status=return_status)
-    return _compiled(_eigh, (a,), mesh=mesh, matrix_specs=matrix_specs, donate=donate, T_A=T_A, backend=backend,
-                     return_eigenvectors=return_eigenvectors, return_status=return_status)
+    _, out = _base.build(_eigh, "eigh", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
+                         donate=donate, backend=backend, return_eigenvectors=return_eigenvectors,
+                         return_status=return_status)
+    return out
 
 
 @shared_arguments
@@ -414,13 +318,15 @@ def sygvd(a: SquareMatrix, b: SquareMatrix, T_A: Tile = None, mesh: MeshLike = N
       alone; then ``status`` when asked.
     """
     _flags(return_eigenvectors=return_eigenvectors, return_status=return_status)
-    return _compiled(_eigh, (a, b), mesh=mesh, matrix_specs=matrix_specs, donate=donate, T_A=T_A, backend=backend,
-                     return_eigenvectors=return_eigenvectors, return_status=return_status)
+    _, out = _base.build(_eigh, "sygvd", [("a", a), ("b", b)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
+                         donate=donate, backend=backend, return_eigenvectors=return_eigenvectors,
+                         return_status=return_status)
+    return out
 
 
-def _eigh(a, b=None, *, T_A, mesh, matrix_specs, donate, backend, return_eigenvectors, return_status):
-    factor = Eigh(a, b, T_A, mesh, matrix_specs, donate=donate, backend=backend)
-    return pick((factor.w, factor.v, factor.status), (True, return_eigenvectors, return_status))
+def _eigh(plan, a, b=None, *, keep, return_eigenvectors, return_status):
+    w, v, status, _, _ = _decompositions.eigen(plan, a, b, keep=keep)
+    return pick((w, v, status), (True, return_eigenvectors, return_status))
 
 
 @shared_arguments
@@ -451,15 +357,17 @@ def gesvd(a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Spec
       ``(u, s, vh)``, ``(u, s)``, ``(s, vh)`` or ``s`` as asked: ``s`` (K,) descending and
       replicated, ``u`` and ``vh`` with a's sharding; then ``status`` when asked.
     """
-    _flags(compute_u=compute_u, compute_vh=compute_vh, return_status=return_status)
-    return _compiled(_gesvd, (a,), mesh=mesh, matrix_specs=matrix_specs, donate=donate, T_A=T_A, backend=backend,
-                     compute_u=compute_u, compute_vh=compute_vh, full_matrices=full_matrices,
-                     return_status=return_status)
+    _flags(compute_u=compute_u, compute_vh=compute_vh, full_matrices=full_matrices, return_status=return_status)
+    _, out = _base.build(_gesvd, "svd", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
+                         donate=donate, backend=backend, square=False, tall=False, compute_u=compute_u,
+                         compute_vh=compute_vh, full_matrices=full_matrices, return_status=return_status)
+    return out
 
 
-def _gesvd(a, *, T_A, mesh, matrix_specs, donate, backend, compute_u, compute_vh, full_matrices, return_status):
-    factor = SVD(a, T_A, mesh, matrix_specs, full_matrices=full_matrices, donate=donate, backend=backend)
-    return pick((factor.u, factor.s, factor.vh, factor.status), (compute_u, True, compute_vh, return_status))
+def _gesvd(plan, a, *, keep, compute_u, compute_vh, full_matrices, return_status):
+    u, s, vh, status, _ = _decompositions.singular(plan, a, keep=keep, full_matrices=full_matrices,
+                                                   compute_uv=compute_u or compute_vh)
+    return pick((u, s, vh, status), (compute_u, True, compute_vh, return_status))
 
 
 @shared_arguments
@@ -487,10 +395,14 @@ def polar(a: TallMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: 
       Hermitian positive semi-definite, both with a's sharding; then ``status`` when asked.
     """
     _flags(compute_h=compute_h, return_status=return_status)
-    return _compiled(_polar, (a,), mesh=mesh, matrix_specs=matrix_specs, donate=donate, T_A=T_A, backend=backend,
-                     compute_h=compute_h, return_status=return_status)
+    _, out = _base.build(_polar, "polar", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
+                         donate=donate, backend=backend, square=False, compute_h=compute_h,
+                         return_status=return_status)
+    return out
 
 
-def _polar(a, *, T_A, mesh, matrix_specs, donate, backend, compute_h, return_status):
-    factor = Polar(a, T_A, mesh, matrix_specs, donate=donate, backend=backend)
-    return pick((factor.u_p, factor.h, factor.status), (True, compute_h, return_status))
+def _polar(plan, a, *, keep, compute_h, return_status):
+    u_p, h, status, _ = _decompositions.polar_factors(plan, a, keep=keep)
+    return pick((u_p, h, status), (True, compute_h, return_status))
+
+

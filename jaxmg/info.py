@@ -2,8 +2,12 @@
 
 Prints the versions of jaxmg and the packages it uses, whether NVIDIA GPUs and the native
 module are present (with the loaded cuSOLVERMp/NCCL libraries, or why they did not load,
-and how to fix it), the JAX devices, and which backend ``backend="auto"`` gives each
-operation on a mesh of all devices. ``--json`` prints the same as one JSON object.
+and how to fix it), the JAX devices, and the route (and backend) that ``backend="auto"`` gives
+each operation for one matrix and for a stack of matrices of order ``--n`` (default 4,096) and
+dtype ``--dtype`` on a mesh of all devices. ``--json`` prints the same as one JSON object.
+
+:func:`route` and :func:`default_backend` answer the same question in Python; they read the
+decision that every call takes (``jaxmg._routes.choose``).
 """
 
 from __future__ import annotations
@@ -37,13 +41,35 @@ def _version(name: str):
         return None
 
 
-def report() -> dict:
+def route(op: str, shape, dtype="float64", mesh=None, *, stacked: bool = False, backend: str = "auto") -> str:
+    """The route a call of ``op`` takes: "local", "batch" or "distributed" (docs/routes.md).
+
+    ``op`` is an operation ("potrs", "lu_solve", ...), a module ("Cholesky", ...) or a family;
+    ``shape`` and ``dtype`` are a's; ``mesh`` is the mesh the call finds (None: a device's own
+    arrays); ``stacked``: a stack of such matrices under ``jax.vmap``. A call inside a user's
+    ``jax.shard_map`` always takes the local route."""
+    import numpy as np
+
+    from . import _routes
+
+    return _routes.choose(_routes.family(op), backend, mesh, tuple(shape), np.dtype(dtype), stacked=stacked)
+
+
+def default_backend(op: str, mesh, shape, dtype="float64", *, stacked: bool = False) -> str:
+    """The backend that ``backend="auto"`` gives ``op`` for a's ``shape`` and ``dtype`` on ``mesh``:
+    "native" (cuSOLVERMp, the distributed route) or "portable" (a device's own solver)."""
+    from . import _routes
+
+    return _routes.backend_of(route(op, shape, dtype, mesh, stacked=stacked))
+
+
+def report(n: int = 4096, dtype: str = "float64") -> dict:
     """Everything ``python -m jaxmg.info`` prints, as a dict of plain values."""
     import jax
     from jax.sharding import AxisType
 
     import jaxmg
-    from . import _backend, _native_check, _nvidia
+    from . import _native_check, _nvidia, _routes
     from .kernels import native
 
     out = {
@@ -67,8 +93,12 @@ def report() -> dict:
         "processes": jax.process_count(), "kinds": sorted({d.device_kind for d in devices}),
     }
     mesh = jax.make_mesh((len(devices),), ("i",), axis_types=(AxisType.Auto,))
+    shape = (n, n)
+    out["routes"] = {"n": n, "dtype": dtype, "mesh": dict(mesh.shape)}
     out["backends"] = {
-        op: {"auto": _backend.default_backend(op, mesh), "why_not_native": _backend.native_unavailable(op, mesh)}
+        op: {"route": route(op, shape, dtype, mesh), "stacked": route(op, shape, dtype, mesh, stacked=True),
+             "auto": default_backend(op, mesh, shape, dtype),
+             "why_not_native": _routes.native_unavailable(_routes.family(op), mesh)}
         for op in OPERATIONS
     }
     return out
@@ -96,20 +126,23 @@ def format_report(info: dict) -> str:
     d = info["devices"]
     lines += ["", f"devices: {d['count']} x {d['platform']} ({', '.join(d['kinds'])}), "
                   f"{d['local']} local, {d['processes']} process(es)", "",
-              "backend='auto' gives, on a mesh of all devices:"]
+              f"backend='auto' gives, for a {info['routes']['dtype']} matrix of order {info['routes']['n']} on a "
+              f"mesh of all devices (route, route of a stack under jax.vmap, backend):"]
     for op, choice in info["backends"].items():
         why = ""
         if choice["auto"] != "native":
-            why = f"  ({choice['why_not_native'] or 'measured faster while the problem fits: jaxmg/_crossover.py'})"
-        lines.append(f"  {op:14s} {choice['auto']}{why}")
+            why = f"  ({choice['why_not_native'] or 'one device measured faster while it fits: jaxmg/_routes.py'})"
+        lines.append(f"  {op:14s} {choice['route']:11s} {choice['stacked']:11s} {choice['auto']}{why}")
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jaxmg.info", description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    parser.add_argument("--n", type=int, default=4096, help="the matrices' order for the routes (default 4096)")
+    parser.add_argument("--dtype", default="float64", help="their dtype (default float64)")
     args = parser.parse_args(argv)
-    info = report()
+    info = report(args.n, args.dtype)
     print(json.dumps(info, indent=2, default=str) if args.json else format_report(info))
     return 0
 

@@ -25,9 +25,7 @@ Both kinds of mesh axes are handled, eagerly and inside ``jit``:
   Inside ``jit`` the type of an Auto-sharded tracer carries no layout, so
   :func:`layout_of` returns ``None`` there: pass the layout explicitly.
 
-Eagerly (no tracer among the inputs) each public helper runs as one jitted call
-inside ``jax.set_mesh(mesh)`` of its layout, so that laid-out constants can be
-created and no replicated temporaries are materialised.
+Everything here is trace-only: it runs inside the public boundary's trace of a call.
 
 JAX pitfalls met (0.10 - 0.12) that these helpers avoid:
 
@@ -68,6 +66,7 @@ __all__ = [
     "resolve",
     "kind",
     "call",
+    "matvec",
     "constrain",
     "replicate",
     "matmul",
@@ -167,38 +166,12 @@ def kind(like) -> str | None:
     )
 
 
-# --------------------------------------------------------------------------- running eagerly
-
-
-@functools.lru_cache(maxsize=None)
-def _jitted(impl, static: tuple):
-    return jax.jit(impl, static_argnames=static)
+# --------------------------------------------------------------------------- calls
 
 
 def call(impl, arrays: tuple, sh: NamedSharding | None, **static):
-    """``impl(*arrays, sh=sh, **static)`` as one jitted call, cached on ``impl`` and the static
-    arguments: inside a trace XLA inlines it; where a transformation stages it and runs it
-    eagerly (the transpose of a derivative rule under an eager ``jax.grad``) it runs as one
-    compiled program, compiled once, instead of operation by operation.
-
-    Eagerly, the call runs inside ``jax.set_mesh(sh.mesh)`` (when the mesh is
-    concrete), which laid-out constants need. ``static`` values and ``sh`` must
-    be hashable; ``arrays`` may contain ``None``.
-    """
-    fn = _jitted(impl, ("sh",) + tuple(sorted(static)))
-    if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(arrays)) or _sharded.tracing():
-        # traced, or concrete values met while a transformation traces (the primal of a
-        # derivative rule under an eager jax.vjp): jax.set_mesh cannot be entered there, but the
-        # layout's own (abstract) mesh can, whatever mesh the caller's context holds
-        if sh is None or kind(sh) is None:
-            return fn(*arrays, sh=sh, **static)
-        abstract = sh.mesh.abstract_mesh if isinstance(sh.mesh, Mesh) else sh.mesh
-        with jax.sharding.use_abstract_mesh(abstract):
-            return fn(*arrays, sh=sh, **static)
-    if sh is not None and isinstance(sh.mesh, Mesh) and kind(sh) is not None:
-        with jax.set_mesh(sh.mesh):
-            return fn(*arrays, sh=sh, **static)
-    return fn(*arrays, sh=sh, **static)
+    """``impl(*arrays, sh=sh, **static)`` (trace-only: the public boundary compiles the whole call)."""
+    return impl(*arrays, sh=sh, **static)
 
 
 # --------------------------------------------------------------------------- traced building blocks
@@ -416,15 +389,29 @@ def _constrain_impl(x, sh, spec):
     return _place(x, sh, spec)
 
 
-def placed_tangent(a, a_dot, spec: P, mesh):
-    """``a``'s tangent ``a_dot`` laid out as ``spec`` on ``mesh``, or None where ``a`` is not
+def placed_tangent(a, a_dot, layout: NamedSharding | None):
+    """``a``'s tangent ``a_dot`` in ``layout`` (None: as it is), or None where ``a`` is not
     differentiated (``a`` is None, or ``a_dot`` is the symbolic zero of a custom JVP defined
     with ``symbolic_zeros=True``): the JVP rules then return a zero tangent without work."""
     if a is None or isinstance(a_dot, jax.custom_derivatives.SymbolicZero):
         return None
+    if layout is None:
+        return a_dot
     # pinned, not placed: under a second reverse-mode derivative the tangent is replayed with
     # the caller's cotangents (often unsharded) and must be brought to the layout there too
-    return _sharded.pinned(a_dot, spec, mesh)
+    return _sharded.pinned(a_dot, layout.spec, layout.mesh)
+
+
+def matvec(a, x, layout: NamedSharding | None, trans: str = "N"):
+    """``op(a) @ x`` for a matrix ``a`` in any layout and ``x`` (a vector or a few columns) in
+    ``layout``, the product in ``layout`` (None: as XLA places it); op by ``trans`` ("N", "T"
+    or "C"). Linear in both, so JAX transposes it."""
+    if trans != "N":
+        a = jnp.swapaxes(a, -1, -2)
+        a = jnp.conj(a) if trans == "C" else a
+    if kind(layout) is None:
+        return jnp.matmul(a, x, precision=_HIGHEST)
+    return _matmul(a, x, layout)
 
 
 def replicate(v, like):

@@ -1,1 +1,2 @@
-"""Per-shard kernels, one module per backend: ``portable`` (pure JAX) and ``native`` (cuSOLVERMp)."""
+"""The kernels: ``local`` (a device's own solver on whole matrices) and ``native`` (cuSOLVERMp over
+the process grid), both implementing the family protocols of ``families``."""

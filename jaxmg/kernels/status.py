@@ -18,7 +18,7 @@ import contextlib
 import jax
 import jax.numpy as jnp
 
-from .. import _layout
+from .. import _context
 
 OK = 0
 NOT_FINITE = -1
@@ -96,7 +96,7 @@ def _own_mesh(x):
     if current is None or current.empty or current == mesh:
         return contextlib.nullcontext()
     concrete = getattr(getattr(x, "sharding", None), "mesh", None)
-    if not isinstance(x, jax.core.Tracer) and isinstance(concrete, jax.sharding.Mesh) and not _layout.tracing():
+    if not isinstance(x, jax.core.Tracer) and isinstance(concrete, jax.sharding.Mesh) and not _context.tracing():
         return jax.set_mesh(concrete)
     return jax.sharding.use_abstract_mesh(mesh)
 
@@ -117,11 +117,41 @@ def cholesky_info(a: jax.Array, factor: jax.Array) -> jax.Array:
     return jnp.where((info == OK) & ~ok, NOT_FINITE, info).astype(jnp.int32)
 
 
+@jax.custom_batching.custom_vmap
 def _first_failing_minor(a: jax.Array, ok: jax.Array) -> jax.Array:
     """Runs only when not ``ok``: ``lax.cond`` skips it, so a factorisation that succeeded pays
-    neither a pass over ``a`` nor a copy of it. Under ``jax.vmap`` (where both branches run)
-    the loop stops at once for the matrices that are ``ok``."""
-    return jax.lax.cond(ok, lambda a, ok: jnp.int32(OK), _unblocked_pivots, a, ok)
+    neither a pass over ``a`` nor a copy of it."""
+    return jax.lax.cond(ok, lambda a, ok: _zero_like(a), _unblocked_pivots, a, ok)
+
+
+@_first_failing_minor.def_vmap
+def _first_failing_minors(size, in_batched, a, ok):
+    """A stack: only where one of its factorisations failed, the search runs over the stack (each
+    loop stops at once for the matrices that are ``ok``), on whole matrices: a loop over a stack
+    split on Explicit mesh axes is refused by JAX."""
+    a = a if in_batched[0] else jnp.broadcast_to(a, (size,) + a.shape)
+    ok = ok if in_batched[1] else jnp.broadcast_to(ok, (size,))
+
+    def search(a, ok):
+        a, ok = _unsplit(a), _unsplit(ok)
+        return jax.vmap(_unblocked_pivots)(a, ok)
+
+    return jax.lax.cond(jnp.all(ok), lambda a, ok: jnp.zeros((size,), jnp.int32), search, a, ok), True
+
+
+def _unsplit(x):
+    """``x`` replicated where it is split over Explicit mesh axes (else as it is)."""
+    sharding = getattr(jax.typeof(x), "sharding", None)
+    mesh = getattr(sharding, "mesh", None)
+    if mesh is None or mesh.empty or not any(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types):
+        return x
+    return jax.sharding.reshard(x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+
+
+def _zero_like(a: jax.Array) -> jax.Array:
+    """An int32 zero that varies over the same ``shard_map`` axes as ``a`` (loop carries and
+    branches must agree there)."""
+    return (jnp.isnan(jnp.real(a[..., 0, 0])) & False).astype(jnp.int32)
 
 
 def _unblocked_pivots(a: jax.Array, ok: jax.Array) -> jax.Array:
@@ -144,5 +174,6 @@ def _unblocked_pivots(a: jax.Array, ok: jax.Array) -> jax.Array:
         work = work - jnp.outer(column, jnp.conj(column))
         return j + 1, work, jnp.where(bad, j + 1, OK).astype(jnp.int32)
 
-    _, _, info = jax.lax.while_loop(running, step, (jnp.int32(0), a, jnp.int32(OK)))
+    zero = _zero_like(a)
+    _, _, info = jax.lax.while_loop(running, step, (zero, a, zero + OK))
     return info

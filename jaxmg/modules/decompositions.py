@@ -8,11 +8,13 @@ import equinox as eqx
 import jax
 
 from ..autodiff import decompositions as rules
-from .._checks import as_array, check_flag
-from .._dense import adjoint, adjoint_specs
+from ..kernels import families, status as _status
+from .._checks import check_flag
+from .._dense import adjoint
 from .._docstrings import shared_arguments
 from .._typing import Matrix, MeshLike, Specs, SquareMatrix, TallMatrix, Tile, checked
-from ._base import Factorisation, prepare
+from . import _base
+from ._base import Factorisation
 
 
 @shared_arguments
@@ -50,13 +52,9 @@ class Eigh(Factorisation):
     def __init__(self, a: SquareMatrix, b: Optional[SquareMatrix] = None, T_A: Tile = None, mesh: MeshLike = None,
                  matrix_specs: Specs = None, *, donate: bool = False, backend: str = "auto"):
         matrices = [("a", a)] if b is None else [("a", a), ("b", b)]
-        call, arrays, kept = prepare("eigh" if b is None else "sygvd", matrices, T_A=T_A, mesh=mesh,
-                                     matrix_specs=matrix_specs, donate=donate, backend=backend)
-        w, v, self.status = (rules.syevd if b is None else rules.sygvd)(call, *arrays)
-        self.w, self.v = self._masked(w, v)
-        self.operator = kept[0]
-        self.pencil = kept[1] if b is not None else None
-        self.call = call
+        self.plan, (self.w, self.v, self.status, self.operator, self.pencil) = _base.build(
+            eigen, "eigh" if b is None else "sygvd", matrices, T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
+            donate=donate, backend=backend)
 
 
 @shared_arguments
@@ -93,20 +91,14 @@ class SVD(Factorisation):
     def __init__(self, a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
                  full_matrices: bool = False, donate: bool = False, backend: str = "auto"):
         check_flag(full_matrices, "full_matrices")
-        a, self.wide, matrix_specs = _dense_or_adjoint(a, matrix_specs)
-        call, (a,), (kept,) = prepare("svd", [("a", a)], square=False, T_A=T_A, mesh=mesh,
-                                      matrix_specs=matrix_specs, donate=donate, backend=backend)
-        u, s, vh, self.status = rules.gesvd(call, bool(full_matrices), a)
-        if self.wide:  # a^H = u s vh, so a = vh^H s u^H
-            u, vh = adjoint(vh), adjoint(u)
-        self.u, self.s, self.vh = self._masked(u, s, vh)
-        self.operator = kept
-        self.call = call
+        self.plan, (self.u, self.s, self.vh, self.status, self.operator) = _base.build(
+            singular, "svd", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs, donate=donate,
+            backend=backend, square=False, tall=False, full_matrices=bool(full_matrices), compute_uv=True)
 
     @property
-    def shape(self) -> tuple:
-        """The decomposed matrix's shape (M, N)."""
-        return self.call.shape[::-1] if self.wide else self.call.shape
+    def wide(self) -> bool:
+        """Whether a has fewer rows than columns (decomposed through its conjugate transpose)."""
+        return self.plan.wide
 
 
 @shared_arguments
@@ -136,19 +128,41 @@ class Polar(Factorisation):
     @checked
     def __init__(self, a: TallMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
                  donate: bool = False, backend: str = "auto"):
-        call, (a,), (kept,) = prepare("polar", [("a", a)], square=False, T_A=T_A, mesh=mesh,
-                                      matrix_specs=matrix_specs, donate=donate, backend=backend)
-        u_p, h, self.status = rules.polar_decomposition(call, a)
-        self.u_p, self.h = self._masked(u_p, h)
-        self.operator = kept
-        self.call = call
+        self.plan, (self.u_p, self.h, self.status, self.operator) = _base.build(
+            polar_factors, "polar", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs, donate=donate,
+            backend=backend, square=False)
 
 
-def _dense_or_adjoint(a, matrix_specs):
-    """(a, False, matrix_specs) for a tall or square ``a``; for a wide one (M < N) its conjugate
-    transpose, True and the specs of the conjugate transpose, so that decompositions that
-    need M >= N run on a^H."""
-    a = as_array(a, "a")
-    if a.ndim == 2 and a.shape[0] < a.shape[1]:
-        return adjoint(a), True, adjoint_specs(matrix_specs)
-    return a, False, matrix_specs
+def eigen(plan, a, b=None, *, keep: bool):
+    """(w, v, status, a, b) of ``a v = v diag(w)``, or of ``a v = b v diag(w)`` (trace-only)."""
+    kernels = families.decompositions(plan)
+    if b is None:
+        w, v, status = rules.syevd(kernels, a)
+    else:
+        w, v, status = rules.sygvd(kernels, a, b)
+    w, v = _status.masked(status, w, plan.leave(v, "v"))
+    return w, v, status, a if keep else None, b if keep else None
+
+
+def singular(plan, a, *, keep: bool, full_matrices: bool, compute_uv: bool):
+    """(u, s, vh, status, a) of ``a = u diag(s) vh``; a wide ``a`` through a^H (trace-only)."""
+    kplan = plan.adjoint() if plan.wide else plan
+    kernels = families.decompositions(kplan)
+    x = adjoint(a) if plan.wide else a
+    if compute_uv:
+        u, s, vh, status = rules.gesvd(kernels, full_matrices, x)
+    else:
+        (s, status), u, vh = rules.singular_values(kernels, x), None, None
+    if plan.wide and compute_uv:  # a^H = u s vh, so a = vh^H s u^H
+        u, vh = adjoint(vh), adjoint(u)
+    if compute_uv:
+        u, vh = plan.leave(u, "u"), plan.leave(vh, "vh")
+    u, s, vh = _status.masked(status, u, s, vh)
+    return u, s, vh, status, a if keep else None
+
+
+def polar_factors(plan, a, *, keep: bool):
+    """(u_p, h, status, a) of ``a = u_p h`` (trace-only)."""
+    u_p, h, status = rules.polar_decomposition(families.decompositions(plan), a)
+    u_p, h = _status.masked(status, plan.leave(u_p, "u_p"), plan.leave(h, "h"))
+    return u_p, h, status, a if keep else None

@@ -6,11 +6,12 @@ import jax
 import jax.numpy as jnp
 
 from ..autodiff import logdet, solves
-from ..ops import lu as ops
-from . import _base
+from ..kernels import families, status as _status
+from ..kernels.families import LUState
 from .._docstrings import shared_arguments
 from .._typing import MeshLike, Rhs, Specs, SquareMatrix, Tile, checked
-from ._base import Factorisation, prepare
+from . import _base
+from ._base import Factorisation
 
 #: op(A) -> how to apply op(A)^-T with the same factor: (trans, conjugate the rhs/solution).
 _TRANSPOSE = {"N": ("T", False), "T": ("N", False), "C": ("N", True)}
@@ -38,41 +39,31 @@ class LU(Factorisation):
         (``a`` is singular), or -1 for a non-finite result; solutions are then not finite.
     """
 
-    lu: jax.Array
-    pivots: jax.Array
+    state: LUState
 
     @checked
     def __init__(self, a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
                  donate: bool = False, backend: str = "auto"):
-        call, (a,), (kept,) = prepare("lu", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
-                                      donate=donate, backend=backend, num_rhs=1)
-        lu, pivots, status = ops.factor(call, _base.no_gradient(a), donate=kept is None)
-        self.lu = jax.lax.stop_gradient(lu)
-        self.pivots = pivots
-        self.status = status
-        self.operator = kept
-        self.call = call
+        self.plan, (self.state, self.status, self.operator) = _base.build(
+            factored, "lu", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs, donate=donate,
+            backend=backend, num_rhs=1)
 
-    def _apply(self, call, r, spec, trans: str, conjugate: bool):
-        if conjugate:
-            return jnp.conj(ops.solve(call, self.lu, self.pivots, jnp.conj(r), spec, trans))
-        return ops.solve(call, self.lu, self.pivots, r, spec, trans)
+    @property
+    def lu(self) -> jax.Array:
+        """The packed factor (the backend's layout)."""
+        return self.state.lu
 
-    @_base.compiled_under_vmap
+    @property
+    def pivots(self) -> jax.Array:
+        """The row pivots (replicated)."""
+        return self.state.pivots
+
     @checked
     def solve(self, b: Rhs, trans: str = "N"):
         """x with ``op(a) @ x = b``, op by ``trans``: "N" (a), "T" (a^T) or "C" (a^H)."""
         if trans not in _TRANSPOSE:
             raise ValueError(f"trans must be 'N', 'T' or 'C', got {trans!r}.")
-        call = self._call_here
-        b, spec, home = self._rhs(call, b)
-        transposed, conjugate = _TRANSPOSE[trans]
-        return home(self._masked(solves.linear_solve(
-            call, self.operator, b, spec,
-            lambda r: self._apply(call, r, spec, trans, False),
-            lambda r: self._apply(call, r, spec, transposed, conjugate),
-            symmetric=False, trans=trans,
-        )))
+        return _base.method(self, _solve, b, trans=trans)
 
     def transpose_solve(self, b):
         """x with ``a^T @ x = b`` (shorthand for ``solve(b, trans="T")``)."""
@@ -80,16 +71,58 @@ class LU(Factorisation):
 
     def inverse(self):
         """a^-1 (N x N) in a's layout, from the saved factor: LAPACK's getri, the inverses of
-        both triangular factors and their product, (4/3) N^3 flops in large matrix products,
-        distributed over the grid (never gathered). Differentiable in ``a`` (any order)."""
-        call = self._call_here
-        inverse = logdet.inverse(call, self.operator, (self.lu, self.pivots))
-        return self._masked(_base._put(inverse, call.layout.out_spec, call.grid.mesh))
+        both triangular factors and their product, (4/3) N^3 flops in large matrix products (on
+        the distributed route over the grid, never gathered). Differentiable in ``a`` (any order)."""
+        return _base.method(self, _inverse)
 
     def slogdet(self):
         """``(sign, logabsdet)`` of a, replicated, as ``jnp.linalg.slogdet``: sign has a's dtype
         (+-1, or a unit-modulus phase for complex a; 0 where a is singular) and logabsdet is
         real (-inf where a is singular). Differentiable in ``a`` (any order), with A^-1 from the
         saved factor."""
-        sign, value = logdet.slogdet(self._call_here, self.operator, (self.lu, self.pivots))
-        return sign, value
+        return _base.method(self, _slogdet)
+
+
+def factored(plan, a, *, keep: bool):
+    """(state, status, operator) of the LU factorisation of ``a`` (trace-only)."""
+    state, status = families.lu(plan).factor(_base.no_gradient(plan.enter(a)))
+    return jax.lax.stop_gradient(state), status, a if keep else None
+
+
+def solved(plan, operator, state, status, b, trans: str = "N"):
+    """x with ``op(a) x = b`` from the saved factor, NaN where the status is not 0 (trace-only)."""
+    kernels = families.lu(plan)
+    b, spec, home = plan.rhs(b)
+    transposed, conjugate = _TRANSPOSE[trans]
+
+    def apply(r, op, conj):
+        if conj:
+            return jnp.conj(kernels.solve(state, jnp.conj(r), spec, op))
+        return kernels.solve(state, r, spec, op)
+
+    x = solves.linear_solve(plan, operator, b, spec, lambda r: apply(r, trans, False),
+                            lambda r: apply(r, transposed, conjugate), symmetric=False, trans=trans)
+    return home(_status.masked(status, x))
+
+
+def _solve(plan, module, b, *, trans):
+    return solved(plan, module.operator, module.state, module.status, b, trans)
+
+
+def inverted(plan, operator, state, status):
+    """a^-1 in a's layout from the saved factor (trace-only)."""
+    inverse = logdet.inverse(families.lu(plan), operator, state)
+    return _status.masked(status, plan.leave(inverse, "the inverse"))
+
+
+def _inverse(plan, module):
+    return inverted(plan, module.operator, module.state, module.status)
+
+
+def sign_and_logdet(plan, operator, state):
+    """(sign, log|det a|) from the saved factor (trace-only)."""
+    return logdet.slogdet(families.lu(plan), operator, state)
+
+
+def _slogdet(plan, module):
+    return sign_and_logdet(plan, module.operator, module.state)

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import equinox as eqx
+import dataclasses
+
 import jax
 
-from ..autodiff import decompositions
-from ..ops import products
-from ..ops import qr as ops
-from . import _base
+from ..autodiff import _dist, decompositions
+from ..kernels import families, status as _status
+from ..kernels.families import QRState
 from .._dense import adjoint, columns, matmul, spec_of, triu
 from .._docstrings import shared_arguments
 from .._typing import Matrix, MeshLike, Specs, TallRhs, Tile, checked
-from ._base import Factorisation, prepare
-from .decompositions import _dense_or_adjoint
+from . import _base
+from ._base import Factorisation
 
 
 @shared_arguments
@@ -47,28 +47,20 @@ class QR(Factorisation):
         diagonal entry of R (``a`` is rank deficient), or -1 for a non-finite result.
     """
 
-    state: tuple
-    wide: bool = eqx.field(static=True)
+    state: QRState
 
     @checked
     def __init__(self, a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
                  donate: bool = False, backend: str = "auto"):
-        a, self.wide, matrix_specs = _dense_or_adjoint(a, matrix_specs)
-        call, (a,), (kept,) = prepare("qr", [("a", a)], square=False, T_A=T_A, mesh=mesh,
-                                      matrix_specs=matrix_specs, donate=donate, backend=backend,
-                                      num_rhs=1)
-        *state, status = ops.factor(call, _base.no_gradient(a), donate=kept is None)
-        self.state = tuple(jax.lax.stop_gradient(s) for s in state)
-        self.status = status
-        self.operator = kept
-        self.call = call
+        self.plan, (self.state, self.status, self.operator) = _base.build(
+            factored, "qr", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs, donate=donate,
+            backend=backend, square=False, tall=False, num_rhs=1)
 
     @property
-    def shape(self) -> tuple:
-        """The factored matrix's shape (M, N)."""
-        return self.call.shape[::-1] if self.wide else self.call.shape
+    def wide(self) -> bool:
+        """Whether a has fewer rows than columns (factored through its conjugate transpose)."""
+        return self.plan.wide
 
-    @_base.compiled_under_vmap
     @checked
     def solve(self, b: TallRhs):
         """The x (N or N x NRHS) minimising ||a x - b||_2, for b (M,) or (M, NRHS); for a wide
@@ -78,44 +70,85 @@ class QR(Factorisation):
         process, so no process-grid column needs to own a tile of it. x is laid out like b
         (its row axes must divide N).
         """
-        call = self._call_here
-        b, spec, home = self._rhs(call, b, rows=self.shape[0])
-        if not self.wide:
-            x = decompositions.least_squares(call, spec, self.shape[1], self.operator, self.state, b)
-            return home(self._masked(x))
-        if self.operator is None:
+        if self.wide and self.operator is None:
             raise ValueError("QR(a, donate=True).solve with a wide a: the minimum-norm solution x = a^H "
                              "(a a^H)^-1 b needs a, which was donated; keep a (donate=False).")
-        # a a^H = R'^H R' with a^H = Q' R', so x = a^H (R'^H R')^-1 b = Q' R'^-H b
-        z = decompositions._normal_solve(call, spec, self.operator, self.state, b)
-        return home(self._masked(products.matvec(call, self.operator, z, spec, spec)))
-
-    def _wide_factors(self):
-        if self.operator is None:
-            raise ValueError("QR(a, donate=True) with a wide a: q and r need a, which was donated; "
-                             "keep a (donate=False), or use jaxmg.qr(a).")
-        call = self._call_here
-        return wide_factors(adjoint(self.operator), call.tile, call.grid.mesh, None, call.backend)
+        return _base.method(self, _solve, b)
 
     @property
     def q(self):
         """Q in a's layout: M x N with orthonormal columns (M x M for a wide a)."""
-        if self.wide:
-            return self._wide_factors()[0]
-        return self._masked(decompositions.qr_outputs(self._call_here, self.operator, self.state)[0])
+        return self._factors()[0]
 
     @property
     def r(self):
         """R in a's layout: N x N upper triangular (M x N upper trapezoidal for a wide a)."""
-        if self.wide:
-            return self._wide_factors()[1]
-        return self._masked(decompositions.qr_outputs(self._call_here, self.operator, self.state)[1])
+        return self._factors()[1]
+
+    def _factors(self):
+        if self.wide and self.operator is None:
+            raise ValueError("QR(a, donate=True) with a wide a: q and r need a, which was donated; "
+                             "keep a (donate=False), or use jaxmg.qr(a).")
+        return _base.method(self, _factors)
 
 
-def wide_factors(a, T_A, mesh, matrix_specs, backend):
-    """(q, r, status) of ``a = q r`` for a wide M x N ``a``: q (M x M) from the QR of a's first
-    M columns, r = triu(q^H a) (M x N), both in a's layout."""
+def kernel_plan(plan):
+    """The plan the QR kernels run on: a's, or that of a^H for a wide a."""
+    return plan.adjoint() if plan.wide else plan
+
+
+def factored(plan, a, *, keep: bool):
+    """(state, status, operator) of the QR factorisation of ``a`` (of a^H for a wide a)."""
+    kplan = kernel_plan(plan)
+    factor_of = adjoint(a) if plan.wide else a
+    state, status = families.qr(kplan).factor(_base.no_gradient(kplan.enter(factor_of)))
+    return jax.lax.stop_gradient(state), status, a if keep else None
+
+
+def solved(plan, operator, state, status, b):
+    """The least-squares (or, for a wide a, minimum-norm) solution from the saved factor."""
+    kplan = kernel_plan(plan)
+    kernels = families.qr(kplan)
+    b, spec, home = kplan.rhs(b, rows=plan.shape[0])
+    if not plan.wide:
+        x = decompositions.least_squares(kernels, spec, operator, state, b)
+    else:
+        # a a^H = R'^H R' with a^H = Q' R', so x = a^H (R'^H R')^-1 b = Q' R'^-H b
+        ah = kplan.enter(adjoint(operator))
+        z = decompositions.normal_solve(kernels, spec, ah, state, b)
+        x = _dist.matvec(ah, z, _rhs_layout(kplan, spec))
+    return home(_status.masked(status, x))
+
+
+def _rhs_layout(plan, spec):
+    from ..autodiff import solves
+
+    return solves.rhs_layout(plan, spec)
+
+
+def _solve(plan, module, b):
+    return solved(plan, module.operator, module.state, module.status, b)
+
+
+def factors(plan, operator, state, status):
+    """(q, r) in a's layout from the saved factor of a tall ``a`` (trace-only)."""
+    q, r = decompositions.qr_outputs(families.qr(plan), operator, state)
+    return _status.masked(status, plan.leave(q, "q"), plan.leave(r, "r"))
+
+
+def _factors(plan, module):
+    if not plan.wide:
+        return factors(plan, module.operator, module.state, module.status)
+    q, r, _ = wide_factors(plan, module.operator)
+    return q, r
+
+
+def wide_factors(plan, a):
+    """(q, r, status) of ``a = q r`` for a wide M x N ``a``: q (M x M) from the QR of a's first M
+    columns, r = triu(q^H a) (M x N), both in a's layout (trace-only)."""
     m = a.shape[0]
-    square = QR(columns(a, 0, m), T_A, mesh, matrix_specs, backend=backend)
-    q = square.q
-    return q, triu(matmul(adjoint(q), a, spec_of(a))), square.status
+    square = dataclasses.replace(plan, shape=(m, m))
+    head = columns(a, 0, m)
+    state, status, _ = factored(square, head, keep=True)
+    q, _ = factors(square, head, state, status)
+    return q, triu(matmul(adjoint(q), a, spec_of(a))), status

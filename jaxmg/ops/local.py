@@ -27,7 +27,9 @@ For example, on a (4, 2) mesh of 8 devices::
 call cuSOLVERMp), so shard_map cannot infer which outputs are replicated over which axes.
 
 These calls carry no derivative rules of their own: differentiate the global API
-(``jaxmg.potrs``, the modules) instead. The backend is chosen as everywhere else.
+(``jaxmg.potrs``, the modules) instead. The route is chosen as everywhere else
+(``jaxmg._routes``): the native kernels where it says distributed, else the device's own solver
+on the gathered matrix.
 """
 
 from __future__ import annotations
@@ -36,20 +38,22 @@ from typing import Optional
 
 from jax.sharding import PartitionSpec as P
 
-from .. import _backend, _checks, _layout
+from .. import _checks, _layout, _routes
 from .._layout import Grid
-from .._sharded import gather_rows, local_rows
+from .._sharded import gather_block, gather_rows, local_block, local_rows
+from ..kernels import local, native
 
 
-def _kernels(family: str, grid: Grid, backend: str, T_A: Optional[int], local_shape, dtype=None):
+def _native(family: str, grid: Grid, backend: str, T_A: Optional[int], local_shape, dtype) -> Optional[int]:
+    """The native tile where the native kernels run (``backend``, checked as everywhere), else None:
+    the device's own solver then runs on the gathered matrix."""
     _checks.check_backend(backend)
     _checks.check_tile(T_A)
     shape = (local_shape[0] * grid.nprow, local_shape[1] * grid.npcol)
-    module = _backend.select(family, backend, grid.mesh, shape, dtype)
-    params = {}
-    if module.NAME == "native":
-        params["tile"] = T_A or _layout.auto_tile(shape, grid)
-    return module, params
+    route = _routes.choose(family, backend, grid.mesh, shape, dtype)
+    if route != _routes.DISTRIBUTED:
+        return None
+    return T_A or _layout.auto_tile(shape, grid)
 
 
 def _rhs(b, grid: Grid, rhs_spec: Optional[P]):
@@ -57,65 +61,85 @@ def _rhs(b, grid: Grid, rhs_spec: Optional[P]):
     return gather_rows(b, spec), spec
 
 
+def _device(kernels_class):
+    """The local kernels of the device's own solver, for a whole gathered matrix."""
+    return kernels_class(None)
+
+
 def potrs(a, b, *, grid: Grid, rhs_spec: Optional[P] = None, backend: str = "auto", T_A=None):
     """(x rows, logdet, status) for Hermitian positive-definite A from local blocks.
 
-    A backend with a fused solve (the native one: factor and solve in one call, in place in
-    cuSOLVERMp's layout, with no redistribution of the matrix) runs it; otherwise the
-    factor and the solve of the Cholesky family run one after the other.
-    """
-    module, params = _kernels("cholesky", grid, backend, T_A, a.shape)
+    Natively, factor and solve are one handler call, in place in cuSOLVERMp's layout, with no
+    redistribution of the matrix; else the device's own solver factors the gathered matrix."""
+    tile = _native("cholesky", grid, backend, T_A, a.shape, a.dtype)
     b, spec = _rhs(b, grid, rhs_spec)
-    if hasattr(module, "potrs"):
-        x, logdet, status = module.potrs(a, b, grid=grid, **params)
+    if tile is not None:
+        x, logdet, status = native.potrs(a, b, grid=grid, tile=tile)
         return local_rows(x, spec), logdet, status
-    state, status = module.cholesky_factor(a, grid=grid, **params)
-    (x,) = module.cholesky_solve(state, b, grid=grid, **params)
-    (logdet,) = module.cholesky_logdet(state, grid=grid, **params)
-    return local_rows(x, spec), logdet, status
+    kernels = _device(local.Cholesky)
+    state, status = kernels.factor(gather_block(a, grid))
+    return local_rows(kernels.solve(state, b), spec), kernels.logdet(state), status
 
 
 def cholesky(a, *, grid: Grid, backend: str = "auto", T_A=None):
     """(L block, status) with A = L L^H."""
-    module, params = _kernels("cholesky", grid, backend, T_A, a.shape)
-    if module.NAME == "native":
-        params["natural"] = True  # a factor L can be read from
-    state, status = module.cholesky_factor(a, grid=grid, **params)
-    (lower,) = module.cholesky_lower(state, grid=grid, **params)
-    return lower, status
+    tile = _native("cholesky", grid, backend, T_A, a.shape, a.dtype)
+    if tile is not None:
+        state, status = native.cholesky_factor(a, grid=grid, tile=tile, natural=True)
+        (lower,) = native.cholesky_lower(state, grid=grid, tile=tile, natural=True)
+        return lower, status
+    (lower,), status = _device(local.Cholesky).factor(gather_block(a, grid))
+    return local_block(lower, grid), status
 
 
 def lu_solve(a, b, *, grid: Grid, rhs_spec: Optional[P] = None, backend: str = "auto", T_A=None):
     """(x rows, status) for general square A."""
-    module, params = _kernels("lu", grid, backend, T_A, a.shape, a.dtype)
-    lu, piv, status = module.lu_factor(a, grid=grid, **params)
+    tile = _native("lu", grid, backend, T_A, a.shape, a.dtype)
     b, spec = _rhs(b, grid, rhs_spec)
-    (x,) = module.lu_solve(lu, piv, b, grid=grid, trans=0, **params)
-    return local_rows(x, spec), status
+    if tile is not None:
+        lu, piv, status = native.lu_factor(a, grid=grid, tile=tile)
+        (x,) = native.lu_solve(lu, piv, b, grid=grid, trans=0, tile=tile)
+        return local_rows(x, spec), status
+    kernels = _device(local.LU)
+    state, status = kernels.factor(gather_block(a, grid))
+    return local_rows(kernels.solve(state, b), spec), status
 
 
 def least_squares(a, b, *, grid: Grid, rhs_spec: Optional[P] = None, backend: str = "auto", T_A=None):
     """(x rows, status) minimising ||A x - b|| for tall A."""
-    module, params = _kernels("qr", grid, backend, T_A, a.shape)
-    q, r, status = module.qr_factor(a, grid=grid, **params)
+    tile = _native("qr", grid, backend, T_A, a.shape, a.dtype)
     b, spec = _rhs(b, grid, rhs_spec)
-    (x,) = module.qr_solve(q, r, b, grid=grid, **params)
-    return local_rows(x, spec), status
+    if tile is not None:
+        f, tau, status = native.qr_factor(a, grid=grid, tile=tile)
+        (x,) = native.qr_solve(f, tau, b, grid=grid, tile=tile)
+        return local_rows(x, spec), status
+    kernels = _device(local.QR)
+    state, status = kernels.factor(gather_block(a, grid))
+    return local_rows(kernels.solve(state, b), spec), status
 
 
 def syevd(a, *, grid: Grid, backend: str = "auto", T_A=None):
     """(w whole, v block, status) of Hermitian A."""
-    module, params = _kernels("eigh", grid, backend, T_A, a.shape)
-    return module.syevd(a, grid=grid, **params)
+    tile = _native("eigh", grid, backend, T_A, a.shape, a.dtype)
+    if tile is not None:
+        return native.syevd(a, grid=grid, tile=tile)
+    w, v, status = _device(local.Decompositions).syevd(gather_block(a, grid))
+    return w, local_block(v, grid), status
 
 
 def gesvd(a, *, grid: Grid, full_matrices: bool = False, backend: str = "auto", T_A=None):
     """(u block, s whole, vh block, status)."""
-    module, params = _kernels("svd", grid, backend, T_A, a.shape)
-    return module.gesvd(a, grid=grid, full_matrices=full_matrices, **params)
+    tile = _native("svd", grid, backend, T_A, a.shape, a.dtype)
+    if tile is not None:
+        return native.gesvd(a, grid=grid, full_matrices=full_matrices, tile=tile)
+    u, s, vh, status = _device(local.Decompositions).gesvd(gather_block(a, grid), full_matrices)
+    return local_block(u, grid), s, local_block(vh, grid), status
 
 
 def polar(a, *, grid: Grid, backend: str = "auto", T_A=None):
     """(u_p block, h block, status)."""
-    module, params = _kernels("polar", grid, backend, T_A, a.shape)
-    return module.polar(a, grid=grid, **params)
+    tile = _native("polar", grid, backend, T_A, a.shape, a.dtype)
+    if tile is not None:
+        return native.polar(a, grid=grid, tile=tile)
+    u_p, h, status = _device(local.Decompositions).polar(gather_block(a, grid))
+    return local_block(u_p, grid), local_block(h, grid), status

@@ -5,9 +5,9 @@ The package mirrors csrc/: ``_library`` loads the library and registers its hand
 redistribution, right-hand-side permutations, the status helper); one module per family
 (``cholesky``, ``lu``, ``qr``, ``eig``) holds its kernels; ``polar`` holds the compositions (QDWH
 polar, and gesvd as polar + syevd) that stand in for cuSOLVERMp 0.8's missing polar and gesvd.
-Every kernel runs on every device inside ``shard_map`` and
-takes the same keywords as the portable backend's kernel of the same name, plus ``tile``
-(T_A).
+Every per-shard kernel runs on every device inside ``shard_map``; the family classes
+(:class:`Cholesky`, :class:`LU`, :class:`QR`, :class:`Decompositions`) run them over the grid and
+implement the protocols of ``jaxmg.kernels.families``.
 
 Status: 0, or LAPACK's ``info`` (e.g. the order of the first leading minor that is not positive
 definite, counted in the permuted, padded matrix that cuSOLVERMp factors), agreed over the
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from ._library import abort_communicators, info, last_timings, library_candidates, unavailable_reason
 from .cholesky import (
+    Cholesky,
     cholesky,
     cholesky_factor,
     cholesky_logdet,
@@ -28,23 +29,21 @@ from .cholesky import (
     cholesky_triangle,
     cholesky_triangle_kind,
     potrs,
-    potrs_inplace,
 )
-from .lu import lu_factor, lu_factor_order, lu_solve, lu_triangles
-from .qr import qr_factor, qr_normal_solve, qr_q, qr_r, qr_solve
+from .lu import LU, lu_factor, lu_factor_order, lu_solve, lu_triangles
+from .qr import QR, qr_factor, qr_normal_solve, qr_q, qr_r, qr_solve
 from .eig import syevd, sygvd
-from .polar import gesvd, polar
+from .polar import Decompositions, gesvd, polar
 from ._grid import family_tile
 
-NAME = "native"
-
-#: Kernel families with native kernels (``cholesky_factor``, ``cholesky_solve``, ...) that the
-#: backend choice offers: those whose GPU cases (tests/gpu/native_cases.py) have passed.
+#: Kernel families with native kernels: those whose GPU cases (tests/gpu/native_cases.py) have
+#: passed.
 FAMILIES: frozenset = frozenset({"cholesky", "lu", "qr", "eigh", "sygvd", "polar", "svd"})
 
 __all__ = [
-    "FAMILIES", "NAME", "abort_communicators", "cholesky", "cholesky_factor", "cholesky_logdet", "cholesky_lower",
-    "cholesky_solve", "cholesky_state_is_lower", "cholesky_to_a_order", "cholesky_triangle", "cholesky_triangle_kind", "family_tile", "gesvd", "info", "last_timings", "library_candidates",
-    "lu_factor", "lu_factor_order", "lu_solve", "lu_triangles", "polar", "potrs", "potrs_inplace", "qr_factor", "qr_normal_solve", "qr_q", "qr_r",
-    "qr_solve", "syevd", "sygvd", "unavailable_reason",
+    "FAMILIES", "Cholesky", "Decompositions", "LU", "QR", "abort_communicators", "cholesky", "cholesky_factor",
+    "cholesky_logdet", "cholesky_lower", "cholesky_solve", "cholesky_state_is_lower", "cholesky_to_a_order",
+    "cholesky_triangle", "cholesky_triangle_kind", "family_tile", "gesvd", "info", "last_timings",
+    "library_candidates", "lu_factor", "lu_factor_order", "lu_solve", "lu_triangles", "polar", "potrs", "qr_factor",
+    "qr_normal_solve", "qr_q", "qr_r", "qr_solve", "syevd", "sygvd", "unavailable_reason",
 ]

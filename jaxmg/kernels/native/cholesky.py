@@ -52,11 +52,15 @@ and the handler loops over it on one cached grid.
 
 from __future__ import annotations
 
+import dataclasses
 
 import jax
 import jax.numpy as jnp
 
-from . import _grid
+from . import _grid, gemm
+from .. import triangular
+from ..._sharded import Block, Replicated, Rows, run, whole
+from ..families import CholeskyState
 
 _UPLO_LOWER = 0
 _UPLO_UPPER = 1
@@ -131,17 +135,9 @@ def _permuted_whole(xl, grid, n: int, tile: int):
 
 
 def potrs(a, b, *, grid, tile):
-    """Solve A x = b (A Hermitian positive definite, lower triangle read); (x, logdet, status)."""
-    return potrs_inplace(a, b, grid=grid, tile=tile)[:3]
-
-
-def potrs_inplace(a, b, *, grid, tile):
-    """potrs, also returning the consumed matrix buffer (a's local block shape) as a 4th output.
-
-    Returning it (as a Block output, then dropping it) lets XLA alias a donated ``a`` to the
-    FFI call's in-place factor: a donated input that no output aliases is copied instead,
-    which doubles the memory. The 4th output's contents are unspecified (the permuted factor).
-    """
+    """Solve A x = b (A Hermitian positive definite, lower triangle read) in one handler call:
+    (x, logdet, status). ``a``'s buffer is factored in place where the layout allows it (the
+    in-place layout, step 2 of the module docstring); a donated ``a`` is then consumed."""
     tile = int(tile)
     n = a.shape[-2] * grid.nprow
     vector = b.ndim == 1
@@ -152,11 +148,10 @@ def potrs_inplace(a, b, *, grid, tile):
 
     if _inplace_ok(n, tile, grid):
         bl = _permuted_rows(bc, grid, n, tile)
-        consumed, xt, logdet, status = _factor_call(a, bl.T, members, nid, rank, n=n, tile=tile, pr=pr, pc=pc,
-                                                    mode=_MODE_INPLACE, solve=1)
+        _, xt, logdet, status = _factor_call(a, bl.T, members, nid, rank, n=n, tile=tile, pr=pr, pc=pc,
+                                             mode=_MODE_INPLACE, solve=1)
         x = _permuted_whole(xt.T, grid, n, tile)
     else:
-        consumed = a
         npad = _grid.padded_size(n, tile, grid)
         am = _grid.cyclic_matrix(a, grid, n, npad, tile)
         bl = _grid.rows_of(jnp.pad(bc, ((0, npad - n), (0, 0))), _grid.index(grid.col_axes), npad, tile, pr)
@@ -165,7 +160,7 @@ def potrs_inplace(a, b, *, grid, tile):
         x = _grid.whole_rows(xt.T, grid, npad, tile, pr)[:n]
     x = jnp.conj(x)
     x = x[:, 0] if vector else x
-    return _finish(x, logdet, status, grid) + (consumed,)
+    return _finish(x, logdet, status, grid)
 
 
 def cholesky(a, *, grid, tile):
@@ -323,3 +318,63 @@ def cholesky_to_a_order(c, *, grid, tile, natural=False):
         axis = -2 if grid.nprow == 1 else -1
         c = jnp.zeros_like(c).at[(slice(None),) * (c.ndim + axis) + (perm,)].set(c)
     return (c,)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cholesky:
+    """The Cholesky kernels over the process grid (``jaxmg.kernels.families.CholeskyKernels``)."""
+
+    plan: object
+    hermitian = True
+
+    @property
+    def grid(self):
+        return self.plan.grid
+
+    @property
+    def lower_readable(self) -> bool:
+        """Whether the state holds L (natural order), so that :meth:`lower` can read it."""
+        return cholesky_state_is_lower(self.plan.shape[0], self.plan.tile, self.grid, self.plan.natural)
+
+    def _run(self, kernel, args, inputs, outputs):
+        return run(kernel, self.grid, args, inputs, outputs, tile=self.plan.tile, natural=self.plan.natural)
+
+    def factor(self, a):
+        state, status = self._run(cholesky_factor, [a], [Block()], [Block(), Replicated()])
+        return CholeskyState(state), status
+
+    def solve(self, state, b, spec):
+        return self._run(cholesky_solve, [state.factor, b], [Block(), Rows(spec)], [Rows(spec)])[0]
+
+    def logdet(self, state):
+        return self._run(cholesky_logdet, [state.factor], [Block()], [Replicated()])[0]
+
+    def inverse(self, state):
+        """A^-1 in the grid layout, from the factor: LAPACK's potri (the triangular inverse, then
+        the product W^H W; (2/3) N^3 flops, almost all in large matrix products) on the whole
+        factor in the grid layout (distributed, never gathered), then taken to a's order where
+        the state is the factor of a tile-permuted matrix."""
+        n = self.plan.shape[0]
+        lower, reordered = cholesky_triangle_kind(n, self.plan.tile, self.grid, self.plan.natural)
+        (factor,) = self._run(cholesky_triangle, [state.factor], [Block()], [Block()])
+        inverse = whole(_hermitian_inverse, (factor,), self.grid, lower=lower, products=products_on(self.grid, n))
+        if reordered:
+            (inverse,) = self._run(cholesky_to_a_order, [inverse], [Block()], [Block()])
+        return inverse
+
+    def lower(self, state):
+        return self._run(cholesky_lower, [state.factor], [Block()], [Block(self.plan.spec)])[0]
+
+
+def _hermitian_inverse(factor, *, lower: bool, products):
+    with triangular.products_through(*products):
+        return triangular.hermitian_inverse(triangular.Tri(factor, lower=lower))
+
+
+def products_on(grid, n: int) -> tuple:
+    """The products of the triangular inverses (``triangular.products_through``) of an order-``n``
+    matrix on ``grid``: the library's cuBLAS calls where the grid is one GPU, else XLA's dots
+    (which XLA partitions over the mesh)."""
+    if grid.mesh.size == 1 and gemm.available():
+        return gemm.one_gpu_products(n)
+    return None, None, None

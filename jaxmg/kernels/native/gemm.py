@@ -11,7 +11,6 @@ triangular product is one cuBLAS trmm: no flops on the zero triangle, no recursi
 from __future__ import annotations
 
 import functools
-import os
 
 import jax
 import jax.numpy as jnp
@@ -26,26 +25,17 @@ def available() -> bool:
     return bool(_library.capabilities().get("gemm"))
 
 
-def chosen() -> tuple[bool, bool, bool]:
-    """(general products, triangular products, the Hermitian inverse) through cuBLAS on one GPU:
-    all where :func:`available`, unless the environment variable ``JAXMG_PRODUCTS`` says
-    ``recursion`` (the inverse as jaxmg.kernels.triangular's recursion of cuBLAS products),
-    ``trmm`` (the same with trmm at every order), ``gemm`` (cuBLAS's gemm only; triangular
-    products recurse into general ones) or ``xla`` (XLA's autotuned dots).
-    ``jaxmg._backend.one_gpu_products`` decides by the matrix's order where trmm is used."""
-    setting = _setting()
-    if setting == "xla" or not available():
-        return False, False, False
-    return True, setting != "gemm", setting == "cublas"
+#: Triangular products of matrices of at most this order are single cuBLAS trmm calls; larger ones
+#: recurse into gemm calls (the faster of the two at each size measured on one H200,
+#: ``python benchmarks/bench_gp.py --inverse``; docs/performance.md).
+TRMM_MAX_ORDER = 16384
 
 
-def trmm_at_every_order() -> bool:
-    """``JAXMG_PRODUCTS=trmm``: cuBLAS's trmm for triangular products of every order."""
-    return _setting() == "trmm"
-
-
-def _setting() -> str:
-    return os.environ.get("JAXMG_PRODUCTS", "cublas").lower()
+def one_gpu_products(n: int) -> tuple:
+    """The (product, triangular product, Hermitian inverse) that the triangular inverses of an
+    order-``n`` matrix (``jaxmg.kernels.triangular.products_through``) use on one GPU: cuBLAS's
+    gemm, its trmm up to :data:`TRMM_MAX_ORDER`, and the one-call potri :func:`hermitian_inverse`."""
+    return product, (triangular_product if n <= TRMM_MAX_ORDER else None), hermitian_inverse
 
 
 def _op(x: jax.Array, adj: bool) -> int:

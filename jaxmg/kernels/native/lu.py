@@ -29,11 +29,16 @@ over the grid; the handler fills a failed factor with NaN, so every solve with i
 
 from __future__ import annotations
 
+import dataclasses
 import jax
 import jax.numpy as jnp
 
 from . import _grid
-from ..products import matmul
+from .. import triangular
+from ..._sharded import Block, Replicated, Rows, run, whole
+from ..families import LUState
+from ..local import matmul, slogdet_of
+from .cholesky import products_on
 
 
 def _start(local, grid, tile):
@@ -71,15 +76,15 @@ def lu_factor(a, *, grid, tile):
 
 
 def lu_factor_order(n: int, tile: int, grid) -> dict:
-    """How :func:`lu_triangles`' result relates to A (``jaxmg.ops.lu``): the packed factor of
+    """How :func:`lu_triangles`' result relates to A (:meth:`LU.inverse`): the packed factor of
     ``M'`` (``M'[perm] = L U``, perm from the pivots), transposed (row-major view), with
     ``A[cols][:, rows] = M'^T``; ``rows``/``cols`` are the tile permutations ``s_r``/``s_c`` (tuples),
     or None where both are the identity (one process)."""
     t = _grid.family_tile(n, int(tile), grid)
     pr, pc = _grid.mp_grid(grid)
     if pr == pc == 1:
-        return dict(transposed=True, rows=None, cols=None)
-    return dict(transposed=True, rows=tuple(int(i) for i in _grid.tile_permutation(n, t, pr)),
+        return dict(rows=None, cols=None)
+    return dict(rows=tuple(int(i) for i in _grid.tile_permutation(n, t, pr)),
                 cols=tuple(int(i) for i in _grid.tile_permutation(n, t, pc)))
 
 
@@ -165,3 +170,86 @@ def _transposed_solve(f, piv, c, grid, n: int, t: int):
     v = jax.lax.fori_loop(0, k, backward, w).reshape(n, nrhs)
     perm = jax.lax.linalg.lu_pivots_to_permutation(piv, n)  # (P^T y)[i] = y[perm[i]]
     return jnp.zeros_like(v).at[perm].set(v)  # z = P v
+
+
+@dataclasses.dataclass(frozen=True)
+class LU:
+    """The LU kernels over the process grid (``jaxmg.kernels.families.LUKernels``)."""
+
+    plan: object
+    hermitian = False
+
+    @property
+    def grid(self):
+        return self.plan.grid
+
+    @property
+    def tile(self) -> int:
+        return self.plan.tile
+
+    def _run(self, kernel, args, inputs, outputs, **params):
+        return run(kernel, self.grid, args, inputs, outputs, tile=self.tile, **params)
+
+    def factor(self, a):
+        lu, piv, status = self._run(lu_factor, [a], [Block()], [Block(), Replicated(), Replicated()])
+        return LUState(lu, piv), status
+
+    def solve(self, state, b, spec, trans: str = "N"):
+        return self._run(lu_solve, [*state, b], [Block(), Replicated(), Rows(spec)], [Rows(spec)],
+                         trans=_TRANS[trans])[0]
+
+    def _triangles(self, state):
+        """The packed factor in the grid layout, and how it relates to A (:func:`lu_factor_order`)."""
+        (factor,) = self._run(lu_triangles, [state.lu], [Block()], [Block()])
+        return factor, lu_factor_order(self.plan.shape[0], self.tile, self.grid)
+
+    def inverse(self, state):
+        """A^-1 in the grid layout, from the factor: LAPACK's getri (the inverses of both
+        triangular factors, then their product; (4/3) N^3 flops, almost all in large matrix
+        products), on the whole factor in the grid layout (distributed, never gathered)."""
+        factor, order = self._triangles(state)
+        products = products_on(self.grid, self.plan.shape[0])
+        return whole(_inverse, (factor, state.pivots), self.grid, products=products, **order)
+
+    def slogdet(self, state):
+        factor, order = self._triangles(state)
+        return whole(_slogdet, (factor, state.pivots), self.grid, **order)
+
+
+_TRANS = {"N": 0, "T": 1, "C": 2}
+
+
+def _inverse(factor, piv, *, rows, cols, products):
+    """A^-1 from the packed factor (``lu_factor_order`` describes it) and the pivots."""
+    n = factor.shape[-1]
+    perm = jax.lax.linalg.lu_pivots_to_permutation(piv, n)
+    with triangular.products_through(*products):
+        # factor = (L U)^T of M with M[perm] = L U and A[cols][:, rows] = M^T: A^-1[rows][:, cols] = M^-T
+        w_u = triangular.trtri(triangular.Tri(factor, lower=False, unit=True))  # (L^T)^-1
+        w_l = triangular.trtri(triangular.Tri(factor, lower=True))  # (U^T)^-1
+        m_inv_t = triangular.upper_times_lower(triangular.Tri(w_u, lower=False), triangular.Tri(w_l, lower=True))
+    m_inv_t = jnp.zeros_like(m_inv_t).at[perm].set(m_inv_t)  # M^-T = P (L^T)^-1 (U^T)^-1
+    if rows is None:
+        return m_inv_t
+    return jnp.zeros_like(m_inv_t).at[jnp.asarray(rows)[:, None], jnp.asarray(cols)[None, :]].set(m_inv_t)
+
+
+def _slogdet(factor, piv, *, rows, cols):
+    """(sign, log|det A|): det A = +-prod(diag U), the sign that of the row permutation and of the
+    factor's tile orders (the diagonal of (L U)^T is U's)."""
+    parity = 1 if rows is None else _parity(rows) * _parity(cols)
+    return slogdet_of(jnp.diagonal(factor), piv, parity)
+
+
+def _parity(order) -> int:
+    """+1 or -1: the sign of the permutation ``order`` (a tuple)."""
+    seen, sign = set(), 1
+    for start in range(len(order)):
+        length, k = 0, start
+        while k not in seen:
+            seen.add(k)
+            k = order[k]
+            length += 1
+        if length and length % 2 == 0:
+            sign = -sign
+    return sign

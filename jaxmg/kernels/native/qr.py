@@ -25,9 +25,8 @@ them, and R's padding diagonal (+-1) stays as geqrf left it.
 * ``qr_r``: the upper triangle of the factor's first Np rows, laid back out.
 * ``qr_solve``: ``c = Q^H [b; 0]``, then ``R x = c[:Np]`` by tile-by-tile back substitution on
   the distributed R (:func:`_r_solve`): Q is never formed. ``Q^H`` is applied from the saved
-  reflectors panel by panel in compact WY form (:func:`_apply_qh`), or, with the environment
-  variable ``JAXMG_QR_APPLY=ormqr``, by cuSOLVERMp's ormqr (right-hand side on process column 0),
-  measured slower (``benchmarks/bench_qr.py``).
+  reflectors panel by panel in compact WY form (:func:`_apply_qh`), measured faster than
+  cuSOLVERMp's ormqr (``benchmarks/bench_qr.py``).
 * ``qr_normal_solve``: ``R^-1 R^-H y`` with the same substitution (the least-squares derivative).
 
 Status: 0, or the 1-based index of the first zero or non-finite diagonal entry of R (A is
@@ -37,14 +36,16 @@ failure, so every result from it is NaN.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-import os
 
 import jax
 import jax.numpy as jnp
 
 from . import _grid
-from ..products import matmul
+from ..._sharded import Block, Replicated, Rows, check_outputs, run
+from ..families import QRState
+from ..local import matmul
 from ..status import first_bad_pivot
 
 
@@ -183,12 +184,7 @@ def qr_solve(f, tau, b, *, grid, tile):
     p, _ = _coords(grid)
     c = jnp.pad(b2, ((0, s.m - s.m0), (0, 0)))
     c_l = _grid.rows_of(c, p, s.m, s.t, s.pr)  # (mloc, nrhs): this process row's rows
-    if os.environ.get("JAXMG_QR_APPLY", "householder") == "ormqr":
-        ct = _grid.ffi_call("jaxmg_ormqr", jax.ShapeDtypeStruct(c_l.T.shape, c.dtype), (f, tau_l, c_l.T),
-                            _grid.start(grid), aliases={2: 0}, nrhs=c.shape[-1], adjoint=1, **s.attrs())
-        c = _whole_rows(ct.T, grid, s)
-    else:
-        c = _gathered_rows(_apply_qh(f, tau_l, c_l, grid, s), grid, s)
+    c = _gathered_rows(_apply_qh(f, tau_l, c_l, grid, s), grid, s)
     x = _r_solve(f, c[: s.n], grid, s, adjoint=False)[: s.n0]
     return (x[:, 0] if vector else x,)
 
@@ -258,14 +254,6 @@ def qr_normal_solve(f, tau, y, *, grid, tile):
     return (z[:, 0] if vector else z,)
 
 
-def _whole_rows(x_l, grid, s: _Shape):
-    """The whole (m, nrhs) result of ormqr from the local rows valid on process column 0."""
-    _, q = _coords(grid)
-    if grid.col_axes:
-        x_l = jax.lax.psum(jnp.where(q == 0, x_l, jnp.zeros((), x_l.dtype)), _grid.name(grid.col_axes))
-    return _gathered_rows(x_l, grid, s)
-
-
 def _gathered_rows(x_l, grid, s: _Shape):
     """The whole (m, nrhs) array from every process row's (mloc, nrhs) local rows (the same on
     every process column)."""
@@ -322,3 +310,46 @@ def _r_solve(f, c, grid, s: _Shape, adjoint: bool):
         return x.at[j].set(step(j, x.reshape(s.n, nrhs), c[j]))
 
     return jax.lax.fori_loop(0, k, body, jnp.zeros_like(c)).reshape(s.n, nrhs)
+
+
+@dataclasses.dataclass(frozen=True)
+class QR:
+    """The QR kernels over the process grid (``jaxmg.kernels.families.QRKernels``)."""
+
+    plan: object
+
+    @property
+    def grid(self):
+        return self.plan.grid
+
+    @property
+    def tile(self) -> int:
+        return self.plan.tile
+
+    def _run(self, kernel, args, inputs, outputs, **params):
+        return run(kernel, self.grid, args, inputs, outputs, tile=self.tile, **params)
+
+    def factor(self, a):
+        f, tau, status = self._run(qr_factor, [a], [Block()], [Block(), Replicated(), Replicated()])
+        return QRState(f, tau), status
+
+    def q(self, state):
+        m, n = self.plan.shape
+        check_outputs([self.plan.caller_block], [(m, n)], self.grid, ["q"])
+        return self._run(qr_q, list(state), _STATE, [self.plan.caller_block], m=m)[0]
+
+    def r(self, state):
+        n = self.plan.shape[1]
+        check_outputs([self.plan.caller_block], [(n, n)], self.grid, ["r"])
+        return self._run(qr_r, list(state), _STATE, [self.plan.caller_block])[0]
+
+    def solve(self, state, b, spec):
+        n = self.plan.shape[1]
+        check_outputs([Rows(spec)], [(n,) + b.shape[1:]], self.grid, ["x"])
+        return self._run(qr_solve, [*state, b], [*_STATE, Rows(spec)], [Rows(spec)])[0]
+
+    def normal_solve(self, state, y, spec):
+        return self._run(qr_normal_solve, [*state, y], [*_STATE, Rows(spec)], [Rows(spec)])[0]
+
+
+_STATE = [Block(), Replicated()]

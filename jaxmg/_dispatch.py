@@ -1,0 +1,218 @@
+"""The public boundary: every public call runs through :func:`run`, once.
+
+A public function, module constructor or method checks its arguments and plans the call
+(``jaxmg._plan.resolve``, with the :class:`jaxmg._context.Context` that :func:`context` reads);
+:func:`run` then runs its *body*, a trace-only function ``body(plan, *args, **static)``:
+
+* inside a trace (``jax.jit``, or a user's ``jax.shard_map``): inline;
+* eagerly (concrete arrays, or the tracers of ``jax.grad``/``jvp``/``vmap`` called outside
+  ``jax.jit``): as one ``jax.jit`` of the body, cached on the body, the plan and the static
+  arguments. JAX then differentiates and batches a compiled call, so a second eager call,
+  derivatives included, costs what the jitted one costs;
+* under ``jax.vmap`` with a stack of matrices: with a batching rule
+  (``jax.custom_batching.custom_vmap``) that runs the batch route (the stack spread over the mesh,
+  each device solving its own matrices) or, for matrices too large for one device, one
+  distributed call after another (``jax.lax.map``). Where a differentiation trace holds the
+  arrays innermost (``jax.vmap`` of ``jax.grad``) the rule is not bound (JAX cannot transpose it)
+  and JAX batches the body itself.
+
+Nothing below the boundary places arrays, caches compiled calls or enters meshes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Callable, Sequence
+
+import jax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from . import _context, _layout, _routes, _sharded
+from ._context import Context
+from ._plan import Plan
+
+
+def context(matrices, others=()) -> Context:
+    """The context of a call on ``matrices`` (and ``others``: right-hand sides, a module)."""
+    return _context.of([x for x in matrices if hasattr(x, "shape")],
+                       [x for x in jax.tree.leaves(others) if hasattr(x, "shape")])
+
+
+def run(body: Callable, plan: Plan, ctx: Context, args: Sequence, *, matrices: int = 1,
+        donate: bool = False, uncommitted: bool = False, **static):
+    """``body(plan, *args, **static)`` as the context asks (module docstring).
+
+    ``args`` may hold pytrees (a module); the first ``matrices`` are the matrix arguments (placed
+    in the plan's layout when an eager call brings them from elsewhere). ``donate``: the matrix
+    arguments may be consumed (eager concrete calls only). ``uncommitted``: the outputs of an
+    eager call are made uncommitted (no mesh was asked for and every input was uncommitted).
+    """
+    args = tuple(args)
+    rule = ctx.stack is not None and not ctx.differentiated and plan.route != _routes.LOCAL
+    key = tuple(sorted(static.items()))
+    if not ctx.eager:
+        return _traced(body, plan, key, rule)(*args)
+    args = _on_mesh(args, plan, matrices)
+    concrete = not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(args))
+    donated = tuple(range(matrices)) if donate and concrete else ()
+    with _entered(plan.mesh):
+        out = _compiled(body, plan, key, rule, donated)(*args)
+    return _uncommitted(out) if uncommitted and concrete else out
+
+
+@functools.lru_cache(maxsize=512)
+def _compiled(body, plan: Plan, static: tuple, rule: bool, donate: tuple):
+    return jax.jit(_traced(body, plan, static, rule), donate_argnums=donate)
+
+
+def _traced(body, plan: Plan, static: tuple, rule: bool) -> Callable:
+    """The body of one call, to be traced; with the stack rule where ``rule``."""
+    options = dict(static)
+
+    def traced(*args):
+        with _abstract(plan.mesh):
+            return body(plan, *args, **options)
+
+    if not rule:
+        return traced
+    stacked = jax.custom_batching.custom_vmap(traced)
+    stacked.def_vmap(functools.partial(_stack_rule, traced, plan))
+    return stacked
+
+
+def _abstract(mesh):
+    """The mesh's abstract mesh as the context of a trace (none for a device's own arrays)."""
+    if mesh is None:
+        return contextlib.nullcontext()
+    return jax.sharding.use_abstract_mesh(mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh)
+
+
+def _entered(mesh):
+    """The concrete mesh as the context of an eager call (a no-op while a transformation traces:
+    ``jax.set_mesh`` cannot be entered then). Each call runs in its own mesh, whatever mesh the
+    caller has set."""
+    if isinstance(mesh, Mesh) and not _context.tracing():
+        return jax.set_mesh(mesh)
+    return contextlib.nullcontext()
+
+
+# --------------------------------------------------------------------------------------------
+# Stacks under jax.vmap
+# --------------------------------------------------------------------------------------------
+
+def _stack_rule(fn, plan: Plan, size: int, in_batched, *args):
+    """The batching rule of one call: the batch route spreads the stack over the mesh and maps
+    the body over each device's matrices; the distributed route maps it over the stack, one
+    matrix at a time. Every output is batched."""
+    in_batched = list(in_batched)
+    if plan.route == _routes.BATCH:
+        out = _batch(fn, plan, size, in_batched, args)
+    else:
+        out = _one_at_a_time(fn, plan, in_batched, args)
+    return out, jax.tree.map(lambda _: True, out)
+
+
+def _batch(fn, plan: Plan, size: int, in_batched, args):
+    mesh = plan.mesh
+    axes = _layout.batch_axes(mesh, size) if mesh is not None else ()
+    home = _stack_layout(args, in_batched)
+    spread = P(_layout.entry(axes))
+    args = _map_batched(lambda x: _put(x, spread, mesh) if axes else x, args, in_batched)
+    in_axes = tuple(jax.tree.map(lambda b: 0 if b else None, b_) for b_ in in_batched)
+    out = jax.vmap(fn, in_axes=in_axes)(*args)
+    if home is None or not axes:
+        return out
+    return jax.tree.map(lambda x: _put(x, home, mesh) if _divisible(x, home, mesh) else x, out)
+
+
+def _one_at_a_time(fn, plan: Plan, in_batched, args):
+    spec = P(None, *tuple(plan.grid.spec))
+    args = _map_batched(lambda x: _put(x, spec, plan.mesh) if x.ndim == 3 else x, args, in_batched)
+    leaves, structure = jax.tree.flatten(args)
+    flags = jax.tree.leaves(in_batched)
+
+    def one(stacked):
+        it = iter(stacked)
+        return fn(*jax.tree.unflatten(structure, [next(it) if b else x for x, b in zip(leaves, flags)]))
+
+    return jax.lax.map(one, [x for x, b in zip(leaves, flags) if b])
+
+
+def _map_batched(f, args, in_batched):
+    return tuple(jax.tree.map(lambda x, b: f(x) if b else x, a, b_) for a, b_ in zip(args, in_batched))
+
+
+def _stack_layout(args, in_batched):
+    """The layout of the first batched argument's batch axis, where it is known: outputs return
+    to it (whole matrices on each device, the stack split as the input's was)."""
+    for a, b_ in zip(args, in_batched):
+        for x, b in zip(jax.tree.leaves(a), jax.tree.leaves(b_)):
+            if b:
+                sharding = _layout.known_sharding(x)
+                if sharding is None:
+                    return None
+                entries = tuple(sharding.spec)
+                return P(entries[0] if entries else None)
+    return None
+
+
+def _divisible(x, spec, mesh) -> bool:
+    return hasattr(x, "ndim") and x.ndim >= 1 and _layout.divides(x.shape[:1], tuple(spec)[:1], mesh)
+
+
+def _put(x, spec: P, mesh):
+    if mesh is None or not hasattr(x, "ndim"):
+        return x
+    return _sharded.place(x, _layout.padded_spec(spec, x.ndim), mesh)
+
+
+# --------------------------------------------------------------------------------------------
+# Eager calls: arrays onto the plan's mesh, and uncommitted outputs
+# --------------------------------------------------------------------------------------------
+
+def _on_mesh(args, plan: Plan, matrices: int):
+    """The arguments on the plan's mesh where an eager call brings them from elsewhere (one
+    device, another mesh): matrices in the computation's layout, everything else replicated. A
+    no-op for arrays already on the mesh, and for a plan without a concrete mesh."""
+    mesh = plan.mesh
+    if not isinstance(mesh, Mesh):
+        return args
+    devices = set(mesh.devices.flat)
+    layout = plan.layout
+    matrix_spec = layout.spec if layout is not None else P()
+
+    def put(x, spec):
+        if not hasattr(x, "shape") or _context.concrete_value(x) is None:
+            return x  # vmapped values: placed by the compiled call's own batching
+        concrete = _context.concrete_value(x)
+        sharding = getattr(concrete, "sharding", None)
+        if sharding is not None and set(sharding.device_set) == devices:
+            return x
+        return jax.device_put(x, NamedSharding(mesh, _layout.padded_spec(spec, x.ndim) if x.ndim >= len(tuple(spec)) else P()))
+
+    return tuple(jax.tree.map(lambda x, s=(matrix_spec if k < matrices else P()): put(x, s), a)
+                 for k, a in enumerate(args))
+
+
+def _uncommitted(tree):
+    """``tree`` with each concrete single-device array made uncommitted (no copy), as JAX's own
+    results are when every input was uncommitted: such arrays then meet arrays on any device."""
+    from jax._src.array import ArrayImpl  # the only constructor that takes the commitment
+
+    def release(x):
+        if not isinstance(x, ArrayImpl) or not x.committed or len(x.sharding.device_set) != 1:
+            return x
+        device = next(iter(x.sharding.device_set))
+        return ArrayImpl(x.aval, jax.sharding.SingleDeviceSharding(device), x._arrays, committed=False)
+
+    return jax.tree.map(release, tree)
+
+
+def uncommitted_call(mesh, arrays) -> bool:
+    """Whether an eager call's outputs should be uncommitted: no mesh was given, none is set, and
+    every input array is uncommitted (as with JAX's own operations)."""
+    if mesh is not None or _layout.context_mesh(eager=True) is not None:
+        return False
+    leaves = [_context.concrete_value(x) for x in jax.tree.leaves(arrays) if hasattr(x, "shape")]
+    return all(x is not None and not getattr(x, "committed", False) for x in leaves)

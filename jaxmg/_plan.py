@@ -1,0 +1,265 @@
+"""What one call is: its checked arguments and its :class:`Plan` (route, mesh, layouts, tile).
+
+:func:`resolve` is called once per public call, at the boundary (``jaxmg._dispatch``): it checks
+the arguments (each error names the argument and the fix), finds the mesh, asks
+``jaxmg._routes`` for the route, and lays the call out. The plan is static and hashable: it keys
+the boundary's compiled call, and the factorisation modules keep it for their later solves.
+
+The plan's placement helpers (:meth:`Plan.enter`, :meth:`Plan.leave`, :meth:`Plan.rhs`) are the
+only placements below the boundary, and they are trace-only:
+
+* distributed route: matrices enter in the grid layout and leave in the caller's layout;
+  right-hand sides are solved in the layout of ``jaxmg._layout.resolve_rhs``;
+* local route with a matrix sharded over a mesh (``backend="portable"``, or one device's solver
+  measured faster): everything enters replicated (the device's solver needs whole matrices) and
+  leaves in the caller's layout;
+* local route on a device's own arrays, and the batch route: no placement at all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Sequence
+
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from . import _checks, _layout, _routes, _sharded
+from ._context import MANUAL, Context
+from ._layout import AnyMesh, Grid
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The static description of one call.
+
+    family: the kernel family ("cholesky", "lu", "qr", "eigh", "sygvd", "svd", "polar").
+    route: ``jaxmg._routes.LOCAL``, ``BATCH`` or ``DISTRIBUTED``.
+    mesh: where the call runs (concrete or abstract); None for a device's own arrays.
+    grid: the process grid (distributed route only).
+    spec: the layout in which the caller holds ``a`` (matrix outputs return to it); None where it
+      is not known or the arrays are a device's own.
+    rhs_specs: layouts given in ``matrix_specs`` for right-hand sides (None where not given).
+    tile: the native tile size ``T_A`` (distributed route).
+    shape, dtype: a's.
+    natural: native Cholesky only: keep the factor in a's order, so that L can be read.
+    """
+
+    family: str
+    route: str
+    mesh: Optional[AnyMesh]
+    grid: Optional[Grid]
+    spec: Optional[P]
+    rhs_specs: tuple
+    tile: int
+    shape: tuple
+    dtype: np.dtype
+    natural: bool = False
+
+    @property
+    def backend(self) -> str:
+        """"native" (cuSOLVERMp, the distributed route) or "portable" (a device's own solver)."""
+        return _routes.backend_of(self.route)
+
+    @property
+    def distributed(self) -> bool:
+        return self.route == _routes.DISTRIBUTED
+
+    @property
+    def gathers(self) -> bool:
+        """Local route on a matrix that the caller holds sharded: it is gathered first."""
+        return (self.route == _routes.LOCAL and self.spec is not None
+                and any(_layout.entry_axes(e) for e in self.spec))
+
+    @property
+    def layout(self) -> Optional[NamedSharding]:
+        """The layout in which matrices are computed with (products included): the grid's on the
+        distributed route, replicated where the local route gathers, else None (as they are)."""
+        if self.distributed:
+            return NamedSharding(self.mesh, self.grid.spec)
+        if self.gathers:
+            return NamedSharding(self.mesh, P())
+        return None
+
+    @property
+    def caller(self) -> Optional[NamedSharding]:
+        """The caller's layout of ``a`` where it is known and the call places its outputs."""
+        if self.spec is None or self.mesh is None or self.route == _routes.BATCH:
+            return None
+        return NamedSharding(self.mesh, self.spec)
+
+    @property
+    def outputs(self) -> Optional[NamedSharding]:
+        """The layout of the kernels' matrix outputs (and of the derivative formulas over them):
+        the caller's on the distributed route, else the computation's."""
+        if self.distributed:
+            return NamedSharding(self.mesh, self.spec)
+        return self.layout
+
+    @property
+    def caller_block(self) -> _sharded.Block:
+        """A matrix output of a native kernel, returned in the caller's layout of ``a``."""
+        return _sharded.Block(self.spec)
+
+    @property
+    def wide(self) -> bool:
+        """Whether ``a`` has fewer rows than columns."""
+        return self.shape[0] < self.shape[1]
+
+    def adjoint(self) -> "Plan":
+        """The plan of ``a^H``: the shape reversed, the layouts' rows and columns swapped."""
+        spec = None if self.spec is None else _swapped(self.spec)
+        grid = None if self.grid is None else Grid(self.grid.mesh, self.grid.col_axes, self.grid.row_axes)
+        return dataclasses.replace(self, spec=spec, grid=grid, shape=self.shape[::-1])
+
+    def enter(self, x):
+        """Matrix argument ``x`` in the computation's layout (trace-only)."""
+        layout = self.layout
+        return x if layout is None else _sharded.pinned(x, layout.spec, self.mesh)
+
+    def leave(self, x, name: str = "the result"):
+        """Matrix output ``x`` in the caller's layout of ``a`` (trace-only); on the local route an
+        output that the caller's layout does not divide stays replicated."""
+        caller = self.caller
+        if caller is None or x is None:
+            return x
+        spec = _layout.padded_spec(caller.spec, x.ndim)
+        if not self.distributed and not _layout.divides(x.shape, spec, self.mesh):
+            return x
+        _layout.check_output_fits(x.shape, spec, self.mesh, name)
+        return _sharded.place(x, spec, self.mesh)
+
+    def rhs(self, b, name: str = "b", rows: Optional[int] = None, index: int = 0):
+        """Check right-hand side ``b`` against ``a`` and place it for the solve (trace-only).
+
+        Returns ``(b, spec, home)``: ``b`` in the layout it is solved in, that layout (None where
+        the arrays are not placed), and ``home``, which takes a solution back to b's own layout."""
+        b = _checks.as_array(b, name)
+        _checks.check_dtype(b, name)
+        if b.dtype != self.dtype:
+            raise TypeError(f"{name} has dtype {b.dtype} but a has dtype {self.dtype}; "
+                            f"convert {name} with {name}.astype(a.dtype).")
+        _checks.check_rhs(b, name, self.shape[0] if rows is None else rows, "a")
+        given = self.rhs_specs[index] if index < len(self.rhs_specs) else None
+        if self.distributed:
+            _layout.check_reachable(b, name, self.mesh, target="the factorisation's mesh (a's, else its device's)",
+                                    fix="Make the factorisation on b's mesh (shard a there, or pass mesh= to the module)")
+            spec, own = _layout.resolve_rhs(b, name, self.grid, given)
+            return _placed_rhs(b, spec, own, self.mesh)
+        if self.layout is None:
+            return b, None, _same
+        own = given if given is not None else _layout.caller_spec(b, self.mesh)
+        return _placed_rhs(b, P(), own, self.mesh)
+
+
+def _same(x):
+    return x
+
+
+def _swapped(spec: P) -> P:
+    entries = tuple(spec) + (None,) * (2 - len(tuple(spec)))
+    return P(entries[1], entries[0])
+
+
+def _placed_rhs(b, spec, own, mesh):
+    """b placed in ``spec`` (through its own layout ``own`` first, so that its cotangent comes
+    back in it), and the function that takes a solution to ``own``."""
+    if own is None or own == spec:
+        return _sharded.place(b, spec, mesh), spec, _same
+    b = _sharded.place(_sharded.place(b, own, mesh), spec, mesh)
+
+    def home(x):
+        entries = tuple(own) + (None,) * (x.ndim - len(tuple(own)))
+        if not _layout.divides(x.shape, entries[: x.ndim], mesh):
+            return x
+        return _sharded.place(x, P(*entries[: x.ndim]), mesh)
+
+    return b, spec, home
+
+
+def check(matrices: Sequence[tuple], rhs: Sequence[tuple], *, square: bool, T_A, backend, flags,
+          tall: bool = True) -> list:
+    """The arguments' checks (names, dtypes, ranks and shapes, flags); returns them as arrays."""
+    for name, value in (flags or {}).items():
+        _checks.check_flag(value, name)
+    _checks.check_backend(backend)
+    _checks.check_tile(T_A)
+    a_name = matrices[0][0]
+    named = list(matrices) + list(rhs)
+    arrays = [_checks.as_array(value, name) for name, value in named]
+    a = arrays[0]
+    for (name, _), x in zip(named, arrays):
+        _checks.check_dtype(x, name)
+        if x is not a:
+            _checks.check_same_dtype(x, name, a, a_name)
+    for (name, _), x in zip(matrices, arrays):
+        _checks.check_matrix(x, name, square=square, tall=tall and not square)
+        if x.shape != a.shape:
+            raise ValueError(f"{name} has shape {tuple(x.shape)} but {a_name} has shape {tuple(a.shape)}; "
+                             f"they must match.")
+    for (name, _), x in zip(rhs, arrays[len(matrices):]):
+        _checks.check_rhs(x, name, a.shape[0], a_name)
+    return arrays
+
+
+def resolve(family: str, context: Context, *, matrices: Sequence[tuple], rhs: Sequence[tuple] = (),
+            square: bool = True, tall: bool = True, T_A=None, mesh=None, matrix_specs=None, backend: str = "auto",
+            flags: dict | None = None, num_rhs: int = 0, natural: bool = False) -> tuple[Plan, list]:
+    """Check the arguments of a call of ``family`` in ``context`` and plan it.
+
+    ``matrices`` and ``rhs`` are ``(name, value)`` pairs: matrices rank 2, square when
+    ``square`` (else M >= N where ``tall``), with a's shape; right-hand sides a vector or a matrix with a's rows;
+    all of a's dtype. ``num_rhs`` right-hand sides given later (``module.solve(b)``) may have
+    specs in ``matrix_specs``. Returns the plan and the arguments as arrays (matrices first).
+    """
+    arrays = check(matrices, rhs, square=square, tall=tall, T_A=T_A, backend=backend, flags=flags)
+    a, count = arrays[0], len(matrices)
+    if context.kind == MANUAL:
+        _routes.choose(family, backend, None, a.shape, a.dtype, manual=True)
+        return Plan(family, _routes.LOCAL, None, None, None, (), 1, tuple(a.shape), np.dtype(a.dtype)), arrays
+    stack = context.stack
+    found = _layout.resolve_mesh(mesh, a, arrays[1:])
+    if found is None and stack is not None:
+        found = stack.mesh or _layout.context_mesh()
+    route = _routes.choose(family, backend, found, a.shape, a.dtype, stacked=stack is not None)
+    common = dict(shape=tuple(a.shape), dtype=np.dtype(a.dtype), natural=natural)
+    if route == _routes.BATCH:
+        return Plan(family, route, found, None, None, (), 1, **common), arrays
+    if route == _routes.DISTRIBUTED:
+        named = [(x, name) for (name, _), x in zip(matrices, arrays)]
+        layout = _layout.resolve(found, matrix_specs, named, num_rhs=max(len(rhs), num_rhs), rhs=arrays[count:])
+        tile = T_A if T_A is not None else _layout.auto_tile(a.shape, layout.grid)
+        return Plan(family, route, found, layout.grid, layout.out_spec, layout.rhs_specs, int(tile), **common), arrays
+    spec, rhs_specs = _local_specs(found, matrix_specs, matrices, arrays, max(len(rhs), num_rhs))
+    return Plan(family, route, found, None, spec, rhs_specs, 1, **common), arrays
+
+
+def _local_specs(mesh, matrix_specs, matrices, arrays, num_rhs: int):
+    """The caller's layouts on the local route: a's (given, else read from the array; all matrix
+    arguments share it) and those given for right-hand sides."""
+    if mesh is None:
+        return None, ()
+    specs = _layout.split_specs(matrix_specs, len(matrices) + num_rhs)
+    spec = specs[0] if specs[0] is not None else _layout.caller_spec(arrays[0], mesh)
+    if spec is not None:
+        entries = _layout.validate_spec(spec, mesh, matrices[0][0], 2)
+        for (name, _), x in zip(matrices, arrays):
+            _layout.check_divides(x.shape, entries, mesh, name)
+        spec = P(*entries)
+    rhs_specs = tuple(None if s is None else P(*_layout.validate_spec(s, mesh, "b", 2)) for s in specs[len(matrices):])
+    return spec, rhs_specs
+
+
+def module_plan(plan: Plan, arrays) -> Plan:
+    """A module's plan, on the concrete mesh beneath ``arrays`` where the module was made inside
+    ``jax.jit`` (its plan holds the abstract mesh) and is now used eagerly."""
+    from jax.sharding import Mesh
+
+    if plan.mesh is None or isinstance(plan.mesh, Mesh):
+        return plan
+    for x in arrays:
+        found = _layout.mesh_of(x)
+        if isinstance(found, Mesh) and found.abstract_mesh == plan.mesh:
+            grid = None if plan.grid is None else dataclasses.replace(plan.grid, mesh=found)
+            return dataclasses.replace(plan, mesh=found, grid=grid)
+    return plan

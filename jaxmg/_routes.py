@@ -1,0 +1,193 @@
+"""Which route and backend a call takes: one decision, from one table of measured crossovers.
+
+Routes:
+
+* ``local``: the device's own dense solver (JAX's ``lax.linalg``: cuSOLVER on a GPU, LAPACK on a
+  CPU) on whole matrices, with jaxmg's derivative rules and status values. Taken inside a user's
+  ``jax.shard_map`` (on the local arrays), for a matrix on one device or on no known mesh, and
+  wherever the table below says that one device's solver is faster and the matrix fits (a
+  matrix sharded over a mesh is then gathered first: the ``portable`` backend).
+* ``batch``: a stack of matrices (``jax.vmap``) each of which fits on one device: the local route
+  on each matrix, where the stack lies (a stack not already split over the mesh is spread by one
+  all-to-all, and the results return to its layout).
+* ``distributed``: one matrix over the process grid, through cuSOLVERMp (the ``native``
+  backend); a stack of matrices that do not fit on one device runs one distributed call after
+  another.
+
+:data:`CROSSOVERS` holds the measured data (``benchmarks/bench_crossover.py``,
+``benchmarks/bench_batch.py``; docs/routes.md); :func:`choose` is the only place that reads it,
+and ``jaxmg.info``/``default_backend`` report what it decides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import numpy as np
+from jax.sharding import Mesh
+
+LOCAL, BATCH, DISTRIBUTED = "local", "batch", "distributed"
+
+#: The kernel family of each public operation, module and jaxmg.numpy/scipy entry.
+FAMILY = {
+    "potrs": "cholesky", "cholesky": "cholesky", "Cholesky": "cholesky", "logdet": "cholesky",
+    "lu_solve": "lu", "LU": "lu", "lu": "lu",
+    "least_squares": "qr", "qr": "qr", "QR": "qr",
+    "syevd": "eigh", "eigh": "eigh", "Eigh": "eigh", "sygvd": "sygvd",
+    "gesvd": "svd", "svd": "svd", "SVD": "svd",
+    "polar": "polar", "Polar": "polar",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Crossover:
+    """Where ``auto`` runs a family on one device's own solver although the native one can run.
+
+    copies: copies of the matrix that one device holds at once on the local route (input,
+      factors or vectors, solver workspace): the matrix "fits" when ``copies * bytes`` is at most
+      the device's memory. It also decides the batch route for stacks.
+    below_n: the local route only while the matrix's order is below this (None: at every size
+      that fits).
+    devices: the grid sizes the rule is for (None: every size).
+    """
+
+    copies: int
+    below_n: Optional[int] = None
+    devices: Optional[frozenset] = None
+
+
+#: Measured on NVIDIA H200s, float64 (benchmarks/results/h200x1 and h200x2; docs/routes.md):
+#: * cholesky: one GPU, plain JAX 9.3 / 40.8 / 261 ms against cuSOLVERMp 14.5 / 54.7 / 276 ms at
+#:   N = 8,192 / 16,384 / 32,768; two GPUs, cuSOLVERMp 199 ms against one GPU's 266 ms at 32,768.
+#: * lu: one GPU, 130 ms against 257 ms at 16,384; two GPUs 4.37 s against 4.46 s at 65,536.
+#: * qr: one GPU, faster below 8,192 (least squares from 8,192 on natively); grids below 32,768.
+#: * eigh, sygvd: one GPU the same time; two GPUs 5.26 s against one GPU's 3.18 s at 16,384.
+#: * svd, polar: none: the native QDWH composition beats jnp.linalg.svd (1.39 s against 14.2 s
+#:   at 8,192 on one GPU).
+CROSSOVERS: dict = {
+    "cholesky": (Crossover(copies=5, devices=frozenset({1})), Crossover(copies=5, below_n=32768)),
+    "lu": (Crossover(copies=3),),
+    "qr": (Crossover(copies=4, below_n=8192, devices=frozenset({1})), Crossover(copies=4, below_n=32768)),
+    "eigh": (Crossover(copies=5),),
+    "sygvd": (Crossover(copies=7),),
+}
+#: Copies one device holds where a family has no crossover (for the batch route's "fits").
+DEFAULT_COPIES = 6
+
+
+def family(op: str) -> str:
+    """The kernel family of ``op`` (an operation, module or family name)."""
+    if op in FAMILY:
+        return FAMILY[op]
+    if op in FAMILY.values():
+        return op
+    known = sorted(set(FAMILY) | set(FAMILY.values()))
+    raise ValueError(f"op must name an operation, module or family of jaxmg, one of {known}; got {op!r}.")
+
+
+def platform(mesh) -> str:
+    """The platform of the mesh's devices ("cpu", "gpu", ...), concrete or abstract mesh."""
+    if mesh is None:
+        import jax
+
+        return jax.devices()[0].platform
+    abstract = mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh
+    device = getattr(abstract, "abstract_device", None)
+    return getattr(device, "platform", None) or "unknown"
+
+
+def device_bytes(mesh) -> Optional[int]:
+    """The memory of one device of ``mesh`` (any of them: a grid's devices are of one kind), or
+    None where it cannot be read (CPUs)."""
+    import jax
+
+    if isinstance(mesh, Mesh):
+        device = mesh.devices.flat[0]
+    else:
+        kind = platform(mesh)
+        devices = jax.local_devices(backend=None if kind in ("unknown",) else kind)
+        device = devices[0] if devices else None
+    stats = device.memory_stats() if device is not None and hasattr(device, "memory_stats") else None
+    return (stats or {}).get("bytes_limit")
+
+
+def native_unavailable(fam: str, mesh) -> Optional[str]:
+    """Why the native backend cannot run family ``fam`` on ``mesh``, or None."""
+    kind = platform(mesh)
+    if kind not in ("gpu", "cuda"):
+        return f"the devices are {kind!r}, and the native backend needs NVIDIA GPUs"
+    from .kernels import native
+
+    reason = native.unavailable_reason()
+    if reason is not None:
+        return reason
+    if fam not in native.FAMILIES:
+        return f"the {fam} family has no native kernels"
+    return None
+
+
+def _bytes(shape, dtype) -> int:
+    return int(np.prod(shape)) * np.dtype(dtype).itemsize
+
+
+def fits(fam: str, shape, dtype, mesh) -> bool:
+    """Whether the local route's copies of one matrix fit on one device (True where the memory
+    cannot be read)."""
+    limit = device_bytes(mesh)
+    rules = CROSSOVERS.get(fam, ())
+    copies = max((r.copies for r in rules), default=DEFAULT_COPIES)
+    return limit is None or copies * _bytes(shape, dtype) <= limit
+
+
+def device_solver_faster(fam: str, devices: int, shape, dtype, mesh) -> bool:
+    """Whether a rule of :data:`CROSSOVERS` sends a matrix of ``shape``/``dtype`` on a grid of
+    ``devices`` to one device's own solver (it fits, and its order is below the rule's)."""
+    limit = device_bytes(mesh)
+    if not limit:
+        return False
+    for rule in CROSSOVERS.get(fam, ()):
+        if rule.devices is not None and devices not in rule.devices:
+            continue
+        if rule.below_n is not None and min(shape) >= rule.below_n:
+            continue
+        if rule.copies * _bytes(shape, dtype) <= limit:
+            return True
+    return False
+
+
+def choose(fam: str, backend: str, mesh, shape, dtype, *, stacked: bool = False, manual: bool = False) -> str:
+    """The route of one call of family ``fam``: :data:`LOCAL`, :data:`BATCH` or :data:`DISTRIBUTED`.
+
+    ``backend`` is the caller's ("auto", "portable" or "native"); ``mesh`` is where the call runs
+    (None: no mesh is known: the arrays are on one device, or their layout is not known inside
+    ``jax.jit``); ``stacked``: a stack of matrices under ``jax.vmap``; ``manual``: inside a
+    ``jax.shard_map``. Raises RuntimeError where ``backend="native"`` cannot run.
+    """
+    if manual:
+        if backend == "native":
+            raise RuntimeError("backend='native' cannot run inside jax.shard_map: there the arrays are each "
+                               "device's own, and the device's own solver runs on them (backend='auto').")
+        return LOCAL
+    if backend == "native":
+        if mesh is None:
+            raise RuntimeError("backend='native' needs a mesh, and none is known here (inside jax.jit the "
+                               "layout of an array on Auto mesh axes is not known): pass mesh=, or call it "
+                               "inside jax.set_mesh(mesh).")
+        reason = native_unavailable(fam, mesh)
+        if reason is not None:
+            raise RuntimeError(f"backend='native' cannot run {fam} here: {reason}. Use backend='portable' "
+                               f"or 'auto'.")
+        return DISTRIBUTED
+    if stacked:
+        local = backend == "portable" or mesh is None or fits(fam, shape, dtype, mesh)
+        return BATCH if local or native_unavailable(fam, mesh) else DISTRIBUTED
+    if backend == "portable" or mesh is None or native_unavailable(fam, mesh) is not None:
+        return LOCAL
+    devices = int(np.prod(list(mesh.shape.values())))
+    return LOCAL if device_solver_faster(fam, devices, shape, dtype, mesh) else DISTRIBUTED
+
+
+def backend_of(route: str) -> str:
+    """The backend a route runs: "native" (cuSOLVERMp) on the distributed route, else "portable"."""
+    return "native" if route == DISTRIBUTED else "portable"

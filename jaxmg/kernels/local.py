@@ -1,0 +1,194 @@
+"""The local backend: a device's own dense solver on whole matrices (JAX's ``lax.linalg``: cuSOLVER
+on a GPU, LAPACK on a CPU), with jaxmg's status values.
+
+It serves the local route (inside a user's ``jax.shard_map``, on one device, or on a matrix
+gathered from a mesh: the ``portable`` backend) and, under ``jax.vmap``, the batch route. The
+arrays are taken as they are: the plan places them (``jaxmg._plan``). Conventions shared with the
+native backend (``jaxmg.kernels.families``): only the lower triangle of a Hermitian matrix is
+read; status 0 on success, else LAPACK's ``info``, or -1 for a result that is not finite.
+
+On one NVIDIA GPU with the native library loaded, inverses from a factor are the library's
+cuBLAS calls (``jaxmg.kernels.native.gemm``: LAPACK's potri as one call, getri as products); else
+they are solves against the identity, as ``jnp.linalg.inv`` does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.scipy.linalg import solve_triangular
+
+from .. import _routes
+from . import status as _status, triangular
+from .families import CholeskyState, LUState, QRState
+
+_TRANS = {"N": 0, "T": 1, "C": 2}
+
+
+def matmul(x, y):
+    """``x @ y`` at full precision: float32 and complex64 products at JAX's default precision run
+    in TF32 on GPUs (about 1e-3 relative error)."""
+    return jnp.matmul(x, y, precision=lax.Precision.HIGHEST)
+
+
+def _as_matrix(b):
+    return b[:, None] if b.ndim == 1 else b
+
+
+def _like_rhs(x, b):
+    return x[:, 0] if b.ndim == 1 else x
+
+
+def adjoint(x):
+    return jnp.conj(jnp.swapaxes(x, -1, -2))
+
+
+def _eye_like(a):
+    return jnp.eye(a.shape[-1], dtype=a.dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Local:
+    """What the local families share: the plan (hashable: the kernels are static arguments of
+    the derivative rules)."""
+
+    plan: object
+
+    @property
+    def cublas(self) -> bool:
+        """Whether the library's one-GPU cuBLAS calls serve this call: one matrix, not a stack,
+        on an NVIDIA GPU with the native library loaded."""
+        return self.plan.route == _routes.LOCAL and _one_gpu_library(self.plan.mesh)
+
+
+def _one_gpu_library(mesh) -> bool:
+    if _routes.platform(mesh) not in ("gpu", "cuda"):
+        return False
+    from .native import gemm
+
+    return gemm.available()
+
+
+class Cholesky(_Local):
+    """A = L L^H; the state is L."""
+
+    lower_readable = True
+    hermitian = True
+
+    def factor(self, a):
+        chol = lax.linalg.cholesky(a, symmetrize_input=False)
+        status = _status.cholesky_info(a, chol)
+        return CholeskyState(jnp.where(status == _status.OK, jnp.tril(chol), jnp.nan)), status
+
+    def solve(self, state, b, spec=None):
+        y = solve_triangular(state.factor, _as_matrix(b), lower=True)
+        return _like_rhs(solve_triangular(state.factor, y, lower=True, trans="C"), b)
+
+    def logdet(self, state):
+        return 2 * jnp.sum(jnp.log(jnp.real(jnp.diagonal(state.factor))))
+
+    def inverse(self, state):
+        if self.cublas:
+            from .native import gemm
+
+            return gemm.hermitian_inverse(state.factor)
+        x = self.solve(state, _eye_like(state.factor))
+        return (x + adjoint(x)) / 2
+
+    def lower(self, state):
+        return state.factor
+
+
+class LU(_Local):
+    """P A = L U with partial pivoting; the state is LAPACK's packed factor and its pivots."""
+
+    hermitian = False
+
+    def factor(self, a):
+        lu, piv, _ = lax.linalg.lu(a)
+        return LUState(lu, piv.astype(jnp.int32)), _status.first_bad_pivot(jnp.diagonal(lu))
+
+    def solve(self, state, b, spec=None, trans: str = "N"):
+        x = jax.scipy.linalg.lu_solve((state.lu, state.pivots), _as_matrix(b), trans=_TRANS[trans])
+        return _like_rhs(x, b)
+
+    def inverse(self, state):
+        if self.cublas:
+            from .native import gemm
+
+            perm = lax.linalg.lu_pivots_to_permutation(state.pivots, state.lu.shape[-1])
+            with triangular.products_through(*gemm.one_gpu_products(state.lu.shape[-1])):
+                return triangular.lu_inverse(state.lu, perm)
+        return self.solve(state, _eye_like(state.lu))
+
+    def slogdet(self, state):
+        return slogdet_of(jnp.diagonal(state.lu), state.pivots, 1)
+
+
+def slogdet_of(diagonal, pivots, parity):
+    """(sign, log|det A|) from U's diagonal, the row pivots and the sign ``parity`` of any other
+    permutation of the factored matrix: det A = parity * (-1)^swaps * prod(diag U)."""
+    n = diagonal.shape[-1]
+    swaps = jnp.sum(pivots != jnp.arange(n, dtype=pivots.dtype))
+    magnitude = jnp.abs(diagonal)
+    sign = ((1 - 2 * (swaps % 2)) * parity).astype(diagonal.dtype) * jnp.prod(diagonal / magnitude.astype(diagonal.dtype))
+    return sign, jnp.sum(jnp.log(magnitude))
+
+
+class QR(_Local):
+    """The reduced A = Q R (M >= N); the state is (Q, R)."""
+
+    def factor(self, a):
+        q, r = jnp.linalg.qr(a, mode="reduced")
+        return QRState(q, r), _status.first_bad_pivot(jnp.diagonal(r))
+
+    def q(self, state):
+        return state.factor
+
+    def r(self, state):
+        return state.aux
+
+    def solve(self, state, b, spec=None):
+        x = solve_triangular(state.aux, matmul(adjoint(state.factor), _as_matrix(b)), lower=False)
+        return _like_rhs(x, b)
+
+    def normal_solve(self, state, y, spec=None):
+        """z = (A^H A)^-1 y = R^-1 R^-H y."""
+        z = solve_triangular(state.aux, _as_matrix(y), lower=False, trans="C")
+        return _like_rhs(solve_triangular(state.aux, z, lower=False), y)
+
+
+class Decompositions(_Local):
+    """Eigen-, singular value and polar decompositions."""
+
+    def syevd(self, a):
+        v, w = lax.linalg.eigh(a, lower=True, symmetrize_input=False)
+        return w, v, _status.finite(w)
+
+    def sygvd(self, a, b):
+        """A v = w B v, v^H B v = I, through B = L L^H: the eigenproblem of L^-1 A L^-H."""
+        (chol,), status = Cholesky(self.plan).factor(b)
+        c = solve_triangular(chol, _hermitian_from_lower(a), lower=True)
+        c = solve_triangular(chol, adjoint(c), lower=True)
+        v, w = lax.linalg.eigh(c, lower=True, symmetrize_input=True)
+        v = solve_triangular(chol, v, lower=True, trans="C")
+        return w, v, _status.either(status, _status.finite(w))
+
+    def gesvd(self, a, full_matrices: bool, compute_uv: bool = True):
+        if not compute_uv:
+            s = jnp.linalg.svd(a, compute_uv=False)
+            return None, s, None, _status.finite(s)
+        u, s, vh = jnp.linalg.svd(a, full_matrices=full_matrices)
+        return u, s, vh, _status.finite(s)
+
+    def polar(self, a):
+        u_p, h = jax.scipy.linalg.polar(a, side="right")
+        h = (h + adjoint(h)) / 2
+        return u_p, h, _status.finite(u_p, h)
+
+
+def _hermitian_from_lower(a):
+    return jnp.tril(a) + adjoint(jnp.tril(a, -1))

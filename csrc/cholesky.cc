@@ -41,9 +41,15 @@ struct CholeskyCache : FamilyCache {
   TiledSolve tiled;
 };
 
-std::unique_ptr<SymPlan> make_sym_plan(int64_t n, int64_t T, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc,
-                                       int rank, int64_t scratch_elems, cudaStream_t stream) {
-  auto plan = std::make_unique<SymPlan>();
+// The tiles one member's symmetrization moves, as offsets into its local block: local (source,
+// destination) pairs, diagonal tiles (offset, 0), and per peer the tiles it sends and receives.
+struct TileMoves {
+  std::vector<int64_t> local, diag;
+  std::vector<std::vector<int64_t>> send, recv;  // per peer: source / destination offsets
+  std::vector<int64_t> count;                    // tiles from src to dst, at src * nranks + dst
+};
+
+TileMoves tile_moves(int64_t n, int64_t T, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc, int rank) {
   const int64_t K = n / T, kr = mloc / T, kc = nloc / T, nranks = pr * pc;
   auto owner = [&](int64_t R, int64_t C) { return (R / kr) + (C / kc) * pr; };
   auto offset = [&](int64_t R, int64_t C) { return (R % kr) * T + (C % kc) * T * mloc; };
@@ -52,96 +58,101 @@ std::unique_ptr<SymPlan> make_sym_plan(int64_t n, int64_t T, int64_t pr, int64_t
   // permuted lower triangle: a lower tile (R, C) of M needs filling only where it lands there.
   const int64_t P = std::max(pr, pc), kp = K / P;
   auto cyclic = [&](int64_t R) { return (R % kp) * P + R / kp; };
-  std::vector<int64_t> local, diag;
-  std::vector<std::vector<int64_t>> send(nranks), recv(nranks);  // per peer: source / destination offsets
-  std::vector<int64_t> count(nranks * nranks, 0);                  // tiles from src to dst
+  TileMoves mv;
+  mv.send.resize(nranks);
+  mv.recv.resize(nranks);
+  mv.count.assign(nranks * nranks, 0);
   for (int64_t R = 0; R < K; ++R) {
     for (int64_t C = 0; C <= R; ++C) {
       int64_t d = owner(R, C), s = owner(C, R);
       if (R == C) {
-        if (d == rank) {
-          diag.push_back(offset(R, C));
-          diag.push_back(0);
-        }
+        if (d == rank) mv.diag.insert(mv.diag.end(), {offset(R, C), 0});
         continue;
       }
       if (cyclic(R) < cyclic(C)) continue;  // lands in the permuted upper triangle: never read
       if (d == s) {
-        if (d == rank) {
-          local.push_back(offset(C, R));
-          local.push_back(offset(R, C));
-        }
+        if (d == rank) mv.local.insert(mv.local.end(), {offset(C, R), offset(R, C)});
         continue;
       }
-      count[s * nranks + d] += 1;
-      if (d == rank) recv[s].push_back(offset(R, C));
-      if (s == rank) send[d].push_back(offset(C, R));
+      mv.count[s * nranks + d] += 1;
+      if (d == rank) mv.recv[s].push_back(offset(R, C));
+      if (s == rank) mv.send[d].push_back(offset(C, R));
     }
   }
-  plan->npeers = (int)std::max<int64_t>(1, nranks - 1);
-  plan->chunk_tiles = std::max<int64_t>(1, scratch_elems / (2 * plan->npeers * T * T));
+  return mv;
+}
+
+// The exchange rounds of `mv` in chunks of at most plan.chunk_tiles tiles per peer; their offset
+// pairs are appended to `all` (pack: source in a -> send slot; unpack: receive slot -> a).
+void plan_rounds(SymPlan& plan, const TileMoves& mv, int rank, int64_t nranks, int64_t T, std::vector<int64_t>& all) {
   int64_t nrounds = 0;
-  for (int64_t c : count) nrounds = std::max(nrounds, (c + plan->chunk_tiles - 1) / plan->chunk_tiles);
-  std::vector<int64_t> all(local);
-  plan->n_local = (int64_t)local.size() / 2;
-  all.insert(all.end(), diag.begin(), diag.end());
-  plan->n_diag = (int64_t)diag.size() / 2;
-  plan->rounds.resize(nrounds);
-  const int64_t slot = plan->chunk_tiles * T * T;  // elements per peer slot in each of send/recv halves
+  for (int64_t c : mv.count) nrounds = std::max(nrounds, (c + plan.chunk_tiles - 1) / plan.chunk_tiles);
+  plan.rounds.resize(nrounds);
+  const int64_t slot = plan.chunk_tiles * T * T;  // elements per peer slot in each of send/recv halves
   for (int64_t k = 0; k < nrounds; ++k) {
     int slot_index = 0;
     for (int peer = 0; peer < nranks; ++peer) {
       if (peer == rank) continue;
       SymPlan::Chunk ch{peer, slot_index, 0, 0, 0, 0};
-      int64_t s0 = k * plan->chunk_tiles;
-      int64_t sn = std::max<int64_t>(0, std::min<int64_t>(plan->chunk_tiles, (int64_t)send[peer].size() - s0));
-      int64_t rn = std::max<int64_t>(0, std::min<int64_t>(plan->chunk_tiles, (int64_t)recv[peer].size() - s0));
+      const int64_t s0 = k * plan.chunk_tiles;
+      auto in_round = [&](const std::vector<int64_t>& v) {
+        return std::max<int64_t>(0, std::min<int64_t>(plan.chunk_tiles, (int64_t)v.size() - s0));
+      };
       ch.send_at = (int64_t)all.size() / 2;
-      ch.send_n = sn;
-      for (int64_t t = 0; t < sn; ++t) {  // source in a -> send slot (conjugate-transposed)
-        all.push_back(send[peer][s0 + t]);
-        all.push_back(slot_index * slot + t * T * T);
-      }
+      ch.send_n = in_round(mv.send[peer]);
+      for (int64_t t = 0; t < ch.send_n; ++t)
+        all.insert(all.end(), {mv.send[peer][s0 + t], slot_index * slot + t * T * T});
       ch.recv_at = (int64_t)all.size() / 2;
-      ch.recv_n = rn;
-      for (int64_t t = 0; t < rn; ++t) {  // recv slot -> destination in a
-        all.push_back(slot_index * slot + t * T * T);
-        all.push_back(recv[peer][s0 + t]);
-      }
-      if (sn || rn) plan->rounds[k].push_back(ch);
+      ch.recv_n = in_round(mv.recv[peer]);
+      for (int64_t t = 0; t < ch.recv_n; ++t)
+        all.insert(all.end(), {slot_index * slot + t * T * T, mv.recv[peer][s0 + t]});
+      if (ch.send_n || ch.recv_n) plan.rounds[k].push_back(ch);
       ++slot_index;
     }
   }
-  if (!all.empty()) {
-    plan->offsets.ensure(all.size() * sizeof(int64_t), "cudaMalloc(layout plan)");
-    check_cuda(cudaMemcpyAsync(plan->offsets.ptr, all.data(), all.size() * sizeof(int64_t), cudaMemcpyHostToDevice,
-                               stream),
-               "cudaMemcpyAsync(layout plan)");
-  }
-  const std::vector<int32_t> cycles = pr == 1 && pc > 1 ? sigma_cycles(K, pc) : std::vector<int32_t>();
-  if (!cycles.empty()) {
-    plan->cycles.ensure(cycles.size() * sizeof(int32_t), "cudaMalloc(layout cycles)");
-    plan->cycles_len = (int64_t)cycles.size();
-    check_cuda(cudaMemcpyAsync(plan->cycles.ptr, cycles.data(), cycles.size() * sizeof(int32_t),
-                               cudaMemcpyHostToDevice, stream),
-               "cudaMemcpyAsync(layout cycles)");
-  }
+}
+
+// Copies `host` (count elements of `bytes_each`) into a new device buffer `dst`.
+void upload(DeviceBuffer& dst, const void* host, size_t count, size_t bytes_each, cudaStream_t stream,
+            const char* what) {
+  if (!count) return;
+  dst.ensure(count * bytes_each, what);
+  check_cuda(cudaMemcpyAsync(dst.ptr, host, count * bytes_each, cudaMemcpyHostToDevice, stream), what);
+}
+
+std::unique_ptr<SymPlan> make_sym_plan(int64_t n, int64_t T, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc,
+                                       int rank, int64_t scratch_elems, cudaStream_t stream) {
+  auto plan = std::make_unique<SymPlan>();
+  const int64_t nranks = pr * pc;
+  const TileMoves mv = tile_moves(n, T, pr, pc, mloc, nloc, rank);
+  plan->npeers = (int)std::max<int64_t>(1, nranks - 1);
+  plan->chunk_tiles = std::max<int64_t>(1, scratch_elems / (2 * plan->npeers * T * T));
+  std::vector<int64_t> all(mv.local);
+  plan->n_local = (int64_t)mv.local.size() / 2;
+  all.insert(all.end(), mv.diag.begin(), mv.diag.end());
+  plan->n_diag = (int64_t)mv.diag.size() / 2;
+  plan_rounds(*plan, mv, rank, nranks, T, all);
+  upload(plan->offsets, all.data(), all.size(), sizeof(int64_t), stream, "cudaMemcpyAsync(layout plan)");
+  const std::vector<int32_t> cycles = pr == 1 && pc > 1 ? sigma_cycles(n / T, pc) : std::vector<int32_t>();
+  plan->cycles_len = (int64_t)cycles.size();
+  upload(plan->cycles, cycles.data(), cycles.size(), sizeof(int32_t), stream, "cudaMemcpyAsync(layout cycles)");
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // the host vectors go now
   return plan;
 }
 
-void run_sym_plan(const SymPlan& plan, ncclComm_t comm, char* a, int64_t ld, int64_t T, int code, int elem,
-                  char* scratch, cudaStream_t stream) {
+void run_sym_plan(const SymPlan& plan, ncclComm_t comm, char* a, int64_t ld, int64_t T, DType dtype, char* scratch,
+                  cudaStream_t stream) {
   const int64_t* offs = static_cast<const int64_t*>(plan.offsets.ptr);
-  check_cuda(copy_tiles(a, ld, a, ld, offs, plan.n_local, T, code, true, stream), "copy_tiles(local)");
-  check_cuda(symmetrize_diag_tiles(a, ld, offs + 2 * plan.n_local, plan.n_diag, T, code, stream),
+  const int elem = elem_bytes(dtype);
+  check_cuda(copy_tiles(a, ld, a, ld, offs, plan.n_local, T, dtype, true, stream), "copy_tiles(local)");
+  check_cuda(symmetrize_diag_tiles(a, ld, offs + 2 * plan.n_local, plan.n_diag, T, dtype, stream),
              "symmetrize_diag_tiles");
   const int64_t slot_elems = plan.chunk_tiles * T * T;
   char* send_base = scratch;
   char* recv_base = scratch + plan.npeers * slot_elems * elem;
   for (const auto& round : plan.rounds) {
     for (const auto& ch : round)
-      check_cuda(copy_tiles(a, ld, send_base, T, offs + 2 * ch.send_at, ch.send_n, T, code, true, stream),
+      check_cuda(copy_tiles(a, ld, send_base, T, offs + 2 * ch.send_at, ch.send_n, T, dtype, true, stream),
                  "copy_tiles(pack)");
     check_nccl(api().ncclGroupStart(), "ncclGroupStart");
     for (const auto& ch : round) {
@@ -155,7 +166,7 @@ void run_sym_plan(const SymPlan& plan, ncclComm_t comm, char* a, int64_t ld, int
     }
     check_nccl(api().ncclGroupEnd(), "ncclGroupEnd");
     for (const auto& ch : round)
-      check_cuda(copy_tiles(recv_base, T, a, ld, offs + 2 * ch.recv_at, ch.recv_n, T, code, false, stream),
+      check_cuda(copy_tiles(recv_base, T, a, ld, offs + 2 * ch.recv_at, ch.recv_n, T, dtype, false, stream),
                  "copy_tiles(unpack)");
   }
 }
@@ -163,14 +174,16 @@ void run_sym_plan(const SymPlan& plan, ncclComm_t comm, char* a, int64_t ld, int
 // The attributes both handlers take (see csrc/README.md).
 struct Problem {
   int64_t n, tile, pr, pc, mloc, nloc, nrhs, mode, solve, uplo;
-  int64_t batch = 1;  // leading batch (vmap) dimension, from the buffers
+  int64_t batch = 1;         // leading batch (vmap) dimension, from the buffers
+  DType dtype = DType::F64;  // the matrix's, from its buffer
 };
 
 // The in-place layout step (mode 1): fill the tiles of the missing triangle that the permuted
 // factorization reads and, on a 1-D grid, permute local tiles, so that the block layout is the
 // block-cyclic layout of S^T M S.
-void lay_out(GridCall& g, CholeskyCache& cc, const Problem& pb, char* a, int code, int elem) {
+void lay_out(GridCall& g, CholeskyCache& cc, const Problem& pb, char* a) {
   const int64_t pr = pb.pr, pc = pb.pc, mat = pb.mloc * pb.nloc;
+  const int elem = elem_bytes(pb.dtype);
   if (pr > 1 && pc > 1 && pr != pc)
     throw Failure(cat("jaxmg native: the in-place layout needs a square or 1-D grid, got ", pr, "x", pc));
   Context& ctx = *g.ctx;
@@ -182,7 +195,7 @@ void lay_out(GridCall& g, CholeskyCache& cc, const Problem& pb, char* a, int cod
   const bool reorder = (pr == 1 && pc > 1) || (pc == 1 && pr > 1);
   for (int64_t k = 0; k < pb.batch; ++k) {
     char* ak = a + k * mat * elem;
-    run_sym_plan(*slot, ctx.comm, ak, pb.mloc, pb.tile, code, elem, static_cast<char*>(ctx.scratch.ptr), g.stream);
+    run_sym_plan(*slot, ctx.comm, ak, pb.mloc, pb.tile, pb.dtype, static_cast<char*>(ctx.scratch.ptr), g.stream);
     JAXMG_TRACE("symmetrized (", slot->rounds.size(), " exchange rounds)");
     if (reorder) {
       cudaError_t e = (pr == 1) ? permute_row_tiles(ak, elem, pb.nloc, pb.mloc, pb.tile,
@@ -195,9 +208,8 @@ void lay_out(GridCall& g, CholeskyCache& cc, const Problem& pb, char* a, int cod
   }
 }
 
-// potrs with the lower factor on a 1 x P grid: the tiled solve (trsolve.h) where it was measured
-// faster than cuSOLVERMp's potrs (2 x H200, float64, one right-hand side: 1.5 vs 1.8 ms with 8
-// tiles, N = 8192; 7.1 vs 6.3 ms with 16, N = 32768), so up to kTiledSolveMaxTiles tiles;
+// potrs with the lower factor on a 1 x P grid: the tiled solve (trsolve.h) up to
+// kTiledSolveMaxTiles tiles, where it is faster than cuSOLVERMp's potrs, cuSOLVERMp's beyond;
 // JAXMG_NATIVE_SOLVE=tiled or =cusolvermp forces one. Needs cuBLAS.
 bool use_tiled_solve(const Problem& pb, cublasFillMode_t fill) {
   constexpr int64_t kTiledSolveMaxTiles = 8;
@@ -206,6 +218,54 @@ bool use_tiled_solve(const Problem& pb, cublasFillMode_t fill) {
   const bool force_mp = choice && std::strcmp(choice, "cusolvermp") == 0;
   return pb.solve && pb.pr == 1 && fill == CUBLAS_FILL_MODE_LOWER && tiled_solve_available() && !force_mp &&
          (force_tiled || pb.n / pb.tile <= kTiledSolveMaxTiles);
+}
+
+// potrf on one batch entry `ak`, in place. Its status (info; n + 1 where cuSOLVERMp fails without
+// it) is agreed over the grid, so that every member skips or runs potrs alike. Returns whether
+// it failed; a failed factor is then NaN everywhere (all-ones bytes are a NaN in every floating
+// type), so whatever consumes it (solves, log det) gives NaN, not a partial factor's numbers.
+bool factor_entry(GridCall& g, const Problem& pb, cublasFillMode_t fill, cusolverMpMatrixDescriptor_t desc_a,
+                  char* ak, int32_t* status) {
+  Context& ctx = *g.ctx;
+  cusolverStatus_t st = api().cusolverMpPotrf(ctx.handle, fill, pb.n, ak, 1, 1, desc_a, cuda_type(pb.dtype),
+                                              ctx.work.ptr, ctx.work.bytes, ctx.host_work.data(),
+                                              ctx.host_work.size(), status);
+  JAXMG_TRACE("potrf returned ", (int)st);
+  // cuSOLVERMp 0.8 reports a matrix that is not positive definite as an internal error (and
+  // info > 0): that is a result (status != 0, NaN outputs), not an exception.
+  const bool not_pd = st == CUSOLVER_STATUS_INTERNAL_ERROR || st == CUSOLVER_STATUS_EXECUTION_FAILED;
+  if (st != CUSOLVER_STATUS_SUCCESS && !not_pd) check_mp(st, "cusolverMpPotrf");
+  if (not_pd) {
+    std::vector<int32_t> info = read_int32(status, 1, g.stream);
+    int32_t v = info[0] > 0 ? info[0] : (int32_t)pb.n + 1;
+    check_cuda(cudaMemcpy(status, &v, sizeof(v), cudaMemcpyHostToDevice), "cudaMemcpy(status)");
+  }
+  const bool failed = agree_status(g, status) != 0;
+  if (failed)
+    check_cuda(cudaMemsetAsync(ak, 0xFF, (size_t)(pb.mloc * pb.nloc * elem_bytes(pb.dtype)), g.stream),
+               "cudaMemsetAsync(failed factor)");
+  return failed;
+}
+
+// cuSOLVERMp's workspaces for the call: potrf's where it factors, potrs's where it solves with
+// cuSOLVERMp (not the tiled solve).
+void size_workspace(Context& ctx, const Problem& pb, cublasFillMode_t fill, cusolverMpMatrixDescriptor_t desc_a,
+                    cusolverMpMatrixDescriptor_t desc_b, char* a, char* x, bool factor, bool tiled) {
+  const cudaDataType dtype = cuda_type(pb.dtype);
+  size_t dwork = 0, hwork = 0;
+  if (factor) {
+    check_mp(api().cusolverMpPotrf_bufferSize(ctx.handle, fill, pb.n, a, 1, 1, desc_a, dtype, &dwork, &hwork),
+             "cusolverMpPotrf_bufferSize");
+  }
+  if (pb.solve && !tiled) {
+    size_t d2 = 0, h2 = 0;
+    check_mp(api().cusolverMpPotrs_bufferSize(ctx.handle, fill, pb.n, pb.nrhs, a, 1, 1, desc_a, x, 1, 1, desc_b,
+                                              dtype, &d2, &h2),
+             "cusolverMpPotrs_bufferSize");
+    dwork = std::max(dwork, d2);
+    hwork = std::max(hwork, h2);
+  }
+  ctx.ensure_workspace(dwork, hwork);
 }
 
 // The one implementation behind both handlers:
@@ -218,66 +278,29 @@ bool use_tiled_solve(const Problem& pb, cublasFillMode_t fill) {
 //   solve:  potrs with the factor on the right-hand sides x (mloc x nrhs local, process column 0);
 //   always: the local part of log det (sum of log of the owned diagonal entries).
 // `a` holds the factor (factored in place when `factor`), `status` one int32 per batch entry.
-void potrf_potrs(GridCall& g, const Problem& pb, ffi::DataType type, char* a, char* x, void* logdet,
-                 int32_t* status, bool factor) {
-  int code = 0, elem = 0;
-  const cudaDataType dtype = cuda_type(type, &code, &elem);
+void potrf_potrs(GridCall& g, const Problem& pb, char* a, char* x, void* logdet, int32_t* status, bool factor) {
   Context& ctx = *g.ctx;
   CholeskyCache& cc = ctx.family<CholeskyCache>("cholesky");
+  const cudaDataType dtype = cuda_type(pb.dtype);
+  const int elem = elem_bytes(pb.dtype);
   const int64_t n = pb.n, tile = pb.tile, mat = pb.mloc * pb.nloc, bsz = pb.mloc * pb.nrhs;
   const cublasFillMode_t fill = pb.uplo ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER;
   const int pr = (int)pb.pr, pc = (int)pb.pc;
   cusolverMpMatrixDescriptor_t desc_a = ctx.matrix_desc(pr, pc, dtype, n, n, tile, tile, pb.mloc);
   cusolverMpMatrixDescriptor_t desc_b = ctx.matrix_desc(pr, pc, dtype, n, pb.nrhs, tile, pb.nrhs, pb.mloc);
-
-  size_t dwork = 0, hwork = 0;
-  if (factor) {
-    check_mp(api().cusolverMpPotrf_bufferSize(ctx.handle, fill, n, a, 1, 1, desc_a, dtype, &dwork, &hwork),
-             "cusolverMpPotrf_bufferSize");
-  }
   const bool tiled = use_tiled_solve(pb, fill);
-  if (pb.solve && !tiled) {
-    size_t d2 = 0, h2 = 0;
-    check_mp(api().cusolverMpPotrs_bufferSize(ctx.handle, fill, n, pb.nrhs, a, 1, 1, desc_a, x, 1, 1, desc_b, dtype,
-                                              &d2, &h2),
-             "cusolverMpPotrs_bufferSize");
-    dwork = std::max(dwork, d2);
-    hwork = std::max(hwork, h2);
-  }
-  ctx.ensure_workspace(dwork, hwork);
+  size_workspace(ctx, pb, fill, desc_a, desc_b, a, x, factor, tiled);
 
   auto timed = std::make_unique<TimedCall>(factor ? "potrf" : "potrs");
   timed->start(g.stream);
-  if (factor && pb.mode == 1) lay_out(g, cc, pb, a, code, elem);
+  if (factor && pb.mode == 1) lay_out(g, cc, pb, a);
   timed->laid_out(g.stream);
   for (int64_t k = 0; k < pb.batch; ++k) {
     char* ak = a + k * mat * elem;
-    bool failed = false;
-    if (factor) {
-      cusolverStatus_t st = api().cusolverMpPotrf(ctx.handle, fill, n, ak, 1, 1, desc_a, dtype, ctx.work.ptr,
-                                                  ctx.work.bytes, ctx.host_work.data(), ctx.host_work.size(),
-                                                  status + k);
-      JAXMG_TRACE("potrf returned ", (int)st);
-      // cuSOLVERMp 0.8 reports a matrix that is not positive definite as an internal error (and
-      // info > 0): that is a result (status != 0, NaN outputs), not an exception.
-      const bool not_pd = st == CUSOLVER_STATUS_INTERNAL_ERROR || st == CUSOLVER_STATUS_EXECUTION_FAILED;
-      if (st != CUSOLVER_STATUS_SUCCESS && !not_pd) check_mp(st, "cusolverMpPotrf");
-      if (not_pd) {  // info, or n + 1 where the failure came without it
-        std::vector<int32_t> info = read_int32(status + k, 1, g.stream);
-        int32_t v = info[0] > 0 ? info[0] : (int32_t)n + 1;
-        check_cuda(cudaMemcpy(status + k, &v, sizeof(v), cudaMemcpyHostToDevice), "cudaMemcpy(status)");
-      }
-      // Agreed over the grid, so that every member skips or runs potrs alike.
-      failed = agree_status(g, status + k) != 0;
-      if (failed) {
-        // A failed factor is NaN everywhere (all-ones bytes are a NaN in every floating type), so
-        // whatever consumes it (solves, log det) gives NaN, not a partial factor's numbers.
-        check_cuda(cudaMemsetAsync(ak, 0xFF, (size_t)(mat * elem), g.stream), "cudaMemsetAsync(failed factor)");
-      }
-      if (k == 0) timed->factor_done(g.stream);
-    }
+    const bool failed = factor && factor_entry(g, pb, fill, desc_a, ak, status + k);
+    if (factor && k == 0) timed->factor_done(g.stream);
     if (pb.solve && !failed && tiled) {
-      tiled_potrs(cc.tiled, ctx.comm, code, ak, x + k * bsz * elem, n, tile, pc, g.rank, pb.nrhs, g.stream);
+      tiled_potrs(cc.tiled, ctx.comm, pb.dtype, ak, x + k * bsz * elem, n, tile, pc, g.rank, pb.nrhs, g.stream);
       JAXMG_TRACE("tiled potrs issued");
     } else if (pb.solve && !failed) {
       check_mp(api().cusolverMpPotrs(ctx.handle, fill, n, pb.nrhs, ak, 1, 1, desc_a, x + k * bsz * elem, 1, 1, desc_b,
@@ -293,32 +316,33 @@ void potrf_potrs(GridCall& g, const Problem& pb, ffi::DataType type, char* a, ch
     JAXMG_TRACE("stream synchronized after cuSOLVERMp");
   }
   if (!factor) check_cuda(fill_int32(status, pb.batch, 0, g.stream), "fill status");
-  const size_t real_bytes = (code == 0 || code == 2) ? 4 : 8;
   for (int64_t k = 0; k < pb.batch; ++k)
-    check_cuda(local_logdet(a + k * mat * elem, code, pb.mloc, n, tile, pr, pc, g.p, g.q,
-                            static_cast<char*>(logdet) + k * real_bytes, g.stream),
+    check_cuda(local_logdet(a + k * mat * elem, pb.dtype, pb.mloc, n, tile, pr, pc, g.p, g.q,
+                            static_cast<char*>(logdet) + k * real_bytes(pb.dtype), g.stream),
                "log det kernel");
 }
 
-// Dispatch: the batch from the buffers' extents, InvalidArgument for a shape that does not match
-// the attributes, and the copies that make the outputs hold the inputs where XLA did not alias them.
-ffi::Error check_problem(Problem& pb, const ffi::AnyBuffer& a, const ffi::AnyBuffer& b) {
-  const int64_t mat = pb.mloc * pb.nloc;
-  if (mat <= 0 || (int64_t)a.element_count() % mat)
-    return ffi::Error::InvalidArgument(cat("jaxmg_potrf/potrs: the local matrix has ", a.element_count(),
-                                           " elements, not a multiple of mloc * nloc = ", mat));
-  pb.batch = (int64_t)a.element_count() / mat;
-  if (pb.solve && (int64_t)b.element_count() != pb.batch * pb.mloc * pb.nrhs)
-    return ffi::Error::InvalidArgument(cat("jaxmg_potrf/potrs: the right-hand side has ", b.element_count(),
-                                           " elements, expected ", pb.batch * pb.mloc * pb.nrhs));
+// Dispatch's checks, as LU's and QR's: the dtype, the batch from the buffers' extents, and
+// InvalidArgument for extents that do not match the attributes (the n x n matrix in whole tiles
+// on the pr x pc grid, nrhs right-hand sides of the matrix's dtype, one log det of its real type
+// and one status per batch entry).
+ffi::Error check_problem(Problem& pb, const ffi::AnyBuffer& a, const ffi::AnyBuffer& b, const ffi::AnyBuffer& logdet,
+                         const ffi::Buffer<ffi::S32>& status, const char* who) {
+  if (ffi::Error e = check_dtype(who, a.element_type(), &pb.dtype); e.failure()) return e;
+  if (ffi::Error e = check_batch(who, a, pb.mloc, pb.nloc, &pb.batch); e.failure()) return e;
+  if (ffi::Error e = check_extents(who, pb.n, pb.n, pb.tile, pb.pr, pb.pc, pb.mloc, pb.nloc); e.failure()) return e;
   if (b.element_type() != a.element_type())
-    return ffi::Error::InvalidArgument("jaxmg_potrf/potrs: the right-hand side's dtype differs from the matrix's");
+    return ffi::Error::InvalidArgument(cat(who, ": the right-hand side's dtype differs from the matrix's"));
+  if (pb.solve && (pb.nrhs <= 0 || (int64_t)b.element_count() != pb.batch * pb.mloc * pb.nrhs))
+    return ffi::Error::InvalidArgument(cat(who, ": the right-hand side has ", b.element_count(), " elements, expected ",
+                                           pb.batch * pb.mloc * pb.nrhs, " (nrhs = ", pb.nrhs, ")"));
+  const ffi::DataType real = real_bytes(pb.dtype) == 4 ? ffi::DataType::F32 : ffi::DataType::F64;
+  if ((int64_t)logdet.element_count() != pb.batch || logdet.element_type() != real ||
+      (int64_t)status.element_count() != pb.batch)
+    return ffi::Error::InvalidArgument(cat(who, ": one log det of the matrix's real type and one status per batch "
+                                                "entry expected, got ", logdet.element_count(), " and ",
+                                           status.element_count(), " for ", pb.batch, " entries"));
   return ffi::Error::Success();
-}
-
-void copy_if_moved(void* dst, const ffi::AnyBuffer& src, cudaStream_t stream, const char* what) {
-  if (dst != src.untyped_data())
-    check_cuda(cudaMemcpyAsync(dst, src.untyped_data(), src.size_bytes(), cudaMemcpyDeviceToDevice, stream), what);
 }
 
 // potrf (and potrs) in place: a -> factor, b -> x.
@@ -328,15 +352,15 @@ ffi::Error PotrfDispatch(cudaStream_t stream, Members members, NcclId id, Rank r
                          int64_t tile, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc, int64_t nrhs, int64_t mode,
                          int64_t solve, int64_t uplo) {
   Problem pb{n, tile, pr, pc, mloc, nloc, nrhs, mode, solve, uplo};
-  if (ffi::Error e = check_problem(pb, a, b); e.failure()) return e;
+  if (ffi::Error e = check_problem(pb, a, b, *logdet, *status, "jaxmg_potrf"); e.failure()) return e;
   try {
     GridCall g = open_grid(stream, members, id, rank, pr, pc);
     JAXMG_TRACE("potrf: n ", n, " tile ", tile, " grid ", pr, "x", pc, " local ", mloc, "x", nloc, " nrhs ", nrhs,
                 " mode ", mode, " uplo ", uplo, " batch ", pb.batch);
-    copy_if_moved(factor->untyped_data(), a, stream, "cudaMemcpyAsync(a to factor)");
-    if (solve) copy_if_moved(x->untyped_data(), b, stream, "cudaMemcpyAsync(b to x)");
-    potrf_potrs(g, pb, a.element_type(), static_cast<char*>(factor->untyped_data()),
-                static_cast<char*>(x->untyped_data()), logdet->untyped_data(), status->typed_data(), /*factor=*/true);
+    copy_unless_aliased(*factor, a, stream, "cudaMemcpyAsync(a to factor)");
+    if (solve) copy_unless_aliased(*x, b, stream, "cudaMemcpyAsync(b to x)");
+    potrf_potrs(g, pb, static_cast<char*>(factor->untyped_data()), static_cast<char*>(x->untyped_data()),
+                logdet->untyped_data(), status->typed_data(), /*factor=*/true);
     return ffi::Error::Success();
   } catch (const std::exception& e) {
     return to_error(e);
@@ -349,14 +373,14 @@ ffi::Error PotrsDispatch(cudaStream_t stream, Members members, NcclId id, Rank r
                          ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n, int64_t tile, int64_t pr, int64_t pc,
                          int64_t mloc, int64_t nloc, int64_t nrhs, int64_t mode, int64_t solve, int64_t uplo) {
   Problem pb{n, tile, pr, pc, mloc, nloc, nrhs, mode, solve, uplo};
-  if (ffi::Error e = check_problem(pb, f, b); e.failure()) return e;
+  if (ffi::Error e = check_problem(pb, f, b, *logdet, *status, "jaxmg_potrs"); e.failure()) return e;
   try {
     GridCall g = open_grid(stream, members, id, rank, pr, pc);
     JAXMG_TRACE("potrs: n ", n, " tile ", tile, " grid ", pr, "x", pc, " nrhs ", nrhs, " batch ", pb.batch);
-    if (solve) copy_if_moved(x->untyped_data(), b, stream, "cudaMemcpyAsync(b to x)");
+    if (solve) copy_unless_aliased(*x, b, stream, "cudaMemcpyAsync(b to x)");
     // read only: potrs and the log-det kernel
-    potrf_potrs(g, pb, f.element_type(), static_cast<char*>(const_cast<void*>(f.untyped_data())),
-                static_cast<char*>(x->untyped_data()), logdet->untyped_data(), status->typed_data(), /*factor=*/false);
+    potrf_potrs(g, pb, static_cast<char*>(const_cast<void*>(f.untyped_data())), static_cast<char*>(x->untyped_data()),
+                logdet->untyped_data(), status->typed_data(), /*factor=*/false);
     return ffi::Error::Success();
   } catch (const std::exception& e) {
     return to_error(e);

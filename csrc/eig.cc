@@ -22,18 +22,14 @@ namespace {
 
 struct Problem {
   int64_t n, tile, pr, pc, mloc, nloc;
-  int64_t batch = 1;  // leading batch (vmap) dimension, from the buffers
+  int64_t batch = 1;         // leading batch (vmap) dimension, from the buffers
+  DType dtype = DType::F64;  // the matrix's, from its buffer
 };
 
 ffi::Error check_problem(Problem& pb, const ffi::AnyBuffer& a, const ffi::AnyBuffer& w, const char* who) {
-  const int64_t mat = pb.mloc * pb.nloc;
-  if (mat <= 0 || (int64_t)a.element_count() % mat)
-    return ffi::Error::InvalidArgument(cat(who, ": the local matrix has ", a.element_count(),
-                                           " elements, not a multiple of mloc * nloc = ", mat));
-  pb.batch = (int64_t)a.element_count() / mat;
-  if (pb.mloc * pb.pr != pb.n || pb.nloc * pb.pc != pb.n || pb.mloc % pb.tile || pb.nloc % pb.tile)
-    return ffi::Error::InvalidArgument(cat(who, ": local extents ", pb.mloc, "x", pb.nloc, " are not n / grid = ",
-                                           pb.n, " / ", pb.pr, "x", pb.pc, " in whole tiles of ", pb.tile));
+  if (ffi::Error e = check_dtype(who, a.element_type(), &pb.dtype); e.failure()) return e;
+  if (ffi::Error e = check_batch(who, a, pb.mloc, pb.nloc, &pb.batch); e.failure()) return e;
+  if (ffi::Error e = check_extents(who, pb.n, pb.n, pb.tile, pb.pr, pb.pc, pb.mloc, pb.nloc); e.failure()) return e;
   if ((int64_t)w.element_count() != pb.batch * pb.n)
     return ffi::Error::InvalidArgument(cat(who, ": the eigenvalues have ", w.element_count(), " entries, expected ",
                                            pb.batch * pb.n));
@@ -63,10 +59,9 @@ void fail_outputs(GridCall& g, int32_t* status, std::initializer_list<std::pair<
 }
 
 // syevd on every batch entry: a (destroyed), w (n real eigenvalues, ascending), z (vectors).
-void syevd(GridCall& g, const Problem& pb, ffi::DataType type, char* a, char* w, char* z, int32_t* status) {
-  int code = 0, elem = 0;
-  const cudaDataType dtype = cuda_type(type, &code, &elem);
-  const int real_elem = (code == 0 || code == 2) ? 4 : 8;
+void syevd(GridCall& g, const Problem& pb, char* a, char* w, char* z, int32_t* status) {
+  const cudaDataType dtype = cuda_type(pb.dtype);
+  const int elem = elem_bytes(pb.dtype), real_elem = real_bytes(pb.dtype);
   Context& ctx = *g.ctx;
   const int64_t n = pb.n, mat = pb.mloc * pb.nloc;
   cusolverMpMatrixDescriptor_t desc =
@@ -94,11 +89,9 @@ void syevd(GridCall& g, const Problem& pb, ffi::DataType type, char* a, char* w,
 }
 
 // sygvd (type 1, vectors) on every batch entry: a and b destroyed, w, z.
-void sygvd(GridCall& g, const Problem& pb, ffi::DataType type, char* a, char* b, char* w, char* z,
-           int32_t* status) {
-  int code = 0, elem = 0;
-  const cudaDataType dtype = cuda_type(type, &code, &elem);
-  const int real_elem = (code == 0 || code == 2) ? 4 : 8;
+void sygvd(GridCall& g, const Problem& pb, char* a, char* b, char* w, char* z, int32_t* status) {
+  const cudaDataType dtype = cuda_type(pb.dtype);
+  const int elem = elem_bytes(pb.dtype), real_elem = real_bytes(pb.dtype);
   Context& ctx = *g.ctx;
   const int64_t n = pb.n, mat = pb.mloc * pb.nloc;
   cusolverMpMatrixDescriptor_t desc =
@@ -137,11 +130,8 @@ ffi::Error SyevdDispatch(cudaStream_t stream, Members members, NcclId id, Rank r
   try {
     GridCall g = open_grid(stream, members, id, rank, pr, pc);
     JAXMG_TRACE("syevd: n ", n, " tile ", tile, " grid ", pr, "x", pc, " batch ", pb.batch);
-    if (work->untyped_data() != a.untyped_data())
-      check_cuda(cudaMemcpyAsync(work->untyped_data(), a.untyped_data(), a.size_bytes(), cudaMemcpyDeviceToDevice,
-                                 stream),
-                 "cudaMemcpyAsync(a to work)");
-    syevd(g, pb, a.element_type(), static_cast<char*>(work->untyped_data()), static_cast<char*>(w->untyped_data()),
+    copy_unless_aliased(*work, a, stream, "cudaMemcpyAsync(a to work)");
+    syevd(g, pb, static_cast<char*>(work->untyped_data()), static_cast<char*>(w->untyped_data()),
           static_cast<char*>(z->untyped_data()), status->typed_data());
     return ffi::Error::Success();
   } catch (const std::exception& e) {
@@ -162,14 +152,10 @@ ffi::Error SygvdDispatch(cudaStream_t stream, Members members, NcclId id, Rank r
   try {
     GridCall g = open_grid(stream, members, id, rank, pr, pc);
     JAXMG_TRACE("sygvd: n ", n, " tile ", tile, " grid ", pr, "x", pc, " batch ", pb.batch);
-    for (auto [dst, src] : {std::pair{work_a->untyped_data(), a.untyped_data()},
-                            std::pair{work_b->untyped_data(), b.untyped_data()}})
-      if (dst != src)
-        check_cuda(cudaMemcpyAsync(dst, src, a.size_bytes(), cudaMemcpyDeviceToDevice, stream),
-                   "cudaMemcpyAsync(operand to work)");
-    sygvd(g, pb, a.element_type(), static_cast<char*>(work_a->untyped_data()),
-          static_cast<char*>(work_b->untyped_data()), static_cast<char*>(w->untyped_data()),
-          static_cast<char*>(z->untyped_data()), status->typed_data());
+    copy_unless_aliased(*work_a, a, stream, "cudaMemcpyAsync(a to work)");
+    copy_unless_aliased(*work_b, b, stream, "cudaMemcpyAsync(b to work)");
+    sygvd(g, pb, static_cast<char*>(work_a->untyped_data()), static_cast<char*>(work_b->untyped_data()),
+          static_cast<char*>(w->untyped_data()), static_cast<char*>(z->untyped_data()), status->typed_data());
     return ffi::Error::Success();
   } catch (const std::exception& e) {
     return to_error(e);

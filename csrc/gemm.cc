@@ -24,15 +24,26 @@
 namespace jaxmg {
 namespace {
 
-// One cuBLAS handle per device, created on its first product and kept for the process.
-cublasHandle_t device_handle() {
+// The cuBLAS handle of `stream`: one per (device, stream), created on the stream's first product,
+// bound to that stream once and kept for the process. A handle is never rebound to another
+// stream, so calls on two streams of one device (from one thread or several) never share a
+// handle's stream or workspace; cuBLAS calls on one unchanging handle are safe from any thread.
+cublasHandle_t stream_handle(cudaStream_t stream) {
   static std::mutex mutex;
-  static std::map<int, cublasHandle_t> handles;
+  static std::map<std::pair<int, cudaStream_t>, cublasHandle_t> handles;
   int device = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaStreamGetDevice(stream, &device), "cudaStreamGetDevice");
   std::lock_guard<std::mutex> lock(mutex);
-  cublasHandle_t& h = handles[device];
-  if (!h) check_blas(api().cublasCreate(&h), "cublasCreate");
+  cublasHandle_t& h = handles[{device, stream}];
+  if (h) return h;
+  check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  cublasHandle_t made = nullptr;
+  check_blas(api().cublasCreate(&made), "cublasCreate");
+  if (cublasStatus_t st = api().cublasSetStream(made, stream); st != CUBLAS_STATUS_SUCCESS) {
+    api().cublasDestroy(made);
+    check_blas(st, "cublasSetStream");
+  }
+  h = made;
   return h;
 }
 
@@ -150,118 +161,127 @@ struct HermitianInverse {
   T* at(int64_t i, int64_t j) const { return a + i + j * lda; }
 
   // the rows x cols block at src (leading dimension ld_src) to dst (leading dimension ld_dst)
-  void copy(T* dst, int64_t ld_dst, const T* src, int64_t ld_src, int64_t rows, int64_t cols) const {
-    check_cuda(cudaMemcpy2DAsync(dst, ld_dst * sizeof(T), src, ld_src * sizeof(T), rows * sizeof(T), cols,
-                                 cudaMemcpyDeviceToDevice, stream),
-               "cudaMemcpy2DAsync(potri)");
-  }
+  void copy(T* dst, int64_t ld_dst, const T* src, int64_t ld_src, int64_t rows, int64_t cols) const;
 
   // c (m x n) = alpha op_a(a) op_b(b) + c, every operand in the buffer (leading dimension lda)
   void accumulate(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n, int64_t k, double alpha,
-                  const T* x, const T* y, T* c) const {
-    check_blas(gemm(h, op_a, op_b, (int)m, (int)n, (int)k, x, (int)lda, y, (int)lda, c, (int)lda, alpha, 1.0),
-               "cublas gemm (potri)");
-  }
+                  const T* x, const T* y, T* c) const;
 
   // x := alpha op(t) x (left; x is n x m) or alpha x op(t) (right; x is m x n), in place, for
   // upper triangular t of order n at `t` and op N or C. With t = [[T11, T12], [0, T22]]:
   //   left N:  x1 = T11 x1 + T12 x2, x2 = T22 x2;    left C:  x1 = T11^H x1, x2 = T12^H x1 + T22^H x2;
   //   right N: x1 = x1 T11, x2 = x1 T12 + x2 T22;    right C: x1 = x1 T11^H + x2 T12^H, x2 = x2 T22^H;
   // each block is updated after the blocks it reads.
-  void trmm_in_place(bool left, cublasOperation_t op, const T* t, int64_t n, T* x, int64_t m, double alpha) const {
-    if (n <= trmm_leaf) {  // x := alpha op(t) x as one gemm with the whole block t (zero below)
-      const int64_t rows = left ? n : m, cols = left ? m : n;
-      copy(operand, rows, x, lda, rows, cols);
-      if (left)
-        check_blas(gemm(h, op, CUBLAS_OP_N, (int)n, (int)m, (int)n, t, (int)lda, operand, (int)rows, x, (int)lda,
-                        alpha, 0.0),
-                   "cublas gemm (potri)");
-      else
-        check_blas(gemm(h, CUBLAS_OP_N, op, (int)m, (int)n, (int)n, operand, (int)rows, t, (int)lda, x, (int)lda,
-                        alpha, 0.0),
-                   "cublas gemm (potri)");
-      return;
-    }
-    const int64_t n1 = split_order(n), n2 = n - n1;
-    const T *t11 = t, *t12 = t + n1 * lda, *t22 = t + n1 + n1 * lda;
-    const bool plain = op == CUBLAS_OP_N;
-    T *x1 = x, *x2 = left ? x + n1 : x + n1 * lda;  // rows (left) or columns (right) n1..n
-    if (left == plain) {  // x1 first: it reads x2 as it was
-      trmm_in_place(left, op, t11, n1, x1, m, alpha);
-      if (left) accumulate(CUBLAS_OP_N, CUBLAS_OP_N, n1, m, n2, alpha, t12, x2, x1);
-      else accumulate(CUBLAS_OP_N, op, m, n1, n2, alpha, x2, t12, x1);
-      trmm_in_place(left, op, t22, n2, x2, m, alpha);
-    } else {  // x2 first: it reads x1 as it was
-      trmm_in_place(left, op, t22, n2, x2, m, alpha);
-      if (left) accumulate(op, CUBLAS_OP_N, n2, m, n1, alpha, t12, x1, x2);
-      else accumulate(CUBLAS_OP_N, CUBLAS_OP_N, m, n2, n1, alpha, x1, t12, x2);
-      trmm_in_place(left, op, t11, n1, x1, m, alpha);
-    }
-  }
+  void trmm_in_place(bool left, cublasOperation_t op, const T* t, int64_t n, T* x, int64_t m, double alpha) const;
 
   // The upper triangle of c (order n) += x x^H for x (n x k): c11 += x1 x1^H, c12 += x1 x2^H,
   // c22 += x2 x2^H.
-  void herk_in_place(T* c, int64_t n, const T* x, int64_t k) const {
-    if (n <= herk_leaf) {
-      check_blas(herk(h, CUBLAS_FILL_MODE_UPPER, (int)n, (int)k, 1.0, x, (int)lda, 1.0, c, (int)lda),
-                 "cublas herk (potri)");
-      return;
-    }
-    const int64_t n1 = split_order(n), n2 = n - n1;
-    herk_in_place(c, n1, x, k);
-    accumulate(CUBLAS_OP_N, CUBLAS_OP_C, n1, n2, k, 1.0, x, x + n1, c + n1 * lda);
-    herk_in_place(c + n1 + n1 * lda, n2, x + n1, k);
-  }
+  void herk_in_place(T* c, int64_t n, const T* x, int64_t k) const;
 
   // [[U11, U12], [0, U22]]^-1 = [[V11, -V11 U12 V22], [0, V22]]
-  void trtri(int64_t o, int64_t n) const {
-    if (n <= leaf) {
-      copy(scratch, leaf, eye, leaf, n, n);
-      check_blas(trsm(h, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, (int)n, (int)n,
-                      at(o, o), (int)lda, scratch, (int)leaf),
-                 "cublas trsm (potri)");
-      copy(at(o, o), lda, scratch, leaf, n, n);  // V, and exact zeros below its diagonal
-      return;
-    }
-    const int64_t n1 = split_order(n), n2 = n - n1;
-    trtri(o, n1);
-    trtri(o + n1, n2);
-    if (n <= trmm_leaf)  // the block is a whole operand of the leaf products: zero below its diagonal
-      check_cuda(cudaMemset2DAsync(at(o + n1, o), lda * sizeof(T), 0, n2 * sizeof(T), n1, stream),
-                 "cudaMemset2DAsync(potri)");
-    T* a12 = at(o, o + n1);
-    trmm_in_place(true, CUBLAS_OP_N, at(o, o), n1, a12, n2, 1.0);
-    trmm_in_place(false, CUBLAS_OP_N, at(o + n1, o + n1), n2, a12, n1, -1.0);
-  }
+  void trtri(int64_t o, int64_t n) const;
 
   // [[V11, V12], [0, V22]] [[V11, V12], [0, V22]]^H, upper triangle:
   // [[V11 V11^H + V12 V12^H, V12 V22^H], [., V22 V22^H]]
-  void lauum(int64_t o, int64_t n) const {
-    if (n <= leaf) {
-      copy(scratch, leaf, at(o, o), lda, n, n);  // V's block, zero below the diagonal
-      check_blas(herk(h, CUBLAS_FILL_MODE_UPPER, (int)n, (int)n, 1.0, scratch, (int)leaf, 0.0, at(o, o), (int)lda),
-                 "cublas herk (potri)");
-      return;
-    }
-    const int64_t n1 = split_order(n), n2 = n - n1;
-    T* a12 = at(o, o + n1);
-    lauum(o, n1);
-    herk_in_place(at(o, o), n1, a12, n2);
-    trmm_in_place(false, CUBLAS_OP_C, at(o + n1, o + n1), n2, a12, n1, 1.0);
-    lauum(o + n1, n2);
-  }
+  void lauum(int64_t o, int64_t n) const;
 };
 
-// Runs fn(T{}) for the element type T of `type` (float32 to complex128); false for other types.
-template <typename Fn>
-bool with_type(ffi::DataType type, Fn&& fn) {
-  switch (type) {
-    case ffi::DataType::F32: fn(float{}); return true;
-    case ffi::DataType::F64: fn(double{}); return true;
-    case ffi::DataType::C64: fn(cuComplex{}); return true;
-    case ffi::DataType::C128: fn(cuDoubleComplex{}); return true;
-    default: return false;
+template <typename T>
+void HermitianInverse<T>::copy(T* dst, int64_t ld_dst, const T* src, int64_t ld_src, int64_t rows,
+                               int64_t cols) const {
+  check_cuda(cudaMemcpy2DAsync(dst, ld_dst * sizeof(T), src, ld_src * sizeof(T), rows * sizeof(T), cols,
+                               cudaMemcpyDeviceToDevice, stream),
+             "cudaMemcpy2DAsync(potri)");
+}
+
+template <typename T>
+void HermitianInverse<T>::accumulate(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n, int64_t k,
+                                     double alpha, const T* x, const T* y, T* c) const {
+  check_blas(gemm(h, op_a, op_b, (int)m, (int)n, (int)k, x, (int)lda, y, (int)lda, c, (int)lda, alpha, 1.0),
+             "cublas gemm (potri)");
+}
+
+template <typename T>
+void HermitianInverse<T>::trmm_in_place(bool left, cublasOperation_t op, const T* t, int64_t n, T* x, int64_t m,
+                                        double alpha) const {
+  if (n <= trmm_leaf) {  // x := alpha op(t) x as one gemm with the whole block t (zero below)
+    const int64_t rows = left ? n : m, cols = left ? m : n;
+    copy(operand, rows, x, lda, rows, cols);
+    if (left)
+      check_blas(gemm(h, op, CUBLAS_OP_N, (int)n, (int)m, (int)n, t, (int)lda, operand, (int)rows, x, (int)lda,
+                      alpha, 0.0),
+                 "cublas gemm (potri)");
+    else
+      check_blas(gemm(h, CUBLAS_OP_N, op, (int)m, (int)n, (int)n, operand, (int)rows, t, (int)lda, x, (int)lda,
+                      alpha, 0.0),
+                 "cublas gemm (potri)");
+    return;
   }
+  const int64_t n1 = split_order(n), n2 = n - n1;
+  const T *t11 = t, *t12 = t + n1 * lda, *t22 = t + n1 + n1 * lda;
+  const bool plain = op == CUBLAS_OP_N;
+  T *x1 = x, *x2 = left ? x + n1 : x + n1 * lda;  // rows (left) or columns (right) n1..n
+  if (left == plain) {  // x1 first: it reads x2 as it was
+    trmm_in_place(left, op, t11, n1, x1, m, alpha);
+    if (left) accumulate(CUBLAS_OP_N, CUBLAS_OP_N, n1, m, n2, alpha, t12, x2, x1);
+    else accumulate(CUBLAS_OP_N, op, m, n1, n2, alpha, x2, t12, x1);
+    trmm_in_place(left, op, t22, n2, x2, m, alpha);
+  } else {  // x2 first: it reads x1 as it was
+    trmm_in_place(left, op, t22, n2, x2, m, alpha);
+    if (left) accumulate(op, CUBLAS_OP_N, n2, m, n1, alpha, t12, x1, x2);
+    else accumulate(CUBLAS_OP_N, CUBLAS_OP_N, m, n2, n1, alpha, x1, t12, x2);
+    trmm_in_place(left, op, t11, n1, x1, m, alpha);
+  }
+}
+
+template <typename T>
+void HermitianInverse<T>::herk_in_place(T* c, int64_t n, const T* x, int64_t k) const {
+  if (n <= herk_leaf) {
+    check_blas(herk(h, CUBLAS_FILL_MODE_UPPER, (int)n, (int)k, 1.0, x, (int)lda, 1.0, c, (int)lda),
+               "cublas herk (potri)");
+    return;
+  }
+  const int64_t n1 = split_order(n), n2 = n - n1;
+  herk_in_place(c, n1, x, k);
+  accumulate(CUBLAS_OP_N, CUBLAS_OP_C, n1, n2, k, 1.0, x, x + n1, c + n1 * lda);
+  herk_in_place(c + n1 + n1 * lda, n2, x + n1, k);
+}
+
+template <typename T>
+void HermitianInverse<T>::trtri(int64_t o, int64_t n) const {
+  if (n <= leaf) {
+    copy(scratch, leaf, eye, leaf, n, n);
+    check_blas(trsm(h, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, (int)n, (int)n,
+                    at(o, o), (int)lda, scratch, (int)leaf),
+               "cublas trsm (potri)");
+    copy(at(o, o), lda, scratch, leaf, n, n);  // V, and exact zeros below its diagonal
+    return;
+  }
+  const int64_t n1 = split_order(n), n2 = n - n1;
+  trtri(o, n1);
+  trtri(o + n1, n2);
+  if (n <= trmm_leaf)  // the block is a whole operand of the leaf products: zero below its diagonal
+    check_cuda(cudaMemset2DAsync(at(o + n1, o), lda * sizeof(T), 0, n2 * sizeof(T), n1, stream),
+               "cudaMemset2DAsync(potri)");
+  T* a12 = at(o, o + n1);
+  trmm_in_place(true, CUBLAS_OP_N, at(o, o), n1, a12, n2, 1.0);
+  trmm_in_place(false, CUBLAS_OP_N, at(o + n1, o + n1), n2, a12, n1, -1.0);
+}
+
+template <typename T>
+void HermitianInverse<T>::lauum(int64_t o, int64_t n) const {
+  if (n <= leaf) {
+    copy(scratch, leaf, at(o, o), lda, n, n);  // V's block, zero below the diagonal
+    check_blas(herk(h, CUBLAS_FILL_MODE_UPPER, (int)n, (int)n, 1.0, scratch, (int)leaf, 0.0, at(o, o), (int)lda),
+               "cublas herk (potri)");
+    return;
+  }
+  const int64_t n1 = split_order(n), n2 = n - n1;
+  T* a12 = at(o, o + n1);
+  lauum(o, n1);
+  herk_in_place(at(o, o), n1, a12, n2);
+  trmm_in_place(false, CUBLAS_OP_C, at(o + n1, o + n1), n2, a12, n1, 1.0);
+  lauum(o + n1, n2);
 }
 
 ffi::Error TrmmImpl(cudaStream_t stream, ffi::AnyBuffer t, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> c,
@@ -275,17 +295,17 @@ ffi::Error TrmmImpl(cudaStream_t stream, ffi::AnyBuffer t, ffi::AnyBuffer x, ffi
   if ((left ? r : s) != n || cd[0] != r || cd[1] != s)
     return ffi::Error::InvalidArgument(cat("jaxmg_trmm: t is ", n, "x", n, ", x ", r, "x", s, ", the result ", cd[0],
                                            "x", cd[1], " (left: ", left, ")"));
+  DType dtype;
+  if (ffi::Error e = check_dtype("jaxmg_trmm", x.element_type(), &dtype); e.failure()) return e;
   try {
     if (!api().blas) throw Failure("jaxmg_trmm: cuBLAS was not found in this process");
     if (r == 0 || s == 0) return ffi::Error::Success();
-    cublasHandle_t h = device_handle();
-    check_blas(api().cublasSetStream(h, stream), "cublasSetStream");
-    bool known = with_type(x.element_type(), [&](auto zero_value) {
-      using T = decltype(zero_value);
+    cublasHandle_t h = stream_handle(stream);
+    with_elem_type(dtype, [&](auto zero) {
+      using T = decltype(zero);
       triangular_product(h, static_cast<const T*>(t.untyped_data()), n, lower != 0, op, unit != 0,
                          static_cast<const T*>(x.untyped_data()), r, s, left != 0, static_cast<T*>(c->untyped_data()));
     });
-    if (!known) return ffi::Error::InvalidArgument("jaxmg_trmm: float32, float64, complex64 or complex128 only");
     return ffi::Error::Success();
   } catch (const std::exception& e) {
     return to_error(e);
@@ -304,6 +324,8 @@ ffi::Error GemmImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer y, ffi
   if (k != kk || c->dimensions()[0] != m || c->dimensions()[1] != n)
     return ffi::Error::InvalidArgument(cat("jaxmg_gemm: shapes do not match: op(x) is ", m, "x", k, ", op(y) ", kk, "x",
                                            n, ", the result ", c->dimensions()[0], "x", c->dimensions()[1]));
+  DType dtype;
+  if (ffi::Error e = check_dtype("jaxmg_gemm", x.element_type(), &dtype); e.failure()) return e;
   try {
     if (!api().blas) throw Failure("jaxmg_gemm: cuBLAS was not found in this process");
     if (m == 0 || n == 0) return ffi::Error::Success();
@@ -311,14 +333,12 @@ ffi::Error GemmImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer y, ffi
       check_cuda(cudaMemsetAsync(c->untyped_data(), 0, c->size_bytes(), stream), "cudaMemsetAsync(empty product)");
       return ffi::Error::Success();
     }
-    cublasHandle_t h = device_handle();
-    check_blas(api().cublasSetStream(h, stream), "cublasSetStream");
-    bool known = with_type(x.element_type(), [&](auto zero_value) {
-      using T = decltype(zero_value);
+    cublasHandle_t h = stream_handle(stream);
+    with_elem_type(dtype, [&](auto zero) {
+      using T = decltype(zero);
       product(h, static_cast<const T*>(x.untyped_data()), p, q, op_x, static_cast<const T*>(y.untyped_data()), r, s,
               op_y, static_cast<T*>(c->untyped_data()));
     });
-    if (!known) return ffi::Error::InvalidArgument("jaxmg_gemm: float32, float64, complex64 or complex128 only");
     return ffi::Error::Success();
   } catch (const std::exception& e) {
     return to_error(e);
@@ -343,24 +363,21 @@ ffi::Error PotriImpl(cudaStream_t stream, ffi::AnyBuffer factor, ffi::AnyBuffer 
   if (eye.element_type() != type || inverse->element_type() != type || scratch->element_type() != type ||
       operand->element_type() != type)
     return ffi::Error::InvalidArgument("jaxmg_potri: the operands and the results must have one dtype");
+  DType dtype;
+  if (ffi::Error e = check_dtype("jaxmg_potri", type, &dtype); e.failure()) return e;
   try {
     if (!api().blas) throw Failure("jaxmg_potri: cuBLAS was not found in this process");
     if (n == 0) return ffi::Error::Success();
-    if (inverse->untyped_data() != factor.untyped_data())  // not aliased: work on a copy
-      check_cuda(cudaMemcpyAsync(inverse->untyped_data(), factor.untyped_data(), factor.size_bytes(),
-                                 cudaMemcpyDeviceToDevice, stream),
-                 "cudaMemcpyAsync(potri)");
-    cublasHandle_t h = device_handle();
-    check_blas(api().cublasSetStream(h, stream), "cublasSetStream");
-    bool known = with_type(type, [&](auto zero_value) {
-      using T = decltype(zero_value);
+    copy_unless_aliased(*inverse, factor, stream, "cudaMemcpyAsync(factor to inverse)");
+    cublasHandle_t h = stream_handle(stream);
+    with_elem_type(dtype, [&](auto zero) {
+      using T = decltype(zero);
       HermitianInverse<T> run{h, stream, static_cast<T*>(inverse->untyped_data()), n,
                               static_cast<const T*>(eye.untyped_data()), static_cast<T*>(scratch->untyped_data()),
                               static_cast<T*>(operand->untyped_data()), leaf, trmm_leaf, herk_leaf};
       run.trtri(0, n);
       run.lauum(0, n);
     });
-    if (!known) return ffi::Error::InvalidArgument("jaxmg_potri: float32, float64, complex64 or complex128 only");
     return ffi::Error::Success();
   } catch (const std::exception& e) {
     return to_error(e);

@@ -10,17 +10,22 @@
 namespace jaxmg {
 namespace {
 
-int g_process_index = 0;
-int g_cusolvermp_version = -1;
+std::atomic<int> g_process_index{0};
+std::atomic<int> g_cusolvermp_version{-1};
 constexpr size_t kMaxTimed = 256;  // timed calls kept per device since the last reset
 
 struct DeviceState {
   std::vector<std::unique_ptr<TimedCall>> calls;  // since the last reset (at most kMaxTimed kept)
 };
 
+// Contexts are shared: a call (GridCall) and its watched GPU work (Watch) hold their context, so
+// dropping the cache's reference (clear_cache) never destroys one in use. An entry, once
+// inserted, is never replaced: each key's context is created by one thread at a time (its
+// guard in `creating`), and inserted only where the key has none.
 struct Cache {
   std::mutex mu;
-  std::map<std::string, std::unique_ptr<Context>> contexts;  // key: device + members
+  std::map<std::string, std::shared_ptr<Context>> contexts;      // key: device + members
+  std::map<std::string, std::shared_ptr<std::mutex>> creating;  // per key: held while one is created
   std::map<int, DeviceState> devices;
   std::map<std::string, std::vector<int32_t>> pending_ids;  // nccl ids made by the first member
 };
@@ -71,15 +76,10 @@ void set_where(int rank, size_t nranks, int dev) {
   where() = cat("rank ", rank, " of ", nranks, " (device ", dev, ")");
 }
 
-Context& get_context(int dev, const std::vector<int32_t>& members, int rank, const void* id_dptr,
-                     cudaStream_t stream) {
-  Cache& c = cache();
-  std::string key = members_key(dev, members);
-  {
-    std::lock_guard<std::mutex> lock(c.mu);
-    auto it = c.contexts.find(key);
-    if (it != c.contexts.end()) return *it->second;
-  }
+// A new context for these members on `dev`: the communicator from the id the grid's first
+// member made (collective over the grid), and a cuSOLVERMp handle.
+std::shared_ptr<Context> create_context(int dev, const std::vector<int32_t>& members, int rank, const void* id_dptr,
+                                        cudaStream_t stream) {
   check_one_gpu_per_process(members);
   JAXMG_TRACE("creating communicator of ", members.size(), " members");
   std::vector<int32_t> words = read_int32(id_dptr, 32, stream);
@@ -91,7 +91,7 @@ Context& get_context(int dev, const std::vector<int32_t>& members, int rank, con
     throw Failure("jaxmg native: the grid's communicator id is empty on " + where() +
                   " (the first member found its communicator cached but this member did not; "
                   "were the processes' jaxmg calls out of step?)");
-  auto ctx = std::make_unique<Context>();
+  auto ctx = std::make_shared<Context>();
   ctx->device = dev;
   ctx->nranks = (int)members.size();
   ctx->rank = rank;
@@ -99,14 +99,40 @@ Context& get_context(int dev, const std::vector<int32_t>& members, int rank, con
   JAXMG_TRACE("ncclCommInitRank done");
   check_mp(api().cusolverMpCreate(&ctx->handle, dev, stream), "cusolverMpCreate");
   JAXMG_TRACE("cusolverMpCreate done");
-  if (g_cusolvermp_version < 0) {
-    int v = -1;
-    if (api().cusolverMpGetVersion(ctx->handle, &v) == CUSOLVER_STATUS_SUCCESS) g_cusolvermp_version = v;
+  int v = -1;
+  if (g_cusolvermp_version < 0 && api().cusolverMpGetVersion(ctx->handle, &v) == CUSOLVER_STATUS_SUCCESS)
+    g_cusolvermp_version = v;
+  return ctx;
+}
+
+// The cached context of `key` (c.mu held), or null.
+std::shared_ptr<Context> cached(Cache& c, const std::string& key) {
+  auto it = c.contexts.find(key);
+  return it == c.contexts.end() ? nullptr : it->second;
+}
+
+// The cached context of these members on `dev`, created on first use: by one thread, under the
+// key's guard, while any other thread that needs it waits and then takes the same one.
+std::shared_ptr<Context> get_context(int dev, const std::vector<int32_t>& members, int rank, const void* id_dptr,
+                                     cudaStream_t stream) {
+  Cache& c = cache();
+  const std::string key = members_key(dev, members);
+  std::shared_ptr<std::mutex> guard;
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    if (auto ctx = cached(c, key)) return ctx;
+    auto& g = c.creating[key];
+    if (!g) g = std::make_shared<std::mutex>();
+    guard = g;
   }
+  std::lock_guard<std::mutex> creating(*guard);
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    if (auto ctx = cached(c, key)) return ctx;  // created while this thread waited
+  }
+  std::shared_ptr<Context> made = create_context(dev, members, rank, id_dptr, stream);
   std::lock_guard<std::mutex> lock(c.mu);
-  auto& slot = c.contexts[key];
-  slot = std::move(ctx);
-  return *slot;
+  return c.contexts.try_emplace(key, made).first->second;  // an existing entry is kept, never replaced
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -207,14 +233,48 @@ ffi::Error to_error(const std::exception& e) {
   return ffi::Error::Internal(cat(e.what(), " [the watchdog aborted a communicator: ", aborts, "]"));
 }
 
-cudaDataType cuda_type(ffi::DataType t, int* code, int* elem_bytes) {
+std::optional<DType> dtype_of(ffi::DataType t) {
   switch (t) {
-    case ffi::DataType::F32: *code = 0; *elem_bytes = 4; return CUDA_R_32F;
-    case ffi::DataType::F64: *code = 1; *elem_bytes = 8; return CUDA_R_64F;
-    case ffi::DataType::C64: *code = 2; *elem_bytes = 8; return CUDA_C_32F;
-    case ffi::DataType::C128: *code = 3; *elem_bytes = 16; return CUDA_C_64F;
-    default: throw Failure("jaxmg native: unsupported dtype (float32, float64, complex64, complex128 only)");
+    case ffi::DataType::F32: return DType::F32;
+    case ffi::DataType::F64: return DType::F64;
+    case ffi::DataType::C64: return DType::C64;
+    case ffi::DataType::C128: return DType::C128;
+    default: return std::nullopt;
   }
+}
+
+ffi::Error check_dtype(const char* who, ffi::DataType t, DType* out) {
+  const std::optional<DType> d = dtype_of(t);
+  if (!d) return ffi::Error::InvalidArgument(cat(who, ": float32, float64, complex64 or complex128 only"));
+  *out = *d;
+  return ffi::Error::Success();
+}
+
+ffi::Error check_batch(const char* who, const ffi::AnyBuffer& a, int64_t mloc, int64_t nloc, int64_t* batch) {
+  const int64_t mat = mloc * nloc;
+  if (mloc <= 0 || nloc <= 0 || (int64_t)a.element_count() % mat)
+    return ffi::Error::InvalidArgument(cat(who, ": the local matrix has ", a.element_count(),
+                                           " elements, not a multiple of mloc * nloc = ", mloc, " * ", nloc));
+  *batch = (int64_t)a.element_count() / mat;
+  return ffi::Error::Success();
+}
+
+ffi::Error check_extents(const char* who, int64_t m, int64_t n, int64_t tile, int64_t pr, int64_t pc, int64_t mloc,
+                         int64_t nloc) {
+  if (tile <= 0 || pr <= 0 || pc <= 0 || mloc <= 0 || nloc <= 0 || mloc * pr != m || nloc * pc != n ||
+      mloc % tile || nloc % tile)
+    return ffi::Error::InvalidArgument(cat(who, ": local extents ", mloc, "x", nloc, " are not ", m, "x", n,
+                                           " / grid ", pr, "x", pc, " in whole tiles of ", tile));
+  return ffi::Error::Success();
+}
+
+void copy_unless_aliased(ffi::AnyBuffer out, const ffi::AnyBuffer& in, cudaStream_t stream, const char* what) {
+  if (out.untyped_data() == in.untyped_data()) return;
+  if (out.size_bytes() != in.size_bytes())
+    throw Failure(cat("jaxmg native: ", what, ": the output has ", out.size_bytes(), " bytes, the input ",
+                      in.size_bytes()));
+  check_cuda(cudaMemcpyAsync(out.untyped_data(), in.untyped_data(), in.size_bytes(), cudaMemcpyDeviceToDevice, stream),
+             what);
 }
 
 std::vector<int32_t> read_int32(const void* dptr, size_t count, cudaStream_t stream) {
@@ -250,11 +310,16 @@ void Event::create() {
 }
 
 Context::~Context() {
+  // The last holder may be any thread (clear_cache, a call, the watchdog): on the context's device.
+  int previous = -1;
+  const bool switched = device >= 0 && cudaGetDevice(&previous) == cudaSuccess && previous != device &&
+                        cudaSetDevice(device) == cudaSuccess;
   families.clear();  // their cuBLAS handles and plans go before the communicator
   for (auto& [key, d] : descs) api().cusolverMpDestroyMatrixDesc(d);
   for (auto& [key, g] : grids) api().cusolverMpDestroyGrid(g);
   if (handle) api().cusolverMpDestroy(handle);
   if (comm && !comm_aborted) api().ncclCommDestroy(comm);
+  if (switched) cudaSetDevice(previous);
 }
 
 cusolverMpGrid_t Context::grid(int pr, int pc, bool row_major) {
@@ -299,7 +364,8 @@ GridCall open_grid(cudaStream_t stream, const Members& members_buf, const NcclId
   set_where(g.rank, nmembers, g.device);
   if ((int64_t)nmembers != pr * pc) throw Failure("jaxmg native: grid size mismatch on " + where());
   g.pr = pr, g.pc = pc, g.p = g.rank % pr, g.q = g.rank / pr;
-  g.ctx = &get_context(g.device, members, g.rank, id_buf.typed_data(), stream);
+  g.ctx = get_context(g.device, members, g.rank, id_buf.typed_data(), stream);
+  g.busy = std::unique_lock<std::mutex>(g.ctx->calls);
   if (g.ctx->comm_aborted)
     throw Failure("jaxmg native: this grid's NCCL communicator was aborted earlier (" + abort_reason(*g.ctx) +
                   "); it cannot be used again: restart the processes");
@@ -390,8 +456,9 @@ CacheInfo cache_info() {
 }
 
 void clear_cache() {
+  std::map<std::string, std::shared_ptr<Context>> dropped;  // released after the lock
   std::lock_guard<std::mutex> lock(cache().mu);
-  cache().contexts.clear();
+  dropped.swap(cache().contexts);
   cache().pending_ids.clear();
 }
 

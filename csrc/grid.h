@@ -1,7 +1,8 @@
-// The shared core of the native library: failures and checks, RAII wrappers, the grid cache
-// (one Context per device and grid membership: NCCL communicator, cuSOLVERMp handle, grids,
-// matrix descriptors, workspaces, and a slot for each family's own caches), the grid arguments
-// every handler shares, the identity and NCCL-id handlers, and timings by call kind.
+// The shared core of the native library: failures and checks (also of the handlers' dtypes and
+// extents), RAII wrappers, the grid cache (one Context per device and grid membership: NCCL
+// communicator, cuSOLVERMp handle, grids, matrix descriptors, workspaces, and a slot for each
+// family's own caches), the grid arguments every handler shares, the input copy of in-place
+// handlers, the identity and NCCL-id handlers, and timings by call kind.
 // Each family (cholesky.cc, lu.cc, qr.cc) builds its handlers on this file alone; adding a family does
 // not change it.
 #pragma once
@@ -14,12 +15,15 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "dtype.h"
 #include "dynload.h"
 #include "handlers.h"
 #include "watchdog.h"
@@ -74,8 +78,25 @@ void check_mp(cusolverStatus_t s, const char* call);
 void check_blas(cublasStatus_t s, const char* call);
 ffi::Error to_error(const std::exception& e);
 
-// The CUDA data type of an FFI buffer type; `code` 0..3 = float32, float64, complex64, complex128.
-cudaDataType cuda_type(ffi::DataType t, int* code, int* elem_bytes);
+// The library's element type of an FFI buffer type (float32, float64, complex64, complex128), or
+// none for any other.
+std::optional<DType> dtype_of(ffi::DataType t);
+
+// Checks a Dispatch makes before its implementation runs, each an InvalidArgument naming `who`:
+// that `t` is one of the element types (*out: its DType);
+ffi::Error check_dtype(const char* who, ffi::DataType t, DType* out);
+// that `a` holds whole local matrices of mloc x nloc elements (*batch: how many, the leading
+// batch dimension from vmap);
+ffi::Error check_batch(const char* who, const ffi::AnyBuffer& a, int64_t mloc, int64_t nloc, int64_t* batch);
+// that mloc x nloc is the local column-major extent of an m x n matrix on a pr x pc grid, in
+// whole square tiles of `tile` (all of them positive).
+ffi::Error check_extents(const char* who, int64_t m, int64_t n, int64_t tile, int64_t pr, int64_t pc, int64_t mloc,
+                         int64_t nloc);
+
+// The prologue of an in-place handler (input_output_aliases): the output `out` starts as the
+// input `in`, copied on `stream` where XLA did not alias the two buffers (a Failure where their
+// sizes differ).
+void copy_unless_aliased(ffi::AnyBuffer out, const ffi::AnyBuffer& in, cudaStream_t stream, const char* what);
 
 // Synchronous read of `count` int32 words from device memory (on `stream`).
 std::vector<int32_t> read_int32(const void* dptr, size_t count, cudaStream_t stream);
@@ -113,7 +134,9 @@ struct FamilyCache {
   virtual ~FamilyCache() = default;
 };
 
-// Everything cached for one grid membership on one device.
+// Everything cached for one grid membership on one device. The cache and each call that uses it
+// (GridCall, Watch) share its ownership: it is destroyed once the cache has dropped it and no call
+// or watched GPU work holds it.
 struct Context {
   int device = -1;
   int nranks = 0, rank = 0;
@@ -126,6 +149,7 @@ struct Context {
   std::vector<char> host_work;
   std::string aborted;                   // why the watchdog aborted comm (watchdog.h; under its lock)
   std::atomic<bool> comm_aborted{false};  // comm was aborted: unusable
+  std::mutex calls;  // held by the call that uses the context (GridCall::busy): one at a time
   Context() = default;
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
@@ -181,16 +205,19 @@ auto layout_attrs(B&& bind) {
 
 // One handler call on its grid: the device, this member's rank and coordinates, the cached
 // context (communicator created on first use), with the handle bound to the call's stream.
+// Members are released in reverse order: the watch, then the context's lock, then the reference.
 struct GridCall {
   cudaStream_t stream = nullptr;
   int device = -1;
   int rank = 0;
   int64_t pr = 1, pc = 1, p = 0, q = 0;  // grid shape and this member's coordinates
-  Context* ctx = nullptr;
-  std::unique_ptr<Watch> watch;  // the communicator is watched while this call's work runs
+  std::shared_ptr<Context> ctx;          // held for the call: clear_cache() never destroys it under it
+  std::unique_lock<std::mutex> busy;     // ctx->calls: one call at a time uses a context
+  std::unique_ptr<Watch> watch;          // the communicator is watched while this call's work runs
 };
-// The call's grid: its cached context (created on first use), the handle bound to `stream`, and
-// a watch on the communicator (watchdog.h). Fails where the communicator was aborted.
+// The call's grid: its cached context (created on first use), held and locked for the call, the
+// handle bound to `stream`, and a watch on the communicator (watchdog.h). Fails where the
+// communicator was aborted.
 GridCall open_grid(cudaStream_t stream, const Members& members, const NcclId& id, const Rank& rank, int64_t pr,
                    int64_t pc);
 

@@ -61,8 +61,10 @@ struct CacheInfo {
   int cusolvermp_version = -1;  // from the first handle, -1 before any
 };
 CacheInfo cache_info();
-// Drops every cached communicator, handle, grid, descriptor, workspace and family cache
-// (collective-free; use only when no call is in flight and all processes do the same).
+// Drops the cache's reference to every cached context (communicator, handle, grids, descriptors,
+// workspaces, family caches): each is destroyed at once, or, where a call or its GPU work holds it,
+// when that ends. Collective-free; all processes should do the same (a grid is created again,
+// collectively, on its next use).
 void clear_cache();
 
 }  // namespace jaxmg

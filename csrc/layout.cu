@@ -145,15 +145,13 @@ cudaError_t reorder_col_tiles(void* a, int elem_bytes, int64_t rows, int64_t col
   return cudaErrorInvalidValue;
 }
 
-cudaError_t local_logdet(const void* a, int dtype_code, int64_t ld, int64_t n_global, int64_t tile, int64_t Pr,
+cudaError_t local_logdet(const void* a, DType dtype, int64_t ld, int64_t n_global, int64_t tile, int64_t Pr,
                          int64_t Pc, int64_t p, int64_t q, void* out, cudaStream_t stream) {
-  switch (dtype_code) {
-    case 0: logdet_kernel<float, float><<<1, 1024, 0, stream>>>((const float*)a, ld, n_global, tile, Pr, Pc, p, q, (float*)out); break;
-    case 1: logdet_kernel<double, double><<<1, 1024, 0, stream>>>((const double*)a, ld, n_global, tile, Pr, Pc, p, q, (double*)out); break;
-    case 2: logdet_kernel<cuFloatComplex, float><<<1, 1024, 0, stream>>>((const cuFloatComplex*)a, ld, n_global, tile, Pr, Pc, p, q, (float*)out); break;
-    case 3: logdet_kernel<cuDoubleComplex, double><<<1, 1024, 0, stream>>>((const cuDoubleComplex*)a, ld, n_global, tile, Pr, Pc, p, q, (double*)out); break;
-    default: return cudaErrorInvalidValue;
-  }
+  with_elem_type(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    using R = typename RealOf<T>::type;
+    logdet_kernel<T, R><<<1, 1024, 0, stream>>>((const T*)a, ld, n_global, tile, Pr, Pc, p, q, (R*)out);
+  });
   return cudaGetLastError();
 }
 
@@ -247,27 +245,20 @@ cudaError_t copy_tiles_impl(const void* src, int64_t sld, void* dst, int64_t dld
 }  // namespace
 
 cudaError_t copy_tiles(const void* src_base, int64_t src_ld, void* dst_base, int64_t dst_ld, const int64_t* offs,
-                       int64_t ntiles, int64_t tile, int dtype_code, bool trans_conj, cudaStream_t stream) {
-  switch (dtype_code) {
-    case 0: return copy_tiles_impl<float>(src_base, src_ld, dst_base, dst_ld, offs, ntiles, tile, trans_conj, stream);
-    case 1: return copy_tiles_impl<double>(src_base, src_ld, dst_base, dst_ld, offs, ntiles, tile, trans_conj, stream);
-    case 2: return copy_tiles_impl<cuFloatComplex>(src_base, src_ld, dst_base, dst_ld, offs, ntiles, tile, trans_conj, stream);
-    case 3: return copy_tiles_impl<cuDoubleComplex>(src_base, src_ld, dst_base, dst_ld, offs, ntiles, tile, trans_conj, stream);
-  }
-  return cudaErrorInvalidValue;
+                       int64_t ntiles, int64_t tile, DType dtype, bool trans_conj, cudaStream_t stream) {
+  return with_elem_type(dtype, [&](auto zero) {
+    return copy_tiles_impl<decltype(zero)>(src_base, src_ld, dst_base, dst_ld, offs, ntiles, tile, trans_conj, stream);
+  });
 }
 
 cudaError_t symmetrize_diag_tiles(void* a, int64_t ld, const int64_t* offs, int64_t ntiles, int64_t tile,
-                                  int dtype_code, cudaStream_t stream) {
+                                  DType dtype, cudaStream_t stream) {
   if (ntiles <= 0) return cudaSuccess;
   dim3 grid((unsigned)std::min<int64_t>((tile * tile + 255) / 256, 4096), (unsigned)std::min<int64_t>(ntiles, 65535));
-  switch (dtype_code) {
-    case 0: sym_diag_kernel<float><<<grid, 256, 0, stream>>>((float*)a, ld, offs, ntiles, tile); break;
-    case 1: sym_diag_kernel<double><<<grid, 256, 0, stream>>>((double*)a, ld, offs, ntiles, tile); break;
-    case 2: sym_diag_kernel<cuFloatComplex><<<grid, 256, 0, stream>>>((cuFloatComplex*)a, ld, offs, ntiles, tile); break;
-    case 3: sym_diag_kernel<cuDoubleComplex><<<grid, 256, 0, stream>>>((cuDoubleComplex*)a, ld, offs, ntiles, tile); break;
-    default: return cudaErrorInvalidValue;
-  }
+  with_elem_type(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    sym_diag_kernel<T><<<grid, 256, 0, stream>>>((T*)a, ld, offs, ntiles, tile);
+  });
   return cudaGetLastError();
 }
 

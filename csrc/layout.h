@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "dtype.h"
+
 namespace jaxmg {
 
 // The tile permutation that turns a block layout over P processes into a block-cyclic one:
@@ -29,8 +31,8 @@ cudaError_t reorder_col_tiles(void* a, int elem_bytes, int64_t rows, int64_t col
 
 // out[0] = sum of log(real(diag)) over the global diagonal entries this process owns in a
 // block-cyclic (tile x tile, Pr x Pc grid, this process at (p, q)) column-major local matrix.
-// dtype_code: 0 float, 1 double, 2 complex64, 3 complex128; out is float for 0/2, double for 1/3.
-cudaError_t local_logdet(const void* a, int dtype_code, int64_t ld, int64_t n_global, int64_t tile,
+// out is of a's real type (float for F32 and C64, double for F64 and C128).
+cudaError_t local_logdet(const void* a, DType dtype, int64_t ld, int64_t n_global, int64_t tile,
                          int64_t Pr, int64_t Pc, int64_t p, int64_t q, void* out, cudaStream_t stream);
 
 // dst[0..count) = value (int32), on the stream.
@@ -47,11 +49,11 @@ namespace jaxmg {
 // Copies ntiles tile x tile tiles; tile t goes from src_base + offs[2t] (leading dimension src_ld)
 // to dst_base + offs[2t+1] (leading dimension dst_ld), conjugate-transposed when trans_conj.
 cudaError_t copy_tiles(const void* src_base, int64_t src_ld, void* dst_base, int64_t dst_ld, const int64_t* offs,
-                       int64_t ntiles, int64_t tile, int dtype_code, bool trans_conj, cudaStream_t stream);
+                       int64_t ntiles, int64_t tile, DType dtype, bool trans_conj, cudaStream_t stream);
 
 // For each tile at a + offs[2t] (leading dimension ld): its strictly lower part becomes the
 // conjugate transpose of its strictly upper part.
 cudaError_t symmetrize_diag_tiles(void* a, int64_t ld, const int64_t* offs, int64_t ntiles, int64_t tile,
-                                  int dtype_code, cudaStream_t stream);
+                                  DType dtype, cudaStream_t stream);
 
 }  // namespace jaxmg

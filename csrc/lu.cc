@@ -23,18 +23,14 @@ struct LuCache : FamilyCache {
 
 struct Problem {
   int64_t n, tile, pr, pc, mloc, nloc, nrhs;
-  int64_t batch = 1;  // leading batch (vmap) dimension, from the buffers
+  int64_t batch = 1;         // leading batch (vmap) dimension, from the buffers
+  DType dtype = DType::F64;  // the matrix's, from its buffer
 };
 
 ffi::Error check_matrix(Problem& pb, const ffi::AnyBuffer& a, int64_t pivots_count, const char* who) {
-  const int64_t mat = pb.mloc * pb.nloc;
-  if (mat <= 0 || (int64_t)a.element_count() % mat)
-    return ffi::Error::InvalidArgument(cat(who, ": the local matrix has ", a.element_count(),
-                                           " elements, not a multiple of mloc * nloc = ", mat));
-  pb.batch = (int64_t)a.element_count() / mat;
-  if (pb.mloc * pb.pr != pb.n || pb.nloc * pb.pc != pb.n || pb.mloc % pb.tile || pb.nloc % pb.tile)
-    return ffi::Error::InvalidArgument(cat(who, ": local extents ", pb.mloc, "x", pb.nloc, " are not n / grid = ",
-                                           pb.n, " / ", pb.pr, "x", pb.pc, " in whole tiles of ", pb.tile));
+  if (ffi::Error e = check_dtype(who, a.element_type(), &pb.dtype); e.failure()) return e;
+  if (ffi::Error e = check_batch(who, a, pb.mloc, pb.nloc, &pb.batch); e.failure()) return e;
+  if (ffi::Error e = check_extents(who, pb.n, pb.n, pb.tile, pb.pr, pb.pc, pb.mloc, pb.nloc); e.failure()) return e;
   if (pivots_count != pb.batch * pb.mloc)
     return ffi::Error::InvalidArgument(cat(who, ": the pivots have ", pivots_count, " entries, expected ",
                                            pb.batch * pb.mloc));
@@ -50,9 +46,9 @@ int64_t* pivot_buffer(GridCall& g, const Problem& pb) {
 
 // getrf in place on every batch entry of `a`; pivots (int32, mloc per entry) and status (info:
 // the first zero pivot, agreed over the grid). A failed factor is filled with NaN.
-void getrf(GridCall& g, const Problem& pb, ffi::DataType type, char* a, int32_t* pivots, int32_t* status) {
-  int code = 0, elem = 0;
-  const cudaDataType dtype = cuda_type(type, &code, &elem);
+void getrf(GridCall& g, const Problem& pb, char* a, int32_t* pivots, int32_t* status) {
+  const cudaDataType dtype = cuda_type(pb.dtype);
+  const int elem = elem_bytes(pb.dtype);
   Context& ctx = *g.ctx;
   const int64_t n = pb.n, mat = pb.mloc * pb.nloc;
   cusolverMpMatrixDescriptor_t desc = ctx.matrix_desc((int)pb.pr, (int)pb.pc, dtype, n, n, pb.tile, pb.tile, pb.mloc);
@@ -90,9 +86,9 @@ void getrf(GridCall& g, const Problem& pb, ffi::DataType type, char* a, int32_t*
 
 // getrs (op = N) with a saved factor and pivots on the right-hand sides x (mloc x nrhs local,
 // process column 0), in place.
-void getrs(GridCall& g, const Problem& pb, ffi::DataType type, const char* f, const int32_t* pivots, char* x) {
-  int code = 0, elem = 0;
-  const cudaDataType dtype = cuda_type(type, &code, &elem);
+void getrs(GridCall& g, const Problem& pb, const char* f, const int32_t* pivots, char* x) {
+  const cudaDataType dtype = cuda_type(pb.dtype);
+  const int elem = elem_bytes(pb.dtype);
   Context& ctx = *g.ctx;
   const int64_t n = pb.n, mat = pb.mloc * pb.nloc, bsz = pb.mloc * pb.nrhs;
   cusolverMpMatrixDescriptor_t desc_a = ctx.matrix_desc((int)pb.pr, (int)pb.pc, dtype, n, n, pb.tile, pb.tile, pb.mloc);
@@ -129,12 +125,8 @@ ffi::Error GetrfDispatch(cudaStream_t stream, Members members, NcclId id, Rank r
   try {
     GridCall g = open_grid(stream, members, id, rank, pr, pc);
     JAXMG_TRACE("getrf: n ", n, " tile ", tile, " grid ", pr, "x", pc, " local ", mloc, "x", nloc, " batch ", pb.batch);
-    if (factor->untyped_data() != a.untyped_data())
-      check_cuda(cudaMemcpyAsync(factor->untyped_data(), a.untyped_data(), a.size_bytes(), cudaMemcpyDeviceToDevice,
-                                 stream),
-                 "cudaMemcpyAsync(a to factor)");
-    getrf(g, pb, a.element_type(), static_cast<char*>(factor->untyped_data()), pivots->typed_data(),
-          status->typed_data());
+    copy_unless_aliased(*factor, a, stream, "cudaMemcpyAsync(a to factor)");
+    getrf(g, pb, static_cast<char*>(factor->untyped_data()), pivots->typed_data(), status->typed_data());
     return ffi::Error::Success();
   } catch (const std::exception& e) {
     return to_error(e);
@@ -152,11 +144,8 @@ ffi::Error GetrsDispatch(cudaStream_t stream, Members members, NcclId id, Rank r
   try {
     GridCall g = open_grid(stream, members, id, rank, pr, pc);
     JAXMG_TRACE("getrs: n ", n, " tile ", tile, " grid ", pr, "x", pc, " nrhs ", nrhs, " batch ", pb.batch);
-    if (x->untyped_data() != b.untyped_data())
-      check_cuda(cudaMemcpyAsync(x->untyped_data(), b.untyped_data(), b.size_bytes(), cudaMemcpyDeviceToDevice,
-                                 stream),
-                 "cudaMemcpyAsync(b to x)");
-    getrs(g, pb, f.element_type(), static_cast<const char*>(f.untyped_data()), pivots.typed_data(),
+    copy_unless_aliased(*x, b, stream, "cudaMemcpyAsync(b to x)");
+    getrs(g, pb, static_cast<const char*>(f.untyped_data()), pivots.typed_data(),
           static_cast<char*>(x->untyped_data()));
     return ffi::Error::Success();
   } catch (const std::exception& e) {

@@ -18,24 +18,8 @@ nb::capsule handler_capsule(T* fn) {
   return nb::capsule(reinterpret_cast<void*>(fn), "xla._CUSTOM_CALL_TARGET");
 }
 
-}  // namespace
-
-NB_MODULE(_native, m) {
-  m.doc() = "jaxmg native library: XLA FFI handlers for cuSOLVERMp";
-
-  m.def("cuda_runtime_version", []() {
-    int version = 0;
-    cudaRuntimeGetVersion(&version);
-    return version;
-  }, "The CUDA runtime version this module was built against (e.g. 13000).");
-  m.def("header_versions", []() {
-    nb::dict d;
-    d["cusolvermp"] = CUSOLVERMP_VERSION;
-    d["nccl"] = NCCL_VERSION_CODE;
-    d["cuda_runtime"] = CUDART_VERSION;
-    return d;
-  }, "Versions of the cuSOLVERMp, NCCL and CUDA headers this module was compiled with.");
-
+// The handler capsules by target name.
+void def_handlers(nb::module_& m) {
   m.def("handlers", []() {
     nb::dict d;
     d["jaxmg_identity"] = handler_capsule(jaxmg::jaxmg_identity);
@@ -54,7 +38,10 @@ NB_MODULE(_native, m) {
     d["jaxmg_potri"] = handler_capsule(jaxmg::jaxmg_potri);
     return d;
   }, "FFI handler capsules by target name (register with platform='CUDA').");
+}
 
+// Loading NCCL and cuSOLVERMp, and what was loaded.
+void def_loading(nb::module_& m) {
   m.def("load", [](const std::vector<std::string>& deps, const std::vector<std::string>& nccl,
                    const std::vector<std::string>& cusolvermp) { return jaxmg::load(deps, nccl, cusolvermp); },
         nb::arg("deps"), nb::arg("nccl"), nb::arg("cusolvermp"),
@@ -68,6 +55,22 @@ NB_MODULE(_native, m) {
     d["nccl"] = jaxmg::api().nccl_path;
     return d;
   });
+}
+
+// Versions (of the headers built against and of the loaded libraries) and capabilities.
+void def_versions(nb::module_& m) {
+  m.def("cuda_runtime_version", []() {
+    int version = 0;
+    cudaRuntimeGetVersion(&version);
+    return version;
+  }, "The CUDA runtime version this module was built against (e.g. 13000).");
+  m.def("header_versions", []() {
+    nb::dict d;
+    d["cusolvermp"] = CUSOLVERMP_VERSION;
+    d["nccl"] = NCCL_VERSION_CODE;
+    d["cuda_runtime"] = CUDART_VERSION;
+    return d;
+  }, "Versions of the cuSOLVERMp, NCCL and CUDA headers this module was compiled with.");
   m.def("nccl_version", []() {
     int v = -1;
     if (jaxmg::api().loaded) jaxmg::api().ncclGetVersion(&v);
@@ -93,7 +96,10 @@ NB_MODULE(_native, m) {
     d["gemm"] = a.loaded && a.blas;         // cuBLAS found: one-GPU products without autotuning
     return d;
   }, "Which cuSOLVERMp entry points the loaded library has (optional ones are probed).");
+}
 
+// The process index, timings, the grid cache and the communicator watchdog.
+void def_state(nb::module_& m) {
   m.def("set_process_index", &jaxmg::set_process_index, "Set this process's index (device identity = index*1024+ordinal).");
   m.def("process_index", &jaxmg::process_index);
   m.def("last_timings", []() {
@@ -126,4 +132,14 @@ NB_MODULE(_native, m) {
         "them end, and every call on those grids fails from then on.");
   m.def("aborts", &jaxmg::aborts_so_far, "Every communicator abort so far, with its reason ('' when none).");
   m.def("native_timeout", &jaxmg::native_timeout_s, "JAXMG_NATIVE_TIMEOUT in seconds (0: no limit).");
+}
+
+}  // namespace
+
+NB_MODULE(_native, m) {
+  m.doc() = "jaxmg native library: XLA FFI handlers for cuSOLVERMp";
+  def_handlers(m);
+  def_loading(m);
+  def_versions(m);
+  def_state(m);
 }

@@ -16,19 +16,15 @@ namespace {
 
 struct Problem {
   int64_t m, n, tile, pr, pc, mloc, nloc, nrhs = 0;
-  int64_t batch = 1;  // leading batch (vmap) dimension, from the buffers
+  int64_t batch = 1;         // leading batch (vmap) dimension, from the buffers
+  DType dtype = DType::F64;  // the matrix's, from its buffer
 };
 
 ffi::Error check_factor(Problem& pb, const ffi::AnyBuffer& a, int64_t tau_count, const char* who) {
-  const int64_t mat = pb.mloc * pb.nloc;
-  if (mat <= 0 || (int64_t)a.element_count() % mat)
-    return ffi::Error::InvalidArgument(cat(who, ": the local matrix has ", a.element_count(),
-                                           " elements, not a multiple of mloc * nloc = ", mat));
-  pb.batch = (int64_t)a.element_count() / mat;
-  if (pb.m < pb.n || pb.mloc * pb.pr != pb.m || pb.nloc * pb.pc != pb.n || pb.mloc % pb.tile || pb.nloc % pb.tile)
-    return ffi::Error::InvalidArgument(cat(who, ": local extents ", pb.mloc, "x", pb.nloc, " are not ", pb.m, "x",
-                                           pb.n, " (m >= n) / grid ", pb.pr, "x", pb.pc, " in whole tiles of ",
-                                           pb.tile));
+  if (ffi::Error e = check_dtype(who, a.element_type(), &pb.dtype); e.failure()) return e;
+  if (ffi::Error e = check_batch(who, a, pb.mloc, pb.nloc, &pb.batch); e.failure()) return e;
+  if (pb.m < pb.n) return ffi::Error::InvalidArgument(cat(who, ": ", pb.m, "x", pb.n, " is not tall (m >= n)"));
+  if (ffi::Error e = check_extents(who, pb.m, pb.n, pb.tile, pb.pr, pb.pc, pb.mloc, pb.nloc); e.failure()) return e;
   if (tau_count != pb.batch * pb.nloc)
     return ffi::Error::InvalidArgument(cat(who, ": tau has ", tau_count, " entries, expected ", pb.batch * pb.nloc));
   return ffi::Error::Success();
@@ -41,9 +37,9 @@ cusolverMpMatrixDescriptor_t factor_desc(Context& ctx, const Problem& pb, cudaDa
 // geqrf on every batch entry of `a` in place; tau (nloc per entry) and status (geqrf's info,
 // agreed over the grid; a failed factor is filled with NaN). Rank deficiency is not a failure of
 // geqrf: the kernel layer reads it from R's diagonal.
-void geqrf(GridCall& g, const Problem& pb, ffi::DataType type, char* a, char* tau, int32_t* status) {
-  int code = 0, elem = 0;
-  const cudaDataType dtype = cuda_type(type, &code, &elem);
+void geqrf(GridCall& g, const Problem& pb, char* a, char* tau, int32_t* status) {
+  const cudaDataType dtype = cuda_type(pb.dtype);
+  const int elem = elem_bytes(pb.dtype);
   Context& ctx = *g.ctx;
   const int64_t mat = pb.mloc * pb.nloc;
   cusolverMpMatrixDescriptor_t desc = factor_desc(ctx, pb, dtype);
@@ -96,13 +92,12 @@ void each_entry(GridCall& g, const char* kind, int64_t batch, size_t dwork, size
 // ormqr (side = left) with a saved factor: c = op(Q) c, op = N or the conjugate transpose; c is
 // m x nrhs, rows block-cyclic in tiles of `tile`, all columns on process column 0 (mloc x nrhs
 // local, column-major; other process columns' buffers are not read).
-void ormqr(GridCall& g, const Problem& pb, ffi::DataType type, bool adjoint, const char* f, const char* tau,
-           char* c) {
-  int code = 0, elem = 0;
-  const cudaDataType dtype = cuda_type(type, &code, &elem);
+void ormqr(GridCall& g, const Problem& pb, bool adjoint, const char* f, const char* tau, char* c) {
+  const cudaDataType dtype = cuda_type(pb.dtype);
+  const int elem = elem_bytes(pb.dtype);
   Context& ctx = *g.ctx;
   const int64_t mat = pb.mloc * pb.nloc, csz = pb.mloc * pb.nrhs;
-  const cublasOperation_t op = !adjoint ? CUBLAS_OP_N : (code >= 2 ? CUBLAS_OP_C : CUBLAS_OP_T);
+  const cublasOperation_t op = !adjoint ? CUBLAS_OP_N : (is_complex(pb.dtype) ? CUBLAS_OP_C : CUBLAS_OP_T);
   cusolverMpMatrixDescriptor_t desc_a = factor_desc(ctx, pb, dtype);
   cusolverMpMatrixDescriptor_t desc_c =
       ctx.matrix_desc((int)pb.pr, (int)pb.pc, dtype, pb.m, pb.nrhs, pb.tile, pb.nrhs, pb.mloc, true);
@@ -119,9 +114,9 @@ void ormqr(GridCall& g, const Problem& pb, ffi::DataType type, bool adjoint, con
 }
 
 // orgqr: q (a copy of the factor) becomes the explicit m x n Q, in place.
-void orgqr(GridCall& g, const Problem& pb, ffi::DataType type, const char* tau, char* q) {
-  int code = 0, elem = 0;
-  const cudaDataType dtype = cuda_type(type, &code, &elem);
+void orgqr(GridCall& g, const Problem& pb, const char* tau, char* q) {
+  const cudaDataType dtype = cuda_type(pb.dtype);
+  const int elem = elem_bytes(pb.dtype);
   Context& ctx = *g.ctx;
   const int64_t mat = pb.mloc * pb.nloc;
   cusolverMpMatrixDescriptor_t desc = factor_desc(ctx, pb, dtype);
@@ -136,10 +131,6 @@ void orgqr(GridCall& g, const Problem& pb, ffi::DataType type, const char* tau, 
   });
 }
 
-void copy_into(void* dst, const void* src, size_t bytes, cudaStream_t stream, const char* what) {
-  if (dst != src) check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream), what);
-}
-
 ffi::Error GeqrfDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank, ffi::AnyBuffer a,
                          ffi::Result<ffi::AnyBuffer> factor, ffi::Result<ffi::AnyBuffer> tau,
                          ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t m, int64_t n, int64_t tile, int64_t pr,
@@ -151,9 +142,9 @@ ffi::Error GeqrfDispatch(cudaStream_t stream, Members members, NcclId id, Rank r
   try {
     GridCall g = open_grid(stream, members, id, rank, pr, pc);
     JAXMG_TRACE("geqrf: ", m, "x", n, " tile ", tile, " grid ", pr, "x", pc, " batch ", pb.batch);
-    copy_into(factor->untyped_data(), a.untyped_data(), a.size_bytes(), stream, "cudaMemcpyAsync(a to factor)");
-    geqrf(g, pb, a.element_type(), static_cast<char*>(factor->untyped_data()),
-          static_cast<char*>(tau->untyped_data()), status->typed_data());
+    copy_unless_aliased(*factor, a, stream, "cudaMemcpyAsync(a to factor)");
+    geqrf(g, pb, static_cast<char*>(factor->untyped_data()), static_cast<char*>(tau->untyped_data()),
+          status->typed_data());
     return ffi::Error::Success();
   } catch (const std::exception& e) {
     return to_error(e);
@@ -172,9 +163,9 @@ ffi::Error OrmqrDispatch(cudaStream_t stream, Members members, NcclId id, Rank r
   try {
     GridCall g = open_grid(stream, members, id, rank, pr, pc);
     JAXMG_TRACE("ormqr: ", m, "x", n, " tile ", tile, " grid ", pr, "x", pc, " nrhs ", nrhs, " adjoint ", adjoint);
-    copy_into(x->untyped_data(), c.untyped_data(), c.size_bytes(), stream, "cudaMemcpyAsync(c to x)");
-    ormqr(g, pb, f.element_type(), adjoint != 0, static_cast<const char*>(f.untyped_data()),
-          static_cast<const char*>(tau.untyped_data()), static_cast<char*>(x->untyped_data()));
+    copy_unless_aliased(*x, c, stream, "cudaMemcpyAsync(c to x)");
+    ormqr(g, pb, adjoint != 0, static_cast<const char*>(f.untyped_data()), static_cast<const char*>(tau.untyped_data()),
+          static_cast<char*>(x->untyped_data()));
     return ffi::Error::Success();
   } catch (const std::exception& e) {
     return to_error(e);
@@ -189,8 +180,8 @@ ffi::Error OrgqrDispatch(cudaStream_t stream, Members members, NcclId id, Rank r
   try {
     GridCall g = open_grid(stream, members, id, rank, pr, pc);
     JAXMG_TRACE("orgqr: ", m, "x", n, " tile ", tile, " grid ", pr, "x", pc, " batch ", pb.batch);
-    copy_into(q->untyped_data(), f.untyped_data(), f.size_bytes(), stream, "cudaMemcpyAsync(factor to q)");
-    orgqr(g, pb, f.element_type(), static_cast<const char*>(tau.untyped_data()), static_cast<char*>(q->untyped_data()));
+    copy_unless_aliased(*q, f, stream, "cudaMemcpyAsync(factor to q)");
+    orgqr(g, pb, static_cast<const char*>(tau.untyped_data()), static_cast<char*>(q->untyped_data()));
     return ffi::Error::Success();
   } catch (const std::exception& e) {
     return to_error(e);

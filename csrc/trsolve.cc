@@ -128,7 +128,7 @@ TiledSolve::~TiledSolve() {
 
 bool tiled_solve_available() { return api().blas; }
 
-void tiled_potrs(TiledSolve& ts, ncclComm_t comm, int dtype_code, const void* a, void* x, int64_t n, int64_t tile,
+void tiled_potrs(TiledSolve& ts, ncclComm_t comm, DType dtype, const void* a, void* x, int64_t n, int64_t tile,
                  int nproc, int rank, int64_t nrhs, cudaStream_t stream) {
   if (!api().blas) throw Failure("jaxmg native: the tiled solve needs cuBLAS, which was not found");
   if (n % (tile * nproc)) throw Failure("jaxmg native: the tiled solve needs n to be a multiple of tile * nproc");
@@ -138,17 +138,10 @@ void tiled_potrs(TiledSolve& ts, ncclComm_t comm, int dtype_code, const void* a,
     ts.handle = h;
   }
   check_blas(api().cublasSetStream(static_cast<cublasHandle_t>(ts.handle), stream), "cublasSetStream");
-  switch (dtype_code) {
-    case 0: return solve(ts, comm, static_cast<const float*>(a), static_cast<float*>(x), n, tile, nproc, rank, nrhs, stream);
-    case 1: return solve(ts, comm, static_cast<const double*>(a), static_cast<double*>(x), n, tile, nproc, rank, nrhs, stream);
-    case 2:
-      return solve(ts, comm, static_cast<const cuComplex*>(a), static_cast<cuComplex*>(x), n, tile, nproc, rank, nrhs,
-                   stream);
-    case 3:
-      return solve(ts, comm, static_cast<const cuDoubleComplex*>(a), static_cast<cuDoubleComplex*>(x), n, tile, nproc,
-                   rank, nrhs, stream);
-    default: throw Failure("jaxmg native: the tiled solve got an unknown dtype code");
-  }
+  with_elem_type(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    solve(ts, comm, static_cast<const T*>(a), static_cast<T*>(x), n, tile, nproc, rank, nrhs, stream);
+  });
 }
 
 }  // namespace jaxmg

@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "dtype.h"
+
 namespace jaxmg {
 
 // What the tiled solve keeps per grid member: a cuBLAS handle and its workspace (one
@@ -33,9 +35,9 @@ bool tiled_solve_available();
 // X, whole, on every member. Forward substitution fans in (per tile, the partial sums of all
 // members are reduced onto the tile's owner, which solves the diagonal tile and updates its own
 // partial sums below it); backward substitution fans out (the owner of tile g subtracts its
-// column's contribution, solves, and broadcasts X's tile g). dtype_code: 0 float, 1 double,
-// 2 complex64, 3 complex128. Throws std::runtime_error naming the failed call.
-void tiled_potrs(TiledSolve& ts, ncclComm_t comm, int dtype_code, const void* a, void* x, int64_t n,
+// column's contribution, solves, and broadcasts X's tile g). Throws std::runtime_error naming the
+// failed call.
+void tiled_potrs(TiledSolve& ts, ncclComm_t comm, DType dtype, const void* a, void* x, int64_t n,
                  int64_t tile, int nproc, int rank, int64_t nrhs, cudaStream_t stream);
 
 }  // namespace jaxmg

@@ -16,10 +16,10 @@ namespace jaxmg {
 
 using Clock = std::chrono::steady_clock;
 
-// One watched call: its context, when it started, and (once the handler has returned) the event
-// that completes with its GPU work.
+// One watched call: its context (held until the entry is dropped), when it started, and (once the
+// handler has returned) the event that completes with its GPU work.
 struct WatchEntry {
-  Context* ctx = nullptr;
+  std::shared_ptr<Context> ctx;
   int device = -1;
   Clock::time_point start;
   cudaEvent_t done = nullptr;  // set by ~Watch; owned by the watchdog from then on
@@ -33,9 +33,9 @@ struct Watchdog {
   std::mutex mu;
   std::condition_variable wake;
   std::vector<std::shared_ptr<WatchEntry>> entries;
-  std::vector<Context*> known;  // every context ever watched (for request_abort)
-  std::string requested;        // a pending abort request
-  std::string history;          // every abort so far
+  std::vector<std::weak_ptr<Context>> known;  // every context watched, while it exists (request_abort)
+  std::string requested;                      // a pending abort request
+  std::string history;                        // every abort so far
   bool started = false;
 };
 
@@ -61,36 +61,48 @@ void abort_locked(Watchdog& d, Context* ctx, const std::string& reason) {
   if (api().ncclCommAbort) api().ncclCommAbort(ctx->comm);
 }
 
+// Whether entry e's GPU work has completed (its event is then destroyed); otherwise, aborts its
+// communicator on an asynchronous NCCL error or past the time limit (d.mu held).
+bool finished(Watchdog& d, WatchEntry& e, double limit, Clock::time_point now) {
+  if (e.done) {
+    cudaSetDevice(e.device);
+    cudaError_t q = cudaEventQuery(e.done);
+    if (q != cudaErrorNotReady) {
+      cudaEventDestroy(e.done);
+      return true;
+    }
+  }
+  Context* ctx = e.ctx.get();
+  if (ctx->comm_aborted) return false;  // wait for the aborted GPU work to drain
+  ncclResult_t async = ncclSuccess;
+  if (api().ncclCommGetAsyncError && api().ncclCommGetAsyncError(ctx->comm, &async) == ncclSuccess &&
+      async != ncclSuccess && async != ncclInProgress)
+    abort_locked(d, ctx, cat("NCCL reported an asynchronous error, ", nccl_error_name(async),
+                             " (a peer process may have died)"));
+  else if (limit > 0 && std::chrono::duration<double>(now - e.start).count() > limit)
+    abort_locked(d, ctx, cat("a native call has not finished after ", limit,
+                             " s (JAXMG_NATIVE_TIMEOUT): a peer process has probably died or stopped"));
+  return false;
+}
+
 void poll_once(Watchdog& d) {
+  // References dropped here are released after the lock: one may be a context's last.
+  std::vector<std::shared_ptr<Context>> aborted;
+  std::vector<std::shared_ptr<WatchEntry>> done;
   std::lock_guard<std::mutex> lock(d.mu);
   if (!d.requested.empty()) {
-    for (Context* ctx : d.known) abort_locked(d, ctx, d.requested);
+    for (const auto& known : d.known)
+      if (auto ctx = known.lock()) {
+        abort_locked(d, ctx.get(), d.requested);
+        aborted.push_back(std::move(ctx));
+      }
     d.requested.clear();
   }
   const double limit = native_timeout_s();
   const auto now = Clock::now();
-  auto finished = [&](const std::shared_ptr<WatchEntry>& e) {
-    if (e->done) {
-      cudaSetDevice(e->device);
-      cudaError_t q = cudaEventQuery(e->done);
-      if (q != cudaErrorNotReady) {
-        cudaEventDestroy(e->done);
-        return true;
-      }
-    }
-    Context* ctx = e->ctx;
-    if (ctx->comm_aborted) return false;  // wait for the aborted GPU work to drain
-    ncclResult_t async = ncclSuccess;
-    if (api().ncclCommGetAsyncError && api().ncclCommGetAsyncError(ctx->comm, &async) == ncclSuccess &&
-        async != ncclSuccess && async != ncclInProgress)
-      abort_locked(d, ctx, cat("NCCL reported an asynchronous error, ", nccl_error_name(async),
-                               " (a peer process may have died)"));
-    else if (limit > 0 && std::chrono::duration<double>(now - e->start).count() > limit)
-      abort_locked(d, ctx, cat("a native call has not finished after ", limit,
-                               " s (JAXMG_NATIVE_TIMEOUT): a peer process has probably died or stopped"));
-    return false;
-  };
-  d.entries.erase(std::remove_if(d.entries.begin(), d.entries.end(), finished), d.entries.end());
+  std::vector<std::shared_ptr<WatchEntry>> running;
+  for (auto& e : d.entries) (finished(d, *e, limit, now) ? done : running).push_back(std::move(e));
+  d.entries.swap(running);
 }
 
 void run(Watchdog& d) {
@@ -114,8 +126,8 @@ double native_timeout_s() {
   return seconds;
 }
 
-Watch::Watch(Context* ctx, cudaStream_t stream) : entry_(std::make_shared<WatchEntry>()), stream_(stream) {
-  entry_->ctx = ctx;
+Watch::Watch(std::shared_ptr<Context> ctx, cudaStream_t stream)
+    : entry_(std::make_shared<WatchEntry>()), stream_(stream) {
   entry_->device = ctx->device;
   entry_->start = Clock::now();
   Watchdog& d = dog();
@@ -124,7 +136,12 @@ Watch::Watch(Context* ctx, cudaStream_t stream) : entry_(std::make_shared<WatchE
     std::thread([&d] { run(d); }).detach();
     d.started = true;
   }
-  if (std::find(d.known.begin(), d.known.end(), ctx) == d.known.end()) d.known.push_back(ctx);
+  auto gone_or_same = [&](const std::weak_ptr<Context>& w) {
+    return w.expired() || (!w.owner_before(ctx) && !ctx.owner_before(w));
+  };
+  d.known.erase(std::remove_if(d.known.begin(), d.known.end(), gone_or_same), d.known.end());
+  d.known.push_back(ctx);
+  entry_->ctx = std::move(ctx);
   d.entries.push_back(entry_);
   d.wake.notify_one();
 }

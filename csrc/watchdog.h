@@ -21,10 +21,10 @@ struct Context;
 struct WatchEntry;
 
 // Watches `ctx`'s communicator while it lives and, after it ends, until the work enqueued on
-// `stream` up to its end has completed.
+// `stream` up to its end has completed; holds `ctx` as long.
 class Watch {
  public:
-  Watch(Context* ctx, cudaStream_t stream);
+  Watch(std::shared_ptr<Context> ctx, cudaStream_t stream);
   ~Watch();
   Watch(const Watch&) = delete;
   Watch& operator=(const Watch&) = delete;
@@ -34,7 +34,8 @@ class Watch {
   cudaStream_t stream_;
 };
 
-// Aborts the communicators of every cached grid (watched or idle) with `reason`.
+// Aborts the communicators of every grid ever watched that still exists (cached or in use) with
+// `reason`.
 void request_abort(const std::string& reason);
 
 // Why `ctx`'s communicator was aborted, or "" while it is usable.

@@ -29,6 +29,7 @@ from .functional import (  # noqa: E402
     syevd,
 )
 from .modules import LU, QR, SVD, Cholesky, Eigh, Polar  # noqa: E402
+from . import ops  # noqa: E402
 from ._native_check import NativeBackendWarning, warn_if_native_missing as _warn_if_native_missing  # noqa: E402
 
 _warn_if_native_missing()

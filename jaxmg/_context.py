@@ -32,23 +32,25 @@ EAGER, TRACED, MANUAL = "eager", "traced", "manual"
 class Stack:
     """A stack of matrices under ``jax.vmap``: ``size`` matrices, and the stacked value's
     ``sharding`` where it is known (a concrete stack, or Explicit mesh axes), with the batch axis
-    first; else None."""
+    first, else None; ``concrete``: the stack is a concrete array (an eager ``jax.vmap``)."""
 
     size: int
     sharding: Optional[NamedSharding] = None
+    concrete: bool = False
 
     @property
     def mesh(self):
         return None if self.sharding is None else self.sharding.mesh
 
     @property
-    def batch_axes(self) -> tuple:
-        """The mesh axes that split the stack's batch axis (none where unknown)."""
-        if self.sharding is None:
-            return ()
-        entries = tuple(self.sharding.spec)
-        entry = entries[0] if entries else None
-        return () if entry is None else ((entry,) if isinstance(entry, str) else tuple(entry))
+    def home(self) -> Optional[P]:
+        """The layout the stack's outputs return to: its batch axis split as the stack's is (whole
+        matrices on each device), replicated for a concrete stack on no mesh (a NumPy array),
+        None where it is not known (Auto mesh axes inside ``jax.jit``)."""
+        if self.sharding is not None:
+            entries = tuple(self.sharding.spec)
+            return P(entries[0] if entries else None)
+        return P() if self.concrete else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +108,9 @@ def stack_of(x) -> Optional[Stack]:
             value, axis = found
             if not isinstance(axis, int):  # not mapped: this argument is not batched
                 return None
-            return Stack(int(jax.typeof(value).shape[axis]), _sharding(value, axis))
+            concrete = concrete_value(value, through_vmap=True)
+            return Stack(int(jax.typeof(value).shape[axis]), _sharding(value, axis),
+                         concrete is not None and not isinstance(concrete, jax.core.Tracer))
         x = _primal(x)
     return None
 

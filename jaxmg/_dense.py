@@ -51,11 +51,17 @@ def matmul(x, y, spec: Optional[P] = None):
 
 
 def in_layout_of(x, like):
-    """``x`` laid out like ``like`` where the mesh has Explicit axes (elsewhere unchanged)."""
+    """``x`` laid out like ``like``: on Explicit mesh axes, and eagerly for a concrete ``like`` on
+    Auto axes (where an eager op between differently laid-out arrays returns a replicated one);
+    elsewhere unchanged."""
     mesh = _explicit_mesh(like)
-    if mesh is None:
-        return x
-    return jax.sharding.reshard(x, NamedSharding(mesh, spec_of(like)))
+    if mesh is not None:
+        return jax.sharding.reshard(x, NamedSharding(mesh, spec_of(like)))
+    sharding = getattr(like, "sharding", None)
+    if (not isinstance(like, jax.core.Tracer) and not isinstance(x, jax.core.Tracer)
+            and isinstance(sharding, NamedSharding) and x.shape == like.shape):
+        return jax.device_put(x, sharding)
+    return x
 
 
 def triu(x):

@@ -71,7 +71,8 @@ def _traced(body, plan: Plan, static: tuple, rule: bool) -> Callable:
     options = dict(static)
 
     def traced(*args):
-        with _abstract(plan.mesh):
+        # the batch route's body runs on each device's own matrices (inside the rule's shard_map)
+        with _abstract(None if plan.route == _routes.BATCH else plan.mesh):
             return body(plan, *args, **options)
 
     if not rule:
@@ -114,14 +115,23 @@ def _stack_rule(fn, plan: Plan, size: int, in_batched, *args):
 
 
 def _batch(fn, plan: Plan, size: int, in_batched, args):
+    """The batch route: each device maps the body over its own matrices of the stack, inside a
+    ``jax.shard_map`` over the mesh axes that split the stack (its arrays are then the device's
+    own: no collective runs, and the device's solver sees whole matrices). A stack not split so
+    is spread by one all-to-all, and the outputs return to its layout. Without a mesh the body is
+    simply mapped."""
+    in_axes = tuple(jax.tree.map(lambda b: 0 if b else None, flags) for flags in in_batched)
+    mapped = jax.vmap(fn, in_axes=in_axes)
     mesh = plan.mesh
     axes = _layout.batch_axes(mesh, size) if mesh is not None else ()
-    home = _stack_layout(args, in_batched)
+    if not axes:
+        return mapped(*args)
     spread = P(_layout.entry(axes))
-    args = _map_batched(lambda x: _put(x, spread, mesh) if axes else x, args, in_batched)
-    in_axes = tuple(jax.tree.map(lambda b: 0 if b else None, b_) for b_ in in_batched)
-    out = jax.vmap(fn, in_axes=in_axes)(*args)
-    if home is None or not axes:
+    in_specs = tuple(jax.tree.map(lambda b: spread if b else P(), flags) for flags in in_batched)
+    args = tuple(jax.tree.map(lambda x, s: _put(x, s, mesh), a, spec) for a, spec in zip(args, in_specs))
+    out = jax.shard_map(mapped, mesh=mesh, in_specs=in_specs, out_specs=spread, check_vma=False)(*args)
+    home = plan.stack_spec
+    if home is None or home == spread:
         return out
     return jax.tree.map(lambda x: _put(x, home, mesh) if _divisible(x, home, mesh) else x, out)
 
@@ -143,20 +153,6 @@ def _map_batched(f, args, in_batched):
     return tuple(jax.tree.map(lambda x, b: f(x) if b else x, a, b_) for a, b_ in zip(args, in_batched))
 
 
-def _stack_layout(args, in_batched):
-    """The layout of the first batched argument's batch axis, where it is known: outputs return
-    to it (whole matrices on each device, the stack split as the input's was)."""
-    for a, b_ in zip(args, in_batched):
-        for x, b in zip(jax.tree.leaves(a), jax.tree.leaves(b_)):
-            if b:
-                sharding = _layout.known_sharding(x)
-                if sharding is None:
-                    return None
-                entries = tuple(sharding.spec)
-                return P(entries[0] if entries else None)
-    return None
-
-
 def _divisible(x, spec, mesh) -> bool:
     return hasattr(x, "ndim") and x.ndim >= 1 and _layout.divides(x.shape[:1], tuple(spec)[:1], mesh)
 
@@ -173,8 +169,9 @@ def _put(x, spec: P, mesh):
 
 def _on_mesh(args, plan: Plan, matrices: int):
     """The arguments on the plan's mesh where an eager call brings them from elsewhere (one
-    device, another mesh): matrices in the computation's layout, everything else replicated. A
-    no-op for arrays already on the mesh, and for a plan without a concrete mesh."""
+    device, another mesh): in their own layout where they are on the mesh already (an eager
+    transformation's tangent elsewhere moves to it), matrices otherwise in the computation's
+    layout, everything else replicated. A no-op for a plan without a concrete mesh."""
     mesh = plan.mesh
     if not isinstance(mesh, Mesh):
         return args
@@ -183,16 +180,39 @@ def _on_mesh(args, plan: Plan, matrices: int):
     matrix_spec = layout.spec if layout is not None else P()
 
     def put(x, spec):
-        if not hasattr(x, "shape") or _context.concrete_value(x) is None:
-            return x  # vmapped values: placed by the compiled call's own batching
-        concrete = _context.concrete_value(x)
-        sharding = getattr(concrete, "sharding", None)
-        if sharding is not None and set(sharding.device_set) == devices:
-            return x
-        return jax.device_put(x, NamedSharding(mesh, _layout.padded_spec(spec, x.ndim) if x.ndim >= len(tuple(spec)) else P()))
+        values = _eager_values(x)
+        if not values or all(_on(v, devices) for v in values):
+            return x  # on the mesh, or vmapped values (placed by the compiled call's own batching)
+        own = getattr(values[0], "sharding", None)
+        if _on(values[0], devices) and isinstance(own, NamedSharding):
+            target = own
+        else:
+            target = NamedSharding(mesh, _layout.padded_spec(spec, x.ndim) if x.ndim >= len(tuple(spec)) else P())
+        return jax.device_put(x, target)
 
     return tuple(jax.tree.map(lambda x, s=(matrix_spec if k < matrices else P()): put(x, s), a)
                  for k, a in enumerate(args))
+
+
+def _eager_values(x) -> list:
+    """The concrete arrays beneath ``x``: its primal, and the tangents of ``jax.jvp`` that are
+    concrete (none for vmapped values, which the compiled call's batching places)."""
+    if not hasattr(x, "shape"):
+        return []
+    found = []
+    while isinstance(x, jax.core.Tracer):
+        tangent = getattr(x, "tangent", None)
+        if tangent is not None and not isinstance(tangent, jax.core.Tracer) and hasattr(tangent, "sharding"):
+            found.append(tangent)
+        x = getattr(x, "primal", None)
+        if x is None:
+            return []
+    return [x] + found
+
+
+def _on(x, devices) -> bool:
+    sharding = getattr(x, "sharding", None)
+    return sharding is not None and set(sharding.device_set) == devices
 
 
 def _uncommitted(tree):

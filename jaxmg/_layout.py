@@ -128,7 +128,7 @@ def known_sharding(x) -> Optional[NamedSharding]:
             return None
         if not isinstance(sharding, NamedSharding) or sharding.mesh.empty:
             return None
-        if not _all_explicit(sharding.mesh):
+        if not all_explicit(sharding.mesh):
             return None
         return sharding
     sharding = getattr(x, "sharding", None)
@@ -137,7 +137,7 @@ def known_sharding(x) -> Optional[NamedSharding]:
     return None
 
 
-def _all_explicit(mesh: AnyMesh) -> bool:
+def all_explicit(mesh: AnyMesh) -> bool:
     types = getattr(mesh, "axis_types", ())
     return bool(types) and all(t == jax.sharding.AxisType.Explicit for t in types)
 

@@ -10,9 +10,9 @@ only placements below the boundary, and they are trace-only:
 
 * distributed route: matrices enter in the grid layout and leave in the caller's layout;
   right-hand sides are solved in the layout of ``jaxmg._layout.resolve_rhs``;
-* local route with a matrix sharded over a mesh (``backend="portable"``, or one device's solver
-  measured faster): everything enters replicated (the device's solver needs whole matrices) and
-  leaves in the caller's layout;
+* local route over a mesh (a matrix sharded over it with ``backend="portable"``, or one device's
+  solver measured faster): everything enters replicated (the device's solver needs whole
+  matrices) and leaves in the caller's layout;
 * local route on a device's own arrays, and the batch route: no placement at all.
 """
 
@@ -43,6 +43,8 @@ class Plan:
     tile: the native tile size ``T_A`` (distributed route).
     shape, dtype: a's.
     natural: native Cholesky only: keep the factor in a's order, so that L can be read.
+    stack_spec: batch route: the layout of the stack's batch axis that outputs return to (None
+      where it is not known).
     """
 
     family: str
@@ -55,6 +57,7 @@ class Plan:
     shape: tuple
     dtype: np.dtype
     natural: bool = False
+    stack_spec: Optional[P] = None
 
     @property
     def backend(self) -> str:
@@ -66,18 +69,14 @@ class Plan:
         return self.route == _routes.DISTRIBUTED
 
     @property
-    def gathers(self) -> bool:
-        """Local route on a matrix that the caller holds sharded: it is gathered first."""
-        return (self.route == _routes.LOCAL and self.spec is not None
-                and any(_layout.entry_axes(e) for e in self.spec))
-
-    @property
     def layout(self) -> Optional[NamedSharding]:
         """The layout in which matrices are computed with (products included): the grid's on the
-        distributed route, replicated where the local route gathers, else None (as they are)."""
+        distributed route, replicated on the local route over a mesh (the device's own solver
+        needs whole matrices: a sharded one is gathered), else None (a device's own arrays, and
+        the batch route: as they are)."""
         if self.distributed:
             return NamedSharding(self.mesh, self.grid.spec)
-        if self.gathers:
+        if self.route == _routes.LOCAL and self.mesh is not None:
             return NamedSharding(self.mesh, P())
         return None
 
@@ -112,10 +111,30 @@ class Plan:
         grid = None if self.grid is None else Grid(self.grid.mesh, self.grid.col_axes, self.grid.row_axes)
         return dataclasses.replace(self, spec=spec, grid=grid, shape=self.shape[::-1])
 
+    def knowing(self, rhs) -> "Plan":
+        """This plan with the layouts of right-hand sides ``rhs`` recorded where none is given and
+        the array's own is known (concrete arrays, Explicit mesh axes): inside the boundary's
+        compiled call an array on Auto axes no longer says its layout, and solutions return to
+        their right-hand side's."""
+        if self.mesh is None or not rhs:
+            return self
+        specs = list(self.rhs_specs) + [None] * (len(rhs) - len(self.rhs_specs))
+        for k, b in enumerate(rhs):
+            if specs[k] is None and hasattr(b, "ndim"):
+                known = _layout.caller_spec(b, self.mesh)
+                specs[k] = None if known is None else _layout.padded_spec(known, b.ndim)
+        return dataclasses.replace(self, rhs_specs=tuple(specs))
+
     def enter(self, x):
-        """Matrix argument ``x`` in the computation's layout (trace-only)."""
+        """Matrix argument ``x`` in the computation's layout (trace-only), through the caller's
+        layout first, so that its cotangent comes back in that layout."""
         layout = self.layout
-        return x if layout is None else _sharded.pinned(x, layout.spec, self.mesh)
+        if layout is None:
+            mesh = _explicit_mesh_of(x)  # a device's own arrays, split over Explicit axes: gathered
+            return x if mesh is None else _sharded.pinned(x, P(), mesh)
+        if self.caller is not None and self.caller.spec != layout.spec:
+            x = _sharded.place(x, _layout.padded_spec(self.caller.spec, x.ndim), self.mesh)
+        return _sharded.pinned(x, layout.spec, self.mesh)
 
     def leave(self, x, name: str = "the result"):
         """Matrix output ``x`` in the caller's layout of ``a`` (trace-only); on the local route an
@@ -146,14 +165,28 @@ class Plan:
                                     fix="Make the factorisation on b's mesh (shard a there, or pass mesh= to the module)")
             spec, own = _layout.resolve_rhs(b, name, self.grid, given)
             return _placed_rhs(b, spec, own, self.mesh)
-        if self.layout is None:
+        mesh = self.mesh if self.layout is not None else _explicit_mesh_of(b)
+        if mesh is None:
             return b, None, _same
-        own = given if given is not None else _layout.caller_spec(b, self.mesh)
-        return _placed_rhs(b, P(), own, self.mesh)
+        own = given if given is not None else _layout.caller_spec(b, mesh)
+        if own is not None:
+            entries = _layout.validate_spec(own, mesh, name, b.ndim)
+            _layout.check_divides(b.shape, entries, mesh, name)
+            own = P(*entries)
+        return _placed_rhs(b, P(), own, mesh)
 
 
 def _same(x):
     return x
+
+
+def _explicit_mesh_of(x):
+    """The mesh of ``x`` where it is split over Explicit axes (the device's own solver cannot take
+    it so: it is gathered), else None."""
+    sharding = _layout.known_sharding(x)
+    if sharding is None or not any(_layout.entry_axes(e) for e in sharding.spec):
+        return None
+    return sharding.mesh if _layout.all_explicit(sharding.mesh) else None
 
 
 def _swapped(spec: P) -> P:
@@ -224,30 +257,37 @@ def resolve(family: str, context: Context, *, matrices: Sequence[tuple], rhs: Se
     route = _routes.choose(family, backend, found, a.shape, a.dtype, stacked=stack is not None)
     common = dict(shape=tuple(a.shape), dtype=np.dtype(a.dtype), natural=natural)
     if route == _routes.BATCH:
-        return Plan(family, route, found, None, None, (), 1, **common), arrays
+        return Plan(family, route, found, None, None, (), 1, stack_spec=stack.home, **common), arrays
     if route == _routes.DISTRIBUTED:
         named = [(x, name) for (name, _), x in zip(matrices, arrays)]
         layout = _layout.resolve(found, matrix_specs, named, num_rhs=max(len(rhs), num_rhs), rhs=arrays[count:])
         tile = T_A if T_A is not None else _layout.auto_tile(a.shape, layout.grid)
-        return Plan(family, route, found, layout.grid, layout.out_spec, layout.rhs_specs, int(tile), **common), arrays
-    spec, rhs_specs = _local_specs(found, matrix_specs, matrices, arrays, max(len(rhs), num_rhs))
-    return Plan(family, route, found, None, spec, rhs_specs, 1, **common), arrays
+        plan = Plan(family, route, found, layout.grid, layout.out_spec, layout.rhs_specs, int(tile), **common)
+    else:
+        spec, rhs_specs = _local_specs(found, matrix_specs, matrices, arrays, max(len(rhs), num_rhs))
+        plan = Plan(family, route, found, None, spec, rhs_specs, 1, **common)
+    return plan.knowing(arrays[count:]), arrays
 
 
 def _local_specs(mesh, matrix_specs, matrices, arrays, num_rhs: int):
-    """The caller's layouts on the local route: a's (given, else read from the array; all matrix
-    arguments share it) and those given for right-hand sides."""
+    """The caller's layouts on the local route: a's (given, else read from the array, else the
+    mesh's axes in order where they divide it; all matrix arguments share it) and those given for
+    right-hand sides."""
     if mesh is None:
         return None, ()
+    for (name, _), x in zip(matrices, arrays):
+        _layout.check_reachable(x, name, mesh)
     specs = _layout.split_specs(matrix_specs, len(matrices) + num_rhs)
     spec = specs[0] if specs[0] is not None else _layout.caller_spec(arrays[0], mesh)
+    if spec is None and len(mesh.axis_names) <= 2:  # not known: the mesh's axes in order (rule 4)
+        default = _layout.default_spec(mesh)
+        spec = default if all(_layout.divides(x.shape, default, mesh) for x in arrays[:len(matrices)]) else None
     if spec is not None:
         entries = _layout.validate_spec(spec, mesh, matrices[0][0], 2)
         for (name, _), x in zip(matrices, arrays):
             _layout.check_divides(x.shape, entries, mesh, name)
         spec = P(*entries)
-    rhs_specs = tuple(None if s is None else P(*_layout.validate_spec(s, mesh, "b", 2)) for s in specs[len(matrices):])
-    return spec, rhs_specs
+    return spec, tuple(specs[len(matrices):])
 
 
 def module_plan(plan: Plan, arrays) -> Plan:

@@ -7,6 +7,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import jaxmg
+from jaxmg import _layout
 from helpers import make_mesh, put, spd_matrix
 
 N = 32
@@ -75,11 +76,15 @@ def test_axis_absent_from_mesh(mesh):
 
 
 def test_spec_with_more_than_two_axes():
+    """A spec over three mesh axes is refused on every route; a mesh of three axes has no process
+    grid (the distributed route's layout says so), while the local route, which gathers the
+    matrix, runs on it."""
     mesh3 = make_mesh((2, 2, 2), ("x", "y", "z"))
     with pytest.raises(ValueError, match=r"uses 3 mesh axes.*at most two"):
         jaxmg.potrs(A, B, mesh=mesh3, matrix_specs=P(("x", "y"), "z"))
     with pytest.raises(ValueError, match=r"mesh has 3 axes.*matrix_specs"):
-        jaxmg.potrs(A, B, mesh=mesh3)
+        _layout.resolve(mesh3, None, [(jnp.asarray(A), "a")])
+    np.testing.assert_allclose(np.asarray(A) @ np.asarray(jaxmg.potrs(A, B, mesh=mesh3)), np.asarray(B), atol=1e-8)
 
 
 def test_spec_with_too_many_entries(mesh):
@@ -88,15 +93,28 @@ def test_spec_with_too_many_entries(mesh):
 
 
 def test_shape_not_divided_by_mesh(mesh):
-    with pytest.raises(ValueError, match=r"a \(shape \(30, 30\)\) has 30 rows, which the 4 devices of mesh axes \('x',\) do not divide"):
-        jaxmg.potrs(spd_matrix(np.random.default_rng(1), 30, np.float64), np.ones(30), mesh=mesh)
+    """The grid layout (distributed route) must divide the matrix, and so must a layout the
+    caller asks for; the local route gathers an unsharded matrix and runs."""
+    a30 = spd_matrix(np.random.default_rng(1), 30, np.float64)
+    match = r"a \(shape \(30, 30\)\) has 30 rows, which the 4 devices of mesh axes \('x',\) do not divide"
+    with pytest.raises(ValueError, match=match):
+        _layout.resolve(mesh, None, [(jnp.asarray(a30), "a")])
+    with pytest.raises(ValueError, match=match):
+        jaxmg.potrs(a30, np.ones(30), mesh=mesh, matrix_specs=P("x", "y"))
+    np.testing.assert_allclose(a30 @ np.asarray(jaxmg.potrs(a30, np.ones(30), mesh=mesh)), np.ones(30), atol=1e-8)
 
 
 def test_output_not_divided_by_mesh():
+    """On the distributed route an output that the grid layout does not divide is refused,
+    naming it; on the local route it is returned whole."""
+    from jaxmg._sharded import Rows, check_outputs
+
     mesh8 = make_mesh((8,), ("x",))
-    a = np.random.default_rng(2).standard_normal((16, 4))
     with pytest.raises(ValueError, match=r"x \(shape \(4,\)\) has 4 rows.*do not divide"):
-        jaxmg.least_squares(a, np.ones(16), mesh=mesh8, matrix_specs=[P("x"), P("x")])
+        check_outputs([Rows(P("x"))], [(4,)], jaxmg.Grid.from_spec(mesh8, P("x")), ["x"])
+    a = np.random.default_rng(2).standard_normal((16, 4))
+    x = jaxmg.least_squares(a, np.ones(16), mesh=mesh8, matrix_specs=[P("x"), P("x")])
+    np.testing.assert_allclose(np.asarray(x), np.linalg.lstsq(a, np.ones(16), rcond=None)[0], atol=1e-10)
 
 
 def test_no_mesh_anywhere_runs_on_the_arrays_device():
@@ -170,22 +188,22 @@ def test_mesh_of_another_shape_inside_jit_names_mesh():
 def test_default_backend_names_the_op_and_maps_modules(mesh):
     """default_backend takes operations, modules and families, and refuses a misspelled op."""
     for op in ("potrs", "Cholesky", "logdet", "cholesky"):
-        assert jaxmg.default_backend(op, mesh) == jaxmg.default_backend("potrs", mesh)
-    assert jaxmg.default_backend("Eigh", mesh) == jaxmg.default_backend("syevd", mesh)
+        assert jaxmg.default_backend(op, mesh, (16, 16)) == jaxmg.default_backend("potrs", mesh, (16, 16))
+    assert jaxmg.default_backend("Eigh", mesh, (16, 16)) == jaxmg.default_backend("syevd", mesh, (16, 16))
     with pytest.raises(ValueError, match="op must name an operation.*'potrf'"):
-        jaxmg.default_backend("potrf", mesh)
+        jaxmg.default_backend("potrf", mesh, (16, 16))
 
 
 def test_native_unavailable_maps_operations_to_families(monkeypatch):
     """Where the native library loads, an operation name ('potrs') is its family's: no
     'family has no native kernels' for operations that have them (python -m jaxmg.info)."""
-    from jaxmg import _backend
+    from jaxmg import _routes
     from jaxmg.kernels import native
 
     monkeypatch.setattr(native, "unavailable_reason", lambda: None)
-    monkeypatch.setattr(_backend, "_platform", lambda mesh: "gpu")
+    monkeypatch.setattr(_routes, "platform", lambda mesh: "gpu")
     for op in ("potrs", "lu_solve", "least_squares", "syevd", "sygvd", "gesvd", "polar", "Cholesky"):
-        assert _backend.native_unavailable(op, None) is None, op
+        assert _routes.native_unavailable(_routes.family(op), None) is None, op
 
 
 @pytest.mark.parametrize("kwargs, match", [(dict(backend="nativ"), "backend must be"),

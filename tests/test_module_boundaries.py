@@ -63,10 +63,10 @@ def test_module_solves_under_eager_vmap_on_explicit_axes(name):
     x = np.asarray(jax.vmap(lambda a, t, b, bt: solve(make(a, t), b, bt))(a, t, b, bt))
     np.testing.assert_allclose(x[0], _expected(name), rtol=1e-9, atol=1e-12)
     # a second call reuses the compiled solve (no new jitted function, no new trace)
-    from jaxmg.modules import _base
-    before = _base._jitted_method.cache_info()
+    from jaxmg import _dispatch
+    before = _dispatch._compiled.cache_info()
     again = np.asarray(jax.vmap(lambda a, t, b, bt: solve(make(a, t), b, bt))(a, t, b, bt))
-    after = _base._jitted_method.cache_info()
+    after = _dispatch._compiled.cache_info()
     np.testing.assert_array_equal(again, x)
     assert after.currsize == before.currsize and after.hits > before.hits
     np.testing.assert_allclose(x[1], _expected(name) / 2, rtol=1e-9, atol=1e-12)

@@ -75,7 +75,7 @@ def method(module: Factorisation, body, *args, **static):
     leaves = jax.tree.leaves(module)
     matrices = [x for x in leaves if getattr(x, "ndim", 0) >= 2][:1]
     ctx = _dispatch.context(matrices, (module, args))
-    plan = _plan.module_plan(module.plan, leaves)
+    plan = _plan.module_plan(module.plan, leaves).knowing([x for x in args if hasattr(x, "ndim")])
     return _dispatch.run(body, plan, ctx, (module, *args), matrices=0,
                          uncommitted=_dispatch.uncommitted_call(None, (module, args)), **static)
 

@@ -32,7 +32,7 @@ def herm_input(a, symmetrize: bool, lower: bool):
     ``symmetrize`` (as JAX), else ``a`` (``lower``) or ``a^H`` (its upper triangle, conjugated
     into the lower one)."""
     if symmetrize:
-        return (a + in_layout_of(adjoint(a), a)) / 2
+        return in_layout_of((a + in_layout_of(adjoint(a), a)) / 2, a)
     return a if lower else in_layout_of(adjoint(a), a)
 
 

@@ -73,10 +73,11 @@ def run(args):
     mesh = jax.make_mesh((jax.device_count(),), ("x",))
     rows = NamedSharding(mesh, P("x", None))
     base = {"devices": jax.device_count(), "platform": jax.devices()[0].platform, "dtype": dtype.name,
-            "backend": jaxmg.default_backend("potrs", mesh), "jax": jax.__version__}
+            "jax": jax.__version__}
 
     def emit(case, n, median, times, reference=None):
-        record = dict(base, case=case, N=n, median_s=median, times_s=times, runs=len(times))
+        record = dict(base, case=case, N=n, route=jaxmg.route("potrs", (n, n), dtype, mesh), median_s=median,
+                      times_s=times, runs=len(times))
         if reference:
             record["ratio"] = median / reference
         if jax.process_index() == 0:

@@ -20,7 +20,7 @@ the end it samples:
                  does not);
   live_arrays    jax.live_arrays(): every array still held (device memory, or host on CPU);
   caches         the sizes of jaxmg's Python-side caches of compiled functions:
-                 functional._jitted, _sharded._compiled, autodiff._dist._jitted;
+                 the public boundary's compiled calls (_dispatch._compiled);
   device_bytes   bytes in use on this process's GPU (None on CPU);
   native_cache   the native grid cache: communicators, descriptors, workspace bytes (None
                  where the native backend cannot run).
@@ -54,9 +54,7 @@ from _common import results_path  # noqa: E402
 
 #: (module, attribute) of each functools.lru_cache of compiled functions in jaxmg.
 CACHES = {
-    "functional._jitted": ("jaxmg.functional", "_jitted"),
-    "_sharded._compiled": ("jaxmg._sharded", "_compiled"),
-    "autodiff._dist._jitted": ("jaxmg.autodiff._dist", "_jitted"),
+    "_dispatch._compiled": ("jaxmg._dispatch", "_compiled"),
 }
 
 

@@ -157,9 +157,9 @@ def main() -> None:
         ridge = float(jnp.exp(model.solve.log_ridge))
 
     if main_process:
-        backend = jaxmg.default_backend("potrs", mesh)
+        route = jaxmg.route("potrs", (args.n, args.n), "float32", mesh)
         print(f"SolveLayer: A is {args.n} x {args.n} float32 on {jax.device_count()} "
-              f"{jax.devices()[0].platform} device(s), {jax.process_count()} process(es), {backend} backend")
+              f"{jax.devices()[0].platform} device(s), {jax.process_count()} process(es), {route} route")
         print(f"loss: first {losses[0]:.6f} -> last {losses[-1]:.6f} after {args.steps} steps "
               f"({per_step * 1e3:.2f} ms/step after compilation)")
         print(f"held-out MSE: {test_start:.6f} -> {test_end:.6f}; learned ridge lambda = {ridge:.4f}")

@@ -170,9 +170,9 @@ def main() -> None:
     loss_diff = abs(final_loss - float(ref_loss))
 
     if main_process:
-        backend = jaxmg.default_backend("potrs", mesh)
+        route = jaxmg.route("potrs", (n, n), "float64", mesh)
         print(f"GP hyper-parameters: N={n} on {jax.device_count()} {jax.devices()[0].platform} device(s), "
-              f"{jax.process_count()} process(es), {backend} backend")
+              f"{jax.process_count()} process(es), {route} route")
         print(f"loss: first {losses[0]:.6f} -> last {losses[-1]:.6f} after {args.steps} steps "
               f"({per_step * 1e3:.2f} ms/step after compilation)")
         print(f"loss decreased: {losses[-1] < losses[0]}")

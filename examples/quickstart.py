@@ -55,9 +55,9 @@ def main() -> None:
     residual = jnp.linalg.norm(jnp.matmul(a, x, out_sharding=NamedSharding(mesh, P("x"))) - b)
     relative = residual / (jnp.linalg.norm(a) * jnp.linalg.norm(x))
     if jax.process_index() == 0:
-        backend = jaxmg.default_backend("potrs", mesh)
+        route = jaxmg.route("potrs", (n, n), dtype, mesh)
         print(f"jaxmg.potrs  N={n} {dtype.name} on {jax.device_count()} {jax.devices()[0].platform} device(s), "
-              f"{backend} backend")
+              f"{route} route")
         print(f"relative residual ||Ax-b||/(||A|| ||x||) = {float(relative):.3e}")
         print(f"log det A = {float(logdet):.10g}")
         print(f"time = {elapsed * 1e3:.2f} ms")

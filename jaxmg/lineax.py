@@ -58,7 +58,7 @@ import jax.numpy as jnp
 from jax.scipy.linalg import solve_triangular
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
-from . import _layout, modules
+from . import modules
 from .modules._base import Factorisation
 from ._typing import MeshLike, Specs
 
@@ -123,17 +123,9 @@ class _JaxmgSolver(lx.AbstractLinearSolver):
     matrix_specs: Specs = eqx.field(default=None, static=True)
     backend: str = eqx.field(default="auto", static=True)
 
-    def _options(self, matrix=None) -> dict:
-        """The keywords of the jaxmg call that factors ``matrix``.
-
-        A matrix with no mesh of its own (and none given, none set with ``jax.set_mesh``)
-        runs on a one-device mesh of the default device, as Lineax's own solvers would.
-        """
-        mesh = self.mesh
-        if mesh is None and matrix is not None and (_layout.mesh_of(matrix) or _layout.context_mesh()) is None:
-            mesh = jax.make_mesh((1,), ("jaxmg_lineax",), devices=jax.devices()[:1],
-                                 axis_types=(AxisType.Auto,))
-        return dict(T_A=self.T_A, mesh=mesh, matrix_specs=self.matrix_specs, backend=self.backend)
+    def _options(self) -> dict:
+        """The keywords of the jaxmg call that factors the operator's matrix."""
+        return dict(T_A=self.T_A, mesh=self.mesh, matrix_specs=self.matrix_specs, backend=self.backend)
 
     def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]) -> _State:
         """Factor ``operator.as_matrix()`` with jaxmg (distributed when it is sharded)."""
@@ -204,7 +196,7 @@ def _raise_on_every_device(status: jax.Array, factor: Factorisation) -> jax.Arra
     the rest wait until XLA aborts the process. Checked here on every device at once, the
     failure raises the same catchable error before Lineax's own check is reached.
     """
-    mesh = factor.call.grid.mesh
+    mesh = factor.plan.mesh
     if mesh is None or mesh.size <= 1:
         return status
 
@@ -243,7 +235,7 @@ class Cholesky(_JaxmgSolver):
                 "(or negative_semidefinite_tag), e.g. lx.MatrixLinearOperator(a, "
                 "lx.positive_semidefinite_tag); use jaxmg.lineax.LU or Auto for other operators.")
         _square(operator, "Cholesky")
-        return modules.Cholesky(-matrix if negative else matrix, **self._options(matrix)), False, negative
+        return modules.Cholesky(-matrix if negative else matrix, **self._options()), False, negative
 
     def _solve(self, state, b):
         # The operator is Hermitian: its transpose is its conjugate.
@@ -264,7 +256,7 @@ class LU(_JaxmgSolver):
 
     def _factor(self, matrix, operator):
         _square(operator, "LU")
-        return modules.LU(matrix, **self._options(matrix)), False, False
+        return modules.LU(matrix, **self._options()), False, False
 
     def _solve(self, state, b):
         return state.factor.solve(b, trans="T" if state.transposed else "N")
@@ -287,7 +279,7 @@ class QR(_JaxmgSolver):
     def _factor(self, matrix, operator):
         wide = operator.out_size() < operator.in_size()
         matrix = matrix.T if wide else matrix
-        return modules.QR(matrix, **self._options(matrix)), wide, False
+        return modules.QR(matrix, **self._options()), wide, False
 
     def _solve(self, state, b):
         factor = state.factor

@@ -9,7 +9,7 @@ from jax.sharding import AxisType, PartitionSpec as P
 from jax.test_util import check_grads
 
 import jaxmg
-from jaxmg.kernels import portable
+from jaxmg.kernels import local
 from helpers import ORDERS, hermitian_matrix, lower_read, make_mesh, put, random_matrix, spd_matrix
 
 N = 16
@@ -154,13 +154,13 @@ def test_cotangents_keep_the_primal_sharding(shape, spec):
 
 def _count_factorisations(monkeypatch):
     calls = {"n": 0}
-    original = portable.cholesky_factor
+    original = local.Cholesky.factor
 
     def counting(*args, **kwargs):
         calls["n"] += 1
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(portable, "cholesky_factor", counting)
+    monkeypatch.setattr(local.Cholesky, "factor", counting)
     return calls
 
 

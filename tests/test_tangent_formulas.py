@@ -9,6 +9,8 @@ To stay fast, the primal outputs, tangents and references of all cases are built
 program, and the formulas of all cases run in another.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -157,36 +159,33 @@ def test_sharded(cases, shape, names, spec, axis_type):
     _check(_run(built, formulas, sh), built, c, sh)
 
 
-def test_sharded_eagerly():
-    """Eagerly, each formula runs as one jitted program on a concrete mesh."""
-    built, formulas, c = _cases(np.complex128)
-    sh = NamedSharding(jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Explicit,) * 2), P("x", "y"))
-    _check(_run(built, formulas, sh, jit=False), built, c, sh)
-
-
 @pytest.mark.parametrize("shape,names,spec,axis_type", [
     pytest.param((4, 2), ("x", "y"), P("x", "y"), AxisType.Explicit, id="4x2-explicit"),
     pytest.param((8,), ("i",), P("i", None), AxisType.Auto, id="8-rows-auto"),
 ])
 def test_helpers(shape, names, spec, axis_type):
-    """The _dist helpers eagerly; tri_inv with blocks that cannot spread over every device (4x2)."""
+    """The _dist helpers (trace-only: each in its own jax.jit); tri_inv with blocks that cannot
+    spread over every device (4x2)."""
     mesh = jax.make_mesh(shape, names, axis_types=(axis_type,) * len(shape))
     sh = NamedSharding(mesh, spec)
     rng = np.random.default_rng(6)
     n = 24  # 4x2: 4 blocks of 6; 8-rows: 8 blocks of 3
     x = jax.device_put(np.tril(rng.standard_normal((n, n))) + 3 * np.eye(n), sh)
     assert _dist.layout_of(x) == (mesh, spec)
-    for lower, mat in ((True, x), (False, _dist.ct(x))):
-        inv = _dist.tri_inv(mat, lower=lower)
+    for lower, mat in ((True, x), (False, jax.jit(_dist.ct)(x))):
+        inv = jax.jit(functools.partial(_dist.tri_inv, lower=lower, like=sh))(mat)
         np.testing.assert_allclose(np.asarray(inv) @ np.asarray(mat), np.eye(n), atol=1e-12)
         assert _spec2(inv.sharding) == spec
     y = jax.device_put(rng.standard_normal((n, n)), sh)
     yy = np.asarray(y)
-    for got, want in ((_dist.sym_part(y), (yy + yy.T) / 2),
-                      (_dist.lower_read(y), np.asarray(lower_read(yy))),
-                      (_dist.tril(y, -1), np.tril(yy, -1)),
-                      (_dist.triu(y), np.triu(yy)),
-                      (_dist.matmul(y, y, sh, adj_x=True), yy.T @ yy),
-                      (_dist.diag_embed(jnp.arange(n, dtype=jnp.float64), sh), np.diag(np.arange(n)))):
+    helpers = ((lambda y: _dist.sym_part(y, like=sh), (yy + yy.T) / 2),
+               (lambda y: _dist.lower_read(y, like=sh), np.asarray(lower_read(yy))),
+               (lambda y: _dist.tril(y, -1, like=sh), np.tril(yy, -1)),
+               (lambda y: _dist.triu(y, like=sh), np.triu(yy)),
+               (lambda y: _dist.matmul(y, y, sh, adj_x=True), yy.T @ yy),
+               (lambda y: _dist.diag_embed(jnp.arange(n, dtype=jnp.float64), sh), np.diag(np.arange(n))))
+    for helper, want in helpers:
+        with jax.set_mesh(mesh):  # as the public boundary runs a call: in its own mesh
+            got = jax.jit(helper)(y)
         np.testing.assert_allclose(np.asarray(got), want, atol=1e-12)
         assert _spec2(got.sharding) == spec

@@ -409,9 +409,12 @@ def matvec(a, x, layout: NamedSharding | None, trans: str = "N"):
     if trans != "N":
         a = jnp.swapaxes(a, -1, -2)
         a = jnp.conj(a) if trans == "C" else a
-    if kind(layout) is None:
+    if layout is None:
         return jnp.matmul(a, x, precision=_HIGHEST)
-    return _matmul(a, x, layout)
+    target = NamedSharding(layout.mesh, padded_spec(layout.spec, jnp.ndim(x)))
+    if any(t == jax.sharding.AxisType.Explicit for t in layout.mesh.axis_types):
+        return jnp.matmul(a, x, precision=_HIGHEST, out_sharding=target)
+    return jax.lax.with_sharding_constraint(jnp.matmul(a, x, precision=_HIGHEST), target)
 
 
 def replicate(v, like):

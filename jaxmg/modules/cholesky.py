@@ -103,8 +103,11 @@ def solved(plan, operator, state, status, b):
     kernels = families.cholesky(plan)
     b, spec, home = plan.rhs(b)
     solve = lambda r: kernels.solve(state, r, spec)  # noqa: E731
+    # the operator read from a's lower triangle is Hermitian: symmetric for real dtypes (one solve
+    # serves its transpose), and its transpose is its conjugate for complex ones
+    real = not jax.numpy.issubdtype(plan.dtype, jax.numpy.complexfloating)
     x = solves.linear_solve(plan, operator, b, spec, solve, solves.hermitian_transpose_solve(solve, plan.dtype),
-                            symmetric=False, reads_lower=True)
+                            symmetric=real, reads_lower=True)
     return home(_masked(status, x))
 
 

@@ -33,7 +33,7 @@ def main() -> int:
     b = rng.standard_normal(n)
     a = jax.device_put(A, NamedSharding(mesh, P("x", None)))
     failures = 0
-    print(f"devices: {jax.devices()}; potrs backend: {jaxmg.default_backend('potrs', mesh)}")
+    print(f"devices: {jax.devices()}; potrs route: {jaxmg.route('potrs', (n, n), 'float64', mesh)}")
     for solver in (jl.Auto(), jl.Cholesky(), jl.LU(), jl.QR()):
         sol = lx.linear_solve(lx.MatrixLinearOperator(a, lx.positive_semidefinite_tag), jnp.asarray(b), solver=solver)
         x = np.asarray(sol.value)
@@ -42,7 +42,7 @@ def main() -> int:
         failures += not ok
         family = {"Auto": "potrs", "Cholesky": "potrs", "LU": "lu_solve", "QR": "least_squares"}[type(solver).__name__]
         print(f"{'PASS' if ok else 'FAIL'} {type(solver).__name__:9s} N={n} residual {residual:.1e} "
-              f"({jaxmg.default_backend(family, mesh)} backend)")
+              f"({jaxmg.route(family, (n, n), 'float64', mesh)} route)")
     bad = jax.device_put(np.diag(np.r_[np.ones(n - 1), -1.0]), NamedSharding(mesh, P("x", None)))
     sol = lx.linear_solve(lx.MatrixLinearOperator(bad, lx.positive_semidefinite_tag), jnp.ones(n),
                           solver=jl.Cholesky(), throw=False)

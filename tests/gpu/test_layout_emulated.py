@@ -71,10 +71,10 @@ def test_public_api_through_native_family(spec, n, tile, monkeypatch):
     """jaxmg.potrs / jaxmg.cholesky / Cholesky(...) with backend="native", on CPU, through the
     native family kernels with the FFI calls emulated (checks the kernel contract end to end)."""
     import jaxmg
-    from jaxmg import _backend
+    from jaxmg import _routes
 
     mesh = jax.make_mesh((2,), ("x",), axis_types=(AxisType.Auto,), devices=jax.devices()[:2])
-    monkeypatch.setattr(_backend, "native_unavailable", lambda op, mesh: None)
+    monkeypatch.setattr(_routes, "native_unavailable", lambda op, mesh: None)
     patch(monkeypatch)
     with jax.enable_x64(True):
         a_in, a = _matrix(n, np.float64)

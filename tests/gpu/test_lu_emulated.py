@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jaxmg import _layout
-from jaxmg.kernels import native, portable
+from jaxmg.kernels import native
 
 from _emulation import PUBLIC_LAYOUTS, kernel_layouts, mesh as _mesh, patch as _patch, require_cpu_devices, rhs as _rhs
 
@@ -59,16 +59,6 @@ def _family(grid, mesh, tile):
         return lu, piv, status, xv, xm, xt, xc
     return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(grid.spec, P(), P()),
                                  out_specs=(grid.spec, P(), P(), P(), P(), P(), P()), check_vma=False))
-
-
-def test_native_families_offer_the_portable_kernels():
-    """One kernel contract per family: every native family has every portable kernel of it."""
-    from jaxmg._backend import FAMILY
-
-    for family in native.FAMILIES:
-        names = {k for k in vars(portable) if k.startswith(family + "_") and callable(getattr(portable, k))}
-        names |= {op for op, fam in FAMILY.items() if fam == family and callable(getattr(portable, op, None))}
-        assert names and names <= set(dir(native)), (family, names - set(dir(native)))
 
 
 @pytest.mark.parametrize("shape,n,tile,reverse,dtype", kernel_layouts(TILES))
@@ -239,61 +229,3 @@ def test_ops_local_lu_solve(native_backend):
     assert [c[0] for c in native_backend.calls] == ["getrf"]  # A x = b: no getrs (module docstring)
 
 
-def test_auto_uses_the_measured_crossover(monkeypatch):
-    """backend="auto" runs a family on the portable path (one device's own solver, measured
-    faster) where jaxmg._crossover's data say so and the matrix fits, natively beyond; polar
-    and gesvd (the same QDWH iteration on either path) always natively."""
-    from jaxmg import _backend, _crossover
-
-    monkeypatch.setattr(_backend, "native_unavailable", lambda op, mesh: None)
-    monkeypatch.setattr(_backend, "_device_bytes", lambda mesh: 10 ** 9)
-    one, two = _mesh((1, 1), False), _mesh((2, 1), False)
-    fits, too_big = (1000, 1000), (20000, 20000)  # 8 MB or 3.2 GB a copy, in 1 GB
-    for op in ("lu_solve", "lu", "qr", "least_squares", "syevd", "sygvd", "potrs", "cholesky"):
-        for mesh in (one, two):
-            assert _backend.select(op, "auto", mesh, fits, np.float64) is portable, (op, mesh.shape)
-            assert _backend.select(op, "auto", mesh, too_big, np.float64) is native, (op, mesh.shape)
-            assert _backend.select(op, "native", mesh, fits, np.float64) is native
-    for op in ("polar", "gesvd"):
-        assert _backend.select(op, "auto", two, fits, np.float64) is native
-    # LU's portable path holds three copies: 3 x 8 MB fits in 30 MB, four families' do not
-    monkeypatch.setattr(_backend, "_device_bytes", lambda mesh: 30 * 10 ** 6)
-    assert _backend.select("lu", "auto", two, fits, np.float64) is portable
-    assert _backend.select("syevd", "auto", two, fits, np.float64) is native
-    # Cholesky on a grid of several devices: portable only below N = 32,768 (one device: always)
-    monkeypatch.setattr(_backend, "_device_bytes", lambda mesh: 10 ** 12)
-    big = (32768, 32768)
-    assert _backend.select("potrs", "auto", two, big, np.float64) is native
-    assert _backend.select("potrs", "auto", one, big, np.float64) is portable
-    assert _backend.select("potrs", "auto", two, (16384, 16384), np.float64) is portable
-    # QR (qr, least_squares): one device portable below N = 8,192, grids below 32,768
-    for op in ("qr", "least_squares"):
-        assert _backend.select(op, "auto", one, (8192, 8192), np.float64) is native
-        assert _backend.select(op, "auto", one, (16384, 4096), np.float64) is portable
-        assert _backend.select(op, "auto", two, (16384, 16384), np.float64) is portable
-        assert _backend.select(op, "auto", two, (65536, 32768), np.float64) is native
-    assert _backend.select("lu", "auto", one) is native  # no shape: nothing to compare
-    assert not _crossover.prefer_portable("lu", 1, fits, np.float64, None)
-
-
-def test_auto_applies_the_crossovers_inside_jit(monkeypatch):
-    """Inside jax.jit the mesh is abstract (no devices attached): auto must still read a device's
-    memory and apply the measured crossovers, as it does eagerly. It read none there and took the
-    native path (a Gaussian-process loss on one H200 ran potrs natively inside jit, 30 % slower
-    than the portable path that the crossover picks at N = 16,384)."""
-    from jaxmg import _backend
-
-    class Device:
-        platform = "gpu"
-
-        @staticmethod
-        def memory_stats():
-            return {"bytes_limit": 10 ** 12}
-
-    monkeypatch.setattr(_backend, "native_unavailable", lambda op, mesh: None)
-    one = _mesh((1, 1), False)
-    assert _backend._first_device(one.abstract_mesh).platform == _backend._first_device(one).platform
-    monkeypatch.setattr(_backend, "_first_device", lambda mesh: Device())
-    for mesh in (one, one.abstract_mesh):
-        assert _backend.select("potrs", "auto", mesh, (16384, 16384), np.float64) is portable
-        assert _backend.select("potrs", "auto", mesh, (200000, 200000), np.float64) is native

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jaxmg import _layout
-from jaxmg.kernels import native, portable
+from jaxmg.kernels import native
 
 from _emulation import DTYPES, GRIDS, mesh as _mesh, patch as _patch, require_cpu_devices
 
@@ -46,12 +46,6 @@ def _random(shape, dtype, seed):
     return x.astype(dtype)
 
 
-def test_native_qr_offers_the_portable_kernels():
-    """One kernel contract: the native backend has every portable qr_* kernel."""
-    names = {k for k in vars(portable) if k.startswith("qr_") and callable(getattr(portable, k))}
-    assert names and names <= set(dir(native)), names - set(dir(native))
-
-
 def _family(grid, mesh, tile, m):
     """qr_factor, then Q, R, least-squares solves (vector, matrix) and a normal solve."""
     kw = dict(grid=grid, tile=tile)
@@ -74,13 +68,11 @@ CASES = [(g, shp, rev, dt) for i, (g, dt) in enumerate((g, dt) for g in GRIDS fo
          for shp, rev in [(SHAPES[i % 3], bool(i % 2))]]
 
 
-@pytest.mark.parametrize("apply", ["householder", "ormqr"])
 @pytest.mark.parametrize("shape,m_n_tile,reverse,dtype", CASES)
-def test_qr_kernels(shape, m_n_tile, reverse, dtype, apply, monkeypatch):
-    """Q^H b from the reflectors in compact WY form (the default), or by cuSOLVERMp's ormqr."""
-    monkeypatch.setenv("JAXMG_QR_APPLY", apply)
+def test_qr_kernels(shape, m_n_tile, reverse, dtype, monkeypatch):
+    """Q^H b from the reflectors in compact WY form."""
     m, n, tile = m_n_tile
-    _check_kernels(shape, m, n, tile, reverse, dtype, monkeypatch, apply)
+    _check_kernels(shape, m, n, tile, reverse, dtype, monkeypatch)
 
 
 @pytest.mark.parametrize("shape,m_n_tile,reverse", [((2, 2), (48, 24, 8), False), ((1, 2), (54, 20, 20), True),
@@ -89,10 +81,10 @@ def test_qr_solve_with_panels_narrower_than_a_tile(shape, m_n_tile, reverse, mon
     """Compact-WY panels of 2 or 5 columns inside tiles of 4, 8 or 20 (as 256 inside 1024 on GPUs)."""
     monkeypatch.setattr(native.qr, "PANEL_WIDTH", 3)
     m, n, tile = m_n_tile
-    _check_kernels(shape, m, n, tile, reverse, np.complex128, monkeypatch, "householder")
+    _check_kernels(shape, m, n, tile, reverse, np.complex128, monkeypatch)
 
 
-def _check_kernels(shape, m, n, tile, reverse, dtype, monkeypatch, apply="householder"):
+def _check_kernels(shape, m, n, tile, reverse, dtype, monkeypatch):
     emu = _patch(monkeypatch)
     mesh = _mesh(shape, reverse)
     grid = _layout.Grid(mesh, ("x",), ("y",))
@@ -111,10 +103,8 @@ def _check_kernels(shape, m, n, tile, reverse, dtype, monkeypatch, apply="househ
     np.testing.assert_allclose(xv, np.linalg.lstsq(a, bv, rcond=None)[0], **tol)
     np.testing.assert_allclose(xm, np.linalg.lstsq(a, bm, rcond=None)[0], **tol)
     np.testing.assert_allclose(z, np.linalg.solve(np.conj(a).T @ a, y), **tol)
-    # one factorization; Q by orgqr; Q^H b from the reflectors or by ormqr (Q never formed for the solves)
-    applied = ["ormqr", "ormqr"] if apply == "ormqr" else []
-    assert [c[0] for c in emu.calls] == ["geqrf", "orgqr", *applied]
-    assert all(c[1] for c in emu.calls if c[0] == "ormqr")
+    # one factorization; Q by orgqr; Q^H b from the reflectors (Q never formed for the solves)
+    assert [c[0] for c in emu.calls] == ["geqrf", "orgqr"]
 
 
 @pytest.mark.parametrize("shape,reverse", [((2, 2), False), ((1, 2), True), ((2, 1), False), ((1, 1), False)])

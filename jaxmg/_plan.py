@@ -81,6 +81,14 @@ class Plan:
         return None
 
     @property
+    def donatable(self) -> bool:
+        """Whether a donated matrix can give its buffer to the computation: it is computed with in
+        the layout the caller holds it in (a gathered copy cannot reuse the caller's shards)."""
+        layout = self.layout
+        return layout is None or self.spec is None or _layout.padded_spec(self.spec, 2) == _layout.padded_spec(
+            layout.spec, 2)
+
+    @property
     def caller(self) -> Optional[NamedSharding]:
         """The caller's layout of ``a`` where it is known and the call places its outputs."""
         if self.spec is None or self.mesh is None or self.route == _routes.BATCH:

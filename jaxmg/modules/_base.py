@@ -64,7 +64,7 @@ def build(body, family: str, matrices, *, rhs=(), T_A=None, mesh=None, matrix_sp
                                  matrix_specs=matrix_specs, backend=backend, square=square, tall=tall,
                                  num_rhs=num_rhs, natural=natural, flags=flags)
     keep = not donate or any(isinstance(x, jax.core.Tracer) for x in arrays[:len(matrices)])
-    out = _dispatch.run(body, plan, ctx, arrays, matrices=len(matrices), donate=donate and not keep,
+    out = _dispatch.run(body, plan, ctx, arrays, matrices=len(matrices), donate=donate and not keep and plan.donatable,
                         uncommitted=_dispatch.uncommitted_call(mesh, arrays), keep=keep, **static)
     return plan, out
 

@@ -1,0 +1,241 @@
+"""jaxmg composes with JAX's transformations as jnp.linalg does (docs/routes.md).
+
+* inside a user's ``jax.shard_map`` (Manual axes) every function, module and jaxmg.numpy/scipy
+  function runs on the device's own arrays, with ``jax.grad`` through it;
+* stacks under ``jax.vmap`` and ``(..., M, N)`` inputs split over the batch (Explicit and Auto
+  axes, eagerly and in jit) run where they lie, with ``check_grads``; a compiled batch-split
+  solve moves nothing between devices;
+* ``jax.jit`` with ``in_shardings`` and no ``jax.set_mesh`` works;
+* the route reported (``jaxmg.route``, a module's ``.route``) is the route taken.
+
+Matrices are tiny (order 6): the checks are about composition, not arithmetic.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from jax.test_util import check_grads
+
+import jaxmg
+import jaxmg.numpy.linalg as la
+import jaxmg.scipy.linalg as sla
+from helpers import lower_read, make_mesh, put, random_matrix, spd_matrix
+
+N = 6
+B = 8  # stack size: one matrix per device
+RNG = np.random.default_rng(21)
+SPD = np.stack([spd_matrix(RNG, N, np.float64) for _ in range(B)])
+GEN = np.stack([random_matrix(RNG, (N, N), np.float64) + N * np.eye(N) for _ in range(B)])
+TALL = np.stack([random_matrix(RNG, (2 * N, N), np.float64) for _ in range(B)])
+RHS = RNG.standard_normal((B, N))
+RHS_TALL = RNG.standard_normal((B, 2 * N))
+TOL = dict(rtol=1e-9, atol=1e-10)
+
+
+def _close(got, want, tol=TOL):
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), **tol)
+
+
+# Scalar losses of one matrix (and its right-hand side): each is invariant to the gauges of
+# eigen- and singular vectors, so its gradient is defined.
+FUNCTIONS = {
+    "potrs": (lambda a, b: jnp.sum(jaxmg.potrs(a, b, return_logdet=True)[1] + jaxmg.potrs(a, b)), "spd"),
+    "cholesky": (lambda a, b: jnp.sum(jaxmg.cholesky(a) ** 2), "spd"),
+    "lu_solve": (lambda a, b: jnp.sum(jaxmg.lu_solve(a, b) ** 2), "gen"),
+    "least_squares": (lambda a, b: jnp.sum(jaxmg.least_squares(a, b) ** 2), "tall"),
+    "qr": (lambda a, b: jnp.sum(jnp.abs(jaxmg.qr(a)[1])), "tall"),
+    "syevd": (lambda a, b: jnp.sum(jaxmg.syevd(a, return_eigenvectors=False) ** 2), "spd"),
+    "sygvd": (lambda a, b: jnp.sum(jaxmg.sygvd(a, a + 2 * jnp.eye(N), return_eigenvectors=False)), "spd"),
+    "gesvd": (lambda a, b: jnp.sum(jaxmg.gesvd(a, compute_u=False, compute_vh=False)), "tall"),
+    "polar": (lambda a, b: jnp.sum(jaxmg.polar(a)[1] ** 2), "tall"),
+    "Cholesky": (lambda a, b: jaxmg.Cholesky(a).logdet() + jnp.sum(jaxmg.Cholesky(a).solve(b))
+                 + jnp.sum(jaxmg.Cholesky(a).inverse()), "spd"),
+    "LU": (lambda a, b: jaxmg.LU(a).slogdet()[1] + jnp.sum(jaxmg.LU(a).solve(b, trans="T")), "gen"),
+    "QR": (lambda a, b: jnp.sum(jaxmg.QR(a).solve(b) ** 2), "tall"),
+    "Eigh": (lambda a, b: jnp.sum(jaxmg.Eigh(a).w), "spd"),
+    "SVD": (lambda a, b: jnp.sum(jaxmg.SVD(a).s), "tall"),
+    "Polar": (lambda a, b: jnp.sum(jaxmg.Polar(a).h), "tall"),
+    "la.solve": (lambda a, b: jnp.sum(la.solve(a, b)), "gen"),
+    "la.inv": (lambda a, b: jnp.sum(la.inv(a)), "gen"),
+    "la.slogdet": (lambda a, b: la.slogdet(a)[1], "gen"),
+    "la.det": (lambda a, b: la.det(a), "gen"),
+    "la.cholesky": (lambda a, b: jnp.sum(la.cholesky(a)), "spd"),
+    "la.eigh": (lambda a, b: jnp.sum(la.eigh(a)[0]), "spd"),
+    "la.eigvalsh": (lambda a, b: jnp.sum(la.eigvalsh(a) ** 2), "spd"),
+    "la.svd": (lambda a, b: jnp.sum(la.svd(a, compute_uv=False)), "tall"),
+    "la.svdvals": (lambda a, b: jnp.sum(la.svdvals(a)), "tall"),
+    "la.qr": (lambda a, b: jnp.sum(jnp.abs(la.qr(a, mode="r"))), "tall"),
+    "la.lstsq": (lambda a, b: jnp.sum(la.lstsq(a, b)[0]), "tall"),
+    "la.pinv": (lambda a, b: jnp.sum(la.pinv(a)), "tall"),
+    "la.norm": (lambda a, b: la.norm(a, 2), "tall"),
+    "la.cond": (lambda a, b: la.cond(a), "gen"),
+    "sla.cho_solve": (lambda a, b: jnp.sum(sla.cho_solve(sla.cho_factor(a, lower=True), b)), "spd"),
+    "sla.lu_solve": (lambda a, b: jnp.sum(sla.lu_solve(sla.lu_factor(a), b)), "gen"),
+    "sla.solve": (lambda a, b: jnp.sum(sla.solve(a, b, assume_a="pos")), "spd"),
+    "sla.eigh": (lambda a, b: jnp.sum(sla.eigh(a, eigvals_only=True)), "spd"),
+    "sla.polar": (lambda a, b: jnp.sum(sla.polar(a)[1]), "tall"),
+}
+#: References: the same losses with JAX's own functions (of the Hermitian matrix read from the
+#: lower triangle where jaxmg reads only that).
+REFERENCES = {
+    "potrs": lambda a, b: jnp.linalg.slogdet(lower_read(a))[1] + jnp.sum(jnp.linalg.solve(lower_read(a), b)),
+    "lu_solve": lambda a, b: jnp.sum(jnp.linalg.solve(a, b) ** 2),
+    "least_squares": lambda a, b: jnp.sum(jnp.linalg.lstsq(a, b)[0] ** 2),
+    "gesvd": lambda a, b: jnp.sum(jnp.linalg.svd(a, compute_uv=False)),
+    "la.inv": lambda a, b: jnp.sum(jnp.linalg.inv(a)),
+    "la.eigh": lambda a, b: jnp.sum(jnp.linalg.eigh(a)[0]),
+}
+DATA = {"spd": (SPD, RHS), "gen": (GEN, RHS), "tall": (TALL, RHS_TALL)}
+
+
+def _value_and_grad(name):
+    loss, _ = FUNCTIONS[name]
+    return jax.value_and_grad(loss, argnums=(0, 1))
+
+
+GROUPS = {"functions": [k for k in FUNCTIONS if "." not in k and k[0].islower()],
+          "modules": [k for k in FUNCTIONS if k[0].isupper()],
+          "numpy": [k for k in FUNCTIONS if k.startswith("la.")],
+          "scipy": [k for k in FUNCTIONS if k.startswith("sla.")]}
+
+
+@pytest.fixture(scope="module")
+def per_matrix():
+    """Every loss's value and gradient on each matrix alone (one device, no mesh), jitted once."""
+    out = {}
+    for name, (_, kind) in FUNCTIONS.items():
+        a, b = DATA[kind]
+        fn = jax.jit(_value_and_grad(name))
+        out[name] = [fn(a[k], b[k]) for k in range(2)]
+    return out
+
+
+def test_per_matrix_values_match_jax(per_matrix):
+    for name, reference in REFERENCES.items():
+        a, b = DATA[FUNCTIONS[name][1]]
+        want = jax.value_and_grad(reference, argnums=(0, 1))(a[0], b[0])
+        _close(per_matrix[name][0], want, dict(rtol=1e-8, atol=1e-9))
+
+
+@pytest.mark.parametrize("group", list(GROUPS))
+def test_inside_shard_map_with_grad(group, per_matrix):
+    """In a jax.shard_map body (check_vma on, as a user writes it) each device solves its own
+    matrix with the device's solver; values and gradients are those of the matrix alone."""
+    mesh = jax.make_mesh((B,), ("d",))
+    names = GROUPS[group]
+
+    def body(spd, gen, tall, rhs, rhs_tall):
+        data = {"spd": (spd[0], rhs[0]), "gen": (gen[0], rhs[0]), "tall": (tall[0], rhs_tall[0])}
+        out = {}
+        for name in names:
+            value, grads = _value_and_grad(name)(*data[FUNCTIONS[name][1]])
+            out[name] = (value[None], tuple(g[None] for g in grads))
+        return out
+
+    specs = (P("d"),) * 5
+    fn = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=P("d")))
+    got = fn(*(put(x, mesh, P("d")) for x in (SPD, GEN, TALL, RHS, RHS_TALL)))
+    for name in names:
+        for k in range(2):
+            _close(jax.tree.map(lambda x: x[k], got[name]), per_matrix[name][k])
+
+
+AXES = [pytest.param(AxisType.Explicit, id="explicit"), pytest.param(AxisType.Auto, id="auto")]
+STACKS = {"batch": P(("x", "y")), "batch-x": P("x"), "replicated": P(), "matrices": P(None, "x", "y")}
+
+
+@pytest.mark.parametrize("stack", list(STACKS))
+@pytest.mark.parametrize("axis_type", AXES)
+def test_vmap_of_a_stack_eager_and_jit(axis_type, stack, per_matrix):
+    """jax.vmap over a stack in any layout: the values are each matrix's own, the results come
+    back in the stack's layout (Explicit axes), eagerly and inside jit."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=axis_type)
+    spec = STACKS[stack]
+    a, b = put(SPD, mesh, spec), put(RHS, mesh, P(*tuple(spec)[:1]))
+    fns = {"potrs": jax.vmap(jaxmg.potrs), "la.cholesky": la.cholesky,
+           "Cholesky": jax.vmap(lambda a, b: jaxmg.Cholesky(a).solve(b))}
+    want_x = np.linalg.solve(SPD, RHS[..., None])[..., 0]
+    want_l = np.linalg.cholesky(SPD)
+    for name, fn in fns.items():
+        for run in (fn, jax.jit(fn)):
+            with jax.set_mesh(mesh):
+                out = run(a) if name == "la.cholesky" else run(a, b)
+            _close(out, want_l if name == "la.cholesky" else want_x)
+            if axis_type == AxisType.Explicit:
+                assert tuple(out.sharding.spec)[:1] == tuple(spec)[:1], (name, out.sharding)
+
+
+@pytest.mark.parametrize("axis_type", AXES)
+def test_check_grads_of_stacks_split_over_the_batch(axis_type):
+    """check_grads (forward and reverse) of vmapped solves, log-determinants and decompositions of
+    a stack split over the batch axis."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=axis_type)
+    a, b = put(SPD, mesh, P(("x", "y"))), put(RHS, mesh, P(("x", "y")))
+    t = put(TALL, mesh, P(("x", "y")))
+    with jax.set_mesh(mesh):
+        check_grads(jax.vmap(lambda a, b: jaxmg.potrs(a, b, return_logdet=True)), (a, b), order=1,
+                    modes=("fwd", "rev"))
+        check_grads(jax.vmap(lambda a: jnp.sum(jaxmg.syevd(a, return_eigenvectors=False))), (a,), order=1,
+                    modes=("fwd", "rev"))
+        check_grads(lambda t: la.pinv(t), (t,), order=1, modes=("fwd", "rev"))
+        check_grads(jax.vmap(lambda a, b: jaxmg.LU(a).solve(b)), (a, b), order=1, modes=("fwd", "rev"))
+
+
+def test_vmap_of_grad_and_grad_of_vmap_agree(per_matrix):
+    """Both orders of jax.vmap and jax.grad on a stack split over the batch (the batching rule is
+    bound only where vmap is the innermost transformation; JAX batches the rest)."""
+    mesh = make_mesh((4, 2), ("x", "y"))
+    a, b = put(SPD, mesh, P(("x", "y"))), put(RHS, mesh, P(("x", "y")))
+    loss = FUNCTIONS["potrs"][0]
+    with jax.set_mesh(mesh):
+        inner = jax.jit(jax.vmap(jax.grad(loss)))(a, b)
+        outer = jax.jit(jax.grad(lambda a, b: jnp.sum(jax.vmap(loss)(a, b))))(a, b)
+    _close(inner, outer)
+    _close(inner[0], per_matrix["potrs"][0][1][0])
+
+
+@pytest.mark.parametrize("axis_type", AXES)
+def test_batch_split_solve_moves_nothing(axis_type):
+    """A compiled vmapped potrs (and the jnp-shaped cholesky of a stack) on a stack split over the
+    batch holds no all-gather or all-to-all: each device solves its own matrices."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=axis_type)
+    a, b = put(SPD, mesh, P(("x", "y"))), put(RHS, mesh, P(("x", "y")))
+    with jax.set_mesh(mesh):
+        texts = [jax.jit(jax.vmap(jaxmg.potrs)).lower(a, b).compile().as_text(),
+                 jax.jit(la.cholesky).lower(a).compile().as_text()]
+    for text in texts:
+        assert "all-gather" not in text and "all-to-all" not in text
+
+
+def test_jit_with_in_shardings_and_no_set_mesh():
+    """As jnp.linalg.solve: inside jit, without jax.set_mesh, the arrays' mesh is not known; the
+    call runs the device's own solver where XLA places it."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Auto)
+    replicated = NamedSharding(mesh, P())
+    a, b = SPD[0], RHS[0]
+    for fn in (jaxmg.potrs, la.solve, lambda a, b: jaxmg.Cholesky(a).solve(b)):
+        x = jax.jit(fn, in_shardings=(replicated, replicated))(a, b)
+        _close(x, np.linalg.solve(a, b))
+    rows = NamedSharding(mesh, P("x", "y"))
+    _close(jax.jit(jaxmg.cholesky, in_shardings=(rows,))(SPD[0]), np.linalg.cholesky(SPD[0]))
+
+
+def test_reported_route_is_the_route_taken():
+    """jaxmg.route (and python -m jaxmg.info, which reads it) says what a call does."""
+    explicit = make_mesh((4, 2), ("x", "y"))
+    auto = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Auto)
+    one = SPD[0]
+    for mesh in (explicit, auto):
+        m = jaxmg.Cholesky(put(one, mesh, P("x", "y")))
+        assert m.route == jaxmg.route("Cholesky", one.shape, one.dtype, mesh) == "local"
+    routes = []
+    jax.vmap(lambda a: routes.append(jaxmg.Cholesky(a).route) or a)(put(SPD, explicit, P(("x", "y"))))
+    assert routes == [jaxmg.route("Cholesky", (N, N), "float64", explicit, stacked=True)] == ["batch"]
+    inside = []
+    jax.shard_map(lambda a: inside.append(jaxmg.Cholesky(a[0]).route) or a, mesh=jax.make_mesh((B,), ("d",)),
+                  in_specs=P("d"), out_specs=P("d"))(SPD)
+    assert inside == ["local"]
+    assert jaxmg.Cholesky(one).route == jaxmg.route("potrs", one.shape, one.dtype, None) == "local"

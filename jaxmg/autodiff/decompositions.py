@@ -31,8 +31,9 @@ def _tangent(kernels, x, x_dot):
 
 
 def _no_tangent(status):
-    """The tangent of an integer output."""
-    return np.zeros(jnp.shape(status), jax.dtypes.float0)
+    """The tangent of an integer output (float0, typed like the output: inside a shard_map it
+    varies over the same axes)."""
+    return jax.custom_derivatives.zero_from_primal(status)
 
 
 def _zeros(outputs):

@@ -185,9 +185,11 @@ class Decompositions(_Local):
         return u, s, vh, _status.finite(s)
 
     def polar(self, a):
-        u_p, h = jax.scipy.linalg.polar(a, side="right")
-        h = (h + adjoint(h)) / 2
-        return u_p, h, _status.finite(u_p, h)
+        """From the SVD a = U S V^H: U_p = U V^H, H = V S V^H (Hermitian by construction)."""
+        u, s, vh = jnp.linalg.svd(a, full_matrices=False)
+        u_p = matmul(u, vh)
+        h = matmul(adjoint(vh) * s.astype(vh.dtype), vh)
+        return u_p, (h + adjoint(h)) / 2, _status.finite(s)
 
 
 def _hermitian_from_lower(a):

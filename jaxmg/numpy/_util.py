@@ -40,8 +40,9 @@ def map_batch(fn, args, core_ranks, *, solution: bool = False):
     """``fn`` of 2-D matrices (and their right-hand sides) over leading batch dimensions.
 
     Each argument has ``core_ranks[i]`` trailing dimensions that ``fn`` takes; the dimensions
-    before them are broadcast together and mapped with nested ``jax.vmap``: each matrix of
-    the batch is one distributed call over the whole mesh. Eagerly, matrix outputs are
+    before them are broadcast together and mapped with nested ``jax.vmap`` (the stack's route
+    is jaxmg's: each device solves its own matrices where they fit, docs/routes.md); an
+    argument without batch dimensions is shared by every matrix. Eagerly, matrix outputs are
     returned in a's layout, except a ``solution`` (laid out like its right-hand side).
     """
     shapes = [x.shape[: x.ndim - r] for x, r in zip(args, core_ranks)]
@@ -50,10 +51,11 @@ def map_batch(fn, args, core_ranks, *, solution: bool = False):
     place = (lambda out: out) if solution else (lambda out: _in_matrix_layout(out, a))
     if not batch:
         return place(fn(*args))
-    args = [x if x.shape[: x.ndim - r] == batch else jnp.broadcast_to(x, batch + x.shape[x.ndim - r:])
+    args = [x if x.shape[: x.ndim - r] in (batch, ()) else jnp.broadcast_to(x, batch + x.shape[x.ndim - r:])
             for x, r in zip(args, core_ranks)]
-    for _ in batch:
-        fn = jax.vmap(fn)
+    for depth in range(len(batch)):
+        in_axes = tuple(0 if x.ndim - r > depth else None for x, r in zip(args, core_ranks))
+        fn = jax.vmap(fn, in_axes=in_axes)
     return place(fn(*args))
 
 

@@ -344,7 +344,13 @@ def pinv(a, rtol=None, hermitian=False, *, rcond=None):
     if rtol is None:
         rtol = 10.0 * max(a.shape[-2:]) * float(jnp.finfo(a.dtype).eps)
     rtol = jnp.asarray(rtol, dtype=jnp.finfo(a.dtype).dtype)
-    return _map_batch(lambda x, r: _pinv(x, r, bool(hermitian)), (a, rtol), (2, 0))
+    return _map_batch(functools.partial(_pinv_compiled, hermitian=bool(hermitian)), (a, rtol), (2, 0))
+
+
+@functools.partial(jax.jit, static_argnames="hermitian")
+def _pinv_compiled(a, rtol, *, hermitian):
+    """The pseudo-inverse and its derivative as one compiled call (eagerly too)."""
+    return _pinv(a, rtol, hermitian)
 
 
 def matrix_rank(M, rtol=None, *, hermitian=False, tol=None):

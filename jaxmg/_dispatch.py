@@ -1,8 +1,9 @@
 """The public boundary: every public call runs through :func:`run`, once.
 
-A public function, module constructor or method checks its arguments and plans the call
-(``jaxmg._plan.resolve``, with the :class:`jaxmg._context.Context` that :func:`context` reads);
-:func:`run` then runs its *body*, a trace-only function ``body(plan, *args, **static)``:
+A public function or module constructor calls :func:`build` (a module's computing methods call
+:func:`method`): the arguments are checked and the call planned once (``jaxmg._plan.resolve``,
+with the :class:`jaxmg._context.Context` that :func:`context` reads), and :func:`run` runs its
+*body*, a trace-only function ``body(plan, *args, **static)``:
 
 * inside a trace (``jax.jit``, or a user's ``jax.shard_map``): inline;
 * eagerly (concrete arrays, or the tracers of ``jax.grad``/``jvp``/``vmap`` called outside
@@ -28,7 +29,7 @@ from typing import Callable, Sequence
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from . import _context, _layout, _routes, _sharded
+from . import _context, _layout, _plan, _routes, _sharded
 from ._context import Context
 from ._plan import Plan
 
@@ -37,6 +38,38 @@ def context(matrices, others=()) -> Context:
     """The context of a call on ``matrices`` (and ``others``: right-hand sides, a module)."""
     return _context.of([x for x in matrices if hasattr(x, "shape")],
                        [x for x in jax.tree.leaves(others) if hasattr(x, "shape")])
+
+
+def build(body, family: str, matrices, *, rhs=(), T_A=None, mesh=None, matrix_specs=None, donate: bool = False,
+          backend: str = "auto", square: bool = True, tall: bool = True, num_rhs: int = 0, natural: bool = False,
+          flags=None, **static):
+    """Plan a construction of ``family`` on ``matrices`` (``(name, value)`` pairs) and run
+    ``body(plan, *arrays, keep=..., **static)`` through the boundary; returns (plan, outputs).
+
+    ``keep`` tells the body whether to keep the operators: not where a concrete matrix is
+    donated (the factorisation consumes it). A tracer (``jax.jit``, or an eager ``jax.grad``,
+    ``jax.jvp`` or ``jax.vmap``) is always kept, and never consumed: the derivatives need it, and
+    under eager differentiation its primal is the caller's own buffer."""
+    flags = dict(flags or {}, donate=donate)
+    ctx = context([value for _, value in matrices], [value for _, value in rhs])
+    plan, arrays = _plan.resolve(family, ctx, matrices=matrices, rhs=rhs, T_A=T_A, mesh=mesh,
+                                 matrix_specs=matrix_specs, backend=backend, square=square, tall=tall,
+                                 num_rhs=num_rhs, natural=natural, flags=flags)
+    keep = not donate or any(isinstance(x, jax.core.Tracer) for x in arrays[:len(matrices)])
+    out = run(body, plan, ctx, arrays, matrices=len(matrices), donate=donate and not keep and _plan.donatable(plan),
+                        uncommitted=uncommitted_call(mesh, arrays), keep=keep, **static)
+    return plan, out
+
+
+def method(module, body, *args, **static):
+    """``body(plan, module, *args, **static)`` through the boundary, with the module's plan (on the
+    concrete mesh of its arrays where the module was made inside ``jax.jit`` and is used eagerly)."""
+    leaves = jax.tree.leaves(module)
+    matrices = [x for x in leaves if getattr(x, "ndim", 0) >= 2][:1]
+    ctx = context(matrices, (module, args))
+    plan = _plan.with_rhs_layouts(_plan.module_plan(module.plan, leaves), [x for x in args if hasattr(x, "ndim")])
+    return run(body, plan, ctx, (module, *args), matrices=0,
+                         uncommitted=uncommitted_call(None, (module, args)), **static)
 
 
 def run(body: Callable, plan: Plan, ctx: Context, args: Sequence, *, matrices: int = 1,

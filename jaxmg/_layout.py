@@ -466,3 +466,12 @@ def batch_axes(mesh: AnyMesh, size: int) -> Axes:
             if size % _axes_size(mesh, axes) == 0:
                 return axes
     return ()
+
+
+def platform(mesh) -> str:
+    """The platform of the mesh's devices ("cpu", "gpu", ...), concrete or abstract mesh."""
+    if mesh is None:
+        return jax.devices()[0].platform
+    abstract = mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh
+    device = getattr(abstract, "abstract_device", None)
+    return getattr(device, "platform", None) or "unknown"

@@ -5,7 +5,7 @@ the arguments (each error names the argument and the fix), finds the mesh, asks
 ``jaxmg._routes`` for the route, and lays the call out. The plan is static and hashable: it keys
 the boundary's compiled call, and the factorisation modules keep it for their later solves.
 
-The plan's placement helpers (:meth:`Plan.enter`, :meth:`Plan.leave`, :meth:`Plan.rhs`) are the
+The plan's placement helpers (:meth:`Plan.enter`, :meth:`Plan.leave`, :func:`place_rhs`) are the
 only placements below the boundary, and they are trace-only:
 
 * distributed route: matrices enter in the grid layout and leave in the caller's layout;
@@ -60,13 +60,22 @@ class Plan:
     stack_spec: Optional[P] = None
 
     @property
-    def backend(self) -> str:
-        """"native" (cuSOLVERMp, the distributed route) or "portable" (a device's own solver)."""
-        return _routes.backend_of(self.route)
-
-    @property
     def distributed(self) -> bool:
         return self.route == _routes.DISTRIBUTED
+
+    @property
+    def local(self) -> bool:
+        """The local route: one matrix with the device's own solver (not a stack)."""
+        return self.route == _routes.LOCAL
+
+    @property
+    def kernels(self):
+        """The backend of the route, whose family classes (``Cholesky``, ``LU``, ``QR``,
+        ``Decompositions``) implement ``jaxmg.kernels.families``' protocols: ``kernels.native``
+        on the distributed route, ``kernels.local`` elsewhere."""
+        from .kernels import local, native
+
+        return native if self.distributed else local
 
     @property
     def layout(self) -> Optional[NamedSharding]:
@@ -79,14 +88,6 @@ class Plan:
         if self.route == _routes.LOCAL and self.mesh is not None:
             return NamedSharding(self.mesh, P())
         return None
-
-    @property
-    def donatable(self) -> bool:
-        """Whether a donated matrix can give its buffer to the computation: it is computed with in
-        the layout the caller holds it in (a gathered copy cannot reuse the caller's shards)."""
-        layout = self.layout
-        return layout is None or self.spec is None or _layout.padded_spec(self.spec, 2) == _layout.padded_spec(
-            layout.spec, 2)
 
     @property
     def caller(self) -> Optional[NamedSharding]:
@@ -104,11 +105,6 @@ class Plan:
         return self.layout
 
     @property
-    def caller_block(self) -> _sharded.Block:
-        """A matrix output of a native kernel, returned in the caller's layout of ``a``."""
-        return _sharded.Block(self.spec)
-
-    @property
     def wide(self) -> bool:
         """Whether ``a`` has fewer rows than columns."""
         return self.shape[0] < self.shape[1]
@@ -118,20 +114,6 @@ class Plan:
         spec = None if self.spec is None else _swapped(self.spec)
         grid = None if self.grid is None else Grid(self.grid.mesh, self.grid.col_axes, self.grid.row_axes)
         return dataclasses.replace(self, spec=spec, grid=grid, shape=self.shape[::-1])
-
-    def knowing(self, rhs) -> "Plan":
-        """This plan with the layouts of right-hand sides ``rhs`` recorded where none is given and
-        the array's own is known (concrete arrays, Explicit mesh axes): inside the boundary's
-        compiled call an array on Auto axes no longer says its layout, and solutions return to
-        their right-hand side's."""
-        if self.mesh is None or not rhs:
-            return self
-        specs = list(self.rhs_specs) + [None] * (len(rhs) - len(self.rhs_specs))
-        for k, b in enumerate(rhs):
-            if specs[k] is None and hasattr(b, "ndim"):
-                known = _layout.caller_spec(b, self.mesh)
-                specs[k] = None if known is None else _layout.padded_spec(known, b.ndim)
-        return dataclasses.replace(self, rhs_specs=tuple(specs))
 
     def enter(self, x):
         """Matrix argument ``x`` in the computation's layout (trace-only), through the caller's
@@ -156,32 +138,56 @@ class Plan:
         _layout.check_output_fits(x.shape, spec, self.mesh, name)
         return _sharded.place(x, spec, self.mesh)
 
-    def rhs(self, b, name: str = "b", rows: Optional[int] = None, index: int = 0):
-        """Check right-hand side ``b`` against ``a`` and place it for the solve (trace-only).
 
-        Returns ``(b, spec, home)``: ``b`` in the layout it is solved in, that layout (None where
-        the arrays are not placed), and ``home``, which takes a solution back to b's own layout."""
-        b = _checks.as_array(b, name)
-        _checks.check_dtype(b, name)
-        if b.dtype != self.dtype:
-            raise TypeError(f"{name} has dtype {b.dtype} but a has dtype {self.dtype}; "
-                            f"convert {name} with {name}.astype(a.dtype).")
-        _checks.check_rhs(b, name, self.shape[0] if rows is None else rows, "a")
-        given = self.rhs_specs[index] if index < len(self.rhs_specs) else None
-        if self.distributed:
-            _layout.check_reachable(b, name, self.mesh, target="the factorisation's mesh (a's, else its device's)",
-                                    fix="Make the factorisation on b's mesh (shard a there, or pass mesh= to the module)")
-            spec, own = _layout.resolve_rhs(b, name, self.grid, given)
-            return _placed_rhs(b, spec, own, self.mesh)
-        mesh = self.mesh if self.layout is not None else _explicit_mesh_of(b)
-        if mesh is None:
-            return b, None, _same
-        own = given if given is not None else _layout.caller_spec(b, mesh)
-        if own is not None:
-            entries = _layout.validate_spec(own, mesh, name, b.ndim)
-            _layout.check_divides(b.shape, entries, mesh, name)
-            own = P(*entries)
-        return _placed_rhs(b, P(), own, mesh)
+def donatable(plan: Plan) -> bool:
+    """Whether a donated matrix can give its buffer to the computation: it is computed with in the
+    layout the caller holds it in (a gathered copy cannot reuse the caller's shards)."""
+    layout = plan.layout
+    return layout is None or plan.spec is None or _layout.padded_spec(plan.spec, 2) == _layout.padded_spec(
+        layout.spec, 2)
+
+
+def with_rhs_layouts(plan: Plan, rhs) -> Plan:
+    """``plan`` with the layouts of right-hand sides ``rhs`` recorded where none is given and
+    the array's own is known (concrete arrays, Explicit mesh axes): inside the boundary's
+    compiled call an array on Auto axes no longer says its layout, and solutions return to
+    their right-hand side's."""
+    if plan.mesh is None or not rhs:
+        return plan
+    specs = list(plan.rhs_specs) + [None] * (len(rhs) - len(plan.rhs_specs))
+    for k, b in enumerate(rhs):
+        if specs[k] is None and hasattr(b, "ndim"):
+            known = _layout.caller_spec(b, plan.mesh)
+            specs[k] = None if known is None else _layout.padded_spec(known, b.ndim)
+    return dataclasses.replace(plan, rhs_specs=tuple(specs))
+
+
+def place_rhs(plan: Plan, b, name: str = "b", rows: Optional[int] = None, index: int = 0):
+    """Check right-hand side ``b`` against the plan's ``a`` and place it for the solve (trace-only).
+
+    Returns ``(b, spec, home)``: ``b`` in the layout it is solved in, that layout (None where
+    the arrays are not placed), and ``home``, which takes a solution back to b's own layout."""
+    b = _checks.as_array(b, name)
+    _checks.check_dtype(b, name)
+    if b.dtype != plan.dtype:
+        raise TypeError(f"{name} has dtype {b.dtype} but a has dtype {plan.dtype}; "
+                        f"convert {name} with {name}.astype(a.dtype).")
+    _checks.check_rhs(b, name, plan.shape[0] if rows is None else rows, "a")
+    given = plan.rhs_specs[index] if index < len(plan.rhs_specs) else None
+    if plan.distributed:
+        _layout.check_reachable(b, name, plan.mesh, target="the factorisation's mesh (a's, else its device's)",
+                                fix="Make the factorisation on b's mesh (shard a there, or pass mesh= to the module)")
+        spec, own = _layout.resolve_rhs(b, name, plan.grid, given)
+        return _placed_rhs(b, spec, own, plan.mesh)
+    mesh = plan.mesh if plan.layout is not None else _explicit_mesh_of(b)
+    if mesh is None:
+        return b, None, _same
+    own = given if given is not None else _layout.caller_spec(b, mesh)
+    if own is not None:
+        entries = _layout.validate_spec(own, mesh, name, b.ndim)
+        _layout.check_divides(b.shape, entries, mesh, name)
+        own = P(*entries)
+    return _placed_rhs(b, P(), own, mesh)
 
 
 def _same(x):
@@ -274,7 +280,7 @@ def resolve(family: str, context: Context, *, matrices: Sequence[tuple], rhs: Se
     else:
         spec, rhs_specs = _local_specs(found, matrix_specs, matrices, arrays, max(len(rhs), num_rhs))
         plan = Plan(family, route, found, None, spec, rhs_specs, 1, **common)
-    return plan.knowing(arrays[count:]), arrays
+    return with_rhs_layouts(plan, arrays[count:]), arrays
 
 
 def _local_specs(mesh, matrix_specs, matrices, arrays, num_rhs: int):

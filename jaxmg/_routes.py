@@ -27,6 +27,8 @@ from typing import Optional
 import numpy as np
 from jax.sharding import Mesh
 
+from . import _layout
+
 LOCAL, BATCH, DISTRIBUTED = "local", "batch", "distributed"
 
 #: The kernel family of each public operation, module and jaxmg.numpy/scipy entry.
@@ -86,17 +88,6 @@ def family(op: str) -> str:
     raise ValueError(f"op must name an operation, module or family of jaxmg, one of {known}; got {op!r}.")
 
 
-def platform(mesh) -> str:
-    """The platform of the mesh's devices ("cpu", "gpu", ...), concrete or abstract mesh."""
-    if mesh is None:
-        import jax
-
-        return jax.devices()[0].platform
-    abstract = mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh
-    device = getattr(abstract, "abstract_device", None)
-    return getattr(device, "platform", None) or "unknown"
-
-
 def device_bytes(mesh) -> Optional[int]:
     """The memory of one device of ``mesh`` (any of them: a grid's devices are of one kind), or
     None where it cannot be read (CPUs)."""
@@ -105,7 +96,7 @@ def device_bytes(mesh) -> Optional[int]:
     if isinstance(mesh, Mesh):
         device = mesh.devices.flat[0]
     else:
-        kind = platform(mesh)
+        kind = _layout.platform(mesh)
         devices = jax.local_devices(backend=None if kind in ("unknown",) else kind)
         device = devices[0] if devices else None
     stats = device.memory_stats() if device is not None and hasattr(device, "memory_stats") else None
@@ -114,7 +105,7 @@ def device_bytes(mesh) -> Optional[int]:
 
 def native_unavailable(fam: str, mesh) -> Optional[str]:
     """Why the native backend cannot run family ``fam`` on ``mesh``, or None."""
-    kind = platform(mesh)
+    kind = _layout.platform(mesh)
     if kind not in ("gpu", "cuda"):
         return f"the devices are {kind!r}, and the native backend needs NVIDIA GPUs"
     from .kernels import native

@@ -8,6 +8,7 @@ solvers already write (see the README's table).
 
 from __future__ import annotations
 
+from . import _dispatch
 from ._checks import check_flag
 from ._docstrings import shared_arguments
 from ._typing import Matrix, MeshLike, Rhs, Specs, SquareMatrix, TallMatrix, TallRhs, Tile, checked
@@ -76,7 +77,7 @@ def potrs(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, matr
     gradient's two mirrored entries.
     """
     _flags(return_logdet=return_logdet, return_status=return_status)
-    _, (out, _) = _base.build(_potrs, "cholesky", [("a", a)], rhs=[("b", b)], T_A=T_A, mesh=mesh,
+    _, (out, _) = _dispatch.build(_potrs, "cholesky", [("a", a)], rhs=[("b", b)], T_A=T_A, mesh=mesh,
                               matrix_specs=matrix_specs, donate=donate, backend=backend,
                               return_logdet=return_logdet, return_status=return_status)
     return out
@@ -116,7 +117,7 @@ def cholesky(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_sp
       ``L`` (N, N), zero above the diagonal, with a's sharding; then ``status`` when asked.
     """
     _flags(return_status=return_status)
-    _, out = _base.build(_lower, "cholesky", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
+    _, out = _dispatch.build(_lower, "cholesky", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
                          donate=donate, backend=backend, natural=True, return_status=return_status)
     return out
 
@@ -126,7 +127,7 @@ def _lower(plan, a, *, keep, return_status):
     from .autodiff import decompositions
     from .kernels import families
 
-    lower = _status.masked(status, plan.leave(decompositions.cholesky_lower(families.cholesky(plan), operator, state)))
+    lower = _status.masked(status, plan.leave(decompositions.cholesky_lower(plan.kernels.Cholesky(plan), operator, state)))
     return pick((lower, status), (True, return_status))
 
 
@@ -156,7 +157,7 @@ def lu_solve(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, m
       ``x`` with b's shape and sharding; then ``status`` when asked.
     """
     _flags(return_status=return_status)
-    _, (out, _) = _base.build(_lu_solve, "lu", [("a", a)], rhs=[("b", b)], T_A=T_A, mesh=mesh,
+    _, (out, _) = _dispatch.build(_lu_solve, "lu", [("a", a)], rhs=[("b", b)], T_A=T_A, mesh=mesh,
                               matrix_specs=matrix_specs, donate=donate, backend=backend, return_status=return_status)
     return out
 
@@ -201,7 +202,7 @@ def least_squares(a: Matrix, b: TallRhs, T_A: Tile = None, mesh: MeshLike = None
       ``status`` when asked.
     """
     _flags(return_status=return_status)
-    _, out = _base.build(_least_squares, "qr", [("a", a)], rhs=[("b", b)], T_A=T_A, mesh=mesh,
+    _, out = _dispatch.build(_least_squares, "qr", [("a", a)], rhs=[("b", b)], T_A=T_A, mesh=mesh,
                          matrix_specs=matrix_specs, donate=donate, backend=backend, square=False, tall=False,
                          return_status=return_status)
     return out
@@ -238,7 +239,7 @@ def qr(a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs =
       upper triangular (trapezoidal), both with a's sharding; then ``status`` when asked.
     """
     _flags(return_status=return_status)
-    _, out = _base.build(_qr_factors, "qr", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
+    _, out = _dispatch.build(_qr_factors, "qr", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
                          donate=donate, backend=backend, square=False, tall=False, return_status=return_status)
     return out
 
@@ -279,7 +280,7 @@ def syevd(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs
       columns in a's sharding; or ``w`` alone; then ``status`` when asked.
     """
     _flags(return_eigenvectors=return_eigenvectors, return_status=return_status)
-    _, out = _base.build(_eigh, "eigh", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
+    _, out = _dispatch.build(_eigh, "eigh", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
                          donate=donate, backend=backend, return_eigenvectors=return_eigenvectors,
                          return_status=return_status)
     return out
@@ -318,7 +319,7 @@ def sygvd(a: SquareMatrix, b: SquareMatrix, T_A: Tile = None, mesh: MeshLike = N
       alone; then ``status`` when asked.
     """
     _flags(return_eigenvectors=return_eigenvectors, return_status=return_status)
-    _, out = _base.build(_eigh, "sygvd", [("a", a), ("b", b)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
+    _, out = _dispatch.build(_eigh, "sygvd", [("a", a), ("b", b)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
                          donate=donate, backend=backend, return_eigenvectors=return_eigenvectors,
                          return_status=return_status)
     return out
@@ -358,7 +359,7 @@ def gesvd(a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Spec
       replicated, ``u`` and ``vh`` with a's sharding; then ``status`` when asked.
     """
     _flags(compute_u=compute_u, compute_vh=compute_vh, full_matrices=full_matrices, return_status=return_status)
-    _, out = _base.build(_gesvd, "svd", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
+    _, out = _dispatch.build(_gesvd, "svd", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
                          donate=donate, backend=backend, square=False, tall=False, compute_u=compute_u,
                          compute_vh=compute_vh, full_matrices=full_matrices, return_status=return_status)
     return out
@@ -395,7 +396,7 @@ def polar(a: TallMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: 
       Hermitian positive semi-definite, both with a's sharding; then ``status`` when asked.
     """
     _flags(compute_h=compute_h, return_status=return_status)
-    _, out = _base.build(_polar, "polar", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
+    _, out = _dispatch.build(_polar, "polar", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
                          donate=donate, backend=backend, square=False, compute_h=compute_h,
                          return_status=return_status)
     return out

@@ -543,74 +543,16 @@ def _describe(returncode: int) -> str:
     return f"was killed by signal {-returncode}{name}"
 
 
-class _Run:
-    def __init__(self, cmd: list[str], nproc: int, platform: str, port: int,
-                 timeout: float | None, grace: float):
-        self.cmd, self.nproc, self.platform = cmd, nproc, platform
-        self.coordinator = f"127.0.0.1:{port}"
-        self.timeout, self.grace = timeout, grace
-        self.lock = threading.Lock()
-        self.procs: list[subprocess.Popen] = []
-        self.threads: list[threading.Thread] = []
-        self.signals: list[int] = []
-        # (rank, returncode, time seen) as the ranks end; one waiter thread per rank.
-        self.exits: queue.Queue[tuple[int, int, float]] = queue.Queue()
-        self.stamps = tempfile.mkdtemp(prefix="jaxmg-launch-")  # each rank's failure time
-        self.tails: list[collections.deque] = []
+class _Failures:
+    """Which rank failed first: each rank's runner stamps the time its target failed in a file
+    of ``stamps``; ``exits`` receives (rank, returncode, time seen) as the ranks end; ``tails``
+    keep the last lines of each rank's stderr for the report."""
 
-    # Signal handler (main thread): forward the first signal, kill on the second.
-    def _on_signal(self, signum, frame) -> None:
-        self.signals.append(signum)
-        sig = signum if len(self.signals) == 1 else signal.SIGKILL
-        for p in self.procs:
-            if p.poll() is None:
-                _signal_group(p, sig)
+    def __init__(self, exits, tails, lock):
+        self.exits, self.tails, self.lock = exits, tails, lock
+        self.stamps = tempfile.mkdtemp(prefix="jaxmg-launch-")
 
-    def _stop_all(self) -> None:
-        """SIGTERM to every rank still running, SIGKILL after the grace period; wait for all."""
-        live = [p for p in self.procs if p.poll() is None]
-        for p in live:
-            _signal_group(p, signal.SIGTERM)
-        deadline = time.monotonic() + self.grace
-        while any(p.poll() is None for p in live) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        for p in self.procs:
-            # Also reaches processes the ranks started in their groups.
-            _signal_group(p, signal.SIGKILL)
-        for p in self.procs:
-            p.wait()
-
-    def _start(self) -> None:
-        preexec = _die_with_parent()
-        for rank in range(self.nproc):
-            self.procs.append(subprocess.Popen(
-                self.cmd,
-                env=_child_env(rank, self.nproc, self.coordinator, self.platform, self._stamp(rank)),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,  # own process group, for killpg
-                preexec_fn=preexec,
-            ))
-        # Threads only after all forks (preexec_fn and threads don't mix).
-        for rank, p in enumerate(self.procs):
-            prefix = f"[rank {rank}] ".encode()
-            tail = collections.deque(maxlen=TAIL_LINES)
-            self.tails.append(tail)
-            for src, dst, keep in ((p.stdout, sys.stdout, None), (p.stderr, sys.stderr, tail)):
-                self._thread(_pump, src, dst, prefix, self.lock, keep, name=f"rank{rank}-output")
-            self._thread(self._await_exit, rank, p, name=f"rank{rank}-wait")
-
-    def _thread(self, target, *args, name: str) -> None:
-        t = threading.Thread(target=target, args=args, daemon=True, name=f"jaxmg-launch-{name}")
-        t.start()
-        self.threads.append(t)
-
-    def _await_exit(self, rank: int, p: subprocess.Popen) -> None:
-        rc = p.wait()
-        self.exits.put((rank, rc, time.time()))
-
-    def _stamp(self, rank: int) -> str:
+    def stamp(self, rank: int) -> str:
         return os.path.join(self.stamps, f"rank{rank}")
 
     def _failed_at(self, rank: int, seen: float) -> tuple[int, float]:
@@ -619,12 +561,12 @@ class _Run:
         the failures of peers that end with it: those come from the collectives it broke); else
         (1, when its target failed, by its runner's stamp)."""
         try:
-            with open(self._stamp(rank)) as f:
+            with open(self.stamp(rank)) as f:
                 return 1, float(f.read())
         except (OSError, ValueError):
             return 0, seen
 
-    def _first_failure(self, rank: int, rc: int, seen: float) -> tuple[int, int]:
+    def first(self, rank: int, rc: int, seen: float) -> tuple[int, int]:
         """(rank, returncode) of the rank that failed first: the failure just seen, or one of the
         ranks that failed with it (within SETTLE_SECONDS), by the time each failed."""
         failed = [(self._failed_at(rank, seen), rank, rc)]
@@ -639,7 +581,7 @@ class _Run:
         _, rank, rc = min(failed)
         return rank, rc
 
-    def _report_failure(self, rank: int, returncode: int) -> None:
+    def report(self, rank: int, returncode: int) -> None:
         """Say which rank failed first, how, and the last lines of its stderr."""
         tail = b"".join(self.tails[rank]).decode(errors="replace").rstrip("\n")
         lines = [f"rank {rank} failed first: it {_describe(returncode)}; "
@@ -651,6 +593,77 @@ class _Run:
             lines.append(f"rank {rank} wrote nothing to stderr")
         _say("\n".join(lines), self.lock)
 
+
+def _stop_all(procs, grace: float) -> None:
+    """SIGTERM to every rank still running, SIGKILL after the grace period; wait for all."""
+    live = [p for p in procs if p.poll() is None]
+    for p in live:
+        _signal_group(p, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while any(p.poll() is None for p in live) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for p in procs:
+        # Also reaches processes the ranks started in their groups.
+        _signal_group(p, signal.SIGKILL)
+    for p in procs:
+        p.wait()
+
+
+def _start_ranks(run: "_Run") -> None:
+    """Start every rank (own process group), then one output pump per stream and one waiter per rank."""
+    preexec = _die_with_parent()
+    for rank in range(run.nproc):
+        run.procs.append(subprocess.Popen(
+            run.cmd,
+            env=_child_env(rank, run.nproc, run.coordinator, run.platform, run.failures.stamp(rank)),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # own process group, for killpg
+            preexec_fn=preexec,
+        ))
+    # Threads only after all forks (preexec_fn and threads don't mix).
+    for rank, p in enumerate(run.procs):
+        prefix = f"[rank {rank}] ".encode()
+        tail = collections.deque(maxlen=TAIL_LINES)
+        run.tails.append(tail)
+        for src, dst, keep in ((p.stdout, sys.stdout, None), (p.stderr, sys.stderr, tail)):
+            run._thread(_pump, src, dst, prefix, run.lock, keep, name=f"rank{rank}-output")
+        run._thread(run._await_exit, rank, p, name=f"rank{rank}-wait")
+
+
+class _Run:
+    def __init__(self, cmd: list[str], nproc: int, platform: str, port: int,
+                 timeout: float | None, grace: float):
+        self.cmd, self.nproc, self.platform = cmd, nproc, platform
+        self.coordinator = f"127.0.0.1:{port}"
+        self.timeout, self.grace = timeout, grace
+        self.lock = threading.Lock()
+        self.procs: list[subprocess.Popen] = []
+        self.threads: list[threading.Thread] = []
+        self.signals: list[int] = []
+        # (rank, returncode, time seen) as the ranks end; one waiter thread per rank.
+        self.exits: queue.Queue[tuple[int, int, float]] = queue.Queue()
+        self.tails: list[collections.deque] = []
+        self.failures = _Failures(self.exits, self.tails, self.lock)
+
+    # Signal handler (main thread): forward the first signal, kill on the second.
+    def _on_signal(self, signum, frame) -> None:
+        self.signals.append(signum)
+        sig = signum if len(self.signals) == 1 else signal.SIGKILL
+        for p in self.procs:
+            if p.poll() is None:
+                _signal_group(p, sig)
+
+    def _thread(self, target, *args, name: str) -> None:
+        t = threading.Thread(target=target, args=args, daemon=True, name=f"jaxmg-launch-{name}")
+        t.start()
+        self.threads.append(t)
+
+    def _await_exit(self, rank: int, p: subprocess.Popen) -> None:
+        rc = p.wait()
+        self.exits.put((rank, rc, time.time()))
+
     def _wait(self) -> int:
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         running = self.nproc
@@ -658,13 +671,13 @@ class _Run:
             if self.signals:
                 _say(f"received {signal.Signals(self.signals[0]).name}; stopping all ranks",
                      self.lock)
-                self._stop_all()
+                _stop_all(self.procs, self.grace)
                 return 128 + self.signals[0]
             if not running:
                 return 0
             if deadline is not None and time.monotonic() > deadline:
                 _say(f"timeout after {self.timeout:g} s; stopping all ranks", self.lock)
-                self._stop_all()
+                _stop_all(self.procs, self.grace)
                 _say(f"all ranks stopped {time.monotonic() - deadline:.1f} s after the "
                      "timeout", self.lock)
                 return TIMEOUT_EXIT_CODE
@@ -677,9 +690,9 @@ class _Run:
                 continue  # ended by the signal we forwarded: reported as such above
             if rc != 0:
                 failed_at = time.monotonic()
-                rank, rc = self._first_failure(rank, rc, seen)
-                self._report_failure(rank, rc)
-                self._stop_all()
+                rank, rc = self.failures.first(rank, rc, seen)
+                self.failures.report(rank, rc)
+                _stop_all(self.procs, self.grace)
                 _say(f"all ranks stopped {time.monotonic() - failed_at:.1f} s after rank "
                      f"{rank} ended", self.lock)
                 return _exit_status(rc)
@@ -690,15 +703,15 @@ class _Run:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 handlers[sig] = signal.signal(sig, self._on_signal)
         try:
-            self._start()
+            _start_ranks(self)
             code = self._wait()
         except BaseException:
-            self._stop_all()
+            _stop_all(self.procs, self.grace)
             raise
         finally:
             for sig, h in handlers.items():
                 signal.signal(sig, h)
-            shutil.rmtree(self.stamps, ignore_errors=True)
+            shutil.rmtree(self.failures.stamps, ignore_errors=True)
         for t in self.threads:
             t.join(timeout=2.0)  # a detached grandchild may hold a pipe open
         return code

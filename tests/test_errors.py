@@ -201,7 +201,7 @@ def test_native_unavailable_maps_operations_to_families(monkeypatch):
     from jaxmg.kernels import native
 
     monkeypatch.setattr(native, "unavailable_reason", lambda: None)
-    monkeypatch.setattr(_routes, "platform", lambda mesh: "gpu")
+    monkeypatch.setattr(_layout, "platform", lambda mesh: "gpu")
     for op in ("potrs", "lu_solve", "least_squares", "syevd", "sygvd", "gesvd", "polar", "Cholesky"):
         assert _routes.native_unavailable(_routes.family(op), None) is None, op
 

@@ -449,14 +449,14 @@ def test_first_failure_is_the_earliest_not_the_first_seen():
     run = launch._Run(["true"], 3, "cpu", 1234, None, 1.0)
     try:
         for rank, when in ((0, 20.0), (1, 10.0)):
-            with open(run._stamp(rank), "w") as f:
+            with open(run.failures.stamp(rank), "w") as f:
                 f.write(repr(when))
         run.exits.put((1, 1, 99.0))
-        assert run._first_failure(0, 1, 98.0) == (1, 1)  # rank 0 was seen first, rank 1 failed first
+        assert run.failures.first(0, 1, 98.0) == (1, 1)  # rank 0 was seen first, rank 1 failed first
         run.exits.put((2, -9, 99.0))  # killed: no stamp
-        assert run._first_failure(0, 1, 98.0) == (2, -9)
+        assert run.failures.first(0, 1, 98.0) == (2, -9)
     finally:
-        shutil.rmtree(run.stamps)
+        shutil.rmtree(run.failures.stamps)
 
 
 NOISE = ("CANCELLED", "WatchTasksAsync", "Cancelling all calls", "Source Location Trace",

@@ -1,6 +1,6 @@
 """The kernel contract of each family: typed factor states and the protocol that both backends
 implement (``jaxmg.kernels.local`` on whole matrices, ``jaxmg.kernels.native`` over the process
-grid), and :func:`kernels`, which gives a plan its family's implementation.
+grid; a plan's ``kernels`` is the backend of its route).
 
 Every method is trace-only and takes and returns global arrays: on the native backend matrices
 in the grid layout (or the caller's, where a method says so), right-hand sides in the layout
@@ -70,29 +70,3 @@ class DecompositionKernels(Protocol):
     def gesvd(self, a, full_matrices: bool,
               compute_uv: bool = True) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]: ...
     def polar(self, a) -> tuple[jax.Array, jax.Array, jax.Array]: ...
-
-
-def _module(plan):
-    from . import local, native
-
-    return native if plan.distributed else local
-
-
-def cholesky(plan) -> CholeskyKernels:
-    """The Cholesky kernels of ``plan``'s backend: native on the distributed route, else local."""
-    return _module(plan).Cholesky(plan)
-
-
-def lu(plan) -> LUKernels:
-    """The LU kernels of ``plan``'s backend."""
-    return _module(plan).LU(plan)
-
-
-def qr(plan) -> QRKernels:
-    """The QR kernels of ``plan``'s backend."""
-    return _module(plan).QR(plan)
-
-
-def decompositions(plan) -> DecompositionKernels:
-    """The eigen-, singular value and polar decompositions of ``plan``'s backend."""
-    return _module(plan).Decompositions(plan)

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.scipy.linalg import solve_triangular
 
-from .. import _routes
+from .. import _layout
 from . import status as _status, triangular
 from .families import CholeskyState, LUState, QRState
 
@@ -61,11 +61,11 @@ class _Local:
     def cublas(self) -> bool:
         """Whether the library's one-GPU cuBLAS calls serve this call: one matrix, not a stack,
         on an NVIDIA GPU with the native library loaded."""
-        return self.plan.route == _routes.LOCAL and _one_gpu_library(self.plan.mesh)
+        return self.plan.local and _one_gpu_library(self.plan.mesh)
 
 
 def _one_gpu_library(mesh) -> bool:
-    if _routes.platform(mesh) not in ("gpu", "cuda"):
+    if _layout.platform(mesh) not in ("gpu", "cuda"):
         return False
     from .native import gemm
 

@@ -11,6 +11,7 @@ from ..kernels import families
 from ..kernels.families import CholeskyState
 from .._docstrings import shared_arguments
 from .._typing import MeshLike, Rhs, Specs, SquareMatrix, Tile, checked
+from .. import _dispatch, _plan
 from . import _base
 from ._base import Factorisation
 
@@ -58,24 +59,24 @@ class Cholesky(Factorisation):
     @checked
     def __init__(self, a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
                  natural: bool = False, donate: bool = False, backend: str = "auto"):
-        self.plan, (self.state, self.status, self.operator) = _base.build(
+        self.plan, (self.state, self.status, self.operator) = _dispatch.build(
             factored, "cholesky", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs, donate=donate,
             backend=backend, num_rhs=1, natural=natural, flags=dict(natural=natural))
 
     @checked
     def solve(self, b: Rhs):
         """x with ``a @ x = b``; b is (N,) or (N, NRHS) and x has b's shape and sharding."""
-        return _base.method(self, _solve, b)
+        return _dispatch.method(self, _solve, b)
 
     def logdet(self):
         """log det a (real, replicated)."""
-        return _base.method(self, _logdet)
+        return _dispatch.method(self, _logdet)
 
     def inverse(self):
         """a^-1 (N x N) in a's layout, from the saved factor: LAPACK's potri, the triangular
         inverse and the product L^-H L^-1, (2/3) N^3 flops in large matrix products (on the
         distributed route over the grid, never gathered). Differentiable in ``a`` (any order)."""
-        return _base.method(self, _inverse)
+        return _dispatch.method(self, _inverse)
 
     @property
     def factor(self):
@@ -84,24 +85,24 @@ class Cholesky(Factorisation):
         Read from the saved factor where it holds L (``natural=True``, the local and batch
         routes); else computed by factoring the kept ``a`` once more in natural order.
         """
-        if not families.cholesky(self.plan).lower_readable and self.operator is None:
+        if not self.plan.kernels.Cholesky(self.plan).lower_readable and self.operator is None:
             raise ValueError(
                 "Cholesky(a, donate=True).factor: the donated a was factored in cuSOLVERMp's permuted "
                 "layout, from which L cannot be read, and a is gone; use Cholesky(a, natural=True, "
                 "donate=True) (or jaxmg.cholesky) when L is needed.")
-        return _base.method(self, _lower)
+        return _dispatch.method(self, _lower)
 
 
 def factored(plan, a, *, keep: bool):
     """(state, status, operator) of the factorisation of ``a`` (trace-only)."""
-    state, status = families.cholesky(plan).factor(_base.no_gradient(plan.enter(a)))
+    state, status = plan.kernels.Cholesky(plan).factor(_base.no_gradient(plan.enter(a)))
     return jax.lax.stop_gradient(state), status, a if keep else None
 
 
 def solved(plan, operator, state, status, b):
     """x with ``a x = b`` from the saved factor, NaN where the status is not 0 (trace-only)."""
-    kernels = families.cholesky(plan)
-    b, spec, home = plan.rhs(b)
+    kernels = plan.kernels.Cholesky(plan)
+    b, spec, home = _plan.place_rhs(plan, b)
     solve = lambda r: kernels.solve(state, r, spec)  # noqa: E731
     # the operator read from a's lower triangle is Hermitian: symmetric for real dtypes (one solve
     # serves its transpose), and its transpose is its conjugate for complex ones
@@ -113,7 +114,7 @@ def solved(plan, operator, state, status, b):
 
 def log_determinant(plan, operator, state, status):
     """log det a from the saved factor (trace-only)."""
-    return _masked(status, logdet.logdet(families.cholesky(plan), operator, state))
+    return _masked(status, logdet.logdet(plan.kernels.Cholesky(plan), operator, state))
 
 
 def _masked(status, *outputs):
@@ -131,13 +132,13 @@ def _logdet(plan, module):
 
 
 def _inverse(plan, module):
-    inverse = logdet.inverse(families.cholesky(plan), module.operator, module.state)
+    inverse = logdet.inverse(plan.kernels.Cholesky(plan), module.operator, module.state)
     return module._masked(plan.leave(inverse, "the inverse"))
 
 
 def _lower(plan, module):
     state = module.state
-    if not families.cholesky(plan).lower_readable:
+    if not plan.kernels.Cholesky(plan).lower_readable:
         plan = dataclasses.replace(plan, natural=True)
         state, _, _ = factored(plan, module.operator, keep=False)
-    return module._masked(plan.leave(decompositions.cholesky_lower(families.cholesky(plan), module.operator, state)))
+    return module._masked(plan.leave(decompositions.cholesky_lower(plan.kernels.Cholesky(plan), module.operator, state)))

@@ -13,6 +13,7 @@ from .._checks import check_flag
 from .._dense import adjoint
 from .._docstrings import shared_arguments
 from .._typing import Matrix, MeshLike, Specs, SquareMatrix, TallMatrix, Tile, checked
+from .. import _dispatch
 from . import _base
 from ._base import Factorisation
 
@@ -52,7 +53,7 @@ class Eigh(Factorisation):
     def __init__(self, a: SquareMatrix, b: Optional[SquareMatrix] = None, T_A: Tile = None, mesh: MeshLike = None,
                  matrix_specs: Specs = None, *, donate: bool = False, backend: str = "auto"):
         matrices = [("a", a)] if b is None else [("a", a), ("b", b)]
-        self.plan, (self.w, self.v, self.status, self.operator, self.pencil) = _base.build(
+        self.plan, (self.w, self.v, self.status, self.operator, self.pencil) = _dispatch.build(
             eigen, "eigh" if b is None else "sygvd", matrices, T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
             donate=donate, backend=backend)
 
@@ -91,7 +92,7 @@ class SVD(Factorisation):
     def __init__(self, a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
                  full_matrices: bool = False, donate: bool = False, backend: str = "auto"):
         check_flag(full_matrices, "full_matrices")
-        self.plan, (self.u, self.s, self.vh, self.status, self.operator) = _base.build(
+        self.plan, (self.u, self.s, self.vh, self.status, self.operator) = _dispatch.build(
             singular, "svd", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs, donate=donate,
             backend=backend, square=False, tall=False, full_matrices=bool(full_matrices), compute_uv=True)
 
@@ -128,14 +129,14 @@ class Polar(Factorisation):
     @checked
     def __init__(self, a: TallMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
                  donate: bool = False, backend: str = "auto"):
-        self.plan, (self.u_p, self.h, self.status, self.operator) = _base.build(
+        self.plan, (self.u_p, self.h, self.status, self.operator) = _dispatch.build(
             polar_factors, "polar", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs, donate=donate,
             backend=backend, square=False)
 
 
 def eigen(plan, a, b=None, *, keep: bool):
     """(w, v, status, a, b) of ``a v = v diag(w)``, or of ``a v = b v diag(w)`` (trace-only)."""
-    kernels = families.decompositions(plan)
+    kernels = plan.kernels.Decompositions(plan)
     if b is None:
         w, v, status = rules.syevd(kernels, a)
     else:
@@ -147,7 +148,7 @@ def eigen(plan, a, b=None, *, keep: bool):
 def singular(plan, a, *, keep: bool, full_matrices: bool, compute_uv: bool):
     """(u, s, vh, status, a) of ``a = u diag(s) vh``; a wide ``a`` through a^H (trace-only)."""
     kplan = plan.adjoint() if plan.wide else plan
-    kernels = families.decompositions(kplan)
+    kernels = kplan.kernels.Decompositions(kplan)
     x = adjoint(a) if plan.wide else a
     if compute_uv:
         u, s, vh, status = rules.gesvd(kernels, full_matrices, x)
@@ -163,6 +164,6 @@ def singular(plan, a, *, keep: bool, full_matrices: bool, compute_uv: bool):
 
 def polar_factors(plan, a, *, keep: bool):
     """(u_p, h, status, a) of ``a = u_p h`` (trace-only)."""
-    u_p, h, status = rules.polar_decomposition(families.decompositions(plan), a)
+    u_p, h, status = rules.polar_decomposition(plan.kernels.Decompositions(plan), a)
     u_p, h = _status.masked(status, plan.leave(u_p, "u_p"), plan.leave(h, "h"))
     return u_p, h, status, a if keep else None

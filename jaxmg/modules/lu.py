@@ -10,6 +10,7 @@ from ..kernels import families, status as _status
 from ..kernels.families import LUState
 from .._docstrings import shared_arguments
 from .._typing import MeshLike, Rhs, Specs, SquareMatrix, Tile, checked
+from .. import _dispatch, _plan
 from . import _base
 from ._base import Factorisation
 
@@ -44,7 +45,7 @@ class LU(Factorisation):
     @checked
     def __init__(self, a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
                  donate: bool = False, backend: str = "auto"):
-        self.plan, (self.state, self.status, self.operator) = _base.build(
+        self.plan, (self.state, self.status, self.operator) = _dispatch.build(
             factored, "lu", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs, donate=donate,
             backend=backend, num_rhs=1)
 
@@ -63,7 +64,7 @@ class LU(Factorisation):
         """x with ``op(a) @ x = b``, op by ``trans``: "N" (a), "T" (a^T) or "C" (a^H)."""
         if trans not in _TRANSPOSE:
             raise ValueError(f"trans must be 'N', 'T' or 'C', got {trans!r}.")
-        return _base.method(self, _solve, b, trans=trans)
+        return _dispatch.method(self, _solve, b, trans=trans)
 
     def transpose_solve(self, b):
         """x with ``a^T @ x = b`` (shorthand for ``solve(b, trans="T")``)."""
@@ -73,26 +74,26 @@ class LU(Factorisation):
         """a^-1 (N x N) in a's layout, from the saved factor: LAPACK's getri, the inverses of
         both triangular factors and their product, (4/3) N^3 flops in large matrix products (on
         the distributed route over the grid, never gathered). Differentiable in ``a`` (any order)."""
-        return _base.method(self, _inverse)
+        return _dispatch.method(self, _inverse)
 
     def slogdet(self):
         """``(sign, logabsdet)`` of a, replicated, as ``jnp.linalg.slogdet``: sign has a's dtype
         (+-1, or a unit-modulus phase for complex a; 0 where a is singular) and logabsdet is
         real (-inf where a is singular). Differentiable in ``a`` (any order), with A^-1 from the
         saved factor."""
-        return _base.method(self, _slogdet)
+        return _dispatch.method(self, _slogdet)
 
 
 def factored(plan, a, *, keep: bool):
     """(state, status, operator) of the LU factorisation of ``a`` (trace-only)."""
-    state, status = families.lu(plan).factor(_base.no_gradient(plan.enter(a)))
+    state, status = plan.kernels.LU(plan).factor(_base.no_gradient(plan.enter(a)))
     return jax.lax.stop_gradient(state), status, a if keep else None
 
 
 def solved(plan, operator, state, status, b, trans: str = "N"):
     """x with ``op(a) x = b`` from the saved factor, NaN where the status is not 0 (trace-only)."""
-    kernels = families.lu(plan)
-    b, spec, home = plan.rhs(b)
+    kernels = plan.kernels.LU(plan)
+    b, spec, home = _plan.place_rhs(plan, b)
     transposed, conjugate = _TRANSPOSE[trans]
 
     def apply(r, op, conj):
@@ -111,7 +112,7 @@ def _solve(plan, module, b, *, trans):
 
 def inverted(plan, operator, state, status):
     """a^-1 in a's layout from the saved factor (trace-only)."""
-    inverse = logdet.inverse(families.lu(plan), operator, state)
+    inverse = logdet.inverse(plan.kernels.LU(plan), operator, state)
     return _status.masked(status, plan.leave(inverse, "the inverse"))
 
 
@@ -121,7 +122,7 @@ def _inverse(plan, module):
 
 def sign_and_logdet(plan, operator, state):
     """(sign, log|det a|) from the saved factor (trace-only)."""
-    return logdet.slogdet(families.lu(plan), operator, state)
+    return logdet.slogdet(plan.kernels.LU(plan), operator, state)
 
 
 def _slogdet(plan, module):

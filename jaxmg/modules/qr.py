@@ -12,6 +12,7 @@ from ..kernels.families import QRState
 from .._dense import adjoint, columns, matmul, spec_of, triu
 from .._docstrings import shared_arguments
 from .._typing import Matrix, MeshLike, Specs, TallRhs, Tile, checked
+from .. import _dispatch, _plan
 from . import _base
 from ._base import Factorisation
 
@@ -52,7 +53,7 @@ class QR(Factorisation):
     @checked
     def __init__(self, a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
                  donate: bool = False, backend: str = "auto"):
-        self.plan, (self.state, self.status, self.operator) = _base.build(
+        self.plan, (self.state, self.status, self.operator) = _dispatch.build(
             factored, "qr", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs, donate=donate,
             backend=backend, square=False, tall=False, num_rhs=1)
 
@@ -73,7 +74,7 @@ class QR(Factorisation):
         if self.wide and self.operator is None:
             raise ValueError("QR(a, donate=True).solve with a wide a: the minimum-norm solution x = a^H "
                              "(a a^H)^-1 b needs a, which was donated; keep a (donate=False).")
-        return _base.method(self, _solve, b)
+        return _dispatch.method(self, _solve, b)
 
     @property
     def q(self):
@@ -89,7 +90,7 @@ class QR(Factorisation):
         if self.wide and self.operator is None:
             raise ValueError("QR(a, donate=True) with a wide a: q and r need a, which was donated; "
                              "keep a (donate=False), or use jaxmg.qr(a).")
-        return _base.method(self, _factors)
+        return _dispatch.method(self, _factors)
 
 
 def kernel_plan(plan):
@@ -101,15 +102,15 @@ def factored(plan, a, *, keep: bool):
     """(state, status, operator) of the QR factorisation of ``a`` (of a^H for a wide a)."""
     kplan = kernel_plan(plan)
     factor_of = adjoint(a) if plan.wide else a
-    state, status = families.qr(kplan).factor(_base.no_gradient(kplan.enter(factor_of)))
+    state, status = kplan.kernels.QR(kplan).factor(_base.no_gradient(kplan.enter(factor_of)))
     return jax.lax.stop_gradient(state), status, a if keep else None
 
 
 def solved(plan, operator, state, status, b):
     """The least-squares (or, for a wide a, minimum-norm) solution from the saved factor."""
     kplan = kernel_plan(plan)
-    kernels = families.qr(kplan)
-    b, spec, home = kplan.rhs(b, rows=plan.shape[0])
+    kernels = kplan.kernels.QR(kplan)
+    b, spec, home = _plan.place_rhs(kplan, b, rows=plan.shape[0])
     if not plan.wide:
         x = decompositions.least_squares(kernels, spec, operator, state, b)
     else:
@@ -132,7 +133,7 @@ def _solve(plan, module, b):
 
 def factors(plan, operator, state, status):
     """(q, r) in a's layout from the saved factor of a tall ``a`` (trace-only)."""
-    q, r = decompositions.qr_outputs(families.qr(plan), operator, state)
+    q, r = decompositions.qr_outputs(plan.kernels.QR(plan), operator, state)
     return _status.masked(status, plan.leave(q, "q"), plan.leave(r, "r"))
 
 

@@ -335,13 +335,13 @@ class QR:
 
     def q(self, state):
         m, n = self.plan.shape
-        check_outputs([self.plan.caller_block], [(m, n)], self.grid, ["q"])
-        return self._run(qr_q, list(state), _STATE, [self.plan.caller_block], m=m)[0]
+        check_outputs([Block(self.plan.spec)], [(m, n)], self.grid, ["q"])
+        return self._run(qr_q, list(state), _STATE, [Block(self.plan.spec)], m=m)[0]
 
     def r(self, state):
         n = self.plan.shape[1]
-        check_outputs([self.plan.caller_block], [(n, n)], self.grid, ["r"])
-        return self._run(qr_r, list(state), _STATE, [self.plan.caller_block])[0]
+        check_outputs([Block(self.plan.spec)], [(n, n)], self.grid, ["r"])
+        return self._run(qr_r, list(state), _STATE, [Block(self.plan.spec)])[0]
 
     def solve(self, state, b, spec):
         n = self.plan.shape[1]

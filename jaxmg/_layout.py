@@ -451,11 +451,6 @@ def auto_tile(shape, grid: Grid) -> int:
     return tile
 
 
-def padded_extent(local: int, tile: int) -> int:
-    """A local extent rounded up to a whole number of tiles (what the native layout pads to)."""
-    return -(-local // tile) * tile
-
-
 def batch_axes(mesh: AnyMesh, size: int) -> Axes:
     """The mesh axes to spread a stack of ``size`` matrices over: the longest run of the mesh's
     axes, in order, whose devices divide ``size`` (none where even one axis does not)."""

@@ -105,13 +105,6 @@ def local_block(x: jax.Array, grid: Grid) -> jax.Array:
     return x
 
 
-def block_offsets(grid: Grid, local_shape) -> tuple[jax.Array, jax.Array]:
-    """Inside shard_map: global row and column indices of this device's local block."""
-    rows, cols = local_shape[-2], local_shape[-1]
-    i, j = axis_index(grid.row_axes), axis_index(grid.col_axes)
-    return i * rows + jnp.arange(rows), j * cols + jnp.arange(cols)
-
-
 def _spec(kind: Kind, grid: Grid) -> P:
     if isinstance(kind, Block):
         return grid.spec

@@ -205,11 +205,14 @@ def test_rule7_least_squares_rhs_on_every_grid(shape, b_spec):
     assert np.allclose(np.asarray(x), expected, atol=1e-10)
 
 
-# Rule 8: a shard that is not a multiple of T_A is padded.
+# Rule 8: a shard that is not a multiple of T_A is padded (to a whole number of tiles on every process).
 def test_rule8_padding_plan():
-    assert _layout.padded_extent(8, 3) == 9
-    assert _layout.padded_extent(8, 8) == 8
-    assert _layout.padded_extent(5, 1024) == 1024
+    from jaxmg.kernels.native import _grid
+
+    grid = _layout.Grid(make_mesh((4, 2), ("x", "y")), ("x",), ("y",))
+    assert _grid.padded_size(32, 3, grid) == 36
+    assert _grid.padded_size(32, 8, grid) == 32
+    assert _grid.padded_size(20, 1024, grid) == 4096
 
 
 @pytest.mark.parametrize("tile", [3, 5, 7, 1000])

@@ -65,10 +65,8 @@ __all__ = [
     "layout_of",
     "resolve",
     "kind",
-    "call",
     "matvec",
-    "constrain",
-    "replicate",
+    "placed_tangent",
     "matmul",
     "ct",
     "tril",
@@ -164,14 +162,6 @@ def kind(like) -> str | None:
         f"layout {sh.spec} uses mesh axes of types {sorted(str(t) for t in found)}; "
         "only all-Explicit or all-Auto layouts are supported"
     )
-
-
-# --------------------------------------------------------------------------- calls
-
-
-def call(impl, arrays: tuple, sh: NamedSharding | None, **static):
-    """``impl(*arrays, sh=sh, **static)`` (trace-only: the public boundary compiles the whole call)."""
-    return impl(*arrays, sh=sh, **static)
 
 
 # --------------------------------------------------------------------------- traced building blocks
@@ -377,18 +367,6 @@ def _tri_inv_blocks(t, sh, lower, max_block):
 # --------------------------------------------------------------------------- public helpers
 
 
-def constrain(x, like, spec: P | None = None):
-    """``x`` laid out like ``like`` (or with ``spec`` on like's mesh); unchanged without a layout."""
-    sh = resolve(like)
-    if kind(sh) is None:
-        return x
-    return call(_constrain_impl, (x,), sh, spec=spec)
-
-
-def _constrain_impl(x, sh, spec):
-    return _place(x, sh, spec)
-
-
 def placed_tangent(a, a_dot, layout: NamedSharding | None):
     """``a``'s tangent ``a_dot`` in ``layout`` (None: as it is), or None where ``a`` is not
     differentiated (``a`` is None, or ``a_dot`` is the symbolic zero of a custom JVP defined
@@ -417,54 +395,33 @@ def matvec(a, x, layout: NamedSharding | None, trans: str = "N"):
     return jax.lax.with_sharding_constraint(jnp.matmul(a, x, precision=_HIGHEST), target)
 
 
-def replicate(v, like):
-    """A small array (eigenvalues, ...) replicated on like's mesh."""
-    return constrain(v, like, P())
-
-
 def matmul(x, y, like, *, adj_x: bool = False, adj_y: bool = False):
     """``op(x) @ op(y)`` laid out like ``like``; ``op`` is the conjugate transpose when ``adj_*``.
 
     The operands may have any layout on the same mesh (XLA moves the data the
     product needs). Computed at ``Precision.HIGHEST``.
     """
-    return call(_matmul_impl, (x, y), resolve(like), adj_x=adj_x, adj_y=adj_y)
-
-
-def _matmul_impl(x, y, sh, adj_x, adj_y):
-    return _matmul(x, y, sh, adj_x, adj_y)
+    return _matmul(x, y, resolve(like), adj_x, adj_y)
 
 
 def ct(x, like=None):
     """Conjugate transpose of a matrix, laid out like ``like`` (default: like ``x``)."""
-    return call(_ct_impl, (x,), resolve(x if like is None else like))
-
-
-def _ct_impl(x, sh):
-    return _ct(x, sh)
+    return _ct(x, resolve(x if like is None else like))
 
 
 def tril(x, k: int = 0, like=None):
     """Lower triangle ``j <= i + k`` of a matrix, laid out like ``like`` (default: like ``x``)."""
-    return call(_tri_impl, (x,), resolve(x if like is None else like), k=k, upper=False)
+    return _tril(x, resolve(x if like is None else like), k)
 
 
 def triu(x, k: int = 0, like=None):
     """Upper triangle ``j >= i + k`` of a matrix, laid out like ``like`` (default: like ``x``)."""
-    return call(_tri_impl, (x,), resolve(x if like is None else like), k=k, upper=True)
-
-
-def _tri_impl(x, sh, k, upper):
-    return _triu(x, sh, k) if upper else _tril(x, sh, k)
+    return _triu(x, resolve(x if like is None else like), k)
 
 
 def sym_part(x, like=None):
     """Hermitian part ``(x + x^H) / 2`` of a square matrix, laid out like ``like`` (default: like ``x``)."""
-    return call(_sym_impl, (x,), resolve(x if like is None else like))
-
-
-def _sym_impl(x, sh):
-    return _sym(x, sh)
+    return _sym(x, resolve(x if like is None else like))
 
 
 def lower_read(x, like=None):
@@ -473,20 +430,12 @@ def lower_read(x, like=None):
     like ``x``). Linear: applied to a tangent, it makes a derivative rule the exact derivative
     of what was computed; JAX transposes it for reverse mode (the cotangent of the lower
     triangle then collects both triangles')."""
-    return call(_lower_read_impl, (x,), resolve(x if like is None else like))
-
-
-def _lower_read_impl(x, sh):
-    return _lower_read(x, sh)
+    return _lower_read(x, resolve(x if like is None else like))
 
 
 def diag_embed(v, like, shape=None):
     """The matrix (square, or ``shape``) with vector ``v`` on its diagonal, laid out like ``like``."""
-    return call(_diag_impl, (v,), resolve(like), shape=None if shape is None else tuple(shape))
-
-
-def _diag_impl(v, sh, shape):
-    return _diag_embed(v, sh, shape)
+    return _diag_embed(v, resolve(like), None if shape is None else tuple(shape))
 
 
 def tri_inv(t, *, lower: bool = True, like=None, max_block: int = 2048):
@@ -505,10 +454,6 @@ def tri_inv(t, *, lower: bool = True, like=None, max_block: int = 2048):
     ``Y <- Y - Y C Y`` (two distributed matmuls per level). This is the
     recursive inversion method, whose error bounds are those of the usual
     blocked methods. If n cannot be split evenly over the layout, the matrix is
-    replicated and inverted in one piece (a gather; documented fallback).
+    replicated and inverted in one piece (a gather).
     """
-    return call(_tri_inv_impl, (t,), resolve(t if like is None else like), lower=lower, max_block=max_block)
-
-
-def _tri_inv_impl(t, sh, lower, max_block):
-    return _tri_inv(t, sh, lower, max_block)
+    return _tri_inv(t, resolve(t if like is None else like), lower, max_block)

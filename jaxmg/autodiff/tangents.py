@@ -12,8 +12,7 @@ sharding annotation), elementwise operations, laid-out masks, the matmul-based t
 inverse of :func:`jaxmg.autodiff._dist.tri_inv` and small replicated vectors (eigen- and
 singular values). Every matrix tangent has the layout ``sh`` of the primal matrices
 (``NamedSharding``, Explicit or Auto axes; None for none); vector tangents are replicated.
-Eagerly each formula runs as one jitted program (:func:`jaxmg.autodiff._dist.call`);
-inside a trace it is inlined.
+Everything is trace-only (the public boundary compiles the whole call).
 
 Conventions, as ``jnp.linalg``:
 
@@ -100,10 +99,6 @@ def qr_jvp(q, r, a_dot, sh):
     ``r^{-1}`` comes from the distributed :func:`~jaxmg.autodiff._dist.tri_inv`.
     q (M, N), r (N, N) and a' (M, N) in layout ``sh``.
     """
-    return _dist.call(_qr_impl, (q, r, a_dot), sh)
-
-
-def _qr_impl(q, r, a_dot, sh):
     q, r = _place(q, sh), _place(r, sh)
     dx_rinv = _matmul(_place(a_dot, sh), _tri_inv(r, sh, lower=False), sh)
     x = _matmul(q, dx_rinv, sh, adj_x=True)
@@ -122,11 +117,8 @@ def eigh_jvp(w, v, a_dot, sh):
     inverse gaps (module docstring: degenerate pairs dropped). w (N,) replicated; v and a'
     (N, N) in layout ``sh``.
     """
-    return _dist.call(_eigh_impl, (w, v, a_dot), sh, rtol=_rtol(v.shape[0], v.dtype))
-
-
-def _eigh_impl(w, v, a_dot, sh, rtol):
-    return _generalized(w, _place(v, sh), _rotated(_place(v, sh), a_dot, sh), None, sh, rtol)
+    v = _place(v, sh)
+    return _generalized(w, v, _rotated(v, a_dot, sh), None, sh, _rtol(v.shape[0], v.dtype))
 
 
 def sygvd_jvp(w, v, a_dot, b_dot, sh):
@@ -139,12 +131,8 @@ def sygvd_jvp(w, v, a_dot, b_dot, sh):
 
     (``v^{-1} = v^H b``, so no solve is needed). Either tangent may be None (zero).
     """
-    return _dist.call(_sygvd_impl, (w, v, a_dot, b_dot), sh, rtol=_rtol(v.shape[0], v.dtype))
-
-
-def _sygvd_impl(w, v, a_dot, b_dot, sh, rtol):
     v = _place(v, sh)
-    return _generalized(w, v, _rotated(v, a_dot, sh), _rotated(v, b_dot, sh), sh, rtol)
+    return _generalized(w, v, _rotated(v, a_dot, sh), _rotated(v, b_dot, sh), sh, _rtol(v.shape[0], v.dtype))
 
 
 def _generalized(w, v, xa, xb, sh, rtol):
@@ -178,12 +166,7 @@ def svd_jvp(u, s, vh, a_dot, sh, full_matrices=False):
     (right for losses invariant to rotations of ``U2``, such as ones depending on the
     projector ``U2 U2^H``; JAX's own SVD has no derivative there).
     """
-    m = a_dot.shape[0]
-    return _dist.call(_svd_impl, (u, s, vh, a_dot), sh, m=m, full_matrices=bool(full_matrices),
-                      rtol=_rtol(vh.shape[0], vh.dtype))
-
-
-def _svd_impl(u, s, vh, a_dot, sh, m, full_matrices, rtol):
+    m, rtol = a_dot.shape[0], _rtol(vh.shape[0], vh.dtype)
     dtype = vh.dtype
     n = vh.shape[0]
     u, vh, a_dot = _place(u, sh), _place(vh, sh), _place(a_dot, sh)
@@ -224,10 +207,6 @@ def polar_jvp(u_p, sig, vv, a_dot, sh):
     (from ``h^2 = a^H a`` and ``a = u_p h``). Smooth for full-rank ``a``: no degenerate case,
     whatever basis ``vv`` takes inside a repeated singular value.
     """
-    return _dist.call(_polar_impl, (u_p, sig, vv, a_dot), sh)
-
-
-def _polar_impl(u_p, sig, vv, a_dot, sh):
     dtype = u_p.dtype
     n, m = vv.shape[0], u_p.shape[0]
     u_p, vv, a_dot = _place(u_p, sh), _place(vv.astype(dtype), sh), _place(a_dot, sh)

@@ -13,12 +13,8 @@ int32 scalars, replicated.
 
 from __future__ import annotations
 
-import contextlib
-
 import jax
 import jax.numpy as jnp
-
-from .. import _context
 
 OK = 0
 NOT_FINITE = -1
@@ -48,10 +44,9 @@ def masked(status: jax.Array, *outputs):
     """``outputs`` (one array, or a tuple of several), NaN wherever ``status`` is not
     :data:`OK` (integer outputs are left as they are). Elementwise, so each output keeps its
     layout; under ``jax.vmap`` each system follows its own status."""
-    with _own_mesh(status):
-        bad = status != OK
-        out = tuple(x if x is None or not jnp.issubdtype(x.dtype, jnp.inexact)
-                    else _in_layout_of(x, x + _nan_or_zero(bad, x.dtype)) for x in outputs)
+    bad = status != OK
+    out = tuple(x if x is None or not jnp.issubdtype(x.dtype, jnp.inexact)
+                else _in_layout_of(x, x + _nan_or_zero(bad, x.dtype)) for x in outputs)
     return out[0] if len(out) == 1 else out
 
 
@@ -62,8 +57,6 @@ def _in_layout_of(x, y):
     if sharding is None or sharding.mesh.empty or not any(
             t == jax.sharding.AxisType.Explicit for t in sharding.mesh.axis_types):
         return y
-    if not isinstance(x, jax.core.Tracer) and isinstance(getattr(x, "sharding", None), jax.sharding.NamedSharding):
-        sharding = x.sharding  # eagerly: the concrete sharding (an abstract one needs a mesh context)
     return jax.sharding.reshard(y, sharding)
 
 
@@ -79,26 +72,8 @@ def solved(status: jax.Array, x: jax.Array):
     """(x, status) of a solve: :data:`NOT_FINITE` where the factorisation succeeded but the
     solution is not finite (NaN or Inf in the right-hand side, or overflow), and x NaN
     wherever the status is not :data:`OK`."""
-    with _own_mesh(status):
-        status = either(status, finite(x))
+    status = either(status, finite(x))
     return masked(status, x), status
-
-
-def _own_mesh(x):
-    """A context for the elementwise work on ``x`` (Explicit axes) when the caller's context
-    mesh is another one (``jax.set_mesh`` of a second mesh): ``x``'s own mesh, concrete where
-    the work runs eagerly (an abstract mesh context makes eager primitives fail), abstract
-    while a transformation traces. With no context mesh, or ``x``'s own, nothing is entered."""
-    mesh = getattr(getattr(jax.typeof(x), "sharding", None), "mesh", None)
-    if mesh is None or mesh.empty:
-        return contextlib.nullcontext()
-    current = jax.sharding.get_abstract_mesh()
-    if current is None or current.empty or current == mesh:
-        return contextlib.nullcontext()
-    concrete = getattr(getattr(x, "sharding", None), "mesh", None)
-    if not isinstance(x, jax.core.Tracer) and isinstance(concrete, jax.sharding.Mesh) and not _context.tracing():
-        return jax.set_mesh(concrete)
-    return jax.sharding.use_abstract_mesh(mesh)
 
 
 def cholesky_info(a: jax.Array, factor: jax.Array) -> jax.Array:

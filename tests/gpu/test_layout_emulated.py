@@ -59,8 +59,12 @@ def test_potrs_and_cholesky_layout(case, dtype, reverse, monkeypatch):
         np.testing.assert_allclose(np.asarray(x), np.linalg.solve(a, b), rtol=1e-10, atol=1e-10)
         np.testing.assert_allclose(float(logdet), np.linalg.slogdet(a)[1], rtol=1e-10)
         assert int(status) == 0
-        c = jax.shard_map(lambda a: native.cholesky(a, grid=grid, tile=tile), mesh=mesh,
-                          in_specs=(grid.spec,), out_specs=(grid.spec, P()), check_vma=False)
+        def natural_lower(a):
+            state, status = native.cholesky_factor(a, grid=grid, tile=tile, natural=True)
+            return native.cholesky_lower(state, grid=grid, tile=tile, natural=True)[0], status
+
+        c = jax.shard_map(natural_lower, mesh=mesh, in_specs=(grid.spec,), out_specs=(grid.spec, P()),
+                          check_vma=False)
         low, status = jax.jit(c)(a_in)
         np.testing.assert_allclose(np.asarray(low), np.linalg.cholesky(a), rtol=1e-10, atol=1e-10)
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 from ._library import abort_communicators, info, last_timings, library_candidates, unavailable_reason
 from .cholesky import (
     Cholesky,
-    cholesky,
     cholesky_factor,
     cholesky_logdet,
     cholesky_lower,
@@ -41,7 +40,7 @@ from ._grid import family_tile
 FAMILIES: frozenset = frozenset({"cholesky", "lu", "qr", "eigh", "sygvd", "polar", "svd"})
 
 __all__ = [
-    "FAMILIES", "Cholesky", "Decompositions", "LU", "QR", "abort_communicators", "cholesky", "cholesky_factor",
+    "FAMILIES", "Cholesky", "Decompositions", "LU", "QR", "abort_communicators", "cholesky_factor",
     "cholesky_logdet", "cholesky_lower", "cholesky_solve", "cholesky_state_is_lower", "cholesky_to_a_order",
     "cholesky_triangle", "cholesky_triangle_kind", "family_tile", "gesvd", "info", "last_timings",
     "library_candidates", "lu_factor", "lu_factor_order", "lu_solve", "lu_triangles", "polar", "potrs", "qr_factor",

@@ -4,8 +4,8 @@ How one call runs (each kernel below runs on every device inside ``shard_map``):
 
 1. **Grid bootstrap**: ``_grid.start`` (see ``_grid``).
 
-2. **Layout without a second copy** (fused ``potrs``/``potrs_inplace``, when the local extents
-   are multiples of ``T_A`` and the grid is square or 1-D). A row-major local block of ``A`` is
+2. **Layout without a second copy** (when the local extents are whole tiles and the grid is
+   square or 1-D). A row-major local block of ``A`` is
    the column-major local block of ``M = A^T = conj(A)`` (Hermitian ``A``) on the transposed
    grid; the lower triangle of ``A`` is the upper triangle of ``M``. A block layout over ``P``
    processes is the block-cyclic layout (tile ``T``) of the symmetrically permuted matrix
@@ -20,31 +20,29 @@ How one call runs (each kernel below runs on every device inside ``shard_map``):
    with the same determinant; ``M y = conj(b)`` is solved as ``(S^T M S)(S^T y) = S^T conj(b)``,
    so only the small right-hand side and solution are permuted, and ``x = conj(y)``.
    With ``donate=True`` the FFI call factors JAX's own buffer in place
-   (``input_output_aliases``). XLA honours a donation only when an output of the jitted call
-   can take the donated buffer, so ``potrs_inplace`` returns the consumed buffer as a 4th
-   (Block) output to be dropped by the caller; without donation XLA copies ``a`` first, which
-   doubles the matrix memory: at the largest sizes only the donated call fits.
+   (``input_output_aliases``; XLA honours the donation where an output of the public call, the
+   factor state, can take the buffer); without donation XLA copies ``a`` first.
 
-3. **Natural order** (``cholesky``, the ``cholesky_*`` family, and ``potrs`` when a local extent
-   is not a multiple of ``T_A`` or the grid is neither square nor 1-D). The matrix is
-   redistributed in JAX into the natural-order block-cyclic layout (one ``all_to_all`` per
-   distributed dimension when each process's tile count is a multiple of the process count,
-   else a gather; ``diag(A, I)`` padded to a multiple of ``T_A * lcm(nprow, npcol)`` for the
-   fused kernels; the family instead uses the largest tile <= ``T_A`` dividing both local
-   extents, so its state keeps ``a``'s local shape), factored in place with ``uplo=UPPER``
-   (the upper factor ``U`` of ``conj(A)`` is ``L^T``, whose column-major storage is exactly
-   ``L``'s row-major storage, so no transpose is needed), and redistributed back for ``L``.
+3. **Natural order** (``natural=True``, the other grids, and the fused ``potrs`` when a local
+   extent is not a multiple of ``T_A``). The matrix is redistributed in JAX into the
+   natural-order block-cyclic layout (one ``all_to_all`` per distributed dimension when each
+   process's tile count is a multiple of the process count, else a gather; ``diag(A, I)``
+   padded to a multiple of ``T_A * lcm(nprow, npcol)`` for the fused ``potrs``; the family
+   instead uses the largest tile <= ``T_A`` dividing both local extents, so its state keeps
+   ``a``'s local shape), factored in place with ``uplo=UPPER`` (the upper factor ``U`` of
+   ``conj(A)`` is ``L^T``, whose column-major storage is exactly ``L``'s row-major storage, so no
+   transpose is needed), and redistributed back for ``L``.
 
 Status: 0, or the order of a leading minor that is not positive definite, counted in the
 (permuted, padded) matrix that cuSOLVERMp factors (``N + 1`` where cuSOLVERMp 0.8 reports the
 failure without ``info``). Outputs are NaN whenever status != 0; the grid stays usable.
 
-Kernels: ``potrs``/``potrs_inplace`` and ``cholesky`` (fused: factor and solve in one handler
-call), and the Cholesky family ``cholesky_factor``/``_solve``/``_logdet``/``_lower``, plus
-``_triangle``/``_to_a_order`` around the inverse that ``jaxmg.ops.cholesky.inverse`` forms on the
-whole factor (state: the in-place permuted factor of step 2 where the grid is square or 1-D,
-else, or with ``natural=True``, the natural-order factor of step 3), which ``jaxmg.Cholesky`` and
-``jaxmg.potrs`` use.
+Kernels: ``potrs`` (fused: factor and solve in one handler call, for ``jaxmg.ops.local``), and
+the Cholesky family ``cholesky_factor``/``_solve``/``_logdet``/``_lower``, plus
+``_triangle``/``_to_a_order`` around the inverse that :meth:`Cholesky.inverse` forms on the whole
+factor (state: the in-place permuted factor of step 2 where the grid is square or 1-D, else, or
+with ``natural=True``, the natural-order factor of step 3); :class:`Cholesky` runs them over the
+grid for ``jaxmg.Cholesky`` and ``jaxmg.potrs``.
 
 Batching: a leading unsharded batch axis reaches the FFI call (``vmap_method="expand_dims"``)
 and the handler loops over it on one cached grid.
@@ -161,27 +159,6 @@ def potrs(a, b, *, grid, tile):
     x = jnp.conj(x)
     x = x[:, 0] if vector else x
     return _finish(x, logdet, status, grid)
-
-
-def cholesky(a, *, grid, tile):
-    """Lower factor L (this device's block, natural order) with A = L L^H, and status."""
-    tile = int(tile)
-    n = a.shape[-2] * grid.nprow
-    pr, pc = _grid.mp_grid(grid)
-    members, nid, rank = _grid.start(grid)
-    npad = _grid.padded_size(n, tile, grid)
-    am = _grid.cyclic_matrix(a, grid, n, npad, tile)
-    dummy = _grid.no_rhs(a)
-    f, _, _, status = _factor_call(am, dummy, members, nid, rank, n=npad, tile=tile, pr=pr, pc=pc,
-                                   mode=_MODE_NATURAL, solve=0)
-    f = _grid.from_cyclic(f, -2, grid.row_axes, grid.nprow, n, npad, tile)
-    f = _grid.from_cyclic(f, -1, grid.col_axes, grid.npcol, n, npad, tile)
-    i, j = _grid.index(grid.row_axes), _grid.index(grid.col_axes)
-    rows = i * f.shape[-2] + jnp.arange(f.shape[-2])
-    cols = j * f.shape[-1] + jnp.arange(f.shape[-1])
-    f = jnp.where(rows[:, None] >= cols[None, :], f, jnp.zeros((), f.dtype))
-    status, f = _grid.agreed(status, grid, f)
-    return f, status
 
 
 # --------------------------------------------------------------------------------------------

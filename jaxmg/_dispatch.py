@@ -56,7 +56,7 @@ def build(body, family: str, matrices, *, rhs=(), T_A=None, mesh=None, matrix_sp
                                  matrix_specs=matrix_specs, backend=backend, square=square, tall=tall,
                                  num_rhs=num_rhs, natural=natural, flags=flags)
     keep = not donate or any(isinstance(x, jax.core.Tracer) for x in arrays[:len(matrices)])
-    out = run(body, plan, ctx, arrays, matrices=len(matrices), donate=donate and not keep and _plan.donatable(plan),
+    out = run(body, plan, ctx, arrays, matrices=len(matrices), donate=donate and not keep,
                         uncommitted=uncommitted_call(mesh, arrays), keep=keep, **static)
     return plan, out
 

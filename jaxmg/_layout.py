@@ -112,29 +112,25 @@ def _is_tracer(x) -> bool:
     return isinstance(x, jax.core.Tracer)
 
 
+def _sharding(x, through_vmap: bool = False) -> Optional[NamedSharding]:
+    """The NamedSharding of ``x`` (of the concrete array beneath eager transformations' tracers,
+    else of its type), or None where it has no mesh."""
+    base = concrete_value(x, through_vmap=through_vmap)
+    x = x if base is None else base
+    sharding = getattr(jax.typeof(x) if _is_tracer(x) else x, "sharding", None)
+    return sharding if isinstance(sharding, NamedSharding) and not sharding.mesh.empty else None
+
+
 def known_sharding(x) -> Optional[NamedSharding]:
     """The NamedSharding of ``x`` if it is known at trace time, else None.
 
     Concrete arrays, and tracers of eager transformations of them, report their sharding.
     Inside ``jax.jit`` only Explicit mesh axes carry a layout; with Auto axes it is unknown.
     """
-    base = concrete_value(x)
-    if base is not None and base is not x:
-        x = base
-    if _is_tracer(x):
-        try:
-            sharding = jax.typeof(x).sharding
-        except (AttributeError, TypeError):
-            return None
-        if not isinstance(sharding, NamedSharding) or sharding.mesh.empty:
-            return None
-        if not all_explicit(sharding.mesh):
-            return None
-        return sharding
-    sharding = getattr(x, "sharding", None)
-    if isinstance(sharding, NamedSharding) and not sharding.mesh.empty:
-        return sharding
-    return None
+    sharding = _sharding(x)
+    if sharding is None or (_is_tracer(x) and concrete_value(x) is None and not all_explicit(sharding.mesh)):
+        return None
+    return sharding
 
 
 def all_explicit(mesh: AnyMesh) -> bool:
@@ -146,21 +142,8 @@ def mesh_of(x) -> Optional[AnyMesh]:
     """The mesh ``x`` is placed on, concrete or abstract, if any (Auto axes included).
 
     Under eager transformations the mesh is read from the concrete array beneath the tracers."""
-    base = concrete_value(x, through_vmap=True)
-    if base is not None:
-        x = base
-    if _is_tracer(x):
-        try:
-            sharding = jax.typeof(x).sharding
-        except (AttributeError, TypeError):
-            return None
-        if isinstance(sharding, NamedSharding) and not sharding.mesh.empty:
-            return sharding.mesh
-        return None
-    sharding = getattr(x, "sharding", None)
-    if isinstance(sharding, NamedSharding) and not sharding.mesh.empty:
-        return sharding.mesh
-    return None
+    sharding = _sharding(x, through_vmap=True)
+    return None if sharding is None else sharding.mesh
 
 
 def _set_mesh_while_tracing() -> Optional[Mesh]:

@@ -139,14 +139,6 @@ class Plan:
         return _sharded.place(x, spec, self.mesh)
 
 
-def donatable(plan: Plan) -> bool:
-    """Whether a donated matrix can give its buffer to the computation: it is computed with in the
-    layout the caller holds it in (a gathered copy cannot reuse the caller's shards)."""
-    layout = plan.layout
-    return layout is None or plan.spec is None or _layout.padded_spec(plan.spec, 2) == _layout.padded_spec(
-        layout.spec, 2)
-
-
 def with_rhs_layouts(plan: Plan, rhs) -> Plan:
     """``plan`` with the layouts of right-hand sides ``rhs`` recorded where none is given and
     the array's own is known (concrete arrays, Explicit mesh axes): inside the boundary's

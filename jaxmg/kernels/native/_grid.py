@@ -19,6 +19,7 @@ caches them with the descriptors and workspaces (csrc/grid.cc).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -26,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _library
+from ... import _sharded
 from ..._sharded import axis_index as index, axis_name as name  # noqa: F401 (the kernels' names)
 
 
@@ -259,3 +261,35 @@ def tile_permutation(n: int, tile: int, nproc: int) -> np.ndarray:
     g = np.arange(n)
     t = g // tile
     return ((t % nproc) * (k // nproc) + t // nproc) * tile + g % tile
+
+
+# --------------------------------------------------------------------------------------------
+# The family classes' common part
+# --------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class GridKernels:
+    """What the native family classes share: the plan (hashable: the classes are static arguments
+    of the derivative rules) and the running of a per-shard kernel over its grid."""
+
+    plan: object
+
+    @property
+    def grid(self):
+        return self.plan.grid
+
+    @property
+    def caller(self) -> _sharded.Block:
+        """A matrix output returned in the caller's layout of ``a``."""
+        return _sharded.Block(self.plan.spec)
+
+    def params(self) -> dict:
+        """The static keywords every kernel of the family takes."""
+        return {"tile": self.plan.tile}
+
+    def run(self, kernel, args, inputs, outputs, shapes=None, names=None, **params):
+        """``kernel`` over the grid (``jaxmg._sharded.run``); ``shapes``/``names`` describe outputs
+        that the grid's layout must divide."""
+        if shapes is not None:
+            _sharded.check_outputs(outputs, shapes, self.grid, names)
+        return _sharded.run(kernel, self.grid, args, inputs, outputs, **self.params(), **params)

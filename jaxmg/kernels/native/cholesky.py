@@ -50,14 +50,13 @@ and the handler loops over it on one cached grid.
 
 from __future__ import annotations
 
-import dataclasses
 
 import jax
 import jax.numpy as jnp
 
 from . import _grid, gemm
 from .. import triangular
-from ..._sharded import Block, Replicated, Rows, run, whole
+from ..._sharded import Block, Replicated, Rows, whole
 from ..families import CholeskyState
 
 _UPLO_LOWER = 0
@@ -297,34 +296,28 @@ def cholesky_to_a_order(c, *, grid, tile, natural=False):
     return (c,)
 
 
-@dataclasses.dataclass(frozen=True)
-class Cholesky:
+class Cholesky(_grid.GridKernels):
     """The Cholesky kernels over the process grid (``jaxmg.kernels.families.CholeskyKernels``)."""
 
-    plan: object
     hermitian = True
-
-    @property
-    def grid(self):
-        return self.plan.grid
 
     @property
     def lower_readable(self) -> bool:
         """Whether the state holds L (natural order), so that :meth:`lower` can read it."""
         return cholesky_state_is_lower(self.plan.shape[0], self.plan.tile, self.grid, self.plan.natural)
 
-    def _run(self, kernel, args, inputs, outputs):
-        return run(kernel, self.grid, args, inputs, outputs, tile=self.plan.tile, natural=self.plan.natural)
+    def params(self) -> dict:
+        return {"tile": self.plan.tile, "natural": self.plan.natural}
 
     def factor(self, a):
-        state, status = self._run(cholesky_factor, [a], [Block()], [Block(), Replicated()])
+        state, status = self.run(cholesky_factor, [a], [Block()], [Block(), Replicated()])
         return CholeskyState(state), status
 
     def solve(self, state, b, spec):
-        return self._run(cholesky_solve, [state.factor, b], [Block(), Rows(spec)], [Rows(spec)])[0]
+        return self.run(cholesky_solve, [state.factor, b], [Block(), Rows(spec)], [Rows(spec)])[0]
 
     def logdet(self, state):
-        return self._run(cholesky_logdet, [state.factor], [Block()], [Replicated()])[0]
+        return self.run(cholesky_logdet, [state.factor], [Block()], [Replicated()])[0]
 
     def inverse(self, state):
         """A^-1 in the grid layout, from the factor: LAPACK's potri (the triangular inverse, then
@@ -333,14 +326,14 @@ class Cholesky:
         the state is the factor of a tile-permuted matrix."""
         n = self.plan.shape[0]
         lower, reordered = cholesky_triangle_kind(n, self.plan.tile, self.grid, self.plan.natural)
-        (factor,) = self._run(cholesky_triangle, [state.factor], [Block()], [Block()])
+        (factor,) = self.run(cholesky_triangle, [state.factor], [Block()], [Block()])
         inverse = whole(_hermitian_inverse, (factor,), self.grid, lower=lower, products=products_on(self.grid, n))
         if reordered:
-            (inverse,) = self._run(cholesky_to_a_order, [inverse], [Block()], [Block()])
+            (inverse,) = self.run(cholesky_to_a_order, [inverse], [Block()], [Block()])
         return inverse
 
     def lower(self, state):
-        return self._run(cholesky_lower, [state.factor], [Block()], [Block(self.plan.spec)])[0]
+        return self.run(cholesky_lower, [state.factor], [Block()], [self.caller])[0]
 
 
 def _hermitian_inverse(factor, *, lower: bool, products):

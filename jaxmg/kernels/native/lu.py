@@ -29,13 +29,12 @@ over the grid; the handler fills a failed factor with NaN, so every solve with i
 
 from __future__ import annotations
 
-import dataclasses
 import jax
 import jax.numpy as jnp
 
 from . import _grid
 from .. import triangular
-from ..._sharded import Block, Replicated, Rows, run, whole
+from ..._sharded import Block, Replicated, Rows, whole
 from ..families import LUState
 from ..local import matmul, slogdet_of
 from .cholesky import products_on
@@ -172,36 +171,23 @@ def _transposed_solve(f, piv, c, grid, n: int, t: int):
     return jnp.zeros_like(v).at[perm].set(v)  # z = P v
 
 
-@dataclasses.dataclass(frozen=True)
-class LU:
+class LU(_grid.GridKernels):
     """The LU kernels over the process grid (``jaxmg.kernels.families.LUKernels``)."""
 
-    plan: object
     hermitian = False
 
-    @property
-    def grid(self):
-        return self.plan.grid
-
-    @property
-    def tile(self) -> int:
-        return self.plan.tile
-
-    def _run(self, kernel, args, inputs, outputs, **params):
-        return run(kernel, self.grid, args, inputs, outputs, tile=self.tile, **params)
-
     def factor(self, a):
-        lu, piv, status = self._run(lu_factor, [a], [Block()], [Block(), Replicated(), Replicated()])
+        lu, piv, status = self.run(lu_factor, [a], [Block()], [Block(), Replicated(), Replicated()])
         return LUState(lu, piv), status
 
     def solve(self, state, b, spec, trans: str = "N"):
-        return self._run(lu_solve, [*state, b], [Block(), Replicated(), Rows(spec)], [Rows(spec)],
+        return self.run(lu_solve, [*state, b], [Block(), Replicated(), Rows(spec)], [Rows(spec)],
                          trans=_TRANS[trans])[0]
 
     def _triangles(self, state):
         """The packed factor in the grid layout, and how it relates to A (:func:`lu_factor_order`)."""
-        (factor,) = self._run(lu_triangles, [state.lu], [Block()], [Block()])
-        return factor, lu_factor_order(self.plan.shape[0], self.tile, self.grid)
+        (factor,) = self.run(lu_triangles, [state.lu], [Block()], [Block()])
+        return factor, lu_factor_order(self.plan.shape[0], self.plan.tile, self.grid)
 
     def inverse(self, state):
         """A^-1 in the grid layout, from the factor: LAPACK's getri (the inverses of both

@@ -14,11 +14,11 @@ them, so these compositions run on every version.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 from .. import qdwh
-from ..._sharded import Block, Replicated, check_outputs, run
+from ..._sharded import Block, Replicated
+from . import _grid
 from .eig import syevd, sygvd
 
 
@@ -32,41 +32,25 @@ def gesvd(a, *, grid, full_matrices, tile):
     return qdwh.gesvd(a, grid=grid, full_matrices=full_matrices, syevd=functools.partial(syevd, tile=tile))
 
 
-@dataclasses.dataclass(frozen=True)
-class Decompositions:
+class Decompositions(_grid.GridKernels):
     """Eigen-, singular value and polar decompositions over the process grid
     (``jaxmg.kernels.families.DecompositionKernels``): matrix outputs in a's caller layout,
     eigen- and singular values replicated."""
 
-    plan: object
-
-    @property
-    def grid(self):
-        return self.plan.grid
-
-    @property
-    def tile(self) -> int:
-        return self.plan.tile
-
-    def _run(self, kernel, args, outputs, shapes=None, names=None, **params):
-        if shapes is not None:
-            check_outputs(outputs, shapes, self.grid, names)
-        return run(kernel, self.grid, args, [Block()] * len(args), outputs, tile=self.tile, **params)
-
     def syevd(self, a):
-        return self._run(syevd, [a], [Replicated(), Block(self.plan.spec), Replicated()])
+        return self.run(syevd, [a], [Block()], [Replicated(), self.caller, Replicated()])
 
     def sygvd(self, a, b):
-        return self._run(sygvd, [a, b], [Replicated(), Block(self.plan.spec), Replicated()])
+        return self.run(sygvd, [a, b], [Block(), Block()], [Replicated(), self.caller, Replicated()])
 
     def gesvd(self, a, full_matrices: bool, compute_uv: bool = True):
         m, n = a.shape
-        out = self._run(gesvd, [a], [Block(self.plan.spec), Replicated(), Block(self.plan.spec), Replicated()],
-                        shapes=[(m, m if full_matrices else n), (n,), (n, n), ()], names=["u", "s", "vh", "status"],
-                        full_matrices=bool(full_matrices))
+        out = self.run(gesvd, [a], [Block()], [self.caller, Replicated(), self.caller, Replicated()],
+                       shapes=[(m, m if full_matrices else n), (n,), (n, n), ()], names=["u", "s", "vh", "status"],
+                       full_matrices=bool(full_matrices))
         return out if compute_uv else (None, out[1], None, out[3])
 
     def polar(self, a):
         m, n = a.shape
-        return self._run(polar, [a], [Block(self.plan.spec), Block(self.plan.spec), Replicated()],
-                         shapes=[(m, n), (n, n), ()], names=["u_p", "h", "status"])
+        return self.run(polar, [a], [Block()], [self.caller, self.caller, Replicated()],
+                        shapes=[(m, n), (n, n), ()], names=["u_p", "h", "status"])

@@ -36,14 +36,13 @@ failure, so every result from it is NaN.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import jax
 import jax.numpy as jnp
 
 from . import _grid
-from ..._sharded import Block, Replicated, Rows, check_outputs, run
+from ..._sharded import Block, Replicated, Rows
 from ..families import QRState
 from ..local import matmul
 from ..status import first_bad_pivot
@@ -312,44 +311,27 @@ def _r_solve(f, c, grid, s: _Shape, adjoint: bool):
     return jax.lax.fori_loop(0, k, body, jnp.zeros_like(c)).reshape(s.n, nrhs)
 
 
-@dataclasses.dataclass(frozen=True)
-class QR:
+class QR(_grid.GridKernels):
     """The QR kernels over the process grid (``jaxmg.kernels.families.QRKernels``)."""
 
-    plan: object
-
-    @property
-    def grid(self):
-        return self.plan.grid
-
-    @property
-    def tile(self) -> int:
-        return self.plan.tile
-
-    def _run(self, kernel, args, inputs, outputs, **params):
-        return run(kernel, self.grid, args, inputs, outputs, tile=self.tile, **params)
-
     def factor(self, a):
-        f, tau, status = self._run(qr_factor, [a], [Block()], [Block(), Replicated(), Replicated()])
+        f, tau, status = self.run(qr_factor, [a], [Block()], [Block(), Replicated(), Replicated()])
         return QRState(f, tau), status
 
     def q(self, state):
         m, n = self.plan.shape
-        check_outputs([Block(self.plan.spec)], [(m, n)], self.grid, ["q"])
-        return self._run(qr_q, list(state), _STATE, [Block(self.plan.spec)], m=m)[0]
+        return self.run(qr_q, list(state), _STATE, [self.caller], [(m, n)], ["q"], m=m)[0]
 
     def r(self, state):
         n = self.plan.shape[1]
-        check_outputs([Block(self.plan.spec)], [(n, n)], self.grid, ["r"])
-        return self._run(qr_r, list(state), _STATE, [Block(self.plan.spec)])[0]
+        return self.run(qr_r, list(state), _STATE, [self.caller], [(n, n)], ["r"])[0]
 
     def solve(self, state, b, spec):
         n = self.plan.shape[1]
-        check_outputs([Rows(spec)], [(n,) + b.shape[1:]], self.grid, ["x"])
-        return self._run(qr_solve, [*state, b], [*_STATE, Rows(spec)], [Rows(spec)])[0]
+        return self.run(qr_solve, [*state, b], [*_STATE, Rows(spec)], [Rows(spec)], [(n,) + b.shape[1:]], ["x"])[0]
 
     def normal_solve(self, state, y, spec):
-        return self._run(qr_normal_solve, [*state, y], [*_STATE, Rows(spec)], [Rows(spec)])[0]
+        return self.run(qr_normal_solve, [*state, y], [*_STATE, Rows(spec)], [Rows(spec)])[0]
 
 
 _STATE = [Block(), Replicated()]

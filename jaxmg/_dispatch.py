@@ -44,21 +44,27 @@ def build(body, family: str, matrices, *, rhs=(), T_A=None, mesh=None, matrix_sp
           backend: str = "auto", square: bool = True, tall: bool = True, num_rhs: int = 0, natural: bool = False,
           flags=None, **static):
     """Plan a construction of ``family`` on ``matrices`` (``(name, value)`` pairs) and run
-    ``body(plan, *arrays, keep=..., **static)`` through the boundary; returns (plan, outputs).
+    ``body(plan, *arrays, keep=..., **static)`` through the boundary; returns (plan, outputs,
+    operators): the matrices as the module keeps them (None where consumed).
 
     ``keep`` tells the body whether to keep the operators: not where a concrete matrix is
     donated (the factorisation consumes it). A tracer (``jax.jit``, or an eager ``jax.grad``,
     ``jax.jvp`` or ``jax.vmap``) is always kept, and never consumed: the derivatives need it, and
-    under eager differentiation its primal is the caller's own buffer."""
+    under eager differentiation its primal is the caller's own buffer. A kept matrix is the
+    caller's own array (on the call's mesh), not an output of the compiled call: its cotangents
+    then keep its type whatever the computation did."""
     flags = dict(flags or {}, donate=donate)
     ctx = context([value for _, value in matrices], [value for _, value in rhs])
     plan, arrays = _plan.resolve(family, ctx, matrices=matrices, rhs=rhs, T_A=T_A, mesh=mesh,
                                  matrix_specs=matrix_specs, backend=backend, square=square, tall=tall,
                                  num_rhs=num_rhs, natural=natural, flags=flags)
     keep = not donate or any(isinstance(x, jax.core.Tracer) for x in arrays[:len(matrices)])
-    out = run(body, plan, ctx, arrays, matrices=len(matrices), donate=donate and not keep,
-                        uncommitted=uncommitted_call(mesh, arrays), keep=keep, **static)
-    return plan, out
+    uncommitted = uncommitted_call(mesh, arrays)
+    if ctx.eager:
+        arrays = _on_mesh(tuple(arrays), plan, len(matrices))
+    out = run(body, plan, ctx, arrays, matrices=len(matrices), donate=donate and not keep, uncommitted=uncommitted,
+              keep=keep, **static)
+    return plan, out, tuple(x if keep else None for x in arrays[:len(matrices)])
 
 
 def method(module, body, *args, **static):
@@ -68,8 +74,8 @@ def method(module, body, *args, **static):
     matrices = [x for x in leaves if getattr(x, "ndim", 0) >= 2][:1]
     ctx = context(matrices, (module, args))
     plan = _plan.with_rhs_layouts(_plan.module_plan(module.plan, leaves), [x for x in args if hasattr(x, "ndim")])
-    return run(body, plan, ctx, (module, *args), matrices=0,
-                         uncommitted=uncommitted_call(None, (module, args)), **static)
+    return run(body, plan, ctx, (module, *args), matrices=0, uncommitted=uncommitted_call(None, (module, args)),
+               **static)
 
 
 def run(body: Callable, plan: Plan, ctx: Context, args: Sequence, *, matrices: int = 1,

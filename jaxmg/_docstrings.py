@@ -1,7 +1,8 @@
 """The argument descriptions that the functions and modules share, written once.
 
 A docstring line ``NAME: {KEY}`` (in an ``Args:`` section) is replaced by ``NAME:`` and the text
-of :data:`ARGUMENTS` [KEY], wrapped to the line's indentation; :func:`shared_arguments` does it
+of :data:`ARGUMENTS` [KEY], wrapped to the line's indentation (a line ``{{GROUP}}`` first stands
+for the lines of :data:`GROUPS` [GROUP]); :func:`shared_arguments` does it
 when the function or class is defined, so ``help()``, the documentation site (which inspects
 the imported objects) and IDEs show the full text.
 """
@@ -47,14 +48,30 @@ ARGUMENTS: dict = {
         'not consumed: their derivatives need them (under ``jax.jit``, donate to the jitted function).'
     ),
     "backend": (
-        '``"auto"`` (native cuSOLVERMp where it can run: NVIDIA GPUs, the native module loaded, '
-        'one process per GPU; else portable), ``"portable"`` (pure JAX: gathers the whole matrix '
-        'on every device) or ``"native"`` (raises RuntimeError where it cannot run, saying why).'
+        '``"auto"`` (the route that ``jaxmg.route`` reports, docs/routes.md: cuSOLVERMp over the '
+        'process grid where it was measured faster or the matrix does not fit one device, else the '
+        "device's own solver), ``\"portable\"`` (the device's own solver, on the gathered matrix: "
+        "correct everywhere, not scalable past one device's memory) or ``\"native\"`` (cuSOLVERMp; "
+        'raises RuntimeError where it cannot run, saying why).'
     ),
 }
 
+#: GROUP -> the ``NAME: {KEY}`` lines that a docstring line ``{{GROUP}}`` stands for.
+GROUPS: dict = {
+    "layout": ("T_A: {T_A}", "mesh: {mesh}", "matrix_specs: {matrix_specs}"),
+    "module_layout": ("T_A: {T_A}", "mesh: {mesh_module}", "matrix_specs: {matrix_specs}"),
+    "solver_layout": ("T_A: {T_A}", "mesh: {mesh_module}", "matrix_specs: {matrix_specs_solver}"),
+    "run": ("donate: {donate}", "backend: {backend}"),
+}
+
+_GROUP = re.compile(r"^( *)\{\{(\w+)\}\}$", re.M)
 _PLACEHOLDER = re.compile(r"^( *)(\w+): \{(\w+)\}$", re.M)
 _WIDTH = 100
+
+
+def _group(match: re.Match) -> str:
+    indent, key = match.group(1), match.group(2)
+    return "\n".join(indent + line for line in GROUPS[key])
 
 
 def _expand(match: re.Match) -> str:
@@ -67,7 +84,7 @@ def shared_arguments(obj):
     """``obj`` (a function or class) with its docstring's ``NAME: {KEY}`` lines filled in from
     :data:`ARGUMENTS`; an unknown KEY raises KeyError at import, so no placeholder ships."""
     if obj.__doc__:
-        obj.__doc__ = _PLACEHOLDER.sub(_expand, obj.__doc__)
+        obj.__doc__ = _PLACEHOLDER.sub(_expand, _GROUP.sub(_group, obj.__doc__))
         wrapped = getattr(obj, "__wrapped__", None)
         if wrapped is not None and getattr(wrapped, "__doc__", None):
             wrapped.__doc__ = obj.__doc__

@@ -41,16 +41,13 @@ def potrs(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, matr
         lower triangle is read.
       b: the right-hand side, (N,) or (N, NRHS) with a's dtype, sharded ``P(r)``, ``P(r, None)``
         (r: a's row axes) or replicated.
-      T_A: {T_A}
-      mesh: {mesh}
-      matrix_specs: {matrix_specs}
+      {{layout}}
       return_logdet: also return ``log det a`` (real, replicated).
       return_status: also return the status (int32, replicated): 0 on success, else the order of
         the leading minor that is not positive definite (on the native backend counted in
         cuSOLVERMp's permuted order: non-zero, but not LAPACK's number), or -1 for a non-finite
         result. Failed outputs are NaN.
-      donate: {donate}
-      backend: {backend}
+      {{run}}
 
     Returns:
       ``x`` with b's shape and sharding; then ``logdet`` and ``status`` when asked, in that
@@ -77,7 +74,7 @@ def potrs(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, matr
     gradient's two mirrored entries.
     """
     _flags(return_logdet=return_logdet, return_status=return_status)
-    _, (out, _) = _dispatch.build(_potrs, "cholesky", [("a", a)], rhs=[("b", b)], T_A=T_A, mesh=mesh,
+    _, (out, _), _ = _dispatch.build(_potrs, "cholesky", [("a", a)], rhs=[("b", b)], T_A=T_A, mesh=mesh,
                               matrix_specs=matrix_specs, donate=donate, backend=backend,
                               return_logdet=return_logdet, return_status=return_status)
     return out
@@ -104,20 +101,17 @@ def cholesky(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_sp
     Args:
       a: (N, N) matrix sharded ``P(r, c)``, ``P(r)`` or ``P(None, c)`` over ``mesh``; Hermitian
         positive definite, only its lower triangle is read.
-      T_A: {T_A}
-      mesh: {mesh}
-      matrix_specs: {matrix_specs}
+      {{layout}}
       return_status: also return the status (int32, replicated): 0 on success, else the order of
         the leading minor that is not positive definite (on the native backend counted in
         cuSOLVERMp's permuted order), or -1 for a non-finite result. Failed outputs are NaN.
-      donate: {donate}
-      backend: {backend}
+      {{run}}
 
     Returns:
       ``L`` (N, N), zero above the diagonal, with a's sharding; then ``status`` when asked.
     """
     _flags(return_status=return_status)
-    _, out = _dispatch.build(_lower, "cholesky", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
+    _, out, _ = _dispatch.build(_lower, "cholesky", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
                          donate=donate, backend=backend, natural=True, return_status=return_status)
     return out
 
@@ -144,20 +138,17 @@ def lu_solve(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, m
       a: (N, N) matrix sharded ``P(r, c)``, ``P(r)`` or ``P(None, c)`` over ``mesh``.
       b: the right-hand side, (N,) or (N, NRHS) with a's dtype, sharded ``P(r)``, ``P(r, None)``
         (r: a's row axes) or replicated.
-      T_A: {T_A}
-      mesh: {mesh}
-      matrix_specs: {matrix_specs}
+      {{layout}}
       return_status: also return the status (int32, replicated): 0 on success, else the 1-based
         index of the first zero pivot (``a`` is singular), or -1 for a non-finite result. Failed
         outputs are NaN.
-      donate: {donate}
-      backend: {backend}
+      {{run}}
 
     Returns:
       ``x`` with b's shape and sharding; then ``status`` when asked.
     """
     _flags(return_status=return_status)
-    _, (out, _) = _dispatch.build(_lu_solve, "lu", [("a", a)], rhs=[("b", b)], T_A=T_A, mesh=mesh,
+    _, (out, _), _ = _dispatch.build(_lu_solve, "lu", [("a", a)], rhs=[("b", b)], T_A=T_A, mesh=mesh,
                               matrix_specs=matrix_specs, donate=donate, backend=backend, return_status=return_status)
     return out
 
@@ -188,21 +179,18 @@ def least_squares(a: Matrix, b: TallRhs, T_A: Tile = None, mesh: MeshLike = None
       b: (M,) or (M, NRHS) with a's dtype, in any layout (``P(r)``, ``P(r, None)`` or replicated)
         on any grid shape: it is gathered whole on every process, so the ScaLAPACK-style
         restriction that every process-grid column owns a tile of ``b`` does not apply.
-      T_A: {T_A}
-      mesh: {mesh}
-      matrix_specs: {matrix_specs}
+      {{layout}}
       return_status: also return the status (int32, replicated): 0 on success, else the 1-based
         index of the first zero diagonal entry of R (``a`` is rank deficient), or -1 for a
         non-finite result. Failed outputs are NaN.
-      donate: {donate}
-      backend: {backend}
+      {{run}}
 
     Returns:
       ``x``, (N,) or (N, NRHS), laid out like ``b`` (its row axes must divide N); then
       ``status`` when asked.
     """
     _flags(return_status=return_status)
-    _, out = _dispatch.build(_least_squares, "qr", [("a", a)], rhs=[("b", b)], T_A=T_A, mesh=mesh,
+    _, out, _ = _dispatch.build(_least_squares, "qr", [("a", a)], rhs=[("b", b)], T_A=T_A, mesh=mesh,
                          matrix_specs=matrix_specs, donate=donate, backend=backend, square=False, tall=False,
                          return_status=return_status)
     return out
@@ -225,21 +213,18 @@ def qr(a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs =
 
     Args:
       a: (M, N) matrix sharded ``P(r, c)``, ``P(r)`` or ``P(None, c)`` over ``mesh``.
-      T_A: {T_A}
-      mesh: {mesh}
-      matrix_specs: {matrix_specs}
+      {{layout}}
       return_status: also return the status (int32, replicated): 0 on success, else the 1-based
         index of the first zero diagonal entry of R, or -1 for a non-finite result. Failed outputs
         are NaN.
-      donate: {donate}
-      backend: {backend}
+      {{run}}
 
     Returns:
       ``(q, r)``: with K = min(M, N), ``q`` (M, K) with orthonormal columns and ``r`` (K, N)
       upper triangular (trapezoidal), both with a's sharding; then ``status`` when asked.
     """
     _flags(return_status=return_status)
-    _, out = _dispatch.build(_qr_factors, "qr", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
+    _, out, _ = _dispatch.build(_qr_factors, "qr", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
                          donate=donate, backend=backend, square=False, tall=False, return_status=return_status)
     return out
 
@@ -266,21 +251,18 @@ def syevd(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs
     Args:
       a: (N, N) matrix sharded ``P(r, c)``, ``P(r)`` or ``P(None, c)`` over ``mesh``; Hermitian,
         only its lower triangle is read.
-      T_A: {T_A}
-      mesh: {mesh}
-      matrix_specs: {matrix_specs}
+      {{layout}}
       return_eigenvectors: return ``(w, v)`` (default) or ``w`` alone.
       return_status: also return the status (int32, replicated): 0 on success, or -1 for a
         non-finite result. Failed outputs are NaN.
-      donate: {donate}
-      backend: {backend}
+      {{run}}
 
     Returns:
       ``(w, v)``: ``w`` (N,) ascending and replicated, ``v`` (N, N) with the eigenvectors as
       columns in a's sharding; or ``w`` alone; then ``status`` when asked.
     """
     _flags(return_eigenvectors=return_eigenvectors, return_status=return_status)
-    _, out = _dispatch.build(_eigh, "eigh", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
+    _, out, _ = _dispatch.build(_eigh, "eigh", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
                          donate=donate, backend=backend, return_eigenvectors=return_eigenvectors,
                          return_status=return_status)
     return out
@@ -311,22 +293,21 @@ def sygvd(a: SquareMatrix, b: SquareMatrix, T_A: Tile = None, mesh: MeshLike = N
       return_status: also return the status (int32, replicated): 0 on success, else the order of
         b's leading minor that is not positive definite, or -1 for a non-finite result. Failed
         outputs are NaN.
-      donate: {donate}
-      backend: {backend}
+      {{run}}
 
     Returns:
       ``(w, v)``: ``w`` (N,) ascending and replicated, ``v`` (N, N) in a's sharding; or ``w``
       alone; then ``status`` when asked.
     """
     _flags(return_eigenvectors=return_eigenvectors, return_status=return_status)
-    _, out = _dispatch.build(_eigh, "sygvd", [("a", a), ("b", b)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
+    _, out, _ = _dispatch.build(_eigh, "sygvd", [("a", a), ("b", b)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
                          donate=donate, backend=backend, return_eigenvectors=return_eigenvectors,
                          return_status=return_status)
     return out
 
 
 def _eigh(plan, a, b=None, *, keep, return_eigenvectors, return_status):
-    w, v, status, _, _ = _decompositions.eigen(plan, a, b, keep=keep)
+    w, v, status = _decompositions.eigen(plan, a, b, keep=keep)
     return pick((w, v, status), (True, return_eigenvectors, return_status))
 
 
@@ -342,31 +323,28 @@ def gesvd(a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Spec
 
     Args:
       a: (M, N) matrix sharded ``P(r, c)``, ``P(r)`` or ``P(None, c)`` over ``mesh``.
-      T_A: {T_A}
-      mesh: {mesh}
-      matrix_specs: {matrix_specs}
+      {{layout}}
       compute_u: return ``u`` (default True).
       compute_vh: return ``vh`` (default True).
       full_matrices: ``u`` is (M, M) and ``vh`` (N, N) instead of (M, K) and (K, N), K = min(M, N)
         (default False).
       return_status: also return the status (int32, replicated): 0 on success, or -1 for a
         non-finite result. Failed outputs are NaN.
-      donate: {donate}
-      backend: {backend}
+      {{run}}
 
     Returns:
       ``(u, s, vh)``, ``(u, s)``, ``(s, vh)`` or ``s`` as asked: ``s`` (K,) descending and
       replicated, ``u`` and ``vh`` with a's sharding; then ``status`` when asked.
     """
     _flags(compute_u=compute_u, compute_vh=compute_vh, full_matrices=full_matrices, return_status=return_status)
-    _, out = _dispatch.build(_gesvd, "svd", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
+    _, out, _ = _dispatch.build(_gesvd, "svd", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
                          donate=donate, backend=backend, square=False, tall=False, compute_u=compute_u,
                          compute_vh=compute_vh, full_matrices=full_matrices, return_status=return_status)
     return out
 
 
 def _gesvd(plan, a, *, keep, compute_u, compute_vh, full_matrices, return_status):
-    u, s, vh, status, _ = _decompositions.singular(plan, a, keep=keep, full_matrices=full_matrices,
+    u, s, vh, status = _decompositions.singular(plan, a, keep=keep, full_matrices=full_matrices,
                                                    compute_uv=compute_u or compute_vh)
     return pick((u, s, vh, status), (compute_u, True, compute_vh, return_status))
 
@@ -382,28 +360,25 @@ def polar(a: TallMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: 
 
     Args:
       a: (M, N) matrix, M >= N, sharded ``P(r, c)``, ``P(r)`` or ``P(None, c)`` over ``mesh``.
-      T_A: {T_A}
-      mesh: {mesh}
-      matrix_specs: {matrix_specs}
+      {{layout}}
       compute_h: also return ``h`` (default True).
       return_status: also return the status (int32, replicated): 0 on success, or -1 for a
         non-finite result. Failed outputs are NaN.
-      donate: {donate}
-      backend: {backend}
+      {{run}}
 
     Returns:
       ``(u_p, h)`` or ``u_p``: ``u_p`` (M, N) with orthonormal columns and ``h`` (N, N)
       Hermitian positive semi-definite, both with a's sharding; then ``status`` when asked.
     """
     _flags(compute_h=compute_h, return_status=return_status)
-    _, out = _dispatch.build(_polar, "polar", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
+    _, out, _ = _dispatch.build(_polar, "polar", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
                          donate=donate, backend=backend, square=False, compute_h=compute_h,
                          return_status=return_status)
     return out
 
 
 def _polar(plan, a, *, keep, compute_h, return_status):
-    u_p, h, status, _ = _decompositions.polar_factors(plan, a, keep=keep)
+    u_p, h, status = _decompositions.polar_factors(plan, a, keep=keep)
     return pick((u_p, h, status), (True, compute_h, return_status))
 
 

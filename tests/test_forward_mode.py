@@ -128,17 +128,6 @@ MODULES = {
 }
 
 
-#: The eager plumbing (branch ``deriv``: tangents placed onto the call's layout, the mesh found
-#: through eager tracers, eager derivative calls compiled and cached) is what eager
-#: check_grads needs; before it is merged, eager checks fail on Explicit meshes
-#: (least_squares: "in_specs passed to shard_map: P('x', 'y') does not match ... P(None, None)")
-#: and take minutes each (every eager derivative call recompiles). The same rules are
-#: checked inside jit in test_autodiff.py either way.
-eager_plumbing = pytest.mark.xfail(
-    not hasattr(_layout, "is_eager"), run=False,
-    reason="needs the eager-derivative plumbing of branch deriv (tangent placement, cached eager calls)")
-
-
 def _check_grads(f, args):
     """check_grads eagerly at order 2, both modes. Its reverse checks compare against finite
     differences (eps 1e-4), whose error at order 2 reaches ~2e-5 relative here: rtol 1e-4."""
@@ -155,19 +144,10 @@ def _args(names, dtype, mesh):
 #: (CI runs them); the same derivatives are checked inside jit in test_autodiff.py and by the
 #: jacfwd/hessian/jvp tests below in the default run.
 @pytest.mark.slow
-@eager_plumbing
-@pytest.mark.parametrize("name", list(FUNCTIONS))
-def test_functions_check_grads_eagerly(combo, name):
-    f, names = FUNCTIONS[name]
-    mesh, dtype = combo
-    _check_grads(f, _args(names, dtype, mesh))
-
-
-@pytest.mark.slow
-@eager_plumbing
-@pytest.mark.parametrize("name", list(MODULES))
-def test_modules_check_grads_eagerly(combo, name):
-    f, names = MODULES[name]
+@pytest.mark.parametrize("name", [*FUNCTIONS, *MODULES])
+def test_check_grads_eagerly(combo, name):
+    """Every function (FUNCTIONS) and every module (MODULES)."""
+    f, names = {**FUNCTIONS, **MODULES}[name]
     mesh, dtype = combo
     _check_grads(f, _args(names, dtype, mesh))
 

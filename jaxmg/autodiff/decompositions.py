@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _dist, solves, tangents
+from . import _dist, logdet, solves, tangents
 
 
 def _sharding(kernels):
@@ -43,36 +43,28 @@ def _zeros(outputs):
 
 # --- Cholesky factor L: a custom JVP (forward mode; JAX transposes it for reverse) ----------
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def cholesky_lower(kernels, a, state):
+def _lower(kernels, state):
     """L (a's layout) from the saved factor; derivatives with respect to ``a``.
 
     L' = L Phi(L^-1 H(A') L^-H), with Phi taking the lower triangle and half the diagonal
     and H(A') = tril(A', -1) + tril(A', -1)^H + Re diag(A') the Hermitian matrix read from
     the lower triangle (the exact derivative of what is computed, which reads only that
-    triangle): triangular
-    inverse and products, all distributed (:mod:`._dist`); linear in A', so reverse mode is
-    its transpose, and L itself is this function, so every order is available.
+    triangle): triangular inverse and products, all distributed (:mod:`._dist`); linear in A',
+    so reverse mode is its transpose, and L itself is this function, so every order is available.
     """
     return kernels.lower(state)
 
 
-def _cholesky_jvp(kernels, primals, tangents):
-    a, state = primals
-    a_dot, _ = tangents
-    lower = cholesky_lower(kernels, a, state)
-    a_dot = _tangent(kernels, a, a_dot)
-    if a_dot is None:
-        return lower, jnp.zeros_like(lower)
+def _lower_tangent(kernels, a, state, lower, a_dot):
     layout = _sharding(kernels)
     a_dot = _dist.lower_read(a_dot, like=layout)
     inverse = _dist.tri_inv(lower, lower=True, like=layout)
     x = _dist.matmul(_dist.matmul(inverse, a_dot, layout), inverse, layout, adj_y=True)
     phi = 0.5 * (_dist.tril(x, 0, like=layout) + _dist.tril(x, -1, like=layout))
-    return lower, _dist.matmul(lower, phi, layout)
+    return _dist.matmul(lower, phi, layout)
 
 
-cholesky_lower.defjvp(_cholesky_jvp, symbolic_zeros=True)
+cholesky_lower = logdet.from_saved_factor(_lower, _lower_tangent, read=lambda k, a, d: _tangent(k, a, d))
 
 
 # --- Eigen-, singular value and polar decompositions: one JVP each ---------------------------
@@ -166,22 +158,14 @@ singular_values.defjvp(_singular_values_jvp, symbolic_zeros=True)
 
 # --- QR and least squares --------------------------------------------------------------------
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def qr_outputs(kernels, a, state):
+def _qr_outputs(kernels, state):
     """(q, r) in the outputs' layout from the saved QR factor; derivatives with respect to ``a``."""
     return kernels.q(state), kernels.r(state)
 
 
-def _qr_jvp(kernels, primals, tangents_in):
-    a, state = primals
-    q, r = qr_outputs(kernels, a, state)
-    a_dot = _tangent(kernels, a, tangents_in[0])
-    if a_dot is None:
-        return (q, r), (jnp.zeros_like(q), jnp.zeros_like(r))
-    return (q, r), tangents.qr_jvp(q, r, a_dot, _sharding(kernels))
-
-
-qr_outputs.defjvp(_qr_jvp, symbolic_zeros=True)
+qr_outputs = logdet.from_saved_factor(
+    _qr_outputs, lambda k, a, state, qr, a_dot: tangents.qr_jvp(*qr, a_dot, _sharding(k)),
+    read=lambda k, a, d: _tangent(k, a, d))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))

@@ -37,47 +37,56 @@ def _read_tangent(kernels, a, a_dot):
     return _dist.lower_read(a_dot, like=layout)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def logdet(kernels, a, state):
+def from_saved_factor(method, formula, read=_read_tangent):
+    """``f(kernels, a, state)`` = ``method(kernels, state)``, the value of a saved factor, with a
+    custom JVP along ``a``: ``formula(kernels, a, state, value, a_dot)`` gives the tangent from
+    ``a_dot = read(kernels, a, a')`` (zero tangents, without work, where ``a`` is not
+    differentiated). ``state`` is never differentiated."""
+
+    @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+    def f(kernels, a, state):
+        return method(kernels, state)
+
+    def jvp(kernels, primals, tangents):
+        a, state = primals
+        value = f(kernels, a, state)
+        a_dot = read(kernels, a, tangents[0])
+        if a_dot is None:
+            return value, jax.tree.map(jnp.zeros_like, value)
+        return value, formula(kernels, a, state, value, a_dot)
+
+    f.__doc__ = method.__doc__
+    f.defjvp(jvp, symbolic_zeros=True)
+    return f
+
+
+def _logdet(kernels, state):
     """log det A (real) from the Cholesky factor ``state``; ``a`` carries the derivative (may be None)."""
     return kernels.logdet(state)
 
 
-def _logdet_jvp(kernels, primals, tangents):
-    a, state = primals
-    value = logdet(kernels, a, state)
-    a_dot = _read_tangent(kernels, a, tangents[0])
-    if a_dot is None:
-        return value, jnp.zeros_like(value)
-    tangent = jnp.real(jnp.sum(inverse_transposed(kernels, a, state) * a_dot))
-    return value, tangent.astype(value.dtype)
+def _logdet_tangent(kernels, a, state, value, a_dot):
+    return jnp.real(jnp.sum(inverse_transposed(kernels, a, state) * a_dot)).astype(value.dtype)
 
 
-logdet.defjvp(_logdet_jvp, symbolic_zeros=True)
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def slogdet(kernels, a, state):
+def _slogdet(kernels, state):
     """(sign, log|det A|) from LU's saved ``state``; ``a`` carries the derivative."""
     return kernels.slogdet(state)
 
 
-def _slogdet_jvp(kernels, primals, tangents):
-    a, state = primals
-    sign, value = slogdet(kernels, a, state)
-    a_dot = _read_tangent(kernels, a, tangents[0])
-    if a_dot is None:
-        return (sign, value), (jnp.zeros_like(sign), jnp.zeros_like(value))
+def _slogdet_tangent(kernels, a, state, value, a_dot):
+    sign, logabsdet = value
     trace = jnp.sum(inverse_transposed(kernels, a, state) * a_dot)  # tr(A^-1 A')
     sign_dot = sign * (1j * jnp.imag(trace)).astype(sign.dtype) if jnp.iscomplexobj(sign) else jnp.zeros_like(sign)
-    return (sign, value), (sign_dot, jnp.real(trace).astype(value.dtype))
+    return sign_dot, jnp.real(trace).astype(logabsdet.dtype)
 
 
-slogdet.defjvp(_slogdet_jvp, symbolic_zeros=True)
+def _inverse(kernels, state):
+    """A^-1 in the computation's layout, from the saved factor; differentiable through ``a``."""
+    return kernels.inverse(state)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def inverse_transposed(kernels, a, state):
+def _inverse_transposed(kernels, state):
     """A^-T in the computation's layout: conj(A^-1) for Hermitian A (no transpose), (A^-1)^T for
     LU; with the tangent -A^-T A'^T A^-T, so that log|det|'s derivatives of every order are right
     along any direction."""
@@ -87,37 +96,20 @@ def inverse_transposed(kernels, a, state):
     return _dist.ct(jnp.conj(inverse), like=kernels.plan.layout)
 
 
-def _inverse_transposed_jvp(kernels, primals, tangents):
-    return _inverse_and_tangent(inverse_transposed, kernels, primals, tangents, transposed=True)
+def _inverse_tangent(transposed: bool):
+    """The tangent of V = A^-1 (or A^-T where ``transposed``): -V A' V (or -V A'^T V), two products
+    in the computation's layout."""
+    def tangent(kernels, a, state, value, a_dot):
+        layout = kernels.plan.layout
+        if transposed:  # V A'^T = V (conj A')^H
+            middle = _dist.matmul(value, jnp.conj(a_dot), layout, adj_y=True)
+        else:
+            middle = _dist.matmul(value, a_dot, layout)
+        return -_dist.matmul(middle, value, layout)
+    return tangent
 
 
-inverse_transposed.defjvp(_inverse_transposed_jvp, symbolic_zeros=True)
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def inverse(kernels, a, state):
-    """A^-1 in the computation's layout, from the saved factor; differentiable through ``a``."""
-    return kernels.inverse(state)
-
-
-def _inverse_jvp(kernels, primals, tangents):
-    return _inverse_and_tangent(inverse, kernels, primals, tangents, transposed=False)
-
-
-def _inverse_and_tangent(fn, kernels, primals, tangents, *, transposed: bool):
-    """``V = fn(kernels, a, state)`` (A^-1, or A^-T where ``transposed``) and its tangent -V A' V,
-    or -V A'^T V: two products in the computation's layout."""
-    a, state = primals
-    value = fn(kernels, a, state)
-    a_dot = _read_tangent(kernels, a, tangents[0])
-    if a_dot is None:
-        return value, jnp.zeros_like(value)
-    layout = kernels.plan.layout
-    if transposed:  # V A'^T = V (conj A')^H
-        middle = _dist.matmul(value, jnp.conj(a_dot), layout, adj_y=True)
-    else:
-        middle = _dist.matmul(value, a_dot, layout)
-    return value, -_dist.matmul(middle, value, layout)
-
-
-inverse.defjvp(_inverse_jvp, symbolic_zeros=True)
+logdet = from_saved_factor(_logdet, _logdet_tangent)
+slogdet = from_saved_factor(_slogdet, _slogdet_tangent)
+inverse = from_saved_factor(_inverse, _inverse_tangent(False))
+inverse_transposed = from_saved_factor(_inverse_transposed, _inverse_tangent(True))

@@ -40,13 +40,10 @@ class Cholesky(Factorisation):
     Args:
       a: (N, N) matrix sharded ``P(r, c)``, ``P(r)`` or ``P(None, c)`` over ``mesh``; only its
         lower triangle is read.
-      T_A: {T_A}
-      mesh: {mesh_module}
-      matrix_specs: {matrix_specs_solver}
+      {{solver_layout}}
       natural: keep the factor in natural order, so that :attr:`factor` is free (distributed
         route; default False).
-      donate: {donate}
-      backend: {backend}
+      {{run}}
 
     Attributes:
       status: int32, replicated: 0 on success, else the order of the leading minor that is
@@ -59,8 +56,8 @@ class Cholesky(Factorisation):
     @checked
     def __init__(self, a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
                  natural: bool = False, donate: bool = False, backend: str = "auto"):
-        self.plan, (self.state, self.status, self.operator) = _dispatch.build(
-            factored, "cholesky", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs, donate=donate,
+        self.plan, (self.state, self.status), (self.operator,) = _dispatch.build(
+            _made, "cholesky", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs, donate=donate,
             backend=backend, num_rhs=1, natural=natural, flags=dict(natural=natural))
 
     @checked
@@ -97,6 +94,10 @@ def factored(plan, a, *, keep: bool):
     """(state, status, operator) of the factorisation of ``a`` (trace-only)."""
     state, status = plan.kernels.Cholesky(plan).factor(_base.no_gradient(plan.enter(a)))
     return jax.lax.stop_gradient(state), status, a if keep else None
+
+
+def _made(plan, a, *, keep: bool):
+    return factored(plan, a, keep=keep)[:2]
 
 
 def solved(plan, operator, state, status, b):

@@ -34,11 +34,8 @@ class Eigh(Factorisation):
         only its lower triangle is read.
       b: None, or (N, N) Hermitian positive definite with a's shape, dtype and layout (only its
         lower triangle is read).
-      T_A: {T_A}
-      mesh: {mesh_module}
-      matrix_specs: {matrix_specs}
-      donate: {donate}
-      backend: {backend}
+      {{module_layout}}
+      {{run}}
 
     Attributes:
       status: int32, replicated: 0 on success, else the order of b's leading minor that is
@@ -53,9 +50,10 @@ class Eigh(Factorisation):
     def __init__(self, a: SquareMatrix, b: Optional[SquareMatrix] = None, T_A: Tile = None, mesh: MeshLike = None,
                  matrix_specs: Specs = None, *, donate: bool = False, backend: str = "auto"):
         matrices = [("a", a)] if b is None else [("a", a), ("b", b)]
-        self.plan, (self.w, self.v, self.status, self.operator, self.pencil) = _dispatch.build(
+        self.plan, (self.w, self.v, self.status), kept = _dispatch.build(
             eigen, "eigh" if b is None else "sygvd", matrices, T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
             donate=donate, backend=backend)
+        self.operator, self.pencil = kept[0], (kept[1] if b is not None else None)
 
 
 @shared_arguments
@@ -72,12 +70,9 @@ class SVD(Factorisation):
 
     Args:
       a: (M, N) matrix sharded ``P(r, c)``, ``P(r)`` or ``P(None, c)`` over ``mesh``.
-      T_A: {T_A}
-      mesh: {mesh_module}
-      matrix_specs: {matrix_specs}
+      {{module_layout}}
       full_matrices: make ``u`` (M, M) instead of (M, N) (default False).
-      donate: {donate}
-      backend: {backend}
+      {{run}}
 
     Attributes:
       status: int32, replicated: 0 on success, or -1 for a non-finite result.
@@ -92,7 +87,7 @@ class SVD(Factorisation):
     def __init__(self, a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
                  full_matrices: bool = False, donate: bool = False, backend: str = "auto"):
         check_flag(full_matrices, "full_matrices")
-        self.plan, (self.u, self.s, self.vh, self.status, self.operator) = _dispatch.build(
+        self.plan, (self.u, self.s, self.vh, self.status), (self.operator,) = _dispatch.build(
             singular, "svd", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs, donate=donate,
             backend=backend, square=False, tall=False, full_matrices=bool(full_matrices), compute_uv=True)
 
@@ -113,11 +108,8 @@ class Polar(Factorisation):
 
     Args:
       a: (M, N) matrix, M >= N, sharded ``P(r, c)``, ``P(r)`` or ``P(None, c)`` over ``mesh``.
-      T_A: {T_A}
-      mesh: {mesh_module}
-      matrix_specs: {matrix_specs}
-      donate: {donate}
-      backend: {backend}
+      {{module_layout}}
+      {{run}}
 
     Attributes:
       status: int32, replicated: 0 on success, or -1 for a non-finite result.
@@ -129,24 +121,24 @@ class Polar(Factorisation):
     @checked
     def __init__(self, a: TallMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
                  donate: bool = False, backend: str = "auto"):
-        self.plan, (self.u_p, self.h, self.status, self.operator) = _dispatch.build(
+        self.plan, (self.u_p, self.h, self.status), (self.operator,) = _dispatch.build(
             polar_factors, "polar", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs, donate=donate,
             backend=backend, square=False)
 
 
 def eigen(plan, a, b=None, *, keep: bool):
-    """(w, v, status, a, b) of ``a v = v diag(w)``, or of ``a v = b v diag(w)`` (trace-only)."""
+    """(w, v, status) of ``a v = v diag(w)``, or of ``a v = b v diag(w)`` (trace-only)."""
     kernels = plan.kernels.Decompositions(plan)
     if b is None:
         w, v, status = rules.syevd(kernels, a)
     else:
         w, v, status = rules.sygvd(kernels, a, b)
     w, v = _status.masked(status, w, plan.leave(v, "v"))
-    return w, v, status, a if keep else None, b if keep else None
+    return w, v, status
 
 
 def singular(plan, a, *, keep: bool, full_matrices: bool, compute_uv: bool):
-    """(u, s, vh, status, a) of ``a = u diag(s) vh``; a wide ``a`` through a^H (trace-only)."""
+    """(u, s, vh, status) of ``a = u diag(s) vh``; a wide ``a`` through a^H (trace-only)."""
     kplan = plan.adjoint() if plan.wide else plan
     kernels = kplan.kernels.Decompositions(kplan)
     x = adjoint(a) if plan.wide else a
@@ -159,11 +151,11 @@ def singular(plan, a, *, keep: bool, full_matrices: bool, compute_uv: bool):
     if compute_uv:
         u, vh = plan.leave(u, "u"), plan.leave(vh, "vh")
     u, s, vh = _status.masked(status, u, s, vh)
-    return u, s, vh, status, a if keep else None
+    return u, s, vh, status
 
 
 def polar_factors(plan, a, *, keep: bool):
-    """(u_p, h, status, a) of ``a = u_p h`` (trace-only)."""
+    """(u_p, h, status) of ``a = u_p h`` (trace-only)."""
     u_p, h, status = rules.polar_decomposition(plan.kernels.Decompositions(plan), a)
     u_p, h = _status.masked(status, plan.leave(u_p, "u_p"), plan.leave(h, "h"))
-    return u_p, h, status, a if keep else None
+    return u_p, h, status

@@ -29,11 +29,8 @@ class LU(Factorisation):
 
     Args:
       a: (N, N) matrix sharded ``P(r, c)``, ``P(r)`` or ``P(None, c)`` over ``mesh``.
-      T_A: {T_A}
-      mesh: {mesh_module}
-      matrix_specs: {matrix_specs_solver}
-      donate: {donate}
-      backend: {backend}
+      {{solver_layout}}
+      {{run}}
 
     Attributes:
       status: int32, replicated: 0 on success, else the 1-based index of the first zero pivot
@@ -45,8 +42,8 @@ class LU(Factorisation):
     @checked
     def __init__(self, a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
                  donate: bool = False, backend: str = "auto"):
-        self.plan, (self.state, self.status, self.operator) = _dispatch.build(
-            factored, "lu", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs, donate=donate,
+        self.plan, (self.state, self.status), (self.operator,) = _dispatch.build(
+            _made, "lu", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs, donate=donate,
             backend=backend, num_rhs=1)
 
     @property
@@ -88,6 +85,10 @@ def factored(plan, a, *, keep: bool):
     """(state, status, operator) of the LU factorisation of ``a`` (trace-only)."""
     state, status = plan.kernels.LU(plan).factor(_base.no_gradient(plan.enter(a)))
     return jax.lax.stop_gradient(state), status, a if keep else None
+
+
+def _made(plan, a, *, keep: bool):
+    return factored(plan, a, keep=keep)[:2]
 
 
 def solved(plan, operator, state, status, b, trans: str = "N"):

@@ -37,11 +37,8 @@ class QR(Factorisation):
 
     Args:
       a: (M, N) matrix sharded ``P(r, c)``, ``P(r)`` or ``P(None, c)`` over ``mesh``.
-      T_A: {T_A}
-      mesh: {mesh_module}
-      matrix_specs: {matrix_specs_solver}
-      donate: {donate}
-      backend: {backend}
+      {{solver_layout}}
+      {{run}}
 
     Attributes:
       status: int32, replicated: 0 on success, else the 1-based index of the first zero
@@ -53,8 +50,8 @@ class QR(Factorisation):
     @checked
     def __init__(self, a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
                  donate: bool = False, backend: str = "auto"):
-        self.plan, (self.state, self.status, self.operator) = _dispatch.build(
-            factored, "qr", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs, donate=donate,
+        self.plan, (self.state, self.status), (self.operator,) = _dispatch.build(
+            _made, "qr", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs, donate=donate,
             backend=backend, square=False, tall=False, num_rhs=1)
 
     @property
@@ -104,6 +101,10 @@ def factored(plan, a, *, keep: bool):
     factor_of = adjoint(a) if plan.wide else a
     state, status = kplan.kernels.QR(kplan).factor(_base.no_gradient(kplan.enter(factor_of)))
     return jax.lax.stop_gradient(state), status, a if keep else None
+
+
+def _made(plan, a, *, keep: bool):
+    return factored(plan, a, keep=keep)[:2]
 
 
 def solved(plan, operator, state, status, b):

@@ -50,6 +50,12 @@ def matmul(x, y, spec: Optional[P] = None):
     return jnp.matmul(x, y, precision=jax.lax.Precision.HIGHEST, out_sharding=sharding)
 
 
+def in_layout(x, spec: P, like):
+    """``x`` laid out as ``spec`` on like's mesh where it has Explicit axes (elsewhere unchanged)."""
+    mesh = _explicit_mesh(like)
+    return x if mesh is None else jax.sharding.reshard(x, NamedSharding(mesh, spec))
+
+
 def in_layout_of(x, like):
     """``x`` laid out like ``like``: on Explicit mesh axes, and eagerly for a concrete ``like`` on
     Auto axes (where an eager op between differently laid-out arrays returns a replicated one);

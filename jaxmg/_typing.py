@@ -20,11 +20,14 @@ from jax.sharding import AbstractMesh, Mesh, PartitionSpec
 from jaxtyping import Inexact, Int, Real, jaxtyped
 
 AnyArray = Union[jax.Array, np.ndarray]
-SquareMatrix = Inexact[AnyArray, "n n"]
-TallMatrix = Inexact[AnyArray, "m n"]  # M >= N, checked by the operation
-Matrix = Inexact[AnyArray, "m n"]  # any M x N (wide ones where the operation takes them)
-Rhs = Union[Inexact[AnyArray, "n"], Inexact[AnyArray, "n k"]]
-TallRhs = Union[Inexact[AnyArray, "m"], Inexact[AnyArray, "m k"]]
+#: Nested Python sequences of numbers, which every operation converts as ``jnp.asarray`` does
+#: (their shapes and dtypes are then the operation's own checks, as for arrays).
+Nested = Union[list, tuple]
+SquareMatrix = Union[Inexact[AnyArray, "n n"], Nested]
+TallMatrix = Union[Inexact[AnyArray, "m n"], Nested]  # M >= N, checked by the operation
+Matrix = Union[Inexact[AnyArray, "m n"], Nested]  # any M x N (wide ones where the operation takes them)
+Rhs = Union[Inexact[AnyArray, "n"], Inexact[AnyArray, "n k"], Nested]
+TallRhs = Union[Inexact[AnyArray, "m"], Inexact[AnyArray, "m k"], Nested]
 Solution = Union[Inexact[jax.Array, "n"], Inexact[jax.Array, "n k"]]
 Status = Int[jax.Array, ""]
 Scalar = Real[jax.Array, ""]
@@ -35,11 +38,11 @@ Specs = Optional[Union[PartitionSpec, Sequence[Optional[PartitionSpec]]]]
 #: How the documentation shows each alias above: jaxtyping's dtype kind and shape, not the
 #: ``Union``/``Optional`` that the aliases expand to (read by docs/griffe_jaxmg.py).
 DOC_TYPES: dict = {
-    "SquareMatrix": "Inexact[Array, 'n n']",
-    "TallMatrix": "Inexact[Array, 'm n']",
-    "Matrix": "Inexact[Array, 'm n']",
-    "Rhs": "Inexact[Array, 'n'] | Inexact[Array, 'n k']",
-    "TallRhs": "Inexact[Array, 'm'] | Inexact[Array, 'm k']",
+    "SquareMatrix": "Inexact[Array, 'n n'] | Sequence",
+    "TallMatrix": "Inexact[Array, 'm n'] | Sequence",
+    "Matrix": "Inexact[Array, 'm n'] | Sequence",
+    "Rhs": "Inexact[Array, 'n'] | Inexact[Array, 'n k'] | Sequence",
+    "TallRhs": "Inexact[Array, 'm'] | Inexact[Array, 'm k'] | Sequence",
     "Solution": "Inexact[Array, 'n'] | Inexact[Array, 'n k']",
     "Status": "Int[Array, '']",
     "Scalar": "Real[Array, '']",

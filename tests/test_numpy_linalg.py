@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 import pytest
-from jax.sharding import AxisType, PartitionSpec as P
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 from jax.test_util import check_grads
 
 import jaxmg
@@ -373,3 +373,26 @@ def test_wide_matrices_in_jaxmg_functions_and_modules():
     _close(grad, want, dtype, 100)
     with pytest.raises(ValueError, match="side='left'"):
         jaxmg.polar(placed)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.complex128], ids=["float32", "complex128"])
+def test_complete_qr_of_a_tall_sharded_matrix_inside_set_mesh(dtype):
+    """mode="complete" (and jax.scipy's default, full) of a tall matrix sharded P("x", "y") inside
+    jax.set_mesh, 2-D and batched: the random completing block is laid out with a's rows."""
+    import jaxmg.numpy.linalg as mla
+    import jaxmg.scipy.linalg as msla
+
+    mesh = jax.make_mesh((4, 2), ("x", "y"))
+    rng = np.random.default_rng(3)
+    a_np = rng.standard_normal((24, 16)).astype(dtype)
+    stack_np = rng.standard_normal((3, 24, 16)).astype(dtype)
+    a = jax.device_put(a_np, NamedSharding(mesh, P("x", "y")))
+    stack = jax.device_put(stack_np, NamedSharding(mesh, P(None, "x", "y")))
+    tol = 1e-4 if dtype == np.float32 else 1e-10
+    with jax.set_mesh(mesh):
+        for q, r, want in (mla.qr(a, mode="complete") + (a_np,), msla.qr(a) + (a_np,),
+                           mla.qr(stack, mode="complete") + (stack_np,)):
+            q, r = np.asarray(q), np.asarray(r)
+            assert q.shape[-2:] == (24, 24) and r.shape[-2:] == (24, 16)
+            np.testing.assert_allclose(q @ r, want, atol=tol * 10)
+            np.testing.assert_allclose(np.swapaxes(q.conj(), -1, -2) @ q, np.broadcast_to(np.eye(24), q.shape), atol=tol)

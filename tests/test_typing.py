@@ -69,3 +69,58 @@ def test_checking_disabled_gives_the_library_errors():
     assert proc.returncode == 0, proc.stderr[-3000:]
     rejected = [line for line in proc.stdout.splitlines() if line.startswith("rejected")]
     assert rejected[0].startswith("rejected ValueError") and "b has 16 rows but a has 32" in rejected[0]
+
+
+EVERY_SIGNATURE = textwrap.dedent('''
+    import os
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    import jax, jax.numpy as jnp, numpy as np
+    import jaxmg
+    jax.config.update("jax_enable_x64", True)
+    spd = (np.eye(4) * 2.0 + 0.5).tolist()
+    tall = (np.arange(24.0).reshape(6, 4) % 5 + np.eye(6, 4)).tolist()
+    rhs, rhs_tall = [1.0, 2.0, 3.0, 4.0], [1.0] * 6
+    calls = {
+        "potrs": lambda a, b: jaxmg.potrs(a, b), "cholesky": lambda a, b: jaxmg.cholesky(a),
+        "lu_solve": lambda a, b: jaxmg.lu_solve(a, b), "syevd": lambda a, b: jaxmg.syevd(a),
+        "sygvd": lambda a, b: jaxmg.sygvd(a, a), "Cholesky.solve": lambda a, b: jaxmg.Cholesky(a).solve(b),
+        "Cholesky.logdet": lambda a, b: jaxmg.Cholesky(a).logdet(), "LU.solve": lambda a, b: jaxmg.LU(a).solve(b, "T"),
+        "LU.slogdet": lambda a, b: jaxmg.LU(a).slogdet(), "Eigh": lambda a, b: jaxmg.Eigh(a, a).w,
+        "Cholesky.inverse": lambda a, b: jaxmg.Cholesky(a).inverse(), "LU.inverse": lambda a, b: jaxmg.LU(a).inverse(),
+    }
+    tall_calls = {
+        "least_squares": lambda a, b: jaxmg.least_squares(a, b), "qr": lambda a, b: jaxmg.qr(a),
+        "gesvd": lambda a, b: jaxmg.gesvd(a), "polar": lambda a, b: jaxmg.polar(a),
+        "QR.solve": lambda a, b: jaxmg.QR(a).solve(b), "QR.r": lambda a, b: jaxmg.QR(a).r,
+        "SVD": lambda a, b: jaxmg.SVD(a).s, "Polar": lambda a, b: jaxmg.Polar(a).h,
+    }
+    for table, a, b in ((calls, spd, rhs), (tall_calls, tall, rhs_tall)):
+        for name, call in table.items():
+            for kind, conv in (("list", lambda x: x), ("numpy", np.asarray), ("jax", jnp.asarray)):
+                try:
+                    call(conv(a), conv(b))
+                    print("accepted", kind, name)
+                except Exception as err:
+                    print("REFUSED", kind, name, type(err).__name__, str(err)[:300].replace(chr(10), " "))
+            try:
+                call(np.ones((2,) + np.shape(a)), conv(b))
+                print("UNCHECKED rank 3", name)
+            except Exception as err:
+                print("rejected rank 3", name, type(err).__name__)
+''')
+
+
+def test_every_public_signature_accepts_what_the_call_accepts():
+    """With JAXMG_TYPECHECK=1 every function, module and method takes nested Python lists, NumPy
+    and JAX arrays, as it does without checking, and refuses a stack of matrices in its
+    annotations (TypeCheckError)."""
+    env = dict(os.environ, JAXMG_TYPECHECK="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(jaxmg.__file__).resolve().parents[1]),
+                                                       env.get("PYTHONPATH")]))
+    env.pop("XLA_FLAGS", None)
+    proc = subprocess.run([sys.executable, "-c", EVERY_SIGNATURE], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert len([line for line in lines if line.startswith("accepted")]) == 60, lines
+    rejected = [line for line in lines if line.startswith("rejected rank 3")]
+    assert len(rejected) == 20 and all("TypeCheckError" in line for line in rejected), lines

@@ -39,8 +39,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import functional as _f
-from .._dense import (adjoint as _H, columns as _columns, in_layout_of as _in_layout_of, matmul as _matmul,
-                      spec_of as _spec_of, triu as _triu)
+from jax.sharding import PartitionSpec as _P
+
+from .._dense import (adjoint as _H, columns as _columns, in_layout as _in_layout, in_layout_of as _in_layout_of,
+                      matmul as _matmul, spec_of as _spec_of, triu as _triu)
 from ..modules import LU as _LU
 from ._results import EighResult, QRResult, SlogdetResult, SVDResult
 from ._util import (herm_input as _herm_input, inexact as _inexact, map_batch as _map_batch,
@@ -225,7 +227,8 @@ def _complete_qr(a):
     g = np.random.default_rng(0).standard_normal((m, m - n))
     if jnp.issubdtype(a.dtype, jnp.complexfloating):
         g = g + 1j * np.random.default_rng(1).standard_normal((m, m - n))
-    q, _ = _f.qr(jnp.concatenate([a, jnp.asarray(g, a.dtype)], axis=1))
+    rows = _P(_spec_of(a)[0], None)  # both blocks with a's rows split and their columns whole
+    q, _ = _f.qr(jnp.concatenate([_in_layout(a, rows, a), _in_layout(jnp.asarray(g, a.dtype), rows, a)], axis=1))
     return q, _triu(_matmul(_H(q), a, _spec_of(a)))
 
 

@@ -48,6 +48,30 @@ def grid_shape(count: int) -> tuple[int, int]:
     return (count // 2, 2) if count % 2 == 0 and count > 1 else (count, 1)
 
 
+def run_on_local_devices(parse_args, run, argv=None) -> None:
+    """The entry point of a benchmark that runs in this process on every local device: its
+    arguments from ``parse_args(argv)``, then (8 simulated CPU devices where there is no GPU)
+    ``run(args)``."""
+    from jaxmg.launch import simulate_cpu_devices_without_gpu  # imports no JAX backend
+
+    args = parse_args(argv)
+    simulate_cpu_devices_without_gpu()
+    run(args)
+
+
+def worker_mesh(grid: str):
+    """A GPU worker's mesh from ``--grid`` "nprow,npcol": ``(nprow, npcol, mesh, spec)``, the mesh of
+    Auto axes ("r", "c") over every process's devices and the matrix's spec on it (an axis of one
+    device left out); float64 enabled."""
+    import jax
+    from jax.sharding import AxisType, PartitionSpec as P
+
+    jax.config.update("jax_enable_x64", True)
+    nprow, npcol = (int(v) for v in grid.split(","))
+    mesh = jax.make_mesh((nprow, npcol), ("r", "c"), axis_types=(AxisType.Auto,) * 2)
+    return nprow, npcol, mesh, P("r" if nprow > 1 else None, "c" if npcol > 1 else None)
+
+
 def emit_timing(out, base: dict, median: float, times, reference=None, **fields) -> None:
     """Emit (on the first process only) one timing record: ``base``, ``fields``, median_s,
     times_s and runs, and ratio (``median / reference``) where a reference time is given."""

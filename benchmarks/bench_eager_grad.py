@@ -31,9 +31,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from bench_autodiff import _median_time  # noqa: E402  (warm-up, then the median of runs)
 from bench_potrs import _generator, _rhs  # noqa: E402  (shared generators)
-
-from jaxmg.launch import simulate_cpu_devices_without_gpu  # noqa: E402  (imports no JAX backend)
-from _common import emit_timing, grid_shape, results_path  # noqa: E402
+from _common import emit_timing, grid_shape, results_path, run_on_local_devices  # noqa: E402
 
 
 def _args(argv=None):
@@ -92,9 +90,7 @@ def run(args):
 
 
 def main(argv=None):
-    args = _args(argv)
-    simulate_cpu_devices_without_gpu()
-    run(args)
+    run_on_local_devices(_args, run, argv)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE.parent))
-from _common import emit as _emit, generator as _generator, results_path, worker_env  # noqa: E402
+from _common import emit as _emit, generator as _generator, results_path, worker_env, worker_mesh  # noqa: E402
 
 
 def _args(argv=None):
@@ -49,15 +49,12 @@ def worker(a):
     import jaxmg  # initializes jax.distributed under jaxmg.launch
     import jax
     import jax.numpy as jnp
-    from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding, PartitionSpec as P
     from jaxmg import _native
     from jaxmg.kernels import native
 
-    jax.config.update("jax_enable_x64", True)
     rank = jax.process_index()
-    nprow, npcol = (int(v) for v in a.grid.split(","))
-    mesh = jax.make_mesh((nprow, npcol), ("r", "c"), axis_types=(AxisType.Auto,) * 2)
-    spec = P("r" if nprow > 1 else None, "c" if npcol > 1 else None)
+    nprow, npcol, mesh, spec = worker_mesh(a.grid)
     dtype = jnp.dtype(a.dtype)
     for n in a.sizes:
         sharding = NamedSharding(mesh, spec)

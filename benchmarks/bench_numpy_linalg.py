@@ -34,10 +34,8 @@ HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
 
 from bench_autodiff import _median_time  # noqa: E402  (warm-up, then the median of runs)
-from _common import emit_timing, grid_shape  # noqa: E402
+from _common import emit_timing, grid_shape, run_on_local_devices  # noqa: E402
 from bench_potrs import _emit, _generator, _rhs  # noqa: E402  (shared generators and output)
-
-from jaxmg.launch import simulate_cpu_devices_without_gpu  # noqa: E402  (imports no JAX backend)
 
 NUMPY_FUNCTIONS = ("solve", "inv", "slogdet", "slogdet_grad", "eigh", "svd", "lstsq",
                    "cholesky", "det", "qr", "pinv", "eigvalsh", "svdvals")
@@ -145,9 +143,7 @@ def run(args):
 
 
 def main(argv=None):
-    args = _args(argv)
-    simulate_cpu_devices_without_gpu()
-    run(args)
+    run_on_local_devices(_args, run, argv)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE.parent))
-from _common import emit as _emit, generator as _generator, results_path, worker_env  # noqa: E402
+from _common import emit as _emit, generator as _generator, results_path, worker_env, worker_mesh  # noqa: E402
 
 
 def _args(argv=None):
@@ -88,18 +88,15 @@ def worker_native(a):
     native = _harness.load()  # initializes jax.distributed (jaxmg.launch)
     import jax
     import jax.numpy as jnp
-    from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding, PartitionSpec as P
     from jaxmg import _layout, _native
 
     use_api = a.api and _harness.PUBLIC_API
     if use_api:
         import jaxmg
 
-    jax.config.update("jax_enable_x64", True)
     rank = jax.process_index()
-    nprow, npcol = (int(v) for v in a.grid.split(","))
-    mesh = jax.make_mesh((nprow, npcol), ("r", "c"), axis_types=(AxisType.Auto,) * 2)
-    spec = P("r" if nprow > 1 else None, "c" if npcol > 1 else None)
+    nprow, npcol, mesh, spec = worker_mesh(a.grid)
     dtype = jnp.dtype(a.dtype)
     if rank == 0:
         print("native info:", native.info(), flush=True)
@@ -109,9 +106,7 @@ def worker_native(a):
         b = jax.device_put(_rhs(n, a.nrhs, dtype), NamedSharding(mesh, P()))
         grid = _harness.grid_of(mesh, spec)
         tile = a.tile or _layout.auto_tile((n, n), grid)
-        choice = os.environ.get("JAXMG_NATIVE_SOLVE")
-        tiled = _native.capabilities().get("tiled_solve") and npcol == 1 and choice != "cusolvermp" and (
-            choice == "tiled" or n // tile <= 8)  # csrc/cholesky.cc's rule
+        tiled = _native.capabilities().get("tiled_solve") and npcol == 1 and n // tile <= 8  # csrc/cholesky.cc's rule
         rec = dict(kind="jaxmg-native" + ("-api" if use_api else "-kernel"), N=n, dtype=str(dtype),
                    grid=[nprow, npcol], T_A=tile, nproc=jax.process_count(), nrhs=a.nrhs,
                    solve="tiled" if tiled else "cusolvermp")

@@ -4,10 +4,10 @@
 
 Two JSON lines per run: ``op`` "qr" (N x N, reduced Q and R: geqrf + orgqr) and "least_squares"
 (M = 2N rows, one right-hand side: geqrf, Q^H b, back substitution; qr_apply says how Q^H b was
-applied: "householder" from the reflectors, or "ormqr" with JAXMG_QR_APPLY=ormqr), each with N, M, dtype, grid,
+applied: "householder", from the reflectors in compact WY form), each with N, M, dtype, grid,
 T_A, runs, median_s (of ``--runs`` timed calls after one warm-up call), times_s, first_call_s,
 geqrf_ms (GPU time inside cuSOLVERMp's geqrf, from CUDA events in the handler, median),
-handler_ms (the same for every native call kind of the operation: geqrf, ormqr, orgqr; median), and the
+handler_ms (the same for every native call kind of the operation: geqrf, orgqr; median), and the
 relative residual of a check (||QR - A|| / ||A|| on a sample of rows for qr; the normal-equation
 residual ||A^T (A x - b)|| / (||A||^2 ||x||) for least squares), or ``error``. Compare with the
 engine's own geqrf (benchmarks/engine/engine_ops.sh "1 1 N N T geqrf") in the same run.
@@ -16,7 +16,6 @@ The matrix is generated on the GPUs: a_ij = 1 / (1 + |i - j|) + 2 delta_ij.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 from pathlib import Path
@@ -56,7 +55,7 @@ def main(argv=None):
         n = args.n
         m = n if op == "qr" else 2 * n
         rec = dict(op=op, N=n, M=m, dtype=args.dtype, grid=grid, T_A=args.tile, runs=args.runs,
-                   qr_apply=os.environ.get("JAXMG_QR_APPLY", "householder"))
+                   qr_apply="householder")
         try:
             @jax.jit
             def make():

@@ -2,8 +2,6 @@
 // and the local log det with a saved factor), the symmetrization plans of the in-place layout,
 // and the choice of the tiled solve (trsolve.h) on 1 x P grids.
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <utility>
 
 #include "grid.h"
@@ -172,10 +170,8 @@ void run_sym_plan(const SymPlan& plan, ncclComm_t comm, char* a, int64_t ld, int
 }
 
 // The attributes both handlers take (see csrc/README.md).
-struct Problem {
-  int64_t n, tile, pr, pc, mloc, nloc, nrhs, mode, solve, uplo;
-  int64_t batch = 1;         // leading batch (vmap) dimension, from the buffers
-  DType dtype = DType::F64;  // the matrix's, from its buffer
+struct Problem : GridMatrix {  // m = n
+  int64_t nrhs, mode, solve, uplo;
 };
 
 // The in-place layout step (mode 1): fill the tiles of the missing triangle that the permuted
@@ -209,15 +205,12 @@ void lay_out(GridCall& g, CholeskyCache& cc, const Problem& pb, char* a) {
 }
 
 // potrs with the lower factor on a 1 x P grid: the tiled solve (trsolve.h) up to
-// kTiledSolveMaxTiles tiles, where it is faster than cuSOLVERMp's potrs, cuSOLVERMp's beyond;
-// JAXMG_NATIVE_SOLVE=tiled or =cusolvermp forces one. Needs cuBLAS.
+// kTiledSolveMaxTiles tiles, where it is faster than cuSOLVERMp's potrs, cuSOLVERMp's beyond.
+// Needs cuBLAS.
 bool use_tiled_solve(const Problem& pb, cublasFillMode_t fill) {
   constexpr int64_t kTiledSolveMaxTiles = 8;
-  const char* choice = std::getenv("JAXMG_NATIVE_SOLVE");
-  const bool force_tiled = choice && std::strcmp(choice, "tiled") == 0;
-  const bool force_mp = choice && std::strcmp(choice, "cusolvermp") == 0;
-  return pb.solve && pb.pr == 1 && fill == CUBLAS_FILL_MODE_LOWER && tiled_solve_available() && !force_mp &&
-         (force_tiled || pb.n / pb.tile <= kTiledSolveMaxTiles);
+  return pb.solve && pb.pr == 1 && fill == CUBLAS_FILL_MODE_LOWER && tiled_solve_available() &&
+         pb.n / pb.tile <= kTiledSolveMaxTiles;
 }
 
 // potrf on one batch entry `ak`, in place. Its status (info; n + 1 where cuSOLVERMp fails without
@@ -286,7 +279,7 @@ void potrf_potrs(GridCall& g, const Problem& pb, char* a, char* x, void* logdet,
   const int64_t n = pb.n, tile = pb.tile, mat = pb.mloc * pb.nloc, bsz = pb.mloc * pb.nrhs;
   const cublasFillMode_t fill = pb.uplo ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER;
   const int pr = (int)pb.pr, pc = (int)pb.pc;
-  cusolverMpMatrixDescriptor_t desc_a = ctx.matrix_desc(pr, pc, dtype, n, n, tile, tile, pb.mloc);
+  cusolverMpMatrixDescriptor_t desc_a = pb.desc(ctx);
   cusolverMpMatrixDescriptor_t desc_b = ctx.matrix_desc(pr, pc, dtype, n, pb.nrhs, tile, pb.nrhs, pb.mloc);
   const bool tiled = use_tiled_solve(pb, fill);
   size_workspace(ctx, pb, fill, desc_a, desc_b, a, x, factor, tiled);
@@ -328,9 +321,7 @@ void potrf_potrs(GridCall& g, const Problem& pb, char* a, char* x, void* logdet,
 // and one status per batch entry).
 ffi::Error check_problem(Problem& pb, const ffi::AnyBuffer& a, const ffi::AnyBuffer& b, const ffi::AnyBuffer& logdet,
                          const ffi::Buffer<ffi::S32>& status, const char* who) {
-  if (ffi::Error e = check_dtype(who, a.element_type(), &pb.dtype); e.failure()) return e;
-  if (ffi::Error e = check_batch(who, a, pb.mloc, pb.nloc, &pb.batch); e.failure()) return e;
-  if (ffi::Error e = check_extents(who, pb.n, pb.n, pb.tile, pb.pr, pb.pc, pb.mloc, pb.nloc); e.failure()) return e;
+  if (ffi::Error e = pb.check(who, a); e.failure()) return e;
   if (b.element_type() != a.element_type())
     return ffi::Error::InvalidArgument(cat(who, ": the right-hand side's dtype differs from the matrix's"));
   if (pb.solve && (pb.nrhs <= 0 || (int64_t)b.element_count() != pb.batch * pb.mloc * pb.nrhs))
@@ -351,20 +342,16 @@ ffi::Error PotrfDispatch(cudaStream_t stream, Members members, NcclId id, Rank r
                          ffi::Result<ffi::AnyBuffer> logdet, ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n,
                          int64_t tile, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc, int64_t nrhs, int64_t mode,
                          int64_t solve, int64_t uplo) {
-  Problem pb{n, tile, pr, pc, mloc, nloc, nrhs, mode, solve, uplo};
+  Problem pb{{n, n, tile, pr, pc, mloc, nloc}, nrhs, mode, solve, uplo};
   if (ffi::Error e = check_problem(pb, a, b, *logdet, *status, "jaxmg_potrf"); e.failure()) return e;
-  try {
-    GridCall g = open_grid(stream, members, id, rank, pr, pc);
+  return on_grid(stream, members, id, rank, pr, pc, [&](GridCall& g) {
     JAXMG_TRACE("potrf: n ", n, " tile ", tile, " grid ", pr, "x", pc, " local ", mloc, "x", nloc, " nrhs ", nrhs,
                 " mode ", mode, " uplo ", uplo, " batch ", pb.batch);
     copy_unless_aliased(*factor, a, stream, "cudaMemcpyAsync(a to factor)");
     if (solve) copy_unless_aliased(*x, b, stream, "cudaMemcpyAsync(b to x)");
     potrf_potrs(g, pb, static_cast<char*>(factor->untyped_data()), static_cast<char*>(x->untyped_data()),
                 logdet->untyped_data(), status->typed_data(), /*factor=*/true);
-    return ffi::Error::Success();
-  } catch (const std::exception& e) {
-    return to_error(e);
-  }
+  });
 }
 
 // potrs (and log det) with a factor made by jaxmg_potrf: the factor is only read.
@@ -372,19 +359,15 @@ ffi::Error PotrsDispatch(cudaStream_t stream, Members members, NcclId id, Rank r
                          ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> x, ffi::Result<ffi::AnyBuffer> logdet,
                          ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n, int64_t tile, int64_t pr, int64_t pc,
                          int64_t mloc, int64_t nloc, int64_t nrhs, int64_t mode, int64_t solve, int64_t uplo) {
-  Problem pb{n, tile, pr, pc, mloc, nloc, nrhs, mode, solve, uplo};
+  Problem pb{{n, n, tile, pr, pc, mloc, nloc}, nrhs, mode, solve, uplo};
   if (ffi::Error e = check_problem(pb, f, b, *logdet, *status, "jaxmg_potrs"); e.failure()) return e;
-  try {
-    GridCall g = open_grid(stream, members, id, rank, pr, pc);
+  return on_grid(stream, members, id, rank, pr, pc, [&](GridCall& g) {
     JAXMG_TRACE("potrs: n ", n, " tile ", tile, " grid ", pr, "x", pc, " nrhs ", nrhs, " batch ", pb.batch);
     if (solve) copy_unless_aliased(*x, b, stream, "cudaMemcpyAsync(b to x)");
     // read only: potrs and the log-det kernel
     potrf_potrs(g, pb, static_cast<char*>(const_cast<void*>(f.untyped_data())), static_cast<char*>(x->untyped_data()),
                 logdet->untyped_data(), status->typed_data(), /*factor=*/false);
-    return ffi::Error::Success();
-  } catch (const std::exception& e) {
-    return to_error(e);
-  }
+  });
 }
 
 // The attributes of both handlers, after their operands and results.

@@ -56,56 +56,51 @@ void open_dependencies(const std::vector<std::string>& deps, Api& a) {
   }
 }
 
-// NCCL's entry points; the names of missing ones are appended to `missing`.
-void resolve_nccl(void* lib, Api& a, std::string* missing) {
-  sym(lib, "ncclGetUniqueId", &a.ncclGetUniqueId, missing);
-  sym(lib, "ncclCommInitRank", &a.ncclCommInitRank, missing);
-  sym(lib, "ncclCommDestroy", &a.ncclCommDestroy, missing);
-  sym(lib, "ncclCommAbort", &a.ncclCommAbort, missing);
-  sym(lib, "ncclCommGetAsyncError", &a.ncclCommGetAsyncError, missing);
-  sym(lib, "ncclGetErrorString", &a.ncclGetErrorString, missing);
-  sym(lib, "ncclGetVersion", &a.ncclGetVersion, missing);
-  sym(lib, "ncclSend", &a.ncclSend, missing);
-  sym(lib, "ncclRecv", &a.ncclRecv, missing);
-  sym(lib, "ncclGroupStart", &a.ncclGroupStart, missing);
-  sym(lib, "ncclGroupEnd", &a.ncclGroupEnd, missing);
-  sym(lib, "ncclAllReduce", &a.ncclAllReduce, missing);
-  sym(lib, "ncclReduce", &a.ncclReduce, missing);
-  sym(lib, "ncclBroadcast", &a.ncclBroadcast, missing);
-}
-
-// cuSOLVERMp's required entry points (missing ones appended to `missing`), then the optional ones.
-void resolve_cusolvermp(void* lib, Api& a, std::string* missing) {
-  sym(lib, "cusolverMpCreate", &a.cusolverMpCreate, missing);
-  sym(lib, "cusolverMpDestroy", &a.cusolverMpDestroy, missing);
-  sym(lib, "cusolverMpSetStream", &a.cusolverMpSetStream, missing);
-  sym(lib, "cusolverMpGetVersion", &a.cusolverMpGetVersion, missing);
-  sym(lib, "cusolverMpCreateDeviceGrid", &a.cusolverMpCreateDeviceGrid, missing);
-  sym(lib, "cusolverMpDestroyGrid", &a.cusolverMpDestroyGrid, missing);
-  sym(lib, "cusolverMpCreateMatrixDesc", &a.cusolverMpCreateMatrixDesc, missing);
-  sym(lib, "cusolverMpDestroyMatrixDesc", &a.cusolverMpDestroyMatrixDesc, missing);
-  sym(lib, "cusolverMpPotrf_bufferSize", &a.cusolverMpPotrf_bufferSize, missing);
-  sym(lib, "cusolverMpPotrf", &a.cusolverMpPotrf, missing);
-  sym(lib, "cusolverMpPotrs_bufferSize", &a.cusolverMpPotrs_bufferSize, missing);
-  sym(lib, "cusolverMpPotrs", &a.cusolverMpPotrs, missing);
-  sym(lib, "cusolverMpGetrf_bufferSize", &a.cusolverMpGetrf_bufferSize, missing);
-  sym(lib, "cusolverMpGetrf", &a.cusolverMpGetrf, missing);
-  sym(lib, "cusolverMpGetrs_bufferSize", &a.cusolverMpGetrs_bufferSize, missing);
-  sym(lib, "cusolverMpGetrs", &a.cusolverMpGetrs, missing);
-  sym(lib, "cusolverMpGeqrf_bufferSize", &a.cusolverMpGeqrf_bufferSize, missing);
-  sym(lib, "cusolverMpGeqrf", &a.cusolverMpGeqrf, missing);
-  sym(lib, "cusolverMpOrmqr_bufferSize", &a.cusolverMpOrmqr_bufferSize, missing);
-  sym(lib, "cusolverMpOrmqr", &a.cusolverMpOrmqr, missing);
-  sym(lib, "cusolverMpOrgqr_bufferSize", &a.cusolverMpOrgqr_bufferSize, missing);
-  sym(lib, "cusolverMpOrgqr", &a.cusolverMpOrgqr, missing);
-  sym(lib, "cusolverMpSyevd_bufferSize", &a.cusolverMpSyevd_bufferSize, missing);
-  sym(lib, "cusolverMpSyevd", &a.cusolverMpSyevd, missing);
-  sym(lib, "cusolverMpSygvd_bufferSize", &a.cusolverMpSygvd_bufferSize, missing);
-  sym(lib, "cusolverMpSygvd", &a.cusolverMpSygvd, missing);
+// The required entry points of NCCL (from nccl_lib) and cuSOLVERMp (from mp_lib), the names of missing
+// ones appended to `missing`; then cuSOLVERMp's optional ones.
+void resolve_required(void* nccl_lib, void* mp_lib, Api& a, std::string* missing) {
+  sym(nccl_lib, "ncclGetUniqueId", &a.ncclGetUniqueId, missing);
+  sym(nccl_lib, "ncclCommInitRank", &a.ncclCommInitRank, missing);
+  sym(nccl_lib, "ncclCommDestroy", &a.ncclCommDestroy, missing);
+  sym(nccl_lib, "ncclCommAbort", &a.ncclCommAbort, missing);
+  sym(nccl_lib, "ncclCommGetAsyncError", &a.ncclCommGetAsyncError, missing);
+  sym(nccl_lib, "ncclGetErrorString", &a.ncclGetErrorString, missing);
+  sym(nccl_lib, "ncclGetVersion", &a.ncclGetVersion, missing);
+  sym(nccl_lib, "ncclSend", &a.ncclSend, missing);
+  sym(nccl_lib, "ncclRecv", &a.ncclRecv, missing);
+  sym(nccl_lib, "ncclGroupStart", &a.ncclGroupStart, missing);
+  sym(nccl_lib, "ncclGroupEnd", &a.ncclGroupEnd, missing);
+  sym(nccl_lib, "ncclAllReduce", &a.ncclAllReduce, missing);
+  sym(nccl_lib, "ncclReduce", &a.ncclReduce, missing);
+  sym(nccl_lib, "ncclBroadcast", &a.ncclBroadcast, missing);
+  sym(mp_lib, "cusolverMpCreate", &a.cusolverMpCreate, missing);
+  sym(mp_lib, "cusolverMpDestroy", &a.cusolverMpDestroy, missing);
+  sym(mp_lib, "cusolverMpSetStream", &a.cusolverMpSetStream, missing);
+  sym(mp_lib, "cusolverMpGetVersion", &a.cusolverMpGetVersion, missing);
+  sym(mp_lib, "cusolverMpCreateDeviceGrid", &a.cusolverMpCreateDeviceGrid, missing);
+  sym(mp_lib, "cusolverMpDestroyGrid", &a.cusolverMpDestroyGrid, missing);
+  sym(mp_lib, "cusolverMpCreateMatrixDesc", &a.cusolverMpCreateMatrixDesc, missing);
+  sym(mp_lib, "cusolverMpDestroyMatrixDesc", &a.cusolverMpDestroyMatrixDesc, missing);
+  sym(mp_lib, "cusolverMpPotrf_bufferSize", &a.cusolverMpPotrf_bufferSize, missing);
+  sym(mp_lib, "cusolverMpPotrf", &a.cusolverMpPotrf, missing);
+  sym(mp_lib, "cusolverMpPotrs_bufferSize", &a.cusolverMpPotrs_bufferSize, missing);
+  sym(mp_lib, "cusolverMpPotrs", &a.cusolverMpPotrs, missing);
+  sym(mp_lib, "cusolverMpGetrf_bufferSize", &a.cusolverMpGetrf_bufferSize, missing);
+  sym(mp_lib, "cusolverMpGetrf", &a.cusolverMpGetrf, missing);
+  sym(mp_lib, "cusolverMpGetrs_bufferSize", &a.cusolverMpGetrs_bufferSize, missing);
+  sym(mp_lib, "cusolverMpGetrs", &a.cusolverMpGetrs, missing);
+  sym(mp_lib, "cusolverMpGeqrf_bufferSize", &a.cusolverMpGeqrf_bufferSize, missing);
+  sym(mp_lib, "cusolverMpGeqrf", &a.cusolverMpGeqrf, missing);
+  sym(mp_lib, "cusolverMpOrgqr_bufferSize", &a.cusolverMpOrgqr_bufferSize, missing);
+  sym(mp_lib, "cusolverMpOrgqr", &a.cusolverMpOrgqr, missing);
+  sym(mp_lib, "cusolverMpSyevd_bufferSize", &a.cusolverMpSyevd_bufferSize, missing);
+  sym(mp_lib, "cusolverMpSyevd", &a.cusolverMpSyevd, missing);
+  sym(mp_lib, "cusolverMpSygvd_bufferSize", &a.cusolverMpSygvd_bufferSize, missing);
+  sym(mp_lib, "cusolverMpSygvd", &a.cusolverMpSygvd, missing);
   // Optional (0.9+): probe, never require.
-  a.cusolverMpGesvd = dlsym(lib, "cusolverMpGesvd");
-  a.cusolverMpPolar = dlsym(lib, "cusolverMpPolar");
-  if (!a.cusolverMpPolar) a.cusolverMpPolar = dlsym(lib, "cusolverMpPolarDecomposition");
+  a.cusolverMpGesvd = dlsym(mp_lib, "cusolverMpGesvd");
+  a.cusolverMpPolar = dlsym(mp_lib, "cusolverMpPolar");
+  if (!a.cusolverMpPolar) a.cusolverMpPolar = dlsym(mp_lib, "cusolverMpPolarDecomposition");
 }
 
 // cuBLAS: already loaded (a dependency of cuSOLVERMp); found by its soname. a.blas says whether
@@ -170,8 +165,7 @@ bool load(const std::vector<std::string>& deps, const std::vector<std::string>& 
     return false;
   }
   std::string missing;
-  resolve_nccl(nccl_lib, a, &missing);
-  resolve_cusolvermp(mp_lib, a, &missing);
+  resolve_required(nccl_lib, mp_lib, a, &missing);
   if (!missing.empty()) {
     a.error = "the loaded cuSOLVERMp/NCCL lack required entry points: " + missing;
     return false;

@@ -42,8 +42,6 @@ using cusolverMpGetrs_bufferSize_fn = decltype(&::cusolverMpGetrs_bufferSize);
 using cusolverMpGetrs_fn = decltype(&::cusolverMpGetrs);
 using cusolverMpGeqrf_bufferSize_fn = decltype(&::cusolverMpGeqrf_bufferSize);
 using cusolverMpGeqrf_fn = decltype(&::cusolverMpGeqrf);
-using cusolverMpOrmqr_bufferSize_fn = decltype(&::cusolverMpOrmqr_bufferSize);
-using cusolverMpOrmqr_fn = decltype(&::cusolverMpOrmqr);
 using cusolverMpOrgqr_bufferSize_fn = decltype(&::cusolverMpOrgqr_bufferSize);
 using cusolverMpOrgqr_fn = decltype(&::cusolverMpOrgqr);
 using cusolverMpSyevd_bufferSize_fn = decltype(&::cusolverMpSyevd_bufferSize);
@@ -109,8 +107,6 @@ struct Api {
   cusolverMpGetrs_fn cusolverMpGetrs = nullptr;
   cusolverMpGeqrf_bufferSize_fn cusolverMpGeqrf_bufferSize = nullptr;
   cusolverMpGeqrf_fn cusolverMpGeqrf = nullptr;
-  cusolverMpOrmqr_bufferSize_fn cusolverMpOrmqr_bufferSize = nullptr;
-  cusolverMpOrmqr_fn cusolverMpOrmqr = nullptr;
   cusolverMpOrgqr_bufferSize_fn cusolverMpOrgqr_bufferSize = nullptr;
   cusolverMpOrgqr_fn cusolverMpOrgqr = nullptr;
   cusolverMpSyevd_bufferSize_fn cusolverMpSyevd_bufferSize = nullptr;

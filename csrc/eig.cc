@@ -20,16 +20,10 @@
 namespace jaxmg {
 namespace {
 
-struct Problem {
-  int64_t n, tile, pr, pc, mloc, nloc;
-  int64_t batch = 1;         // leading batch (vmap) dimension, from the buffers
-  DType dtype = DType::F64;  // the matrix's, from its buffer
-};
+using Problem = GridMatrix;  // m = n
 
 ffi::Error check_problem(Problem& pb, const ffi::AnyBuffer& a, const ffi::AnyBuffer& w, const char* who) {
-  if (ffi::Error e = check_dtype(who, a.element_type(), &pb.dtype); e.failure()) return e;
-  if (ffi::Error e = check_batch(who, a, pb.mloc, pb.nloc, &pb.batch); e.failure()) return e;
-  if (ffi::Error e = check_extents(who, pb.n, pb.n, pb.tile, pb.pr, pb.pc, pb.mloc, pb.nloc); e.failure()) return e;
+  if (ffi::Error e = pb.check(who, a); e.failure()) return e;
   if ((int64_t)w.element_count() != pb.batch * pb.n)
     return ffi::Error::InvalidArgument(cat(who, ": the eigenvalues have ", w.element_count(), " entries, expected ",
                                            pb.batch * pb.n));
@@ -42,101 +36,80 @@ bool failed_execution(cusolverStatus_t st) {
   return st == CUSOLVER_STATUS_INTERNAL_ERROR || st == CUSOLVER_STATUS_EXECUTION_FAILED;
 }
 
-// Status from cuSOLVERMp's info: `minor_above` n maps n + k to k (sygvd: B's leading minor).
-void finish_status(GridCall& g, const Problem& pb, cusolverStatus_t st, int32_t* status, bool minor_above) {
+// The end of one batch entry: its status from cuSOLVERMp's return `st` and info (`minor_above`
+// n maps n + k to k: sygvd's B leading minor; -1 where cuSOLVERMp fails without an info), agreed
+// over the grid, and NaN in its outputs w (n real eigenvalues) and z (like a) where it failed.
+void finish_entry(GridCall& g, const Problem& pb, cusolverStatus_t st, bool minor_above, int32_t* status, char* w,
+                  char* z) {
   if (st != CUSOLVER_STATUS_SUCCESS && !failed_execution(st)) check_mp(st, "cuSOLVERMp eigensolver");
   int32_t v = read_int32(status, 1, g.stream)[0];
   if (minor_above && v > pb.n) v -= (int32_t)pb.n;
   if (st != CUSOLVER_STATUS_SUCCESS && v == 0) v = -1;
   check_cuda(cudaMemcpy(status, &v, sizeof(v), cudaMemcpyHostToDevice), "cudaMemcpy(status)");
-}
-
-// NaN in every output of a failed entry (agreed status != 0).
-void fail_outputs(GridCall& g, int32_t* status, std::initializer_list<std::pair<void*, size_t>> outputs) {
   if (agree_status(g, status) == 0) return;
-  for (auto [ptr, bytes] : outputs)
-    check_cuda(cudaMemsetAsync(ptr, 0xFF, bytes, g.stream), "cudaMemsetAsync(failed outputs)");
+  check_cuda(cudaMemsetAsync(w, 0xFF, (size_t)(pb.n * real_bytes(pb.dtype)), g.stream),
+             "cudaMemsetAsync(failed outputs)");
+  check_cuda(cudaMemsetAsync(z, 0xFF, (size_t)pb.entry_bytes(), g.stream), "cudaMemsetAsync(failed outputs)");
 }
 
 // syevd on every batch entry: a (destroyed), w (n real eigenvalues, ascending), z (vectors).
 void syevd(GridCall& g, const Problem& pb, char* a, char* w, char* z, int32_t* status) {
   const cudaDataType dtype = cuda_type(pb.dtype);
-  const int elem = elem_bytes(pb.dtype), real_elem = real_bytes(pb.dtype);
   Context& ctx = *g.ctx;
-  const int64_t n = pb.n, mat = pb.mloc * pb.nloc;
-  cusolverMpMatrixDescriptor_t desc =
-      ctx.matrix_desc((int)pb.pr, (int)pb.pc, dtype, n, n, pb.tile, pb.tile, pb.mloc, /*row_major=*/true);
+  const int64_t n = pb.n, entry = pb.entry_bytes(), wsz = n * real_bytes(pb.dtype);
+  cusolverMpMatrixDescriptor_t desc = pb.desc(ctx, /*row_major=*/true);
   char compz[] = "V";
   size_t dwork = 0, hwork = 0;
   check_mp(api().cusolverMpSyevd_bufferSize(ctx.handle, compz, CUBLAS_FILL_MODE_LOWER, n, a, 1, 1, desc, w, z, 1,
                                             1, desc, dtype, &dwork, &hwork),
            "cusolverMpSyevd_bufferSize");
-  ctx.ensure_workspace(dwork, hwork);
-  auto timed = std::make_unique<TimedCall>("syevd");
-  timed->start(g.stream);
-  timed->laid_out(g.stream);  // the layout step is the kernel layer's (natural block-cyclic)
-  for (int64_t k = 0; k < pb.batch; ++k) {
-    char *ak = a + k * mat * elem, *wk = w + k * n * real_elem, *zk = z + k * mat * elem;
+  // the layout step is the kernel layer's (natural block-cyclic)
+  timed_batch(g, "syevd", pb.batch, dwork, hwork, /*factors=*/true, [&](int64_t k) {
+    char *ak = a + k * entry, *wk = w + k * wsz, *zk = z + k * entry;
     cusolverStatus_t st = api().cusolverMpSyevd(ctx.handle, compz, CUBLAS_FILL_MODE_LOWER, n, ak, 1, 1, desc, wk,
                                                 zk, 1, 1, desc, dtype, ctx.work.ptr, ctx.work.bytes,
                                                 ctx.host_work.data(), ctx.host_work.size(), status + k);
     JAXMG_TRACE("syevd returned ", (int)st);
-    finish_status(g, pb, st, status + k, false);
-    fail_outputs(g, status + k, {{wk, (size_t)(n * real_elem)}, {zk, (size_t)(mat * elem)}});
-    if (k == 0) timed->factor_done(g.stream);
-  }
-  record_timing(g.device, std::move(timed), g.stream);
+    finish_entry(g, pb, st, /*minor_above=*/false, status + k, wk, zk);
+  });
 }
 
 // sygvd (type 1, vectors) on every batch entry: a and b destroyed, w, z.
 void sygvd(GridCall& g, const Problem& pb, char* a, char* b, char* w, char* z, int32_t* status) {
   const cudaDataType dtype = cuda_type(pb.dtype);
-  const int elem = elem_bytes(pb.dtype), real_elem = real_bytes(pb.dtype);
   Context& ctx = *g.ctx;
-  const int64_t n = pb.n, mat = pb.mloc * pb.nloc;
-  cusolverMpMatrixDescriptor_t desc =
-      ctx.matrix_desc((int)pb.pr, (int)pb.pc, dtype, n, n, pb.tile, pb.tile, pb.mloc, /*row_major=*/true);
+  const int64_t n = pb.n, entry = pb.entry_bytes(), wsz = n * real_bytes(pb.dtype);
+  cusolverMpMatrixDescriptor_t desc = pb.desc(ctx, /*row_major=*/true);
   size_t dwork = 0, hwork = 0;
   check_mp(api().cusolverMpSygvd_bufferSize(ctx.handle, CUSOLVER_EIG_TYPE_1, CUSOLVER_EIG_MODE_VECTOR,
                                             CUBLAS_FILL_MODE_LOWER, n, 1, 1, desc, 1, 1, desc, 1, 1, desc, dtype,
                                             &dwork, &hwork),
            "cusolverMpSygvd_bufferSize");
-  ctx.ensure_workspace(dwork, hwork);
-  auto timed = std::make_unique<TimedCall>("sygvd");
-  timed->start(g.stream);
-  timed->laid_out(g.stream);
-  for (int64_t k = 0; k < pb.batch; ++k) {
-    char *ak = a + k * mat * elem, *bk = b + k * mat * elem, *wk = w + k * n * real_elem, *zk = z + k * mat * elem;
+  timed_batch(g, "sygvd", pb.batch, dwork, hwork, /*factors=*/true, [&](int64_t k) {
+    char *ak = a + k * entry, *bk = b + k * entry, *wk = w + k * wsz, *zk = z + k * entry;
     cusolverStatus_t st = api().cusolverMpSygvd(ctx.handle, CUSOLVER_EIG_TYPE_1, CUSOLVER_EIG_MODE_VECTOR,
                                                 CUBLAS_FILL_MODE_LOWER, n, ak, 1, 1, desc, bk, 1, 1, desc, wk, zk,
                                                 1, 1, desc, dtype, ctx.work.ptr, ctx.work.bytes,
                                                 ctx.host_work.data(), ctx.host_work.size(), status + k);
     JAXMG_TRACE("sygvd returned ", (int)st);
-    finish_status(g, pb, st, status + k, true);
-    fail_outputs(g, status + k, {{wk, (size_t)(n * real_elem)}, {zk, (size_t)(mat * elem)}});
-    if (k == 0) timed->factor_done(g.stream);
-  }
-  record_timing(g.device, std::move(timed), g.stream);
+    finish_entry(g, pb, st, /*minor_above=*/true, status + k, wk, zk);
+  });
 }
 
 ffi::Error SyevdDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank, ffi::AnyBuffer a,
                          ffi::Result<ffi::AnyBuffer> work, ffi::Result<ffi::AnyBuffer> w,
                          ffi::Result<ffi::AnyBuffer> z, ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n,
                          int64_t tile, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc) {
-  Problem pb{n, tile, pr, pc, mloc, nloc};
+  Problem pb{n, n, tile, pr, pc, mloc, nloc};
   if (ffi::Error e = check_problem(pb, a, *w, "jaxmg_syevd"); e.failure()) return e;
   if ((int64_t)status->element_count() != pb.batch || z->element_count() != a.element_count())
     return ffi::Error::InvalidArgument("jaxmg_syevd: one status per batch entry and z shaped like a expected");
-  try {
-    GridCall g = open_grid(stream, members, id, rank, pr, pc);
+  return on_grid(stream, members, id, rank, pr, pc, [&](GridCall& g) {
     JAXMG_TRACE("syevd: n ", n, " tile ", tile, " grid ", pr, "x", pc, " batch ", pb.batch);
     copy_unless_aliased(*work, a, stream, "cudaMemcpyAsync(a to work)");
     syevd(g, pb, static_cast<char*>(work->untyped_data()), static_cast<char*>(w->untyped_data()),
           static_cast<char*>(z->untyped_data()), status->typed_data());
-    return ffi::Error::Success();
-  } catch (const std::exception& e) {
-    return to_error(e);
-  }
+  });
 }
 
 ffi::Error SygvdDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank, ffi::AnyBuffer a,
@@ -144,22 +117,18 @@ ffi::Error SygvdDispatch(cudaStream_t stream, Members members, NcclId id, Rank r
                          ffi::Result<ffi::AnyBuffer> w, ffi::Result<ffi::AnyBuffer> z,
                          ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n, int64_t tile, int64_t pr, int64_t pc,
                          int64_t mloc, int64_t nloc) {
-  Problem pb{n, tile, pr, pc, mloc, nloc};
+  Problem pb{n, n, tile, pr, pc, mloc, nloc};
   if (ffi::Error e = check_problem(pb, a, *w, "jaxmg_sygvd"); e.failure()) return e;
   if (b.element_count() != a.element_count() || b.element_type() != a.element_type() ||
       (int64_t)status->element_count() != pb.batch)
     return ffi::Error::InvalidArgument("jaxmg_sygvd: b must be shaped and typed like a, one status per entry");
-  try {
-    GridCall g = open_grid(stream, members, id, rank, pr, pc);
+  return on_grid(stream, members, id, rank, pr, pc, [&](GridCall& g) {
     JAXMG_TRACE("sygvd: n ", n, " tile ", tile, " grid ", pr, "x", pc, " batch ", pb.batch);
     copy_unless_aliased(*work_a, a, stream, "cudaMemcpyAsync(a to work)");
     copy_unless_aliased(*work_b, b, stream, "cudaMemcpyAsync(b to work)");
     sygvd(g, pb, static_cast<char*>(work_a->untyped_data()), static_cast<char*>(work_b->untyped_data()),
           static_cast<char*>(w->untyped_data()), static_cast<char*>(z->untyped_data()), status->typed_data());
-    return ffi::Error::Success();
-  } catch (const std::exception& e) {
-    return to_error(e);
-  }
+  });
 }
 
 }  // namespace

@@ -268,6 +268,12 @@ ffi::Error check_extents(const char* who, int64_t m, int64_t n, int64_t tile, in
   return ffi::Error::Success();
 }
 
+ffi::Error GridMatrix::check(const char* who, const ffi::AnyBuffer& a) {
+  if (ffi::Error e = check_dtype(who, a.element_type(), &dtype); e.failure()) return e;
+  if (ffi::Error e = check_batch(who, a, mloc, nloc, &batch); e.failure()) return e;
+  return check_extents(who, m, n, tile, pr, pc, mloc, nloc);
+}
+
 void copy_unless_aliased(ffi::AnyBuffer out, const ffi::AnyBuffer& in, cudaStream_t stream, const char* what) {
   if (out.untyped_data() == in.untyped_data()) return;
   if (out.size_bytes() != in.size_bytes())

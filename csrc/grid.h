@@ -173,6 +173,27 @@ struct Context {
   }
 };
 
+// The matrix a family handler works on, from its attributes (layout_attrs): the global m x n
+// matrix (m = n but for QR; padded) in square tiles of `tile` on the pr x pc cuSOLVERMp grid, and
+// this member's column-major local block mloc x nloc; from the operand's buffer, the batch and the
+// element type. Each family's Problem is one (with the family's own attributes).
+struct GridMatrix {
+  int64_t m, n, tile, pr, pc, mloc, nloc;
+  int64_t batch = 1;         // leading batch (vmap) dimension, from the buffer
+  DType dtype = DType::F64;  // the buffer's
+
+  // The checks every Dispatch makes of its matrix operand `a` before its implementation
+  // (check_dtype, check_batch, check_extents), each an InvalidArgument naming `who`; sets dtype and
+  // batch.
+  ffi::Error check(const char* who, const ffi::AnyBuffer& a);
+  // The bytes of one batch entry's local block.
+  int64_t entry_bytes() const { return mloc * nloc * elem_bytes(dtype); }
+  // The matrix's descriptor (column-major rank mapping, or row-major where `row_major`).
+  cusolverMpMatrixDescriptor_t desc(Context& ctx, bool row_major = false) const {
+    return ctx.matrix_desc((int)pr, (int)pc, cuda_type(dtype), m, n, tile, tile, mloc, row_major);
+  }
+};
+
 // The grid arguments every handler takes first (after the stream): the grid's members (device
 // identities in rank order), the NCCL unique id (32 int32 words, summed over the grid), and this
 // member's rank. Bind them with grid_bind().
@@ -221,6 +242,20 @@ struct GridCall {
 GridCall open_grid(cudaStream_t stream, const Members& members, const NcclId& id, const Rank& rank, int64_t pr,
                    int64_t pc);
 
+// A family handler's work once its checks have passed: the call's grid (open_grid), then
+// `work(g)`; a Failure (or any other exception) becomes the handler's error (to_error).
+template <typename Work>
+ffi::Error on_grid(cudaStream_t stream, const Members& members, const NcclId& id, const Rank& rank, int64_t pr,
+                   int64_t pc, Work&& work) {
+  try {
+    GridCall g = open_grid(stream, members, id, rank, pr, pc);
+    work(g);
+    return ffi::Error::Success();
+  } catch (const std::exception& e) {
+    return to_error(e);
+  }
+}
+
 // Agree on a status over the grid: the maximum of every member's `status` (device int32),
 // written back to `status`; returns it (synchronizes).
 int32_t agree_status(GridCall& g, int32_t* status);
@@ -243,5 +278,23 @@ struct TimedCall {
 };
 // Records the end of `call` on `stream` and keeps it for last_timings().
 void record_timing(int device, std::unique_ptr<TimedCall> call, cudaStream_t stream);
+
+// A cuSOLVERMp call over every batch entry, timed as `kind`: the context's workspaces of at least
+// dwork / hwork bytes (and its status words), then `entry(k)` for k = 0 .. batch - 1. There is no
+// layout step (the kernel layer lays the matrix out); where `factors`, the end of the first entry
+// is the end of the first factorization.
+template <typename Entry>
+void timed_batch(GridCall& g, const char* kind, int64_t batch, size_t dwork, size_t hwork, bool factors,
+                 Entry&& entry) {
+  g.ctx->ensure_workspace(dwork, hwork);
+  auto timed = std::make_unique<TimedCall>(kind);
+  timed->start(g.stream);
+  timed->laid_out(g.stream);
+  for (int64_t k = 0; k < batch; ++k) {
+    entry(k);
+    if (factors && k == 0) timed->factor_done(g.stream);
+  }
+  record_timing(g.device, std::move(timed), g.stream);
+}
 
 }  // namespace jaxmg

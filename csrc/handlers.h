@@ -10,32 +10,27 @@
 
 namespace jaxmg {
 
-// Handlers (XLA_FFI_Handler*), registered from Python with jax.ffi.register_ffi_target.
+// Handlers (of XLA's handler type, XLA_FFI_Handler: XLA_FFI_Error* (XLA_FFI_CallFrame*)), defined
+// with XLA_FFI_DEFINE_HANDLER_SYMBOL in the files named below and registered from Python with
+// jax.ffi.register_ffi_target.
+extern "C" {
 // The core (grid.cc): this device's identity; a fresh ncclUniqueId on the grid's first member.
-extern "C" XLA_FFI_Error* jaxmg_identity(XLA_FFI_CallFrame* call_frame);
-extern "C" XLA_FFI_Error* jaxmg_nccl_id(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Handler jaxmg_identity, jaxmg_nccl_id;
 // The Cholesky family (cholesky.cc): potrf (and optionally potrs) in place; potrs and the local
 // log det with a saved factor.
-extern "C" XLA_FFI_Error* jaxmg_potrf(XLA_FFI_CallFrame* call_frame);
-extern "C" XLA_FFI_Error* jaxmg_potrs(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Handler jaxmg_potrf, jaxmg_potrs;
 // The LU family (lu.cc): getrf in place (factor, pivots, status); getrs (op = N) with a saved factor.
-extern "C" XLA_FFI_Error* jaxmg_getrf(XLA_FFI_CallFrame* call_frame);
-extern "C" XLA_FFI_Error* jaxmg_getrs(XLA_FFI_CallFrame* call_frame);
-// The QR family (qr.cc): geqrf in place (Householder factor, tau, status); ormqr (Q or Q^H applied
-// to right-hand sides in place); orgqr (the explicit Q from a saved factor).
-extern "C" XLA_FFI_Error* jaxmg_geqrf(XLA_FFI_CallFrame* call_frame);
-extern "C" XLA_FFI_Error* jaxmg_ormqr(XLA_FFI_CallFrame* call_frame);
-extern "C" XLA_FFI_Error* jaxmg_orgqr(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Handler jaxmg_getrf, jaxmg_getrs;
+// The QR family (qr.cc): geqrf in place (Householder factor, tau, status); orgqr (the explicit Q
+// from a saved factor).
+XLA_FFI_Handler jaxmg_geqrf, jaxmg_orgqr;
 // The eigensolver family (eig.cc): syevd and sygvd (type 1, vectors) on a row-major-mapped grid.
-extern "C" XLA_FFI_Error* jaxmg_syevd(XLA_FFI_CallFrame* call_frame);
-extern "C" XLA_FFI_Error* jaxmg_sygvd(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Handler jaxmg_syevd, jaxmg_sygvd;
 // Matrix products on the calling GPU through cuBLAS (gemm.cc), for the triangular inverses:
-// general (gemm) and triangular (trmm).
-extern "C" XLA_FFI_Error* jaxmg_gemm(XLA_FFI_CallFrame* call_frame);
-extern "C" XLA_FFI_Error* jaxmg_trmm(XLA_FFI_CallFrame* call_frame);
-// The Hermitian inverse from a Cholesky factor on the calling GPU (gemm.cc): LAPACK's potri as
-// a recursion of cuBLAS calls, in place.
-extern "C" XLA_FFI_Error* jaxmg_potri(XLA_FFI_CallFrame* call_frame);
+// general (gemm) and triangular (trmm); and the Hermitian inverse from a Cholesky factor on the
+// calling GPU: LAPACK's potri as a recursion of cuBLAS calls, in place.
+XLA_FFI_Handler jaxmg_gemm, jaxmg_trmm, jaxmg_potri;
+}
 
 void set_process_index(int index);
 int process_index();

@@ -21,16 +21,12 @@ struct LuCache : FamilyCache {
   DeviceBuffer pivots;
 };
 
-struct Problem {
-  int64_t n, tile, pr, pc, mloc, nloc, nrhs;
-  int64_t batch = 1;         // leading batch (vmap) dimension, from the buffers
-  DType dtype = DType::F64;  // the matrix's, from its buffer
+struct Problem : GridMatrix {  // m = n
+  int64_t nrhs;
 };
 
 ffi::Error check_matrix(Problem& pb, const ffi::AnyBuffer& a, int64_t pivots_count, const char* who) {
-  if (ffi::Error e = check_dtype(who, a.element_type(), &pb.dtype); e.failure()) return e;
-  if (ffi::Error e = check_batch(who, a, pb.mloc, pb.nloc, &pb.batch); e.failure()) return e;
-  if (ffi::Error e = check_extents(who, pb.n, pb.n, pb.tile, pb.pr, pb.pc, pb.mloc, pb.nloc); e.failure()) return e;
+  if (ffi::Error e = pb.check(who, a); e.failure()) return e;
   if (pivots_count != pb.batch * pb.mloc)
     return ffi::Error::InvalidArgument(cat(who, ": the pivots have ", pivots_count, " entries, expected ",
                                            pb.batch * pb.mloc));
@@ -48,21 +44,16 @@ int64_t* pivot_buffer(GridCall& g, const Problem& pb) {
 // the first zero pivot, agreed over the grid). A failed factor is filled with NaN.
 void getrf(GridCall& g, const Problem& pb, char* a, int32_t* pivots, int32_t* status) {
   const cudaDataType dtype = cuda_type(pb.dtype);
-  const int elem = elem_bytes(pb.dtype);
   Context& ctx = *g.ctx;
-  const int64_t n = pb.n, mat = pb.mloc * pb.nloc;
-  cusolverMpMatrixDescriptor_t desc = ctx.matrix_desc((int)pb.pr, (int)pb.pc, dtype, n, n, pb.tile, pb.tile, pb.mloc);
+  const int64_t n = pb.n, entry = pb.entry_bytes();
+  cusolverMpMatrixDescriptor_t desc = pb.desc(ctx);
   int64_t* ipiv = pivot_buffer(g, pb);
   size_t dwork = 0, hwork = 0;
   check_mp(api().cusolverMpGetrf_bufferSize(ctx.handle, n, n, a, 1, 1, desc, ipiv, dtype, &dwork, &hwork),
            "cusolverMpGetrf_bufferSize");
-  ctx.ensure_workspace(dwork, hwork);
-
-  auto timed = std::make_unique<TimedCall>("getrf");
-  timed->start(g.stream);
-  timed->laid_out(g.stream);  // no layout step: the block layout is read as it is
-  for (int64_t k = 0; k < pb.batch; ++k) {
-    char* ak = a + k * mat * elem;
+  // no layout step: the block layout is read as it is
+  timed_batch(g, "getrf", pb.batch, dwork, hwork, /*factors=*/true, [&](int64_t k) {
+    char* ak = a + k * entry;
     cusolverStatus_t st = api().cusolverMpGetrf(ctx.handle, n, n, ak, 1, 1, desc, ipiv, dtype, ctx.work.ptr,
                                                 ctx.work.bytes, ctx.host_work.data(), ctx.host_work.size(),
                                                 status + k);
@@ -77,11 +68,9 @@ void getrf(GridCall& g, const Problem& pb, char* a, int32_t* pivots, int32_t* st
       check_cuda(cudaMemcpy(status + k, &v, sizeof(v), cudaMemcpyHostToDevice), "cudaMemcpy(status)");
     }
     if (agree_status(g, status + k) != 0)
-      check_cuda(cudaMemsetAsync(ak, 0xFF, (size_t)(mat * elem), g.stream), "cudaMemsetAsync(failed factor)");
+      check_cuda(cudaMemsetAsync(ak, 0xFF, (size_t)entry, g.stream), "cudaMemsetAsync(failed factor)");
     check_cuda(pivots_to_int32(ipiv, pivots + k * pb.mloc, pb.mloc, g.stream), "pivots to int32");
-    if (k == 0) timed->factor_done(g.stream);
-  }
-  record_timing(g.device, std::move(timed), g.stream);
+  });
 }
 
 // getrs (op = N) with a saved factor and pivots on the right-hand sides x (mloc x nrhs local,
@@ -90,8 +79,8 @@ void getrs(GridCall& g, const Problem& pb, const char* f, const int32_t* pivots,
   const cudaDataType dtype = cuda_type(pb.dtype);
   const int elem = elem_bytes(pb.dtype);
   Context& ctx = *g.ctx;
-  const int64_t n = pb.n, mat = pb.mloc * pb.nloc, bsz = pb.mloc * pb.nrhs;
-  cusolverMpMatrixDescriptor_t desc_a = ctx.matrix_desc((int)pb.pr, (int)pb.pc, dtype, n, n, pb.tile, pb.tile, pb.mloc);
+  const int64_t n = pb.n, bsz = pb.mloc * pb.nrhs;
+  cusolverMpMatrixDescriptor_t desc_a = pb.desc(ctx);
   cusolverMpMatrixDescriptor_t desc_b =
       ctx.matrix_desc((int)pb.pr, (int)pb.pc, dtype, n, pb.nrhs, pb.tile, pb.nrhs, pb.mloc);
   int64_t* ipiv = pivot_buffer(g, pb);
@@ -99,58 +88,45 @@ void getrs(GridCall& g, const Problem& pb, const char* f, const int32_t* pivots,
   check_mp(api().cusolverMpGetrs_bufferSize(ctx.handle, CUBLAS_OP_N, n, pb.nrhs, f, 1, 1, desc_a, ipiv, x, 1, 1,
                                             desc_b, dtype, &dwork, &hwork),
            "cusolverMpGetrs_bufferSize");
-  ctx.ensure_workspace(dwork, hwork);
-  auto timed = std::make_unique<TimedCall>("getrs");
-  timed->start(g.stream);
-  timed->laid_out(g.stream);
-  for (int64_t k = 0; k < pb.batch; ++k) {
+  timed_batch(g, "getrs", pb.batch, dwork, hwork, /*factors=*/false, [&](int64_t k) {
     check_cuda(pivots_to_int64(pivots + k * pb.mloc, ipiv, pb.mloc, g.stream), "pivots to int64");
-    check_mp(api().cusolverMpGetrs(ctx.handle, CUBLAS_OP_N, n, pb.nrhs, f + k * mat * elem, 1, 1, desc_a, ipiv,
+    check_mp(api().cusolverMpGetrs(ctx.handle, CUBLAS_OP_N, n, pb.nrhs, f + k * pb.entry_bytes(), 1, 1, desc_a, ipiv,
                                    x + k * bsz * elem, 1, 1, desc_b, dtype, ctx.work.ptr, ctx.work.bytes,
                                    ctx.host_work.data(), ctx.host_work.size(), static_cast<int32_t*>(ctx.info.ptr)),
              "cusolverMpGetrs");
     JAXMG_TRACE("getrs issued");
-  }
-  record_timing(g.device, std::move(timed), g.stream);
+  });
 }
 
 ffi::Error GetrfDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank, ffi::AnyBuffer a,
                          ffi::Result<ffi::AnyBuffer> factor, ffi::Result<ffi::Buffer<ffi::S32>> pivots,
                          ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n, int64_t tile, int64_t pr, int64_t pc,
                          int64_t mloc, int64_t nloc) {
-  Problem pb{n, tile, pr, pc, mloc, nloc, 1};
+  Problem pb{{n, n, tile, pr, pc, mloc, nloc}, 1};
   if (ffi::Error e = check_matrix(pb, a, (int64_t)pivots->element_count(), "jaxmg_getrf"); e.failure()) return e;
   if ((int64_t)status->element_count() != pb.batch)
     return ffi::Error::InvalidArgument("jaxmg_getrf: one status per batch entry expected");
-  try {
-    GridCall g = open_grid(stream, members, id, rank, pr, pc);
+  return on_grid(stream, members, id, rank, pr, pc, [&](GridCall& g) {
     JAXMG_TRACE("getrf: n ", n, " tile ", tile, " grid ", pr, "x", pc, " local ", mloc, "x", nloc, " batch ", pb.batch);
     copy_unless_aliased(*factor, a, stream, "cudaMemcpyAsync(a to factor)");
     getrf(g, pb, static_cast<char*>(factor->untyped_data()), pivots->typed_data(), status->typed_data());
-    return ffi::Error::Success();
-  } catch (const std::exception& e) {
-    return to_error(e);
-  }
+  });
 }
 
 ffi::Error GetrsDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank, ffi::AnyBuffer f,
                          ffi::Buffer<ffi::S32> pivots, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> x, int64_t n,
                          int64_t tile, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc, int64_t nrhs) {
-  Problem pb{n, tile, pr, pc, mloc, nloc, nrhs};
+  Problem pb{{n, n, tile, pr, pc, mloc, nloc}, nrhs};
   if (ffi::Error e = check_matrix(pb, f, (int64_t)pivots.element_count(), "jaxmg_getrs"); e.failure()) return e;
   if ((int64_t)b.element_count() != pb.batch * mloc * nrhs || b.element_type() != f.element_type())
     return ffi::Error::InvalidArgument(cat("jaxmg_getrs: the right-hand side has ", b.element_count(),
                                            " elements (expected ", pb.batch * mloc * nrhs, ") or another dtype"));
-  try {
-    GridCall g = open_grid(stream, members, id, rank, pr, pc);
+  return on_grid(stream, members, id, rank, pr, pc, [&](GridCall& g) {
     JAXMG_TRACE("getrs: n ", n, " tile ", tile, " grid ", pr, "x", pc, " nrhs ", nrhs, " batch ", pb.batch);
     copy_unless_aliased(*x, b, stream, "cudaMemcpyAsync(b to x)");
     getrs(g, pb, static_cast<const char*>(f.untyped_data()), pivots.typed_data(),
           static_cast<char*>(x->untyped_data()));
-    return ffi::Error::Success();
-  } catch (const std::exception& e) {
-    return to_error(e);
-  }
+  });
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <utility>
+
 #include "dynload.h"
 #include "handlers.h"
 #include "watchdog.h"
@@ -18,24 +20,22 @@ nb::capsule handler_capsule(T* fn) {
   return nb::capsule(reinterpret_cast<void*>(fn), "xla._CUSTOM_CALL_TARGET");
 }
 
+// Every FFI handler of the library, by target name.
+const std::pair<const char*, XLA_FFI_Handler*> kHandlers[] = {
+    {"jaxmg_identity", jaxmg::jaxmg_identity}, {"jaxmg_nccl_id", jaxmg::jaxmg_nccl_id},
+    {"jaxmg_potrf", jaxmg::jaxmg_potrf},       {"jaxmg_potrs", jaxmg::jaxmg_potrs},
+    {"jaxmg_getrf", jaxmg::jaxmg_getrf},       {"jaxmg_getrs", jaxmg::jaxmg_getrs},
+    {"jaxmg_geqrf", jaxmg::jaxmg_geqrf},       {"jaxmg_orgqr", jaxmg::jaxmg_orgqr},
+    {"jaxmg_syevd", jaxmg::jaxmg_syevd},       {"jaxmg_sygvd", jaxmg::jaxmg_sygvd},
+    {"jaxmg_gemm", jaxmg::jaxmg_gemm},         {"jaxmg_trmm", jaxmg::jaxmg_trmm},
+    {"jaxmg_potri", jaxmg::jaxmg_potri},
+};
+
 // The handler capsules by target name.
 void def_handlers(nb::module_& m) {
   m.def("handlers", []() {
     nb::dict d;
-    d["jaxmg_identity"] = handler_capsule(jaxmg::jaxmg_identity);
-    d["jaxmg_nccl_id"] = handler_capsule(jaxmg::jaxmg_nccl_id);
-    d["jaxmg_potrf"] = handler_capsule(jaxmg::jaxmg_potrf);
-    d["jaxmg_potrs"] = handler_capsule(jaxmg::jaxmg_potrs);
-    d["jaxmg_getrf"] = handler_capsule(jaxmg::jaxmg_getrf);
-    d["jaxmg_getrs"] = handler_capsule(jaxmg::jaxmg_getrs);
-    d["jaxmg_geqrf"] = handler_capsule(jaxmg::jaxmg_geqrf);
-    d["jaxmg_ormqr"] = handler_capsule(jaxmg::jaxmg_ormqr);
-    d["jaxmg_orgqr"] = handler_capsule(jaxmg::jaxmg_orgqr);
-    d["jaxmg_syevd"] = handler_capsule(jaxmg::jaxmg_syevd);
-    d["jaxmg_sygvd"] = handler_capsule(jaxmg::jaxmg_sygvd);
-    d["jaxmg_gemm"] = handler_capsule(jaxmg::jaxmg_gemm);
-    d["jaxmg_trmm"] = handler_capsule(jaxmg::jaxmg_trmm);
-    d["jaxmg_potri"] = handler_capsule(jaxmg::jaxmg_potri);
+    for (const auto& [name, fn] : kHandlers) d[name] = handler_capsule(fn);
     return d;
   }, "FFI handler capsules by target name (register with platform='CUDA').");
 }
@@ -81,15 +81,9 @@ void def_versions(nb::module_& m) {
   m.def("capabilities", []() {
     nb::dict d;
     const auto& a = jaxmg::api();
-    d["potrf"] = a.loaded;
-    d["potrs"] = a.loaded;
-    d["getrf"] = a.loaded;
-    d["getrs"] = a.loaded;
-    d["geqrf"] = a.loaded;
-    d["ormqr"] = a.loaded;
-    d["orgqr"] = a.loaded;
-    d["syevd"] = a.loaded;
-    d["sygvd"] = a.loaded;
+    // the required entry points: present once the library is loaded
+    for (const char* kind : {"potrf", "potrs", "getrf", "getrs", "geqrf", "orgqr", "syevd", "sygvd"})
+      d[kind] = a.loaded;
     d["gesvd"] = a.loaded && a.cusolverMpGesvd != nullptr;
     d["polar"] = a.loaded && a.cusolverMpPolar != nullptr;
     d["tiled_solve"] = a.loaded && a.blas;  // cuBLAS found: potrs on 1 x P grids solves by tiles

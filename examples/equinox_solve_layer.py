@@ -28,9 +28,9 @@ replicated scalars are read back to the host.
 
 from __future__ import annotations
 
-import argparse
 import time
 
+from _training import parse_training_args  # the command line shared with gp_hyperparameters.py
 from jaxmg.launch import simulate_cpu_devices_without_gpu  # imports no JAX backend
 
 
@@ -52,15 +52,8 @@ def make_data(n_ctx: int, n_query: int, n_test: int, dim: int, seed: int):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--n", type=int, default=512, help="context points N (A is N x N; default 512)")
-    parser.add_argument("--steps", type=int, default=20, help="optax.adam steps (default 20)")
-    parser.add_argument("--seed", type=int, default=0, help="data and initialisation seed (default 0)")
-    parser.add_argument("--lr", type=float, default=0.02, help="adam learning rate (default 0.02)")
-    parser.add_argument("--features", type=int, default=64, help="feature dimension M (default 64)")
-    args = parser.parse_args()
-    if args.steps < 2:
-        parser.error("--steps must be at least 2")
+    parser, args = parse_training_args(__doc__, n_help="context points N (A is N x N)", steps=20,
+                                       seed_help="data and initialisation seed", lr=0.02, features=64)
 
     simulate_cpu_devices_without_gpu()
     import equinox as eqx

@@ -29,10 +29,10 @@ read back to the host, so the script runs unchanged on several processes.
 
 from __future__ import annotations
 
-import argparse
 import math
 import time
 
+from _training import parse_training_args  # the command line shared with equinox_solve_layer.py
 from jaxmg.launch import simulate_cpu_devices_without_gpu  # imports no JAX backend
 
 #: the hyper-parameters that generate the data, and where the optimiser starts
@@ -67,14 +67,8 @@ def rbf(params, x1, x2):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--n", type=int, default=512, help="training points N (K is N x N; default 512)")
-    parser.add_argument("--steps", type=int, default=100, help="optax.adam steps (default 100)")
-    parser.add_argument("--seed", type=int, default=0, help="data seed (default 0)")
-    parser.add_argument("--lr", type=float, default=0.05, help="adam learning rate (default 0.05)")
-    args = parser.parse_args()
-    if args.steps < 2:
-        parser.error("--steps must be at least 2")
+    parser, args = parse_training_args(__doc__, n_help="training points N (K is N x N)", steps=100,
+                                       seed_help="data seed", lr=0.05)
 
     simulate_cpu_devices_without_gpu()
     import jax

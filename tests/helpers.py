@@ -22,6 +22,18 @@ LAYOUTS = {
 }
 
 
+def pattern_test(pattern, found, not_found):
+    """A test of the regular expression ``pattern`` against its own examples, one case per text:
+    it finds a match in each text of ``found`` and in none of ``not_found``. Bind it to a
+    ``test_...`` name of the test module."""
+    cases = [(text, True) for text in found] + [(text, False) for text in not_found]
+
+    @pytest.mark.parametrize("text, expected", cases)
+    def test(text, expected):
+        assert bool(pattern.search(text)) == expected, text
+    return test
+
+
 def eps(dtype) -> float:
     return float(np.finfo(dtype).eps)
 
@@ -41,6 +53,18 @@ def spd_matrix(rng, n, dtype):
 def hermitian_matrix(rng, n, dtype):
     g = random_matrix(rng, (n, n), dtype)
     return ((g + g.conj().T) / 2).astype(dtype)
+
+
+def conditioned(m, n, cond, dtype, seed=0):
+    """A (m x n) with singular values geometric from 1 to 1 / cond."""
+    rng = np.random.default_rng(seed)
+    cplx = np.issubdtype(dtype, np.complexfloating)
+
+    def unitary(k):
+        g = rng.standard_normal((k, k)) + (1j * rng.standard_normal((k, k)) if cplx else 0)
+        return np.linalg.qr(g)[0]
+    s = np.geomspace(1.0, 1.0 / cond, n)
+    return ((unitary(m)[:, :n] * s) @ np.conj(unitary(n)).T).astype(dtype)
 
 
 def make_mesh(shape, names, devices=None, axis_types=AxisType.Explicit):

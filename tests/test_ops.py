@@ -26,6 +26,13 @@ def setup(layout):
     return make_mesh(shape, names, axis_types=axis_types), spec
 
 
+def tall(layout, dtype, seed):
+    """The layout's spec, a random M x N matrix A of ``dtype`` and A laid out on the layout."""
+    mesh, spec = setup(layout)
+    A = random_matrix(np.random.default_rng(seed), (M, N), dtype)
+    return spec, A, put(A, mesh, spec)
+
+
 def assert_replicated(x):
     assert x.sharding.is_fully_replicated, x.sharding
 
@@ -92,9 +99,8 @@ def test_least_squares(layout, dtype, rhs):
 
 @dtypes
 def test_qr(layout, dtype):
-    mesh, spec = setup(layout)
-    A = random_matrix(np.random.default_rng(5), (M, N), dtype)
-    q, r = jaxmg.qr(put(A, mesh, spec))
+    spec, A, a = tall(layout, dtype, 5)
+    q, r = jaxmg.qr(a)
     Q, R = np.asarray(q), np.asarray(r)
     assert Q.shape == (M, N) and R.shape == (N, N)
     assert np.allclose(np.tril(R, -1), 0)
@@ -135,9 +141,8 @@ def test_sygvd(layout, dtype):
 @dtypes
 @pytest.mark.parametrize("full_matrices", [False, True])
 def test_gesvd(layout, dtype, full_matrices):
-    mesh, spec = setup(layout)
-    A = random_matrix(np.random.default_rng(8), (M, N), dtype)
-    u, s, vh = jaxmg.gesvd(put(A, mesh, spec), full_matrices=full_matrices)
+    spec, A, a = tall(layout, dtype, 8)
+    u, s, vh = jaxmg.gesvd(a, full_matrices=full_matrices)
     U, S, Vh = np.asarray(u), np.asarray(s), np.asarray(vh)
     assert U.shape == ((M, M) if full_matrices else (M, N))
     assert np.all(np.diff(S) <= 0)
@@ -149,9 +154,8 @@ def test_gesvd(layout, dtype, full_matrices):
 
 @dtypes
 def test_polar(layout, dtype):
-    mesh, spec = setup(layout)
-    A = random_matrix(np.random.default_rng(9), (M, N), dtype)
-    u_p, h = jaxmg.polar(put(A, mesh, spec))
+    spec, A, a = tall(layout, dtype, 9)
+    u_p, h = jaxmg.polar(a)
     U, H = np.asarray(u_p), np.asarray(h)
     assert scaled(norm(U @ H - A), norm(A), M, dtype) < TOL
     assert scaled(norm(U.conj().T @ U - np.eye(N)), 1.0, M, dtype) < TOL

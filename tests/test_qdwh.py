@@ -16,6 +16,8 @@ from jaxmg import _layout
 from jaxmg._sharded import gather_block, local_block
 from jaxmg.kernels import local, qdwh
 
+from helpers import conditioned
+
 
 def _syevd(a, *, grid):
     """The device's own syevd on the gathered matrix: (w, v block, status), as a per-shard kernel."""
@@ -31,18 +33,6 @@ def _mesh(shape, reverse):
     if reverse:
         devs = devs[::-1]
     return jax.make_mesh(shape, ("x", "y"), axis_types=(AxisType.Auto,) * 2, devices=devs)
-
-
-def conditioned(m, n, cond, dtype, seed=0):
-    """A (m x n) with singular values geometric from 1 to 1 / cond."""
-    rng = np.random.default_rng(seed)
-    cplx = np.issubdtype(dtype, np.complexfloating)
-
-    def unitary(k):
-        g = rng.standard_normal((k, k)) + (1j * rng.standard_normal((k, k)) if cplx else 0)
-        return np.linalg.qr(g)[0]
-    s = np.geomspace(1.0, 1.0 / cond, n)
-    return ((unitary(m)[:, :n] * s) @ np.conj(unitary(n)).T).astype(dtype)
 
 
 def _run(fn, grid, mesh, nout):

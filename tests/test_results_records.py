@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-import pytest
+from helpers import pattern_test
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -40,21 +40,20 @@ def _text_files():
             continue
 
 
-@pytest.mark.parametrize("text, absolute", [
-    ("File \"/work/main/tests/gpu/native_cases.py\", line 3", True),
-    ("'/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2'", True),
-    ("-w /tmp/whl-native", True),
-    ("PYTHONPATH=/tmp/jn python", True),
-    ("Looking for a CUDA compiler - /usr/local/bin/nvcc", True),
-    ("external/xla+/xla/tsl/distributed_runtime/rpc/grpc_util.h:89", False),
-    ("RPC /xla.coordination.CoordinationService/WatchTasks", False),
-    ("<site-packages>/nvidia/nccl/lib/libnccl.so.2", False),
-    ("benchmarks/results/h200x1/2026-12-01/lu.jsonl", False),
-    ("tests/gpu/native_cases.py", False),
-    ("N/A and 1/2 and 16,384 / 2", False),
+test_the_path_pattern = pattern_test(ABSOLUTE_PATH, found=[
+    "File \"/work/main/tests/gpu/native_cases.py\", line 3",
+    "'/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2'",
+    "-w /tmp/whl-native",
+    "PYTHONPATH=/tmp/jn python",
+    "Looking for a CUDA compiler - /usr/local/bin/nvcc",
+], not_found=[
+    "external/xla+/xla/tsl/distributed_runtime/rpc/grpc_util.h:89",
+    "RPC /xla.coordination.CoordinationService/WatchTasks",
+    "<site-packages>/nvidia/nccl/lib/libnccl.so.2",
+    "benchmarks/results/h200x1/2026-12-01/lu.jsonl",
+    "tests/gpu/native_cases.py",
+    "N/A and 1/2 and 16,384 / 2",
 ])
-def test_the_path_pattern(text, absolute):
-    assert bool(ABSOLUTE_PATH.search(text)) == absolute, text
 
 
 def test_records_carry_no_absolute_machine_paths():

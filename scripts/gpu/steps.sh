@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One run's worth of GPU work, each step under its own time limit, logs under $OUT.
 #   bash scripts/gpu/steps.sh STEP[:SECONDS] ...     (repo root, on the GPU machine)
-# Steps: tests (the GPU test suite), kernel (bench_potrs.py, kernel path, 8192 32768 65536),
-#        kernel-mp (the same with cuSOLVERMp's own potrs solve), api (bench_potrs.py --api, with
-#        plain JAX on one GPU), autodiff (bench_autodiff.py --nproc 2), big131 / big164
+# Steps: tests (the GPU test suite), kernel (bench_potrs.py, kernel path, 8192 32768 65536; its
+#        records' `solve` says whether the tiled solve or cuSOLVERMp's potrs ran), kernel12 (the
+#        same on the 1 x 2 mesh grid), api (bench_potrs.py --api, with plain JAX on one GPU), autodiff (bench_autodiff.py --nproc 2), big131 / big164
 #        (bench_potrs.py --api at 131072 / 163840), cases1 / cases2 (native_cases.py, 1 / 2 processes),
 #        grads2 (the derivative and module cases of native_cases.py, 2 processes),
 #        lu1 / lu2 (the LU cases of native_cases.py, 1 / 2 processes; LU_CASES filters lu2),
@@ -76,10 +76,6 @@ for spec in "$@"; do
     long) cmd=(python3 scripts/gpu/launch.py -n "${LONG_NPROC:-1}" benchmarks/bench_long_runs.py --backend native
                --n "${LONG_N:-4096}" --calls "${LONG_CALLS:-1000}" --cases "${LONG_CASES:-fast}" --out "$RES") ;;
     kernel) cmd=(python3 benchmarks/bench_potrs.py --sizes 8192 32768 65536 --no-single --out "$RES") ;;
-    kernel-mp) cmd=(env JAXMG_NATIVE_SOLVE=cusolvermp python3 benchmarks/bench_potrs.py --sizes 8192 32768
-                    --no-single --out "$RES") ;;
-    kernel-tiled) cmd=(env JAXMG_NATIVE_SOLVE=tiled python3 benchmarks/bench_potrs.py --sizes 8192 32768
-                       --no-single --out "$RES") ;;
     kernel12) cmd=(python3 benchmarks/bench_potrs.py --grid 1,2 --sizes 8192 32768 65536 --no-single --out "$RES") ;;
     api) cmd=(python3 benchmarks/bench_potrs.py --api --sizes 8192 32768 65536 --out "$RES") ;;
     big131) cmd=(python3 benchmarks/bench_potrs.py --api --sizes 131072 --runs 1 --no-single --out "$RES") ;;

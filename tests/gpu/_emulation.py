@@ -112,6 +112,15 @@ def mesh(shape, reverse=False, explicit=False):
     return jax.make_mesh(shape, ("x", "y"), axis_types=(kind,) * 2, devices=devs)
 
 
+def solve_gradients(solve, a, b, mesh, spec):
+    """The gradients (a_bar, b_bar) of sum(solve(a, b)) in jit, with a laid out by ``spec`` on
+    ``mesh``, and their references for a general solve: (-b_bar_ref x^T, b_bar_ref = A^-T 1)."""
+    loss = jax.jit(jax.grad(lambda a, b: jnp.sum(solve(a, b)), argnums=(0, 1)))
+    ga, gb = loss(jax.device_put(a, jax.sharding.NamedSharding(mesh, spec)), b)
+    gb_ref = np.linalg.solve(a.T, np.ones_like(b))
+    return np.asarray(ga), np.asarray(gb), -gb_ref @ np.linalg.solve(a, b).T, gb_ref
+
+
 def hermitian_with_junk(n, dtype, seed=0):
     """(a with junk above the diagonal, the Hermitian positive-definite a it stands for): the
     handlers read only the lower triangle."""
@@ -171,8 +180,7 @@ class Emulator:
         self.calls = []  # (handler, mode, solve, n, tile), for checks
         self.handlers = {"jaxmg_potrf": self.factor_call, "jaxmg_potrs": self.solve_call,
                          "jaxmg_getrf": self.getrf_call, "jaxmg_getrs": self.getrs_call,
-                         "jaxmg_geqrf": self.geqrf_call, "jaxmg_ormqr": self.ormqr_call,
-                         "jaxmg_orgqr": self.orgqr_call,
+                         "jaxmg_geqrf": self.geqrf_call, "jaxmg_orgqr": self.orgqr_call,
                          "jaxmg_syevd": self.syevd_call, "jaxmg_sygvd": self.sygvd_call}
 
     def bootstrap(self, grid):
@@ -349,7 +357,7 @@ class Emulator:
         return self._rhs_local(x, b_m, rank, tile, pr, mloc)
 
     # ----------------------------------------------------------------------------------------
-    # The QR family: jaxmg_geqrf / jaxmg_ormqr / jaxmg_orgqr (csrc/qr.cc), on a grid with the
+    # The QR family: jaxmg_geqrf / jaxmg_orgqr (csrc/qr.cc), on a grid with the
     # row-major rank mapping (rank = p * pc + q)
     # ----------------------------------------------------------------------------------------
 
@@ -394,20 +402,6 @@ class Emulator:
         f = self._qr_assemble(f_m, rank, m, n, tile, pr, pc)
         tau = self._qr_tau(tau_l, rank, n, tile, pr, pc)
         return _linalg.householder_product(jnp.pad(f, ((0, 0), (0, m - n))), jnp.pad(tau, (0, m - n)))
-
-    def ormqr_call(self, f_m, tau_l, c_m, members, nid, rank, *, m, n, tile, pr, pc, mloc, nloc, nrhs, adjoint):
-        """op(Q) c with the rows of c block-cyclic over process rows, valid on process column 0."""
-        self._check_qr(f_m, members, nid, m, n, tile, pr, pc, mloc, nloc)
-        assert tau_l.shape[-1] == nloc and c_m.shape[-2:] == (nrhs, mloc)
-        self.calls.append(("ormqr", adjoint, None, n, tile))
-        rank = rank[0]
-        q_full = self._full_q(f_m, tau_l, rank, m, n, tile, pr, pc)
-        cs = self._by_rank(jnp.swapaxes(c_m, -1, -2), rank).reshape(pr, pc, mloc // tile, tile, nrhs)[:, 0]
-        c = cs.transpose(1, 0, 2, 3).reshape(m, nrhs)  # process column 0's rows, natural order
-        x = (jnp.conj(q_full).T if adjoint else q_full) @ c
-        p, q = rank // pc, rank % pc
-        xl = jax.lax.dynamic_index_in_dim(x.reshape(mloc // tile, pr, tile, nrhs), p, axis=1, keepdims=False)
-        return jnp.where(q == 0, jnp.swapaxes(xl.reshape(mloc, nrhs), -1, -2), c_m)
 
     def orgqr_call(self, f_m, tau_l, members, nid, rank, *, m, n, tile, pr, pc, mloc, nloc):
         """The explicit m x n Q of the factor, laid out like it."""

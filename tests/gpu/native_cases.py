@@ -34,6 +34,9 @@ import numpy as np  # noqa: E402
 from jax.experimental import multihost_utils  # noqa: E402
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from helpers import conditioned  # noqa: E402  (tests/helpers.py: the test matrices shared with tests/)
+
 jax.config.update("jax_enable_x64", True)
 
 RANK = jax.process_index()
@@ -47,13 +50,15 @@ def log(*a):
         print(*a, flush=True)
 
 
-def case(name):
+def case(name, needs=None):
+    """Runs fn now as the case ``name`` (unless JAXMG_CASES leaves it out); one that ``needs`` a
+    kernel that ``native`` lacks (older kernels) passes without running."""
     def deco(fn):
         if ONLY and not any(o in name for o in ONLY.split(",")):
             return fn
         t0 = time.perf_counter()
         try:
-            detail = fn() or ""
+            detail = (fn() or "") if needs is None or hasattr(native, needs) else f"no native.{needs}"
             ok = True
         except Exception as e:  # noqa: BLE001
             ok, detail = False, f"{type(e).__name__}: {str(e)[:700]}"
@@ -85,6 +90,14 @@ def spd(n, dtype, seed=0):
     return a_in.astype(dtype), a
 
 
+def not_positive_definite(n, k, value):
+    """The identity of order n with ``value`` (negative) at (k, k): Hermitian, its leading minor of
+    order k + 1 not positive."""
+    a = np.eye(n)
+    a[k, k] = value
+    return a
+
+
 def tol(dtype):
     return 1e-9 if np.dtype(dtype) in (np.float64, np.complex128) else 5e-3
 
@@ -107,6 +120,12 @@ def meshes():
 
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
+
+
+def dtypes_of(mname):
+    """(name, dtype) of the dtypes a family's cases cover on the mesh ``mname``: every one, but on
+    the reversed device order the double-precision types suffice."""
+    return [(np.dtype(d).name, d) for d in DTYPES if not (mname.endswith("-rev") and d in (np.float32, np.complex64))]
 
 
 def directional_errors(fun, args, specs, mesh, order=1, seed=7):
@@ -138,6 +157,17 @@ def directional_errors(fun, args, specs, mesh, order=1, seed=7):
         grad2 = jax.jit(jax.grad(first, argnums=tuple(range(k))))(*args, *dirs)
         errs += [rel(second, fd2) * 1e-3, rel(dot(grad2, dirs), second)]  # differences: O(h^2) + roundoff/h^2
     return errs
+
+
+def run_vmapped(one, nout, grid, mesh, mats):
+    """``one(a, b)`` of per-shard kernels (``nout`` whole outputs) under vmap in shard_map, over the
+    batch of matrices ``mats`` (each laid out like a) with the right-hand sides ones and 0 .. M-1
+    (whole): those right-hand sides and one's outputs, on the host."""
+    rhs = np.stack([np.ones(mats.shape[1]), np.arange(mats.shape[1], dtype=np.float64)])
+    sp = P(None, *grid.spec)
+    f = jax.jit(jax.shard_map(jax.vmap(one), mesh=mesh, in_specs=(sp, P()), out_specs=(P(),) * nout,
+                              check_vma=False))
+    return rhs, [host(o) for o in f(to_global(mats, mesh, sp), to_global(rhs, mesh, P()))]
 
 
 def k_potrs(mesh, spec, n, tile, dtype, nrhs=None, donate=False):
@@ -206,10 +236,7 @@ log(f"native info: {native.info()}")
 log(f"processes {NPROC}, devices {jax.devices()}, public API importable: {_harness.PUBLIC_API}")
 
 for mname, mesh, spec in meshes():
-    for dtype in DTYPES:
-        if mname.endswith("-rev") and dtype in (np.float32, np.complex64):
-            continue  # the reversed device order: the double-precision types suffice
-        dn = np.dtype(dtype).name
+    for dn, dtype in dtypes_of(mname):
         case(f"potrs-{mname}-{dn}-n256-T64")(lambda: k_potrs(mesh, spec, 256, 64, dtype))
         case(f"potrs-{mname}-{dn}-n200-T64-padded")(lambda: k_potrs(mesh, spec, 200, 64, dtype))
         case(f"potrs-{mname}-{dn}-n256-T32-nrhs3")(lambda: k_potrs(mesh, spec, 256, 32, dtype, nrhs=3))
@@ -246,8 +273,7 @@ def _():
 @case(f"potrs-{mname}-float64-not-pd")
 def _():
     n = 256
-    a = np.eye(n)
-    a[100, 100] = -1.0
+    a = not_positive_definite(n, 100, -1.0)
     x, ld, st = _harness.run(native.potrs, grid, 64, [to_global(a, mesh, grid.spec), to_global(np.ones(n), mesh, P())],
                              ["block", "whole"], ["whole"] * 3)
     x, ld, st = host(x), float(host(ld)), int(host(st))
@@ -259,8 +285,7 @@ def _():
 @case(f"cholesky-{mname}-float64-not-pd")
 def _():
     n = 256
-    a = np.eye(n)
-    a[10, 10] = -1.0
+    a = not_positive_definite(n, 10, -1.0)
     low, st = _harness.run(natural_lower, grid, 64, [to_global(a, mesh, grid.spec)], ["block"], ["block", "whole"])
     st = int(host(st))
     assert st != 0 and np.all(np.isnan(host(low))), st
@@ -272,8 +297,7 @@ def _():
     if not hasattr(native, "cholesky_factor"):
         return "no family kernels"
     n = 256
-    a = np.eye(n)
-    a[70, 70] = -2.0
+    a = not_positive_definite(n, 70, -2.0)
     factor, solve, _, lower = family_kernels(True)
     state, st = _harness.run(factor, grid, 64, [to_global(a, mesh, grid.spec)], ["block"], ["block", "whole"])
     st = int(host(st))
@@ -293,14 +317,10 @@ def _():
     n = 256
     a1, r1 = spd(n, np.float64, 0)
     a2, r2 = spd(n, np.float64, 1)
-    bb = np.stack([np.ones(n), np.arange(n, dtype=np.float64)])
-    sp = P(None, *grid.spec)
-    f = jax.jit(jax.shard_map(jax.vmap(lambda a, b: tuple(native.potrs(a, b, grid=grid, tile=64))), mesh=mesh,
-                              in_specs=(sp, P()), out_specs=(P(), P(), P()), check_vma=False))
-    x, ld, st = f(to_global(np.stack([a1, a2]), mesh, sp), to_global(bb, mesh, P()))
-    x = host(x)
+    bb, (x, ld, st) = run_vmapped(lambda a, b: tuple(native.potrs(a, b, grid=grid, tile=64)), 3, grid, mesh,
+                                  np.stack([a1, a2]))
     e = max(relerr(r1 @ x[0], bb[0]), relerr(r2 @ x[1], bb[1]))
-    assert e < 1e-12 and np.all(host(st) == 0), (e, host(st))
+    assert e < 1e-12 and np.all(st == 0), (e, st)
     return f"residual {e:.1e}"
 
 
@@ -337,6 +357,17 @@ if _harness.PUBLIC_API:
             e = relerr(host(low), np.linalg.cholesky(a))
             assert e < 1e-9, e
             return f"L err {e:.1e}"
+
+    def native_and_auto(solve, op, a, bg, mesh, spec, error, limit):
+        """``solve(a, bg)`` with backend "native" and "auto": status 0 and ``error(x)`` below
+        ``limit`` for both, and "auto" is the native backend for ``op``. The errors by backend."""
+        out = {}
+        for backend in ("native", "auto"):
+            x, st = solve(to_global(a, mesh, spec), bg, T_A=64, mesh=mesh, backend=backend, return_status=True)
+            out[backend] = error(host(x))
+            assert int(host(st)) == 0 and out[backend] < limit, (backend, out)
+        assert jaxmg._backend.default_backend(op, mesh) == "native"
+        return out
 
     # the native backend: derivatives, factor once / solve many, vmap (public API).
     def _system(mesh, spec, n=256):
@@ -489,18 +520,13 @@ def k_lu(mesh, spec, n, tile, dtype, nrhs=0):
 
 
 for mname, mesh, spec in meshes():
-    for dtype in DTYPES:
-        if mname.endswith("-rev") and dtype in (np.float32, np.complex64):
-            continue
-        dn = np.dtype(dtype).name
+    for dn, dtype in dtypes_of(mname):
         case(f"lu-{mname}-{dn}-n256-T64")(lambda: k_lu(mesh, spec, 256, 64, dtype))
         case(f"lu-{mname}-{dn}-n192-T64-tile-not-dividing")(lambda: k_lu(mesh, spec, 192, 64, dtype))
         case(f"lu-{mname}-{dn}-n256-T32-nrhs3")(lambda: k_lu(mesh, spec, 256, 32, dtype, nrhs=3))
 
-    @case(f"lu-{mname}-float64-singular-then-usable")
+    @case(f"lu-{mname}-float64-singular-then-usable", needs="lu_factor")
     def _():
-        if not hasattr(native, "lu_factor"):
-            return "no LU kernels"
         grid = _harness.grid_of(mesh, spec)
         n = 256
         a = general(n, np.float64, singular_col=77)
@@ -511,27 +537,20 @@ for mname, mesh, spec in meshes():
         assert st > 0 and np.all(np.isnan(host(x))) and np.all(np.isnan(host(y))), (st, host(x)[:3])
         return f"status {st}; then: {k_lu(mesh, spec, 256, 64, np.float64)}"
 
-    @case(f"lu-{mname}-float64-vmap")
+    @case(f"lu-{mname}-float64-vmap", needs="lu_factor")
     def _():
-        if not hasattr(native, "lu_factor"):
-            return "no LU kernels"
         grid = _harness.grid_of(mesh, spec)
         n = 256
         mats = np.stack([general(n, np.float64, seed=s) for s in (0, 1)])
-        bb = np.stack([np.ones(n), np.arange(n, dtype=np.float64)])
 
         def one(a, b):
             lu, piv, st = native.lu_factor(a, grid=grid, tile=64)
             return native.lu_solve(lu, piv, b, grid=grid, tile=64, trans=0)[0], \
                 native.lu_solve(lu, piv, b, grid=grid, tile=64, trans=1)[0], st
 
-        sp = P(None, *grid.spec)
-        f = jax.jit(jax.shard_map(jax.vmap(one), mesh=mesh, in_specs=(sp, P()), out_specs=(P(), P(), P()),
-                                  check_vma=False))
-        x, y, st = f(to_global(mats, mesh, sp), to_global(bb, mesh, P()))
-        x, y = host(x), host(y)
+        bb, (x, y, st) = run_vmapped(one, 3, grid, mesh, mats)
         e = max(max(relerr(mats[k] @ x[k], bb[k]), relerr(mats[k].T @ y[k], bb[k])) for k in range(2))
-        assert e < 1e-12 and np.all(host(st) == 0), (e, host(st))
+        assert e < 1e-12 and np.all(st == 0), (e, st)
         return f"residual {e:.1e}"
 
 if _harness.PUBLIC_API and hasattr(native, "lu_factor"):
@@ -542,13 +561,7 @@ if _harness.PUBLIC_API and hasattr(native, "lu_factor"):
             a = general(n, np.float64, seed=4)
             b = np.sin(np.arange(n, dtype=np.float64))
             bg = to_global(b, mesh, P("x"))
-            out = {}
-            for backend in ("native", "auto"):
-                x, st = jaxmg.lu_solve(to_global(a, mesh, spec), bg, T_A=64, mesh=mesh, backend=backend,
-                                       return_status=True)
-                out[backend] = relerr(a @ host(x), b)
-                assert int(host(st)) == 0 and out[backend] < 1e-12, (backend, out)
-            assert jaxmg._backend.default_backend("lu", mesh) == "native"
+            out = native_and_auto(jaxmg.lu_solve, "lu", a, bg, mesh, spec, lambda x: relerr(a @ x, b), 1e-12)
             ad = to_global(a, mesh, spec)
             xd = jaxmg.lu_solve(ad, bg, T_A=64, mesh=mesh, backend="native", donate=True)
             out["donated"] = relerr(a @ host(xd), b)
@@ -567,7 +580,7 @@ if _harness.PUBLIC_API and hasattr(native, "lu_factor"):
             return ", ".join(f"{k} {v:.1e}" for k, v in out.items())
 
 # --------------------------------------------------------------------------------------------
-# The QR family: qr_factor once, Q (orgqr), R, least squares (ormqr + back substitution)
+# The QR family: qr_factor once, Q (orgqr), R, least squares (Q^H b from the reflectors + back substitution)
 # --------------------------------------------------------------------------------------------
 
 def tall(m, n, dtype, seed=0, zero_col=None):
@@ -603,18 +616,13 @@ def k_qr(mesh, spec, m, n, tile, dtype, nrhs=0):
 
 
 for mname, mesh, spec in meshes():
-    for dtype in DTYPES:
-        if mname.endswith("-rev") and dtype in (np.float32, np.complex64):
-            continue
-        dn = np.dtype(dtype).name
+    for dn, dtype in dtypes_of(mname):
         case(f"qr-{mname}-{dn}-256x256-T64")(lambda: k_qr(mesh, spec, 256, 256, 64, dtype))
         case(f"qr-{mname}-{dn}-322x192-T64-padded")(lambda: k_qr(mesh, spec, 322, 192, 64, dtype))
         case(f"lstsq-{mname}-{dn}-512x256-T32-nrhs3")(lambda: k_qr(mesh, spec, 512, 256, 32, dtype, nrhs=3))
 
-    @case(f"qr-{mname}-float64-rank-deficient-then-usable")
+    @case(f"qr-{mname}-float64-rank-deficient-then-usable", needs="qr_factor")
     def _():
-        if not hasattr(native, "qr_factor"):
-            return "no QR kernels"
         grid = _harness.grid_of(mesh, spec)
         a = tall(320, 192, np.float64, zero_col=77)
         f, tau, st = _harness.run(native.qr_factor, grid, 64, [to_global(a, mesh, grid.spec)], ["block"],
@@ -625,25 +633,18 @@ for mname, mesh, spec in meshes():
         assert st == 78 and np.all(np.isnan(host(x))), (st, host(x)[:3])
         return f"status {st}; then: {k_qr(mesh, spec, 320, 192, 64, np.float64)}"
 
-    @case(f"lstsq-{mname}-float64-vmap")
+    @case(f"lstsq-{mname}-float64-vmap", needs="qr_factor")
     def _():
-        if not hasattr(native, "qr_factor"):
-            return "no QR kernels"
         grid = _harness.grid_of(mesh, spec)
         mats = np.stack([tall(384, 256, np.float64, seed=s) for s in (0, 1)])
-        bb = np.stack([np.ones(384), np.arange(384, dtype=np.float64)])
 
         def one(a, b):
             f, tau, st = native.qr_factor(a, grid=grid, tile=64)
             return native.qr_solve(f, tau, b, grid=grid, tile=64)[0], st
 
-        sp = P(None, *grid.spec)
-        fn = jax.jit(jax.shard_map(jax.vmap(one), mesh=mesh, in_specs=(sp, P()), out_specs=(P(), P()),
-                                   check_vma=False))
-        x, st = fn(to_global(mats, mesh, sp), to_global(bb, mesh, P()))
-        x = host(x)
+        bb, (x, st) = run_vmapped(one, 2, grid, mesh, mats)
         e = max(relerr(x[k], np.linalg.lstsq(mats[k], bb[k], rcond=None)[0]) for k in range(2))
-        assert e < 1e-10 and np.all(host(st) == 0), (e, host(st))
+        assert e < 1e-10 and np.all(st == 0), (e, st)
         return f"error {e:.1e}"
 
 if _harness.PUBLIC_API and "qr" in native.FAMILIES:
@@ -654,13 +655,8 @@ if _harness.PUBLIC_API and "qr" in native.FAMILIES:
             a = tall(m, n, np.float64, seed=4)
             b = np.sin(np.arange(m, dtype=np.float64))
             bg = to_global(b, mesh, P("x"))
-            out = {}
-            for backend in ("native", "auto"):
-                x, st = jaxmg.least_squares(to_global(a, mesh, spec), bg, T_A=64, mesh=mesh, backend=backend,
-                                            return_status=True)
-                out[backend] = relerr(host(x), np.linalg.lstsq(a, b, rcond=None)[0])
-                assert int(host(st)) == 0 and out[backend] < 1e-10, (backend, out)
-            assert jaxmg._backend.default_backend("qr", mesh) == "native"
+            ref = np.linalg.lstsq(a, b, rcond=None)[0]
+            out = native_and_auto(jaxmg.least_squares, "qr", a, bg, mesh, spec, lambda x: relerr(x, ref), 1e-10)
             q, r = jaxmg.qr(to_global(a, mesh, spec), T_A=64, mesh=mesh, backend="native")
             out["qr"] = relerr(host(q) @ host(r), a)
             with jax.set_mesh(mesh):
@@ -721,10 +717,7 @@ def k_eig(mesh, spec, n, tile, dtype, general=False):
 
 if hasattr(native, "syevd"):
     for mname, mesh, spec in meshes():
-        for dtype in DTYPES:
-            if mname.endswith("-rev") and dtype in (np.float32, np.complex64):
-                continue
-            dn = np.dtype(dtype).name
+        for dn, dtype in dtypes_of(mname):
             case(f"eig-{mname}-{dn}-n256-T64")(lambda: k_eig(mesh, spec, 256, 64, dtype))
             case(f"eig-{mname}-{dn}-n200-T64-padded")(lambda: k_eig(mesh, spec, 200, 64, dtype))
             case(f"sygvd-{mname}-{dn}-n256-T64")(lambda: k_eig(mesh, spec, 256, 64, dtype, general=True))
@@ -742,17 +735,6 @@ if hasattr(native, "syevd"):
             st = int(host(st))
             assert st != 0 and np.all(np.isnan(host(w))) and np.all(np.isnan(host(v))), st
             return f"status {st}; then: {k_eig(mesh, spec, 256, 64, np.float64, general=True)}"
-
-
-def conditioned(m, n, cond, dtype, seed=0):
-    """A (m x n) with singular values geometric from 1 to 1 / cond."""
-    rng = np.random.default_rng(seed)
-    cplx = np.issubdtype(dtype, np.complexfloating)
-
-    def unitary(k):
-        g = rng.standard_normal((k, k)) + (1j * rng.standard_normal((k, k)) if cplx else 0)
-        return np.linalg.qr(g)[0]
-    return ((unitary(m)[:, :n] * np.geomspace(1.0, 1.0 / cond, n)) @ np.conj(unitary(n)).T).astype(dtype)
 
 
 def k_polar(mesh, spec, m, n, cond, dtype, svd=False):
@@ -785,10 +767,7 @@ def k_polar(mesh, spec, m, n, cond, dtype, svd=False):
 
 if hasattr(native, "polar"):
     for mname, mesh, spec in meshes():
-        for dtype in DTYPES:
-            if mname.endswith("-rev") and dtype in (np.float32, np.complex64):
-                continue
-            dn = np.dtype(dtype).name
+        for dn, dtype in dtypes_of(mname):
             conds = (1.0, 1e6, 1e12) if dn in ("float64", "complex128") else (1e3,)
             for cond in conds:
                 case(f"polar-{mname}-{dn}-m256n192-cond{cond:.0e}")(

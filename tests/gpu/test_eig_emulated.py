@@ -123,30 +123,29 @@ def test_padding_keeps_the_eigenpairs_of_a(monkeypatch):
         check_eigh(a, w, v, np.float64)
 
 
-@pytest.mark.parametrize("shape,reverse", [((2, 2), False), ((1, 2), True), ((2, 1), False), ((1, 1), False)])
-def test_sygvd_b_not_positive_definite(shape, reverse, monkeypatch):
+def _failed_status(monkeypatch, fn, shape, reverse, tile, *operands):
+    """The status of the eigensolver kernel ``fn`` on ``operands`` that fails, on the emulated
+    grid: every output (w, v) is NaN."""
     _patch(monkeypatch)
-    n, tile = 48, 8
     mesh = _mesh(shape, reverse)
     grid = _layout.Grid(mesh, ("x",), ("y",))
-    _, a = _indefinite(n, np.float64)
-    _, b = hermitian_with_junk(n, np.float64, seed=3)
-    b[30, 30] = -100.0  # the leading minor of order 31 is indefinite
-    w, v, status = _kernel(native.sygvd, grid, mesh, tile, 2)(a, b)
-    assert int(status) == 31
+    w, v, status = _kernel(fn, grid, mesh, tile, len(operands))(*operands)
     assert np.all(np.isnan(np.asarray(w))) and np.all(np.isnan(np.asarray(v)))
+    return int(status)
+
+
+@pytest.mark.parametrize("shape,reverse", [((2, 2), False), ((1, 2), True), ((2, 1), False), ((1, 1), False)])
+def test_sygvd_b_not_positive_definite(shape, reverse, monkeypatch):
+    _, a = _indefinite(48, np.float64)
+    _, b = hermitian_with_junk(48, np.float64, seed=3)
+    b[30, 30] = -100.0  # the leading minor of order 31 is indefinite
+    assert _failed_status(monkeypatch, native.sygvd, shape, reverse, 8, a, b) == 31
 
 
 def test_syevd_not_finite(monkeypatch):
-    _patch(monkeypatch)
-    n, tile = 48, 20
-    mesh = _mesh((2, 2), False)
-    grid = _layout.Grid(mesh, ("x",), ("y",))
-    _, a = _indefinite(n, np.float64)
+    _, a = _indefinite(48, np.float64)
     a[40, 3] = np.nan
-    w, v, status = _kernel(native.syevd, grid, mesh, tile, 1)(a)
-    assert int(status) != 0
-    assert np.all(np.isnan(np.asarray(w))) and np.all(np.isnan(np.asarray(v)))
+    assert _failed_status(monkeypatch, native.syevd, (2, 2), False, 20, a) != 0
 
 
 def test_syevd_vmap(monkeypatch):

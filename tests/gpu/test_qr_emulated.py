@@ -1,10 +1,10 @@
 """The native QR family kernels, checked on CPU against an emulated cuSOLVERMp.
 
 ``qr_factor`` / ``qr_q`` / ``qr_r`` / ``qr_solve`` / ``qr_normal_solve`` of
-``jaxmg.kernels.native`` call three FFI handlers (csrc/qr.cc): ``jaxmg_geqrf`` (Householder QR in
+``jaxmg.kernels.native`` call two FFI handlers (csrc/qr.cc): ``jaxmg_geqrf`` (Householder QR in
 place of the padded natural block-cyclic matrix on a row-major-mapped grid; tau of this process
-column), ``jaxmg_ormqr`` (op(Q) c, right-hand side on process column 0) and ``jaxmg_orgqr``.
-tests/gpu/_emulation.py emulates them on the assembled global matrix (LAPACK's geqrf and
+column) and ``jaxmg_orgqr`` (the explicit Q); ``Q^H b`` is applied from the reflectors.
+tests/gpu/_emulation.py emulates the handlers on the assembled global matrix (LAPACK's geqrf and
 Householder product). The kernels' own work is what is tested: the layout and its padding (a
 tall M x N whose M is not a multiple of the grid times the tile), tau's gather and scatter, the
 status read from R's diagonal, and the distributed back substitution with R.

@@ -260,7 +260,7 @@ def resolve(family: str, context: Context, *, matrices: Sequence[tuple], rhs: Se
     found = _layout.resolve_mesh(mesh, a, arrays[1:])
     if found is None and stack is not None:
         found = stack.mesh or _layout.context_mesh()
-    route = _routes.choose(family, backend, found, a.shape, a.dtype, stacked=stack is not None)
+    route = _routes.choose(family, backend, found, a.shape, a.dtype, stacked=0 if stack is None else stack.size)
     common = dict(shape=tuple(a.shape), dtype=np.dtype(a.dtype), natural=natural)
     if route == _routes.BATCH:
         return Plan(family, route, found, None, None, (), 1, stack_spec=stack.home, **common), arrays

@@ -122,13 +122,13 @@ def _bytes(shape, dtype) -> int:
     return int(np.prod(shape)) * np.dtype(dtype).itemsize
 
 
-def fits(fam: str, shape, dtype, mesh) -> bool:
-    """Whether the local route's copies of one matrix fit on one device (True where the memory
-    cannot be read)."""
+def fits(fam: str, shape, dtype, mesh, count: int = 1) -> bool:
+    """Whether the local route's copies of ``count`` matrices fit on one device at once (True
+    where the memory cannot be read)."""
     limit = device_bytes(mesh)
     rules = CROSSOVERS.get(fam, ())
     copies = max((r.copies for r in rules), default=DEFAULT_COPIES)
-    return limit is None or copies * _bytes(shape, dtype) <= limit
+    return limit is None or count * copies * _bytes(shape, dtype) <= limit
 
 
 def device_solver_faster(fam: str, devices: int, shape, dtype, mesh) -> bool:
@@ -147,12 +147,13 @@ def device_solver_faster(fam: str, devices: int, shape, dtype, mesh) -> bool:
     return False
 
 
-def choose(fam: str, backend: str, mesh, shape, dtype, *, stacked: bool = False, manual: bool = False) -> str:
+def choose(fam: str, backend: str, mesh, shape, dtype, *, stacked: int = 0, manual: bool = False) -> str:
     """The route of one call of family ``fam``: :data:`LOCAL`, :data:`BATCH` or :data:`DISTRIBUTED`.
 
     ``backend`` is the caller's ("auto", "portable" or "native"); ``mesh`` is where the call runs
     (None: no mesh is known: the arrays are on one device, or their layout is not known inside
-    ``jax.jit``); ``stacked``: a stack of matrices under ``jax.vmap``; ``manual``: inside a
+    ``jax.jit``); ``stacked``: the size of a stack of such matrices under ``jax.vmap`` (0: one
+    matrix): it takes the batch route where each device's share of it fits; ``manual``: inside a
     ``jax.shard_map``. Raises RuntimeError where ``backend="native"`` cannot run.
     """
     if manual:
@@ -171,7 +172,8 @@ def choose(fam: str, backend: str, mesh, shape, dtype, *, stacked: bool = False,
                                f"or 'auto'.")
         return DISTRIBUTED
     if stacked:
-        local = backend == "portable" or mesh is None or fits(fam, shape, dtype, mesh)
+        share = -(-int(stacked) // (1 if mesh is None else mesh.size))  # matrices per device, spread
+        local = backend == "portable" or mesh is None or fits(fam, shape, dtype, mesh, share)
         return BATCH if local or native_unavailable(fam, mesh) else DISTRIBUTED
     if backend == "portable" or mesh is None or native_unavailable(fam, mesh) is not None:
         return LOCAL

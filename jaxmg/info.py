@@ -41,12 +41,13 @@ def _version(name: str):
         return None
 
 
-def route(op: str, shape, dtype="float64", mesh=None, *, stacked: bool = False, backend: str = "auto") -> str:
+def route(op: str, shape, dtype="float64", mesh=None, *, stacked: int = 0, backend: str = "auto") -> str:
     """The route a call of ``op`` takes: "local", "batch" or "distributed" (docs/routes.md).
 
     ``op`` is an operation ("potrs", "lu_solve", ...), a module ("Cholesky", ...) or a family;
     ``shape`` and ``dtype`` are a's; ``mesh`` is the mesh the call finds (None: a device's own
-    arrays); ``stacked``: a stack of such matrices under ``jax.vmap``. A call inside a user's
+    arrays); ``stacked``: the size of a stack of such matrices under ``jax.vmap`` (0: one matrix).
+    A call inside a user's
     ``jax.shard_map`` always takes the local route."""
     import numpy as np
 
@@ -55,7 +56,7 @@ def route(op: str, shape, dtype="float64", mesh=None, *, stacked: bool = False, 
     return _routes.choose(_routes.family(op), backend, mesh, tuple(shape), np.dtype(dtype), stacked=stacked)
 
 
-def default_backend(op: str, mesh, shape, dtype="float64", *, stacked: bool = False) -> str:
+def default_backend(op: str, mesh, shape, dtype="float64", *, stacked: int = 0) -> str:
     """The backend that ``backend="auto"`` gives ``op`` for a's ``shape`` and ``dtype`` on ``mesh``:
     "native" (cuSOLVERMp, the distributed route) or "portable" (a device's own solver)."""
     from . import _routes
@@ -96,7 +97,7 @@ def report(n: int = 4096, dtype: str = "float64") -> dict:
     shape = (n, n)
     out["routes"] = {"n": n, "dtype": dtype, "mesh": dict(mesh.shape)}
     out["backends"] = {
-        op: {"route": route(op, shape, dtype, mesh), "stacked": route(op, shape, dtype, mesh, stacked=True),
+        op: {"route": route(op, shape, dtype, mesh), "stacked": route(op, shape, dtype, mesh, stacked=len(devices)),
              "auto": default_backend(op, mesh, shape, dtype),
              "why_not_native": _routes.native_unavailable(_routes.family(op), mesh)}
         for op in OPERATIONS

@@ -233,7 +233,7 @@ def test_reported_route_is_the_route_taken():
         assert m.route == jaxmg.route("Cholesky", one.shape, one.dtype, mesh) == "local"
     routes = []
     jax.vmap(lambda a: routes.append(jaxmg.Cholesky(a).route) or a)(put(SPD, explicit, P(("x", "y"))))
-    assert routes == [jaxmg.route("Cholesky", (N, N), "float64", explicit, stacked=True)] == ["batch"]
+    assert routes == [jaxmg.route("Cholesky", (N, N), "float64", explicit, stacked=B)] == ["batch"]
     inside, devices = [], jax.make_mesh((B,), ("d",))
     jax.shard_map(lambda a: inside.append(jaxmg.Cholesky(a[0]).route) or a, mesh=devices,
                   in_specs=P("d"), out_specs=P("d"))(put(SPD, devices, P("d")))

@@ -97,9 +97,12 @@ def test_bench_gp_writes_the_loss_and_the_inverses(tmp_path):
     assert records[2]["residual_rms"] < 1e-12 and records[2]["lu_residual_rms"] < 1e-12
 
 
-def test_bench_batch_writes_both_layouts(tmp_path):
-    records = _bench("bench_batch.py", tmp_path / "batch.jsonl", "--sizes", "32", "--batches", "8", "--runs", "1")
-    assert [r["layout"] for r in records] == ["spread", "distributed"]
+def test_bench_batch_writes_every_op(tmp_path):
+    """jaxmg and JAX on a batch-sharded stack: the batch route, no data moved between devices."""
+    records = _bench("bench_batch.py", tmp_path / "batch.jsonl", "--n", "16", "--batch", "8", "--runs", "1")
+    assert [(r["op"], r["impl"]) for r in records] == [(op, impl) for op in ("potrs", "eigh", "svd")
+                                                        for impl in ("jax", "jaxmg")]
     assert all(r["median_s"] > 0 and r["devices"] == 8 and r["batch"] == 8 and r["residual"] < 1e-12
                for r in records)
-    assert records[1]["ratio"] > 0
+    assert all(r["route"] == "batch" and r["ratio"] > 0 and not r["collectives"]
+               for r in records if r["impl"] == "jaxmg")

@@ -51,9 +51,14 @@ def matmul(x, y, spec: Optional[P] = None):
 
 
 def in_layout(x, spec: P, like):
-    """``x`` laid out as ``spec`` on like's mesh where it has Explicit axes (elsewhere unchanged)."""
+    """``x`` laid out as ``spec`` on like's mesh where it has Explicit axes (elsewhere unchanged;
+    a concrete ``x`` is put there, as an eager reshard outside ``jax.set_mesh`` cannot)."""
     mesh = _explicit_mesh(like)
-    return x if mesh is None else jax.sharding.reshard(x, NamedSharding(mesh, spec))
+    if mesh is None:
+        return x
+    if not isinstance(x, jax.core.Tracer) and not isinstance(like, jax.core.Tracer):
+        return jax.device_put(x, NamedSharding(like.sharding.mesh, spec))
+    return jax.sharding.reshard(x, NamedSharding(mesh, spec))
 
 
 def in_layout_of(x, like):

@@ -20,6 +20,7 @@
 
 #include "dynload.h"
 #include "grid.h"
+#include "layout.h"
 
 namespace jaxmg {
 namespace {
@@ -378,6 +379,7 @@ ffi::Error PotriImpl(cudaStream_t stream, ffi::AnyBuffer factor, ffi::AnyBuffer 
       run.trtri(0, n);
       run.lauum(0, n);
     });
+    check_cuda(mirror_upper(inverse->untyped_data(), n, n, dtype, stream), "mirror_upper(potri)");
     return ffi::Error::Success();
   } catch (const std::exception& e) {
     return to_error(e);
@@ -391,7 +393,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_potri, PotriImpl,
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
                                   .Arg<ffi::AnyBuffer>()   // L in its lower triangle, row-major
                                   .Arg<ffi::AnyBuffer>()   // the identity of the leaf order
-                                  .Ret<ffi::AnyBuffer>()   // A^-1's lower triangle, row-major (aliases L)
+                                  .Ret<ffi::AnyBuffer>()   // A^-1, both triangles, row-major (aliases L)
                                   .Ret<ffi::AnyBuffer>()   // leaf x leaf scratch
                                   .Ret<ffi::AnyBuffer>()   // min(trmm_leaf, n) x n scratch
                                   .Attr<int64_t>("trmm_leaf")   // triangular products by one gemm up to this order

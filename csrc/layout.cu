@@ -228,6 +228,27 @@ __global__ void sym_diag_kernel(E* a, int64_t ld, const int64_t* __restrict__ of
   }
 }
 
+// Column-major, in place: every element below the diagonal becomes the conjugate of its mirror
+// above it (a Hermitian matrix from its upper triangle). Block (x, y) writes the 32 x 32 tile at
+// rows 32x, columns 32y (x >= y) from the tile at rows 32y, columns 32x, through shared memory, so
+// that both are read and written along columns; no block writes a tile that another reads.
+template <typename E>
+__global__ void mirror_upper_kernel(E* a, int64_t n, int64_t ld) {
+  __shared__ E buf[32][33];
+  const int64_t bi = blockIdx.x, bj = blockIdx.y;
+  if (bi < bj) return;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  for (int k = 0; k < 32; k += 8) {
+    int64_t r = bj * 32 + tx, c = bi * 32 + ty + k;
+    if (r < n && c < n) buf[ty + k][tx] = a[r + c * ld];
+  }
+  __syncthreads();
+  for (int k = 0; k < 32; k += 8) {
+    int64_t r = bi * 32 + tx, c = bj * 32 + ty + k;  // (r, c) = conj((c, r))
+    if (r < n && c < n && r > c) a[r + c * ld] = conj_of<E>(buf[tx][ty + k]);
+  }
+}
+
 template <typename E>
 cudaError_t copy_tiles_impl(const void* src, int64_t sld, void* dst, int64_t dld, const int64_t* offs, int64_t ntiles,
                             int64_t T, bool tc, cudaStream_t stream) {
@@ -258,6 +279,16 @@ cudaError_t symmetrize_diag_tiles(void* a, int64_t ld, const int64_t* offs, int6
   with_elem_type(dtype, [&](auto zero) {
     using T = decltype(zero);
     sym_diag_kernel<T><<<grid, 256, 0, stream>>>((T*)a, ld, offs, ntiles, tile);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t mirror_upper(void* a, int64_t n, int64_t ld, DType dtype, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  const unsigned tiles = (unsigned)((n + 31) / 32);
+  with_elem_type(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    mirror_upper_kernel<T><<<dim3(tiles, tiles), dim3(32, 8), 0, stream>>>((T*)a, n, ld);
   });
   return cudaGetLastError();
 }

@@ -56,4 +56,8 @@ cudaError_t copy_tiles(const void* src_base, int64_t src_ld, void* dst_base, int
 cudaError_t symmetrize_diag_tiles(void* a, int64_t ld, const int64_t* offs, int64_t ntiles, int64_t tile,
                                   DType dtype, cudaStream_t stream);
 
+// Column-major n x n (leading dimension ld), in place: the strictly lower triangle becomes the
+// conjugate transpose of the strictly upper one (a Hermitian matrix from its upper triangle).
+cudaError_t mirror_upper(void* a, int64_t n, int64_t ld, DType dtype, cudaStream_t stream);
+
 }  // namespace jaxmg

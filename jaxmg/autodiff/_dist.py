@@ -73,6 +73,7 @@ __all__ = [
     "triu",
     "sym_part",
     "lower_read",
+    "lower_read_weights",
     "diag_embed",
     "tri_inv",
 ]
@@ -431,6 +432,18 @@ def lower_read(x, like=None):
     of what was computed; JAX transposes it for reverse mode (the cotangent of the lower
     triangle then collects both triangles')."""
     return _lower_read(x, resolve(x if like is None else like))
+
+
+def lower_read_weights(v, like=None):
+    """For Hermitian ``v``: ``W = 2 tril(conj v, -1) + Re diag(v)``, the matrix with
+    ``Re sum(W * x) = Re sum(conj(v) * H(x))`` for every ``x``, where ``H`` is :func:`lower_read`.
+    It reads only v's lower triangle and is elementwise in it (no transpose): a derivative that
+    pairs ``conj(v)`` with ``H(x')`` costs no matrix beyond ``v`` in either mode."""
+    sh = resolve(v if like is None else like)
+    v = _place(v, sh)
+    offset = _offset(v.shape, sh)
+    diagonal = jnp.real(v).astype(v.dtype)
+    return jnp.where(offset < 0, 2 * jnp.conj(v), jnp.where(offset == 0, diagonal, jnp.zeros((), v.dtype)))
 
 
 def diag_embed(v, like, shape=None):

@@ -7,7 +7,9 @@ function of ``a`` (exact also for ``a`` that is not exactly Hermitian): tangents
 ``H(a')``. LU reads all of ``a``.
 
 d log|det A| = Re tr(A^-1 A') = Re sum(A^-T * A'): an elementwise product in the computation's
-layout (no gather); in reverse mode JAX transposes it (the cotangent g * A^-T). For a complex LU
+layout (no gather); in reverse mode JAX transposes it (the cotangent g * A^-T). For Cholesky the
+pairing with H(a') is folded into weights on A^-1's lower triangle, so the cotangent of ``a`` is
+one elementwise pass over A^-1 (``_dist.lower_read_weights``). For a complex LU
 the sign (phase) moves too: d sign = i sign Im tr(A^-1 A'). A^-T is conj(A^-1) for Hermitian A,
 a transpose for LU; its own tangent is -A^-T A'^T A^-T, so every order is available. A^-1 comes
 from the saved factor (the family kernels' ``inverse``: LAPACK's potri, (2/3) N^3 flops, or
@@ -65,8 +67,17 @@ def _logdet(kernels, state):
     return kernels.logdet(state)
 
 
+def _placed_tangent(kernels, a, a_dot):
+    """The tangent of ``a`` itself, in the computation's layout (None where ``a`` is not differentiated)."""
+    return _dist.placed_tangent(a, a_dot, kernels.plan.layout)
+
+
 def _logdet_tangent(kernels, a, state, value, a_dot):
-    return jnp.real(jnp.sum(inverse_transposed(kernels, a, state) * a_dot)).astype(value.dtype)
+    """d log det H(a) = Re tr(V H(a')) = Re sum(W * a') with V = H(a)^-1 Hermitian and W its
+    lower-read weights (``_dist.lower_read_weights``): elementwise in V's lower triangle, so the
+    reverse-mode cotangent g W needs no matrix beyond V."""
+    weights = _dist.lower_read_weights(inverse(kernels, a, state), like=kernels.plan.layout)
+    return jnp.real(jnp.sum(weights * a_dot)).astype(value.dtype)
 
 
 def _slogdet(kernels, state):
@@ -109,7 +120,7 @@ def _inverse_tangent(transposed: bool):
     return tangent
 
 
-logdet = from_saved_factor(_logdet, _logdet_tangent)
+logdet = from_saved_factor(_logdet, _logdet_tangent, read=_placed_tangent)
 slogdet = from_saved_factor(_slogdet, _slogdet_tangent)
 inverse = from_saved_factor(_inverse, _inverse_tangent(False))
 inverse_transposed = from_saved_factor(_inverse_transposed, _inverse_tangent(True))

@@ -79,8 +79,7 @@ class Cholesky(_Local):
     hermitian = True
 
     def factor(self, a):
-        chol = lax.linalg.cholesky(a, symmetrize_input=False)
-        status = _status.cholesky_info(a, chol)
+        chol, status = _status.cholesky_info(a, lax.linalg.cholesky(a, symmetrize_input=False))
         return CholeskyState(jnp.where(status == _status.OK, jnp.tril(chol), jnp.nan)), status
 
     def solve(self, state, b, spec=None):

@@ -76,79 +76,74 @@ def solved(status: jax.Array, x: jax.Array):
     return masked(status, x), status
 
 
-def cholesky_info(a: jax.Array, factor: jax.Array) -> jax.Array:
-    """LAPACK ``?potrf``'s info for Hermitian ``a`` (lower triangle read), given the factor
-    that a dense Cholesky returned (NaN when it failed, as JAX's does).
+def cholesky_info(a: jax.Array, factor: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(factor, info): LAPACK ``?potrf``'s info for Hermitian ``a`` (lower triangle read), given
+    the factor that a dense Cholesky returned (NaN when it failed, as JAX's does).
 
-    :data:`OK` when ``factor`` has a positive, finite diagonal. Otherwise the order of the
-    first leading minor of ``a`` that is not positive definite, found by an unblocked
+    info is :data:`OK` when ``factor`` has a positive, finite diagonal. Otherwise it is the order
+    of the first leading minor of ``a`` that is not positive definite, found by an unblocked
     Cholesky that stops at the first pivot that is not positive (``O(N^3)`` scalar steps, run
-    only on failure): the same pivots as LAPACK's, up to rounding. :data:`NOT_FINITE` where
-    every minor is positive but the factor is not finite (an Inf in ``a``).
+    only on failure): the same pivots as LAPACK's, up to rounding; :data:`NOT_FINITE` where every
+    minor is positive but the factor is not finite (an Inf in ``a``). The search works in the
+    factor's own buffer, so it holds no copy of ``a``: the factor comes back as it is on success,
+    and with unspecified entries otherwise (the caller masks it with the status).
     """
-    diag = jnp.real(jnp.diagonal(factor))
-    ok = jnp.all(jnp.isfinite(diag) & (diag > 0))
-    info = _first_failing_minor(a, ok)
-    return jnp.where((info == OK) & ~ok, NOT_FINITE, info).astype(jnp.int32)
+    diag = jnp.real(jnp.diagonal(factor, axis1=-2, axis2=-1))
+    ok = jnp.all(jnp.isfinite(diag) & (diag > 0), axis=-1)
+    factor, info = _first_failing_minor(a, factor, ok)
+    return factor, jnp.where((info == OK) & ~ok, NOT_FINITE, info).astype(jnp.int32)
 
 
 @jax.custom_batching.custom_vmap
-def _first_failing_minor(a: jax.Array, ok: jax.Array) -> jax.Array:
-    """Runs only when not ``ok``: ``lax.cond`` skips it, so a factorisation that succeeded pays
-    neither a pass over ``a`` nor a copy of it."""
-    return jax.lax.cond(ok, lambda a, ok: _zero_like(a), _unblocked_pivots, a, ok)
+def _first_failing_minor(a: jax.Array, work: jax.Array, ok: jax.Array):
+    """(work, info) of :func:`_unblocked_pivots`: no step runs where ``ok``."""
+    return _unblocked_pivots(a, work, ok)
 
 
 @_first_failing_minor.def_vmap
-def _first_failing_minors(size, in_batched, a, ok):
-    """A stack: only where one of its factorisations failed, the search runs over the stack (each
-    loop stops at once for the matrices that are ``ok``), on whole matrices: a loop over a stack
-    split on Explicit mesh axes is refused by JAX."""
-    a = a if in_batched[0] else jnp.broadcast_to(a, (size,) + a.shape)
-    ok = ok if in_batched[1] else jnp.broadcast_to(ok, (size,))
-
-    def search(a, ok):
-        a, ok = _unsplit(a), _unsplit(ok)
-        return jax.vmap(_unblocked_pivots)(a, ok)
-
-    return jax.lax.cond(jnp.all(ok), lambda a, ok: jnp.zeros((size,), jnp.int32), search, a, ok), True
-
-
-def _unsplit(x):
-    """``x`` replicated where it is split over Explicit mesh axes (else as it is)."""
-    sharding = getattr(jax.typeof(x), "sharding", None)
-    mesh = getattr(sharding, "mesh", None)
-    if mesh is None or mesh.empty or not any(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types):
-        return x
-    return jax.sharding.reshard(x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+def _first_failing_minors(size, in_batched, a, work, ok):
+    """A stack: one loop over the stack, each matrix stopping at its own first bad pivot (no step
+    runs where every factorisation succeeded)."""
+    a, work, ok = (x if batched else jnp.broadcast_to(x, (size,) + x.shape)
+                   for x, batched in zip((a, work, ok), in_batched))
+    return _unblocked_pivots(a, work, ok), (True, True)
 
 
 def _zero_like(a: jax.Array) -> jax.Array:
-    """An int32 zero that varies over the same ``shard_map`` axes as ``a`` (loop carries and
-    branches must agree there)."""
+    """An int32 zero for each matrix of ``a`` that varies over the same ``shard_map`` axes as
+    ``a`` (loop carries must agree there)."""
     return (jnp.isnan(jnp.real(a[..., 0, 0])) & False).astype(jnp.int32)
 
 
-def _unblocked_pivots(a: jax.Array, ok: jax.Array) -> jax.Array:
-    """An unblocked Cholesky of the Hermitian matrix whose lower triangle is ``a``'s, stopping
-    at the first pivot that is not positive. It reads only the lower triangle (the pivots and
-    the columns below them), so ``a`` is its working copy as it is."""
-    n = a.shape[0]
+def _unblocked_pivots(a: jax.Array, work: jax.Array, ok: jax.Array):
+    """An unblocked Cholesky of the Hermitian matrices (..., n, n) whose lower triangles are
+    ``a``'s, each stopping at its first pivot that is not positive; (work, info) with info the
+    1-based order of that pivot (:data:`OK` where none). It runs in ``work`` (the factor's
+    buffer: ``a`` is copied into it on the first step) and reads only lower triangles. No step
+    runs where ``ok``: then ``work`` comes back as it is."""
+    n = a.shape[-1]
     rows = jnp.arange(n)
 
-    def running(carry):
+    def unfinished(carry):
         j, _, info = carry
-        return (j < n) & (info == OK) & ~ok
+        return jnp.any((j < n) & (info == OK) & ~ok)
 
     def step(carry):
-        j, work, _ = carry
-        pivot = jnp.real(work[j, j])
+        j, work, info = carry
+        running = (info == OK) & ~ok & (j < n)
+        live = running[..., None, None]
+        work = jnp.where(live & (j == 0)[..., None, None], a, work)
+        at = jnp.minimum(j, n - 1)
+        pivot = jnp.real(jnp.take_along_axis(jnp.diagonal(work, axis1=-2, axis2=-1), at[..., None], -1))[..., 0]
         bad = ~(pivot > 0)  # NaN included
         scale = jnp.sqrt(jnp.where(bad, 1.0, pivot)).astype(work.dtype)
-        column = jnp.where(rows > j, work[:, j], 0) / scale
-        work = work - jnp.outer(column, jnp.conj(column))
-        return j + 1, work, jnp.where(bad, j + 1, OK).astype(jnp.int32)
+        column = jnp.take_along_axis(work, at[..., None, None], -1)[..., 0]
+        column = jnp.where(rows > j[..., None], column, 0) / scale[..., None]
+        update = column[..., :, None] * jnp.conj(column)[..., None, :]
+        work = jnp.where(live, work - update, work)
+        info = jnp.where(running & bad, j + 1, info).astype(jnp.int32)
+        return jnp.where(running & ~bad, j + 1, j), work, info
 
     zero = _zero_like(a)
-    _, _, info = jax.lax.while_loop(running, step, (zero, a, zero + OK))
-    return info
+    _, work, info = jax.lax.while_loop(unfinished, step, (zero, work, zero + OK))
+    return work, info

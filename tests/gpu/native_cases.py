@@ -360,13 +360,15 @@ if _harness.PUBLIC_API:
 
     def native_and_auto(solve, op, a, bg, mesh, spec, error, limit):
         """``solve(a, bg)`` with backend "native" and "auto": status 0 and ``error(x)`` below
-        ``limit`` for both, and "auto" is the native backend for ``op``. The errors by backend."""
+        ``limit`` for both, and the route that ``jaxmg.route`` reports for "auto" is the one that
+        the family's module takes. The errors by backend."""
         out = {}
         for backend in ("native", "auto"):
             x, st = solve(to_global(a, mesh, spec), bg, T_A=64, mesh=mesh, backend=backend, return_status=True)
             out[backend] = error(host(x))
             assert int(host(st)) == 0 and out[backend] < limit, (backend, out)
-        assert jaxmg._backend.default_backend(op, mesh) == "native"
+        module = {"lu": jaxmg.LU, "qr": jaxmg.QR}[op]
+        assert module(to_global(a, mesh, spec), mesh=mesh).route == jaxmg.route(op, a.shape, a.dtype, mesh)
         return out
 
     # the native backend: derivatives, factor once / solve many, vmap (public API).
@@ -795,7 +797,7 @@ if _harness.PUBLIC_API and "polar" in native.FAMILIES:
                     uu, s, vh = (host(x).astype(np.float64) for x in svd(to_global(a, mesh, spec)))
                 out["svd_back"] = np.linalg.norm(a - (uu * s) @ vh) / np.linalg.norm(a)
                 out["svd_values"] = np.abs(s - np.linalg.svd(a.astype(np.float64), compute_uv=False)).max()
-                assert jaxmg._backend.default_backend("polar", mesh) == "native"
+                assert jaxmg.route("polar", a.shape, a.dtype, mesh) == "distributed"  # svd, polar: no crossover
                 assert max(out.values()) <= limit, out
                 return ", ".join(f"{k} {v:.1e}" for k, v in out.items())
 
@@ -871,9 +873,7 @@ if _harness.PUBLIC_API and NPROC == 1:
         a_in, a = spd(n, np.float64, 3)
         g = np.random.default_rng(4).standard_normal((n, n)) + n ** 0.5 * np.eye(n)
         mesh1 = Mesh(np.array(jax.devices()[:1]), ("x",), axis_types=(AxisType.Explicit,))
-        grid1 = jaxmg._layout.Grid(mesh1, ("x",), ())
-        assert jaxmg._backend.one_gpu_products(grid1, n) == (gemm.product, gemm.triangular_product,
-                                                             gemm.hermitian_inverse)
+        assert gemm.one_gpu_products(n) == (gemm.product, gemm.triangular_product, gemm.hermitian_inverse)
         out = {}
         for backend in ("native", "portable"):
             with jax.set_mesh(mesh1):

@@ -124,10 +124,9 @@ def _hermitian_inverse(factor):
     eye = jnp.eye(leaf, dtype=factor.dtype)
     shapes = (jax.ShapeDtypeStruct((n, n), factor.dtype), jax.ShapeDtypeStruct((leaf, leaf), factor.dtype),
               jax.ShapeDtypeStruct((min(TRMM_LEAF, n), n), factor.dtype))
-    lower, _, _ = jax.ffi.ffi_call("jaxmg_potri", shapes, input_output_aliases={0: 0}, vmap_method="sequential")(
+    inverse, _, _ = jax.ffi.ffi_call("jaxmg_potri", shapes, input_output_aliases={0: 0}, vmap_method="sequential")(
         factor, eye, trmm_leaf=np.int64(TRMM_LEAF), herk_leaf=np.int64(HERK_LEAF))
-    lower = jnp.tril(lower)
-    return lower + jnp.conj(jnp.tril(lower, -1)).T
+    return inverse
 
 
 @_hermitian_inverse.defjvp
@@ -146,6 +145,7 @@ def hermitian_inverse(factor: jax.Array) -> jax.Array:
     """A^-1 (n, n, both triangles) on this GPU for A = L L^H, from the lower triangular factor L
     in ``factor``'s lower triangle (the other triangle is not read), row-major, float32 to
     complex128: LAPACK's potri ((2/3) n^3 flops) as one call that recurses into cuBLAS gemm calls
-    on the factor's own buffer, in place (``jaxmg_potri``, csrc/gemm.cc). Differentiable
+    on the factor's own buffer, in place, and mirrors the lower triangle into the upper one there
+    (``jaxmg_potri``, csrc/gemm.cc): no second matrix. Differentiable
     (tangents through XLA's dots)."""
     return _hermitian_inverse(factor)

@@ -1,0 +1,234 @@
+"""Device memory of forward and backward passes: jaxmg against plain JAX, each case in a fresh process.
+
+    python benchmarks/bench_memory.py                                   # every case, N = 16384 32768 65536
+    python benchmarks/bench_memory.py --cases gp_vg potrs --sizes 32768 --dtypes float64
+    python benchmarks/bench_memory.py --largest gp_vg potrs             # the largest N that runs
+
+Each case runs in its own process (a device's ``peak_bytes_in_use`` only grows), on the first
+device: it makes its inputs, runs the case once (compiling it), and records, as one JSON line
+(``--out``): case, impl ("jaxmg" or "jax"), N, dtype, input_bytes (what the case's inputs hold),
+peak_bytes (the device's peak, inputs included; absent on CPUs, which do not report it),
+peak_matrices (peak over one N x N matrix), beyond_input_matrices ((peak - inputs) over one
+matrix), and XLA's memory analysis of the compiled program (temp_bytes, output_bytes,
+temp_matrices) where the case is one compiled call; or error (for example out of memory).
+
+Cases (jaxmg's backend ``auto``; plain JAX's counterpart in the same run where there is one):
+
+  potrs, lu_solve, cholesky, least_squares, syevd, gesvd: the forward pass (a (N, N), b (N,));
+  potrs_grad, lu_solve_grad, cholesky_grad, least_squares_grad, syevd_grad, gesvd_grad: the
+      jitted gradient of the sum of the outputs (eigen- and singular values) with respect to a;
+  cholesky_inverse, cholesky_inverse_donated, lu_inverse: ``Cholesky(a).inverse()`` (with
+      ``donate=True``) and ``LU(a).inverse()``; plain JAX: ``jnp.linalg.inv``;
+  gp_vg, gp_vg_eager: ``value_and_grad`` of the Gaussian-process loss of bench_gp.py, jitted and
+      eager (inputs x (N, 3) and y (N,): the kernel matrix is built inside the loss);
+  numpy_inv_grad, numpy_slogdet_grad, numpy_eigh_grad, numpy_svd_grad: gradients through
+      ``jaxmg.numpy.linalg`` against ``jax.numpy.linalg``.
+
+``--largest CASE ...`` bisects, per case and implementation, on multiples of 4,096 between
+``--low`` and ``--high``, for the largest N whose case runs (records with ``largest_n``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+sys.path.insert(0, str(HERE.parent))
+from _common import emit, results_path  # noqa: E402
+
+FORWARD = ("potrs", "lu_solve", "cholesky", "least_squares", "syevd", "gesvd")
+CASES = (FORWARD + tuple(f"{op}_grad" for op in FORWARD)
+         + ("cholesky_inverse", "cholesky_inverse_donated", "lu_inverse", "gp_vg", "gp_vg_eager",
+            "numpy_inv_grad", "numpy_slogdet_grad", "numpy_eigh_grad", "numpy_svd_grad"))
+ONLY_JAXMG = ("cholesky_inverse_donated", "least_squares", "least_squares_grad")
+
+
+def _args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
+    p.add_argument("--sizes", type=int, nargs="+", default=[16384, 32768, 65536])
+    p.add_argument("--dtypes", nargs="+", default=["float64", "float32"])
+    p.add_argument("--impls", nargs="+", default=["jax", "jaxmg"], choices=["jax", "jaxmg"])
+    p.add_argument("--largest", nargs="*", default=None, choices=CASES)
+    p.add_argument("--low", type=int, default=4096)
+    p.add_argument("--high", type=int, default=98304)
+    p.add_argument("--timeout", type=int, default=600, help="seconds for one case's process")
+    p.add_argument("--out", default=str(results_path("memory.jsonl")))
+    p.add_argument("--child", nargs=4, metavar=("CASE", "IMPL", "N", "DTYPE"), help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def _operand_loss(case):
+    """The scalar that a ``*_grad`` case differentiates, from one operation's outputs."""
+    import jax.numpy as jnp
+
+    def total(out):
+        return sum(jnp.sum(jnp.real(x)) for x in (out if isinstance(out, tuple) else (out,)))
+    return {"syevd": lambda out: jnp.sum(out[0]), "gesvd": lambda out: jnp.sum(out[1])}.get(case, total)
+
+
+def _operation(op, impl):
+    """(f(a, b), whether it takes b) for the forward case ``op`` of ``impl``."""
+    import jax.numpy as jnp
+    import jax.scipy.linalg as jsl
+
+    import jaxmg
+
+    ours = {"potrs": (jaxmg.potrs, True), "lu_solve": (jaxmg.lu_solve, True), "cholesky": (jaxmg.cholesky, False),
+            "least_squares": (jaxmg.least_squares, True),
+            "syevd": (lambda a: jaxmg.syevd(a), False), "gesvd": (lambda a: jaxmg.gesvd(a, full_matrices=False), False)}
+    theirs = {"potrs": (lambda a, b: jsl.cho_solve(jsl.cho_factor(a, lower=True), b), True),
+              "lu_solve": (jnp.linalg.solve, True), "cholesky": (jnp.linalg.cholesky, False),
+              "syevd": (lambda a: jnp.linalg.eigh(a)[::-1], False),
+              "gesvd": (lambda a: jnp.linalg.svd(a, full_matrices=False), False)}
+    return (ours if impl == "jaxmg" else theirs)[op]
+
+
+def _gp(impl):
+    import bench_gp
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    mesh = jax.make_mesh((1, 1), ("x", "y"), devices=jax.devices()[:1], axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    sharding = NamedSharding(mesh, P("x", None))
+    return bench_gp, sharding, bench_gp.loss_fn(impl, sharding, "auto" if impl == "jaxmg" else None)
+
+
+def _numpy(case, impl):
+    import jax.numpy as jnp
+
+    import jaxmg.numpy.linalg as mla
+
+    linalg = mla if impl == "jaxmg" else jnp.linalg
+    return {"numpy_inv_grad": lambda a: jnp.sum(linalg.inv(a)),
+            "numpy_slogdet_grad": lambda a: linalg.slogdet(a)[1],
+            "numpy_eigh_grad": lambda a: jnp.sum(linalg.eigh(a)[0]),
+            "numpy_svd_grad": lambda a: jnp.sum(linalg.svd(a, compute_uv=False))}[case]
+
+
+def build(case, impl, n, dtype):
+    """(run, compiled or None, input_bytes): ``run()`` runs the case once and blocks."""
+    import jax
+    import jax.numpy as jnp
+
+    import jaxmg
+    from _common import generator
+
+    one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    item = jnp.dtype(dtype).itemsize
+    if case.startswith("gp_vg"):
+        bench_gp, sharding, loss = _gp(impl)
+        x, y, theta = bench_gp.make_problem(n, dtype, sharding)
+        vg = jax.value_and_grad(loss)
+        if case == "gp_vg_eager":
+            return (lambda: jax.block_until_ready(vg(theta, x, y))), None, (4 * n + 3) * item
+        fn = jax.jit(vg)
+        return (lambda: jax.block_until_ready(fn(theta, x, y))), (fn, (theta, x, y)), (4 * n + 3) * item
+    a = generator(n, dtype, one)()
+    b = jax.device_put(jnp.ones((n,), dtype), one)
+    inputs = a.nbytes + b.nbytes
+    if case.startswith("numpy_"):
+        fn, args = jax.jit(jax.grad(_numpy(case, impl))), (a,)
+    elif case == "cholesky_inverse_donated":
+        fn = jax.jit(lambda m: jaxmg.Cholesky(m, donate=True).inverse(), donate_argnums=0)
+        return (lambda: jax.block_until_ready(fn(a))), None, inputs
+    elif case in ("cholesky_inverse", "lu_inverse"):
+        module = jaxmg.Cholesky if case == "cholesky_inverse" else jaxmg.LU
+        fn, args = jax.jit(jnp.linalg.inv if impl == "jax" else lambda m: module(m).inverse()), (a,)
+    else:
+        op = case.removesuffix("_grad")
+        f, takes_b = _operation(op, impl)
+        call = (lambda m: f(m, b)) if takes_b else f
+        if case.endswith("_grad"):
+            loss = _operand_loss(op)
+            call = jax.grad(lambda m, call=call: loss(call(m)))
+        fn, args = jax.jit(call), (a,)
+    return (lambda: jax.block_until_ready(fn(*args))), (fn, args), inputs
+
+
+def child(case, impl, n, dtype):
+    """One case in this process: its record on stdout (``RECORD {...}``)."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    device = jax.devices()[0]
+    n = int(n)
+    matrix = n * n * jax.numpy.dtype(dtype).itemsize
+    rec = dict(bench="memory", case=case, impl=impl, N=n, dtype=dtype, device_kind=device.device_kind,
+               platform=device.platform, jax=jax.__version__, date=time.strftime("%Y-%m-%d"))
+    try:
+        run, compiled, inputs = build(case, impl, n, dtype)
+        rec["input_bytes"] = int(inputs)
+        if compiled is not None:
+            fn, args = compiled
+            analysis = fn.lower(*args).compile().memory_analysis()
+            rec.update(temp_bytes=int(analysis.temp_size_in_bytes), output_bytes=int(analysis.output_size_in_bytes),
+                       temp_matrices=analysis.temp_size_in_bytes / matrix)
+        start = time.perf_counter()
+        run()
+        rec["first_run_s"] = time.perf_counter() - start
+        peak = (device.memory_stats() or {}).get("peak_bytes_in_use")
+        if peak is not None:
+            rec.update(peak_bytes=int(peak), peak_matrices=peak / matrix, beyond_input_matrices=(peak - inputs) / matrix)
+    except Exception as e:  # out of memory, an unsupported size: recorded, never hidden
+        rec["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+    print("RECORD " + json.dumps(rec), flush=True)
+
+
+def measure(args, case, impl, n, dtype) -> dict:
+    """Run one case in a fresh process and return its record."""
+    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    command = [sys.executable, str(HERE), "--child", case, impl, str(n), dtype]
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return dict(bench="memory", case=case, impl=impl, N=n, dtype=dtype, error=f"timeout after {args.timeout} s")
+    for line in proc.stdout.splitlines():
+        if line.startswith("RECORD "):
+            return json.loads(line[len("RECORD "):])
+    return dict(bench="memory", case=case, impl=impl, N=n, dtype=dtype,
+                error=f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}")
+
+
+def largest(args, case, impl, dtype) -> dict:
+    """The largest multiple of 4,096 in [--low, --high] at which ``case`` runs (bisection)."""
+    step = 4096
+    low, high = args.low // step, args.high // step  # in steps; low assumed to run
+    best, tried = None, []
+    while low <= high:
+        mid = (low + high) // 2
+        rec = measure(args, case, impl, mid * step, dtype)
+        tried.append([mid * step, "error" not in rec])
+        if "error" in rec:
+            high = mid - 1
+        else:
+            best, low = rec, mid + 1
+    out = dict(best or {}, bench="memory_largest", case=case, impl=impl, dtype=dtype, tried=tried)
+    out["largest_n"] = best["N"] if best else None
+    return out
+
+
+def main(argv=None):
+    args = _args(argv)
+    if args.child:
+        child(*args.child)
+        return
+    pairs = [(c, i) for c in (args.largest if args.largest is not None else args.cases) for i in args.impls
+             if not (i == "jax" and c in ONLY_JAXMG)]
+    for dtype in args.dtypes:
+        for case, impl in pairs:
+            if args.largest is not None:
+                emit(args.out, largest(args, case, impl, dtype))
+                continue
+            for n in args.sizes:
+                emit(args.out, measure(args, case, impl, n, dtype))
+
+
+if __name__ == "__main__":
+    main()

@@ -134,10 +134,11 @@ def test_one_gpu_potri_derivative_rule(monkeypatch):
             return real_ffi_call(target, shapes, **kwargs)
         assert kwargs["input_output_aliases"] == {0: 0}
 
-        def handler(l, eye, **attrs):  # reads L's triangle only; writes A^-1's lower triangle
+        def handler(l, eye, **attrs):  # reads L's triangle only; writes A^-1 (both triangles)
             low = jnp.tril(l)
             inv = jnp.linalg.inv(low @ jnp.conj(low).T)
-            return (jnp.tril(inv) + jnp.triu(l, 1),) + tuple(jnp.zeros(s.shape, s.dtype) for s in shapes[1:])
+            hermitian = jnp.tril(inv) + jnp.conj(jnp.tril(inv, -1)).T
+            return (hermitian,) + tuple(jnp.zeros(s.shape, s.dtype) for s in shapes[1:])
         return handler
 
     monkeypatch.setattr(jax.ffi, "ffi_call", ffi_call)

@@ -1,0 +1,82 @@
+"""Memory of compiled forward and backward passes, from XLA's own analysis of the compiled program
+(``memory_analysis().temp_size_in_bytes``: what the program holds beyond its arguments and
+outputs), in units of one N x N matrix, beside plain JAX's on the same device.
+
+On one device the local route runs (the device's own solver): jaxmg's derivative rules and status
+values must cost no matrix that JAX's functions do not. benchmarks/bench_memory.py measures the
+device peaks on GPUs.
+"""
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+import pytest
+
+import jaxmg
+
+N = 256
+MATRIX = N * N * 8
+SLACK = 0.05  # vectors and scalars, in matrices
+
+
+def _temp(fn, *args) -> float:
+    return jax.jit(fn).lower(*args).compile().memory_analysis().temp_size_in_bytes / MATRIX
+
+
+@pytest.fixture(scope="module")
+def system():
+    rng = np.random.default_rng(0)
+    g = rng.standard_normal((N, N)) / np.sqrt(N)
+    a = jax.device_put(g @ g.T + np.eye(N), jax.devices()[0])
+    return a, jax.device_put(rng.standard_normal(N), jax.devices()[0])
+
+
+def _gp_jaxmg(k, y):
+    alpha, logdet = jaxmg.potrs(k, y, return_logdet=True)
+    return 0.5 * y @ alpha + 0.5 * logdet
+
+
+def _gp_jax(k, y):
+    c = jsl.cho_factor(k, lower=True)
+    return 0.5 * y @ jsl.cho_solve(c, y) + jnp.sum(jnp.log(jnp.diagonal(c[0])))
+
+
+PAIRS = {
+    "potrs": (jaxmg.potrs, lambda a, b: jsl.cho_solve(jsl.cho_factor(a, lower=True), b)),
+    "cholesky": (lambda a, b: jaxmg.cholesky(a), lambda a, b: jnp.linalg.cholesky(a)),
+    "lu_solve": (jaxmg.lu_solve, jnp.linalg.solve),
+    "gp_value_and_grad": (jax.value_and_grad(_gp_jaxmg), jax.value_and_grad(_gp_jax)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PAIRS))
+def test_no_matrix_beyond_jax(system, case):
+    """Each forward pass and gradient holds no more than JAX's counterpart (the Cholesky status
+    search works in the factor's buffer; the log-det cotangent is elementwise in A^-1)."""
+    ours, theirs = PAIRS[case]
+    mine, reference = _temp(ours, *system), _temp(theirs, *system)
+    assert mine <= reference + SLACK, (case, mine, reference)
+
+
+def test_gp_gradient_holds_two_matrices(system):
+    """The GP loss's value_and_grad with respect to K holds the factor and A^-1 (in the factor's
+    place), and nothing else: two matrices (plain JAX: three)."""
+    assert _temp(jax.value_and_grad(_gp_jaxmg), *system) <= 2 + SLACK
+
+
+def test_inverse_holds_the_factor_and_one_layout_copy(system):
+    """Cholesky(a).inverse() solves against the identity in place: the factor and, on CPUs, one
+    copy between LAPACK's column-major and the row-major result (JAX's inv: one matrix)."""
+    assert _temp(lambda a: jaxmg.Cholesky(a).inverse(), system[0]) <= 2 + SLACK
+
+
+def test_failed_factorisation_still_reports_its_minor(system):
+    """The status search that now runs in the factor's buffer finds the first minor that is not
+    positive definite, for one matrix and for each matrix of a stack."""
+    a, _ = system
+    bad = a.at[5, 5].set(-1.0)
+    assert int(jaxmg.Cholesky(bad).status) == 6
+    stack = jnp.stack([a, bad, a.at[0, 0].set(-1.0)])
+    np.testing.assert_array_equal(jax.jit(jax.vmap(lambda m: jaxmg.Cholesky(m).status))(stack), [0, 6, 1])
+    assert bool(jnp.all(jnp.isnan(jaxmg.cholesky(bad))))

@@ -5,7 +5,9 @@
     python benchmarks/bench_memory.py --largest gp_vg potrs             # the largest N that runs
 
 Each case runs in its own process (a device's ``peak_bytes_in_use`` only grows), on the first
-device: it makes its inputs, runs the case once (compiling it), and records, as one JSON line
+device, with XLA allowed 94% of it (``XLA_PYTHON_CLIENT_MEM_FRACTION``, unless set): it makes its
+inputs (a matrix a block of rows at a time, so that making it holds nothing more), runs the case
+once (compiling it), and records, as one JSON line
 (``--out``): case, impl ("jaxmg" or "jax"), N, dtype, input_bytes (what the case's inputs hold),
 peak_bytes (the device's peak, inputs included; absent on CPUs, which do not report it),
 peak_matrices (peak over one N x N matrix), beyond_input_matrices ((peak - inputs) over one
@@ -112,13 +114,32 @@ def _numpy(case, impl):
             "numpy_svd_grad": lambda a: jnp.sum(linalg.svd(a, compute_uv=False))}[case]
 
 
+def _matrix(n, dtype):
+    """The symmetric positive-definite a_ij = 1 / (1 + |i - j|) + N delta_ij on the first device,
+    made a block of rows at a time: making it holds one matrix and one block, so that the
+    device's peak is the case's own."""
+    import jax
+    import jax.numpy as jnp
+
+    block = next(b for b in (1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1) if n % b == 0)
+
+    def rows(k):
+        i = k * block + jax.lax.broadcasted_iota(jnp.int32, (block, n), 0)
+        j = jax.lax.broadcasted_iota(jnp.int32, (block, n), 1)
+        value = 1.0 / (1.0 + jnp.abs(i - j).astype(jnp.float32))
+        return value.astype(dtype) + jnp.where(i == j, jnp.asarray(n, dtype), jnp.zeros((), dtype))
+
+    make = jax.jit(lambda: jax.lax.map(rows, jnp.arange(n // block)).reshape(n, n),
+                   out_shardings=jax.sharding.SingleDeviceSharding(jax.devices()[0]))
+    return make()
+
+
 def build(case, impl, n, dtype):
     """(run, compiled or None, input_bytes): ``run()`` runs the case once and blocks."""
     import jax
     import jax.numpy as jnp
 
     import jaxmg
-    from _common import generator
 
     one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     item = jnp.dtype(dtype).itemsize
@@ -130,7 +151,7 @@ def build(case, impl, n, dtype):
             return (lambda: jax.block_until_ready(vg(theta, x, y))), None, (4 * n + 3) * item
         fn = jax.jit(vg)
         return (lambda: jax.block_until_ready(fn(theta, x, y))), (fn, (theta, x, y)), (4 * n + 3) * item
-    a = generator(n, dtype, one)()
+    a = _matrix(n, dtype)
     b = jax.device_put(jnp.ones((n,), dtype), one)
     inputs = a.nbytes + b.nbytes
     if case.startswith("numpy_"):
@@ -184,6 +205,7 @@ def child(case, impl, n, dtype):
 def measure(args, case, impl, n, dtype) -> dict:
     """Run one case in a fresh process and return its record."""
     env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.94")  # JAX's default 0.75 would cap the largest N
     command = [sys.executable, str(HERE), "--child", case, impl, str(n), dtype]
     try:
         proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=args.timeout)

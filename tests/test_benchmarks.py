@@ -106,3 +106,30 @@ def test_bench_batch_writes_every_op(tmp_path):
                for r in records)
     assert all(r["route"] == "batch" and r["ratio"] > 0 and not r["collectives"]
                for r in records if r["impl"] == "jaxmg")
+
+
+def test_bench_memory_writes_every_case(tmp_path):
+    """Each case in its own process: XLA's memory analysis in N x N matrices, beside plain JAX's."""
+    cases = ["potrs", "cholesky_inverse_donated", "gp_vg"]
+    records = _bench("bench_memory.py", tmp_path / "memory.jsonl", "--sizes", "64", "--dtypes", "float64",
+                     "--cases", *cases)
+    assert [(r["case"], r["impl"]) for r in records] == [("potrs", "jax"), ("potrs", "jaxmg"),
+                                                         ("cholesky_inverse_donated", "jaxmg"),
+                                                         ("gp_vg", "jax"), ("gp_vg", "jaxmg")]
+    assert all("error" not in r and r["N"] == 64 and r["first_run_s"] > 0 for r in records), records
+    assert all(r["temp_matrices"] >= 0 for r in records if r["case"] != "cholesky_inverse_donated")
+
+
+def test_bench_memory_bisects_on_multiples_of_4096(monkeypatch):
+    """The largest N is found by bisection on multiples of 4,096 (here: runs up to 12,288)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_memory
+
+    def measure(args, case, impl, n, dtype):
+        return {"N": n} if n <= 12288 else {"N": n, "error": "out of memory"}
+
+    monkeypatch.setattr(bench_memory, "measure", measure)
+    args = bench_memory._args(["--low", "4096", "--high", "65536"])
+    record = bench_memory.largest(args, "gp_vg", "jaxmg", "float64")
+    assert record["largest_n"] == 12288
+    assert all(n % 4096 == 0 for n, _ in record["tried"]) and [12288, True] in record["tried"]

@@ -59,14 +59,7 @@ class Crossover:
     devices: Optional[frozenset] = None
 
 
-#: Measured on NVIDIA H200s, float64 (benchmarks/results/h200x1 and h200x2; docs/routes.md):
-#: * cholesky: one GPU, plain JAX 9.3 / 40.8 / 261 ms against cuSOLVERMp 14.5 / 54.7 / 276 ms at
-#:   N = 8,192 / 16,384 / 32,768; two GPUs, cuSOLVERMp 199 ms against one GPU's 266 ms at 32,768.
-#: * lu: one GPU, 130 ms against 257 ms at 16,384; two GPUs 4.37 s against 4.46 s at 65,536.
-#: * qr: one GPU, faster below 8,192 (least squares from 8,192 on natively); grids below 32,768.
-#: * eigh, sygvd: one GPU the same time; two GPUs 5.26 s against one GPU's 3.18 s at 16,384.
-#: * svd, polar: none: the native QDWH composition beats jnp.linalg.svd (1.39 s against 14.2 s
-#:   at 8,192 on one GPU).
+#: Measured crossovers: docs/routes.md.
 CROSSOVERS: dict = {
     "cholesky": (Crossover(copies=5, devices=frozenset({1})), Crossover(copies=5, below_n=32768)),
     "lu": (Crossover(copies=3),),

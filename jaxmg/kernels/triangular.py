@@ -31,10 +31,7 @@ import jax.numpy as jnp
 BASE = 1024
 
 #: Triangular products (:func:`trmm`) of at most this order are one product with the other
-#: triangle masked. Their products keep the full width of the other operand however deep the
-#: recursion, so a smaller base wastes fewer flops at little cost in product speed; the other
-#: functions pass ``min(base, TRMM_BASE)``. One H200, float64, ``Cholesky(a).inverse()``: 75.2 /
-#: 79.3 / 79.9 ms at N = 16,384 with 512 / 256 / 1024 (benchmarks/results/h200x1/2026-12-02).
+#: triangle masked (the other functions pass ``min(base, TRMM_BASE)``; docs/performance.md).
 TRMM_BASE = 512
 
 _ENGINE: contextvars.ContextVar = contextvars.ContextVar("jaxmg_triangular_engine", default=(None, None, None))

@@ -26,9 +26,8 @@ What the launcher does
 ----------------------
 It starts N copies of ``script.py args...`` (or ``-m module args...``) under
 ``sys.executable``, rank ``r`` = 0..N-1, each through ``jaxmg/_rank_main.py``
-(which runs the target as ``__main__``, as ``python script.py`` would, but ends
-the rank at once when the target fails: see Faults below), and passes each
-the distributed configuration through environment variables:
+(which runs the target as ``__main__`` but ends the rank at once when the
+target fails), and passes each the distributed configuration:
 
 =========================  ===============================================
 ``JAXMG_COORDINATOR``      ``127.0.0.1:PORT`` (rank 0 hosts the service)
@@ -38,60 +37,40 @@ the distributed configuration through environment variables:
 ``JAXMG_PLATFORM``         ``cpu`` or ``gpu``
 =========================  ===============================================
 
-plus ``PYTHONUNBUFFERED=1``, ``NCCL_NVLS_ENABLE=0``,
-``TORCH_SYMM_MEM_DISABLE_MULTICAST=1`` and ``NVSHMEM_DISABLE_NVLS=1`` (NVLink
-multicast off), and ``JAX_PLATFORMS=cpu`` and ``OPENBLAS_NUM_THREADS=1`` (unless set) on CPU. ``CUDA_VISIBLE_DEVICES`` is
-left as it is; each process selects its GPU through JAX's
-``local_device_ids`` instead (JAX then narrows its own view to that GPU),
-so the CUDA runtime of every process still sees all GPUs of the host.
+plus ``PYTHONUNBUFFERED=1``, NVLink multicast off (``NCCL_NVLS_ENABLE=0``,
+``TORCH_SYMM_MEM_DISABLE_MULTICAST=1``, ``NVSHMEM_DISABLE_NVLS=1``), and on CPU
+``JAX_PLATFORMS=cpu`` and ``OPENBLAS_NUM_THREADS=1`` (unless set).
+``CUDA_VISIBLE_DEVICES`` is left as it is: each process selects its GPU through
+JAX's ``local_device_ids``. On CPU each process gets one CPU device and JAX's
+gloo collectives, so ``N`` processes form an ``N``-device mesh.
 
 ``import jaxmg`` in a launched process calls :func:`initialize_from_environment`,
-which reads those variables and calls ``jax.distributed.initialize``. The
-script therefore needs no set-up code of its own; it must only import
-``jaxmg`` (or call :func:`initialize_from_environment`) *before* it runs any
-JAX computation, and must not call ``jax.distributed.initialize`` itself.
+which calls ``jax.distributed.initialize``: the script must import ``jaxmg``
+*before* it runs any JAX computation, and must not initialize
+``jax.distributed`` itself.
 
-On CPU each process gets exactly one CPU device and JAX's gloo CPU
-collectives, so ``N`` processes form an ``N``-device mesh and the
-multi-process code path can be exercised on a machine without GPUs.
-
-Every line a process writes to stdout or stderr is copied to the launcher's
-stdout or stderr prefixed with ``[rank r] ``, except the runtime's own noise: the
-coordination client's messages when the processes stop ("WatchTasksAsync failed ...
-CANCELLED", with gRPC's details and source trace) and Gloo's connection lines on CPU, so
-that a clean run prints only the program's output (``JAXMG_LAUNCH_RAW=1`` keeps them). SIGINT (Ctrl-C) and SIGTERM sent
-to the launcher are forwarded to every process; a second one kills them at
-once. If the launcher itself dies, Linux kills its processes
-(``PR_SET_PDEATHSIG``).
+Every output line of a process is copied to the launcher's stdout or stderr
+prefixed with ``[rank r] ``, without the runtime's shutdown and Gloo connection
+messages (``JAXMG_LAUNCH_RAW=1`` keeps them). SIGINT and SIGTERM are forwarded
+to every process, a second one kills them; if the launcher dies, Linux kills
+its processes (``PR_SET_PDEATHSIG``).
 
 Faults
 ------
-When the target of a rank raises, or calls ``sys.exit`` with a non-zero
-status, the rank prints the traceback and exits at once with ``os._exit``:
-its exit handlers, among them ``jax.distributed.shutdown`` (whose barrier
-would wait minutes for peers blocked in a collective with the failed rank),
-do not run. The launcher takes the first rank that ends with a non-zero status
-or by a signal (when peers of the failed rank end within ``SETTLE_SECONDS`` of
-it, from the collective that its failure broke, the one whose target failed
-earliest: each rank's runner writes when its target failed), reports it (``rank 1 failed first: it exited with status 1``,
-or ``... was killed by signal 9 (SIGKILL)``) with the last ``TAIL_LINES``
-lines of its stderr, sends SIGTERM to the others (SIGKILL after the grace
-period) and exits with that rank's status (``128 + signal`` for a signal).
-Launched ranks run without JAX's preemption service, so SIGTERM ends a rank
-even while it is blocked in a collective. ``initialize_from_environment``
-also passes :func:`failure_detection_settings` (``JAXMG_FAILURE_TIMEOUT``) to
-``jax.distributed.initialize``.
+A rank whose target raises or exits non-zero prints its traceback and exits at
+once (``os._exit``, skipping ``jax.distributed``'s shutdown barrier). The
+launcher names the rank that failed first (``rank 1 failed first: it exited
+with status 1``) with the last ``TAIL_LINES`` lines of its stderr, stops the
+others (SIGTERM, SIGKILL after ``--grace``) and exits with that rank's status
+(``128 + signal`` for a signal). Launched ranks run without JAX's preemption
+service, and get :func:`failure_detection_settings`. See docs/processes.md.
 
 Clusters (Slurm, Open MPI, ...)
 -------------------------------
 This launcher is for a single host. Under ``srun`` or ``mpirun``, start one
-process per GPU with the cluster's own launcher and call
-``jax.distributed.initialize()`` with no arguments at the top of the script:
-JAX detects the coordinator, process ids and local devices from the cluster's
-environment. jaxmg needs nothing else; :func:`initialize_from_environment`
-does nothing there, since the ``JAXMG_*`` variables are unset. To bound how
-long a survivor of a dead process waits (JAX's default heartbeat timeout is
-100 s), call ``jax.distributed.initialize(**failure_detection_settings())``.
+process per GPU and call
+``jax.distributed.initialize(**failure_detection_settings())`` at the top of
+the script; :func:`initialize_from_environment` then does nothing.
 """
 
 from __future__ import annotations
@@ -150,18 +129,14 @@ _initialized_here = False
 def failure_detection_settings(timeout: float | None = None) -> dict[str, int]:
     """Keyword arguments for ``jax.distributed.initialize`` that bound how long a dead peer goes unnoticed.
 
-    JAX's coordination service (hosted by process 0) declares a process dead when it has sent
-    no heartbeat for ``heartbeat_timeout_seconds`` (JAX's default: 100 s), and then aborts
-    every other process, from a background thread and wherever its main thread is blocked,
-    with an error that names the dead process (``Task 1 heartbeat timeout``). When process 0
-    itself dies, the others abort as soon as its connection closes (``Socket closed``). This
-    returns a heartbeat timeout of half of ``timeout``, so that detection and the error's
-    propagation end within ``timeout``::
+    JAX's coordination service declares a process dead when it has sent no heartbeat for
+    ``heartbeat_timeout_seconds`` (JAX's default: 100 s), and then aborts every other process
+    with an error that names it. This returns half of ``timeout``, so that detection and the
+    error's propagation end within ``timeout``::
 
         jax.distributed.initialize(**jaxmg.launch.failure_detection_settings())
 
-    (under Slurm or Open MPI, where the other arguments are detected) or with your own
-    arguments added. ``jaxmg.launch`` applies it to every process it starts.
+    ``jaxmg.launch`` applies it to every process it starts.
 
     Args:
       timeout: seconds (at least 4) within which a survivor of a dead process fails. None:
@@ -194,15 +169,11 @@ def failure_detection_settings(timeout: float | None = None) -> dict[str, int]:
 
 
 def initialize_from_environment() -> bool:
-    """Initialize ``jax.distributed`` from the ``JAXMG_*`` variables.
+    """Initialize ``jax.distributed`` from the ``JAXMG_*`` variables, before any JAX computation.
 
-    Does nothing, without importing JAX, when ``JAXMG_COORDINATOR`` is unset
-    (i.e. the process was not started by this launcher). Does nothing when
-    ``jax.distributed`` is already initialized. Otherwise, on CPU sets
-    ``jax_platforms="cpu"``, ``jax_cpu_collectives_implementation="gloo"`` and
-    ``jax_num_cpu_devices=1``, then calls ``jax.distributed.initialize``.
-
-    Must run before the process executes any JAX computation.
+    Does nothing (without importing JAX) when ``JAXMG_COORDINATOR`` is unset, or when
+    ``jax.distributed`` is already initialized. On CPU it first sets ``jax_platforms="cpu"``,
+    ``jax_cpu_collectives_implementation="gloo"`` and ``jax_num_cpu_devices=1``.
 
     Returns:
       True if this call initialized ``jax.distributed``, else False.
@@ -250,12 +221,8 @@ def initialize_from_environment() -> bool:
             num_processes=num_processes,
             process_id=process_id,
             local_device_ids=local_device_ids,
-            # Everything is given explicitly: keep JAX from consulting
-            # Slurm/MPI variables that may be present in the environment.
-            cluster_detection_method="deactivate",
-            # Listen on the coordinator address only (loopback), not on all
-            # interfaces.
-            coordinator_bind_address=coordinator,
+            cluster_detection_method="deactivate",  # ignore Slurm/MPI variables
+            coordinator_bind_address=coordinator,  # loopback only
         )
     except RuntimeError as e:
         raise RuntimeError(
@@ -270,11 +237,8 @@ def initialize_from_environment() -> bool:
 
 
 def _let_sigterm_stop_the_process(jax) -> None:
-    """Turn off JAX's preemption service, whose SIGTERM handler would keep a rank alive.
-
-    The service catches SIGTERM to let a preempted job save a checkpoint; a rank stopped by
-    the launcher (after another rank failed, or on --timeout) would then live until SIGKILL.
-    """
+    """Turn off JAX's preemption service, whose SIGTERM handler would keep a rank that the
+    launcher stops alive until SIGKILL."""
     try:
         jax.config.update("jax_enable_preemption_service", False)
     except (AttributeError, KeyError, ValueError):
@@ -289,8 +253,7 @@ _USAGE = (
     "%(prog)s [-h] [-n N] [--platform {auto,cpu,gpu}] [--port PORT] "
     "[--timeout SECONDS] [--grace SECONDS] [--] (script.py | -m module) [args ...]"
 )
-# Launcher options that take a separate value (`-n 4`); used to find where the
-# launcher's own options end and the target command begins.
+# Launcher options that take a separate value (`-n 4`): where the target command begins.
 _VALUE_OPTIONS = ("-n", "--nproc", "--port", "--platform", "--timeout", "--grace")
 
 
@@ -406,14 +369,10 @@ def _free_port(host: str = "127.0.0.1") -> int:
 
 def _child_env(rank: int, nproc: int, coordinator: str, platform: str,
                stamp: str | None = None) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(CHILD_ENV)
+    env = {**os.environ, **CHILD_ENV, ENV_COORDINATOR: coordinator, ENV_NUM_PROCESSES: str(nproc),
+           ENV_PROCESS_ID: str(rank), ENV_PLATFORM: platform}
     if stamp is not None:
         env[ENV_FAILURE_STAMP] = stamp
-    env[ENV_COORDINATOR] = coordinator
-    env[ENV_NUM_PROCESSES] = str(nproc)
-    env[ENV_PROCESS_ID] = str(rank)
-    env[ENV_PLATFORM] = platform
     if platform == "gpu":
         env[ENV_LOCAL_DEVICE_IDS] = str(rank)
     else:
@@ -430,8 +389,7 @@ def _die_with_parent():
         return None
     try:
         import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        prctl = libc.prctl
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
     parent = os.getpid()
@@ -442,10 +400,6 @@ def _die_with_parent():
             os._exit(1)
 
     return preexec
-
-
-def _binary(stream):
-    return getattr(stream, "buffer", None)
 
 
 #: Lines of a failed rank's stderr repeated in the launcher's report.
@@ -491,7 +445,7 @@ def _pump(src, dst, prefix: bytes, lock: threading.Lock,
           tail: collections.deque | None = None) -> None:
     """Copy lines from a child's pipe to dst, each prefixed by its rank, without the runtime's
     noise (``_NoiseFilter``); keep the last in tail."""
-    out = _binary(dst)
+    out = getattr(dst, "buffer", None)
     noise = _NoiseFilter()
     with src:
         for line in iter(src.readline, b""):
@@ -526,10 +480,6 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         os.killpg(proc.pid, sig)  # the child and anything it started
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _exit_status(returncode: int) -> int:
-    return 128 - returncode if returncode < 0 else returncode
 
 
 def _describe(returncode: int) -> str:
@@ -584,8 +534,7 @@ class _Failures:
     def report(self, rank: int, returncode: int) -> None:
         """Say which rank failed first, how, and the last lines of its stderr."""
         tail = b"".join(self.tails[rank]).decode(errors="replace").rstrip("\n")
-        lines = [f"rank {rank} failed first: it {_describe(returncode)}; "
-                 f"stopping the other ranks"]
+        lines = [f"rank {rank} failed first: it {_describe(returncode)}; stopping the other ranks"]
         if tail:
             lines.append(f"last lines of rank {rank}'s stderr:")
             lines += [f"  | {line}" for line in tail.splitlines()]
@@ -669,8 +618,7 @@ class _Run:
         running = self.nproc
         while True:
             if self.signals:
-                _say(f"received {signal.Signals(self.signals[0]).name}; stopping all ranks",
-                     self.lock)
+                _say(f"received {signal.Signals(self.signals[0]).name}; stopping all ranks", self.lock)
                 _stop_all(self.procs, self.grace)
                 return 128 + self.signals[0]
             if not running:
@@ -678,24 +626,20 @@ class _Run:
             if deadline is not None and time.monotonic() > deadline:
                 _say(f"timeout after {self.timeout:g} s; stopping all ranks", self.lock)
                 _stop_all(self.procs, self.grace)
-                _say(f"all ranks stopped {time.monotonic() - deadline:.1f} s after the "
-                     "timeout", self.lock)
+                _say(f"all ranks stopped {time.monotonic() - deadline:.1f} s after the timeout", self.lock)
                 return TIMEOUT_EXIT_CODE
             try:
                 rank, rc, seen = self.exits.get(timeout=0.05)
             except queue.Empty:
                 continue
             running -= 1
-            if rc != 0 and self.signals:
-                continue  # ended by the signal we forwarded: reported as such above
-            if rc != 0:
+            if rc != 0 and not self.signals:  # else ended by the signal we forwarded, reported above
                 failed_at = time.monotonic()
                 rank, rc = self.failures.first(rank, rc, seen)
                 self.failures.report(rank, rc)
                 _stop_all(self.procs, self.grace)
-                _say(f"all ranks stopped {time.monotonic() - failed_at:.1f} s after rank "
-                     f"{rank} ended", self.lock)
-                return _exit_status(rc)
+                _say(f"all ranks stopped {time.monotonic() - failed_at:.1f} s after rank {rank} ended", self.lock)
+                return 128 - rc if rc < 0 else rc
 
     def run(self) -> int:
         handlers = {}

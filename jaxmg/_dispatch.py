@@ -111,7 +111,8 @@ def _traced(body, plan: Plan, static: tuple, rule: bool) -> Callable:
 
     def traced(*args):
         # the batch route's body runs on each device's own matrices (inside the rule's shard_map)
-        with _abstract(None if plan.route == _routes.BATCH else plan.mesh):
+        mesh = None if plan.route == _routes.BATCH else plan.mesh
+        with contextlib.nullcontext() if mesh is None else _sharded.abstract_context(mesh):
             return body(plan, *args, **options)
 
     if not rule:
@@ -119,13 +120,6 @@ def _traced(body, plan: Plan, static: tuple, rule: bool) -> Callable:
     stacked = jax.custom_batching.custom_vmap(traced)
     stacked.def_vmap(functools.partial(_stack_rule, traced, plan))
     return stacked
-
-
-def _abstract(mesh):
-    """The mesh's abstract mesh as the context of a trace (none for a device's own arrays)."""
-    if mesh is None:
-        return contextlib.nullcontext()
-    return jax.sharding.use_abstract_mesh(mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh)
 
 
 def _entered(mesh):
@@ -177,7 +171,8 @@ def _batch(fn, plan: Plan, size: int, in_batched, args):
 
 def _one_at_a_time(fn, plan: Plan, in_batched, args):
     spec = P(None, *tuple(plan.grid.spec))
-    args = _map_batched(lambda x: _put(x, spec, plan.mesh) if x.ndim == 3 else x, args, in_batched)
+    args = tuple(jax.tree.map(lambda x, b: _put(x, spec, plan.mesh) if b and x.ndim == 3 else x, a, batched)
+                 for a, batched in zip(args, in_batched))
     leaves, structure = jax.tree.flatten(args)
     flags = jax.tree.leaves(in_batched)
 
@@ -186,10 +181,6 @@ def _one_at_a_time(fn, plan: Plan, in_batched, args):
         return fn(*jax.tree.unflatten(structure, [next(it) if b else x for x, b in zip(leaves, flags)]))
 
     return jax.lax.map(one, [x for x, b in zip(leaves, flags) if b])
-
-
-def _map_batched(f, args, in_batched):
-    return tuple(jax.tree.map(lambda x, b: f(x) if b else x, a, b_) for a, b_ in zip(args, in_batched))
 
 
 def _divisible(x, spec, mesh) -> bool:

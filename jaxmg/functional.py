@@ -12,8 +12,9 @@ from . import _dispatch
 from ._checks import check_flag
 from ._docstrings import shared_arguments
 from ._typing import Matrix, MeshLike, Rhs, Specs, SquareMatrix, TallMatrix, TallRhs, Tile, checked
+from .autodiff import decompositions
 from .kernels import status as _status
-from .modules import _base, cholesky as _cholesky, decompositions as _decompositions, lu as _lu, qr as _qr
+from .modules import cholesky as _cholesky, decompositions as _decompositions, lu as _lu, qr as _qr
 
 
 def _flags(**flags) -> None:
@@ -118,9 +119,6 @@ def cholesky(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_sp
 
 def _lower(plan, a, *, keep, return_status):
     state, status, operator = _cholesky.factored(plan, a, keep=keep)
-    from .autodiff import decompositions
-    from .kernels import families
-
     lower = _status.masked(status, plan.leave(decompositions.cholesky_lower(plan.kernels.Cholesky(plan), operator, state)))
     return pick((lower, status), (True, return_status))
 

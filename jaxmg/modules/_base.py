@@ -43,8 +43,3 @@ class Factorisation(eqx.Module):
     def _masked(self, *outputs):
         """``outputs``, NaN wherever :attr:`status` is not 0 (on every backend)."""
         return _status.masked(self.status, *outputs)
-
-
-def no_gradient(x):
-    """``x`` cut from differentiation (the factor is never differentiated)."""
-    return jax.lax.stop_gradient(x)

@@ -7,12 +7,11 @@ import dataclasses
 import jax
 
 from ..autodiff import decompositions, logdet, solves
-from ..kernels import families
+from ..kernels import status as _status
 from ..kernels.families import CholeskyState
 from .._docstrings import shared_arguments
 from .._typing import MeshLike, Rhs, Specs, SquareMatrix, Tile, checked
 from .. import _dispatch, _plan
-from . import _base
 from ._base import Factorisation
 
 
@@ -92,7 +91,7 @@ class Cholesky(Factorisation):
 
 def factored(plan, a, *, keep: bool):
     """(state, status, operator) of the factorisation of ``a`` (trace-only)."""
-    state, status = plan.kernels.Cholesky(plan).factor(_base.no_gradient(plan.enter(a)))
+    state, status = plan.kernels.Cholesky(plan).factor(jax.lax.stop_gradient(plan.enter(a)))
     return jax.lax.stop_gradient(state), status, a if keep else None
 
 
@@ -110,18 +109,12 @@ def solved(plan, operator, state, status, b):
     real = not jax.numpy.issubdtype(plan.dtype, jax.numpy.complexfloating)
     x = solves.linear_solve(plan, operator, b, spec, solve, solves.hermitian_transpose_solve(solve, plan.dtype),
                             symmetric=real, reads_lower=True)
-    return home(_masked(status, x))
+    return home(_status.masked(status, x))
 
 
 def log_determinant(plan, operator, state, status):
     """log det a from the saved factor (trace-only)."""
-    return _masked(status, logdet.logdet(plan.kernels.Cholesky(plan), operator, state))
-
-
-def _masked(status, *outputs):
-    from ..kernels import status as _status
-
-    return _status.masked(status, *outputs)
+    return _status.masked(status, logdet.logdet(plan.kernels.Cholesky(plan), operator, state))
 
 
 def _solve(plan, module, b):

@@ -188,10 +188,8 @@ def initialize_from_environment() -> bool:
         try:
             return int(value)  # type: ignore[arg-type]
         except (TypeError, ValueError):
-            raise RuntimeError(
-                f"jaxmg: {ENV_COORDINATOR} is set but {name}={value!r} is not "
-                "an integer; these variables are set by `python -m jaxmg.launch`."
-            ) from None
+            raise RuntimeError(f"jaxmg: {ENV_COORDINATOR} is set but {name}={value!r} is not an integer; "
+                               "these variables are set by `python -m jaxmg.launch`.") from None
 
     num_processes = _int_var(ENV_NUM_PROCESSES)
     process_id = _int_var(ENV_PROCESS_ID)
@@ -199,10 +197,7 @@ def initialize_from_environment() -> bool:
     try:
         local_device_ids = [int(x) for x in ids.split(",")] if ids else None
     except ValueError:
-        raise RuntimeError(
-            f"jaxmg: {ENV_LOCAL_DEVICE_IDS}={ids!r} is not a comma-separated "
-            "list of integers."
-        ) from None
+        raise RuntimeError(f"jaxmg: {ENV_LOCAL_DEVICE_IDS}={ids!r} is not a comma-separated list of integers.") from None
     platform = os.environ.get(ENV_PLATFORM, "gpu").strip().lower()
 
     import jax
@@ -216,22 +211,16 @@ def initialize_from_environment() -> bool:
             jax.config.update("jax_num_cpu_devices", 1)
         _let_sigterm_stop_the_process(jax)
         jax.distributed.initialize(
-            **failure_detection_settings(),
-            coordinator_address=coordinator,
-            num_processes=num_processes,
-            process_id=process_id,
-            local_device_ids=local_device_ids,
+            **failure_detection_settings(), coordinator_address=coordinator, num_processes=num_processes,
+            process_id=process_id, local_device_ids=local_device_ids,
             cluster_detection_method="deactivate",  # ignore Slurm/MPI variables
-            coordinator_bind_address=coordinator,  # loopback only
-        )
+            coordinator_bind_address=coordinator)  # loopback only
     except RuntimeError as e:
         raise RuntimeError(
-            f"jaxmg: could not initialize jax.distributed (process "
-            f"{process_id} of {num_processes}, coordinator {coordinator}): {e}\n"
-            "Import jaxmg (or call jaxmg.launch.initialize_from_environment()) "
-            "before running any JAX computation, and do not call "
-            "jax.distributed.initialize() yourself under jaxmg.launch."
-        ) from e
+            f"jaxmg: could not initialize jax.distributed (process {process_id} of {num_processes}, "
+            f"coordinator {coordinator}): {e}\nImport jaxmg (or call jaxmg.launch.initialize_from_environment()) "
+            "before running any JAX computation, and do not call jax.distributed.initialize() yourself "
+            "under jaxmg.launch.") from e
     _initialized_here = True
     return True
 
@@ -249,10 +238,8 @@ def _let_sigterm_stop_the_process(jax) -> None:
 # The launcher
 # --------------------------------------------------------------------------
 
-_USAGE = (
-    "%(prog)s [-h] [-n N] [--platform {auto,cpu,gpu}] [--port PORT] "
-    "[--timeout SECONDS] [--grace SECONDS] [--] (script.py | -m module) [args ...]"
-)
+_USAGE = ("%(prog)s [-h] [-n N] [--platform {auto,cpu,gpu}] [--port PORT] "
+          "[--timeout SECONDS] [--grace SECONDS] [--] (script.py | -m module) [args ...]")
 # Launcher options that take a separate value (`-n 4`): where the target command begins.
 _VALUE_OPTIONS = ("-n", "--nproc", "--port", "--platform", "--timeout", "--grace")
 
@@ -279,14 +266,10 @@ def simulate_cpu_devices_without_gpu(count: int = 8) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="jaxmg-launch",
-        usage=_USAGE,
-        description="Start N JAX processes on this host, one per device, "
-        "connected through jax.distributed.",
-        epilog="Launched processes initialize jax.distributed when they import "
-        "jaxmg. See the docstring of jaxmg.launch for details.",
-        allow_abbrev=False,
-    )
+        prog="jaxmg-launch", usage=_USAGE, allow_abbrev=False,
+        description="Start N JAX processes on this host, one per device, connected through jax.distributed.",
+        epilog="Launched processes initialize jax.distributed when they import jaxmg. "
+        "See the docstring of jaxmg.launch for details.")
     p.add_argument("-n", "--nproc", type=int, default=None, metavar="N",
                    help="number of processes (default on GPU: one per visible GPU)")
     p.add_argument("--platform", choices=("auto", "cpu", "gpu"), default="auto",

@@ -196,8 +196,8 @@ def _explicit_mesh_of(x):
 
 
 def _swapped(spec: P) -> P:
-    entries = tuple(spec) + (None,) * (2 - len(tuple(spec)))
-    return P(entries[1], entries[0])
+    rows, cols = _layout.padded_spec(spec, 2)
+    return P(cols, rows)
 
 
 def _placed_rhs(b, spec, own, mesh):

@@ -92,13 +92,7 @@ def start(grid):
 def family_tile(n: int, tile: int, grid) -> int:
     """The largest divisor of both local extents that is at most ``tile`` (no padding needed)."""
     g = math.gcd(n // grid.nprow, n // grid.npcol)
-    best = 1
-    for d in range(1, int(math.isqrt(g)) + 1):
-        if g % d == 0:
-            for c in (d, g // d):
-                if c <= tile:
-                    best = max(best, c)
-    return best
+    return max(d for d in range(1, min(g, tile) + 1) if g % d == 0)
 
 
 def no_rhs(x):

@@ -77,6 +77,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import itertools
 import os
 import queue
 import re
@@ -121,9 +122,7 @@ DEFAULT_FAILURE_TIMEOUT = 60.0
 _initialized_here = False
 
 
-# --------------------------------------------------------------------------
-# Inside a launched process (and under any other launcher)
-# --------------------------------------------------------------------------
+# --- Inside a launched process (and under any other launcher) ---
 
 
 def failure_detection_settings(timeout: float | None = None) -> dict[str, int]:
@@ -234,9 +233,7 @@ def _let_sigterm_stop_the_process(jax) -> None:
         pass  # a JAX without the option
 
 
-# --------------------------------------------------------------------------
-# The launcher
-# --------------------------------------------------------------------------
+# --- The launcher ---
 
 _USAGE = ("%(prog)s [-h] [-n N] [--platform {auto,cpu,gpu}] [--port PORT] "
           "[--timeout SECONDS] [--grace SECONDS] [--] (script.py | -m module) [args ...]")
@@ -249,8 +246,7 @@ def simulate_cpu_devices_without_gpu(count: int = 8) -> None:
 
     Call before JAX starts its backend (before the first computation). Does nothing when GPUs
     are visible or inside a launched process, except that launched CPU processes and simulated
-    devices run OpenBLAS single-threaded: every device makes its own LAPACK calls, and
-    OpenBLAS's spinning worker threads on top of those slow a shared machine down 100-fold.
+    devices run OpenBLAS single-threaded (every device makes its own LAPACK calls).
     """
     if ENV_PROCESS_ID in os.environ:
         if os.environ.get(ENV_PLATFORM) == "cpu":
@@ -321,18 +317,12 @@ def _target_command(parser: argparse.ArgumentParser, target: list[str]) -> list[
 
 def _visible_gpu_count() -> int:
     """Count GPUs this process may use, without importing JAX or CUDA."""
-    limit = None
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if cvd is not None:
-        # CUDA ignores everything from the first invalid entry on ("-1", "").
-        limit = 0
-        for entry in cvd.split(","):
-            entry = entry.strip()
-            if not entry or entry.startswith("-"):
-                break
-            limit += 1
-        if limit == 0:
-            return 0
+    # CUDA ignores everything from the first invalid entry on ("-1", "").
+    valid = lambda entry: entry.strip() and not entry.strip().startswith("-")  # noqa: E731
+    limit = None if cvd is None else len(list(itertools.takewhile(valid, cvd.split(","))))
+    if limit == 0:
+        return 0
     try:
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
                              timeout=60, stdin=subprocess.DEVNULL)
@@ -489,10 +479,9 @@ class _Failures:
         return os.path.join(self.stamps, f"rank{rank}")
 
     def _failed_at(self, rank: int, seen: float) -> tuple[int, float]:
-        """A key that orders failures by when they happened: (0, when its end was seen) for a rank
-        killed by a signal, whose runner could write no time (its death is taken to come before
-        the failures of peers that end with it: those come from the collectives it broke); else
-        (1, when its target failed, by its runner's stamp)."""
+        """A key that orders failures by when they happened: (1, its runner's stamp of when its
+        target failed), or (0, when its end was seen) for a rank killed by a signal (no stamp):
+        its death comes before the failures of peers in the collectives it broke."""
         try:
             with open(self.stamp(rank)) as f:
                 return 1, float(f.read())

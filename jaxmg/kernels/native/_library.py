@@ -13,9 +13,7 @@ import jax
 _state: dict = {"checked": False, "reason": None, "registered": False}
 
 
-# --------------------------------------------------------------------------------------------
-# Loading the native library and cuSOLVERMp
-# --------------------------------------------------------------------------------------------
+# --- Loading the native library and cuSOLVERMp ---
 
 def _search_dirs() -> list[str]:
     roots = []

@@ -37,11 +37,9 @@ Status: 0, or the order of a leading minor that is not positive definite, counte
 (permuted, padded) matrix that cuSOLVERMp factors (``N + 1`` where cuSOLVERMp 0.8 reports the
 failure without ``info``). Outputs are NaN whenever status != 0; the grid stays usable.
 
-Kernels: ``potrs`` (fused: factor and solve in one handler call, for ``jaxmg.ops.local``), and
-the Cholesky family ``cholesky_factor``/``_solve``/``_logdet``/``_lower``, plus
-``_triangle``/``_to_a_order`` around the inverse that :meth:`Cholesky.inverse` forms on the whole
-factor (state: the in-place permuted factor of step 2 where the grid is square or 1-D, else, or
-with ``natural=True``, the natural-order factor of step 3); :class:`Cholesky` runs them over the
+Kernels: ``potrs`` (fused factor and solve, for ``jaxmg.ops.local``) and the family
+``cholesky_factor``/``_solve``/``_logdet``/``_lower``/``_triangle``/``_to_a_order`` on a saved
+state (step 2's factor, or step 3's with ``natural=True``), which :class:`Cholesky` runs over the
 grid for ``jaxmg.Cholesky`` and ``jaxmg.potrs``.
 
 Batching: a leading unsharded batch axis reaches the FFI call (``vmap_method="expand_dims"``)
@@ -92,9 +90,7 @@ def _attrs(a_m, b_m, n, tile, pr, pc, mode, solve):
                 uplo=_UPLO_LOWER if mode == _MODE_INPLACE else _UPLO_UPPER)
 
 
-# --------------------------------------------------------------------------------------------
-# Kernels
-# --------------------------------------------------------------------------------------------
+# --- Kernels ---
 
 def _inplace_ok(n: int, tile: int, grid) -> bool:
     pr, pc = _grid.mp_grid(grid)
@@ -157,9 +153,7 @@ def potrs(a, b, *, grid, tile):
     return x, logdet, status
 
 
-# --------------------------------------------------------------------------------------------
-# The Cholesky family (factor once; then solve, log det, L, inverse from the saved factor)
-# --------------------------------------------------------------------------------------------
+# --- The Cholesky family (factor once; then solve, log det, L, inverse from the saved factor) ---
 # The state is cuSOLVERMp's factor in a's local block shape (tile ``family_tile``): permuted
 # (step 2 of the module docstring; L cannot be read from it) or natural (step 3), chosen by
 # ``_permuted`` from static values alone. A failed factorisation leaves the state NaN.
@@ -250,11 +244,9 @@ def cholesky_triangle_kind(n: int, tile: int, grid, natural: bool = False) -> tu
 
 
 def cholesky_triangle(state, *, grid, tile, natural=False):
-    """The factor as a triangular matrix (this device's block of the grid layout), in the order
-    of the matrix that was factored (a's, or the tile-permuted one for the permuted state): the
-    block-cyclic state brought to block layout (one all_to_all per distributed dimension; on a
-    1-D grid the handler already reordered the other dimension's tiles in place). The other
-    triangle is unspecified (never read)."""
+    """The factor as a triangular matrix (this device's block of the grid layout; the other
+    triangle unspecified) in the order of the factored matrix (a's, or the tile-permuted one):
+    the block-cyclic state brought to block layout (one all_to_all per distributed dimension)."""
     n = state.shape[-2] * grid.nprow
     t = _grid.family_tile(n, int(tile), grid)
     f = _grid.from_cyclic(state, -2, grid.row_axes, grid.nprow, n, n, t)

@@ -114,11 +114,9 @@ def _sharding(x, through_vmap: bool = False) -> Optional[NamedSharding]:
 
 
 def known_sharding(x) -> Optional[NamedSharding]:
-    """The NamedSharding of ``x`` if it is known at trace time, else None.
-
-    Concrete arrays, and tracers of eager transformations of them, report their sharding.
-    Inside ``jax.jit`` only Explicit mesh axes carry a layout; with Auto axes it is unknown.
-    """
+    """The NamedSharding of ``x`` if it is known at trace time, else None: that of concrete
+    arrays (and eager transformations' tracers of them), and inside ``jax.jit`` only on Explicit
+    mesh axes."""
     sharding = _sharding(x)
     if sharding is None or (_is_tracer(x) and concrete_value(x) is None and not all_explicit(sharding.mesh)):
         return None
@@ -131,18 +129,16 @@ def all_explicit(mesh: AnyMesh) -> bool:
 
 
 def mesh_of(x) -> Optional[AnyMesh]:
-    """The mesh ``x`` is placed on, concrete or abstract, if any (Auto axes included).
-
-    Under eager transformations the mesh is read from the concrete array beneath the tracers."""
+    """The mesh ``x`` is placed on, concrete or abstract, if any (Auto axes included; under eager
+    transformations, that of the concrete array beneath the tracers)."""
     sharding = _sharding(x, through_vmap=True)
     return None if sharding is None else sharding.mesh
 
 
 def _set_mesh_while_tracing() -> Optional[Mesh]:
-    """The concrete mesh of ``jax.set_mesh`` while an eager transformation traces.
-
-    ``jax.sharding.get_mesh`` refuses to run then, and only the abstract mesh is public;
-    this reads JAX's private context (JAX 0.10 - 0.12) and gives None where it moved."""
+    """The concrete mesh of ``jax.set_mesh`` while an eager transformation traces (when
+    ``jax.sharding.get_mesh`` refuses to run), from JAX's private context (JAX 0.10 - 0.12); None
+    where it moved."""
     try:
         from jax._src import mesh as mesh_lib
 
@@ -153,10 +149,9 @@ def _set_mesh_while_tracing() -> Optional[Mesh]:
 
 
 def context_mesh(eager: bool = False) -> Optional[AnyMesh]:
-    """The mesh set with ``jax.set_mesh``: concrete when eager, abstract inside jit.
-
-    ``eager`` says that the call's arrays are concrete or eager transformations' tracers
-    of concrete arrays, so that the concrete mesh is wanted even while those trace."""
+    """The mesh set with ``jax.set_mesh``: concrete when eager, abstract inside jit. ``eager``: the
+    call's arrays are concrete (or eager transformations' tracers of them), so that the concrete
+    mesh is wanted even while those trace."""
     if not _context.tracing():
         concrete = jax.sharding.get_mesh()
     else:
@@ -200,11 +195,8 @@ DEVICE_AXES = ("rows", "cols")
 
 
 def device_mesh(x) -> Mesh:
-    """The 1 x 1 mesh of the device ``x`` lives on (the default device where unknown).
-
-    With no mesh anywhere (plain single-device arrays, no ``jax.set_mesh``, no ``mesh=``)
-    a call runs on that device as a 1 x 1 process grid, as ``jax.scipy.linalg`` would.
-    """
+    """The 1 x 1 mesh of the device ``x`` lives on (the default device where unknown): with no
+    mesh anywhere a call runs on that device as a 1 x 1 process grid, as ``jax.scipy.linalg`` would."""
     base = concrete_value(x, through_vmap=True)
     devices = getattr(getattr(base, "sharding", None), "device_set", None)
     device = next(iter(devices)) if devices is not None and len(devices) == 1 else jax.devices()[0]

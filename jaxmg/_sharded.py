@@ -194,12 +194,9 @@ def _whole_spec(x, grid: Grid) -> P:
 
 def pinned(x, spec: P, mesh) -> jax.Array:
     """``x`` in layout ``spec``, with the placement recorded in the trace even where ``x``
-    already has it (on Explicit mesh axes).
-
-    For the solves handed to ``jax.lax.custom_linear_solve``: JAX traces them once with the
-    right-hand side's type, then replays the traced solve on cotangents as they come (on
-    Explicit axes, often replicated), and a placement elided at trace time would leave the
-    replayed shard_map a value of the wrong layout."""
+    already has it (on Explicit mesh axes): ``jax.lax.custom_linear_solve`` replays a solve
+    traced once on cotangents in any layout, and an elided placement would leave the replayed
+    shard_map a value of the wrong layout."""
     if explicit(mesh):
         with abstract_context(mesh):
             return jax.sharding.reshard(x, spec)

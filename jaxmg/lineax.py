@@ -89,12 +89,9 @@ class _Structure(eqx.Module):
 
 
 class _State(eqx.Module):
-    """A factorised operator and how the current operator relates to it.
-
-    The current operator is ``op(M)``: ``M`` the factorised matrix, transposed when
-    ``transposed``, conjugated when ``conjugated``. ``in_structure``/``out_structure`` are
-    the current operator's input and output vector structures.
-    """
+    """A factorised matrix ``M`` and the current operator ``op(M)``: ``M`` transposed when
+    ``transposed``, conjugated when ``conjugated``, negated when ``negated``;
+    ``in_structure``/``out_structure`` are the current operator's vector structures."""
 
     factor: Factorisation
     transposed: bool = eqx.field(static=True)
@@ -106,12 +103,9 @@ class _State(eqx.Module):
 
 class _JaxmgSolver(lx.AbstractLinearSolver):
     """What the jaxmg solvers share: the options of the jaxmg call, the vector plumbing,
-    transpose/conj as flags on the state and the status-to-result mapping.
-
-    A subclass gives ``_factor(matrix, operator)`` -> (factorisation module, transposed,
-    negated) and ``_solve(state, b)`` (b and x 1-D, for the operator ``op(M)`` with
-    ``conjugated`` already handled).
-    """
+    transpose/conj as flags on the state and the status-to-result mapping. A subclass gives
+    ``_factor(matrix, operator)`` -> (factorisation module, transposed, negated) and
+    ``_solve(state, b)`` (b and x 1-D, for ``op(M)`` with ``conjugated`` already handled)."""
 
     T_A: Optional[int] = eqx.field(default=None, static=True)
     mesh: MeshLike = eqx.field(default=None, static=True)
@@ -184,13 +178,9 @@ def _lineax_throws() -> bool:
 
 def _raise_on_every_device(status: jax.Array, factor: Factorisation) -> jax.Array:
     """``status`` (a scalar, the same on every device), after a check that raises Lineax's
-    ``RESULTS.singular`` error on every device of the factorisation's mesh where it is not 0.
-
-    Lineax raises a failure from a host callback that runs on one device, whose result the
-    others then wait for in a collective: over a mesh of several devices that device stops and
-    the rest wait until XLA aborts the process. Checked here on every device at once, the
-    failure raises the same catchable error before Lineax's own check is reached.
-    """
+    ``RESULTS.singular`` error on every device of the factorisation's mesh where it is not 0:
+    Lineax's own check raises on one device while the others wait for it in a collective (until
+    XLA aborts the process); checked on every device at once, the error is raised and catchable."""
     mesh = factor.plan.mesh
     if mesh is None or mesh.size <= 1:
         return status

@@ -23,18 +23,15 @@ class Cholesky(Factorisation):
     backend="auto")`` factors ``a`` once; :meth:`solve` then solves any number of right-hand
     sides without refactoring, :meth:`logdet` gives ``log det a`` and :meth:`inverse` ``a^-1``.
 
-    On the distributed route (cuSOLVERMp) the saved factor is, by default, cuSOLVERMp's own:
-    ``a``'s buffer factored in place in a permuted block-cyclic layout (nothing redistributed;
-    with ``donate=True`` no second copy of the matrix ever exists). :attr:`factor` (L in a's
-    layout) cannot be read from it and costs one more factorisation of the kept ``a``.
-    ``natural=True`` keeps the factor in natural order instead (redistributed first: about
-    twice the memory), so that :attr:`factor` is read from it. On the local and batch routes
-    the factor is always L.
+    On the distributed route the saved factor is, by default, ``a``'s buffer factored in place
+    in cuSOLVERMp's permuted layout (with ``donate=True`` no second copy of the matrix exists);
+    :attr:`factor` (L in a's layout) then costs one more factorisation of the kept ``a``.
+    ``natural=True`` keeps the factor in natural order instead (about twice the memory), from
+    which :attr:`factor` is read, as on the local and batch routes.
 
-    Derivatives (forward and reverse, any order) of :meth:`solve` and :meth:`logdet` with
-    respect to ``a`` and ``b`` reuse the saved factor: one more solve, never a
-    refactorisation. They are the derivatives of the functions of the Hermitian matrix read
-    from a's lower triangle.
+    Derivatives (forward and reverse, any order) of :meth:`solve` and :meth:`logdet` in ``a``
+    and ``b`` reuse the saved factor (one more solve, never a refactorisation); they are those
+    of the functions of the Hermitian matrix read from a's lower triangle.
 
     Args:
       a: (N, N) matrix sharded ``P(r, c)``, ``P(r)`` or ``P(None, c)`` over ``mesh``; only its

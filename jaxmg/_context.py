@@ -10,11 +10,10 @@ Everything below the boundary is trace-only and never asks again.
 * **manual**: inside a user's ``jax.shard_map`` (the context mesh has Manual axes): the arrays are
   the device's own, and the device's own solver runs on them.
 
-Under ``jax.vmap`` the per-example values hide the stack. :func:`stack_of` reads the stacked
-value beneath a vmap tracer: its size and type (with the stack's sharding on Explicit axes). That
-is the one place where jaxmg reads JAX's tracers (the ``val``/``batch_dim`` of a vmap tracer and
-the ``primal`` of a JVP tracer; JAX 0.10 to 0.13); where they are not found the call is routed as
-one matrix, which is correct, only not spread over the devices.
+Under ``jax.vmap`` the per-example values hide the stack: :func:`stack_of` reads its size and
+layout beneath the vmap tracer. Only here does jaxmg read JAX's tracers (a vmap tracer's
+``val``/``batch_dim``, a JVP tracer's ``primal``; JAX 0.10 to 0.13); where they are not found
+the call is routed as one matrix (correct, only not spread over the devices).
 """
 
 from __future__ import annotations

@@ -8,14 +8,11 @@ with the :class:`jaxmg._context.Context` that :func:`context` reads), and :func:
 * inside a trace (``jax.jit``, or a user's ``jax.shard_map``): inline;
 * eagerly (concrete arrays, or the tracers of ``jax.grad``/``jvp``/``vmap`` called outside
   ``jax.jit``): as one ``jax.jit`` of the body, cached on the body, the plan and the static
-  arguments. JAX then differentiates and batches a compiled call, so a second eager call,
-  derivatives included, costs what the jitted one costs;
-* under ``jax.vmap`` with a stack of matrices: with a batching rule
-  (``jax.custom_batching.custom_vmap``) that runs the batch route (the stack spread over the mesh,
-  each device solving its own matrices) or, for matrices too large for one device, one
-  distributed call after another (``jax.lax.map``). Where a differentiation trace holds the
-  arrays innermost (``jax.vmap`` of ``jax.grad``) the rule is not bound (JAX cannot transpose it)
-  and JAX batches the body itself.
+  arguments, so that a second eager call, derivatives included, costs what a jitted one costs;
+* under ``jax.vmap`` with a stack of matrices: with a batching rule (``custom_vmap``) that runs
+  the batch route (:func:`_batch`) or one distributed call after another (``jax.lax.map``);
+  where a differentiation trace holds the arrays innermost (``jax.vmap`` of ``jax.grad``) JAX,
+  which cannot transpose the rule, batches the body itself.
 
 Nothing below the boundary places arrays, caches compiled calls or enters meshes.
 """
@@ -47,12 +44,10 @@ def build(body, family: str, matrices, *, rhs=(), T_A=None, mesh=None, matrix_sp
     ``body(plan, *arrays, keep=..., **static)`` through the boundary; returns (plan, outputs,
     operators): the matrices as the module keeps them (None where consumed).
 
-    ``keep`` tells the body whether to keep the operators: not where a concrete matrix is
-    donated (the factorisation consumes it). A tracer (``jax.jit``, or an eager ``jax.grad``,
-    ``jax.jvp`` or ``jax.vmap``) is always kept, and never consumed: the derivatives need it, and
-    under eager differentiation its primal is the caller's own buffer. A kept matrix is the
-    caller's own array (on the call's mesh), not an output of the compiled call: its cotangents
-    then keep its type whatever the computation did."""
+    ``keep`` is False only where a concrete matrix is donated (the factorisation consumes it); a
+    tracer is always kept: the derivatives need it, and under eager differentiation its primal is
+    the caller's own buffer. A kept matrix is the caller's own array (on the call's mesh), not an
+    output of the compiled call, so that its cotangents keep its type."""
     flags = dict(flags or {}, donate=donate)
     ctx = context([value for _, value in matrices], [value for _, value in rhs])
     plan, arrays = _plan.resolve(family, ctx, matrices=matrices, rhs=rhs, T_A=T_A, mesh=mesh,
@@ -111,7 +106,8 @@ def _traced(body, plan: Plan, static: tuple, rule: bool) -> Callable:
 
     def traced(*args):
         # the batch route's body runs on each device's own matrices (inside the rule's shard_map)
-        with _abstract(None if plan.route == _routes.BATCH else plan.mesh):
+        mesh = None if plan.route == _routes.BATCH else plan.mesh
+        with contextlib.nullcontext() if mesh is None else _sharded.abstract_context(mesh):
             return body(plan, *args, **options)
 
     if not rule:
@@ -119,13 +115,6 @@ def _traced(body, plan: Plan, static: tuple, rule: bool) -> Callable:
     stacked = jax.custom_batching.custom_vmap(traced)
     stacked.def_vmap(functools.partial(_stack_rule, traced, plan))
     return stacked
-
-
-def _abstract(mesh):
-    """The mesh's abstract mesh as the context of a trace (none for a device's own arrays)."""
-    if mesh is None:
-        return contextlib.nullcontext()
-    return jax.sharding.use_abstract_mesh(mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh)
 
 
 def _entered(mesh):
@@ -137,14 +126,11 @@ def _entered(mesh):
     return contextlib.nullcontext()
 
 
-# --------------------------------------------------------------------------------------------
-# Stacks under jax.vmap
-# --------------------------------------------------------------------------------------------
+# --- Stacks under jax.vmap ---
 
 def _stack_rule(fn, plan: Plan, size: int, in_batched, *args):
-    """The batching rule of one call: the batch route spreads the stack over the mesh and maps
-    the body over each device's matrices; the distributed route maps it over the stack, one
-    matrix at a time. Every output is batched."""
+    """The batching rule of one call: the batch route (:func:`_batch`), or the distributed route
+    over the stack one matrix at a time. Every output is batched."""
     in_batched = list(in_batched)
     if plan.route == _routes.BATCH:
         out = _batch(fn, plan, size, in_batched, args)
@@ -154,11 +140,10 @@ def _stack_rule(fn, plan: Plan, size: int, in_batched, *args):
 
 
 def _batch(fn, plan: Plan, size: int, in_batched, args):
-    """The batch route: each device maps the body over its own matrices of the stack, inside a
-    ``jax.shard_map`` over the mesh axes that split the stack (its arrays are then the device's
-    own: no collective runs, and the device's solver sees whole matrices). A stack not split so
-    is spread by one all-to-all, and the outputs return to its layout. Without a mesh the body is
-    simply mapped."""
+    """The batch route: each device maps the body over its own whole matrices of the stack, inside
+    a ``jax.shard_map`` over the mesh axes that split the stack (no collective runs); a stack not
+    split so is spread by one all-to-all, and the outputs return to its layout. Without a mesh
+    the body is simply mapped."""
     in_axes = tuple(jax.tree.map(lambda b: 0 if b else None, flags) for flags in in_batched)
     mapped = jax.vmap(fn, in_axes=in_axes)
     mesh = plan.mesh
@@ -177,7 +162,8 @@ def _batch(fn, plan: Plan, size: int, in_batched, args):
 
 def _one_at_a_time(fn, plan: Plan, in_batched, args):
     spec = P(None, *tuple(plan.grid.spec))
-    args = _map_batched(lambda x: _put(x, spec, plan.mesh) if x.ndim == 3 else x, args, in_batched)
+    args = tuple(jax.tree.map(lambda x, b: _put(x, spec, plan.mesh) if b and x.ndim == 3 else x, a, batched)
+                 for a, batched in zip(args, in_batched))
     leaves, structure = jax.tree.flatten(args)
     flags = jax.tree.leaves(in_batched)
 
@@ -186,10 +172,6 @@ def _one_at_a_time(fn, plan: Plan, in_batched, args):
         return fn(*jax.tree.unflatten(structure, [next(it) if b else x for x, b in zip(leaves, flags)]))
 
     return jax.lax.map(one, [x for x, b in zip(leaves, flags) if b])
-
-
-def _map_batched(f, args, in_batched):
-    return tuple(jax.tree.map(lambda x, b: f(x) if b else x, a, b_) for a, b_ in zip(args, in_batched))
 
 
 def _divisible(x, spec, mesh) -> bool:
@@ -202,9 +184,7 @@ def _put(x, spec: P, mesh):
     return _sharded.place(x, _layout.padded_spec(spec, x.ndim), mesh)
 
 
-# --------------------------------------------------------------------------------------------
-# Eager calls: arrays onto the plan's mesh, and uncommitted outputs
-# --------------------------------------------------------------------------------------------
+# --- Eager calls: arrays onto the plan's mesh, and uncommitted outputs ---
 
 def _on_mesh(args, plan: Plan, matrices: int):
     """The arguments on the plan's mesh where an eager call brings them from elsewhere (one

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Optional, Sequence, Union
 
 import jax
@@ -31,9 +32,7 @@ from ._context import concrete_value
 AnyMesh = Union[Mesh, AbstractMesh]
 Axes = tuple  # tuple[str, ...]
 
-#: Largest automatic tile size below :data:`LARGE_N`, and from it on: measured fastest on
-#: two H200s (cuSOLVERMp 0.8, float64; README): T_A = 1024 at N = 8192 and 16384 (512 and
-#: 2048 slower), T_A = 2048 at N = 32768 and 65536 (3% and 1% faster than 1024).
+#: Largest automatic tile size below :data:`LARGE_N`, and from it on (docs/tile-size.md).
 MAX_AUTO_TILE = 1024
 LARGE_AUTO_TILE = 2048
 LARGE_N = 32768
@@ -66,9 +65,9 @@ class Grid:
         return P(entry(self.row_axes), entry(self.col_axes))
 
     @classmethod
-    def from_spec(cls, mesh: AnyMesh, spec: P) -> "Grid":
+    def from_spec(cls, mesh: AnyMesh, spec: P, name: str = "a") -> "Grid":
         """The grid of a matrix laid out as ``spec`` on ``mesh`` (checked as everywhere)."""
-        entries = validate_spec(spec, mesh, "a", 2)
+        entries = validate_spec(spec, mesh, name, 2)
         return cls(mesh, entry_axes(entries[0]), entry_axes(entries[1]))
 
     def rows_spec(self, ndim: int) -> P:
@@ -85,10 +84,7 @@ def entry(axes: Axes):
 
 
 def _axes_size(mesh: AnyMesh, axes: Axes) -> int:
-    size = 1
-    for name in axes:
-        size *= mesh.shape[name]
-    return size
+    return math.prod(mesh.shape[name] for name in axes)
 
 
 def padded_spec(spec, ndim: int) -> P:
@@ -101,11 +97,7 @@ def padded_spec(spec, ndim: int) -> P:
 
 def entry_axes(entry) -> Axes:
     """The mesh axes named by one entry of a partition spec."""
-    if entry is None:
-        return ()
-    if isinstance(entry, str):
-        return (entry,)
-    return tuple(entry)
+    return () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
 
 
 def _is_tracer(x) -> bool:
@@ -122,11 +114,9 @@ def _sharding(x, through_vmap: bool = False) -> Optional[NamedSharding]:
 
 
 def known_sharding(x) -> Optional[NamedSharding]:
-    """The NamedSharding of ``x`` if it is known at trace time, else None.
-
-    Concrete arrays, and tracers of eager transformations of them, report their sharding.
-    Inside ``jax.jit`` only Explicit mesh axes carry a layout; with Auto axes it is unknown.
-    """
+    """The NamedSharding of ``x`` if it is known at trace time, else None: that of concrete
+    arrays (and eager transformations' tracers of them), and inside ``jax.jit`` only on Explicit
+    mesh axes."""
     sharding = _sharding(x)
     if sharding is None or (_is_tracer(x) and concrete_value(x) is None and not all_explicit(sharding.mesh)):
         return None
@@ -139,18 +129,16 @@ def all_explicit(mesh: AnyMesh) -> bool:
 
 
 def mesh_of(x) -> Optional[AnyMesh]:
-    """The mesh ``x`` is placed on, concrete or abstract, if any (Auto axes included).
-
-    Under eager transformations the mesh is read from the concrete array beneath the tracers."""
+    """The mesh ``x`` is placed on, concrete or abstract, if any (Auto axes included; under eager
+    transformations, that of the concrete array beneath the tracers)."""
     sharding = _sharding(x, through_vmap=True)
     return None if sharding is None else sharding.mesh
 
 
 def _set_mesh_while_tracing() -> Optional[Mesh]:
-    """The concrete mesh of ``jax.set_mesh`` while an eager transformation traces.
-
-    ``jax.sharding.get_mesh`` refuses to run then, and only the abstract mesh is public;
-    this reads JAX's private context (JAX 0.10 - 0.12) and gives None where it moved."""
+    """The concrete mesh of ``jax.set_mesh`` while an eager transformation traces (when
+    ``jax.sharding.get_mesh`` refuses to run), from JAX's private context (JAX 0.10 - 0.12); None
+    where it moved."""
     try:
         from jax._src import mesh as mesh_lib
 
@@ -161,10 +149,9 @@ def _set_mesh_while_tracing() -> Optional[Mesh]:
 
 
 def context_mesh(eager: bool = False) -> Optional[AnyMesh]:
-    """The mesh set with ``jax.set_mesh``: concrete when eager, abstract inside jit.
-
-    ``eager`` says that the call's arrays are concrete or eager transformations' tracers
-    of concrete arrays, so that the concrete mesh is wanted even while those trace."""
+    """The mesh set with ``jax.set_mesh``: concrete when eager, abstract inside jit. ``eager``: the
+    call's arrays are concrete (or eager transformations' tracers of them), so that the concrete
+    mesh is wanted even while those trace."""
     if not _context.tracing():
         concrete = jax.sharding.get_mesh()
     else:
@@ -208,11 +195,8 @@ DEVICE_AXES = ("rows", "cols")
 
 
 def device_mesh(x) -> Mesh:
-    """The 1 x 1 mesh of the device ``x`` lives on (the default device where unknown).
-
-    With no mesh anywhere (plain single-device arrays, no ``jax.set_mesh``, no ``mesh=``)
-    a call runs on that device as a 1 x 1 process grid, as ``jax.scipy.linalg`` would.
-    """
+    """The 1 x 1 mesh of the device ``x`` lives on (the default device where unknown): with no
+    mesh anywhere a call runs on that device as a 1 x 1 process grid, as ``jax.scipy.linalg`` would."""
     base = concrete_value(x, through_vmap=True)
     devices = getattr(getattr(base, "sharding", None), "device_set", None)
     device = next(iter(devices)) if devices is not None and len(devices) == 1 else jax.devices()[0]
@@ -231,47 +215,35 @@ def split_specs(matrix_specs, count: int) -> tuple:
         return (None,) * count
     if isinstance(matrix_specs, P):
         return (matrix_specs,) + (None,) * (count - 1)
-    if isinstance(matrix_specs, (list, tuple)) and all(
-        s is None or isinstance(s, P) for s in matrix_specs
-    ):
+    if isinstance(matrix_specs, (list, tuple)) and all(s is None or isinstance(s, P) for s in matrix_specs):
         specs = tuple(matrix_specs)
         if len(specs) > count:
-            raise ValueError(
-                f"matrix_specs has {len(specs)} entries but this operation takes {count} "
-                f"matrix argument(s); pass one PartitionSpec per argument."
-            )
+            raise ValueError(f"matrix_specs has {len(specs)} entries but this operation takes {count} "
+                             f"matrix argument(s); pass one PartitionSpec per argument.")
         return specs + (None,) * (count - len(specs))
-    raise TypeError(
-        "matrix_specs must be a PartitionSpec or a list of PartitionSpecs (one per matrix "
-        f"argument), got {matrix_specs!r}."
-    )
+    raise TypeError("matrix_specs must be a PartitionSpec or a list of PartitionSpecs (one per matrix "
+                    f"argument), got {matrix_specs!r}.")
 
 
 def validate_spec(spec: P, mesh: AnyMesh, name: str, ndim: int) -> tuple:
+    """The entries of ``spec`` for an array ``name`` of rank ``ndim``, padded with None, checked."""
     entries = tuple(spec)
     if len(entries) > ndim:
-        raise ValueError(
-            f"the spec of {name}, {spec}, has {len(entries)} entries but {name} has rank {ndim}."
-        )
+        raise ValueError(f"the spec of {name}, {spec}, has {len(entries)} entries but {name} has rank {ndim}.")
     entries = entries + (None,) * (ndim - len(entries))
     used = []
-    for entry in entries:
-        for axis in entry_axes(entry):
-            if not isinstance(axis, str):
-                raise TypeError(f"the spec of {name}, {spec}, must name mesh axes by string.")
-            if axis not in mesh.axis_names:
-                raise ValueError(
-                    f"the spec of {name}, {spec}, names mesh axis {axis!r}, which the mesh "
-                    f"does not have; its axes are {tuple(mesh.axis_names)}."
-                )
-            if axis in used:
-                raise ValueError(f"the spec of {name}, {spec}, uses mesh axis {axis!r} twice.")
-            used.append(axis)
+    for axis in (axis for entry in entries for axis in entry_axes(entry)):
+        if not isinstance(axis, str):
+            raise TypeError(f"the spec of {name}, {spec}, must name mesh axes by string.")
+        if axis not in mesh.axis_names:
+            raise ValueError(f"the spec of {name}, {spec}, names mesh axis {axis!r}, which the mesh "
+                             f"does not have; its axes are {tuple(mesh.axis_names)}.")
+        if axis in used:
+            raise ValueError(f"the spec of {name}, {spec}, uses mesh axis {axis!r} twice.")
+        used.append(axis)
     if len(used) > 2:
-        raise ValueError(
-            f"the spec of {name}, {spec}, uses {len(used)} mesh axes; the process grid has "
-            f"two dimensions, so use at most two axes, e.g. P('x', 'y')."
-        )
+        raise ValueError(f"the spec of {name}, {spec}, uses {len(used)} mesh axes; the process grid has "
+                         f"two dimensions, so use at most two axes, e.g. P('x', 'y').")
     return entries
 
 
@@ -286,24 +258,18 @@ def check_divides(shape, entries, mesh: AnyMesh, name: str, fix: Optional[str] =
         size = _axes_size(mesh, entry_axes(entry))
         if extent % size:
             what = "rows" if dim == 0 else "columns"
-            raise ValueError(
-                f"{name} (shape {tuple(shape)}) has {extent} {what}, which the {size} devices of "
-                f"mesh axes {entry_axes(entry)} do not divide; "
-                f"{fix or f'pad {name} to a multiple of {size} or choose another mesh or spec'}."
-            )
+            raise ValueError(f"{name} (shape {tuple(shape)}) has {extent} {what}, which the {size} devices of "
+                             f"mesh axes {entry_axes(entry)} do not divide; "
+                             f"{fix or f'pad {name} to a multiple of {size} or choose another mesh or spec'}.")
 
 
 def default_spec(mesh: AnyMesh) -> P:
     """The layout used when a's layout is unknown: the mesh axes in order."""
     names = tuple(mesh.axis_names)
-    if len(names) == 1:
-        return P(names[0], None)
-    if len(names) == 2:
-        return P(names[0], names[1])
-    raise ValueError(
-        f"the mesh has {len(names)} axes {names}; jaxmg maps one or two of them onto the "
-        f"process grid, so pass matrix_specs=P(row_axis, col_axis)."
-    )
+    if len(names) not in (1, 2):
+        raise ValueError(f"the mesh has {len(names)} axes {names}; jaxmg maps one or two of them onto the "
+                         f"process grid, so pass matrix_specs=P(row_axis, col_axis).")
+    return P(*names, *(None,) * (2 - len(names)))
 
 
 def _abstract(mesh: AnyMesh) -> AbstractMesh:
@@ -312,11 +278,8 @@ def _abstract(mesh: AnyMesh) -> AbstractMesh:
 
 
 def _same_mesh(m1: AnyMesh, m2: AnyMesh) -> bool:
-    if _abstract(m1) != _abstract(m2):
-        return False
-    if isinstance(m1, Mesh) and isinstance(m2, Mesh):
-        return m1 == m2
-    return True
+    both_concrete = isinstance(m1, Mesh) and isinstance(m2, Mesh)
+    return _abstract(m1) == _abstract(m2) and (not both_concrete or m1 == m2)
 
 
 def caller_spec(x, mesh: AnyMesh) -> Optional[P]:
@@ -363,14 +326,12 @@ def resolve(mesh, matrix_specs, matrices: Sequence[tuple], num_rhs: int = 0, rhs
     given = caller_spec(a, mesh)
     if spec_a is None:
         spec_a = given if given is not None and not _is_replicated(given) else default_spec(mesh)
-    entries = validate_spec(spec_a, mesh, a_name, 2)
-    grid = Grid(mesh, entry_axes(entries[0]), entry_axes(entries[1]))
+    grid = Grid.from_spec(mesh, spec_a, a_name)
+    entries = tuple(grid.spec)
     for (x, name), spec in zip(matrices, specs[: len(matrices)]):
         if spec is not None and P(*validate_spec(spec, mesh, name, 2)) != grid.spec:
-            raise ValueError(
-                f"the spec of {name}, {spec}, differs from that of {a_name}, {grid.spec}; "
-                f"both matrices must share one layout."
-            )
+            raise ValueError(f"the spec of {name}, {spec}, differs from that of {a_name}, {grid.spec}; "
+                             f"both matrices must share one layout.")
         check_divides(x.shape, entries, mesh, name)
     out_spec = given if given is not None and specs[0] is None else grid.spec
     return Layout(grid, out_spec, tuple(specs[len(matrices):]))
@@ -450,6 +411,5 @@ def platform(mesh) -> str:
     """The platform of the mesh's devices ("cpu", "gpu", ...), concrete or abstract mesh."""
     if mesh is None:
         return jax.devices()[0].platform
-    abstract = mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh
-    device = getattr(abstract, "abstract_device", None)
+    device = getattr(_abstract(mesh), "abstract_device", None)
     return getattr(device, "platform", None) or "unknown"

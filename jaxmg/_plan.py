@@ -79,10 +79,9 @@ class Plan:
 
     @property
     def layout(self) -> Optional[NamedSharding]:
-        """The layout in which matrices are computed with (products included): the grid's on the
-        distributed route, replicated on the local route over a mesh (the device's own solver
-        needs whole matrices: a sharded one is gathered), else None (a device's own arrays, and
-        the batch route: as they are)."""
+        """The layout in which matrices are computed (products included): the grid's on the
+        distributed route, replicated on the local route over a mesh (the device's solver needs
+        whole matrices), else None (a device's own arrays, and the batch route: as they are)."""
         if self.distributed:
             return NamedSharding(self.mesh, self.grid.spec)
         if self.route == _routes.LOCAL and self.mesh is not None:
@@ -140,10 +139,9 @@ class Plan:
 
 
 def with_rhs_layouts(plan: Plan, rhs) -> Plan:
-    """``plan`` with the layouts of right-hand sides ``rhs`` recorded where none is given and
-    the array's own is known (concrete arrays, Explicit mesh axes): inside the boundary's
-    compiled call an array on Auto axes no longer says its layout, and solutions return to
-    their right-hand side's."""
+    """``plan`` with the known layouts of right-hand sides ``rhs`` recorded where none is given
+    (inside the boundary's compiled call an array on Auto axes no longer says its layout, and
+    solutions return to their right-hand side's)."""
     if plan.mesh is None or not rhs:
         return plan
     specs = list(plan.rhs_specs) + [None] * (len(rhs) - len(plan.rhs_specs))
@@ -196,8 +194,8 @@ def _explicit_mesh_of(x):
 
 
 def _swapped(spec: P) -> P:
-    entries = tuple(spec) + (None,) * (2 - len(tuple(spec)))
-    return P(entries[1], entries[0])
+    rows, cols = _layout.padded_spec(spec, 2)
+    return P(cols, rows)
 
 
 def _placed_rhs(b, spec, own, mesh):

@@ -1,22 +1,18 @@
 """Which route and backend a call takes: one decision, from one table of measured crossovers.
 
-Routes:
+Routes (docs/routes.md):
 
-* ``local``: the device's own dense solver (JAX's ``lax.linalg``: cuSOLVER on a GPU, LAPACK on a
-  CPU) on whole matrices, with jaxmg's derivative rules and status values. Taken inside a user's
-  ``jax.shard_map`` (on the local arrays), for a matrix on one device or on no known mesh, and
-  wherever the table below says that one device's solver is faster and the matrix fits (a
-  matrix sharded over a mesh is then gathered first: the ``portable`` backend).
+* ``local``: the device's own dense solver (JAX's ``lax.linalg``) on whole matrices, with jaxmg's
+  derivative rules and status values: inside a user's ``jax.shard_map``, for a matrix on one
+  device or on no known mesh, and where :data:`CROSSOVERS` says one device's solver is faster
+  and the matrix fits (a matrix sharded over a mesh is then gathered: the ``portable`` backend).
 * ``batch``: a stack of matrices (``jax.vmap``) each of which fits on one device: the local route
-  on each matrix, where the stack lies (a stack not already split over the mesh is spread by one
-  all-to-all, and the results return to its layout).
+  on each matrix, where the stack lies (spread over the mesh by one all-to-all where it is not;
+  the results return to its layout).
 * ``distributed``: one matrix over the process grid, through cuSOLVERMp (the ``native``
-  backend); a stack of matrices that do not fit on one device runs one distributed call after
-  another.
+  backend); a stack of matrices too large for one device runs one such call after another.
 
-:data:`CROSSOVERS` holds the measured data (``benchmarks/bench_crossover.py``,
-``benchmarks/bench_batch.py``; docs/routes.md); :func:`choose` is the only place that reads it,
-and ``jaxmg.info``/``default_backend`` report what it decides.
+:func:`choose` is the only reader of :data:`CROSSOVERS`; ``jaxmg.info`` reports what it decides.
 """
 
 from __future__ import annotations
@@ -59,14 +55,7 @@ class Crossover:
     devices: Optional[frozenset] = None
 
 
-#: Measured on NVIDIA H200s, float64 (benchmarks/results/h200x1 and h200x2; docs/routes.md):
-#: * cholesky: one GPU, plain JAX 9.3 / 40.8 / 261 ms against cuSOLVERMp 14.5 / 54.7 / 276 ms at
-#:   N = 8,192 / 16,384 / 32,768; two GPUs, cuSOLVERMp 199 ms against one GPU's 266 ms at 32,768.
-#: * lu: one GPU, 130 ms against 257 ms at 16,384; two GPUs 4.37 s against 4.46 s at 65,536.
-#: * qr: one GPU, faster below 8,192 (least squares from 8,192 on natively); grids below 32,768.
-#: * eigh, sygvd: one GPU the same time; two GPUs 5.26 s against one GPU's 3.18 s at 16,384.
-#: * svd, polar: none: the native QDWH composition beats jnp.linalg.svd (1.39 s against 14.2 s
-#:   at 8,192 on one GPU).
+#: Measured crossovers: docs/routes.md.
 CROSSOVERS: dict = {
     "cholesky": (Crossover(copies=5, devices=frozenset({1})), Crossover(copies=5, below_n=32768)),
     "lu": (Crossover(copies=3),),

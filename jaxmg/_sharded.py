@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Callable, Optional, Sequence
 
 import jax
@@ -60,6 +61,16 @@ def axis_index(axes) -> jax.Array:
     return jax.lax.axis_index(axis_name(axes)) if axes else jnp.int32(0)
 
 
+def explicit(mesh) -> bool:
+    """Whether any axis of ``mesh`` is Explicit (arrays' types then carry their layout)."""
+    return any(t == jax.sharding.AxisType.Explicit for t in getattr(mesh, "axis_types", ()))
+
+
+def abstract_context(mesh):
+    """The abstract mesh of ``mesh`` (concrete or abstract), entered as the context of a trace."""
+    return jax.sharding.use_abstract_mesh(mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh)
+
+
 def _rows_axes(spec: P) -> tuple:
     entries = tuple(spec)
     return entry_axes(entries[0] if entries else None)
@@ -78,10 +89,7 @@ def local_rows(x: jax.Array, spec: P) -> jax.Array:
     axes = _rows_axes(spec)
     if not axes:
         return x
-    size = 1
-    for name in axes:
-        size *= jax.lax.axis_size(name)
-    rows = x.shape[0] // size
+    rows = x.shape[0] // math.prod(jax.lax.axis_size(name) for name in axes)
     return jax.lax.dynamic_slice_in_dim(x, axis_index(axes) * rows, rows, axis=0)
 
 
@@ -143,8 +151,7 @@ def run(kernel: Callable, grid: Grid, args: Sequence, inputs: Sequence, outputs:
     (``outputs``; a Block output with a ``spec`` is returned in that layout)."""
     call = Call(kernel, tuple(sorted(params.items())), grid, tuple(inputs), tuple(outputs))
     mesh = grid.mesh
-    abstract = mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh
-    with jax.sharding.use_abstract_mesh(abstract):
+    with abstract_context(mesh):
         args = tuple(pinned(x, spec, mesh) for x, spec in zip(args, call.in_specs))
         outs = jax.shard_map(_body(call), mesh=mesh, in_specs=call.in_specs,
                              out_specs=tuple(_spec(k, grid) for k in call.outputs), check_vma=False)(*args)
@@ -154,8 +161,7 @@ def run(kernel: Callable, grid: Grid, args: Sequence, inputs: Sequence, outputs:
 
 def _place(x, spec: P, mesh) -> jax.Array:
     """Inside a trace: give ``x`` layout ``spec``."""
-    types = getattr(mesh, "axis_types", ())
-    if not any(t == jax.sharding.AxisType.Explicit for t in types):
+    if not explicit(mesh):
         return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
     current = jax.typeof(x).sharding if isinstance(x, jax.core.Tracer) else None
     if current is not None and not current.mesh.empty and current.spec == padded_spec(spec, x.ndim):
@@ -171,13 +177,12 @@ def whole(fn: Callable, args: Sequence, grid: Grid, **static):
     with the axes Auto, as ``jax.sharding.auto_axes`` does). Matrix arguments and outputs are in
     the grid layout, vectors (pivots) and scalars replicated."""
     mesh = grid.mesh
-    abstract = mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh
     body = functools.partial(fn, **static)
-    with jax.sharding.use_abstract_mesh(abstract):
+    with abstract_context(mesh):
         args = tuple(pinned(x, _whole_spec(x, grid), mesh) for x in args)
         shapes = jax.eval_shape(body, *(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in args))
         specs = jax.tree.map(lambda o: _whole_spec(o, grid), shapes)
-        if any(t == jax.sharding.AxisType.Explicit for t in getattr(mesh, "axis_types", ())):
+        if explicit(mesh):
             return jax.sharding.auto_axes(body, out_sharding=specs)(*args)
         return jax.tree.map(lambda o, spec: jax.lax.with_sharding_constraint(o, NamedSharding(mesh, spec)),
                             body(*args), specs)
@@ -189,39 +194,30 @@ def _whole_spec(x, grid: Grid) -> P:
 
 def pinned(x, spec: P, mesh) -> jax.Array:
     """``x`` in layout ``spec``, with the placement recorded in the trace even where ``x``
-    already has it (on Explicit mesh axes).
-
-    For the solves handed to ``jax.lax.custom_linear_solve``: JAX traces them once with the
-    right-hand side's type, then replays the traced solve on cotangents as they come (on
-    Explicit axes, often replicated), and a placement elided at trace time would leave the
-    replayed shard_map a value of the wrong layout."""
-    if any(t == jax.sharding.AxisType.Explicit for t in getattr(mesh, "axis_types", ())):
-        abstract = mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh
-        with jax.sharding.use_abstract_mesh(abstract):
+    already has it (on Explicit mesh axes): ``jax.lax.custom_linear_solve`` replays a solve
+    traced once on cotangents in any layout, and an elided placement would leave the replayed
+    shard_map a value of the wrong layout."""
+    if explicit(mesh):
+        with abstract_context(mesh):
             return jax.sharding.reshard(x, spec)
     return place(x, spec, mesh)
 
 
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
 def place(x, spec: P, mesh) -> jax.Array:
     """Global array ``x`` in layout ``spec`` on ``mesh`` (trace-only).
 
     Its tangents get the same layout: JAX accepts tangents and cotangents in any sharding
     (replicated, on one device, another spec), and every array that enters an operation
     passes here, so the computation after it sees one layout per value."""
-    return _placed(x, spec, mesh)
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
-def _placed(x, spec: P, mesh) -> jax.Array:
-    abstract = mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh
-    with jax.sharding.use_abstract_mesh(abstract):
+    with abstract_context(mesh):
         return _place(x, spec, mesh)
 
 
-@_placed.defjvp
-def _placed_jvp(spec, mesh, primals, tangents):
+@place.defjvp
+def _place_jvp(spec, mesh, primals, tangents):
     (x,), (dx,) = primals, tangents
-    return _placed(x, spec, mesh), _placed(dx, spec, mesh)
+    return place(x, spec, mesh), place(dx, spec, mesh)
 
 
 def check_outputs(kinds: Sequence[Kind], shapes: Sequence[tuple], grid: Grid, names: Sequence[str]) -> None:

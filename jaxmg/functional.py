@@ -3,7 +3,8 @@
 ``potrs(a, b)`` computes what ``Cholesky(a).solve(b)`` does, ``lu_solve`` what ``LU(a).solve(b)``
 does, and so on: the same trace-only bodies, the same derivatives, in one call through the public
 boundary (``jaxmg._dispatch``). Shapes, layouts and keywords are those users of distributed JAX
-solvers already write (see the README's table).
+solvers already write (see the README's table). Every function works on float32, float64,
+complex64 and complex128, eagerly and inside ``jax.jit``.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from . import _dispatch
 from ._checks import check_flag
 from ._docstrings import shared_arguments
 from ._typing import Matrix, MeshLike, Rhs, Specs, SquareMatrix, TallMatrix, TallRhs, Tile, checked
+from .autodiff import decompositions
 from .kernels import status as _status
-from .modules import _base, cholesky as _cholesky, decompositions as _decompositions, lu as _lu, qr as _qr
+from .modules import cholesky as _cholesky, decompositions as _decompositions, lu as _lu, qr as _qr
 
 
 def _flags(**flags) -> None:
@@ -33,7 +35,6 @@ def potrs(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, matr
           return_status=False, donate=False, backend="auto"):
     """Solve ``a @ x = b`` for Hermitian positive-definite ``a`` by Cholesky factorisation.
 
-    Works on float32, float64, complex64 and complex128, eagerly and inside ``jax.jit``.
     Differentiable (forward and reverse, any order) in ``a`` and ``b``.
 
     Args:
@@ -95,7 +96,6 @@ def cholesky(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_sp
              backend="auto"):
     """The lower-triangular Cholesky factor ``L`` with ``a = L @ L^H``.
 
-    Works on float32, float64, complex64 and complex128, eagerly and inside ``jax.jit``.
     Differentiable (forward and reverse, any order).
 
     Args:
@@ -118,9 +118,6 @@ def cholesky(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_sp
 
 def _lower(plan, a, *, keep, return_status):
     state, status, operator = _cholesky.factored(plan, a, keep=keep)
-    from .autodiff import decompositions
-    from .kernels import families
-
     lower = _status.masked(status, plan.leave(decompositions.cholesky_lower(plan.kernels.Cholesky(plan), operator, state)))
     return pick((lower, status), (True, return_status))
 
@@ -131,7 +128,6 @@ def lu_solve(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, m
              backend="auto"):
     """Solve ``a @ x = b`` for a general square ``a`` by LU factorisation with partial pivoting.
 
-    Works on float32, float64, complex64 and complex128, eagerly and inside ``jax.jit``.
     Differentiable (forward and reverse, any order) in ``a`` and ``b``.
 
     Args:
@@ -171,7 +167,6 @@ def least_squares(a: Matrix, b: TallRhs, T_A: Tile = None, mesh: MeshLike = None
     A wide ``a`` is factored through its conjugate transpose, ``a^H = Q R``, and
     ``x = Q R^-H b``.
 
-    Works on float32, float64, complex64 and complex128, eagerly and inside ``jax.jit``.
     Differentiable (forward and reverse, any order) in ``a`` and ``b``.
 
     Args:
@@ -208,7 +203,6 @@ def qr(a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs =
     """The reduced QR decomposition ``a = q @ r``; for a wide ``a`` (M < N), ``q`` (M, M) and ``r``
     (M, N) upper trapezoidal (from the QR of a's first M columns and ``r[:, M:] = q^H a[:, M:]``).
 
-    Works on float32, float64, complex64 and complex128, eagerly and inside ``jax.jit``.
     Differentiable (forward and reverse, any order) for ``a`` of full rank.
 
     Args:
@@ -243,7 +237,6 @@ def syevd(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs
           donate=False, backend="auto"):
     """Eigenvalues and eigenvectors of a Hermitian matrix: ``a @ v = v @ diag(w)``.
 
-    Works on float32, float64, complex64 and complex128, eagerly and inside ``jax.jit``.
     Differentiable (forward and reverse, any order); for degenerate eigenvalues the terms
     between equal eigenvalues are dropped (exact for losses invariant to rotations within an
     eigenspace, as in ``jnp.linalg.eigh``).
@@ -274,7 +267,6 @@ def sygvd(a: SquareMatrix, b: SquareMatrix, T_A: Tile = None, mesh: MeshLike = N
           return_status=False, donate=False, backend="auto"):
     """The generalised Hermitian eigenproblem ``a @ v = b @ v @ diag(w)`` with ``v^H b v = I``.
 
-    Works on float32, float64, complex64 and complex128, eagerly and inside ``jax.jit``.
     Differentiable (forward and reverse, any order) in ``a`` and ``b`` (degenerate
     eigenvalues as in :func:`syevd`).
 
@@ -317,7 +309,6 @@ def gesvd(a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Spec
           full_matrices=False, return_status=False, donate=False, backend="auto"):
     """The singular value decomposition ``a = u @ diag(s) @ vh``, in NumPy's order.
 
-    Works on float32, float64, complex64 and complex128, eagerly and inside ``jax.jit``.
     Differentiable (forward and reverse, any order) for distinct non-zero singular values.
     A wide ``a`` (M < N) is decomposed through its conjugate transpose at the tall cost.
 
@@ -355,7 +346,6 @@ def polar(a: TallMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: 
           donate=False, backend="auto"):
     """The polar decomposition ``a = u_p @ h``.
 
-    Works on float32, float64, complex64 and complex128, eagerly and inside ``jax.jit``.
     Differentiable (forward and reverse, any order) for ``a`` of full rank.
 
     Args:

@@ -19,11 +19,9 @@ import sys
 from importlib import metadata
 
 #: Distributions whose versions are reported (absent ones are reported as None).
-PACKAGES = (
-    "jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda12-plugin", "numpy", "equinox", "jaxtyping",
-    "beartype", "lineax", "nvidia-cusolvermp-cu13", "nvidia-cusolvermp-cu12", "nvidia-nccl-cu13",
-    "nvidia-nccl-cu12", "nvidia-cusolver", "nvidia-cublas",
-)
+PACKAGES = ("jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda12-plugin", "numpy", "equinox", "jaxtyping", "beartype",
+            "lineax", "nvidia-cusolvermp-cu13", "nvidia-cusolvermp-cu12", "nvidia-nccl-cu13", "nvidia-nccl-cu12",
+            "nvidia-cusolver", "nvidia-cublas")
 
 #: The public operations, in the order reported.
 OPERATIONS = ("potrs", "cholesky", "lu_solve", "least_squares", "qr", "syevd", "sygvd", "gesvd", "polar")
@@ -47,8 +45,7 @@ def route(op: str, shape, dtype="float64", mesh=None, *, stacked: int = 0, backe
     ``op`` is an operation ("potrs", "lu_solve", ...), a module ("Cholesky", ...) or a family;
     ``shape`` and ``dtype`` are a's; ``mesh`` is the mesh the call finds (None: a device's own
     arrays); ``stacked``: the size of a stack of such matrices under ``jax.vmap`` (0: one matrix).
-    A call inside a user's
-    ``jax.shard_map`` always takes the local route."""
+    A call inside a user's ``jax.shard_map`` always takes the local route."""
     import numpy as np
 
     from . import _routes
@@ -89,10 +86,8 @@ def report(n: int = 4096, dtype: str = "float64") -> dict:
         native_info["fix"] = _native_check.fix_for(reason)
     out["native"] = native_info
     devices = jax.devices()
-    out["devices"] = {
-        "platform": devices[0].platform, "count": len(devices), "local": jax.local_device_count(),
-        "processes": jax.process_count(), "kinds": sorted({d.device_kind for d in devices}),
-    }
+    out["devices"] = {"platform": devices[0].platform, "count": len(devices), "local": jax.local_device_count(),
+                      "processes": jax.process_count(), "kinds": sorted({d.device_kind for d in devices})}
     mesh = jax.make_mesh((len(devices),), ("i",), axis_types=(AxisType.Auto,))
     shape = (n, n)
     out["routes"] = {"n": n, "dtype": dtype, "mesh": dict(mesh.shape)}

@@ -26,9 +26,8 @@ What the launcher does
 ----------------------
 It starts N copies of ``script.py args...`` (or ``-m module args...``) under
 ``sys.executable``, rank ``r`` = 0..N-1, each through ``jaxmg/_rank_main.py``
-(which runs the target as ``__main__``, as ``python script.py`` would, but ends
-the rank at once when the target fails: see Faults below), and passes each
-the distributed configuration through environment variables:
+(which runs the target as ``__main__`` but ends the rank at once when the
+target fails), and passes each the distributed configuration:
 
 =========================  ===============================================
 ``JAXMG_COORDINATOR``      ``127.0.0.1:PORT`` (rank 0 hosts the service)
@@ -38,66 +37,47 @@ the distributed configuration through environment variables:
 ``JAXMG_PLATFORM``         ``cpu`` or ``gpu``
 =========================  ===============================================
 
-plus ``PYTHONUNBUFFERED=1``, ``NCCL_NVLS_ENABLE=0``,
-``TORCH_SYMM_MEM_DISABLE_MULTICAST=1`` and ``NVSHMEM_DISABLE_NVLS=1`` (NVLink
-multicast off), and ``JAX_PLATFORMS=cpu`` and ``OPENBLAS_NUM_THREADS=1`` (unless set) on CPU. ``CUDA_VISIBLE_DEVICES`` is
-left as it is; each process selects its GPU through JAX's
-``local_device_ids`` instead (JAX then narrows its own view to that GPU),
-so the CUDA runtime of every process still sees all GPUs of the host.
+plus ``PYTHONUNBUFFERED=1``, NVLink multicast off (``NCCL_NVLS_ENABLE=0``,
+``TORCH_SYMM_MEM_DISABLE_MULTICAST=1``, ``NVSHMEM_DISABLE_NVLS=1``), and on CPU
+``JAX_PLATFORMS=cpu`` and ``OPENBLAS_NUM_THREADS=1`` (unless set).
+``CUDA_VISIBLE_DEVICES`` is left as it is: each process selects its GPU through
+JAX's ``local_device_ids``. On CPU each process gets one CPU device and JAX's
+gloo collectives, so ``N`` processes form an ``N``-device mesh.
 
 ``import jaxmg`` in a launched process calls :func:`initialize_from_environment`,
-which reads those variables and calls ``jax.distributed.initialize``. The
-script therefore needs no set-up code of its own; it must only import
-``jaxmg`` (or call :func:`initialize_from_environment`) *before* it runs any
-JAX computation, and must not call ``jax.distributed.initialize`` itself.
+which calls ``jax.distributed.initialize``: the script must import ``jaxmg``
+*before* it runs any JAX computation, and must not initialize
+``jax.distributed`` itself.
 
-On CPU each process gets exactly one CPU device and JAX's gloo CPU
-collectives, so ``N`` processes form an ``N``-device mesh and the
-multi-process code path can be exercised on a machine without GPUs.
-
-Every line a process writes to stdout or stderr is copied to the launcher's
-stdout or stderr prefixed with ``[rank r] ``, except the runtime's own noise: the
-coordination client's messages when the processes stop ("WatchTasksAsync failed ...
-CANCELLED", with gRPC's details and source trace) and Gloo's connection lines on CPU, so
-that a clean run prints only the program's output (``JAXMG_LAUNCH_RAW=1`` keeps them). SIGINT (Ctrl-C) and SIGTERM sent
-to the launcher are forwarded to every process; a second one kills them at
-once. If the launcher itself dies, Linux kills its processes
-(``PR_SET_PDEATHSIG``).
+Every output line of a process is copied to the launcher's stdout or stderr
+prefixed with ``[rank r] ``, without the runtime's shutdown and Gloo connection
+messages (``JAXMG_LAUNCH_RAW=1`` keeps them). SIGINT and SIGTERM are forwarded
+to every process, a second one kills them; if the launcher dies, Linux kills
+its processes (``PR_SET_PDEATHSIG``).
 
 Faults
 ------
-When the target of a rank raises, or calls ``sys.exit`` with a non-zero
-status, the rank prints the traceback and exits at once with ``os._exit``:
-its exit handlers, among them ``jax.distributed.shutdown`` (whose barrier
-would wait minutes for peers blocked in a collective with the failed rank),
-do not run. The launcher takes the first rank that ends with a non-zero status
-or by a signal (when peers of the failed rank end within ``SETTLE_SECONDS`` of
-it, from the collective that its failure broke, the one whose target failed
-earliest: each rank's runner writes when its target failed), reports it (``rank 1 failed first: it exited with status 1``,
-or ``... was killed by signal 9 (SIGKILL)``) with the last ``TAIL_LINES``
-lines of its stderr, sends SIGTERM to the others (SIGKILL after the grace
-period) and exits with that rank's status (``128 + signal`` for a signal).
-Launched ranks run without JAX's preemption service, so SIGTERM ends a rank
-even while it is blocked in a collective. ``initialize_from_environment``
-also passes :func:`failure_detection_settings` (``JAXMG_FAILURE_TIMEOUT``) to
-``jax.distributed.initialize``.
+A rank whose target raises or exits non-zero prints its traceback and exits at
+once (``os._exit``, skipping ``jax.distributed``'s shutdown barrier). The
+launcher names the rank that failed first (``rank 1 failed first: it exited
+with status 1``) with the last ``TAIL_LINES`` lines of its stderr, stops the
+others (SIGTERM, SIGKILL after ``--grace``) and exits with that rank's status
+(``128 + signal`` for a signal). Launched ranks run without JAX's preemption
+service, and get :func:`failure_detection_settings`. See docs/processes.md.
 
 Clusters (Slurm, Open MPI, ...)
 -------------------------------
 This launcher is for a single host. Under ``srun`` or ``mpirun``, start one
-process per GPU with the cluster's own launcher and call
-``jax.distributed.initialize()`` with no arguments at the top of the script:
-JAX detects the coordinator, process ids and local devices from the cluster's
-environment. jaxmg needs nothing else; :func:`initialize_from_environment`
-does nothing there, since the ``JAXMG_*`` variables are unset. To bound how
-long a survivor of a dead process waits (JAX's default heartbeat timeout is
-100 s), call ``jax.distributed.initialize(**failure_detection_settings())``.
+process per GPU and call
+``jax.distributed.initialize(**failure_detection_settings())`` at the top of
+the script; :func:`initialize_from_environment` then does nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import itertools
 import os
 import queue
 import re
@@ -142,26 +122,20 @@ DEFAULT_FAILURE_TIMEOUT = 60.0
 _initialized_here = False
 
 
-# --------------------------------------------------------------------------
-# Inside a launched process (and under any other launcher)
-# --------------------------------------------------------------------------
+# --- Inside a launched process (and under any other launcher) ---
 
 
 def failure_detection_settings(timeout: float | None = None) -> dict[str, int]:
     """Keyword arguments for ``jax.distributed.initialize`` that bound how long a dead peer goes unnoticed.
 
-    JAX's coordination service (hosted by process 0) declares a process dead when it has sent
-    no heartbeat for ``heartbeat_timeout_seconds`` (JAX's default: 100 s), and then aborts
-    every other process, from a background thread and wherever its main thread is blocked,
-    with an error that names the dead process (``Task 1 heartbeat timeout``). When process 0
-    itself dies, the others abort as soon as its connection closes (``Socket closed``). This
-    returns a heartbeat timeout of half of ``timeout``, so that detection and the error's
-    propagation end within ``timeout``::
+    JAX's coordination service declares a process dead when it has sent no heartbeat for
+    ``heartbeat_timeout_seconds`` (JAX's default: 100 s), and then aborts every other process
+    with an error that names it. This returns half of ``timeout``, so that detection and the
+    error's propagation end within ``timeout``::
 
         jax.distributed.initialize(**jaxmg.launch.failure_detection_settings())
 
-    (under Slurm or Open MPI, where the other arguments are detected) or with your own
-    arguments added. ``jaxmg.launch`` applies it to every process it starts.
+    ``jaxmg.launch`` applies it to every process it starts.
 
     Args:
       timeout: seconds (at least 4) within which a survivor of a dead process fails. None:
@@ -194,15 +168,11 @@ def failure_detection_settings(timeout: float | None = None) -> dict[str, int]:
 
 
 def initialize_from_environment() -> bool:
-    """Initialize ``jax.distributed`` from the ``JAXMG_*`` variables.
+    """Initialize ``jax.distributed`` from the ``JAXMG_*`` variables, before any JAX computation.
 
-    Does nothing, without importing JAX, when ``JAXMG_COORDINATOR`` is unset
-    (i.e. the process was not started by this launcher). Does nothing when
-    ``jax.distributed`` is already initialized. Otherwise, on CPU sets
-    ``jax_platforms="cpu"``, ``jax_cpu_collectives_implementation="gloo"`` and
-    ``jax_num_cpu_devices=1``, then calls ``jax.distributed.initialize``.
-
-    Must run before the process executes any JAX computation.
+    Does nothing (without importing JAX) when ``JAXMG_COORDINATOR`` is unset, or when
+    ``jax.distributed`` is already initialized. On CPU it first sets ``jax_platforms="cpu"``,
+    ``jax_cpu_collectives_implementation="gloo"`` and ``jax_num_cpu_devices=1``.
 
     Returns:
       True if this call initialized ``jax.distributed``, else False.
@@ -217,10 +187,8 @@ def initialize_from_environment() -> bool:
         try:
             return int(value)  # type: ignore[arg-type]
         except (TypeError, ValueError):
-            raise RuntimeError(
-                f"jaxmg: {ENV_COORDINATOR} is set but {name}={value!r} is not "
-                "an integer; these variables are set by `python -m jaxmg.launch`."
-            ) from None
+            raise RuntimeError(f"jaxmg: {ENV_COORDINATOR} is set but {name}={value!r} is not an integer; "
+                               "these variables are set by `python -m jaxmg.launch`.") from None
 
     num_processes = _int_var(ENV_NUM_PROCESSES)
     process_id = _int_var(ENV_PROCESS_ID)
@@ -228,10 +196,7 @@ def initialize_from_environment() -> bool:
     try:
         local_device_ids = [int(x) for x in ids.split(",")] if ids else None
     except ValueError:
-        raise RuntimeError(
-            f"jaxmg: {ENV_LOCAL_DEVICE_IDS}={ids!r} is not a comma-separated "
-            "list of integers."
-        ) from None
+        raise RuntimeError(f"jaxmg: {ENV_LOCAL_DEVICE_IDS}={ids!r} is not a comma-separated list of integers.") from None
     platform = os.environ.get(ENV_PLATFORM, "gpu").strip().lower()
 
     import jax
@@ -245,52 +210,34 @@ def initialize_from_environment() -> bool:
             jax.config.update("jax_num_cpu_devices", 1)
         _let_sigterm_stop_the_process(jax)
         jax.distributed.initialize(
-            **failure_detection_settings(),
-            coordinator_address=coordinator,
-            num_processes=num_processes,
-            process_id=process_id,
-            local_device_ids=local_device_ids,
-            # Everything is given explicitly: keep JAX from consulting
-            # Slurm/MPI variables that may be present in the environment.
-            cluster_detection_method="deactivate",
-            # Listen on the coordinator address only (loopback), not on all
-            # interfaces.
-            coordinator_bind_address=coordinator,
-        )
+            **failure_detection_settings(), coordinator_address=coordinator, num_processes=num_processes,
+            process_id=process_id, local_device_ids=local_device_ids,
+            cluster_detection_method="deactivate",  # ignore Slurm/MPI variables
+            coordinator_bind_address=coordinator)  # loopback only
     except RuntimeError as e:
         raise RuntimeError(
-            f"jaxmg: could not initialize jax.distributed (process "
-            f"{process_id} of {num_processes}, coordinator {coordinator}): {e}\n"
-            "Import jaxmg (or call jaxmg.launch.initialize_from_environment()) "
-            "before running any JAX computation, and do not call "
-            "jax.distributed.initialize() yourself under jaxmg.launch."
-        ) from e
+            f"jaxmg: could not initialize jax.distributed (process {process_id} of {num_processes}, "
+            f"coordinator {coordinator}): {e}\nImport jaxmg (or call jaxmg.launch.initialize_from_environment()) "
+            "before running any JAX computation, and do not call jax.distributed.initialize() yourself "
+            "under jaxmg.launch.") from e
     _initialized_here = True
     return True
 
 
 def _let_sigterm_stop_the_process(jax) -> None:
-    """Turn off JAX's preemption service, whose SIGTERM handler would keep a rank alive.
-
-    The service catches SIGTERM to let a preempted job save a checkpoint; a rank stopped by
-    the launcher (after another rank failed, or on --timeout) would then live until SIGKILL.
-    """
+    """Turn off JAX's preemption service, whose SIGTERM handler would keep a rank that the
+    launcher stops alive until SIGKILL."""
     try:
         jax.config.update("jax_enable_preemption_service", False)
     except (AttributeError, KeyError, ValueError):
         pass  # a JAX without the option
 
 
-# --------------------------------------------------------------------------
-# The launcher
-# --------------------------------------------------------------------------
+# --- The launcher ---
 
-_USAGE = (
-    "%(prog)s [-h] [-n N] [--platform {auto,cpu,gpu}] [--port PORT] "
-    "[--timeout SECONDS] [--grace SECONDS] [--] (script.py | -m module) [args ...]"
-)
-# Launcher options that take a separate value (`-n 4`); used to find where the
-# launcher's own options end and the target command begins.
+_USAGE = ("%(prog)s [-h] [-n N] [--platform {auto,cpu,gpu}] [--port PORT] "
+          "[--timeout SECONDS] [--grace SECONDS] [--] (script.py | -m module) [args ...]")
+# Launcher options that take a separate value (`-n 4`): where the target command begins.
 _VALUE_OPTIONS = ("-n", "--nproc", "--port", "--platform", "--timeout", "--grace")
 
 
@@ -299,8 +246,7 @@ def simulate_cpu_devices_without_gpu(count: int = 8) -> None:
 
     Call before JAX starts its backend (before the first computation). Does nothing when GPUs
     are visible or inside a launched process, except that launched CPU processes and simulated
-    devices run OpenBLAS single-threaded: every device makes its own LAPACK calls, and
-    OpenBLAS's spinning worker threads on top of those slow a shared machine down 100-fold.
+    devices run OpenBLAS single-threaded (every device makes its own LAPACK calls).
     """
     if ENV_PROCESS_ID in os.environ:
         if os.environ.get(ENV_PLATFORM) == "cpu":
@@ -316,14 +262,10 @@ def simulate_cpu_devices_without_gpu(count: int = 8) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="jaxmg-launch",
-        usage=_USAGE,
-        description="Start N JAX processes on this host, one per device, "
-        "connected through jax.distributed.",
-        epilog="Launched processes initialize jax.distributed when they import "
-        "jaxmg. See the docstring of jaxmg.launch for details.",
-        allow_abbrev=False,
-    )
+        prog="jaxmg-launch", usage=_USAGE, allow_abbrev=False,
+        description="Start N JAX processes on this host, one per device, connected through jax.distributed.",
+        epilog="Launched processes initialize jax.distributed when they import jaxmg. "
+        "See the docstring of jaxmg.launch for details.")
     p.add_argument("-n", "--nproc", type=int, default=None, metavar="N",
                    help="number of processes (default on GPU: one per visible GPU)")
     p.add_argument("--platform", choices=("auto", "cpu", "gpu"), default="auto",
@@ -375,18 +317,12 @@ def _target_command(parser: argparse.ArgumentParser, target: list[str]) -> list[
 
 def _visible_gpu_count() -> int:
     """Count GPUs this process may use, without importing JAX or CUDA."""
-    limit = None
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if cvd is not None:
-        # CUDA ignores everything from the first invalid entry on ("-1", "").
-        limit = 0
-        for entry in cvd.split(","):
-            entry = entry.strip()
-            if not entry or entry.startswith("-"):
-                break
-            limit += 1
-        if limit == 0:
-            return 0
+    # CUDA ignores everything from the first invalid entry on ("-1", "").
+    valid = lambda entry: entry.strip() and not entry.strip().startswith("-")  # noqa: E731
+    limit = None if cvd is None else len(list(itertools.takewhile(valid, cvd.split(","))))
+    if limit == 0:
+        return 0
     try:
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
                              timeout=60, stdin=subprocess.DEVNULL)
@@ -406,14 +342,10 @@ def _free_port(host: str = "127.0.0.1") -> int:
 
 def _child_env(rank: int, nproc: int, coordinator: str, platform: str,
                stamp: str | None = None) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(CHILD_ENV)
+    env = {**os.environ, **CHILD_ENV, ENV_COORDINATOR: coordinator, ENV_NUM_PROCESSES: str(nproc),
+           ENV_PROCESS_ID: str(rank), ENV_PLATFORM: platform}
     if stamp is not None:
         env[ENV_FAILURE_STAMP] = stamp
-    env[ENV_COORDINATOR] = coordinator
-    env[ENV_NUM_PROCESSES] = str(nproc)
-    env[ENV_PROCESS_ID] = str(rank)
-    env[ENV_PLATFORM] = platform
     if platform == "gpu":
         env[ENV_LOCAL_DEVICE_IDS] = str(rank)
     else:
@@ -430,8 +362,7 @@ def _die_with_parent():
         return None
     try:
         import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        prctl = libc.prctl
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
     parent = os.getpid()
@@ -442,10 +373,6 @@ def _die_with_parent():
             os._exit(1)
 
     return preexec
-
-
-def _binary(stream):
-    return getattr(stream, "buffer", None)
 
 
 #: Lines of a failed rank's stderr repeated in the launcher's report.
@@ -491,7 +418,7 @@ def _pump(src, dst, prefix: bytes, lock: threading.Lock,
           tail: collections.deque | None = None) -> None:
     """Copy lines from a child's pipe to dst, each prefixed by its rank, without the runtime's
     noise (``_NoiseFilter``); keep the last in tail."""
-    out = _binary(dst)
+    out = getattr(dst, "buffer", None)
     noise = _NoiseFilter()
     with src:
         for line in iter(src.readline, b""):
@@ -528,10 +455,6 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         pass
 
 
-def _exit_status(returncode: int) -> int:
-    return 128 - returncode if returncode < 0 else returncode
-
-
 def _describe(returncode: int) -> str:
     """'exited with status 3' or 'was killed by signal 9 (SIGKILL)'."""
     if returncode >= 0:
@@ -556,10 +479,9 @@ class _Failures:
         return os.path.join(self.stamps, f"rank{rank}")
 
     def _failed_at(self, rank: int, seen: float) -> tuple[int, float]:
-        """A key that orders failures by when they happened: (0, when its end was seen) for a rank
-        killed by a signal, whose runner could write no time (its death is taken to come before
-        the failures of peers that end with it: those come from the collectives it broke); else
-        (1, when its target failed, by its runner's stamp)."""
+        """A key that orders failures by when they happened: (1, its runner's stamp of when its
+        target failed), or (0, when its end was seen) for a rank killed by a signal (no stamp):
+        its death comes before the failures of peers in the collectives it broke."""
         try:
             with open(self.stamp(rank)) as f:
                 return 1, float(f.read())
@@ -584,8 +506,7 @@ class _Failures:
     def report(self, rank: int, returncode: int) -> None:
         """Say which rank failed first, how, and the last lines of its stderr."""
         tail = b"".join(self.tails[rank]).decode(errors="replace").rstrip("\n")
-        lines = [f"rank {rank} failed first: it {_describe(returncode)}; "
-                 f"stopping the other ranks"]
+        lines = [f"rank {rank} failed first: it {_describe(returncode)}; stopping the other ranks"]
         if tail:
             lines.append(f"last lines of rank {rank}'s stderr:")
             lines += [f"  | {line}" for line in tail.splitlines()]
@@ -669,8 +590,7 @@ class _Run:
         running = self.nproc
         while True:
             if self.signals:
-                _say(f"received {signal.Signals(self.signals[0]).name}; stopping all ranks",
-                     self.lock)
+                _say(f"received {signal.Signals(self.signals[0]).name}; stopping all ranks", self.lock)
                 _stop_all(self.procs, self.grace)
                 return 128 + self.signals[0]
             if not running:
@@ -678,24 +598,20 @@ class _Run:
             if deadline is not None and time.monotonic() > deadline:
                 _say(f"timeout after {self.timeout:g} s; stopping all ranks", self.lock)
                 _stop_all(self.procs, self.grace)
-                _say(f"all ranks stopped {time.monotonic() - deadline:.1f} s after the "
-                     "timeout", self.lock)
+                _say(f"all ranks stopped {time.monotonic() - deadline:.1f} s after the timeout", self.lock)
                 return TIMEOUT_EXIT_CODE
             try:
                 rank, rc, seen = self.exits.get(timeout=0.05)
             except queue.Empty:
                 continue
             running -= 1
-            if rc != 0 and self.signals:
-                continue  # ended by the signal we forwarded: reported as such above
-            if rc != 0:
+            if rc != 0 and not self.signals:  # else ended by the signal we forwarded, reported above
                 failed_at = time.monotonic()
                 rank, rc = self.failures.first(rank, rc, seen)
                 self.failures.report(rank, rc)
                 _stop_all(self.procs, self.grace)
-                _say(f"all ranks stopped {time.monotonic() - failed_at:.1f} s after rank "
-                     f"{rank} ended", self.lock)
-                return _exit_status(rc)
+                _say(f"all ranks stopped {time.monotonic() - failed_at:.1f} s after rank {rank} ended", self.lock)
+                return 128 - rc if rc < 0 else rc
 
     def run(self) -> int:
         handlers = {}

@@ -25,13 +25,10 @@ x = lx.linear_solve(operator, b, solver=jaxmg.lineax.Auto()).value
 - A failed factorisation (singular, not positive definite, rank deficient: jaxmg's
   ``status`` != 0) gives ``lineax.RESULTS.singular``: ``throw=True`` raises it and
   ``throw=False`` returns it in ``Solution.result`` (the value is then NaN).
-- Options, fields of every solver (``jaxmg.lineax.LU(T_A=2048, backend="portable")``):
-  ``T_A``, the tile size of the native block-cyclic layout (None picks the largest power of
-  two at most 1024, 2048 once N >= 32768, and at most the smaller extent of the matrix's
-  local block); ``mesh``, the device mesh (default: the matrix's own mesh, else the context
-  mesh, else one device); ``matrix_specs``, the matrix's PartitionSpec (default: from its
-  sharding); ``backend``, ``"auto"`` (native where it can run, else portable),
-  ``"portable"`` or ``"native"``.
+- Options, fields of every solver (``jaxmg.lineax.LU(T_A=2048, backend="portable")``), as
+  the arguments of ``jaxmg.potrs``: ``T_A``, the native tile size (None picks one); ``mesh``
+  (default: the matrix's own mesh, else the context mesh, else one device); ``matrix_specs``
+  (default: from the matrix's sharding); ``backend``, ``"auto"``, ``"portable"`` or ``"native"``.
 - Derivatives and ``jax.vmap`` are Lineax's own: ``jax.grad`` through ``linear_solve`` and
   ``jax.vmap`` over operators and vectors work as with Lineax's solvers. Every solver
   assumes a full-rank operator (``assume_full_rank()`` is True), as Lineax's own
@@ -47,10 +44,8 @@ from typing import Any, Optional
 try:
     import lineax as lx
 except ImportError as error:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "jaxmg.lineax needs Lineax, which is not installed; install it with "
-        "pip install lineax (or, in jaxmg's source folder, pip install \".[lineax]\")."
-    ) from error
+    raise ImportError("jaxmg.lineax needs Lineax, which is not installed; install it with pip install lineax "
+                      "(or, in jaxmg's source folder, pip install \".[lineax]\").") from error
 
 import equinox as eqx
 import jax
@@ -94,12 +89,9 @@ class _Structure(eqx.Module):
 
 
 class _State(eqx.Module):
-    """A factorised operator and how the current operator relates to it.
-
-    The current operator is ``op(M)``: ``M`` the factorised matrix, transposed when
-    ``transposed``, conjugated when ``conjugated``. ``in_structure``/``out_structure`` are
-    the current operator's input and output vector structures.
-    """
+    """A factorised matrix ``M`` and the current operator ``op(M)``: ``M`` transposed when
+    ``transposed``, conjugated when ``conjugated``, negated when ``negated``;
+    ``in_structure``/``out_structure`` are the current operator's vector structures."""
 
     factor: Factorisation
     transposed: bool = eqx.field(static=True)
@@ -111,12 +103,9 @@ class _State(eqx.Module):
 
 class _JaxmgSolver(lx.AbstractLinearSolver):
     """What the jaxmg solvers share: the options of the jaxmg call, the vector plumbing,
-    transpose/conj as flags on the state and the status-to-result mapping.
-
-    A subclass gives ``_factor(matrix, operator)`` -> (factorisation module, transposed,
-    negated) and ``_solve(state, b)`` (b and x 1-D, for the operator ``op(M)`` with
-    ``conjugated`` already handled).
-    """
+    transpose/conj as flags on the state and the status-to-result mapping. A subclass gives
+    ``_factor(matrix, operator)`` -> (factorisation module, transposed, negated) and
+    ``_solve(state, b)`` (b and x 1-D, for ``op(M)`` with ``conjugated`` already handled)."""
 
     T_A: Optional[int] = eqx.field(default=None, static=True)
     mesh: MeshLike = eqx.field(default=None, static=True)
@@ -189,13 +178,9 @@ def _lineax_throws() -> bool:
 
 def _raise_on_every_device(status: jax.Array, factor: Factorisation) -> jax.Array:
     """``status`` (a scalar, the same on every device), after a check that raises Lineax's
-    ``RESULTS.singular`` error on every device of the factorisation's mesh where it is not 0.
-
-    Lineax raises a failure from a host callback that runs on one device, whose result the
-    others then wait for in a collective: over a mesh of several devices that device stops and
-    the rest wait until XLA aborts the process. Checked here on every device at once, the
-    failure raises the same catchable error before Lineax's own check is reached.
-    """
+    ``RESULTS.singular`` error on every device of the factorisation's mesh where it is not 0:
+    Lineax's own check raises on one device while the others wait for it in a collective (until
+    XLA aborts the process); checked on every device at once, the error is raised and catchable."""
     mesh = factor.plan.mesh
     if mesh is None or mesh.size <= 1:
         return status
@@ -210,9 +195,8 @@ def _raise_on_every_device(status: jax.Array, factor: Factorisation) -> jax.Arra
 
 def _square(operator, name: str) -> None:
     if operator.in_size() != operator.out_size():
-        raise ValueError(
-            f"jaxmg.lineax.{name} needs a square operator, got {operator.out_size()} x "
-            f"{operator.in_size()}; use jaxmg.lineax.QR (or Auto) for rectangular operators.")
+        raise ValueError(f"jaxmg.lineax.{name} needs a square operator, got {operator.out_size()} x "
+                         f"{operator.in_size()}; use jaxmg.lineax.QR (or Auto) for rectangular operators.")
 
 
 class Cholesky(_JaxmgSolver):
@@ -230,10 +214,9 @@ class Cholesky(_JaxmgSolver):
     def _factor(self, matrix, operator):
         negative = lx.is_negative_semidefinite(operator)
         if not (lx.is_positive_semidefinite(operator) or negative):
-            raise ValueError(
-                "jaxmg.lineax.Cholesky needs an operator tagged lineax.positive_semidefinite_tag "
-                "(or negative_semidefinite_tag), e.g. lx.MatrixLinearOperator(a, "
-                "lx.positive_semidefinite_tag); use jaxmg.lineax.LU or Auto for other operators.")
+            raise ValueError("jaxmg.lineax.Cholesky needs an operator tagged lineax.positive_semidefinite_tag "
+                             "(or negative_semidefinite_tag), e.g. lx.MatrixLinearOperator(a, "
+                             "lx.positive_semidefinite_tag); use jaxmg.lineax.LU or Auto for other operators.")
         _square(operator, "Cholesky")
         return modules.Cholesky(-matrix if negative else matrix, **self._options()), False, negative
 

@@ -15,19 +15,13 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from . import _dist, logdet, solves, tangents
 
 
-def _sharding(kernels):
-    """The layout of the matrices the formulas combine: that of the kernels' matrix outputs."""
-    return kernels.plan.outputs
-
-
 def _tangent(kernels, x, x_dot):
     """``x``'s tangent in the outputs' layout, or None where ``x`` is not differentiated."""
-    return _dist.placed_tangent(x, x_dot, _sharding(kernels))
+    return _dist.placed_tangent(x, x_dot, kernels.plan.outputs)
 
 
 def _no_tangent(status):
@@ -56,7 +50,7 @@ def _lower(kernels, state):
 
 
 def _lower_tangent(kernels, a, state, lower, a_dot):
-    layout = _sharding(kernels)
+    layout = kernels.plan.outputs
     a_dot = _dist.lower_read(a_dot, like=layout)
     inverse = _dist.tri_inv(lower, lower=True, like=layout)
     x = _dist.matmul(_dist.matmul(inverse, a_dot, layout), inverse, layout, adj_y=True)
@@ -64,7 +58,7 @@ def _lower_tangent(kernels, a, state, lower, a_dot):
     return _dist.matmul(lower, phi, layout)
 
 
-cholesky_lower = logdet.from_saved_factor(_lower, _lower_tangent, read=lambda k, a, d: _tangent(k, a, d))
+cholesky_lower = logdet.from_saved_factor(_lower, _lower_tangent, read=_tangent)
 
 
 # --- Eigen-, singular value and polar decompositions: one JVP each ---------------------------
@@ -91,17 +85,17 @@ def _decomposition(op, formula):
 
 def _syevd_formula(kernels, outputs, dots):
     w, v, _ = outputs
-    return tangents.eigh_jvp(w, v, dots[0], _sharding(kernels))
+    return tangents.eigh_jvp(w, v, dots[0], kernels.plan.outputs)
 
 
 def _sygvd_formula(kernels, outputs, dots):
     w, v, _ = outputs
-    return tangents.sygvd_jvp(w, v, *dots, _sharding(kernels))
+    return tangents.sygvd_jvp(w, v, *dots, kernels.plan.outputs)
 
 
 def _svd_formula(full_matrices, kernels, outputs, dots):
     u, s, vh, _ = outputs
-    return tangents.svd_jvp(u, s, vh, dots[0], _sharding(kernels), full_matrices=full_matrices)
+    return tangents.svd_jvp(u, s, vh, dots[0], kernels.plan.outputs, full_matrices=full_matrices)
 
 
 def _polar_formula(kernels, outputs, dots):
@@ -109,7 +103,7 @@ def _polar_formula(kernels, outputs, dots):
     from the same backend's syevd of h, differentiable itself (higher orders)."""
     u_p, h, _ = outputs
     sig, vv, _ = syevd(kernels, h)
-    return tangents.polar_jvp(u_p, sig, vv, dots[0], _sharding(kernels))
+    return tangents.polar_jvp(u_p, sig, vv, dots[0], kernels.plan.outputs)
 
 
 def _entered(method):
@@ -164,8 +158,7 @@ def _qr_outputs(kernels, state):
 
 
 qr_outputs = logdet.from_saved_factor(
-    _qr_outputs, lambda k, a, state, qr, a_dot: tangents.qr_jvp(*qr, a_dot, _sharding(k)),
-    read=lambda k, a, d: _tangent(k, a, d))
+    _qr_outputs, lambda k, a, state, qr, a_dot: tangents.qr_jvp(*qr, a_dot, k.plan.outputs), read=_tangent)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))

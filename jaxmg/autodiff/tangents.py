@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from . import _dist
 from ._dist import _cols, _ct, _eye, _iota, _matmul, _place, _replicate, _lower_read, _rows, _tri_inv, _tril, _where, _zeros
 
 __all__ = ["qr_jvp", "eigh_jvp", "sygvd_jvp", "svd_jvp", "polar_jvp"]

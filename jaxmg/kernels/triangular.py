@@ -31,10 +31,7 @@ import jax.numpy as jnp
 BASE = 1024
 
 #: Triangular products (:func:`trmm`) of at most this order are one product with the other
-#: triangle masked. Their products keep the full width of the other operand however deep the
-#: recursion, so a smaller base wastes fewer flops at little cost in product speed; the other
-#: functions pass ``min(base, TRMM_BASE)``. One H200, float64, ``Cholesky(a).inverse()``: 75.2 /
-#: 79.3 / 79.9 ms at N = 16,384 with 512 / 256 / 1024 (benchmarks/results/h200x1/2026-12-02).
+#: triangle masked (the other functions pass ``min(base, TRMM_BASE)``; docs/performance.md).
 TRMM_BASE = 512
 
 _ENGINE: contextvars.ContextVar = contextvars.ContextVar("jaxmg_triangular_engine", default=(None, None, None))
@@ -111,9 +108,8 @@ def _mm(x, y) -> jax.Array:
 
     The operands (slices of the factor at many offsets) pass an optimisation barrier first, so
     that each product is compiled as a product of whole arrays: XLA then tunes one kernel per
-    shape instead of one per fused slice, which took a first call at N = 32,768 from minutes of
-    autotuning to seconds; the slices cost one copy each. Inside :func:`products_through`, the
-    product given there is used instead."""
+    shape instead of one per fused slice (the slices cost one copy each). Inside
+    :func:`products_through`, the product given there is used instead."""
     x = x if isinstance(x, Mat) else Mat(x)
     y = y if isinstance(y, Mat) else Mat(y)
     product = _ENGINE.get()[0]
@@ -124,15 +120,11 @@ def _mm(x, y) -> jax.Array:
                       precision=jax.lax.Precision.HIGHEST)
 
 
-def _split(n: int) -> int:
-    """Where to halve an order-n problem: a multiple of 128 where n is large (products of
-    well-aligned extents run fastest)."""
-    half = n // 2
-    return (half // 128) * 128 if half >= 256 else half
-
-
 def _halves(n: int):
-    k = _split(n)
+    """The halves of an order-n problem, split at a multiple of 128 where n is large (products
+    of well-aligned extents run fastest)."""
+    half = n // 2
+    k = (half // 128) * 128 if half >= 256 else half
     return slice(0, k), slice(k, n)
 
 
@@ -189,12 +181,11 @@ def trtri(t: Tri, *, base: int | None = None) -> jax.Array:
     s1, s2 = _halves(n)
     w11 = trtri(t.block(s1, s1), base=base)
     w22 = trtri(t.block(s2, s2), base=base)
-    tri11 = Tri(w11, lower=t.lower)
-    tri22 = Tri(w22, lower=t.lower)
+    tri11, tri22, tb = Tri(w11, lower=t.lower), Tri(w22, lower=t.lower), _trmm_base(base)
     if t.lower:
-        off = -trmm(tri22, trmm(tri11, t.block(s2, s1), left=False, base=_trmm_base(base)), left=True, base=_trmm_base(base))
+        off = -trmm(tri22, trmm(tri11, t.block(s2, s1), left=False, base=tb), left=True, base=tb)
         return _assemble(w11, jnp.zeros((w11.shape[0], w22.shape[1]), w11.dtype), off, w22)
-    off = -trmm(tri11, trmm(tri22, t.block(s1, s2), left=False, base=_trmm_base(base)), left=True, base=_trmm_base(base))
+    off = -trmm(tri11, trmm(tri22, t.block(s1, s2), left=False, base=tb), left=True, base=tb)
     return _assemble(w11, off, jnp.zeros((w22.shape[0], w11.shape[1]), w11.dtype), w22)
 
 

@@ -14,11 +14,10 @@ from ..kernels import status as _status
 class Factorisation(eqx.Module):
     """Base of the factorisation modules.
 
-    ``operator`` is the factorised matrix as the caller passed it (a reference, not a copy),
-    kept so that derivatives with respect to it can be taken; it is None when the call donated
-    it. ``status`` is 0 on success (see each module). ``plan`` is the static description of the
-    call (route, mesh, layouts, tile, shape, dtype: ``jaxmg._plan.Plan``); later calls of the
-    module's methods run the same way.
+    ``operator`` is the factorised matrix as the caller passed it (a reference, not a copy, for
+    derivatives; None when the call donated it). ``status`` is 0 on success (see each module).
+    ``plan`` (``jaxmg._plan.Plan``: route, mesh, layouts, tile, shape, dtype) describes the call;
+    the module's methods run the same way.
     """
 
     operator: Optional[jax.Array]
@@ -43,8 +42,3 @@ class Factorisation(eqx.Module):
     def _masked(self, *outputs):
         """``outputs``, NaN wherever :attr:`status` is not 0 (on every backend)."""
         return _status.masked(self.status, *outputs)
-
-
-def no_gradient(x):
-    """``x`` cut from differentiation (the factor is never differentiated)."""
-    return jax.lax.stop_gradient(x)

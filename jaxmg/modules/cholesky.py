@@ -7,12 +7,11 @@ import dataclasses
 import jax
 
 from ..autodiff import decompositions, logdet, solves
-from ..kernels import families
+from ..kernels import status as _status
 from ..kernels.families import CholeskyState
 from .._docstrings import shared_arguments
 from .._typing import MeshLike, Rhs, Specs, SquareMatrix, Tile, checked
 from .. import _dispatch, _plan
-from . import _base
 from ._base import Factorisation
 
 
@@ -24,18 +23,15 @@ class Cholesky(Factorisation):
     backend="auto")`` factors ``a`` once; :meth:`solve` then solves any number of right-hand
     sides without refactoring, :meth:`logdet` gives ``log det a`` and :meth:`inverse` ``a^-1``.
 
-    On the distributed route (cuSOLVERMp) the saved factor is, by default, cuSOLVERMp's own:
-    ``a``'s buffer factored in place in a permuted block-cyclic layout (nothing redistributed;
-    with ``donate=True`` no second copy of the matrix ever exists). :attr:`factor` (L in a's
-    layout) cannot be read from it and costs one more factorisation of the kept ``a``.
-    ``natural=True`` keeps the factor in natural order instead (redistributed first: about
-    twice the memory), so that :attr:`factor` is read from it. On the local and batch routes
-    the factor is always L.
+    On the distributed route the saved factor is, by default, ``a``'s buffer factored in place
+    in cuSOLVERMp's permuted layout (with ``donate=True`` no second copy of the matrix exists);
+    :attr:`factor` (L in a's layout) then costs one more factorisation of the kept ``a``.
+    ``natural=True`` keeps the factor in natural order instead (about twice the memory), from
+    which :attr:`factor` is read, as on the local and batch routes.
 
-    Derivatives (forward and reverse, any order) of :meth:`solve` and :meth:`logdet` with
-    respect to ``a`` and ``b`` reuse the saved factor: one more solve, never a
-    refactorisation. They are the derivatives of the functions of the Hermitian matrix read
-    from a's lower triangle.
+    Derivatives (forward and reverse, any order) of :meth:`solve` and :meth:`logdet` in ``a``
+    and ``b`` reuse the saved factor (one more solve, never a refactorisation); they are those
+    of the functions of the Hermitian matrix read from a's lower triangle.
 
     Args:
       a: (N, N) matrix sharded ``P(r, c)``, ``P(r)`` or ``P(None, c)`` over ``mesh``; only its
@@ -92,7 +88,7 @@ class Cholesky(Factorisation):
 
 def factored(plan, a, *, keep: bool):
     """(state, status, operator) of the factorisation of ``a`` (trace-only)."""
-    state, status = plan.kernels.Cholesky(plan).factor(_base.no_gradient(plan.enter(a)))
+    state, status = plan.kernels.Cholesky(plan).factor(jax.lax.stop_gradient(plan.enter(a)))
     return jax.lax.stop_gradient(state), status, a if keep else None
 
 
@@ -110,18 +106,12 @@ def solved(plan, operator, state, status, b):
     real = not jax.numpy.issubdtype(plan.dtype, jax.numpy.complexfloating)
     x = solves.linear_solve(plan, operator, b, spec, solve, solves.hermitian_transpose_solve(solve, plan.dtype),
                             symmetric=real, reads_lower=True)
-    return home(_masked(status, x))
+    return home(_status.masked(status, x))
 
 
 def log_determinant(plan, operator, state, status):
     """log det a from the saved factor (trace-only)."""
-    return _masked(status, logdet.logdet(plan.kernels.Cholesky(plan), operator, state))
-
-
-def _masked(status, *outputs):
-    from ..kernels import status as _status
-
-    return _status.masked(status, *outputs)
+    return _status.masked(status, logdet.logdet(plan.kernels.Cholesky(plan), operator, state))
 
 
 def _solve(plan, module, b):

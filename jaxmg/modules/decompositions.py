@@ -8,13 +8,12 @@ import equinox as eqx
 import jax
 
 from ..autodiff import decompositions as rules
-from ..kernels import families, status as _status
+from ..kernels import status as _status
 from .._checks import check_flag
 from .._dense import adjoint
 from .._docstrings import shared_arguments
 from .._typing import Matrix, MeshLike, Specs, SquareMatrix, TallMatrix, Tile, checked
 from .. import _dispatch
-from . import _base
 from ._base import Factorisation
 
 

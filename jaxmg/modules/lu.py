@@ -6,12 +6,11 @@ import jax
 import jax.numpy as jnp
 
 from ..autodiff import logdet, solves
-from ..kernels import families, status as _status
+from ..kernels import status as _status
 from ..kernels.families import LUState
 from .._docstrings import shared_arguments
 from .._typing import MeshLike, Rhs, Specs, SquareMatrix, Tile, checked
 from .. import _dispatch, _plan
-from . import _base
 from ._base import Factorisation
 
 #: op(A) -> how to apply op(A)^-T with the same factor: (trans, conjugate the rhs/solution).
@@ -83,7 +82,7 @@ class LU(Factorisation):
 
 def factored(plan, a, *, keep: bool):
     """(state, status, operator) of the LU factorisation of ``a`` (trace-only)."""
-    state, status = plan.kernels.LU(plan).factor(_base.no_gradient(plan.enter(a)))
+    state, status = plan.kernels.LU(plan).factor(jax.lax.stop_gradient(plan.enter(a)))
     return jax.lax.stop_gradient(state), status, a if keep else None
 
 
@@ -111,20 +110,12 @@ def _solve(plan, module, b, *, trans):
     return solved(plan, module.operator, module.state, module.status, b, trans)
 
 
-def inverted(plan, operator, state, status):
-    """a^-1 in a's layout from the saved factor (trace-only)."""
-    inverse = logdet.inverse(plan.kernels.LU(plan), operator, state)
-    return _status.masked(status, plan.leave(inverse, "the inverse"))
-
-
 def _inverse(plan, module):
-    return inverted(plan, module.operator, module.state, module.status)
-
-
-def sign_and_logdet(plan, operator, state):
-    """(sign, log|det a|) from the saved factor (trace-only)."""
-    return logdet.slogdet(plan.kernels.LU(plan), operator, state)
+    """a^-1 in a's layout from the saved factor (trace-only)."""
+    inverse = logdet.inverse(plan.kernels.LU(plan), module.operator, module.state)
+    return module._masked(plan.leave(inverse, "the inverse"))
 
 
 def _slogdet(plan, module):
-    return sign_and_logdet(plan, module.operator, module.state)
+    """(sign, log|det a|) from the saved factor (trace-only)."""
+    return logdet.slogdet(plan.kernels.LU(plan), module.operator, module.state)

@@ -6,14 +6,13 @@ import dataclasses
 
 import jax
 
-from ..autodiff import _dist, decompositions
-from ..kernels import families, status as _status
+from ..autodiff import _dist, decompositions, solves
+from ..kernels import status as _status
 from ..kernels.families import QRState
 from .._dense import adjoint, columns, matmul, spec_of, triu
 from .._docstrings import shared_arguments
 from .._typing import Matrix, MeshLike, Specs, TallRhs, Tile, checked
 from .. import _dispatch, _plan
-from . import _base
 from ._base import Factorisation
 
 
@@ -99,7 +98,7 @@ def factored(plan, a, *, keep: bool):
     """(state, status, operator) of the QR factorisation of ``a`` (of a^H for a wide a)."""
     kplan = kernel_plan(plan)
     factor_of = adjoint(a) if plan.wide else a
-    state, status = kplan.kernels.QR(kplan).factor(_base.no_gradient(kplan.enter(factor_of)))
+    state, status = kplan.kernels.QR(kplan).factor(jax.lax.stop_gradient(kplan.enter(factor_of)))
     return jax.lax.stop_gradient(state), status, a if keep else None
 
 
@@ -118,14 +117,8 @@ def solved(plan, operator, state, status, b):
         # a a^H = R'^H R' with a^H = Q' R', so x = a^H (R'^H R')^-1 b = Q' R'^-H b
         ah = kplan.enter(adjoint(operator))
         z = decompositions.normal_solve(kernels, spec, ah, state, b)
-        x = _dist.matvec(ah, z, _rhs_layout(kplan, spec))
+        x = _dist.matvec(ah, z, solves.rhs_layout(kplan, spec))
     return home(_status.masked(status, x))
-
-
-def _rhs_layout(plan, spec):
-    from ..autodiff import solves
-
-    return solves.rhs_layout(plan, spec)
 
 
 def _solve(plan, module, b):

@@ -63,16 +63,6 @@ vector_norm = jnp.linalg.vector_norm
 
 # --- LU: solve, inv, det, slogdet -------------------------------------------------------------
 
-def _inverse(a):
-    """a^-1 of one square matrix, in a's layout, from its LU factor (LAPACK's getri)."""
-    return _LU(a).inverse()
-
-
-def _slogdet(a):
-    """(sign, log|det a|) of one square matrix from its LU factor."""
-    return _LU(a).slogdet()
-
-
 def solve(a, b):
     """Solve ``a @ x = b`` for square ``a`` by distributed LU (:func:`jaxmg.lu_solve`).
 
@@ -89,7 +79,7 @@ def inv(a):
     (:meth:`jaxmg.LU.inverse`: both triangular inverses and their product)."""
     (a,) = _inexact(a)
     _square(a, "inv")
-    return _map_batch(_inverse, (a,), (2,))
+    return _map_batch(lambda a: _LU(a).inverse(), (a,), (2,))
 
 
 def slogdet(a, *, method=None):
@@ -103,7 +93,7 @@ def slogdet(a, *, method=None):
                          f"got {method!r}.")
     (a,) = _inexact(a)
     _square(a, "slogdet")
-    return SlogdetResult(*_map_batch(_slogdet, (a,), (2,)))
+    return SlogdetResult(*_map_batch(lambda a: _LU(a).slogdet(), (a,), (2,)))
 
 
 def det(a):

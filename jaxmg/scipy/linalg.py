@@ -16,6 +16,8 @@ refactoring. They also take JAX's arrays (then they factor again).
 
 from __future__ import annotations
 
+import functools
+
 import jax.numpy as jnp
 
 from .. import functional as _f
@@ -23,10 +25,6 @@ from .._dense import adjoint as _H, in_layout_of as _in_layout_of
 from ..modules import LU as _LU, Cholesky as _Cholesky
 from ..numpy import linalg as _np
 from ..numpy._util import herm_input as _herm_input, inexact as _inexact, map_batch as _map_batch, square as _square
-
-
-def _rhs_rank(b):
-    return 1 if b.ndim == 1 else 2
 
 
 def _one_square_matrix(a, name: str, module: str):
@@ -59,7 +57,7 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
     c, b = _inexact(c, b)
     factor = jnp.tril(c) if lower else jnp.triu(c)
     a = factor @ _H(factor) if lower else _H(factor) @ factor
-    return _map_batch(_f.potrs, (a, b), (2, _rhs_rank(b)), solution=True)
+    return _map_batch(_f.potrs, (a, b), (2, 1 if b.ndim == 1 else 2), solution=True)
 
 
 def cholesky(a, lower=False, overwrite_a=False, check_finite=True):
@@ -110,7 +108,7 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False, 
     a, b = _inexact(a, b)
     _square(a, "solve")
     a = _herm_input(a, False, lower=bool(lower))
-    return _map_batch(_f.potrs, (a, b), (2, _rhs_rank(b)), solution=True)
+    return _map_batch(_f.potrs, (a, b), (2, 1 if b.ndim == 1 else 2), solution=True)
 
 
 def inv(a, overwrite_a=False, check_finite=True):
@@ -139,16 +137,12 @@ def eigh(a, b=None, lower=True, eigvals_only=False, overwrite_a=False, overwrite
         raise NotImplementedError("eigh: only eigvals=None is implemented (as in JAX); slice the result.")
     if type != 1:
         raise NotImplementedError(f"eigh: only type=1 (a v = w b v) is implemented, got type={type!r}.")
-    if b is None:
-        (a,) = _inexact(a)
-        _square(a, "eigh")
-        return _map_batch(lambda x: _f.syevd(x, return_eigenvectors=not eigvals_only),
-                          (_herm_input(a, True, lower=True),), (2,))
-    a, b = _inexact(a, b)
-    _square(a, "eigh")
-    _square(b, "eigh (b)")
-    a, b = (_herm_input(x, True, lower=True) for x in (a, b))
-    return _map_batch(lambda x, y: _f.sygvd(x, y, return_eigenvectors=not eigvals_only), (a, b), (2, 2))
+    matrices = _inexact(a) if b is None else _inexact(a, b)
+    for x, name in zip(matrices, ("eigh", "eigh (b)")):
+        _square(x, name)
+    matrices = tuple(_herm_input(x, True, lower=True) for x in matrices)
+    fn = functools.partial(_f.syevd if b is None else _f.sygvd, return_eigenvectors=not eigvals_only)
+    return _map_batch(fn, matrices, (2,) * len(matrices))
 
 
 def svd(a, full_matrices=True, compute_uv=True, overwrite_a=False, check_finite=True, lapack_driver="gesdd"):

@@ -1,17 +1,14 @@
 """Native per-shard kernels: cuSOLVERMp through the XLA FFI library ``jaxmg._native`` (csrc/).
 
-The package mirrors csrc/: ``_library`` loads the library and registers its handlers;
-``_grid`` holds what every family shares (grid bootstrap, the one FFI-call builder,
-redistribution, right-hand-side permutations, the status helper); one module per family
-(``cholesky``, ``lu``, ``qr``, ``eig``) holds its kernels; ``polar`` holds the compositions (QDWH
-polar, and gesvd as polar + syevd) that stand in for cuSOLVERMp 0.8's missing polar and gesvd.
-Every per-shard kernel runs on every device inside ``shard_map``; the family classes
-(:class:`Cholesky`, :class:`LU`, :class:`QR`, :class:`Decompositions`) run them over the grid and
-implement the protocols of ``jaxmg.kernels.families``.
+The package mirrors csrc/: ``_library`` loads the library and registers its handlers; ``_grid``
+holds what every family shares; one module per family (``cholesky``, ``lu``, ``qr``, ``eig``)
+holds its kernels; ``polar`` holds the compositions (QDWH polar, and gesvd as polar + syevd) that
+stand in for cuSOLVERMp 0.8's missing polar and gesvd. The kernels run on every device inside
+``shard_map``; the family classes (:class:`Cholesky`, :class:`LU`, :class:`QR`,
+:class:`Decompositions`) run them over the grid, implementing ``jaxmg.kernels.families``.
 
-Status: 0, or LAPACK's ``info`` (e.g. the order of the first leading minor that is not positive
-definite, counted in the permuted, padded matrix that cuSOLVERMp factors), agreed over the
-grid; outputs are NaN whenever status != 0, and the grid stays usable.
+Status: 0, or LAPACK's ``info`` (in the permuted, padded matrix that cuSOLVERMp factors), agreed
+over the grid; outputs are NaN whenever status != 0, and the grid stays usable.
 """
 
 from __future__ import annotations

@@ -31,9 +31,7 @@ from ... import _sharded
 from ..._sharded import axis_index as index, axis_name as name  # noqa: F401 (the kernels' names)
 
 
-# --------------------------------------------------------------------------------------------
-# Grid geometry and bootstrap
-# --------------------------------------------------------------------------------------------
+# --- Grid geometry and bootstrap ---
 
 def grid_axes(grid):
     """Every mesh axis of the grid: rows first."""
@@ -62,11 +60,9 @@ def ffi_call(target: str, results, operands, boot=(), aliases=None, **attrs):
 
 def bootstrap(grid):
     """(members, nccl_id, rank) of this device's grid, as int32 device arrays."""
-    # Neither call is marked as having side effects: each is a function of the device (and of
-    # the communicator cache, which only its consumers change), so XLA may merge or drop them
-    # with the kernels that use them. Marked effectful, they survived the removal of an unused
-    # kernel (e.g. the log det value in a JVP that needs only its tangent) as a manual
-    # computation without outputs, which XLA's SPMD partitioner rejects.
+    # Neither call is marked as having side effects (each is a function of the device and of the
+    # communicator cache), so XLA may drop them with an unused kernel; effectful, they would
+    # survive it as a manual computation without outputs, which XLA's SPMD partitioner rejects.
     members = ffi_call("jaxmg_identity", jax.ShapeDtypeStruct((1,), jnp.int32), ())
     if grid.col_axes:
         members = jax.lax.all_gather(members, name(grid.col_axes), axis=0, tiled=True)
@@ -92,13 +88,7 @@ def start(grid):
 def family_tile(n: int, tile: int, grid) -> int:
     """The largest divisor of both local extents that is at most ``tile`` (no padding needed)."""
     g = math.gcd(n // grid.nprow, n // grid.npcol)
-    best = 1
-    for d in range(1, int(math.isqrt(g)) + 1):
-        if g % d == 0:
-            for c in (d, g // d):
-                if c <= tile:
-                    best = max(best, c)
-    return best
+    return max(d for d in range(1, min(g, tile) + 1) if g % d == 0)
 
 
 def no_rhs(x):
@@ -106,9 +96,7 @@ def no_rhs(x):
     return jnp.zeros((1, 1), x.dtype) * x[..., :1, :1]
 
 
-# --------------------------------------------------------------------------------------------
-# Status: agreed over the grid, NaN outputs on failure
-# --------------------------------------------------------------------------------------------
+# --- Status: agreed over the grid, NaN outputs on failure ---
 
 def agreed(status, grid, *outputs):
     """``(status, *outputs)`` with status agreed over the grid (the maximum: 0, or LAPACK's
@@ -120,9 +108,7 @@ def agreed(status, grid, *outputs):
     return (status,) + tuple(jnp.where(bad, jnp.full((), jnp.nan, x.dtype), x) for x in outputs)
 
 
-# --------------------------------------------------------------------------------------------
-# Redistribution between the block layout and the natural-order block-cyclic layout
-# --------------------------------------------------------------------------------------------
+# --- Redistribution between the block layout and the natural-order block-cyclic layout ---
 
 def padded_size(n: int, tile: int, grid) -> int:
     """n rounded up to a multiple of ``tile * lcm(nprow, npcol)``."""
@@ -202,10 +188,8 @@ def cyclic_matrix(a, grid, n: int, npad: int, tile: int, pad_value=None):
     return x
 
 
-# --------------------------------------------------------------------------------------------
-# Right-hand sides: whole (n, nrhs) arrays <-> the rows a member holds in cuSOLVERMp's layout
+# --- Right-hand sides: whole (n, nrhs) arrays <-> the rows a member holds in cuSOLVERMp's layout ---
 # (rows block-cyclic over the pr process rows, valid on process column 0)
-# --------------------------------------------------------------------------------------------
 
 def rows_of(bc, j, n, tile, pr):
     """Process row ``j``'s rows of a whole (n, nrhs) right-hand side, natural block-cyclic order."""
@@ -263,9 +247,7 @@ def tile_permutation(n: int, tile: int, nproc: int) -> np.ndarray:
     return ((t % nproc) * (k // nproc) + t // nproc) * tile + g % tile
 
 
-# --------------------------------------------------------------------------------------------
-# The family classes' common part
-# --------------------------------------------------------------------------------------------
+# --- The family classes' common part ---
 
 @dataclasses.dataclass(frozen=True)
 class GridKernels:

@@ -13,9 +13,7 @@ import jax
 _state: dict = {"checked": False, "reason": None, "registered": False}
 
 
-# --------------------------------------------------------------------------------------------
-# Loading the native library and cuSOLVERMp
-# --------------------------------------------------------------------------------------------
+# --- Loading the native library and cuSOLVERMp ---
 
 def _search_dirs() -> list[str]:
     roots = []
@@ -134,16 +132,10 @@ def info() -> dict:
     out = {"available": reason is None, "reason": reason}
     if reason is None or "could not be loaded" in (reason or ""):
         native = _native_module()
-        out.update(
-            header_versions=native.header_versions(),
-            cuda_runtime=native.cuda_runtime_version(),
-            nccl_version=native.nccl_version(),
-            cusolvermp_version=native.cusolvermp_version(),
-            libraries=native.library_paths(),
-            capabilities=native.capabilities(),
-            cache=native.cache_info(),
-            watchdog={"timeout_s": native.native_timeout(), "aborts": native.aborts()},
-        )
+        out.update(header_versions=native.header_versions(), cuda_runtime=native.cuda_runtime_version(),
+                   nccl_version=native.nccl_version(), cusolvermp_version=native.cusolvermp_version(),
+                   libraries=native.library_paths(), capabilities=native.capabilities(), cache=native.cache_info(),
+                   watchdog={"timeout_s": native.native_timeout(), "aborts": native.aborts()})
     try:
         from importlib.metadata import version
 
@@ -189,8 +181,6 @@ def register() -> None:
 def check_one_gpu_per_process() -> None:
     """RuntimeError unless this process drives one GPU (the native backend's launch model)."""
     if jax.local_device_count() > 1:
-        raise RuntimeError(
-            f"the native backend needs one process per GPU, but this process drives "
-            f"{jax.local_device_count()} GPUs. Launch with `python -m jaxmg.launch -n NGPUS "
-            f"script.py` (one process per GPU), or use backend='portable'."
-        )
+        raise RuntimeError(f"the native backend needs one process per GPU, but this process drives "
+                           f"{jax.local_device_count()} GPUs. Launch with `python -m jaxmg.launch -n NGPUS "
+                           f"script.py` (one process per GPU), or use backend='portable'.")

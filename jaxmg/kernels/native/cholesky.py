@@ -37,11 +37,9 @@ Status: 0, or the order of a leading minor that is not positive definite, counte
 (permuted, padded) matrix that cuSOLVERMp factors (``N + 1`` where cuSOLVERMp 0.8 reports the
 failure without ``info``). Outputs are NaN whenever status != 0; the grid stays usable.
 
-Kernels: ``potrs`` (fused: factor and solve in one handler call, for ``jaxmg.ops.local``), and
-the Cholesky family ``cholesky_factor``/``_solve``/``_logdet``/``_lower``, plus
-``_triangle``/``_to_a_order`` around the inverse that :meth:`Cholesky.inverse` forms on the whole
-factor (state: the in-place permuted factor of step 2 where the grid is square or 1-D, else, or
-with ``natural=True``, the natural-order factor of step 3); :class:`Cholesky` runs them over the
+Kernels: ``potrs`` (fused factor and solve, for ``jaxmg.ops.local``) and the family
+``cholesky_factor``/``_solve``/``_logdet``/``_lower``/``_triangle``/``_to_a_order`` on a saved
+state (step 2's factor, or step 3's with ``natural=True``), which :class:`Cholesky` runs over the
 grid for ``jaxmg.Cholesky`` and ``jaxmg.potrs``.
 
 Batching: a leading unsharded batch axis reaches the FFI call (``vmap_method="expand_dims"``)
@@ -92,9 +90,7 @@ def _attrs(a_m, b_m, n, tile, pr, pc, mode, solve):
                 uplo=_UPLO_LOWER if mode == _MODE_INPLACE else _UPLO_UPPER)
 
 
-# --------------------------------------------------------------------------------------------
-# Kernels
-# --------------------------------------------------------------------------------------------
+# --- Kernels ---
 
 def _inplace_ok(n: int, tile: int, grid) -> bool:
     pr, pc = _grid.mp_grid(grid)
@@ -103,13 +99,10 @@ def _inplace_ok(n: int, tile: int, grid) -> bool:
     return pr == pc or pr == 1 or pc == 1
 
 
-def _finish(x, logdet, status, grid):
-    """(x, log det, status) of a fused solve: log det summed over the grid; NaN on failure."""
+def _logdet_sum(logdet, grid):
+    """log det A from each member's sum of the logs of its diagonal entries of the factor."""
     axes = _grid.grid_axes(grid)
-    if axes:
-        logdet = jax.lax.psum(logdet, _grid.name(axes))
-    status, x, logdet = _grid.agreed(status, grid, x, 2 * logdet)
-    return x, logdet, status
+    return 2 * (jax.lax.psum(logdet, _grid.name(axes)) if axes else logdet)
 
 
 def _permuted_rows(bc, grid, n: int, tile: int):
@@ -156,25 +149,14 @@ def potrs(a, b, *, grid, tile):
                                              mode=_MODE_NATURAL, solve=1)
         x = _grid.whole_rows(xt.T, grid, npad, tile, pr)[:n]
     x = jnp.conj(x)
-    x = x[:, 0] if vector else x
-    return _finish(x, logdet, status, grid)
+    status, x, logdet = _grid.agreed(status, grid, x[:, 0] if vector else x, _logdet_sum(logdet, grid))
+    return x, logdet, status
 
 
-# --------------------------------------------------------------------------------------------
-# The Cholesky family (factor once; then solve, log det, L, inverse from the saved factor)
-# --------------------------------------------------------------------------------------------
-# The state is cuSOLVERMp's factor in a's local block shape (tile ``family_tile``), in one of
-# two layouts, chosen by ``_permuted(n, t, grid, natural)`` from static values alone:
-# * permuted (the default where the grid is square or 1-D): ``a``'s own buffer factored in
-#   place, exactly as the fused ``potrs`` does (layout step 2 above): the lower factor of
-#   S^T M S. Nothing is redistributed, and with donation the matrix is never copied. Solves
-#   permute only the right-hand side; log det reads the factor's diagonal; L itself cannot be
-#   read from it (the module refactors in natural order for that).
-# * natural (``natural=True``, or other grids): the natural-order block-cyclic layout
-#   (redistributed in JAX), factored with ``uplo=UPPER``: the upper factor U of conj(A) = A^T,
-#   whose column-major storage is L's row-major storage, so L can be read back.
-# A failed factorisation leaves the state NaN (the handler fills it), so every consumer's
-# outputs are NaN too.
+# --- The Cholesky family (factor once; then solve, log det, L, inverse from the saved factor) ---
+# The state is cuSOLVERMp's factor in a's local block shape (tile ``family_tile``): permuted
+# (step 2 of the module docstring; L cannot be read from it) or natural (step 3), chosen by
+# ``_permuted`` from static values alone. A failed factorisation leaves the state NaN.
 
 def _permuted(n: int, tile: int, grid, natural: bool) -> bool:
     """Whether the family state is in the permuted (in-place) layout."""
@@ -232,10 +214,7 @@ def cholesky_logdet(state, *, grid, tile, natural=False):
     _, _, boot, attrs = _family_call(state, grid, tile, natural)
     dummy = _grid.no_rhs(state)
     _, logdet, _ = _solve_call(state, dummy, *boot, solve=0, **attrs)
-    axes = _grid.grid_axes(grid)
-    if axes:
-        logdet = jax.lax.psum(logdet, _grid.name(axes))
-    return (2 * logdet,)
+    return (_logdet_sum(logdet, grid),)
 
 
 def cholesky_lower(state, *, grid, tile, natural=False):
@@ -245,8 +224,7 @@ def cholesky_lower(state, *, grid, tile, natural=False):
     if _permuted(n, t, grid, natural):
         raise ValueError("this Cholesky state is in cuSOLVERMp's permuted in-place layout, from which L cannot "
                          "be read; factor with natural=True (jaxmg.Cholesky(a, natural=True)) to read L.")
-    f = _grid.from_cyclic(state, -2, grid.row_axes, grid.nprow, n, n, t)
-    f = _grid.from_cyclic(f, -1, grid.col_axes, grid.npcol, n, n, t)
+    (f,) = cholesky_triangle(state, grid=grid, tile=tile)
     i, j = _grid.index(grid.row_axes), _grid.index(grid.col_axes)
     rows = i * f.shape[-2] + jnp.arange(f.shape[-2])
     cols = j * f.shape[-1] + jnp.arange(f.shape[-1])
@@ -266,11 +244,9 @@ def cholesky_triangle_kind(n: int, tile: int, grid, natural: bool = False) -> tu
 
 
 def cholesky_triangle(state, *, grid, tile, natural=False):
-    """The factor as a triangular matrix (this device's block of the grid layout), in the order
-    of the matrix that was factored (a's, or the tile-permuted one for the permuted state): the
-    block-cyclic state brought to block layout (one all_to_all per distributed dimension; on a
-    1-D grid the handler already reordered the other dimension's tiles in place). The other
-    triangle is unspecified (never read)."""
+    """The factor as a triangular matrix (this device's block of the grid layout; the other
+    triangle unspecified) in the order of the factored matrix (a's, or the tile-permuted one):
+    the block-cyclic state brought to block layout (one all_to_all per distributed dimension)."""
     n = state.shape[-2] * grid.nprow
     t = _grid.family_tile(n, int(tile), grid)
     f = _grid.from_cyclic(state, -2, grid.row_axes, grid.nprow, n, n, t)

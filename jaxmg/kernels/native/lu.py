@@ -37,7 +37,7 @@ from .. import triangular
 from ..._sharded import Block, Replicated, Rows, whole
 from ..families import LUState
 from ..local import matmul, slogdet_of
-from .cholesky import products_on
+from .cholesky import cholesky_triangle, products_on
 
 
 def _start(local, grid, tile):
@@ -89,12 +89,8 @@ def lu_factor_order(n: int, tile: int, grid) -> dict:
 
 def lu_triangles(lu, *, grid, tile):
     """The packed factor of ``M'`` transposed, in natural order (this device's block of the grid
-    layout): the block-cyclic state brought to block layout, one all_to_all per distributed
-    dimension."""
-    n = lu.shape[-2] * grid.nprow
-    t = _grid.family_tile(n, int(tile), grid)
-    f = _grid.from_cyclic(lu, -2, grid.row_axes, grid.nprow, n, n, t)
-    return (_grid.from_cyclic(f, -1, grid.col_axes, grid.npcol, n, n, t),)
+    layout): the block-cyclic state brought to block layout as :func:`cholesky_triangle` does."""
+    return cholesky_triangle(lu, grid=grid, tile=tile)
 
 
 def lu_solve(lu, piv, b, *, grid, trans, tile):
@@ -143,8 +139,7 @@ def _transposed_solve(f, piv, c, grid, n: int, t: int):
         known = y.reshape(kr, pr, t, nrhs)
         known = jax.lax.dynamic_index_in_dim(known, p, axis=1, keepdims=False)
         known = jnp.where(mask(row_tiles)[:, None, None], known, jnp.zeros((), y.dtype)).reshape(kr * t, nrhs)
-        partial = jnp.where(mine, matmul(slab, known),
-                            jnp.zeros((), y.dtype))
+        partial = jnp.where(mine, matmul(slab, known), jnp.zeros((), y.dtype))
         r = rhs - reduce(partial)
         owner = mine & (p == j % pr)
         diag = jax.lax.dynamic_slice_in_dim(slab, (j // pr) * t, t, axis=-1)  # D^T

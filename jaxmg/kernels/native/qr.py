@@ -125,16 +125,11 @@ def _diagonal(f, grid, s: _Shape):
     return _whole_cols(mine, grid, s)
 
 
-def _start(m0, n0, grid, tile):
-    """The padded problem and the grid arguments of a kernel call."""
-    return _Shape(m0, n0, tile, grid), _grid.start(grid)
-
-
 def qr_factor(a, *, grid, tile):
     """Householder QR of a (M x N, M >= N); returns (factor: (Np/pc, Mp/pr) local, tau: (N,)
     whole, status)."""
     m0, n0 = a.shape[-2] * grid.nprow, a.shape[-1] * grid.npcol
-    s, boot = _start(m0, n0, grid, tile)
+    s, boot = _Shape(m0, n0, tile, grid), _grid.start(grid)
     results = (jax.ShapeDtypeStruct((s.nloc, s.mloc), a.dtype), jax.ShapeDtypeStruct((s.nloc,), a.dtype),
                jax.ShapeDtypeStruct((), jnp.int32))
     f, tau, status = _grid.ffi_call("jaxmg_geqrf", results, (_laid_out(a, grid, s),), boot, aliases={0: 0},

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Makes the virtual environment .venv (once) with the newest Python 3.12+ it finds (JAX 0.11 and
-# newer need it; else python3) and installs jaxmg into it with the given extras:
+# Makes the virtual environment .venv (once) with Python 3.12 or newer where it finds one (JAX 0.11 and
+# newer need it; else python3, at least 3.11) and installs jaxmg into it with the given extras:
 #   bash scripts/venv.sh               # jaxmg itself (the README's main job)
 #   bash scripts/venv.sh test,docs     # what tests/run.sh installs
 # JAXMG_PYTHON=/path/to/python picks the interpreter. Both README commands use this one .venv,
@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-runs() { "$1" -c 'import sys; assert sys.version_info >= (3, 10)' >/dev/null 2>&1; }
+runs() { "$1" -c 'import sys; assert sys.version_info >= (3, 11)' >/dev/null 2>&1; }
 
 pick_python() {
   # Python 3.12 first: it takes the newest JAX.

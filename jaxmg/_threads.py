@@ -3,9 +3,8 @@
 On CPU, every simulated device (``XLA_FLAGS=--xla_force_host_platform_device_count=N``, or
 ``JAX_NUM_CPU_DEVICES=N``) makes its own LAPACK calls through SciPy's OpenBLAS, which jaxlib
 loads on the first factorisation. With OpenBLAS's default of one worker thread per core on top
-of those, its spinning workers multiply the time: jitted ``potrs`` at N = 1024 on 8 simulated
-devices took 41.1 s with ``OPENBLAS_NUM_THREADS`` unset and 0.92 s with it set to 1
-(``python benchmarks/bench_openblas_threads.py --n 1024``, docs/performance.md).
+of those, its spinning workers multiply the time many-fold (measured in docs/performance.md,
+``python benchmarks/bench_openblas_threads.py``).
 
 So where the variable (or ``OMP_NUM_THREADS``) is unset, no NVIDIA GPU is present (or
 ``JAX_PLATFORMS=cpu``) and more than one CPU device is simulated, ``import jaxmg`` sets

@@ -1,4 +1,5 @@
-"""The native QR family: cuSOLVERMp geqrf/ormqr/orgqr through the handlers of csrc/qr.cc.
+"""The native QR family: cuSOLVERMp geqrf/orgqr through the handlers of csrc/qr.cc (Q^H b is
+applied from the saved reflectors).
 
 Layout. A QR factorization cannot be taken of ``A^T`` (what a row-major local block is, read
 column-major, see ``_grid``), and only row permutations leave R unchanged. So the kernels keep the

@@ -73,14 +73,14 @@ def _one_gpu_library(mesh) -> bool:
 
 
 class Cholesky(_Local):
-    """A = L L^H; the state is L."""
+    """A = L L^H; the state is L in its lower triangle (the other is not read)."""
 
     lower_readable = True
     hermitian = True
 
     def factor(self, a):
         chol, status = _status.cholesky_info(a, lax.linalg.cholesky(a, symmetrize_input=False))
-        return CholeskyState(jnp.where(status == _status.OK, jnp.tril(chol), jnp.nan)), status
+        return CholeskyState(chol), status  # every output is masked by the status, and only L is read
 
     def solve(self, state, b, spec=None):
         y = solve_triangular(state.factor, _as_matrix(b), lower=True)
@@ -97,7 +97,7 @@ class Cholesky(_Local):
         return self.solve(state, _eye_like(state.factor))  # two triangular solves in the identity's buffer
 
     def lower(self, state):
-        return state.factor
+        return jnp.tril(state.factor)
 
 
 class LU(_Local):

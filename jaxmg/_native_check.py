@@ -12,6 +12,7 @@ from __future__ import annotations
 import warnings
 
 from . import _nvidia
+from .kernels import native
 
 
 class NativeBackendWarning(UserWarning):
@@ -51,8 +52,6 @@ def warn_if_native_missing(*, stacklevel: int = 3) -> str | None:
     global _warned
     if _warned or not _nvidia.has_nvidia_gpu():
         return None
-    from .kernels import native
-
     reason = native.unavailable_reason()
     if reason is None:
         return None

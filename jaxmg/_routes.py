@@ -24,6 +24,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from . import _layout
+from .kernels import native
 
 LOCAL, BATCH, DISTRIBUTED = "local", "batch", "distributed"
 
@@ -97,8 +98,6 @@ def native_unavailable(fam: str, mesh) -> Optional[str]:
     kind = _layout.platform(mesh)
     if kind not in ("gpu", "cuda"):
         return f"the devices are {kind!r}, and the native backend needs NVIDIA GPUs"
-    from .kernels import native
-
     reason = native.unavailable_reason()
     if reason is not None:
         return reason

@@ -23,6 +23,7 @@ from jax.scipy.linalg import solve_triangular
 
 from .. import _layout
 from . import status as _status, triangular
+from .potrf import potrf
 from .families import CholeskyState, LUState, QRState
 
 _TRANS = {"N": 0, "T": 1, "C": 2}
@@ -79,8 +80,8 @@ class Cholesky(_Local):
     hermitian = True
 
     def factor(self, a):
-        chol, status = _status.cholesky_info(a, lax.linalg.cholesky(a, symmetrize_input=False))
-        return CholeskyState(chol), status  # every output is masked by the status, and only L is read
+        chol, info = potrf(a)  # in a's buffer where a is not used afterwards
+        return CholeskyState(chol), _status.cholesky_status(info, chol)  # outputs are masked by the status
 
     def solve(self, state, b, spec=None):
         y = solve_triangular(state.factor, _as_matrix(b), lower=True)

@@ -76,74 +76,10 @@ def solved(status: jax.Array, x: jax.Array):
     return masked(status, x), status
 
 
-def cholesky_info(a: jax.Array, factor: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(factor, info): LAPACK ``?potrf``'s info for Hermitian ``a`` (lower triangle read), given
-    the factor that a dense Cholesky returned (NaN when it failed, as JAX's does).
-
-    info is :data:`OK` when ``factor`` has a positive, finite diagonal. Otherwise it is the order
-    of the first leading minor of ``a`` that is not positive definite, found by an unblocked
-    Cholesky that stops at the first pivot that is not positive (``O(N^3)`` scalar steps, run
-    only on failure): the same pivots as LAPACK's, up to rounding; :data:`NOT_FINITE` where every
-    minor is positive but the factor is not finite (an Inf in ``a``). The search works in the
-    factor's own buffer, so it holds no copy of ``a``: the factor comes back as it is on success,
-    and with unspecified entries otherwise (the caller masks it with the status).
-    """
-    diag = jnp.real(jnp.diagonal(factor, axis1=-2, axis2=-1))
-    ok = jnp.all(jnp.isfinite(diag) & (diag > 0), axis=-1)
-    factor, info = _first_failing_minor(a, factor, ok)
-    return factor, jnp.where((info == OK) & ~ok, NOT_FINITE, info).astype(jnp.int32)
-
-
-@jax.custom_batching.custom_vmap
-def _first_failing_minor(a: jax.Array, work: jax.Array, ok: jax.Array):
-    """(work, info) of :func:`_unblocked_pivots`: no step runs where ``ok``."""
-    return _unblocked_pivots(a, work, ok)
-
-
-@_first_failing_minor.def_vmap
-def _first_failing_minors(size, in_batched, a, work, ok):
-    """A stack: one loop over the stack, each matrix stopping at its own first bad pivot (no step
-    runs where every factorisation succeeded)."""
-    a, work, ok = (x if batched else jnp.broadcast_to(x, (size,) + x.shape)
-                   for x, batched in zip((a, work, ok), in_batched))
-    return _unblocked_pivots(a, work, ok), (True, True)
-
-
-def _zero_like(a: jax.Array) -> jax.Array:
-    """An int32 zero for each matrix of ``a`` that varies over the same ``shard_map`` axes as
-    ``a`` (loop carries must agree there)."""
-    return (jnp.isnan(jnp.real(a[..., 0, 0])) & False).astype(jnp.int32)
-
-
-def _unblocked_pivots(a: jax.Array, work: jax.Array, ok: jax.Array):
-    """An unblocked Cholesky of the Hermitian matrices (..., n, n) whose lower triangles are
-    ``a``'s, each stopping at its first pivot that is not positive; (work, info) with info the
-    1-based order of that pivot (:data:`OK` where none). It runs in ``work`` (the factor's
-    buffer: ``a`` is copied into it on the first step) and reads only lower triangles. No step
-    runs where ``ok``: then ``work`` comes back as it is."""
-    n = a.shape[-1]
-    rows = jnp.arange(n)
-
-    def unfinished(carry):
-        j, _, info = carry
-        return jnp.any((j < n) & (info == OK) & ~ok)
-
-    def step(carry):
-        j, work, info = carry
-        running = (info == OK) & ~ok & (j < n)
-        live = running[..., None, None]
-        work = jnp.where(live & (j == 0)[..., None, None], a, work)
-        at = jnp.minimum(j, n - 1)
-        pivot = jnp.real(jnp.take_along_axis(jnp.diagonal(work, axis1=-2, axis2=-1), at[..., None], -1))[..., 0]
-        bad = ~(pivot > 0)  # NaN included
-        scale = jnp.sqrt(jnp.where(bad, 1.0, pivot)).astype(work.dtype)
-        column = jnp.take_along_axis(work, at[..., None, None], -1)[..., 0]
-        column = jnp.where(rows > j[..., None], column, 0) / scale[..., None]
-        update = column[..., :, None] * jnp.conj(column)[..., None, :]
-        work = jnp.where(live, work - update, work)
-        info = jnp.where(running & bad, j + 1, info).astype(jnp.int32)
-        return jnp.where(running & ~bad, j + 1, j), work, info
-
-    zero = _zero_like(a)
-    _, work, info = jax.lax.while_loop(unfinished, step, (zero, work, zero + OK))
-    return work, info
+def cholesky_status(info: jax.Array, factor: jax.Array) -> jax.Array:
+    """The status of a Cholesky factorisation from ``?potrf``'s ``info`` and its ``factor``
+    (..., n, n): ``info`` (the order of the first leading minor that is not positive definite),
+    else :data:`NOT_FINITE` where the factor's diagonal is not finite (a NaN or Inf that the
+    solver's pivot test let through)."""
+    finite_diagonal = jnp.all(jnp.isfinite(jnp.diagonal(factor, axis1=-2, axis2=-1)), axis=-1)
+    return jnp.where((info == OK) & ~finite_diagonal, NOT_FINITE, info).astype(jnp.int32)

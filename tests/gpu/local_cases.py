@@ -1,0 +1,158 @@
+"""GPU checks of the local route (the device's own solver, cuSOLVER) on one GPU:
+
+    python tests/gpu/local_cases.py
+
+Prints one ``CASE <name> PASS|FAIL <detail>`` line per check and exits 1 if any failed. The
+Cholesky family's factorisation is cuSOLVER's potrf called with its info (``jaxmg.kernels.potrf``),
+in the matrix's row-major buffer: statuses are compared with LAPACK's info (SciPy), results with
+NumPy, for all four dtypes, one matrix and stacks (vmap), eagerly and in jit, with derivatives
+(``jax.test_util.check_grads``); the compiled memory of potrs, cholesky and the GP gradient is
+compared with plain JAX's on the same GPU.
+"""
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+from jax.test_util import check_grads
+from scipy.linalg import lapack
+
+import jaxmg
+from jaxmg.kernels.potrf import potrf
+
+jax.config.update("jax_enable_x64", True)
+RESULTS: list = []
+DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
+POTRF = {np.float32: lapack.spotrf, np.float64: lapack.dpotrf, np.complex64: lapack.cpotrf,
+         np.complex128: lapack.zpotrf}
+
+
+def case(name):
+    def deco(fn):
+        t0 = time.perf_counter()
+        try:
+            detail, ok = fn() or "", True
+        except Exception as e:  # noqa: BLE001
+            ok, detail = False, f"{type(e).__name__}: {str(e)[:700]}"
+            traceback.print_exc()
+        RESULTS.append(ok)
+        print(f"CASE {name} {'PASS' if ok else 'FAIL'} ({time.perf_counter() - t0:.2f}s) {detail}", flush=True)
+        return fn
+    return deco
+
+
+def spd(n, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    g = rng.standard_normal((n, n)) + (1j * rng.standard_normal((n, n)) if np.dtype(dtype).kind == "c" else 0)
+    a = g @ np.conj(g).T / n + np.eye(n)
+    return (np.tril(a) + np.triu(np.full((n, n), 3.0), 1)).astype(dtype), a  # upper triangle never read
+
+
+def tol(dtype):
+    return 1e-10 if np.dtype(dtype) in (np.float64, np.complex128) else 2e-4
+
+
+def relerr(x, ref):
+    return float(np.linalg.norm(np.asarray(x) - ref) / np.linalg.norm(ref))
+
+
+DEVICE = jax.devices()[0]  # the GPU where there is one (the checks also run on a CPU)
+print(f"DEVICE {DEVICE.platform} {DEVICE.device_kind}", flush=True)
+put = lambda x: jax.device_put(x, DEVICE)  # noqa: E731
+
+for dtype in DTYPES:
+    name = np.dtype(dtype).name
+
+    @case(f"potrf-{name}-factor-and-info")
+    def _(dtype=dtype):
+        a_in, a = spd(96, dtype)
+        factor, info = jax.jit(potrf)(put(a_in))
+        assert int(info) == 0, int(info)
+        low = np.tril(np.asarray(factor))
+        e = relerr(low, np.linalg.cholesky(a))
+        assert e < tol(dtype), e
+        assert np.array_equal(np.triu(np.asarray(factor), 1), np.triu(a_in, 1)), "upper triangle changed"
+        for k in (1, 6, 21, 96):
+            bad = a.copy()
+            bad[k - 1, k - 1] = -50.0
+            expect = POTRF[dtype](bad.astype(dtype), lower=1)[1]
+            got = int(potrf(put(bad.astype(dtype)))[1])
+            assert got == expect == k, (k, got, expect)
+        return f"err {e:.1e}"
+
+    @case(f"potrs-{name}-eager-jit-vmap-status")
+    def _(dtype=dtype):
+        a_in, a = spd(128, dtype, seed=1)
+        b = np.random.default_rng(2).standard_normal((128, 3)).astype(dtype)
+        x, logdet, st = jaxmg.potrs(put(a_in), put(b), return_logdet=True, return_status=True)
+        assert int(st) == 0 and jaxmg.route("potrs", a.shape, dtype) == "local"
+        e = relerr(x, np.linalg.solve(a, b))
+        assert e < 10 * tol(dtype), e
+        assert abs(float(logdet) - np.linalg.slogdet(a)[1]) < 1e3 * tol(dtype) * abs(np.linalg.slogdet(a)[1])
+        xj = jax.jit(lambda a, b: jaxmg.potrs(a, b[:, 0]))(put(a_in), put(b))
+        assert relerr(xj, np.linalg.solve(a, b[:, 0])) < 10 * tol(dtype)
+        bad = a.copy()
+        bad[20, 20] = -1.0
+        stack = np.stack([a, bad, a]).astype(dtype)
+        xs, sts = jax.jit(jax.vmap(lambda a, b: jaxmg.potrs(a, b, return_status=True)))(put(stack), put(np.ones((3, 128), dtype)))
+        assert list(np.asarray(sts)) == [0, 21, 0], np.asarray(sts)
+        assert np.all(np.isnan(np.asarray(xs[1]))) and np.all(np.isfinite(np.asarray(xs[0])))
+        nan = a.copy()
+        nan[5, 3] = np.nan
+        assert int(jaxmg.Cholesky(put(nan.astype(dtype))).status) != 0
+        return f"err {e:.1e}"
+
+    @case(f"cholesky-inverse-{name}")
+    def _(dtype=dtype):
+        a_in, a = spd(160, dtype, seed=3)
+        low = jaxmg.cholesky(put(a_in))
+        assert relerr(low, np.linalg.cholesky(a)) < tol(dtype)
+        inv = np.asarray(jaxmg.Cholesky(put(a_in)).inverse())
+        e = relerr(inv, np.linalg.inv(a))
+        assert e < 100 * tol(dtype) and relerr(inv, np.conj(inv).T) < 100 * tol(dtype), e
+        inv_d = jax.jit(lambda m: jaxmg.Cholesky(m, donate=True).inverse(), donate_argnums=0)(put(a_in))
+        assert relerr(inv_d, np.linalg.inv(a)) < 100 * tol(dtype)
+        return f"err {e:.1e}"
+
+
+@case("potrs-grads-float64-and-complex128")
+def _():
+    for dtype in (np.float64, np.complex128):
+        _, a = spd(24, dtype, seed=4)
+        b = np.random.default_rng(5).standard_normal(24).astype(dtype)
+        check_grads(lambda a, b: jaxmg.potrs(a, b), (put(a), put(b)), order=2, modes=["fwd", "rev"])
+        check_grads(lambda a: jaxmg.potrs(a, jnp.ones(24, dtype), return_logdet=True)[1], (put(a),), order=2,
+                    modes=["fwd", "rev"])
+        check_grads(lambda a: jaxmg.cholesky(a), (put(a),), order=1, modes=["fwd", "rev"])
+
+
+def _temp(fn, *args):
+    return jax.jit(fn).lower(*args).compile().memory_analysis().temp_size_in_bytes
+
+
+@case("memory-no-more-than-jax")
+def _():
+    n = 4096
+    _, a = spd(n, np.float64, seed=6)
+    a, b = put(a), put(np.ones(n))
+    matrix = n * n * 8
+    pairs = {"potrs": (jaxmg.potrs, lambda a, b: jsl.cho_solve(jsl.cho_factor(a, lower=True), b)),
+             "cholesky": (lambda a, b: jaxmg.cholesky(a), lambda a, b: jnp.linalg.cholesky(a)),
+             "gp_grad": (jax.grad(lambda a, b: jnp.vdot(b, jaxmg.potrs(a, b)) + jaxmg.potrs(a, b, return_logdet=True)[1]),
+                         jax.grad(lambda a, b: jnp.vdot(b, jsl.cho_solve(jsl.cho_factor(a, lower=True), b))
+                                  + 2 * jnp.sum(jnp.log(jnp.diagonal(jnp.linalg.cholesky(a))))))}
+    out = []
+    for key, (ours, theirs) in pairs.items():
+        mine, ref = _temp(ours, a, b) / matrix, _temp(theirs, a, b) / matrix
+        out.append(f"{key} {mine:.2f}/{ref:.2f}")
+        assert mine <= ref + 0.05, (key, mine, ref)
+    return "temp matrices jaxmg/JAX: " + ", ".join(out)
+
+
+print(f"SUMMARY {sum(RESULTS)}/{len(RESULTS)} passed", flush=True)
+sys.exit(0 if all(RESULTS) else 1)

@@ -59,18 +59,21 @@ def test_no_matrix_beyond_jax(system, case):
     assert mine <= reference + SLACK, (case, mine, reference)
 
 
-def test_cholesky_solves_hold_only_the_factor(system):
-    """potrs and the GP loss's value_and_grad with respect to K hold one matrix: the factor, made
-    by potrf in the copy of K that XLA makes anyway (its info is the status: no second pass, no
-    copy of K kept for it). A^-1 then overwrites the factor (plain JAX: 2 and 3 matrices)."""
+def test_solves_hold_only_the_factor(system):
+    """potrs, lu_solve and the GP loss's value_and_grad with respect to K hold one matrix: the
+    factor, made by potrf or getrf in the copy of a that XLA makes anyway (potrf's info is the
+    status: no second pass, no copy of a kept for it; no masking pass writes a second matrix).
+    A^-1 then overwrites the factor (plain JAX: 2, 2 and 3 matrices)."""
     assert _temp(PAIRS["potrs"][0], *system) <= 1 + SLACK
+    assert _temp(PAIRS["lu_solve"][0], *system) <= 1 + SLACK
     assert _temp(jax.value_and_grad(_gp_jaxmg), *system) <= 1 + SLACK
 
 
-def test_inverse_holds_the_factor(system):
-    """Cholesky(a).inverse() solves against the identity in place, in the factor's column-major
-    layout: one matrix beyond its output, as JAX's inv."""
+def test_inverses_hold_the_factor(system):
+    """Cholesky(a).inverse() and LU(a).inverse() solve against the identity in place, in the
+    factor's column-major layout: one matrix beyond their output, as JAX's inv."""
     assert _temp(lambda a: jaxmg.Cholesky(a).inverse(), system[0]) <= 1 + SLACK
+    assert _temp(lambda a: jaxmg.LU(a).inverse(), system[0]) <= 1 + SLACK
 
 
 def test_failed_factorisation_reports_its_minor(system):

@@ -23,7 +23,7 @@ from jax.scipy.linalg import solve_triangular
 
 from .. import _layout
 from . import status as _status, triangular
-from .potrf import potrf
+from .solver import getrf, potrf
 from .families import CholeskyState, LUState, QRState
 
 _TRANS = {"N": 0, "T": 1, "C": 2}
@@ -107,8 +107,8 @@ class LU(_Local):
     hermitian = False
 
     def factor(self, a):
-        lu, piv, _ = lax.linalg.lu(a)
-        return LUState(lu, piv.astype(jnp.int32)), _status.first_bad_pivot(jnp.diagonal(lu))
+        lu, pivots = getrf(a)  # in a's buffer where a is not used afterwards
+        return LUState(lu, pivots), _status.first_bad_pivot(jnp.diagonal(lu, axis1=-2, axis2=-1))
 
     def solve(self, state, b, spec=None, trans: str = "N"):
         x = jax.scipy.linalg.lu_solve((state.lu, state.pivots), _as_matrix(b), trans=_TRANS[trans])

@@ -41,7 +41,7 @@ from jax.sharding import PartitionSpec as P
 from .. import _checks, _layout, _routes
 from .._layout import Grid
 from .._sharded import gather_block, gather_rows, local_block, local_rows
-from ..kernels import local, native
+from ..kernels import local, native, status as _status
 
 
 def _native(family: str, grid: Grid, backend: str, T_A: Optional[int], local_shape, dtype) -> Optional[int]:
@@ -78,7 +78,8 @@ def potrs(a, b, *, grid: Grid, rhs_spec: Optional[P] = None, backend: str = "aut
         return local_rows(x, spec), logdet, status
     kernels = _device(local.Cholesky)
     state, status = kernels.factor(gather_block(a, grid))
-    return local_rows(kernels.solve(state, b), spec), kernels.logdet(state), status
+    x, logdet = _status.masked(status, kernels.solve(state, b), kernels.logdet(state))
+    return local_rows(x, spec), logdet, status
 
 
 def cholesky(a, *, grid: Grid, backend: str = "auto", T_A=None):
@@ -88,8 +89,9 @@ def cholesky(a, *, grid: Grid, backend: str = "auto", T_A=None):
         state, status = native.cholesky_factor(a, grid=grid, tile=tile, natural=True)
         (lower,) = native.cholesky_lower(state, grid=grid, tile=tile, natural=True)
         return lower, status
-    (lower,), status = _device(local.Cholesky).factor(gather_block(a, grid))
-    return local_block(lower, grid), status
+    kernels = _device(local.Cholesky)
+    state, status = kernels.factor(gather_block(a, grid))
+    return local_block(_status.masked(status, kernels.lower(state)), grid), status
 
 
 def lu_solve(a, b, *, grid: Grid, rhs_spec: Optional[P] = None, backend: str = "auto", T_A=None):
@@ -102,7 +104,7 @@ def lu_solve(a, b, *, grid: Grid, rhs_spec: Optional[P] = None, backend: str = "
         return local_rows(x, spec), status
     kernels = _device(local.LU)
     state, status = kernels.factor(gather_block(a, grid))
-    return local_rows(kernels.solve(state, b), spec), status
+    return local_rows(_status.masked(status, kernels.solve(state, b)), spec), status
 
 
 def least_squares(a, b, *, grid: Grid, rhs_spec: Optional[P] = None, backend: str = "auto", T_A=None):

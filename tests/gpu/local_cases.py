@@ -3,11 +3,11 @@
     python tests/gpu/local_cases.py
 
 Prints one ``CASE <name> PASS|FAIL <detail>`` line per check and exits 1 if any failed. The
-Cholesky family's factorisation is cuSOLVER's potrf called with its info (``jaxmg.kernels.potrf``),
-in the matrix's row-major buffer: statuses are compared with LAPACK's info (SciPy), results with
-NumPy, for all four dtypes, one matrix and stacks (vmap), eagerly and in jit, with derivatives
-(``jax.test_util.check_grads``); the compiled memory of potrs, cholesky and the GP gradient is
-compared with plain JAX's on the same GPU.
+Cholesky and LU families factor through cuSOLVER's potrf and getrf called directly
+(``jaxmg.kernels.solver``): statuses are compared with LAPACK's info (SciPy), results with NumPy,
+for all four dtypes, one matrix and stacks (vmap), eagerly and in jit, with derivatives
+(``jax.test_util.check_grads``); the compiled memory of potrs, cholesky, lu_solve and the GP
+gradient is compared with plain JAX's on the same GPU.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from jax.test_util import check_grads
 from scipy.linalg import lapack
 
 import jaxmg
-from jaxmg.kernels.potrf import potrf
+from jaxmg.kernels.solver import potrf
 
 jax.config.update("jax_enable_x64", True)
 RESULTS: list = []
@@ -120,6 +120,32 @@ for dtype in DTYPES:
         return f"err {e:.1e}"
 
 
+for dtype in DTYPES:
+    name = np.dtype(dtype).name
+
+    @case(f"lu-{name}-solve-status-inverse")
+    def _(dtype=dtype):
+        rng = np.random.default_rng(8)
+        a = (rng.standard_normal((120, 120)) + (1j * rng.standard_normal((120, 120)) if np.dtype(dtype).kind == "c"
+                                                   else 0) + 4 * np.eye(120)).astype(dtype)
+        b = rng.standard_normal(120).astype(dtype)
+        x, st = jaxmg.lu_solve(put(a), put(b), return_status=True)
+        e = relerr(x, np.linalg.solve(a, b))
+        assert int(st) == 0 and e < 100 * tol(dtype), (int(st), e)
+        xt = jax.jit(lambda a, b: jaxmg.LU(a).solve(b, trans="T"))(put(a), put(b))
+        assert relerr(xt, np.linalg.solve(a.T, b)) < 100 * tol(dtype)
+        inv = jaxmg.LU(put(a)).inverse()
+        assert relerr(inv, np.linalg.inv(a)) < 100 * tol(dtype)
+        singular = a.copy()
+        singular[:, 17] = 0
+        expect = {np.float32: lapack.sgetrf, np.float64: lapack.dgetrf, np.complex64: lapack.cgetrf,
+                  np.complex128: lapack.zgetrf}[dtype](singular)[2]
+        stack = np.stack([a, singular])
+        sts = jax.jit(jax.vmap(lambda m: jaxmg.LU(m).status))(put(stack))
+        assert list(np.asarray(sts)) == [0, expect] and expect == 18, (np.asarray(sts), expect)
+        return f"err {e:.1e}"
+
+
 @case("potrs-grads-float64-and-complex128")
 def _():
     for dtype in (np.float64, np.complex128):
@@ -129,6 +155,8 @@ def _():
         check_grads(lambda a: jaxmg.potrs(a, jnp.ones(24, dtype), return_logdet=True)[1], (put(a),), order=2,
                     modes=["fwd", "rev"])
         check_grads(lambda a: jaxmg.cholesky(a), (put(a),), order=1, modes=["fwd", "rev"])
+        check_grads(lambda a, b: jaxmg.lu_solve(a, b), (put(a + 0.3 * np.tril(a, -1)), put(b)), order=1,
+                    modes=["fwd", "rev"])
 
 
 def _temp(fn, *args):
@@ -143,6 +171,7 @@ def _():
     matrix = n * n * 8
     pairs = {"potrs": (jaxmg.potrs, lambda a, b: jsl.cho_solve(jsl.cho_factor(a, lower=True), b)),
              "cholesky": (lambda a, b: jaxmg.cholesky(a), lambda a, b: jnp.linalg.cholesky(a)),
+             "lu_solve": (jaxmg.lu_solve, jnp.linalg.solve),
              "gp_grad": (jax.grad(lambda a, b: jnp.vdot(b, jaxmg.potrs(a, b)) + jaxmg.potrs(a, b, return_logdet=True)[1]),
                          jax.grad(lambda a, b: jnp.vdot(b, jsl.cho_solve(jsl.cho_factor(a, lower=True), b))
                                   + 2 * jnp.sum(jnp.log(jnp.diagonal(jnp.linalg.cholesky(a))))))}

@@ -1,0 +1,86 @@
+"""The factorisations of one device's own dense solver, called directly: ``?potrf`` and
+``?getrf`` through the same handlers that ``jax.lax.linalg.cholesky`` and ``lu`` lower to (LAPACK
+on a CPU, cuSOLVER on an NVIDIA GPU, hipSOLVER on an AMD one).
+
+Called directly, they keep what JAX's lowerings drop or add: ``potrf``'s ``info`` (the order of
+the first leading minor that is not positive definite, where JAX returns NaN), so that the status
+needs no second pass over the matrix; and no masking pass over the factor, which would write a
+second matrix. Each factor overwrites ``a``'s buffer wherever ``a`` is not used afterwards, in
+the column-major layout that the triangular solves that follow read (XLA lays ``a`` out that way
+where it makes it, and transposes it in the copy it makes anyway where ``a`` must be kept).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+_DTYPES = frozenset(map(np.dtype, (np.float32, np.float64, np.complex64, np.complex128)))
+
+
+def potrf(a: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(factor, info) of the Hermitian matrices ``a`` (..., n, n), of which only the lower
+    triangle is read.
+
+    ``factor`` holds L (A = L L^H) in its lower triangle; its strict upper triangle is ``a``'s,
+    untouched (never read). ``info`` (int32, shape ``a.shape[:-2]``) is LAPACK's: 0 on success,
+    else the order of the first leading minor that is not positive definite; where it is not 0
+    the factor's entries are unspecified.
+    """
+    out = (jax.ShapeDtypeStruct(a.shape, a.dtype), jax.ShapeDtypeStruct(a.shape[:-2], jnp.int32))
+    return _factorization("potrf", a, out, cpu={"uplo": np.uint8(ord("L"))}, gpu={"lower": True})
+
+
+def getrf(a: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(lu, pivots) of the square matrices ``a`` (..., n, n): P a = L U with partial pivoting,
+    L (unit lower) and U packed in ``lu``; ``pivots`` (int32, (..., n)) 0-based: row i was swapped
+    with row ``pivots[i]``. A zero pivot leaves U singular (its diagonal says where)."""
+    out = (jax.ShapeDtypeStruct(a.shape, a.dtype), jax.ShapeDtypeStruct(a.shape[:-1], jnp.int32),
+           jax.ShapeDtypeStruct(a.shape[:-2], jnp.int32))
+    lu, pivots, _ = _factorization("getrf", a, out)
+    return lu, pivots - 1  # LAPACK's pivots are 1-based
+
+
+def _factorization(name: str, a: jax.Array, out: tuple, cpu=None, gpu=None) -> tuple:
+    """The ``?{name}`` handler of ``a``'s platform on ``a`` (overwritten in place), with results
+    ``out`` (the first is the factor, column-major) and the attributes of each platform."""
+    if jnp.dtype(a.dtype) not in _DTYPES:
+        raise TypeError(f"a must be float32, float64, complex64 or complex128 for {name}; got {a.dtype}.")
+    column_major = tuple(range(a.ndim - 2)) + (a.ndim - 1, a.ndim - 2)  # major-to-minor
+
+    def call(target, attributes):
+        return lambda x: jax.ffi.ffi_call(
+            target, out, input_layouts=[column_major], output_layouts=[column_major] + [None] * (len(out) - 1),
+            input_output_aliases={0: 0}, vmap_method="broadcast_all")(x, **(attributes or {}))
+
+    def lapack(x):
+        from jaxlib import lapack  # loads LAPACK's handlers (as JAX's own lowering does)
+
+        return call(lapack.prepare_lapack_call(f"{name}_ffi", x.dtype), cpu)(x)
+
+    results = jax.lax.platform_dependent(a, cpu=lapack, cuda=call(f"cusolver_{name}_ffi", gpu),
+                                         rocm=call(f"hipsolver_{name}_ffi", gpu))
+    return tuple(_varying_like(a, x) for x in results)
+
+
+def _varying_like(a: jax.Array, x: jax.Array) -> jax.Array:
+    """``x`` marked as varying over the ``shard_map`` axes that ``a`` varies over (a foreign
+    call's results carry none: without them, derivatives inside a ``shard_map`` disagree)."""
+    axes = tuple(sorted(_varying_axes(a)))
+    if not axes:
+        return x
+    if hasattr(jax.lax, "pcast"):
+        return jax.lax.pcast(x, axes, to="varying")
+    return jax.lax.pvary(x, axes)
+
+
+def _varying_axes(a: jax.Array) -> frozenset:
+    """The manual axes over which ``a``'s value varies (``vma``; ``manual_axis_type.varying``
+    in newer JAX)."""
+    aval = jax.typeof(a)
+    manual = getattr(aval, "manual_axis_type", None)
+    if manual is not None:
+        return frozenset(manual.varying)
+    return frozenset(getattr(aval, "vma", ()) or ())
+

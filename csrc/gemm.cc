@@ -132,9 +132,10 @@ int64_t split_order(int64_t n) {
 }
 
 // LAPACK's potri on one GPU, in place, on the column-major view of the buffer: the row-major
-// lower factor L is the column-major upper triangular U = L^T. trtri makes U^-1 = V (upper),
-// lauum then X = V V^H, whose column-major upper triangle is the row-major lower triangle of
-// X^T = conj(X) = L^-H L^-1 = A^-1. Only the upper triangle (column-major) is read or written,
+// lower factor L is the column-major upper triangular U = L^T (a column-major L is first mirrored
+// into U = L^H in place). trtri makes U^-1 = V (upper), lauum then X = V V^H, whose column-major
+// upper triangle is, for a row-major factor, the row-major lower triangle of
+// X^T = conj(X) = L^-H L^-1 = A^-1 (for a column-major one, A^-1's own upper triangle). Only the upper triangle (column-major) is read or written,
 // apart from the diagonal blocks of order at most `leaf` or `trmm_leaf`, below whose diagonal
 // trtri writes zeros.
 //
@@ -348,7 +349,8 @@ ffi::Error GemmImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer y, ffi
 
 ffi::Error PotriImpl(cudaStream_t stream, ffi::AnyBuffer factor, ffi::AnyBuffer eye,
                      ffi::Result<ffi::AnyBuffer> inverse, ffi::Result<ffi::AnyBuffer> scratch,
-                     ffi::Result<ffi::AnyBuffer> operand, int64_t trmm_leaf, int64_t herk_leaf) {
+                     ffi::Result<ffi::AnyBuffer> operand, int64_t trmm_leaf, int64_t herk_leaf,
+                     int64_t column_major) {
   auto fd = factor.dimensions(), ed = eye.dimensions(), id = inverse->dimensions(), sd = scratch->dimensions();
   auto od = operand->dimensions();
   if (fd.size() != 2 || fd[0] != fd[1] || ed.size() != 2 || ed[0] != ed[1] || id.size() != 2 || sd.size() != 2)
@@ -370,6 +372,8 @@ ffi::Error PotriImpl(cudaStream_t stream, ffi::AnyBuffer factor, ffi::AnyBuffer 
     if (!api().blas) throw Failure("jaxmg_potri: cuBLAS was not found in this process");
     if (n == 0) return ffi::Error::Success();
     copy_unless_aliased(*inverse, factor, stream, "cudaMemcpyAsync(factor to inverse)");
+    if (column_major)  // L column-major: its upper triangle becomes U = L^H, as the row-major case reads it
+      check_cuda(mirror(inverse->untyped_data(), n, n, false, dtype, stream), "mirror(potri factor)");
     cublasHandle_t h = stream_handle(stream);
     with_elem_type(dtype, [&](auto zero) {
       using T = decltype(zero);
@@ -379,7 +383,7 @@ ffi::Error PotriImpl(cudaStream_t stream, ffi::AnyBuffer factor, ffi::AnyBuffer 
       run.trtri(0, n);
       run.lauum(0, n);
     });
-    check_cuda(mirror_upper(inverse->untyped_data(), n, n, dtype, stream), "mirror_upper(potri)");
+    check_cuda(mirror(inverse->untyped_data(), n, n, true, dtype, stream), "mirror(potri)");
     return ffi::Error::Success();
   } catch (const std::exception& e) {
     return to_error(e);
@@ -391,13 +395,14 @@ ffi::Error PotriImpl(cudaStream_t stream, ffi::AnyBuffer factor, ffi::AnyBuffer 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_potri, PotriImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<ffi::AnyBuffer>()   // L in its lower triangle, row-major
+                                  .Arg<ffi::AnyBuffer>()   // L in its lower triangle (the other is not read)
                                   .Arg<ffi::AnyBuffer>()   // the identity of the leaf order
-                                  .Ret<ffi::AnyBuffer>()   // A^-1, both triangles, row-major (aliases L)
+                                  .Ret<ffi::AnyBuffer>()   // A^-1, both triangles, in L's layout (aliases L)
                                   .Ret<ffi::AnyBuffer>()   // leaf x leaf scratch
                                   .Ret<ffi::AnyBuffer>()   // min(trmm_leaf, n) x n scratch
                                   .Attr<int64_t>("trmm_leaf")   // triangular products by one gemm up to this order
-                                  .Attr<int64_t>("herk_leaf")); // rank-k updates by one herk up to this order
+                                  .Attr<int64_t>("herk_leaf")   // rank-k updates by one herk up to this order
+                                  .Attr<int64_t>("column_major")); // 1: L and A^-1 column-major, 0: row-major
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_gemm, GemmImpl,
                               ffi::Ffi::Bind()

@@ -228,15 +228,16 @@ __global__ void sym_diag_kernel(E* a, int64_t ld, const int64_t* __restrict__ of
   }
 }
 
-// Column-major, in place: every element below the diagonal becomes the conjugate of its mirror
-// above it (a Hermitian matrix from its upper triangle). Block (x, y) writes the 32 x 32 tile at
-// rows 32x, columns 32y (x >= y) from the tile at rows 32y, columns 32x, through shared memory, so
-// that both are read and written along columns; no block writes a tile that another reads.
-template <typename E>
-__global__ void mirror_upper_kernel(E* a, int64_t n, int64_t ld) {
+// Column-major, in place: every element strictly below the diagonal (ToLower) or strictly above it
+// becomes the conjugate of its mirror in the other triangle (a Hermitian matrix from one
+// triangle). Block (x, y) writes the 32 x 32 tile at rows 32x, columns 32y (x >= y for ToLower,
+// x <= y otherwise) from the tile at rows 32y, columns 32x, through shared memory, so that both
+// are read and written along columns; no block writes a tile that another reads.
+template <typename E, bool ToLower>
+__global__ void mirror_kernel(E* a, int64_t n, int64_t ld) {
   __shared__ E buf[32][33];
   const int64_t bi = blockIdx.x, bj = blockIdx.y;
-  if (bi < bj) return;
+  if (ToLower ? bi < bj : bi > bj) return;
   const int tx = threadIdx.x, ty = threadIdx.y;
   for (int k = 0; k < 32; k += 8) {
     int64_t r = bj * 32 + tx, c = bi * 32 + ty + k;
@@ -245,7 +246,7 @@ __global__ void mirror_upper_kernel(E* a, int64_t n, int64_t ld) {
   __syncthreads();
   for (int k = 0; k < 32; k += 8) {
     int64_t r = bi * 32 + tx, c = bj * 32 + ty + k;  // (r, c) = conj((c, r))
-    if (r < n && c < n && r > c) a[r + c * ld] = conj_of<E>(buf[tx][ty + k]);
+    if (r < n && c < n && (ToLower ? r > c : r < c)) a[r + c * ld] = conj_of<E>(buf[tx][ty + k]);
   }
 }
 
@@ -283,12 +284,15 @@ cudaError_t symmetrize_diag_tiles(void* a, int64_t ld, const int64_t* offs, int6
   return cudaGetLastError();
 }
 
-cudaError_t mirror_upper(void* a, int64_t n, int64_t ld, DType dtype, cudaStream_t stream) {
+cudaError_t mirror(void* a, int64_t n, int64_t ld, bool to_lower, DType dtype, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   const unsigned tiles = (unsigned)((n + 31) / 32);
   with_elem_type(dtype, [&](auto zero) {
     using T = decltype(zero);
-    mirror_upper_kernel<T><<<dim3(tiles, tiles), dim3(32, 8), 0, stream>>>((T*)a, n, ld);
+    if (to_lower)
+      mirror_kernel<T, true><<<dim3(tiles, tiles), dim3(32, 8), 0, stream>>>((T*)a, n, ld);
+    else
+      mirror_kernel<T, false><<<dim3(tiles, tiles), dim3(32, 8), 0, stream>>>((T*)a, n, ld);
   });
   return cudaGetLastError();
 }

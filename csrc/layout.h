@@ -57,7 +57,8 @@ cudaError_t symmetrize_diag_tiles(void* a, int64_t ld, const int64_t* offs, int6
                                   DType dtype, cudaStream_t stream);
 
 // Column-major n x n (leading dimension ld), in place: the strictly lower triangle becomes the
-// conjugate transpose of the strictly upper one (a Hermitian matrix from its upper triangle).
-cudaError_t mirror_upper(void* a, int64_t n, int64_t ld, DType dtype, cudaStream_t stream);
+// conjugate transpose of the strictly upper one (to_lower), or the reverse (a Hermitian matrix
+// from one of its triangles).
+cudaError_t mirror(void* a, int64_t n, int64_t ld, bool to_lower, DType dtype, cudaStream_t stream);
 
 }  // namespace jaxmg

@@ -94,7 +94,9 @@ class Cholesky(_Local):
         if self.cublas:
             from .native import gemm
 
-            return gemm.hermitian_inverse(state.factor)
+            inverse = gemm.hermitian_inverse(state.factor, column_major=True)  # potrf's layout: no transpose
+            # A^-1 = conj(A^-1)^T, whose row-major layout is that column-major buffer as it is
+            return jnp.conj(jnp.swapaxes(inverse, -1, -2))
         return self.solve(state, _eye_like(state.factor))  # two triangular solves in the identity's buffer
 
     def lower(self, state):

@@ -79,7 +79,9 @@ def solved(status: jax.Array, x: jax.Array):
 def cholesky_status(info: jax.Array, factor: jax.Array) -> jax.Array:
     """The status of a Cholesky factorisation from ``?potrf``'s ``info`` and its ``factor``
     (..., n, n): ``info`` (the order of the first leading minor that is not positive definite),
-    else :data:`NOT_FINITE` where the factor's diagonal is not finite (a NaN or Inf that the
-    solver's pivot test let through)."""
-    finite_diagonal = jnp.all(jnp.isfinite(jnp.diagonal(factor, axis1=-2, axis2=-1)), axis=-1)
-    return jnp.where((info == OK) & ~finite_diagonal, NOT_FINITE, info).astype(jnp.int32)
+    else the order of the first diagonal entry of L that is not finite and positive (a NaN or a
+    non-positive pivot that the solver's own test let through), else :data:`OK`."""
+    diagonal = jnp.diagonal(factor, axis1=-2, axis2=-1)
+    bad = ~(jnp.isfinite(diagonal) & (jnp.real(diagonal) > 0))
+    first = jnp.where(jnp.any(bad, axis=-1), jnp.argmax(bad, axis=-1) + 1, OK)
+    return jnp.where(info != OK, info, first).astype(jnp.int32)

@@ -116,24 +116,27 @@ TRMM_LEAF = 512
 HERK_LEAF = 2048
 
 
-@jax.custom_jvp
-def _hermitian_inverse(factor):
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _hermitian_inverse(factor, column_major):
     _library.register()
     n = factor.shape[0]
     leaf = max(1, min(INVERSE_LEAF, n))
     eye = jnp.eye(leaf, dtype=factor.dtype)
     shapes = (jax.ShapeDtypeStruct((n, n), factor.dtype), jax.ShapeDtypeStruct((leaf, leaf), factor.dtype),
               jax.ShapeDtypeStruct((min(TRMM_LEAF, n), n), factor.dtype))
-    inverse, _, _ = jax.ffi.ffi_call("jaxmg_potri", shapes, input_output_aliases={0: 0}, vmap_method="sequential")(
-        factor, eye, trmm_leaf=np.int64(TRMM_LEAF), herk_leaf=np.int64(HERK_LEAF))
+    layout = (1, 0) if column_major else None  # major-to-minor
+    inverse, _, _ = jax.ffi.ffi_call(
+        "jaxmg_potri", shapes, input_layouts=[layout, None], output_layouts=[layout, None, None],
+        input_output_aliases={0: 0}, vmap_method="sequential")(
+        factor, eye, trmm_leaf=np.int64(TRMM_LEAF), herk_leaf=np.int64(HERK_LEAF), column_major=np.int64(column_major))
     return inverse
 
 
 @_hermitian_inverse.defjvp
-def _hermitian_inverse_jvp(primals, tangents):
+def _hermitian_inverse_jvp(column_major, primals, tangents):
     # d(A^-1) = -A^-1 dA A^-1 with dA = dL L^H + L dL^H, through XLA's dots (JAX can transpose them)
     (factor,), (dfactor,) = primals, tangents
-    inverse = _hermitian_inverse(factor)
+    inverse = _hermitian_inverse(factor, column_major)
     low, dlow = jnp.tril(factor), jnp.tril(dfactor)
     hi = jax.lax.Precision.HIGHEST
     da = jnp.matmul(dlow, jnp.conj(low).T, precision=hi)
@@ -141,11 +144,12 @@ def _hermitian_inverse_jvp(primals, tangents):
     return inverse, -jnp.matmul(inverse, jnp.matmul(da, inverse, precision=hi), precision=hi)
 
 
-def hermitian_inverse(factor: jax.Array) -> jax.Array:
+def hermitian_inverse(factor: jax.Array, column_major: bool = False) -> jax.Array:
     """A^-1 (n, n, both triangles) on this GPU for A = L L^H, from the lower triangular factor L
-    in ``factor``'s lower triangle (the other triangle is not read), row-major, float32 to
-    complex128: LAPACK's potri ((2/3) n^3 flops) as one call that recurses into cuBLAS gemm calls
-    on the factor's own buffer, in place, and mirrors the lower triangle into the upper one there
-    (``jaxmg_potri``, csrc/gemm.cc): no second matrix. Differentiable
-    (tangents through XLA's dots)."""
-    return _hermitian_inverse(factor)
+    in ``factor``'s lower triangle (the other triangle is not read), float32 to complex128:
+    LAPACK's potri ((2/3) n^3 flops) as one call that recurses into cuBLAS gemm calls on the
+    factor's own buffer, in place, and mirrors one triangle into the other there
+    (``jaxmg_potri``, csrc/gemm.cc): no second matrix. ``column_major``: the factor is laid out
+    column-major (as the device's potrf leaves it) and A^-1 is returned in that layout, so that
+    neither is transposed; else both are row-major. Differentiable (tangents through XLA's dots)."""
+    return _hermitian_inverse(factor, bool(column_major))

@@ -54,6 +54,38 @@ def test_recursive_inverses_match_lapack(n, base, dtype):
 
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128], ids=["d", "z"])
+@pytest.mark.parametrize("shape", [(4, 2), (2, 4), (8, 1), (1, 2)], ids=str)
+def test_cyclic_order_inverse_matches_lapack(shape, dtype):
+    """The recursion in the cyclic order of a process grid (``jaxmg.kernels.cyclic``: local
+    slices, one grid product at a time) gives LAPACK's inverse, from either triangle."""
+    from jax.sharding import NamedSharding
+    from jaxmg._layout import Grid
+    from jaxmg.kernels import cyclic
+
+    n = 128
+    mesh = jax.make_mesh(shape, ("x", "y"), axis_types=(AxisType.Auto,) * 2)
+    layout = cyclic.Cyclic(Grid(mesh, ("x",), ("y",)), base=16)
+    assert layout.fits(n)
+    rng = np.random.default_rng(3)
+    a = spd_matrix(rng, n, dtype)
+    junk = np.triu(random_matrix(rng, (n, n), dtype), 1)
+
+    def inverse(t, lower):
+        with triangular.laid_out(layout):
+            w = triangular.hermitian_inverse(triangular.Tri(layout.reordered(t), lower=lower), base=layout.base)
+        return layout.natural(w)
+
+    with jax.set_mesh(mesh):
+        put_ = lambda x: jax.device_put(x, NamedSharding(mesh, P("x", "y")))  # noqa: E731
+        run = jax.jit(inverse, static_argnums=1)
+        lower = np.linalg.cholesky(a)
+        got_l, got_u = run(put_(lower + junk), True), run(put_(lower.conj().T + junk.conj().T), False)
+    want = np.linalg.inv(a)
+    for got in (got_l, got_u):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
+
+
 def test_products_through_another_engine():
     """The kernels' products go through the products given to ``products_through`` (cuBLAS's gemm
     and trmm on one GPU), with the conjugate transposes, stored triangles and unit diagonals

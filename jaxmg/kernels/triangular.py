@@ -11,9 +11,12 @@ upper and a lower triangular matrix. On a GPU that runs near matrix-product spee
 against the identity (2N^3 flops at triangular-solve speed) does not.
 
 The functions take whole matrices, on one device or sharded over a mesh (XLA partitions the
-products; no matrix is gathered). A triangular operand is a :class:`Tri`: the array, which
-triangle holds it, and whether it is used conjugate-transposed (a view: nothing is copied).
-The other triangle of the array is never read.
+products; no matrix is gathered). Inside :func:`laid_out`, every matrix they form (slice,
+product, assembled block) is held in the order and layout of a :class:`Layout` instead (for
+example :class:`jaxmg.kernels.cyclic.Cyclic` on a process grid, in which each slice is local).
+A triangular operand is a :class:`Tri`: the array, which triangle holds it, and whether it is
+used conjugate-transposed (a view: nothing is copied). The other triangle of the array is never
+read.
 """
 
 from __future__ import annotations
@@ -35,6 +38,59 @@ BASE = 1024
 TRMM_BASE = 512
 
 _ENGINE: contextvars.ContextVar = contextvars.ContextVar("jaxmg_triangular_engine", default=(None, None, None))
+
+
+class Layout:
+    """How the recursion holds its matrices: this base class is the natural order (each matrix
+    as it is, XLA choosing the layout of every slice and product). A subclass may hold every
+    matrix ``X`` (m x n) as a reordering ``X[s_m][:, s_n]``, ``s_m`` a permutation of ``range(m)``
+    such that the reordering of a block ``X[rows, cols]`` (bounds at the recursion's split points)
+    is the block of the reordering that :meth:`block` takes, and the reordering of a product is
+    the product of the reorderings."""
+
+    #: Whether the products run one after the other (each product's operands wait for the previous
+    #: product's result), so that the memory a product needs in flight is held by one at a time.
+    sequential: bool = False
+
+    def block(self, x: jax.Array, rows: slice, cols: slice) -> jax.Array:
+        """The (reordered) block ``X[rows, cols]`` of the (reordered) matrix ``x``."""
+        return x[rows, cols]
+
+    def concatenate(self, parts, axis: int) -> jax.Array:
+        """The (reordered) matrix whose blocks along ``axis`` are the (reordered) ``parts``."""
+        return jnp.concatenate(parts, axis=axis)
+
+    def order(self, m: int) -> jax.Array:
+        """``s_m``: the index in ``X`` of each row of an order-``m`` reordered matrix, (m,) int."""
+        return jnp.arange(m)
+
+    def natural(self, x: jax.Array) -> jax.Array:
+        """``X`` from its reordering ``x`` (square)."""
+        return x
+
+    def reordered(self, x: jax.Array) -> jax.Array:
+        """The reordering of ``X`` (square): the inverse of :meth:`natural`."""
+        return x
+
+    def matmul(self, x: jax.Array, y: jax.Array) -> jax.Array:
+        """``x @ y`` at full precision."""
+        return jnp.matmul(x, y, precision=jax.lax.Precision.HIGHEST)
+
+
+_LAYOUT: contextvars.ContextVar = contextvars.ContextVar("jaxmg_triangular_layout", default=Layout())
+_LAST_PRODUCT: contextvars.ContextVar = contextvars.ContextVar("jaxmg_triangular_last_product", default=None)
+
+
+@contextlib.contextmanager
+def laid_out(layout: Layout):
+    """While tracing inside this block, the functions of this module hold their matrices (their
+    arguments and results included) in ``layout``'s order and layout."""
+    tokens = _LAYOUT.set(layout), _LAST_PRODUCT.set([])
+    try:
+        yield
+    finally:
+        _LAST_PRODUCT.reset(tokens[1])
+        _LAYOUT.reset(tokens[0])
 
 
 @contextlib.contextmanager
@@ -67,7 +123,8 @@ class Mat:
 
     def block(self, rows: slice, cols: slice) -> "Mat":
         """The block ``[rows, cols]`` of the matrix this stands for."""
-        part = self.x[cols, rows] if self.adj else self.x[rows, cols]
+        layout = _LAYOUT.get()
+        part = layout.block(self.x, cols, rows) if self.adj else layout.block(self.x, rows, cols)
         return dataclasses.replace(self, x=part)
 
     def value(self) -> jax.Array:
@@ -96,7 +153,9 @@ class Tri(Mat):
     def value(self) -> jax.Array:
         """The triangle as a full matrix, the other triangle zero (unit diagonal set)."""
         x = Mat.value(self)
-        t = jnp.tril(x) if self.lower else jnp.triu(x)
+        s = _LAYOUT.get().order(self.n)
+        keep = s[:, None] >= s[None, :] if self.lower else s[:, None] <= s[None, :]
+        t = jnp.where(keep, x, jnp.zeros((), x.dtype))
         if self.unit:
             eye = jnp.eye(self.n, dtype=bool)
             t = jnp.where(eye, jnp.ones((), x.dtype), t)
@@ -108,16 +167,33 @@ def _mm(x, y) -> jax.Array:
 
     The operands (slices of the factor at many offsets) pass an optimisation barrier first, so
     that each product is compiled as a product of whole arrays: XLA then tunes one kernel per
-    shape instead of one per fused slice (the slices cost one copy each). Inside
+    shape instead of one per fused slice (the slices cost one copy each); for a
+    :attr:`Layout.sequential` layout they wait for the previous product's result too. Inside
     :func:`products_through`, the product given there is used instead."""
     x = x if isinstance(x, Mat) else Mat(x)
     y = y if isinstance(y, Mat) else Mat(y)
     product = _ENGINE.get()[0]
     if product is not None:
         return product(x.x, y.x, x.adj, y.adj)
-    xs, ys = jax.lax.optimization_barrier((x.x, y.x))
-    return jnp.matmul(dataclasses.replace(x, x=xs).value(), dataclasses.replace(y, x=ys).value(),
-                      precision=jax.lax.Precision.HIGHEST)
+    xs, ys = _in_turn(x.x, y.x)
+    return _done(_LAYOUT.get().matmul(dataclasses.replace(x, x=xs).value(), dataclasses.replace(y, x=ys).value()))
+
+
+def _in_turn(*operands) -> tuple:
+    """``operands`` through an optimisation barrier (so that XLA does not fuse their slices into
+    what uses them), which, for a :attr:`Layout.sequential` layout, holds them until the result
+    of the previous step (product or diagonal-block inverse) is computed."""
+    last = _LAST_PRODUCT.get()
+    after = last[-1:] if _LAYOUT.get().sequential and last is not None else []
+    return jax.lax.optimization_barrier((*operands, *after))[:len(operands)]
+
+
+def _done(out: jax.Array) -> jax.Array:
+    """``out``, recorded as the result that the next step of a sequential layout waits for."""
+    last = _LAST_PRODUCT.get()
+    if last is not None:
+        last[:] = [out]
+    return out
 
 
 def _halves(n: int):
@@ -150,7 +226,7 @@ def trmm(t: Tri, x, *, left: bool, base: int | None = None) -> jax.Array:
         else:
             top = trmm(t11, x1, left=True, base=base) + _mm(t.block(s1, s2), x2)
             bottom = trmm(t22, x2, left=True, base=base)
-        return jnp.concatenate([top, bottom], axis=0)
+        return _LAYOUT.get().concatenate([top, bottom], axis=0)
     x1, x2 = x.block(whole, s1), x.block(whole, s2)
     if t.lower:
         first = trmm(t11, x1, left=False, base=base) + _mm(x2, t.block(s2, s1))
@@ -158,7 +234,7 @@ def trmm(t: Tri, x, *, left: bool, base: int | None = None) -> jax.Array:
     else:
         first = trmm(t11, x1, left=False, base=base)
         second = _mm(x1, t.block(s1, s2)) + trmm(t22, x2, left=False, base=base)
-    return jnp.concatenate([first, second], axis=1)
+    return _LAYOUT.get().concatenate([first, second], axis=1)
 
 
 def _trmm_base(base: int) -> int:
@@ -166,7 +242,9 @@ def _trmm_base(base: int) -> int:
 
 
 def _assemble(b11, b12, b21, b22) -> jax.Array:
-    return jnp.concatenate([jnp.concatenate([b11, b12], axis=1), jnp.concatenate([b21, b22], axis=1)], axis=0)
+    """The matrix [[b11, b12], [b21, b22]] (in the layout of :func:`laid_out`)."""
+    layout = _LAYOUT.get()
+    return layout.concatenate([layout.concatenate([b11, b12], axis=1), layout.concatenate([b21, b22], axis=1)], axis=0)
 
 
 def trtri(t: Tri, *, base: int | None = None) -> jax.Array:
@@ -175,9 +253,12 @@ def trtri(t: Tri, *, base: int | None = None) -> jax.Array:
     base = BASE if base is None else base
     n = t.n
     if n <= base:
+        layout = _LAYOUT.get()
+        x = _in_turn(t.x)[0] if layout.sequential else t.x
         eye = jnp.eye(n, dtype=t.x.dtype)
-        return jax.lax.linalg.triangular_solve(t.value(), eye, left_side=True, lower=t.lower,
-                                               unit_diagonal=t.unit)
+        w = jax.lax.linalg.triangular_solve(layout.natural(dataclasses.replace(t, x=x).value()), eye,
+                                            left_side=True, lower=t.lower, unit_diagonal=t.unit)
+        return _done(layout.reordered(w))
     s1, s2 = _halves(n)
     w11 = trtri(t.block(s1, s1), base=base)
     w22 = trtri(t.block(s2, s2), base=base)

@@ -53,7 +53,7 @@ import jax
 import jax.numpy as jnp
 
 from . import _grid, gemm
-from .. import triangular
+from .. import cyclic, triangular
 from ..._sharded import Block, Replicated, Rows, whole
 from ..families import CholeskyState
 
@@ -303,7 +303,8 @@ class Cholesky(_grid.GridKernels):
         n = self.plan.shape[0]
         lower, reordered = cholesky_triangle_kind(n, self.plan.tile, self.grid, self.plan.natural)
         (factor,) = self.run(cholesky_triangle, [state.factor], [Block()], [Block()])
-        inverse = whole(_hermitian_inverse, (factor,), self.grid, lower=lower, products=products_on(self.grid, n))
+        inverse = whole(_hermitian_inverse, (factor,), self.grid, lower=lower, products=products_on(self.grid, n),
+                        layout=cyclic.on_grid(self.grid, n))
         if reordered:
             (inverse,) = self.run(cholesky_to_a_order, [inverse], [Block()], [Block()])
         return inverse
@@ -312,9 +313,17 @@ class Cholesky(_grid.GridKernels):
         return self.run(cholesky_lower, [state.factor], [Block()], [self.caller])[0]
 
 
-def _hermitian_inverse(factor, *, lower: bool, products):
+def _hermitian_inverse(factor, *, lower: bool, products, layout=None):
+    """A^-1 from the triangular ``factor`` (whole, in the grid layout), through ``products``; with
+    a ``layout`` (``jaxmg.kernels.cyclic``), computed in its order (the factor reordered first,
+    the inverse put back in the natural order)."""
     with triangular.products_through(*products):
-        return triangular.hermitian_inverse(triangular.Tri(factor, lower=lower))
+        if layout is None:
+            return triangular.hermitian_inverse(triangular.Tri(factor, lower=lower))
+        with triangular.laid_out(layout):
+            inverse = triangular.hermitian_inverse(triangular.Tri(layout.reordered(factor), lower=lower),
+                                                   base=layout.base)
+        return layout.natural(inverse)
 
 
 def products_on(grid, n: int) -> tuple:

@@ -1,0 +1,94 @@
+"""Per-device memory of the native kernels' compiled programs on a (4, 2) process grid of 8
+simulated devices, from XLA's own analysis (``memory_analysis().temp_size_in_bytes``: what each
+device holds beyond its arguments and outputs), in units of one device's block of the matrix
+(N^2 / 8 entries). The programs are compiled, never run.
+
+The FFI handlers cannot run on CPU; each is replaced by an opaque ``jax.pure_callback`` of the
+same results. XLA cannot alias a callback's output to its input, so a handler that factors its
+operand in place holds one more block here than on the GPUs (the emulation's artefact, counted
+in every bound below).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+import jaxmg
+
+N = 2048
+T_A = 128  # local extents 512 x 1024: whole tiles, and each redistribution one all_to_all
+SLACK = 0.1  # vectors, scalars and small diagonal blocks, in blocks
+
+
+def _opaque_ffi_call(target, results, operands, boot=(), aliases=None, **attrs):
+    """A handler call as an opaque callback with the handler's results (zeros): what XLA
+    compiles around it is the kernels' own program."""
+    single = not isinstance(results, (tuple, list))
+    shapes = (results,) if single else tuple(results)
+    out = jax.pure_callback(lambda *args: tuple(np.zeros(r.shape, r.dtype) for r in shapes), shapes, *boot,
+                            *operands, vmap_method="expand_dims")
+    return out[0] if single else out
+
+
+@pytest.fixture
+def opaque_native(monkeypatch):
+    """The native backend offered on CPU, every FFI handler an opaque callback."""
+    from jaxmg import _routes
+    from jaxmg.kernels.native import _grid, _library
+
+    monkeypatch.setattr(_routes, "native_unavailable", lambda op, mesh: None)
+    monkeypatch.setattr(_library, "check_one_gpu_per_process", lambda: None)
+    monkeypatch.setattr(_library, "register", lambda: None)
+    monkeypatch.setattr(_grid, "ffi_call", _opaque_ffi_call)
+
+
+@pytest.fixture
+def grid_system():
+    """(mesh, a, b): an N x N matrix in the (4, 2) grid layout and an N vector split over rows."""
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
+    a = jax.device_put(jnp.eye(N) * 2.0, NamedSharding(mesh, P("x", "y")))
+    b = jax.device_put(jnp.ones(N), NamedSharding(mesh, P("x")))
+    return mesh, a, b
+
+
+def _blocks(mesh, fn, *args) -> float:
+    """Per-device temporaries of ``jit(fn)(*args)`` compiled on ``mesh``, in blocks."""
+    with jax.set_mesh(mesh):
+        compiled = jax.jit(fn).lower(*args).compile()
+    return compiled.memory_analysis().temp_size_in_bytes / (N * N * 8 / mesh.size)
+
+
+def _gp(a, b):
+    x, logdet = jaxmg.potrs(a, b, return_logdet=True, backend="native", T_A=T_A)
+    return jnp.vdot(b, x) + logdet
+
+
+def test_potrs_grid(opaque_native, grid_system):
+    """potrs (factor and solve in one handler call, in place): 2 blocks, the handler's output
+    and the emulation's copy of its input."""
+    mesh, a, b = grid_system
+    assert _blocks(mesh, lambda a, b: jaxmg.potrs(a, b, backend="native", T_A=T_A), a, b) <= 2 + SLACK
+
+
+def test_cholesky_grid(opaque_native, grid_system):
+    """cholesky (L in the grid layout): 2 blocks, the factor state with the emulation's copy,
+    then the state and its redistribution to the block layout."""
+    mesh, a, _ = grid_system
+    assert _blocks(mesh, lambda a: jaxmg.cholesky(a, backend="native", T_A=T_A), a) <= 2 + SLACK
+
+
+def test_cholesky_inverse_grid(opaque_native, grid_system):
+    """Cholesky(a).inverse(): 2.5 blocks. The factor state with the emulation's copy (2), then
+    the factor and its inverse in the cyclic order of jaxmg.kernels.cyclic and the panels of one
+    product at a time (in the natural order, where XLA gathers the slices: 10.3 blocks)."""
+    mesh, a, _ = grid_system
+    assert _blocks(mesh, lambda a: jaxmg.Cholesky(a, backend="native", T_A=T_A).inverse(), a) <= 2.5 + SLACK
+
+
+def test_gp_value_and_grad_grid(opaque_native, grid_system):
+    """The GP loss b^H A^-1 b + log det A and its gradient (A^-1 for d log det A): 3.3 blocks,
+    the inverse's 2.5 and the gradient beside it (in the natural order: 10.3 blocks)."""
+    mesh, a, b = grid_system
+    assert _blocks(mesh, jax.value_and_grad(_gp), a, b) <= 3.3 + SLACK

@@ -77,15 +77,20 @@ def kernel_matrix(theta, x, sharding):
     return jax.lax.with_sharding_constraint(k, sharding)
 
 
-def loss_fn(solver, sharding, backend=None):
-    """The GP loss as a function of (theta, x, y), solved by ``solver`` ("jax" or "jaxmg")."""
+def loss_fn(solver, sharding, backend=None, checkpoint=False):
+    """The GP loss as a function of (theta, x, y), solved by ``solver`` ("jax" or "jaxmg");
+    ``checkpoint``: the kernel matrix under ``jax.checkpoint``, so that the backward pass
+    recomputes the kernel's intermediates from x instead of keeping them."""
+    import jax
     import jax.numpy as jnp
     import jax.scipy.linalg as jsl
 
     import jaxmg
 
+    kernel = jax.checkpoint(kernel_matrix, static_argnums=(2,)) if checkpoint else kernel_matrix
+
     def loss(theta, x, y):
-        k = kernel_matrix(theta, x, sharding)
+        k = kernel(theta, x, sharding)
         if solver == "jax":
             c = jsl.cho_factor(k, lower=True)
             alpha = jsl.cho_solve(c, y)

@@ -23,6 +23,8 @@ Cases (jaxmg's backend ``auto``; plain JAX's counterpart in the same run where t
       ``donate=True``) and ``LU(a).inverse()``; plain JAX: ``jnp.linalg.inv``;
   gp_vg, gp_vg_eager: ``value_and_grad`` of the Gaussian-process loss of bench_gp.py, jitted and
       eager (inputs x (N, 3) and y (N,): the kernel matrix is built inside the loss);
+  gp_vg_checkpoint: the same, jitted, with the kernel matrix under ``jax.checkpoint`` (the
+      backward pass recomputes the kernel's intermediates instead of keeping them);
   numpy_inv_grad, numpy_slogdet_grad, numpy_eigh_grad, numpy_svd_grad: gradients through
       ``jaxmg.numpy.linalg`` against ``jax.numpy.linalg``.
 
@@ -46,7 +48,7 @@ from _common import emit, results_path  # noqa: E402
 
 FORWARD = ("potrs", "lu_solve", "cholesky", "least_squares", "syevd", "gesvd")
 CASES = (FORWARD + tuple(f"{op}_grad" for op in FORWARD)
-         + ("cholesky_inverse", "cholesky_inverse_donated", "lu_inverse", "gp_vg", "gp_vg_eager",
+         + ("cholesky_inverse", "cholesky_inverse_donated", "lu_inverse", "gp_vg", "gp_vg_eager", "gp_vg_checkpoint",
             "numpy_inv_grad", "numpy_slogdet_grad", "numpy_eigh_grad", "numpy_svd_grad"))
 ONLY_JAXMG = ("cholesky_inverse_donated", "least_squares", "least_squares_grad")
 
@@ -92,14 +94,14 @@ def _operation(op, impl):
     return (ours if impl == "jaxmg" else theirs)[op]
 
 
-def _gp(impl):
+def _gp(impl, checkpoint=False):
     import bench_gp
     import jax
     from jax.sharding import NamedSharding, PartitionSpec as P
 
     mesh = jax.make_mesh((1, 1), ("x", "y"), devices=jax.devices()[:1], axis_types=(jax.sharding.AxisType.Auto,) * 2)
     sharding = NamedSharding(mesh, P("x", None))
-    return bench_gp, sharding, bench_gp.loss_fn(impl, sharding, "auto" if impl == "jaxmg" else None)
+    return bench_gp, sharding, bench_gp.loss_fn(impl, sharding, "auto" if impl == "jaxmg" else None, checkpoint)
 
 
 def _numpy(case, impl):
@@ -144,7 +146,7 @@ def build(case, impl, n, dtype):
     one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     item = jnp.dtype(dtype).itemsize
     if case.startswith("gp_vg"):
-        bench_gp, sharding, loss = _gp(impl)
+        bench_gp, sharding, loss = _gp(impl, checkpoint=case == "gp_vg_checkpoint")
         x, y, theta = bench_gp.make_problem(n, dtype, sharding)
         vg = jax.value_and_grad(loss)
         if case == "gp_vg_eager":

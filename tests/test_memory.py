@@ -86,3 +86,26 @@ def test_failed_factorisation_reports_its_minor(system):
     np.testing.assert_array_equal(jax.jit(jax.vmap(lambda m: jaxmg.Cholesky(m).status))(stack), [0, 6, 1])
     assert bool(jnp.all(jnp.isnan(jaxmg.cholesky(bad))))
     assert int(jaxmg.Cholesky(a.at[7, 3].set(jnp.nan)).status) != 0
+
+
+def test_gp_loss_with_a_checkpointed_kernel_holds_three_matrices():
+    """The GP loss of benchmarks/bench_gp.py (RBF kernel built inside, jitted value_and_grad with
+    respect to its parameters), with the kernel under ``jax.checkpoint``: the kernel's own
+    intermediates are recomputed in the backward pass, and jaxmg's part is the factor (A^-1 and
+    the cotangent take its place). Three matrices on a CPU, one fewer than plain JAX's loss."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import bench_gp
+
+    mesh = jax.make_mesh((1, 1), ("x", "y"), devices=jax.devices()[:1], axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("x", None))
+    x, y, theta = bench_gp.make_problem(N, jnp.float64, sharding)
+
+    def temp(solver):
+        loss = bench_gp.loss_fn(solver, sharding, "auto" if solver == "jaxmg" else None, checkpoint=True)
+        return _temp(jax.value_and_grad(loss), theta, x, y)
+
+    mine, reference = temp("jaxmg"), temp("jax")
+    assert mine <= 3 + SLACK and mine <= reference - 1 + SLACK, (mine, reference)

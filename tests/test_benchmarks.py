@@ -44,8 +44,13 @@ def test_bench_numpy_linalg_writes_every_function(tmp_path):
                  "cholesky", "det", "qr", "pinv", "eigvalsh", "svdvals",
                  "scipy.cho_solve", "scipy.lu_solve", "scipy.solve_pos", "scipy.eigh_b", "scipy.polar"]
     assert [(r["function"], r["impl"]) for r in records] == [(f, i) for f in functions for i in ("jax", "jaxmg")]
-    assert all(r["median_s"] > 0 and r["devices"] == 8 and r["N"] == 32 for r in records)
-    assert all("ratio" in r for r in records if r["impl"] == "jaxmg")
+    # a JAX function that this JAX version lacks (scipy.eigh_b before JAX 0.12) is recorded with
+    # its error and no timings; jaxmg's always runs, with a ratio wherever JAX's ran
+    jax_ran = {r["function"] for r in records if r["impl"] == "jax" and "error" not in r}
+    assert all(r["devices"] == 8 and r["N"] == 32 for r in records)
+    assert all(r["median_s"] > 0 for r in records if r["impl"] == "jaxmg" or r["function"] in jax_ran)
+    assert all(("ratio" in r) == (r["function"] in jax_ran) for r in records if r["impl"] == "jaxmg")
+    assert {"solve", "inv", "eigh", "svd", "scipy.cho_solve"} <= jax_ran
 
 
 def test_bench_crossover_writes_every_path(tmp_path):

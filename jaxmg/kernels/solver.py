@@ -19,6 +19,7 @@ import numpy as np
 _DTYPES = frozenset(map(np.dtype, (np.float32, np.float64, np.complex64, np.complex128)))
 
 
+@jax.custom_jvp
 def potrf(a: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(factor, info) of the Hermitian matrices ``a`` (..., n, n), of which only the lower
     triangle is read.
@@ -26,20 +27,66 @@ def potrf(a: jax.Array) -> tuple[jax.Array, jax.Array]:
     ``factor`` holds L (A = L L^H) in its lower triangle; its strict upper triangle is ``a``'s,
     untouched (never read). ``info`` (int32, shape ``a.shape[:-2]``) is LAPACK's: 0 on success,
     else the order of the first leading minor that is not positive definite; where it is not 0
-    the factor's entries are unspecified.
+    the factor's entries are unspecified. Differentiable: L's tangent (lower triangular) from
+    the factor, L' = L Phi(L^-1 H(a') L^-H), Phi the lower triangle with half the diagonal.
     """
     out = (jax.ShapeDtypeStruct(a.shape, a.dtype), jax.ShapeDtypeStruct(a.shape[:-2], jnp.int32))
     return _factorization("potrf", a, out, cpu={"uplo": np.uint8(ord("L"))}, gpu={"lower": True})
 
 
+@jax.custom_jvp
 def getrf(a: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(lu, pivots) of the square matrices ``a`` (..., n, n): P a = L U with partial pivoting,
     L (unit lower) and U packed in ``lu``; ``pivots`` (int32, (..., n)) 0-based: row i was swapped
-    with row ``pivots[i]``. A zero pivot leaves U singular (its diagonal says where)."""
+    with row ``pivots[i]``. A zero pivot leaves U singular (its diagonal says where).
+    Differentiable: with X = L^-1 P a' U^-1, L' = L stril(X) and U' = triu(X) U, packed."""
     out = (jax.ShapeDtypeStruct(a.shape, a.dtype), jax.ShapeDtypeStruct(a.shape[:-1], jnp.int32),
            jax.ShapeDtypeStruct(a.shape[:-2], jnp.int32))
     lu, pivots, _ = _factorization("getrf", a, out)
     return lu, pivots - 1  # LAPACK's pivots are 1-based
+
+
+def _solve(t, b, *, lower: bool, unit: bool = False, right: bool = False, trans: str = "N"):
+    """op(T)^-1 b (or b op(T)^-1 where ``right``) for the stored triangle of ``t``."""
+    return jax.lax.linalg.triangular_solve(t, b, left_side=not right, lower=lower, unit_diagonal=unit,
+                                           transpose_a=trans != "N", conjugate_a=trans == "C")
+
+
+@potrf.defjvp
+def _potrf_jvp(primals, tangents):
+    (a,), (a_dot,) = primals, tangents
+    factor, info = potrf(a)
+    low = jnp.tril(factor)
+    below = jnp.tril(a_dot, -1)  # H(a'): the Hermitian matrix that a' makes through the lower triangle read
+    diagonal = jnp.real(jnp.diagonal(a_dot, axis1=-2, axis2=-1)).astype(a.dtype)
+    sigma = below + jnp.conj(jnp.swapaxes(below, -1, -2)) + diagonal[..., None] * jnp.eye(a.shape[-1], dtype=a.dtype)
+    inner = _solve(low, _solve(low, sigma, lower=True, right=True, trans="C"), lower=True)  # L^-1 H(a') L^-H
+    phi = jnp.tril(inner, -1) + 0.5 * _diagonal_of(inner)
+    return (factor, info), (jnp.matmul(low, phi, precision=jax.lax.Precision.HIGHEST), _no_tangent(info))
+
+
+@getrf.defjvp
+def _getrf_jvp(primals, tangents):
+    (a,), (a_dot,) = primals, tangents
+    lu, pivots = getrf(a)
+    n = a.shape[-1]
+    permutation = jax.lax.linalg.lu_pivots_to_permutation(pivots, n)
+    permuted = jnp.take_along_axis(a_dot, permutation[..., :, None], axis=-2)  # P a'
+    x = _solve(lu, _solve(lu, permuted, lower=True, unit=True), lower=False, right=True)  # L^-1 P a' U^-1
+    hi = jax.lax.Precision.HIGHEST
+    unit_lower = jnp.tril(lu, -1) + jnp.eye(n, dtype=lu.dtype)
+    lu_dot = jnp.matmul(unit_lower, jnp.tril(x, -1), precision=hi) + jnp.matmul(jnp.triu(x), jnp.triu(lu), precision=hi)
+    return (lu, pivots), (lu_dot, _no_tangent(pivots))
+
+
+def _diagonal_of(x: jax.Array) -> jax.Array:
+    """x's diagonal as a matrix (zero elsewhere), for stacks (..., n, n) too."""
+    return jnp.diagonal(x, axis1=-2, axis2=-1)[..., None] * jnp.eye(x.shape[-1], dtype=x.dtype)
+
+
+def _no_tangent(x: jax.Array):
+    """The tangent of an integer output (float0 zeros)."""
+    return np.zeros(x.shape, jax.dtypes.float0)
 
 
 def _factorization(name: str, a: jax.Array, out: tuple, cpu=None, gpu=None) -> tuple:

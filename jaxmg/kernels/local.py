@@ -22,6 +22,7 @@ from jax import lax
 from jax.scipy.linalg import solve_triangular
 
 from .. import _layout
+from .._dense import adjoint
 from . import status as _status, triangular
 from .solver import getrf, potrf
 from .families import CholeskyState, LUState, QRState
@@ -41,10 +42,6 @@ def _as_matrix(b):
 
 def _like_rhs(x, b):
     return x[:, 0] if b.ndim == 1 else x
-
-
-def adjoint(x):
-    return jnp.conj(jnp.swapaxes(x, -1, -2))
 
 
 def _eye_like(a):
@@ -95,8 +92,7 @@ class Cholesky(_Local):
             from .native import gemm
 
             inverse = gemm.hermitian_inverse(state.factor, column_major=True)  # potrf's layout: no transpose
-            # A^-1 = conj(A^-1)^T, whose row-major layout is that column-major buffer as it is
-            return jnp.conj(jnp.swapaxes(inverse, -1, -2))
+            return adjoint(inverse)  # A^-1 itself, whose row-major layout is that column-major buffer as it is
         return self.solve(state, _eye_like(state.factor))  # two triangular solves in the identity's buffer
 
     def lower(self, state):

@@ -16,7 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-_DTYPES = frozenset(map(np.dtype, (np.float32, np.float64, np.complex64, np.complex128)))
+from .._checks import SUPPORTED_DTYPES
+from .._dense import adjoint
 
 
 @jax.custom_jvp
@@ -58,11 +59,11 @@ def _potrf_jvp(primals, tangents):
     factor, info = potrf(a)
     low = jnp.tril(factor)
     below = jnp.tril(a_dot, -1)  # H(a'): the Hermitian matrix that a' makes through the lower triangle read
-    diagonal = jnp.real(jnp.diagonal(a_dot, axis1=-2, axis2=-1)).astype(a.dtype)
-    sigma = below + jnp.conj(jnp.swapaxes(below, -1, -2)) + diagonal[..., None] * jnp.eye(a.shape[-1], dtype=a.dtype)
+    sigma = below + adjoint(below) + _diagonal_of(jnp.real(a_dot).astype(a.dtype))
     inner = _solve(low, _solve(low, sigma, lower=True, right=True, trans="C"), lower=True)  # L^-1 H(a') L^-H
     phi = jnp.tril(inner, -1) + 0.5 * _diagonal_of(inner)
-    return (factor, info), (jnp.matmul(low, phi, precision=jax.lax.Precision.HIGHEST), _no_tangent(info))
+    l_dot = jnp.matmul(low, phi, precision=jax.lax.Precision.HIGHEST)
+    return (factor, info), (l_dot, jax.custom_derivatives.zero_from_primal(info))
 
 
 @getrf.defjvp
@@ -76,7 +77,7 @@ def _getrf_jvp(primals, tangents):
     hi = jax.lax.Precision.HIGHEST
     unit_lower = jnp.tril(lu, -1) + jnp.eye(n, dtype=lu.dtype)
     lu_dot = jnp.matmul(unit_lower, jnp.tril(x, -1), precision=hi) + jnp.matmul(jnp.triu(x), jnp.triu(lu), precision=hi)
-    return (lu, pivots), (lu_dot, _no_tangent(pivots))
+    return (lu, pivots), (lu_dot, jax.custom_derivatives.zero_from_primal(pivots))
 
 
 def _diagonal_of(x: jax.Array) -> jax.Array:
@@ -84,15 +85,10 @@ def _diagonal_of(x: jax.Array) -> jax.Array:
     return jnp.diagonal(x, axis1=-2, axis2=-1)[..., None] * jnp.eye(x.shape[-1], dtype=x.dtype)
 
 
-def _no_tangent(x: jax.Array):
-    """The tangent of an integer output (float0 zeros)."""
-    return np.zeros(x.shape, jax.dtypes.float0)
-
-
 def _factorization(name: str, a: jax.Array, out: tuple, cpu=None, gpu=None) -> tuple:
     """The ``?{name}`` handler of ``a``'s platform on ``a`` (overwritten in place), with results
     ``out`` (the first is the factor, column-major) and the attributes of each platform."""
-    if jnp.dtype(a.dtype) not in _DTYPES:
+    if jnp.dtype(a.dtype) not in SUPPORTED_DTYPES:
         raise TypeError(f"a must be float32, float64, complex64 or complex128 for {name}; got {a.dtype}.")
     column_major = tuple(range(a.ndim - 2)) + (a.ndim - 1, a.ndim - 2)  # major-to-minor
 

@@ -23,8 +23,12 @@ NOT_FINITE = -1
 def first_bad_pivot(pivots: jax.Array) -> jax.Array:
     """LAPACK's info from the diagonal of a triangular factor: the 1-based index of the
     first zero or non-finite entry, else :data:`OK`."""
-    bad = ~jnp.isfinite(pivots) | (pivots == 0)
-    return jnp.where(jnp.any(bad), jnp.argmax(bad) + 1, OK).astype(jnp.int32)
+    return _first(~jnp.isfinite(pivots) | (pivots == 0))
+
+
+def _first(bad: jax.Array) -> jax.Array:
+    """The 1-based index of the first True of ``bad`` (..., n) along its last axis, else :data:`OK`."""
+    return jnp.where(jnp.any(bad, axis=-1), jnp.argmax(bad, axis=-1) + 1, OK).astype(jnp.int32)
 
 
 def finite(*arrays: jax.Array) -> jax.Array:
@@ -82,6 +86,4 @@ def cholesky_status(info: jax.Array, factor: jax.Array) -> jax.Array:
     else the order of the first diagonal entry of L that is not finite and positive (a NaN or a
     non-positive pivot that the solver's own test let through), else :data:`OK`."""
     diagonal = jnp.diagonal(factor, axis1=-2, axis2=-1)
-    bad = ~(jnp.isfinite(diagonal) & (jnp.real(diagonal) > 0))
-    first = jnp.where(jnp.any(bad, axis=-1), jnp.argmax(bad, axis=-1) + 1, OK)
-    return jnp.where(info != OK, info, first).astype(jnp.int32)
+    return either(info, _first(~(jnp.isfinite(diagonal) & (jnp.real(diagonal) > 0))))

@@ -153,6 +153,12 @@ def test_cotangents_keep_the_primal_sharding(shape, spec):
 
 
 def _count_factorisations(monkeypatch):
+    """Counts the traces of the local Cholesky factorisation, from a fresh trace: the compiled
+    calls that other tests in this process cached would otherwise be reused without tracing."""
+    from jaxmg import _dispatch
+
+    _dispatch._compiled.cache_clear()
+    jax.clear_caches()
     calls = {"n": 0}
     original = local.Cholesky.factor
 

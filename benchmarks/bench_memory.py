@@ -5,7 +5,8 @@
     python benchmarks/bench_memory.py --largest gp_vg potrs             # the largest N that runs
 
 Each case runs in its own process (a device's ``peak_bytes_in_use`` only grows), on the first
-device, with XLA allowed 94% of it (``XLA_PYTHON_CLIENT_MEM_FRACTION``, unless set): it makes its
+device, with XLA's pool allocated at start (JAX's default) and 94% of the device
+(``XLA_PYTHON_CLIENT_PREALLOCATE`` and ``XLA_PYTHON_CLIENT_MEM_FRACTION``, unless set): it makes its
 inputs (a matrix a block of rows at a time, so that making it holds nothing more), runs the case
 once (compiling it), and records, as one JSON line
 (``--out``): case, impl ("jaxmg" or "jax"), N, dtype, input_bytes (what the case's inputs hold),
@@ -118,22 +119,18 @@ def _numpy(case, impl):
 
 def _matrix(n, dtype):
     """The symmetric positive-definite a_ij = 1 / (1 + |i - j|) + N delta_ij on the first device,
-    made a block of rows at a time: making it holds one matrix and one block, so that the
-    device's peak is the case's own."""
+    made by one elementwise pass over two iotas, which XLA fuses into one loop writing the matrix:
+    making it holds nothing but the matrix, so that the device's peak is the case's own."""
     import jax
     import jax.numpy as jnp
 
-    block = next(b for b in (1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1) if n % b == 0)
+    def make():
+        i = jax.lax.broadcasted_iota(jnp.int32, (n, n), 0)
+        j = jax.lax.broadcasted_iota(jnp.int32, (n, n), 1)
+        value = (1.0 / (1.0 + jnp.abs(i - j).astype(jnp.float32))).astype(dtype)
+        return value + jnp.where(i == j, jnp.asarray(n, dtype), jnp.zeros((), dtype))
 
-    def rows(k):
-        i = k * block + jax.lax.broadcasted_iota(jnp.int32, (block, n), 0)
-        j = jax.lax.broadcasted_iota(jnp.int32, (block, n), 1)
-        value = 1.0 / (1.0 + jnp.abs(i - j).astype(jnp.float32))
-        return value.astype(dtype) + jnp.where(i == j, jnp.asarray(n, dtype), jnp.zeros((), dtype))
-
-    make = jax.jit(lambda: jax.lax.map(rows, jnp.arange(n // block)).reshape(n, n),
-                   out_shardings=jax.sharding.SingleDeviceSharding(jax.devices()[0]))
-    return make()
+    return jax.jit(make, out_shardings=jax.sharding.SingleDeviceSharding(jax.devices()[0]))()
 
 
 def build(case, impl, n, dtype):
@@ -200,13 +197,16 @@ def child(case, impl, n, dtype):
         if peak is not None:
             rec.update(peak_bytes=int(peak), peak_matrices=peak / matrix, beyond_input_matrices=(peak - inputs) / matrix)
     except Exception as e:  # out of memory, an unsupported size: recorded, never hidden
-        rec["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+        rec["error"] = f"{type(e).__name__}: {str(e)[:1000]}"
     print("RECORD " + json.dumps(rec), flush=True)
 
 
 def measure(args, case, impl, n, dtype) -> dict:
     """Run one case in a fresh process and return its record."""
-    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    env = dict(os.environ)
+    # JAX's default: one pool, allocated at start. Grown region by region instead, the pool
+    # fragments: a 72 GiB buffer at N = 49,152 then finds no region although 130 GiB are free.
+    env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "true")
     env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.94")  # JAX's default 0.75 would cap the largest N
     command = [sys.executable, str(HERE), "--child", case, impl, str(n), dtype]
     try:
@@ -217,7 +217,7 @@ def measure(args, case, impl, n, dtype) -> dict:
         if line.startswith("RECORD "):
             return json.loads(line[len("RECORD "):])
     return dict(bench="memory", case=case, impl=impl, N=n, dtype=dtype,
-                error=f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}")
+                error=f"exit {proc.returncode}: {proc.stderr.strip()[-1000:]}")
 
 
 def largest(args, case, impl, dtype) -> dict:
@@ -228,7 +228,7 @@ def largest(args, case, impl, dtype) -> dict:
     while low <= high:
         mid = (low + high) // 2
         rec = measure(args, case, impl, mid * step, dtype)
-        tried.append([mid * step, "error" not in rec])
+        tried.append([mid * step, rec.get("error", "ran")])
         if "error" in rec:
             high = mid - 1
         else:

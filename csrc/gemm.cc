@@ -2,6 +2,8 @@
 // and C = op(T) X or X op(T) for triangular T (cuBLAS's out-of-place trmm: one call, no wasted
 // flops on the zero triangle). jaxmg_potri: A^-1 from A's Cholesky factor on the calling GPU,
 // LAPACK's potri (trtri, then lauum) as a recursion of cuBLAS calls on the factor's own buffer.
+// jaxmg_getri: A^-1 from A's packed LU factor, LAPACK's getri (trtri, then a solve with L by
+// panels of columns, then the column interchanges), also in the factor's own buffer.
 //
 // The triangular inverses of jaxmg/kernels/triangular.py are made of many products of distinct
 // shapes. Compiled as XLA dots, each shape is autotuned on its first call (tens of seconds for
@@ -17,6 +19,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <type_traits>
 
 #include "dynload.h"
 #include "grid.h"
@@ -131,13 +134,15 @@ int64_t split_order(int64_t n) {
   return half >= 256 ? (half / 128) * 128 : half;
 }
 
-// LAPACK's potri on one GPU, in place, on the column-major view of the buffer: the row-major
-// lower factor L is the column-major upper triangular U = L^T (a column-major L is first mirrored
-// into U = L^H in place). trtri makes U^-1 = V (upper), lauum then X = V V^H, whose column-major
-// upper triangle is, for a row-major factor, the row-major lower triangle of
-// X^T = conj(X) = L^-H L^-1 = A^-1 (for a column-major one, A^-1's own upper triangle). Only the upper triangle (column-major) is read or written,
-// apart from the diagonal blocks of order at most `leaf` or `trmm_leaf`, below whose diagonal
-// trtri writes zeros.
+// The triangular inverse (trtri) and the product of a triangular inverse with its adjoint (lauum)
+// of LAPACK's potri and getri, on one GPU, in place, on the column-major upper triangle of a
+// buffer. potri: the row-major lower factor L is the column-major upper triangular U = L^T (a
+// column-major L is first mirrored into U = L^H in place). trtri makes U^-1 = V (upper), lauum
+// then X = V V^H, whose column-major upper triangle is, for a row-major factor, the row-major
+// lower triangle of X^T = conj(X) = L^-H L^-1 = A^-1 (for a column-major one, A^-1's own upper
+// triangle). getri: trtri inverts the U of a column-major LU factor (lu_inverse_in_place). Only
+// the upper triangle (column-major) is read or written, apart from the diagonal blocks of order
+// at most `leaf` or `trmm_leaf`, below whose diagonal trtri writes zeros.
 //
 // Every step recurses on halves down to cuBLAS gemm calls on the buffer itself, as
 // jaxmg/kernels/triangular.py does in JAX, but with no slices, sums or concatenations: the
@@ -150,7 +155,7 @@ int64_t split_order(int64_t n) {
 // trsm against the identity through a leaf x leaf scratch buffer. Column-major (i, j) of the
 // buffer is a[i + j lda].
 template <typename T>
-struct HermitianInverse {
+struct InPlaceInverse {
   cublasHandle_t h;
   cudaStream_t stream;
   T* a;
@@ -189,7 +194,7 @@ struct HermitianInverse {
 };
 
 template <typename T>
-void HermitianInverse<T>::copy(T* dst, int64_t ld_dst, const T* src, int64_t ld_src, int64_t rows,
+void InPlaceInverse<T>::copy(T* dst, int64_t ld_dst, const T* src, int64_t ld_src, int64_t rows,
                                int64_t cols) const {
   check_cuda(cudaMemcpy2DAsync(dst, ld_dst * sizeof(T), src, ld_src * sizeof(T), rows * sizeof(T), cols,
                                cudaMemcpyDeviceToDevice, stream),
@@ -197,14 +202,14 @@ void HermitianInverse<T>::copy(T* dst, int64_t ld_dst, const T* src, int64_t ld_
 }
 
 template <typename T>
-void HermitianInverse<T>::accumulate(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n, int64_t k,
+void InPlaceInverse<T>::accumulate(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n, int64_t k,
                                      double alpha, const T* x, const T* y, T* c) const {
   check_blas(gemm(h, op_a, op_b, (int)m, (int)n, (int)k, x, (int)lda, y, (int)lda, c, (int)lda, alpha, 1.0),
              "cublas gemm (potri)");
 }
 
 template <typename T>
-void HermitianInverse<T>::trmm_in_place(bool left, cublasOperation_t op, const T* t, int64_t n, T* x, int64_t m,
+void InPlaceInverse<T>::trmm_in_place(bool left, cublasOperation_t op, const T* t, int64_t n, T* x, int64_t m,
                                         double alpha) const {
   if (n <= trmm_leaf) {  // x := alpha op(t) x as one gemm with the whole block t (zero below)
     const int64_t rows = left ? n : m, cols = left ? m : n;
@@ -237,7 +242,7 @@ void HermitianInverse<T>::trmm_in_place(bool left, cublasOperation_t op, const T
 }
 
 template <typename T>
-void HermitianInverse<T>::herk_in_place(T* c, int64_t n, const T* x, int64_t k) const {
+void InPlaceInverse<T>::herk_in_place(T* c, int64_t n, const T* x, int64_t k) const {
   if (n <= herk_leaf) {
     check_blas(herk(h, CUBLAS_FILL_MODE_UPPER, (int)n, (int)k, 1.0, x, (int)lda, 1.0, c, (int)lda),
                "cublas herk (potri)");
@@ -250,7 +255,7 @@ void HermitianInverse<T>::herk_in_place(T* c, int64_t n, const T* x, int64_t k) 
 }
 
 template <typename T>
-void HermitianInverse<T>::trtri(int64_t o, int64_t n) const {
+void InPlaceInverse<T>::trtri(int64_t o, int64_t n) const {
   if (n <= leaf) {
     copy(scratch, leaf, eye, leaf, n, n);
     check_blas(trsm(h, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, (int)n, (int)n,
@@ -271,7 +276,7 @@ void HermitianInverse<T>::trtri(int64_t o, int64_t n) const {
 }
 
 template <typename T>
-void HermitianInverse<T>::lauum(int64_t o, int64_t n) const {
+void InPlaceInverse<T>::lauum(int64_t o, int64_t n) const {
   if (n <= leaf) {
     copy(scratch, leaf, at(o, o), lda, n, n);  // V's block, zero below the diagonal
     check_blas(herk(h, CUBLAS_FILL_MODE_UPPER, (int)n, (int)n, 1.0, scratch, (int)leaf, 0.0, at(o, o), (int)lda),
@@ -284,6 +289,61 @@ void HermitianInverse<T>::lauum(int64_t o, int64_t n) const {
   herk_in_place(at(o, o), n1, a12, n2);
   trmm_in_place(false, CUBLAS_OP_C, at(o + n1, o + n1), n2, a12, n1, 1.0);
   lauum(o + n1, n2);
+}
+
+// The maximal diagonal blocks (o, m) of order at most `bound` in the halving that trtri and
+// trmm_in_place follow (split_order): below their diagonals, and nowhere else below the whole
+// matrix's diagonal, trtri writes (zeros, or whole leaf blocks).
+template <typename F>
+void leaf_diagonal_blocks(int64_t o, int64_t n, int64_t bound, F&& each) {
+  if (n <= bound) {
+    each(o, n);
+    return;
+  }
+  const int64_t n1 = split_order(n);
+  leaf_diagonal_blocks(o, n1, bound, each);
+  leaf_diagonal_blocks(o + n1, n - n1, bound, each);
+}
+
+// LAPACK's getri on one GPU, in place, on the column-major packed LU of P A = L U (L unit lower
+// in the strict lower triangle, U upper): A^-1 = U^-1 L^-1 P. With panel = work's columns
+// (work: n x panel, column-major, leading dimension n):
+//   1. U := U^-1 by run.trtri. The strict lower parts of the diagonal blocks that trtri
+//      overwrites (order at most `panel`) hold L: they are kept in `work` and put back.
+//   2. X L = U^-1 by panels of columns j, right to left: the panel's part of L (below its
+//      diagonal) moves to `work` (zeros left in its place, so that the panel holds U^-1's
+//      columns), X[:, j] -= X[:, j+panel:] L[j+panel:, j] (one gemm), then
+//      X[:, j] := X[:, j] L[j, j]^-1 (one trsm with the panel's unit lower diagonal block).
+//   3. A^-1[:, perm[k]] = X[:, k]: by blocks of `panel` rows, each scattered into `work`
+//      (panel x n) and copied back.
+// perm (n, int32, on the device): row perm[k] of A is row k of P A.
+template <typename T>
+void lu_inverse_in_place(const InPlaceInverse<T>& run, const int32_t* perm, T* work, int64_t panel) {
+  const int64_t n = run.lda, lda = run.lda;
+  const int elem = (int)sizeof(T);
+  leaf_diagonal_blocks(0, n, panel, [&](int64_t o, int64_t m) {
+    check_cuda(move_strict_lower(run.at(o, o), lda, m, m, work + o, n, false, elem, run.stream), "move_strict_lower(getri)");
+  });
+  run.trtri(0, n);
+  leaf_diagonal_blocks(0, n, panel, [&](int64_t o, int64_t m) {
+    check_cuda(move_strict_lower(work + o, n, m, m, run.at(o, o), lda, false, elem, run.stream), "move_strict_lower(getri)");
+  });
+  for (int64_t j = ((n - 1) / panel) * panel; j >= 0; j -= panel) {
+    const int64_t jb = std::min(panel, n - j), rest = n - j - jb;
+    check_cuda(move_strict_lower(run.at(j, j), lda, n - j, jb, work, n, true, elem, run.stream), "move_strict_lower(getri)");
+    if (rest > 0)
+      check_blas(gemm(run.h, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)jb, (int)rest, run.at(0, j + jb), (int)lda, work + jb,
+                      (int)n, run.at(0, j), (int)lda, -1.0, 1.0),
+                 "cublas gemm (getri)");
+    check_blas(trsm(run.h, CUBLAS_SIDE_RIGHT, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, CUBLAS_DIAG_UNIT, (int)n, (int)jb,
+                    work, (int)n, run.at(0, j), (int)lda),
+               "cublas trsm (getri)");
+  }
+  for (int64_t r = 0; r < n; r += panel) {
+    const int64_t rows = std::min(panel, n - r);
+    check_cuda(scatter_columns(run.at(r, 0), lda, rows, n, perm, work, rows, elem, run.stream), "scatter_columns(getri)");
+    run.copy(run.at(r, 0), lda, work, rows, rows, n);
+  }
 }
 
 ffi::Error TrmmImpl(cudaStream_t stream, ffi::AnyBuffer t, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> c,
@@ -347,47 +407,80 @@ ffi::Error GemmImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer y, ffi
   }
 }
 
-ffi::Error PotriImpl(cudaStream_t stream, ffi::AnyBuffer factor, ffi::AnyBuffer eye,
-                     ffi::Result<ffi::AnyBuffer> inverse, ffi::Result<ffi::AnyBuffer> scratch,
-                     ffi::Result<ffi::AnyBuffer> operand, int64_t trmm_leaf, int64_t herk_leaf,
-                     int64_t column_major) {
+// What potri and getri share: the checks of a square factor (order n), a leaf x leaf identity and
+// results of the factor's dtype (the inverse, leaf x leaf and min(trmm_leaf, n) x n scratch; the
+// caller's own operands pass `others_fit`), the factor's copy in `inverse` unless they alias, and
+// `body(run, dtype)` with the InPlaceInverse of the factor's element type on `inverse`.
+template <typename Body>
+ffi::Error in_place_inverse(const char* name, cudaStream_t stream, ffi::AnyBuffer factor, ffi::AnyBuffer eye,
+                            ffi::Result<ffi::AnyBuffer>& inverse, ffi::Result<ffi::AnyBuffer>& scratch,
+                            ffi::Result<ffi::AnyBuffer>& operand, int64_t trmm_leaf, int64_t herk_leaf,
+                            bool others_fit, Body&& body) {
   auto fd = factor.dimensions(), ed = eye.dimensions(), id = inverse->dimensions(), sd = scratch->dimensions();
   auto od = operand->dimensions();
   if (fd.size() != 2 || fd[0] != fd[1] || ed.size() != 2 || ed[0] != ed[1] || id.size() != 2 || sd.size() != 2)
-    return ffi::Error::InvalidArgument("jaxmg_potri: the factor and the identity must be square matrices");
+    return ffi::Error::InvalidArgument(cat(name, ": the factor and the identity must be square matrices"));
   const int64_t n = fd[0], leaf = ed[0];
   if (id[0] != n || id[1] != n || sd[0] != leaf || sd[1] != leaf || leaf < 1 || trmm_leaf < 1 || herk_leaf < 1 ||
-      od.size() != 2 || od[0] != std::min(trmm_leaf, n) || od[1] != n)
-    return ffi::Error::InvalidArgument(cat("jaxmg_potri: the factor is ", n, "x", n, ", the identity ", leaf, "x",
-                                           leaf, ", the results ", id[0], "x", id[1], ", ", sd[0], "x", sd[1], " and ",
+      od.size() != 2 || od[0] != std::min(trmm_leaf, n) || od[1] != n || !others_fit)
+    return ffi::Error::InvalidArgument(cat(name, ": the factor is ", n, "x", n, ", the identity ", leaf, "x", leaf,
+                                           ", the results ", id[0], "x", id[1], ", ", sd[0], "x", sd[1], " and ",
                                            od.size() == 2 ? od[0] : -1, "x", od.size() == 2 ? od[1] : -1,
-                                           ", the leaves ", trmm_leaf, " and ", herk_leaf));
+                                           ", the leaves ", trmm_leaf, " and ", herk_leaf,
+                                           others_fit ? "" : "; the other operands do not fit them"));
   const auto type = factor.element_type();
   if (eye.element_type() != type || inverse->element_type() != type || scratch->element_type() != type ||
       operand->element_type() != type)
-    return ffi::Error::InvalidArgument("jaxmg_potri: the operands and the results must have one dtype");
+    return ffi::Error::InvalidArgument(cat(name, ": the operands and the results must have one dtype"));
   DType dtype;
-  if (ffi::Error e = check_dtype("jaxmg_potri", type, &dtype); e.failure()) return e;
+  if (ffi::Error e = check_dtype(name, type, &dtype); e.failure()) return e;
   try {
-    if (!api().blas) throw Failure("jaxmg_potri: cuBLAS was not found in this process");
+    if (!api().blas) throw Failure(cat(name, ": cuBLAS was not found in this process"));
     if (n == 0) return ffi::Error::Success();
     copy_unless_aliased(*inverse, factor, stream, "cudaMemcpyAsync(factor to inverse)");
-    if (column_major)  // L column-major: its upper triangle becomes U = L^H, as the row-major case reads it
-      check_cuda(mirror(inverse->untyped_data(), n, n, false, dtype, stream), "mirror(potri factor)");
     cublasHandle_t h = stream_handle(stream);
     with_elem_type(dtype, [&](auto zero) {
       using T = decltype(zero);
-      HermitianInverse<T> run{h, stream, static_cast<T*>(inverse->untyped_data()), n,
-                              static_cast<const T*>(eye.untyped_data()), static_cast<T*>(scratch->untyped_data()),
-                              static_cast<T*>(operand->untyped_data()), leaf, trmm_leaf, herk_leaf};
-      run.trtri(0, n);
-      run.lauum(0, n);
+      InPlaceInverse<T> run{h, stream, static_cast<T*>(inverse->untyped_data()), n,
+                            static_cast<const T*>(eye.untyped_data()), static_cast<T*>(scratch->untyped_data()),
+                            static_cast<T*>(operand->untyped_data()), leaf, trmm_leaf, herk_leaf};
+      body(run, dtype);
     });
-    check_cuda(mirror(inverse->untyped_data(), n, n, true, dtype, stream), "mirror(potri)");
     return ffi::Error::Success();
   } catch (const std::exception& e) {
     return to_error(e);
   }
+}
+
+ffi::Error PotriImpl(cudaStream_t stream, ffi::AnyBuffer factor, ffi::AnyBuffer eye,
+                     ffi::Result<ffi::AnyBuffer> inverse, ffi::Result<ffi::AnyBuffer> scratch,
+                     ffi::Result<ffi::AnyBuffer> operand, int64_t trmm_leaf, int64_t herk_leaf,
+                     int64_t column_major) {
+  return in_place_inverse("jaxmg_potri", stream, factor, eye, inverse, scratch, operand, trmm_leaf, herk_leaf, true,
+                          [&](auto& run, DType dtype) {
+                            if (column_major)  // L column-major: its upper triangle becomes U = L^H, as the
+                                               // row-major case reads it
+                              check_cuda(mirror(run.a, run.lda, run.lda, false, dtype, stream), "mirror(potri factor)");
+                            run.trtri(0, run.lda);
+                            run.lauum(0, run.lda);
+                            check_cuda(mirror(run.a, run.lda, run.lda, true, dtype, stream), "mirror(potri)");
+                          });
+}
+
+ffi::Error GetriImpl(cudaStream_t stream, ffi::AnyBuffer lu, ffi::Buffer<ffi::S32> permutation, ffi::AnyBuffer eye,
+                     ffi::Result<ffi::AnyBuffer> inverse, ffi::Result<ffi::AnyBuffer> scratch,
+                     ffi::Result<ffi::AnyBuffer> operand, ffi::Result<ffi::AnyBuffer> work, int64_t trmm_leaf) {
+  auto fd = lu.dimensions(), ed = eye.dimensions(), wd = work->dimensions(), pd = permutation.dimensions();
+  const int64_t n = fd.size() == 2 ? fd[0] : -1, leaf = ed.size() == 2 ? ed[0] : -1;
+  const int64_t panel = wd.size() == 2 ? wd[0] : -1;  // at least both leaves: trtri writes within them
+  const bool fit = pd.size() == 1 && pd[0] == n && wd.size() == 2 && wd[1] == n && panel >= 1 &&
+                   panel >= std::min(std::max(leaf, trmm_leaf), n) && work->element_type() == lu.element_type();
+  return in_place_inverse("jaxmg_getri", stream, lu, eye, inverse, scratch, operand, trmm_leaf, trmm_leaf, fit,
+                          [&](auto& run, DType) {
+                            using T = std::remove_reference_t<decltype(*run.a)>;
+                            lu_inverse_in_place(run, permutation.typed_data(), static_cast<T*>(work->untyped_data()),
+                                                panel);
+                          });
 }
 
 }  // namespace
@@ -403,6 +496,18 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_potri, PotriImpl,
                                   .Attr<int64_t>("trmm_leaf")   // triangular products by one gemm up to this order
                                   .Attr<int64_t>("herk_leaf")   // rank-k updates by one herk up to this order
                                   .Attr<int64_t>("column_major")); // 1: L and A^-1 column-major, 0: row-major
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_getri, GetriImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<ffi::AnyBuffer>()          // the packed L and U of P A = L U, column-major
+                                  .Arg<ffi::Buffer<ffi::S32>>()   // perm: row perm[k] of A is row k of P A
+                                  .Arg<ffi::AnyBuffer>()          // the identity of the leaf order
+                                  .Ret<ffi::AnyBuffer>()          // A^-1, column-major (aliases the factor)
+                                  .Ret<ffi::AnyBuffer>()          // leaf x leaf scratch
+                                  .Ret<ffi::AnyBuffer>()          // min(trmm_leaf, n) x n scratch
+                                  .Ret<ffi::AnyBuffer>()          // panel x n scratch (panel >= both leaves)
+                                  .Attr<int64_t>("trmm_leaf"));   // triangular products by one gemm up to this order
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_gemm, GemmImpl,
                               ffi::Ffi::Bind()

@@ -29,7 +29,7 @@ XLA_FFI_Handler jaxmg_syevd, jaxmg_sygvd;
 // Matrix products on the calling GPU through cuBLAS (gemm.cc), for the triangular inverses:
 // general (gemm) and triangular (trmm); and the Hermitian inverse from a Cholesky factor on the
 // calling GPU: LAPACK's potri as a recursion of cuBLAS calls, in place.
-XLA_FFI_Handler jaxmg_gemm, jaxmg_trmm, jaxmg_potri;
+XLA_FFI_Handler jaxmg_gemm, jaxmg_trmm, jaxmg_potri, jaxmg_getri;
 }
 
 void set_process_index(int index);

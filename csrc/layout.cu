@@ -155,6 +155,61 @@ cudaError_t local_logdet(const void* a, DType dtype, int64_t ld, int64_t n_globa
   return cudaGetLastError();
 }
 
+namespace {
+template <typename E>
+__global__ void move_strict_lower_kernel(E* src, int64_t ld_src, int64_t rows, int64_t cols, E* dst, int64_t ld_dst,
+                                         bool zero_source) {
+  const int64_t total = rows * cols;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t c = i / rows, r = i % rows;
+    if (r <= c) continue;
+    dst[r + c * ld_dst] = src[r + c * ld_src];
+    if (zero_source) src[r + c * ld_src] = E{};
+  }
+}
+
+template <typename E>
+__global__ void scatter_columns_kernel(const E* __restrict__ src, int64_t ld_src, int64_t rows, int64_t n,
+                                       const int32_t* __restrict__ perm, E* __restrict__ dst, int64_t ld_dst) {
+  const int64_t total = rows * n;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t k = i / rows, r = i % rows;
+    dst[r + (int64_t)perm[k] * ld_dst] = src[r + k * ld_src];
+  }
+}
+
+template <typename F>
+cudaError_t with_elem_bytes(int elem_bytes, F&& run) {
+  switch (elem_bytes) {
+    case 4: run(uint32_t{}); break;
+    case 8: run(uint64_t{}); break;
+    case 16: run(Elem16{}); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+}  // namespace
+
+cudaError_t move_strict_lower(void* src, int64_t ld_src, int64_t rows, int64_t cols, void* dst, int64_t ld_dst,
+                              bool zero_source, int elem_bytes, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return cudaSuccess;
+  return with_elem_bytes(elem_bytes, [&](auto zero) {
+    using E = decltype(zero);
+    move_strict_lower_kernel<E><<<blocks_for(rows * cols), 256, 0, stream>>>((E*)src, ld_src, rows, cols, (E*)dst,
+                                                                              ld_dst, zero_source);
+  });
+}
+
+cudaError_t scatter_columns(const void* src, int64_t ld_src, int64_t rows, int64_t n, const int32_t* perm, void* dst,
+                            int64_t ld_dst, int elem_bytes, cudaStream_t stream) {
+  if (rows <= 0 || n <= 0) return cudaSuccess;
+  return with_elem_bytes(elem_bytes, [&](auto zero) {
+    using E = decltype(zero);
+    scatter_columns_kernel<E><<<blocks_for(rows * n), 256, 0, stream>>>((const E*)src, ld_src, rows, n, perm, (E*)dst,
+                                                                         ld_dst);
+  });
+}
+
 cudaError_t fill_int32(int32_t* dst, int64_t count, int32_t value, cudaStream_t stream) {
   fill_kernel<<<blocks_for(count), 256, 0, stream>>>(dst, count, value);
   return cudaGetLastError();

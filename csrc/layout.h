@@ -61,4 +61,15 @@ cudaError_t symmetrize_diag_tiles(void* a, int64_t ld, const int64_t* offs, int6
 // from one of its triangles).
 cudaError_t mirror(void* a, int64_t n, int64_t ld, bool to_lower, DType dtype, cudaStream_t stream);
 
+// Column-major, elements of elem_bytes (4, 8 or 16): for every column c < cols and row r with
+// c < r < rows, dst[r + c ld_dst] = src[r + c ld_src], and src's element becomes zero where
+// zero_source (the part of a panel strictly below its diagonal, moved out).
+cudaError_t move_strict_lower(void* src, int64_t ld_src, int64_t rows, int64_t cols, void* dst, int64_t ld_dst,
+                              bool zero_source, int elem_bytes, cudaStream_t stream);
+
+// Column-major, elements of elem_bytes: dst[i + perm[k] ld_dst] = src[i + k ld_src] for
+// i < rows, k < n (the columns of a block of rows, each put where perm says).
+cudaError_t scatter_columns(const void* src, int64_t ld_src, int64_t rows, int64_t n, const int32_t* perm, void* dst,
+                            int64_t ld_dst, int elem_bytes, cudaStream_t stream);
+
 }  // namespace jaxmg

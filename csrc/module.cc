@@ -28,7 +28,7 @@ const std::pair<const char*, XLA_FFI_Handler*> kHandlers[] = {
     {"jaxmg_geqrf", jaxmg::jaxmg_geqrf},       {"jaxmg_orgqr", jaxmg::jaxmg_orgqr},
     {"jaxmg_syevd", jaxmg::jaxmg_syevd},       {"jaxmg_sygvd", jaxmg::jaxmg_sygvd},
     {"jaxmg_gemm", jaxmg::jaxmg_gemm},         {"jaxmg_trmm", jaxmg::jaxmg_trmm},
-    {"jaxmg_potri", jaxmg::jaxmg_potri},
+    {"jaxmg_potri", jaxmg::jaxmg_potri},       {"jaxmg_getri", jaxmg::jaxmg_getri},
 };
 
 // The handler capsules by target name.

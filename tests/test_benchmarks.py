@@ -123,6 +123,7 @@ def test_bench_memory_writes_every_case(tmp_path):
                                                          ("gp_vg", "jax"), ("gp_vg", "jaxmg")]
     assert all("error" not in r and r["N"] == 64 and r["first_run_s"] > 0 for r in records), records
     assert all(r["temp_matrices"] >= 0 for r in records if r["case"] != "cholesky_inverse_donated")
+    assert all("compiled_peak_bytes" in r for r in records)  # the compiling process's peak, beside the run's
 
 
 def test_bench_memory_bisects_on_multiples_of_4096(monkeypatch):
@@ -137,4 +138,6 @@ def test_bench_memory_bisects_on_multiples_of_4096(monkeypatch):
     args = bench_memory._args(["--low", "4096", "--high", "65536"])
     record = bench_memory.largest(args, "gp_vg", "jaxmg", "float64")
     assert record["largest_n"] == 12288
-    assert all(n % 4096 == 0 for n, _ in record["tried"]) and [12288, True] in record["tried"]
+    assert all(n % 4096 == 0 for n, _ in record["tried"]) and [12288, "ran"] in record["tried"]
+    assert all(outcome in ("ran", "out of memory") for _, outcome in record["tried"])
+    assert any(outcome == "out of memory" for _, outcome in record["tried"])  # each failure says why

@@ -8,8 +8,8 @@ native backend (``jaxmg.kernels.families``): only the lower triangle of a Hermit
 read; status 0 on success, else LAPACK's ``info``, or -1 for a result that is not finite.
 
 On one NVIDIA GPU with the native library loaded, inverses from a factor are the library's
-cuBLAS calls (``jaxmg.kernels.native.gemm``: LAPACK's potri as one call, getri as products); else
-they are solves against the identity, as ``jnp.linalg.inv`` does.
+cuBLAS calls (``jaxmg.kernels.native.gemm``: LAPACK's potri and getri, one call each, in the
+factor's buffer); else they are solves against the identity, as ``jnp.linalg.inv`` does.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from jax.scipy.linalg import solve_triangular
 
 from .. import _layout
 from .._dense import adjoint
-from . import status as _status, triangular
+from . import status as _status
 from .solver import getrf, potrf
 from .families import CholeskyState, LUState, QRState
 
@@ -117,8 +117,7 @@ class LU(_Local):
             from .native import gemm
 
             perm = lax.linalg.lu_pivots_to_permutation(state.pivots, state.lu.shape[-1])
-            with triangular.products_through(*gemm.one_gpu_products(state.lu.shape[-1])):
-                return triangular.lu_inverse(state.lu, perm)
+            return gemm.lu_inverse(state.lu, perm)  # getri in the factor's buffer (getrf's layout)
         return self.solve(state, _eye_like(state.lu))
 
     def slogdet(self, state):

@@ -1,5 +1,6 @@
 """Matrix products on one GPU through cuBLAS (``jaxmg_gemm``, ``jaxmg_trmm``, csrc/gemm.cc),
-without autotuning, and the Hermitian inverse from a Cholesky factor (``jaxmg_potri``).
+without autotuning, and the inverses from a Cholesky factor (``jaxmg_potri``) and from an LU
+factor (``jaxmg_getri``), each in its factor's own buffer.
 
 The triangular inverses (``jaxmg.kernels.triangular``) are made of products of many distinct
 shapes. As XLA dots, each shape is autotuned when the program is first compiled, which at order
@@ -153,3 +154,47 @@ def hermitian_inverse(factor: jax.Array, column_major: bool = False) -> jax.Arra
     column-major (as the device's potrf leaves it) and A^-1 is returned in that layout, so that
     neither is transposed; else both are row-major. Differentiable (tangents through XLA's dots)."""
     return _hermitian_inverse(factor, bool(column_major))
+
+
+@jax.custom_jvp
+def _lu_inverse(lu, permutation):
+    _library.register()
+    n = lu.shape[0]
+    leaf = max(1, min(INVERSE_LEAF, n))
+    panel = min(max(INVERSE_LEAF, TRMM_LEAF), n)
+    eye = jnp.eye(leaf, dtype=lu.dtype)
+    shapes = (jax.ShapeDtypeStruct((n, n), lu.dtype), jax.ShapeDtypeStruct((leaf, leaf), lu.dtype),
+              jax.ShapeDtypeStruct((min(TRMM_LEAF, n), n), lu.dtype), jax.ShapeDtypeStruct((panel, n), lu.dtype))
+    column_major = (1, 0)  # major-to-minor
+    inverse, _, _, _ = jax.ffi.ffi_call(
+        "jaxmg_getri", shapes, input_layouts=[column_major, None, None],
+        output_layouts=[column_major, None, None, None], input_output_aliases={0: 0}, vmap_method="sequential")(
+        lu, permutation.astype(jnp.int32), eye, trmm_leaf=np.int64(TRMM_LEAF))
+    return inverse
+
+
+@_lu_inverse.defjvp
+def _lu_inverse_jvp(primals, tangents):
+    # d(A^-1) = -A^-1 dA A^-1 with A = P^T L U, dA = P^T (dL U + L dU), through XLA's dots
+    (lu, permutation), (dlu, _) = primals, tangents
+    inverse = _lu_inverse(lu, permutation)
+    n = lu.shape[0]
+    hi = jax.lax.Precision.HIGHEST
+    unit_lower = jnp.tril(lu, -1) + jnp.eye(n, dtype=lu.dtype)
+    dlu_product = (jnp.matmul(jnp.tril(dlu, -1), jnp.triu(lu), precision=hi)
+                   + jnp.matmul(unit_lower, jnp.triu(dlu), precision=hi))
+    da = jnp.zeros_like(dlu_product).at[permutation].set(dlu_product, unique_indices=True)  # row k of P A is
+    # row permutation[k] of A
+    return inverse, -jnp.matmul(inverse, jnp.matmul(da, inverse, precision=hi), precision=hi)
+
+
+def lu_inverse(lu: jax.Array, permutation: jax.Array) -> jax.Array:
+    """A^-1 (n, n) on this GPU from the packed LU factor of ``a[permutation] = L U`` (L unit lower
+    in ``lu``'s strict lower triangle, U in its upper one, as the device's getrf leaves it:
+    column-major), float32 to complex128: LAPACK's getri ((4/3) n^3 flops) as one call on the
+    factor's own buffer (``jaxmg_getri``, csrc/gemm.cc): U^-1 in place (the recursion of
+    :func:`hermitian_inverse`), then X L = U^-1 by panels of 512 columns (one cuBLAS gemm and one
+    trsm each), then the column interchanges through a 512 x n scratch buffer: no second matrix.
+    A^-1 comes back column-major. ``permutation`` (n,): row ``permutation[k]`` of A is row k of
+    P A. Differentiable in ``lu`` (tangents through XLA's dots)."""
+    return _lu_inverse(lu, permutation)

@@ -67,9 +67,11 @@ class LU(Factorisation):
         return self.solve(b, trans="T")
 
     def inverse(self):
-        """a^-1 (N x N) in a's layout, from the saved factor: LAPACK's getri, the inverses of
-        both triangular factors and their product, (4/3) N^3 flops in large matrix products (on
-        the distributed route over the grid, never gathered). Differentiable in ``a`` (any order)."""
+        """a^-1 (N x N) in a's layout, from the saved factor: LAPACK's getri, (4/3) N^3 flops in
+        large matrix products. On one GPU it is one call in the factor's own buffer (U^-1, then
+        X L = U^-1 by panels of columns); on the distributed route the inverses of both
+        triangular factors and their product, over the grid, never gathered; elsewhere solves
+        against the identity. Differentiable in ``a`` (any order)."""
         return _dispatch.method(self, _inverse)
 
     def slogdet(self):

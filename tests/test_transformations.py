@@ -120,3 +120,22 @@ def test_per_shard_layer_differentiates_through_the_device_solver(auto_mesh):
     check_grads(lambda a, b: f(a, b)[0], (put(A, mesh, P("x", "y")), put(B, mesh, P("x"))), order=1,
                 modes=["fwd", "rev"])
     check_grads(lambda a: f(a, put(B, mesh, P("x")))[1], (put(A, mesh, P("x", "y")),), order=1, modes=["rev"])
+
+
+def test_one_gpu_inverses_keep_the_shard_map_axes(auto_mesh, monkeypatch):
+    """On a GPU, ``Cholesky(a).inverse()`` and ``LU(a).inverse()`` inside a shard_map run the
+    library's potri and getri (foreign calls, whose results carry no varying axes): traced here
+    with that path forced (not run: a CPU has no such handler), their results vary as each
+    block does, so that the function and its gradient trace with check_vma on."""
+    from jaxmg.kernels import local
+    from jaxmg.kernels.native import _library
+
+    monkeypatch.setattr(local, "_one_gpu_library", lambda mesh: True)
+    monkeypatch.setattr(_library, "register", lambda: None)
+    mesh = auto_mesh
+    stack = put(np.concatenate([SPD, SPD[:1]]), mesh, P("x"))  # one matrix per row of devices
+    for module, target in ((jaxmg.Cholesky, "jaxmg_potri"), (jaxmg.LU, "jaxmg_getri")):
+        f = jax.shard_map(lambda m, module=module: module(m[0]).inverse()[None], mesh=mesh, in_specs=P("x"),
+                          out_specs=P("x"))
+        assert target in str(jax.make_jaxpr(f)(stack))
+        assert target in str(jax.make_jaxpr(jax.grad(lambda m, f=f: jnp.sum(f(m) ** 2)))(stack))

@@ -18,6 +18,7 @@ import numpy as np
 
 from .._checks import SUPPORTED_DTYPES
 from .._dense import adjoint
+from .varying import varying_like
 
 
 @jax.custom_jvp
@@ -104,26 +105,4 @@ def _factorization(name: str, a: jax.Array, out: tuple, cpu=None, gpu=None) -> t
 
     results = jax.lax.platform_dependent(a, cpu=lapack, cuda=call(f"cusolver_{name}_ffi", gpu),
                                          rocm=call(f"hipsolver_{name}_ffi", gpu))
-    return tuple(_varying_like(a, x) for x in results)
-
-
-def _varying_like(a: jax.Array, x: jax.Array) -> jax.Array:
-    """``x`` marked as varying over the ``shard_map`` axes that ``a`` varies over (a foreign
-    call's results carry none: without them, derivatives inside a ``shard_map`` disagree)."""
-    axes = tuple(sorted(_varying_axes(a)))
-    if not axes:
-        return x
-    if hasattr(jax.lax, "pcast"):
-        return jax.lax.pcast(x, axes, to="varying")
-    return jax.lax.pvary(x, axes)
-
-
-def _varying_axes(a: jax.Array) -> frozenset:
-    """The manual axes over which ``a``'s value varies (``vma``; ``manual_axis_type.varying``
-    in newer JAX)."""
-    aval = jax.typeof(a)
-    manual = getattr(aval, "manual_axis_type", None)
-    if manual is not None:
-        return frozenset(manual.varying)
-    return frozenset(getattr(aval, "vma", ()) or ())
-
+    return tuple(varying_like(a, x) for x in results)

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..triangular import Mat, Tri
+from ..varying import varying_like
 from . import _library
 
 
@@ -122,7 +123,7 @@ def _hermitian_inverse(factor, column_major):
     _library.register()
     n = factor.shape[0]
     leaf = max(1, min(INVERSE_LEAF, n))
-    eye = jnp.eye(leaf, dtype=factor.dtype)
+    eye = varying_like(factor, jnp.eye(leaf, dtype=factor.dtype))  # inside a shard_map: as the factor
     shapes = (jax.ShapeDtypeStruct((n, n), factor.dtype), jax.ShapeDtypeStruct((leaf, leaf), factor.dtype),
               jax.ShapeDtypeStruct((min(TRMM_LEAF, n), n), factor.dtype))
     layout = (1, 0) if column_major else None  # major-to-minor
@@ -130,7 +131,7 @@ def _hermitian_inverse(factor, column_major):
         "jaxmg_potri", shapes, input_layouts=[layout, None], output_layouts=[layout, None, None],
         input_output_aliases={0: 0}, vmap_method="sequential")(
         factor, eye, trmm_leaf=np.int64(TRMM_LEAF), herk_leaf=np.int64(HERK_LEAF), column_major=np.int64(column_major))
-    return inverse
+    return varying_like(factor, inverse)
 
 
 @_hermitian_inverse.defjvp
@@ -162,15 +163,15 @@ def _lu_inverse(lu, permutation):
     n = lu.shape[0]
     leaf = max(1, min(INVERSE_LEAF, n))
     panel = min(max(INVERSE_LEAF, TRMM_LEAF), n)
-    eye = jnp.eye(leaf, dtype=lu.dtype)
+    eye = varying_like(lu, jnp.eye(leaf, dtype=lu.dtype))  # inside a shard_map: as the factor
     shapes = (jax.ShapeDtypeStruct((n, n), lu.dtype), jax.ShapeDtypeStruct((leaf, leaf), lu.dtype),
               jax.ShapeDtypeStruct((min(TRMM_LEAF, n), n), lu.dtype), jax.ShapeDtypeStruct((panel, n), lu.dtype))
     column_major = (1, 0)  # major-to-minor
     inverse, _, _, _ = jax.ffi.ffi_call(
         "jaxmg_getri", shapes, input_layouts=[column_major, None, None],
         output_layouts=[column_major, None, None, None], input_output_aliases={0: 0}, vmap_method="sequential")(
-        lu, permutation.astype(jnp.int32), eye, trmm_leaf=np.int64(TRMM_LEAF))
-    return inverse
+        lu, varying_like(lu, permutation.astype(jnp.int32)), eye, trmm_leaf=np.int64(TRMM_LEAF))
+    return varying_like(lu, inverse)
 
 
 @_lu_inverse.defjvp

@@ -289,3 +289,66 @@ def test_second_reverse_derivative_of_the_inverse_eagerly_on_explicit_axes(modul
     with jax.set_mesh(mesh):
         check_grads(lambda m: factorise(m).inverse(), (put(a, mesh, P("x", "y")),), order=2,
                     modes=["rev"], atol=1e-5, rtol=1e-5)
+
+
+_FFI_CALL = jax.ffi.ffi_call
+
+
+def _emulated_library_call(target, shapes, input_layouts=None, output_layouts=None, **kwargs):
+    """``jax.ffi.ffi_call`` for the one-GPU inverse handlers, computed with NumPy from their
+    documented memory contract: a buffer's bytes are read and written in the layout declared for
+    it (row-major unless given); ``jaxmg_potri`` reads L from the lower triangle of the
+    factor's bytes taken column-major (``column_major=1``) or row-major, and leaves A^-1 there in
+    that same order; ``jaxmg_getri`` takes the packed LU column-major and leaves A^-1
+    column-major. Every other target is JAX's own call."""
+    if not target.startswith("jaxmg_"):
+        return _FFI_CALL(target, shapes, input_layouts=input_layouts, output_layouts=output_layouts, **kwargs)
+
+    def read(value, layout):  # the bytes of ``value`` in its declared layout, as a flat array
+        return np.asarray(value).T.ravel() if layout == (1, 0) else np.asarray(value).ravel()
+
+    def written(flat, n, layout):  # the array whose declared layout reads these bytes
+        return flat.reshape(n, n).T if layout == (1, 0) else flat.reshape(n, n)
+
+    def call(factor, *operands, column_major=1, **__):
+        n = factor.shape[0]
+        layouts_in = list(input_layouts or [None] * (1 + len(operands)))
+        layouts_out = list(output_layouts or [None] * len(shapes))
+        data = read(factor, layouts_in[0])
+        if target == "jaxmg_potri":
+            matrix = data.reshape(n, n).T if column_major else data.reshape(n, n)
+            low = np.tril(matrix)
+            inverse = np.linalg.inv(low @ np.conj(low).T)
+            out = inverse.T.ravel() if column_major else inverse.ravel()
+        else:
+            lu, perm = data.reshape(n, n).T, np.asarray(operands[0])
+            a = (np.tril(lu, -1) + np.eye(n)) @ np.triu(lu)
+            a_orig = np.zeros_like(a)
+            a_orig[perm] = a
+            out = np.linalg.inv(a_orig).T.ravel()
+        result = jnp.asarray(written(out, n, layouts_out[0]), dtype=factor.dtype)
+        return (result,) + tuple(jnp.zeros(s.shape, s.dtype) for s in shapes[1:])
+
+    return call
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_one_gpu_inverses_read_their_handlers_buffers_in_the_right_order(monkeypatch, dtype):
+    """On a GPU the local route's inverses are the library's potri (on potrf's column-major
+    factor) and getri (on getrf's): with each handler emulated from its memory contract, the
+    Python side passes the factor's bytes in the order the handler reads and returns A^-1 itself
+    (not its transpose or conjugate)."""
+    from jaxmg.kernels import local
+    from jaxmg.kernels.native import _library, gemm
+
+    monkeypatch.setattr(local, "_one_gpu_library", lambda mesh: True)
+    monkeypatch.setattr(_library, "register", lambda: None)
+    monkeypatch.setattr(jax.ffi, "ffi_call", _emulated_library_call)
+    rng = np.random.default_rng(3)
+    g = random_matrix(rng, (N, N), dtype) + 3 * np.eye(N)
+    a = spd_matrix(rng, N, dtype)
+    with jax.disable_jit():  # the emulated handlers are NumPy: values, not traced
+        chol = np.asarray(jaxmg.Cholesky(jnp.asarray(a)).inverse())
+        lu = np.asarray(jaxmg.LU(jnp.asarray(g)).inverse())
+    np.testing.assert_allclose(chol, np.linalg.inv(a), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(lu, np.linalg.inv(g), rtol=1e-10, atol=1e-12)

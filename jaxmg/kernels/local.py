@@ -91,8 +91,7 @@ class Cholesky(_Local):
         if self.cublas:
             from .native import gemm
 
-            inverse = gemm.hermitian_inverse(state.factor, column_major=True)  # potrf's layout: no transpose
-            return adjoint(inverse)  # A^-1 itself, whose row-major layout is that column-major buffer as it is
+            return gemm.hermitian_inverse(state.factor, column_major=True)  # from potrf's layout, row-major
         return self.solve(state, _eye_like(state.factor))  # two triangular solves in the identity's buffer
 
     def lower(self, state):

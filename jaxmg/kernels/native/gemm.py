@@ -126,11 +126,15 @@ def _hermitian_inverse(factor, column_major):
     eye = varying_like(factor, jnp.eye(leaf, dtype=factor.dtype))  # inside a shard_map: as the factor
     shapes = (jax.ShapeDtypeStruct((n, n), factor.dtype), jax.ShapeDtypeStruct((leaf, leaf), factor.dtype),
               jax.ShapeDtypeStruct((min(TRMM_LEAF, n), n), factor.dtype))
-    layout = (1, 0) if column_major else None  # major-to-minor
+    # A column-major factor goes in as its transpose, row-major: the same bytes (the transpose is
+    # a bitcast), so that the inverse the handler leaves in them is read row-major, as the
+    # caller's arrays are, and nothing downstream transposes it.
+    operand = factor.T if column_major else factor
     inverse, _, _ = jax.ffi.ffi_call(
-        "jaxmg_potri", shapes, input_layouts=[layout, None], output_layouts=[layout, None, None],
-        input_output_aliases={0: 0}, vmap_method="sequential")(
-        factor, eye, trmm_leaf=np.int64(TRMM_LEAF), herk_leaf=np.int64(HERK_LEAF), column_major=np.int64(column_major))
+        "jaxmg_potri", shapes, input_output_aliases={0: 0}, vmap_method="sequential")(
+        operand, eye, trmm_leaf=np.int64(TRMM_LEAF), herk_leaf=np.int64(HERK_LEAF), column_major=np.int64(column_major))
+    if column_major:  # the buffer holds A^-1 column-major: read row-major, (A^-1)^T = conj(A^-1)
+        inverse = jnp.conj(inverse)
     return varying_like(factor, inverse)
 
 
@@ -152,8 +156,9 @@ def hermitian_inverse(factor: jax.Array, column_major: bool = False) -> jax.Arra
     LAPACK's potri ((2/3) n^3 flops) as one call that recurses into cuBLAS gemm calls on the
     factor's own buffer, in place, and mirrors one triangle into the other there
     (``jaxmg_potri``, csrc/gemm.cc): no second matrix. ``column_major``: the factor is laid out
-    column-major (as the device's potrf leaves it) and A^-1 is returned in that layout, so that
-    neither is transposed; else both are row-major. Differentiable (tangents through XLA's dots)."""
+    column-major (as the device's potrf leaves it), else row-major. A^-1 comes back row-major
+    either way, in the factor's buffer: neither is transposed. Differentiable (tangents through
+    XLA's dots)."""
     return _hermitian_inverse(factor, bool(column_major))
 
 

@@ -117,11 +117,7 @@ def eigh_jvp(w, v, a_dot, sh):
     (N, N) in layout ``sh``.
     """
     v = _place(v, sh)
-    z = _matmul(_lower_read(a_dot, sh), v, sh)  # H(a') v
-    _, v_dot = _generalized(w, v, _matmul(v, z, sh, adj_x=True), None, sh, _rtol(v.shape[0], v.dtype))
-    # w' = Re diag(v^H Z) as the column sums of conj(v) * Z: transposed, (v diag(w-bar)) v^H is
-    # one product, where the diagonal of the product would first make the N x N diag(w-bar).
-    return _real(_replicate(jnp.sum(jnp.conj(v) * z, axis=0), sh)), v_dot
+    return _generalized(w, v, _rotated(v, a_dot, sh), None, sh, _rtol(v.shape[0], v.dtype))
 
 
 def sygvd_jvp(w, v, a_dot, b_dot, sh):

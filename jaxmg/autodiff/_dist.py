@@ -185,7 +185,18 @@ def _place(x, sh: NamedSharding | None, spec: P | None = None):
 
 
 def _replicate(v, sh):
-    return _place(v, sh, P()) if kind(sh) is not None else v
+    """``v`` replicated over the mesh of ``sh``, also where ``sh`` is itself replicated (there XLA
+    would otherwise be free to leave a reduction of laid-out operands sharded); a no-op without
+    a mesh, or on one whose axes are not all Explicit or all Auto."""
+    if kind(sh) is not None:
+        return _place(v, sh, P())
+    mesh = getattr(sh, "mesh", None)
+    types = set(mesh.axis_types) if mesh is not None and not mesh.empty else set()
+    if types == {jax.sharding.AxisType.Explicit}:
+        return jax.sharding.reshard(v, NamedSharding(mesh, P()))
+    if types == {jax.sharding.AxisType.Auto}:
+        return jax.lax.with_sharding_constraint(v, NamedSharding(mesh, P()))
+    return v
 
 
 def _matmul(x, y, sh, adj_x=False, adj_y=False):

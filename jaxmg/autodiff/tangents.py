@@ -36,9 +36,7 @@ Conventions, as ``jnp.linalg``:
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
-from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 from ._dist import _cols, _ct, _eye, _iota, _matmul, _place, _replicate, _lower_read, _rows, _tri_inv, _tril, _where, _zeros
 
@@ -123,22 +121,7 @@ def eigh_jvp(w, v, a_dot, sh):
     _, v_dot = _generalized(w, v, _matmul(v, z, sh, adj_x=True), None, sh, _rtol(v.shape[0], v.dtype))
     # w' = Re diag(v^H Z) as the column sums of conj(v) * Z: transposed, (v diag(w-bar)) v^H is
     # one product, where the diagonal of the product would first make the N x N diag(w-bar).
-    return _replicated(_real(jnp.sum(jnp.conj(v) * z, axis=0)), sh), v_dot
-
-
-def _replicated(x, sh):
-    """Vector ``x`` replicated over the mesh of ``sh``, also where ``sh`` is itself replicated
-    (there a reduction of laid-out operands would otherwise be left sharded)."""
-    mesh = getattr(sh, "mesh", None)
-    if mesh is None or mesh.empty:
-        return x
-    types = set(mesh.axis_types)
-    target = NamedSharding(mesh, P())
-    if AxisType.Explicit in types:
-        return jax.sharding.reshard(x, target)
-    if types == {AxisType.Auto}:
-        return jax.lax.with_sharding_constraint(x, target)
-    return x  # manual axes: each device's own values
+    return _replicate(_real(jnp.sum(jnp.conj(v) * z, axis=0)), sh), v_dot
 
 
 def sygvd_jvp(w, v, a_dot, b_dot, sh):

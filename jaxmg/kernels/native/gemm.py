@@ -118,14 +118,27 @@ TRMM_LEAF = 512
 HERK_LEAF = 2048
 
 
+def _in_place_operands(factor, *scratch_rows: int) -> tuple:
+    """What potri and getri share: the identity of the leaf order (varying like the factor inside
+    a shard_map), and the result shapes: the inverse (in the factor's buffer), the leaf x leaf and
+    min(TRMM_LEAF, n) x n scratch buffers, and one (rows, n) scratch buffer per ``scratch_rows``."""
+    _library.register()
+    n, dtype = factor.shape[0], factor.dtype
+    leaf = max(1, min(INVERSE_LEAF, n))
+    eye = varying_like(factor, jnp.eye(leaf, dtype=dtype))
+    shapes = [(n, n), (leaf, leaf), (min(TRMM_LEAF, n), n)] + [(rows, n) for rows in scratch_rows]
+    return eye, tuple(jax.ShapeDtypeStruct(shape, dtype) for shape in shapes)
+
+
+def _inverse_tangent(inverse, da):
+    """d(A^-1) = -A^-1 dA A^-1, through XLA's dots (JAX can transpose them)."""
+    hi = jax.lax.Precision.HIGHEST
+    return -jnp.matmul(inverse, jnp.matmul(da, inverse, precision=hi), precision=hi)
+
+
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
 def _hermitian_inverse(factor, column_major):
-    _library.register()
-    n = factor.shape[0]
-    leaf = max(1, min(INVERSE_LEAF, n))
-    eye = varying_like(factor, jnp.eye(leaf, dtype=factor.dtype))  # inside a shard_map: as the factor
-    shapes = (jax.ShapeDtypeStruct((n, n), factor.dtype), jax.ShapeDtypeStruct((leaf, leaf), factor.dtype),
-              jax.ShapeDtypeStruct((min(TRMM_LEAF, n), n), factor.dtype))
+    eye, shapes = _in_place_operands(factor)
     # A column-major factor goes in as its transpose, row-major: the same bytes (the transpose is
     # a bitcast), so that the inverse the handler leaves in them is read row-major, as the
     # caller's arrays are, and nothing downstream transposes it.
@@ -140,14 +153,12 @@ def _hermitian_inverse(factor, column_major):
 
 @_hermitian_inverse.defjvp
 def _hermitian_inverse_jvp(column_major, primals, tangents):
-    # d(A^-1) = -A^-1 dA A^-1 with dA = dL L^H + L dL^H, through XLA's dots (JAX can transpose them)
+    # dA = dL L^H + L dL^H
     (factor,), (dfactor,) = primals, tangents
     inverse = _hermitian_inverse(factor, column_major)
     low, dlow = jnp.tril(factor), jnp.tril(dfactor)
-    hi = jax.lax.Precision.HIGHEST
-    da = jnp.matmul(dlow, jnp.conj(low).T, precision=hi)
-    da = da + jnp.conj(da).T
-    return inverse, -jnp.matmul(inverse, jnp.matmul(da, inverse, precision=hi), precision=hi)
+    da = jnp.matmul(dlow, jnp.conj(low).T, precision=jax.lax.Precision.HIGHEST)
+    return inverse, _inverse_tangent(inverse, da + jnp.conj(da).T)
 
 
 def hermitian_inverse(factor: jax.Array, column_major: bool = False) -> jax.Array:
@@ -164,13 +175,7 @@ def hermitian_inverse(factor: jax.Array, column_major: bool = False) -> jax.Arra
 
 @jax.custom_jvp
 def _lu_inverse(lu, permutation):
-    _library.register()
-    n = lu.shape[0]
-    leaf = max(1, min(INVERSE_LEAF, n))
-    panel = min(max(INVERSE_LEAF, TRMM_LEAF), n)
-    eye = varying_like(lu, jnp.eye(leaf, dtype=lu.dtype))  # inside a shard_map: as the factor
-    shapes = (jax.ShapeDtypeStruct((n, n), lu.dtype), jax.ShapeDtypeStruct((leaf, leaf), lu.dtype),
-              jax.ShapeDtypeStruct((min(TRMM_LEAF, n), n), lu.dtype), jax.ShapeDtypeStruct((panel, n), lu.dtype))
+    eye, shapes = _in_place_operands(lu, min(max(INVERSE_LEAF, TRMM_LEAF), lu.shape[0]))  # the panels' scratch
     column_major = (1, 0)  # major-to-minor
     inverse, _, _, _ = jax.ffi.ffi_call(
         "jaxmg_getri", shapes, input_layouts=[column_major, None, None],
@@ -181,7 +186,7 @@ def _lu_inverse(lu, permutation):
 
 @_lu_inverse.defjvp
 def _lu_inverse_jvp(primals, tangents):
-    # d(A^-1) = -A^-1 dA A^-1 with A = P^T L U, dA = P^T (dL U + L dU), through XLA's dots
+    # A = P^T L U, dA = P^T (dL U + L dU)
     (lu, permutation), (dlu, _) = primals, tangents
     inverse = _lu_inverse(lu, permutation)
     n = lu.shape[0]
@@ -191,7 +196,7 @@ def _lu_inverse_jvp(primals, tangents):
                    + jnp.matmul(unit_lower, jnp.triu(dlu), precision=hi))
     da = jnp.zeros_like(dlu_product).at[permutation].set(dlu_product, unique_indices=True)  # row k of P A is
     # row permutation[k] of A
-    return inverse, -jnp.matmul(inverse, jnp.matmul(da, inverse, precision=hi), precision=hi)
+    return inverse, _inverse_tangent(inverse, da)
 
 
 def lu_inverse(lu: jax.Array, permutation: jax.Array) -> jax.Array:

@@ -30,6 +30,9 @@ XLA_FFI_Handler jaxmg_syevd, jaxmg_sygvd;
 // general (gemm) and triangular (trmm); and the Hermitian inverse from a Cholesky factor on the
 // calling GPU: LAPACK's potri as a recursion of cuBLAS calls, in place.
 XLA_FFI_Handler jaxmg_gemm, jaxmg_trmm, jaxmg_potri, jaxmg_getri;
+// A square matrix rearranged in its own buffer on the calling GPU (relayout.cc): transposed, or
+// one triangle moved into the other, for the one-GPU factorisations.
+XLA_FFI_Handler jaxmg_relayout;
 }
 
 void set_process_index(int index);

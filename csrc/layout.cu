@@ -283,27 +283,74 @@ __global__ void sym_diag_kernel(E* a, int64_t ld, const int64_t* __restrict__ of
   }
 }
 
-// Column-major, in place: every element strictly below the diagonal (ToLower) or strictly above it
-// becomes the conjugate of its mirror in the other triangle (a Hermitian matrix from one
-// triangle). Block (x, y) writes the 32 x 32 tile at rows 32x, columns 32y (x >= y for ToLower,
-// x <= y otherwise) from the tile at rows 32y, columns 32x, through shared memory, so that both
-// are read and written along columns; no block writes a tile that another reads.
-template <typename E, bool ToLower>
-__global__ void mirror_kernel(E* a, int64_t n, int64_t ld) {
+// Column-major, in place, for each of `batch` matrices `stride` elements apart: every element
+// strictly below the diagonal (to_lower) or strictly above it becomes its mirror in the other
+// triangle (conjugated where conj: a Hermitian matrix from one triangle), and the mirror becomes
+// zero where zero (the triangle moved, not copied). Block (x, y) writes the 32 x 32 tile at rows
+// 32x, columns 32y (x >= y for to_lower, x <= y otherwise) from the tile at rows 32y, columns 32x,
+// through shared memory, so that both are read and written along columns; no block writes a tile
+// that another reads.
+template <typename E>
+__global__ void reflect_kernel(E* base, int64_t n, int64_t ld, int64_t batch, int64_t stride, bool to_lower, bool conj,
+                               bool zero) {
   __shared__ E buf[32][33];
   const int64_t bi = blockIdx.x, bj = blockIdx.y;
-  if (ToLower ? bi < bj : bi > bj) return;
+  if (to_lower ? bi < bj : bi > bj) return;
   const int tx = threadIdx.x, ty = threadIdx.y;
-  for (int k = 0; k < 32; k += 8) {
-    int64_t r = bj * 32 + tx, c = bi * 32 + ty + k;
-    if (r < n && c < n) buf[ty + k][tx] = a[r + c * ld];
-  }
-  __syncthreads();
-  for (int k = 0; k < 32; k += 8) {
-    int64_t r = bi * 32 + tx, c = bj * 32 + ty + k;  // (r, c) = conj((c, r))
-    if (r < n && c < n && (ToLower ? r > c : r < c)) a[r + c * ld] = conj_of<E>(buf[tx][ty + k]);
+  for (int64_t m = blockIdx.z; m < batch; m += gridDim.z) {
+    E* a = base + m * stride;
+    for (int k = 0; k < 32; k += 8) {
+      int64_t r = bj * 32 + tx, c = bi * 32 + ty + k;
+      if (r < n && c < n) buf[ty + k][tx] = a[r + c * ld];
+    }
+    __syncthreads();
+    for (int k = 0; k < 32; k += 8) {
+      int64_t r = bi * 32 + tx, c = bj * 32 + ty + k;  // (r, c) = op((c, r))
+      if (r < n && c < n && (to_lower ? r > c : r < c)) a[r + c * ld] = conj ? conj_of<E>(buf[tx][ty + k]) : buf[tx][ty + k];
+      if (zero) {
+        int64_t sr = bj * 32 + tx, sc = bi * 32 + ty + k;  // the source tile's own elements, read above
+        if (sr < n && sc < n && (to_lower ? sr < sc : sr > sc)) a[sr + sc * ld] = E{};
+      }
+    }
+    __syncthreads();
   }
 }
+
+// Column-major, in place, for each of `batch` matrices `stride` elements apart: a becomes a^T.
+// Block (x, y), x >= y, swaps the 32 x 32 tiles at (rows 32x, columns 32y) and (rows 32y, columns
+// 32x), both read through shared memory before either is written.
+template <typename E>
+__global__ void transpose_kernel(E* base, int64_t n, int64_t ld, int64_t batch, int64_t stride) {
+  __shared__ E low[32][33], up[32][33];
+  const int64_t bi = blockIdx.x, bj = blockIdx.y;
+  if (bi < bj) return;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  for (int64_t m = blockIdx.z; m < batch; m += gridDim.z) {
+    E* a = base + m * stride;
+    for (int k = 0; k < 32; k += 8) {
+      int64_t r = bi * 32 + tx, c = bj * 32 + ty + k;
+      if (r < n && c < n) low[ty + k][tx] = a[r + c * ld];
+      r = bj * 32 + tx, c = bi * 32 + ty + k;
+      if (r < n && c < n) up[ty + k][tx] = a[r + c * ld];
+    }
+    __syncthreads();
+    for (int k = 0; k < 32; k += 8) {
+      int64_t r = bi * 32 + tx, c = bj * 32 + ty + k;  // (r, c) = old (c, r), from the other tile
+      if (r < n && c < n) a[r + c * ld] = up[tx][ty + k];
+      r = bj * 32 + tx, c = bi * 32 + ty + k;
+      if (r < n && c < n) a[r + c * ld] = low[tx][ty + k];
+    }
+    __syncthreads();
+  }
+}
+
+// The launch shape of the kernels above: one block per pair of 32 x 32 tiles, the batch on z.
+struct TilePairs {
+  dim3 grid, block;
+  explicit TilePairs(int64_t n, int64_t batch)
+      : grid((unsigned)((n + 31) / 32), (unsigned)((n + 31) / 32), (unsigned)std::min<int64_t>(batch, 65535)),
+        block(32, 8) {}
+};
 
 template <typename E>
 cudaError_t copy_tiles_impl(const void* src, int64_t sld, void* dst, int64_t dld, const int64_t* offs, int64_t ntiles,
@@ -339,15 +386,29 @@ cudaError_t symmetrize_diag_tiles(void* a, int64_t ld, const int64_t* offs, int6
   return cudaGetLastError();
 }
 
-cudaError_t mirror(void* a, int64_t n, int64_t ld, bool to_lower, DType dtype, cudaStream_t stream) {
-  if (n <= 0) return cudaSuccess;
-  const unsigned tiles = (unsigned)((n + 31) / 32);
+cudaError_t reflect(void* a, int64_t n, int64_t ld, int64_t batch, int64_t stride, bool to_lower, bool conjugate,
+                    bool zero_source, DType dtype, cudaStream_t stream) {
+  if (n <= 0 || batch <= 0) return cudaSuccess;
+  const TilePairs shape(n, batch);
   with_elem_type(dtype, [&](auto zero) {
     using T = decltype(zero);
-    if (to_lower)
-      mirror_kernel<T, true><<<dim3(tiles, tiles), dim3(32, 8), 0, stream>>>((T*)a, n, ld);
-    else
-      mirror_kernel<T, false><<<dim3(tiles, tiles), dim3(32, 8), 0, stream>>>((T*)a, n, ld);
+    reflect_kernel<T><<<shape.grid, shape.block, 0, stream>>>((T*)a, n, ld, batch, stride, to_lower, conjugate,
+                                                              zero_source);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t mirror(void* a, int64_t n, int64_t ld, bool to_lower, DType dtype, cudaStream_t stream) {
+  return reflect(a, n, ld, 1, 0, to_lower, true, false, dtype, stream);
+}
+
+cudaError_t transpose_square(void* a, int64_t n, int64_t ld, int64_t batch, int64_t stride, DType dtype,
+                             cudaStream_t stream) {
+  if (n <= 0 || batch <= 0) return cudaSuccess;
+  const TilePairs shape(n, batch);
+  with_elem_type(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    transpose_kernel<T><<<shape.grid, shape.block, 0, stream>>>((T*)a, n, ld, batch, stride);
   });
   return cudaGetLastError();
 }

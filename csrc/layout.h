@@ -56,10 +56,21 @@ cudaError_t copy_tiles(const void* src_base, int64_t src_ld, void* dst_base, int
 cudaError_t symmetrize_diag_tiles(void* a, int64_t ld, const int64_t* offs, int64_t ntiles, int64_t tile,
                                   DType dtype, cudaStream_t stream);
 
-// Column-major n x n (leading dimension ld), in place: the strictly lower triangle becomes the
-// conjugate transpose of the strictly upper one (to_lower), or the reverse (a Hermitian matrix
-// from one of its triangles).
+// Column-major n x n matrices (leading dimension ld), `batch` of them `stride` elements apart, in
+// place: the strictly lower triangle becomes the transpose of the strictly upper one (to_lower),
+// or the reverse; conjugated where `conjugate`; the triangle read becomes zero where
+// `zero_source` (the triangle moved into the other).
+cudaError_t reflect(void* a, int64_t n, int64_t ld, int64_t batch, int64_t stride, bool to_lower, bool conjugate,
+                    bool zero_source, DType dtype, cudaStream_t stream);
+
+// reflect of one matrix, conjugated: a Hermitian matrix from its strictly upper triangle
+// (to_lower) or from its strictly lower one.
 cudaError_t mirror(void* a, int64_t n, int64_t ld, bool to_lower, DType dtype, cudaStream_t stream);
+
+// Column-major n x n matrices, `batch` of them `stride` elements apart, in place: each becomes its
+// transpose (no conjugation).
+cudaError_t transpose_square(void* a, int64_t n, int64_t ld, int64_t batch, int64_t stride, DType dtype,
+                             cudaStream_t stream);
 
 // Column-major, elements of elem_bytes (4, 8 or 16): for every column c < cols and row r with
 // c < r < rows, dst[r + c ld_dst] = src[r + c ld_src], and src's element becomes zero where

@@ -300,7 +300,22 @@ def _emulated_library_call(target, shapes, input_layouts=None, output_layouts=No
     it (row-major unless given); ``jaxmg_potri`` reads L from the lower triangle of the
     factor's bytes taken column-major (``column_major=1``) or row-major, and leaves A^-1 there in
     that same order; ``jaxmg_getri`` takes the packed LU column-major and leaves A^-1
-    column-major. Every other target is JAX's own call."""
+    column-major; ``jaxmg_relayout`` rearranges a row-major matrix as its ``mode`` says. cuSOLVER's
+    ``potrf`` and ``getrf`` are LAPACK's, with the same layouts. Every other target is JAX's own
+    call."""
+    if target in ("cusolver_potrf_ffi", "cusolver_getrf_ffi"):
+        from jaxlib import lapack
+
+        def solver(x, lower=None):
+            attributes = {} if lower is None else {"uplo": np.uint8(ord("L"))}
+            return _FFI_CALL(lapack.prepare_lapack_call(target.removeprefix("cusolver_"), x.dtype), shapes,
+                             input_layouts=input_layouts, output_layouts=output_layouts, **kwargs)(x, **attributes)
+
+        return solver
+    if target == "jaxmg_relayout":
+        from jaxmg.kernels.native import relayout
+
+        return lambda x, mode: relayout.reference(jnp.asarray(np.asarray(x)), int(mode))
     if not target.startswith("jaxmg_"):
         return _FFI_CALL(target, shapes, input_layouts=input_layouts, output_layouts=output_layouts, **kwargs)
 
@@ -352,3 +367,57 @@ def test_one_gpu_inverses_read_their_handlers_buffers_in_the_right_order(monkeyp
         lu = np.asarray(jaxmg.LU(jnp.asarray(g)).inverse())
     np.testing.assert_allclose(chol, np.linalg.inv(a), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(lu, np.linalg.inv(g), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_one_gpu_factorisations_read_the_relayout_buffers_in_the_right_order(monkeypatch, dtype):
+    """On an NVIDIA GPU with the native library the local route rearranges a's row-major buffer in
+    place before cuSOLVER's potrf and getrf read it column-major, moves the column-major factor
+    into cholesky's row-major L, and transposes getri's A^-1 in place: with the GPU branch taken
+    and every handler emulated from its memory contract, each result is that of the matrix given
+    (whose upper triangle is not a's mirror: potrs reads the lower one)."""
+    from jaxmg.kernels import local
+    from jaxmg.kernels.native import _library, relayout
+
+    def gpu_branch(*args, cuda=None, **_):
+        return cuda(*args)
+
+    monkeypatch.setattr(local, "_one_gpu_library", lambda mesh: True)
+    monkeypatch.setattr(relayout, "available", lambda: True)
+    monkeypatch.setattr(_library, "register", lambda: None)
+    monkeypatch.setattr(jax.ffi, "ffi_call", _emulated_library_call)
+    monkeypatch.setattr(jax.lax, "platform_dependent", gpu_branch)
+    rng = np.random.default_rng(4)
+    a = spd_matrix(rng, N, dtype)
+    given = np.tril(a) + np.triu(random_matrix(rng, (N, N), dtype), 1)  # only the lower triangle is a's
+    g = random_matrix(rng, (N, N), dtype) + 3 * np.eye(N)
+    b = random_matrix(rng, (N, 2), dtype)
+    with jax.disable_jit():  # the emulated handlers are NumPy: values, not traced
+        x = np.asarray(jaxmg.potrs(jnp.asarray(given), jnp.asarray(b)))
+        low = np.asarray(jaxmg.cholesky(jnp.asarray(given)))
+        inv = np.asarray(jaxmg.Cholesky(jnp.asarray(given)).inverse())
+        y = np.asarray(jaxmg.lu_solve(jnp.asarray(g), jnp.asarray(b)))
+        lu_inv = np.asarray(jaxmg.LU(jnp.asarray(g)).inverse())
+    np.testing.assert_allclose(x, np.linalg.solve(a, b), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(low, np.linalg.cholesky(a), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(inv, np.linalg.inv(a), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(y, np.linalg.solve(g, b), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(lu_inv, np.linalg.inv(g), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.complex128])
+def test_relayout_reference_modes(dtype):
+    """The three rearrangements the one-GPU factorisations rely on, for a stack: a's transpose;
+    the matrix whose transpose's lower triangle is a's lower triangle (what potrf reads); and the
+    lower triangle of a column-major factor read row-major."""
+    from jaxmg.kernels.native import relayout
+
+    x = random_matrix(np.random.default_rng(5), (3, 5, 5), dtype)
+    t = np.swapaxes(x, -1, -2)
+    np.testing.assert_array_equal(relayout.reference(x, relayout.TRANSPOSE), t)
+    symmetric = np.asarray(relayout.reference(x, relayout.SYMMETRIC_FROM_LOWER))
+    np.testing.assert_array_equal(np.tril(np.swapaxes(symmetric, -1, -2)), np.tril(x))
+    np.testing.assert_array_equal(symmetric, np.swapaxes(symmetric, -1, -2))
+    np.testing.assert_array_equal(relayout.reference(t, relayout.LOWER_OF_TRANSPOSE), np.tril(x))
+    with pytest.raises(ValueError, match="mode must be"):
+        relayout.reference(x, 3)

@@ -24,6 +24,7 @@ from jax.scipy.linalg import solve_triangular
 from .. import _layout
 from .._dense import adjoint
 from . import status as _status
+from .native import relayout
 from .solver import getrf, potrf
 from .families import CholeskyState, LUState, QRState
 
@@ -95,7 +96,7 @@ class Cholesky(_Local):
         return self.solve(state, _eye_like(state.factor))  # two triangular solves in the identity's buffer
 
     def lower(self, state):
-        return jnp.tril(state.factor)
+        return lower_of(state.factor)
 
 
 class LU(_Local):
@@ -121,6 +122,18 @@ class LU(_Local):
 
     def slogdet(self, state):
         return slogdet_of(jnp.diagonal(state.lu), state.pivots, 1)
+
+
+def lower_of(factor):
+    """``tril(factor)`` (..., n, n), row-major, from the column-major factor that potrf leaves: on
+    an NVIDIA GPU with the native library loaded, moved in the factor's own buffer
+    (:mod:`.native.relayout`), where XLA would transpose it into a second matrix."""
+    def moved(f):
+        if not relayout.available():
+            return jnp.tril(f)
+        return relayout.relayout(jnp.swapaxes(f, -1, -2), relayout.LOWER_OF_TRANSPOSE)  # row-major: the same bytes
+
+    return lax.platform_dependent(factor, cuda=moved, default=jnp.tril)
 
 
 def slogdet_of(diagonal, pivots, parity):

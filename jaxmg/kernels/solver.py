@@ -6,8 +6,11 @@ Called directly, they keep what JAX's lowerings drop or add: ``potrf``'s ``info`
 the first leading minor that is not positive definite, where JAX returns NaN), so that the status
 needs no second pass over the matrix; and no masking pass over the factor, which would write a
 second matrix. Each factor overwrites ``a``'s buffer wherever ``a`` is not used afterwards, in
-the column-major layout that the triangular solves that follow read (XLA lays ``a`` out that way
-where it makes it, and transposes it in the copy it makes anyway where ``a`` must be kept).
+the column-major layout that the triangular solves that follow read. On an NVIDIA GPU with the
+native library loaded, ``a``'s row-major buffer is rearranged in place for the handler
+(:mod:`.native.relayout`), so that a donated ``a``, or one that is not used afterwards, is
+factored with no second matrix, and a kept one in the one copy XLA makes of it; elsewhere XLA
+transposes ``a`` into that copy (or lays it out column-major where it makes it).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import numpy as np
 
 from .._checks import SUPPORTED_DTYPES
 from .._dense import adjoint
+from .native import relayout
 from .varying import varying_like
 
 
@@ -26,14 +30,15 @@ def potrf(a: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(factor, info) of the Hermitian matrices ``a`` (..., n, n), of which only the lower
     triangle is read.
 
-    ``factor`` holds L (A = L L^H) in its lower triangle; its strict upper triangle is ``a``'s,
-    untouched (never read). ``info`` (int32, shape ``a.shape[:-2]``) is LAPACK's: 0 on success,
+    ``factor`` holds L (A = L L^H) in its lower triangle; its strict upper triangle is
+    unspecified (never read). ``info`` (int32, shape ``a.shape[:-2]``) is LAPACK's: 0 on success,
     else the order of the first leading minor that is not positive definite; where it is not 0
     the factor's entries are unspecified. Differentiable: L's tangent (lower triangular) from
     the factor, L' = L Phi(L^-1 H(a') L^-H), Phi the lower triangle with half the diagonal.
     """
     out = (jax.ShapeDtypeStruct(a.shape, a.dtype), jax.ShapeDtypeStruct(a.shape[:-2], jnp.int32))
-    return _factorization("potrf", a, out, cpu={"uplo": np.uint8(ord("L"))}, gpu={"lower": True})
+    return _factorization("potrf", a, out, cpu={"uplo": np.uint8(ord("L"))}, gpu={"lower": True},
+                          in_place=relayout.SYMMETRIC_FROM_LOWER)
 
 
 @jax.custom_jvp
@@ -44,7 +49,7 @@ def getrf(a: jax.Array) -> tuple[jax.Array, jax.Array]:
     Differentiable: with X = L^-1 P a' U^-1, L' = L stril(X) and U' = triu(X) U, packed."""
     out = (jax.ShapeDtypeStruct(a.shape, a.dtype), jax.ShapeDtypeStruct(a.shape[:-1], jnp.int32),
            jax.ShapeDtypeStruct(a.shape[:-2], jnp.int32))
-    lu, pivots, _ = _factorization("getrf", a, out)
+    lu, pivots, _ = _factorization("getrf", a, out, in_place=relayout.TRANSPOSE)
     return lu, pivots - 1  # LAPACK's pivots are 1-based
 
 
@@ -86,9 +91,15 @@ def _diagonal_of(x: jax.Array) -> jax.Array:
     return jnp.diagonal(x, axis1=-2, axis2=-1)[..., None] * jnp.eye(x.shape[-1], dtype=x.dtype)
 
 
-def _factorization(name: str, a: jax.Array, out: tuple, cpu=None, gpu=None) -> tuple:
+def _factorization(name: str, a: jax.Array, out: tuple, cpu=None, gpu=None, in_place: int = relayout.TRANSPOSE) -> tuple:
     """The ``?{name}`` handler of ``a``'s platform on ``a`` (overwritten in place), with results
-    ``out`` (the first is the factor, column-major) and the attributes of each platform."""
+    ``out`` (the first is the factor, column-major) and the attributes of each platform.
+
+    The handlers read ``a`` column-major. On an NVIDIA GPU with the native library loaded, the
+    row-major ``a`` is first rearranged in its own buffer by ``relayout(a, in_place)``
+    (:mod:`.native.relayout`), whose transpose the handler then reads as the same bytes:
+    ``TRANSPOSE`` for a handler that reads the whole matrix, ``SYMMETRIC_FROM_LOWER`` for one
+    that reads its lower triangle. Elsewhere XLA transposes ``a`` into the copy it makes."""
     if jnp.dtype(a.dtype) not in SUPPORTED_DTYPES:
         raise TypeError(f"a must be float32, float64, complex64 or complex128 for {name}; got {a.dtype}.")
     column_major = tuple(range(a.ndim - 2)) + (a.ndim - 1, a.ndim - 2)  # major-to-minor
@@ -103,6 +114,10 @@ def _factorization(name: str, a: jax.Array, out: tuple, cpu=None, gpu=None) -> t
 
         return call(lapack.prepare_lapack_call(f"{name}_ffi", x.dtype), cpu)(x)
 
-    results = jax.lax.platform_dependent(a, cpu=lapack, cuda=call(f"cusolver_{name}_ffi", gpu),
-                                         rocm=call(f"hipsolver_{name}_ffi", gpu))
+    def cusolver(x):
+        if relayout.available():
+            x = jnp.swapaxes(relayout.relayout(x, in_place), -1, -2)  # column-major: the same bytes
+        return call(f"cusolver_{name}_ffi", gpu)(x)
+
+    results = jax.lax.platform_dependent(a, cpu=lapack, cuda=cusolver, rocm=call(f"hipsolver_{name}_ffi", gpu))
     return tuple(varying_like(a, x) for x in results)

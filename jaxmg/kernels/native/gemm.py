@@ -19,7 +19,7 @@ import numpy as np
 
 from ..triangular import Mat, Tri
 from ..varying import varying_like
-from . import _library
+from . import _library, relayout
 
 
 def available() -> bool:
@@ -181,7 +181,8 @@ def _lu_inverse(lu, permutation):
         "jaxmg_getri", shapes, input_layouts=[column_major, None, None],
         output_layouts=[column_major, None, None, None], input_output_aliases={0: 0}, vmap_method="sequential")(
         lu, varying_like(lu, permutation.astype(jnp.int32)), eye, trmm_leaf=np.int64(TRMM_LEAF))
-    return varying_like(lu, inverse)
+    # the buffer holds A^-1 column-major: transposed in place, it is read row-major
+    return relayout.relayout(jnp.swapaxes(varying_like(lu, inverse), -1, -2), relayout.TRANSPOSE)
 
 
 @_lu_inverse.defjvp
@@ -205,7 +206,7 @@ def lu_inverse(lu: jax.Array, permutation: jax.Array) -> jax.Array:
     column-major), float32 to complex128: LAPACK's getri ((4/3) n^3 flops) as one call on the
     factor's own buffer (``jaxmg_getri``, csrc/gemm.cc): U^-1 in place (the recursion of
     :func:`hermitian_inverse`), then X L = U^-1 by panels of 512 columns (one cuBLAS gemm and one
-    trsm each), then the column interchanges through a 512 x n scratch buffer: no second matrix.
-    A^-1 comes back column-major. ``permutation`` (n,): row ``permutation[k]`` of A is row k of
+    trsm each), then the column interchanges through a 512 x n scratch buffer, and a transpose
+    in place (:mod:`.relayout`): no second matrix. A^-1 comes back row-major. ``permutation`` (n,): row ``permutation[k]`` of A is row k of
     P A. Differentiable in ``lu`` (tangents through XLA's dots)."""
     return _lu_inverse(lu, permutation)

@@ -23,6 +23,8 @@ Cases (jaxmg's backend ``auto``; plain JAX's counterpart in the same run where t
   potrs, lu_solve, cholesky, least_squares, syevd, gesvd: the forward pass (a (N, N), b (N,));
   potrs_grad, lu_solve_grad, cholesky_grad, least_squares_grad, syevd_grad, gesvd_grad: the
       jitted gradient of the sum of the outputs (eigen- and singular values) with respect to a;
+  potrs_donated, lu_solve_donated, cholesky_donated: the eager forward pass with ``donate=True``
+      (a is consumed: beyond_input_matrices is then what the call holds beyond its own input);
   cholesky_inverse, cholesky_inverse_donated, lu_inverse: ``Cholesky(a).inverse()`` (with
       ``donate=True``) and ``LU(a).inverse()``; plain JAX: ``jnp.linalg.inv``;
   gp_vg, gp_vg_eager: ``value_and_grad`` of the Gaussian-process loss of bench_gp.py, jitted and
@@ -52,10 +54,11 @@ sys.path.insert(0, str(HERE.parent))
 from _common import emit, results_path  # noqa: E402
 
 FORWARD = ("potrs", "lu_solve", "cholesky", "least_squares", "syevd", "gesvd")
+DONATED = ("potrs_donated", "lu_solve_donated", "cholesky_donated")
 CASES = (FORWARD + tuple(f"{op}_grad" for op in FORWARD)
-         + ("cholesky_inverse", "cholesky_inverse_donated", "lu_inverse", "gp_vg", "gp_vg_eager", "gp_vg_checkpoint",
-            "numpy_inv_grad", "numpy_slogdet_grad", "numpy_eigh_grad", "numpy_svd_grad"))
-ONLY_JAXMG = ("cholesky_inverse_donated", "least_squares", "least_squares_grad")
+         + DONATED + ("cholesky_inverse", "cholesky_inverse_donated", "lu_inverse", "gp_vg", "gp_vg_eager",
+                      "gp_vg_checkpoint", "numpy_inv_grad", "numpy_slogdet_grad", "numpy_eigh_grad", "numpy_svd_grad"))
+ONLY_JAXMG = DONATED + ("cholesky_inverse_donated", "least_squares", "least_squares_grad")
 
 
 def _args(argv=None):
@@ -159,6 +162,9 @@ def build(case, impl, n, dtype):
     inputs = a.nbytes + b.nbytes
     if case.startswith("numpy_"):
         fn, args = jax.jit(jax.grad(_numpy(case, impl))), (a,)
+    elif case in DONATED:  # eager calls that consume a: the inputs' bytes are the caller's no longer
+        f, takes_b = _operation(case.removesuffix("_donated"), impl)
+        return (lambda: jax.block_until_ready(f(a, b, donate=True) if takes_b else f(a, donate=True))), None, inputs
     elif case == "cholesky_inverse_donated":
         fn = jax.jit(lambda m: jaxmg.Cholesky(m, donate=True).inverse(), donate_argnums=0)
         return (lambda: jax.block_until_ready(fn(a))), None, inputs

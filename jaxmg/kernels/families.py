@@ -16,14 +16,17 @@ import jax
 
 
 class CholeskyState(NamedTuple):
-    """The Cholesky factor: L (local backend, and native ``natural=True``), or cuSOLVERMp's
-    factor of a tile-permuted matrix in a's own buffer (native, default)."""
+    """The Cholesky factor: L (native ``natural=True``; the local backend keeps the column-major
+    factor that potrf leaves as the row-major array of the same bytes, L^T in its upper
+    triangle), or cuSOLVERMp's factor of a tile-permuted matrix in a's own buffer (native,
+    default)."""
 
     factor: jax.Array
 
 
 class LUState(NamedTuple):
-    """The LU factor (packed L and U, the backend's order) and the pivots (replicated)."""
+    """The LU factor (packed L and U, the backend's order; the local backend keeps getrf's
+    column-major factor as the row-major array of the same bytes) and the pivots (replicated)."""
 
     lu: jax.Array
     pivots: jax.Array
@@ -51,6 +54,7 @@ class CholeskyKernels(Protocol):
 class LUKernels(Protocol):
     hermitian: bool  # False
     def factor(self, a) -> tuple[LUState, jax.Array]: ...
+    def packed(self, state: LUState) -> jax.Array: ...
     def solve(self, state: LUState, b, spec, trans: str = "N") -> jax.Array: ...
     def inverse(self, state: LUState) -> jax.Array: ...
     def slogdet(self, state: LUState) -> tuple[jax.Array, jax.Array]: ...

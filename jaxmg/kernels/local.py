@@ -71,45 +71,64 @@ def _one_gpu_library(mesh) -> bool:
     return gemm.available()
 
 
+def _kept(factor):
+    """A factor that potrf or getrf leaves column-major, kept as the row-major array of the same
+    bytes (its transpose; XLA lays the transpose out as a bitcast): returned from a compiled call
+    (a module's state, a donated matrix's buffer) it is not transposed into a second matrix."""
+    return jnp.swapaxes(factor, -1, -2)
+
+
+def _factor(kept):
+    """The factor itself (column-major, the same bytes) from what :func:`_kept` made."""
+    return jnp.swapaxes(kept, -1, -2)
+
+
 class Cholesky(_Local):
-    """A = L L^H; the state is L in its lower triangle (the other is not read)."""
+    """A = L L^H; the state is the factor with L in its lower triangle (the other is not read),
+    kept transposed (:func:`_kept`)."""
 
     lower_readable = True
     hermitian = True
 
     def factor(self, a):
         chol, info = potrf(a)  # in a's buffer where a is not used afterwards
-        return CholeskyState(chol), _status.cholesky_status(info, chol)  # outputs are masked by the status
+        return CholeskyState(_kept(chol)), _status.cholesky_status(info, chol)  # outputs are masked by the status
 
     def solve(self, state, b, spec=None):
-        y = solve_triangular(state.factor, _as_matrix(b), lower=True)
-        return _like_rhs(solve_triangular(state.factor, y, lower=True, trans="C"), b)
+        chol = _factor(state.factor)
+        y = solve_triangular(chol, _as_matrix(b), lower=True)
+        return _like_rhs(solve_triangular(chol, y, lower=True, trans="C"), b)
 
     def logdet(self, state):
-        return 2 * jnp.sum(jnp.log(jnp.real(jnp.diagonal(state.factor))))
+        return 2 * jnp.sum(jnp.log(jnp.real(jnp.diagonal(state.factor, axis1=-2, axis2=-1))), axis=-1)
 
     def inverse(self, state):
         if self.cublas:
             from .native import gemm
 
-            return gemm.hermitian_inverse(state.factor, column_major=True)  # from potrf's layout, row-major
+            return gemm.hermitian_inverse(_factor(state.factor), column_major=True)  # from potrf's layout, row-major
         return self.solve(state, _eye_like(state.factor))  # two triangular solves in the identity's buffer
 
     def lower(self, state):
-        return lower_of(state.factor)
+        return lower_of(_factor(state.factor))
 
 
 class LU(_Local):
-    """P A = L U with partial pivoting; the state is LAPACK's packed factor and its pivots."""
+    """P A = L U with partial pivoting; the state is LAPACK's packed factor, kept transposed
+    (:func:`_kept`), and its pivots."""
 
     hermitian = False
 
     def factor(self, a):
         lu, pivots = getrf(a)  # in a's buffer where a is not used afterwards
-        return LUState(lu, pivots), _status.first_bad_pivot(jnp.diagonal(lu, axis1=-2, axis2=-1))
+        return LUState(_kept(lu), pivots), _status.first_bad_pivot(jnp.diagonal(lu, axis1=-2, axis2=-1))
+
+    def packed(self, state):
+        """LAPACK's packed factor (L's strict lower triangle, U's upper one), as JAX's ``lu`` gives it."""
+        return _factor(state.lu)
 
     def solve(self, state, b, spec=None, trans: str = "N"):
-        x = jax.scipy.linalg.lu_solve((state.lu, state.pivots), _as_matrix(b), trans=_TRANS[trans])
+        x = jax.scipy.linalg.lu_solve((self.packed(state), state.pivots), _as_matrix(b), trans=_TRANS[trans])
         return _like_rhs(x, b)
 
     def inverse(self, state):
@@ -117,7 +136,7 @@ class LU(_Local):
             from .native import gemm
 
             perm = lax.linalg.lu_pivots_to_permutation(state.pivots, state.lu.shape[-1])
-            return gemm.lu_inverse(state.lu, perm)  # getri in the factor's buffer (getrf's layout)
+            return gemm.lu_inverse(self.packed(state), perm)  # getri in the factor's buffer (getrf's layout)
         return self.solve(state, _eye_like(state.lu))
 
     def slogdet(self, state):
@@ -178,7 +197,8 @@ class Decompositions(_Local):
 
     def sygvd(self, a, b):
         """A v = w B v, v^H B v = I, through B = L L^H: the eigenproblem of L^-1 A L^-H."""
-        (chol,), status = Cholesky(self.plan).factor(b)
+        state, status = Cholesky(self.plan).factor(b)
+        chol = _factor(state.factor)
         c = solve_triangular(chol, _hermitian_from_lower(a), lower=True)
         c = solve_triangular(chol, adjoint(c), lower=True)
         v, w = lax.linalg.eigh(c, lower=True, symmetrize_input=True)

@@ -47,8 +47,10 @@ class LU(Factorisation):
 
     @property
     def lu(self) -> jax.Array:
-        """The packed factor (the backend's layout)."""
-        return self.state.lu
+        """The packed factor: on the local and batch routes LAPACK's (L's strict lower triangle, U's
+        upper one, as ``jax.scipy.linalg.lu_factor`` gives it); on the distributed route
+        cuSOLVERMp's, in the grid layout."""
+        return self.plan.kernels.LU(self.plan).packed(self.state)
 
     @property
     def pivots(self) -> jax.Array:

@@ -81,7 +81,6 @@ for dtype in DTYPES:
         low = np.tril(np.asarray(factor))
         e = relerr(low, np.linalg.cholesky(a))
         assert e < tol(dtype), e
-        assert np.array_equal(np.triu(np.asarray(factor), 1), np.triu(a_in, 1)), "upper triangle changed"
         for k in (1, 6, 21, 96):
             bad = a.copy()
             bad[k - 1, k - 1] = -50.0
@@ -199,6 +198,30 @@ def _():
                     modes=["fwd", "rev"])
 
 
+@case("relayout-every-mode-dtype-and-shape")
+def _():
+    from jaxmg.kernels.native import relayout
+
+    if not relayout.available():
+        return "skipped: the native library is not loaded (no GPU here)"
+    shapes = [(1, 1), (31, 31), (32, 32), (33, 33), (100, 100), (257, 257), (3, 70, 70), (2, 2, 40, 40)]
+    count = 0
+    for dtype in DTYPES:
+        for shape in shapes:
+            rng = np.random.default_rng(shape[-1])
+            x = rng.standard_normal(shape) + (1j * rng.standard_normal(shape) if np.dtype(dtype).kind == "c" else 0)
+            x = put(x.astype(dtype))
+            for mode in (relayout.TRANSPOSE, relayout.SYMMETRIC_FROM_LOWER, relayout.LOWER_OF_TRANSPOSE):
+                want = np.asarray(relayout.reference(x, mode))
+                got = np.asarray(jax.jit(lambda m, mode=mode: relayout.relayout(m, mode))(x))
+                assert np.array_equal(got, want), (np.dtype(dtype).name, shape, mode)
+                if len(shape) == 3:
+                    mapped = np.asarray(jax.jit(jax.vmap(lambda m, mode=mode: relayout.relayout(m, mode)))(x))
+                    assert np.array_equal(mapped, want), ("vmap", np.dtype(dtype).name, shape, mode)
+                count += 1
+    return f"{count} cases equal to the reference"
+
+
 def _temp(fn, *args):
     return jax.jit(fn).lower(*args).compile().memory_analysis().temp_size_in_bytes
 
@@ -222,6 +245,34 @@ def _():
         out.append(f"{key} {mine:.2f}/{ref:.2f}")
         assert mine <= ref + 0.05, (key, mine, ref)
     return "temp matrices jaxmg/JAX: " + ", ".join(out)
+
+
+@case("memory-in-place-layouts")
+def _():
+    """XLA's temporaries (N x N matrices) of the one-GPU paths that change layout in place, and
+    the donated Cholesky inverse."""
+    from jaxmg.kernels.native import relayout
+
+    if not relayout.available():
+        return "skipped: the native library is not loaded (no GPU here)"
+    n = 4096
+    _, a = spd(n, np.float64, seed=6)
+    a, b = put(a), put(np.ones(n))
+    matrix = n * n * 8
+    limits = {"potrs": (lambda m: jaxmg.potrs(m, b), 1.05), "cholesky": (jaxmg.cholesky, 0.05),
+              "lu_solve": (lambda m: jaxmg.lu_solve(m, b), 1.05), "lu_inverse": (lambda m: jaxmg.LU(m).inverse(), 1.1),
+              "cholesky_inverse": (lambda m: jaxmg.Cholesky(m).inverse(), 0.05)}
+    out = []
+    for key, (fn, limit) in limits.items():
+        mine = _temp(fn, a) / matrix
+        out.append(f"{key} {mine:.2f}")
+        assert mine <= limit, (key, mine, limit)
+    donated = jax.jit(lambda m: jaxmg.Cholesky(m, donate=True).inverse(), donate_argnums=0)
+    analysis = donated.lower(a).compile().memory_analysis()
+    mine = analysis.temp_size_in_bytes / matrix
+    out.append(f"cholesky_inverse donated {mine:.2f} (alias {analysis.alias_size_in_bytes / matrix:.2f})")
+    assert mine <= 0.05, mine
+    return "temp matrices: " + ", ".join(out)
 
 
 print(f"SUMMARY {sum(RESULTS)}/{len(RESULTS)} passed", flush=True)

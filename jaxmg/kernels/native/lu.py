@@ -175,6 +175,10 @@ class LU(_grid.GridKernels):
         lu, piv, status = self.run(lu_factor, [a], [Block()], [Block(), Replicated(), Replicated()])
         return LUState(lu, piv), status
 
+    def packed(self, state):
+        """The packed factor as cuSOLVERMp leaves it, in the grid layout."""
+        return state.lu
+
     def solve(self, state, b, spec, trans: str = "N"):
         return self.run(lu_solve, [*state, b], [Block(), Replicated(), Rows(spec)], [Rows(spec)],
                          trans=_TRANS[trans])[0]

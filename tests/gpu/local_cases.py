@@ -259,9 +259,10 @@ def _():
     _, a = spd(n, np.float64, seed=6)
     a, b = put(a), put(np.ones(n))
     matrix = n * n * 8
+    workspace = (2 * 512 * n + 512 * 512) / (n * n)  # the inverses' scratch: two 512 x n panels and a leaf
     limits = {"potrs": (lambda m: jaxmg.potrs(m, b), 1.05), "cholesky": (jaxmg.cholesky, 0.05),
               "lu_solve": (lambda m: jaxmg.lu_solve(m, b), 1.05), "lu_inverse": (lambda m: jaxmg.LU(m).inverse(), 1.1),
-              "cholesky_inverse": (lambda m: jaxmg.Cholesky(m).inverse(), 0.05)}
+              "cholesky_inverse": (lambda m: jaxmg.Cholesky(m).inverse(), 0.05 + workspace)}
     out = []
     for key, (fn, limit) in limits.items():
         mine = _temp(fn, a) / matrix
@@ -271,7 +272,7 @@ def _():
     analysis = donated.lower(a).compile().memory_analysis()
     mine = analysis.temp_size_in_bytes / matrix
     out.append(f"cholesky_inverse donated {mine:.2f} (alias {analysis.alias_size_in_bytes / matrix:.2f})")
-    assert mine <= 0.05, mine
+    assert mine <= 0.05 + workspace, mine
     return "temp matrices: " + ", ".join(out)
 
 

@@ -407,6 +407,40 @@ def matvec(a, x, layout: NamedSharding | None, trans: str = "N"):
     return jax.lax.with_sharding_constraint(jnp.matmul(a, x, precision=_HIGHEST), target)
 
 
+def lower_read_matvec(a, x, like, layout: NamedSharding | None, few: int = 16):
+    """``H(a) @ x`` for ``H`` = :func:`lower_read` (the Hermitian matrix read from a's lower
+    triangle), ``a`` laid out like ``like``, ``x`` (a vector or columns) and the product in
+    ``layout`` (as :func:`matvec`), without forming ``H(a)``.
+
+    It is ``tril(a) x + S^H x`` with ``S = tril(a, -1)`` and a's diagonal read real. Linear in
+    ``a``, and JAX's transpose of it is the cotangent of ``a``: from ``tril(a) x`` the outer
+    product ``g x^H`` in a's own orientation; from ``S^H x``, for up to ``few`` columns, the
+    elementwise ``x g^H`` (the second term is a sum over rows of ``conj(S) * x``, not a product
+    contracting a's first axis, whose transpose JAX writes as an N x N transpose). The whole
+    cotangent is then elementwise in vectors, so XLA writes it in one pass, in place of the matrix
+    it is added to (A^-1 in a log-determinant's derivative). More columns take the products."""
+    sh = resolve(like)
+    a = _place(a, sh)
+    offset = _offset(a.shape, sh)
+    lower = jnp.where(offset < 0, a, jnp.where(offset == 0, jnp.real(a).astype(a.dtype), jnp.zeros((), a.dtype)))
+    strict = jnp.conj(_where(offset < 0, a))
+    columns = 1 if jnp.ndim(x) == 1 else x.shape[-1]
+    if columns > few:
+        return matvec(lower, x, layout) + matvec(strict, x, layout, trans="T")
+    weighted = strict * x[:, None] if jnp.ndim(x) == 1 else strict[:, :, None] * x[:, None, :]
+    return matvec(lower, x, layout) + _in_layout(jnp.sum(weighted, axis=0), layout)
+
+
+def _in_layout(x, layout: NamedSharding | None):
+    """A vector or a few columns constrained to ``layout`` (None: as it is)."""
+    if layout is None:
+        return x
+    target = NamedSharding(layout.mesh, padded_spec(layout.spec, jnp.ndim(x)))
+    if any(t == jax.sharding.AxisType.Explicit for t in layout.mesh.axis_types):
+        return jax.sharding.reshard(x, target)
+    return jax.lax.with_sharding_constraint(x, target)
+
+
 def matmul(x, y, like, *, adj_x: bool = False, adj_y: bool = False):
     """``op(x) @ op(y)`` laid out like ``like``; ``op`` is the conjugate transpose when ``adj_*``.
 

@@ -39,8 +39,8 @@ def linear_solve(plan, a: Optional[jax.Array], b: jax.Array, spec, solve: Callab
     else:
         def matvec(x):
             operator = plan.enter(a)
-            if reads_lower:
-                operator = _dist.lower_read(operator, like=plan.layout)
+            if reads_lower:  # trans is "N": the operator is Hermitian
+                return _dist.lower_read_matvec(operator, x, plan.layout, layout)
             return _dist.matvec(operator, x, layout, trans)
     return jax.lax.custom_linear_solve(matvec, b, solve=placed_solve(solve, layout),
                                        transpose_solve=placed_solve(transpose_solve, layout), symmetric=symmetric)

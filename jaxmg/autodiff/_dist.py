@@ -273,10 +273,15 @@ def _sym(x, sh):
 def _lower_read(x, sh):
     """The Hermitian matrix that a function reading only the lower triangle of ``x`` sees:
     ``tril(x, -1) + tril(x, -1)^H + Re diag(x)`` (LAPACK reads the real part of the diagonal)."""
-    x = _place(x, sh)
-    strict = _tril(x, sh, -1)
-    diagonal = _where(_eye(x.shape, sh), jnp.real(x).astype(x.dtype))
+    strict, diagonal = _lower_parts(x, sh)
     return strict + _ct(strict, sh) + diagonal
+
+
+def _lower_parts(x, sh):
+    """(``tril(x, -1)``, ``Re diag(x)`` as a matrix): the parts of ``x`` that a function reading
+    only its lower triangle reads, laid out."""
+    x = _place(x, sh)
+    return _tril(x, sh, -1), _where(_eye(x.shape, sh), jnp.real(x).astype(x.dtype))
 
 
 def _reshape(x, shape, sh, spec):
@@ -399,12 +404,9 @@ def matvec(a, x, layout: NamedSharding | None, trans: str = "N"):
     if trans != "N":
         a = jnp.swapaxes(a, -1, -2)
         a = jnp.conj(a) if trans == "C" else a
-    if layout is None:
-        return jnp.matmul(a, x, precision=_HIGHEST)
-    target = NamedSharding(layout.mesh, padded_spec(layout.spec, jnp.ndim(x)))
-    if any(t == jax.sharding.AxisType.Explicit for t in layout.mesh.axis_types):
-        return jnp.matmul(a, x, precision=_HIGHEST, out_sharding=target)
-    return jax.lax.with_sharding_constraint(jnp.matmul(a, x, precision=_HIGHEST), target)
+    if layout is not None and _explicit(layout):
+        return jnp.matmul(a, x, precision=_HIGHEST, out_sharding=_rhs_target(layout, jnp.ndim(x)))
+    return _in_layout(jnp.matmul(a, x, precision=_HIGHEST), layout)
 
 
 def lower_read_matvec(a, x, like, layout: NamedSharding | None, few: int = 16):
@@ -412,33 +414,36 @@ def lower_read_matvec(a, x, like, layout: NamedSharding | None, few: int = 16):
     triangle), ``a`` laid out like ``like``, ``x`` (a vector or columns) and the product in
     ``layout`` (as :func:`matvec`), without forming ``H(a)``.
 
-    It is ``tril(a) x + S^H x`` with ``S = tril(a, -1)`` and a's diagonal read real. Linear in
-    ``a``, and JAX's transpose of it is the cotangent of ``a``: from ``tril(a) x`` the outer
+    It is ``(S + D) x + S^H x`` with ``S = tril(a, -1)`` and ``D`` a's diagonal read real. Linear
+    in ``a``, and JAX's transpose of it is the cotangent of ``a``: from ``(S + D) x`` the outer
     product ``g x^H`` in a's own orientation; from ``S^H x``, for up to ``few`` columns, the
     elementwise ``x g^H`` (the second term is a sum over rows of ``conj(S) * x``, not a product
     contracting a's first axis, whose transpose JAX writes as an N x N transpose). The whole
-    cotangent is then elementwise in vectors, so XLA writes it in one pass, in place of the matrix
-    it is added to (A^-1 in a log-determinant's derivative). More columns take the products."""
-    sh = resolve(like)
-    a = _place(a, sh)
-    offset = _offset(a.shape, sh)
-    lower = jnp.where(offset < 0, a, jnp.where(offset == 0, jnp.real(a).astype(a.dtype), jnp.zeros((), a.dtype)))
-    strict = jnp.conj(_where(offset < 0, a))
-    columns = 1 if jnp.ndim(x) == 1 else x.shape[-1]
-    if columns > few:
-        return matvec(lower, x, layout) + matvec(strict, x, layout, trans="T")
-    weighted = strict * x[:, None] if jnp.ndim(x) == 1 else strict[:, :, None] * x[:, None, :]
-    return matvec(lower, x, layout) + _in_layout(jnp.sum(weighted, axis=0), layout)
+    cotangent is then elementwise in vectors, and XLA writes it in one pass together with
+    whatever is added to it (``g W(A^-1)`` in a log-determinant's derivative). More columns take
+    the products."""
+    strict, diagonal = _lower_parts(a, resolve(like))
+    product, upper = matvec(strict + diagonal, x, layout), jnp.conj(strict)
+    if (1 if jnp.ndim(x) == 1 else x.shape[-1]) > few:
+        return product + matvec(upper, x, layout, trans="T")
+    weighted = upper * x[:, None] if jnp.ndim(x) == 1 else upper[:, :, None] * x[:, None, :]
+    return product + _in_layout(jnp.sum(weighted, axis=0), layout)
+
+
+def _explicit(layout: NamedSharding) -> bool:
+    return any(t == jax.sharding.AxisType.Explicit for t in layout.mesh.axis_types)
+
+
+def _rhs_target(layout: NamedSharding, ndim: int) -> NamedSharding:
+    return NamedSharding(layout.mesh, padded_spec(layout.spec, ndim))
 
 
 def _in_layout(x, layout: NamedSharding | None):
     """A vector or a few columns constrained to ``layout`` (None: as it is)."""
     if layout is None:
         return x
-    target = NamedSharding(layout.mesh, padded_spec(layout.spec, jnp.ndim(x)))
-    if any(t == jax.sharding.AxisType.Explicit for t in layout.mesh.axis_types):
-        return jax.sharding.reshard(x, target)
-    return jax.lax.with_sharding_constraint(x, target)
+    target = _rhs_target(layout, jnp.ndim(x))
+    return jax.sharding.reshard(x, target) if _explicit(layout) else jax.lax.with_sharding_constraint(x, target)
 
 
 def matmul(x, y, like, *, adj_x: bool = False, adj_y: bool = False):

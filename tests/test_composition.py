@@ -143,6 +143,32 @@ def test_inside_shard_map_with_grad(group, per_matrix):
             _close(jax.tree.map(lambda x: np.asarray(x)[k], got[name]), per_matrix[name][k])
 
 
+#: The losses that take a right-hand side.
+SOLVES = ["potrs", "lu_solve", "least_squares", "Cholesky", "LU", "QR", "la.solve", "la.lstsq",
+          "sla.cho_solve", "sla.lu_solve", "sla.solve"]
+
+
+def test_inside_shard_map_with_a_shared_right_hand_side():
+    """In a shard_map body, each device's own matrix against one right-hand side that every
+    device shares (a constant the body closes over, invariant over the mesh axis): the gradient
+    with respect to the matrix is that of the matrix alone."""
+    mesh = jax.make_mesh((B,), ("d",))
+    shared = {"spd": RHS[0], "gen": RHS[0], "tall": RHS_TALL[0]}
+
+    def body(spd, gen, tall):
+        own = {"spd": spd[0], "gen": gen[0], "tall": tall[0]}
+        return {name: jax.grad(FUNCTIONS[name][0])(own[FUNCTIONS[name][1]], shared[FUNCTIONS[name][1]])[None]
+                for name in SOLVES}
+
+    fn = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("d"),) * 3, out_specs=P("d")))
+    got = fn(*(put(x, mesh, P("d")) for x in (SPD, GEN, TALL)))
+    for name in SOLVES:
+        loss, kind = FUNCTIONS[name]
+        grad = jax.jit(jax.grad(loss))
+        for k in range(2):
+            _close(np.asarray(got[name])[k], grad(DATA[kind][0][k], shared[kind]))
+
+
 AXES = [pytest.param(AxisType.Explicit, id="explicit"), pytest.param(AxisType.Auto, id="auto")]
 STACKS = {"batch": P(("x", "y")), "batch-x": P("x"), "replicated": P(), "matrices": P(None, "x", "y")}
 

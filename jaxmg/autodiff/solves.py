@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding
 
 from .. import _sharded
+from ..kernels.varying import varying_like
 from . import _dist
 
 
@@ -34,6 +35,9 @@ def linear_solve(plan, a: Optional[jax.Array], b: jax.Array, spec, solve: Callab
     only a's lower triangle, so the operator is the Hermitian matrix read from it.
     """
     layout = rhs_layout(plan, spec)
+    # inside a shard_map, b varies over every axis that a does (as x does): JAX's tangent of the
+    # solve adds a's product to b and needs their varying axes equal
+    b = b if a is None else varying_like(a, b)
     if a is None:
         matvec = jnp.zeros_like  # a was consumed: only b can carry derivatives
     else:

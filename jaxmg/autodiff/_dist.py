@@ -273,15 +273,18 @@ def _sym(x, sh):
 def _lower_read(x, sh):
     """The Hermitian matrix that a function reading only the lower triangle of ``x`` sees:
     ``tril(x, -1) + tril(x, -1)^H + Re diag(x)`` (LAPACK reads the real part of the diagonal)."""
-    strict, diagonal = _lower_parts(x, sh)
-    return strict + _ct(strict, sh) + diagonal
+    half = _lower_half(x, sh)
+    return half + _ct(half, sh)
 
 
-def _lower_parts(x, sh):
-    """(``tril(x, -1)``, ``Re diag(x)`` as a matrix): the parts of ``x`` that a function reading
-    only its lower triangle reads, laid out."""
+def _lower_half(x, sh):
+    """``B = w * x`` laid out, with ``w`` 1 below the diagonal, 1/2 on it and 0 above: the part of
+    ``x`` that a function reading only its lower triangle reads, ``H(x) = B + B^H``."""
     x = _place(x, sh)
-    return _tril(x, sh, -1), _where(_eye(x.shape, sh), jnp.real(x).astype(x.dtype))
+    offset = _offset(x.shape, sh)
+    real = jnp.finfo(x.dtype).dtype
+    w = jnp.where(offset < 0, jnp.ones((), real), jnp.where(offset == 0, jnp.full((), 0.5, real), jnp.zeros((), real)))
+    return w * x
 
 
 def _reshape(x, shape, sh, spec):
@@ -414,16 +417,18 @@ def lower_read_matvec(a, x, like, layout: NamedSharding | None, few: int = 16):
     triangle), ``a`` laid out like ``like``, ``x`` (a vector or columns) and the product in
     ``layout`` (as :func:`matvec`), without forming ``H(a)``.
 
-    It is ``(S + D) x + S^H x`` with ``S = tril(a, -1)`` and ``D`` a's diagonal read real. Linear
-    in ``a``, and JAX's transpose of it is the cotangent of ``a``: from ``(S + D) x`` the outer
-    product ``g x^H`` in a's own orientation; from ``S^H x``, for up to ``few`` columns, the
-    elementwise ``x g^H`` (the second term is a sum over rows of ``conj(S) * x``, not a product
-    contracting a's first axis, whose transpose JAX writes as an N x N transpose). The whole
-    cotangent is then elementwise in vectors, and XLA writes it in one pass together with
-    whatever is added to it (``g W(A^-1)`` in a log-determinant's derivative). More columns take
-    the products."""
-    strict, diagonal = _lower_parts(a, resolve(like))
-    product, upper = matvec(strict + diagonal, x, layout), jnp.conj(strict)
+    It is ``B x + B^H x`` with ``B = w * a`` (:func:`_lower_half`: ``w`` is 1 below the diagonal,
+    1/2 on it, 0 above). Linear in ``a``, and JAX's transpose of it is the cotangent of ``a``:
+    ``w * (g x^H + x g^H)``, from ``B x`` an outer product in a's own orientation and from
+    ``B^H x``, for up to ``few`` columns, the elementwise ``x g^H`` (the second term is a sum over
+    rows of ``conj(B) * x``, not a product contracting a's first axis, whose transpose JAX writes
+    as an N x N transpose). The whole cotangent is then a few products per element of vectors and
+    of whatever is added to it (``2 g W(A^-1)`` in a log-determinant's derivative), which XLA
+    fuses into the computation that consumes it: on one GPU the cotangent of a kernel matrix is
+    then never written. More columns take the products.
+    """
+    half = _lower_half(a, resolve(like))
+    product, upper = matvec(half, x, layout), jnp.conj(half)
     if (1 if jnp.ndim(x) == 1 else x.shape[-1]) > few:
         return product + matvec(upper, x, layout, trans="T")
     weighted = upper * x[:, None] if jnp.ndim(x) == 1 else upper[:, :, None] * x[:, None, :]
@@ -485,15 +490,17 @@ def lower_read(x, like=None):
 
 
 def lower_read_weights(v, like=None):
-    """For Hermitian ``v``: ``W = 2 tril(conj v, -1) + Re diag(v)``, the matrix with
-    ``Re sum(W * x) = Re sum(conj(v) * H(x))`` for every ``x``, where ``H`` is :func:`lower_read`.
+    """For Hermitian ``v``: ``W = tril(conj v, -1) + Re diag(v) / 2``, the matrix with
+    ``2 Re sum(W * x) = Re sum(conj(v) * H(x))`` for every ``x``, where ``H`` is :func:`lower_read`.
     It reads only v's lower triangle and is elementwise in it (no transpose): a derivative that
-    pairs ``conj(v)`` with ``H(x')`` costs no matrix beyond ``v`` in either mode."""
+    pairs ``conj(v)`` with ``H(x')`` costs no matrix beyond ``v`` in either mode. The factor 2
+    is left to the caller, for the scalar it pairs to: a cotangent ``g W`` is then one product
+    per element, which XLA fuses into whatever consumes it."""
     sh = resolve(v if like is None else like)
-    v = _place(v, sh)
-    offset = _offset(v.shape, sh)
-    diagonal = jnp.real(v).astype(v.dtype)
-    return jnp.where(offset < 0, 2 * jnp.conj(v), jnp.where(offset == 0, diagonal, jnp.zeros((), v.dtype)))
+    weights = _lower_half(jnp.conj(v), sh)
+    if not jnp.iscomplexobj(v):
+        return weights
+    return jnp.where(_eye(v.shape, sh), (jnp.real(v) / 2).astype(v.dtype), weights)
 
 
 def diag_embed(v, like, shape=None):

@@ -73,11 +73,11 @@ def _placed_tangent(kernels, a, a_dot):
 
 
 def _logdet_tangent(kernels, a, state, value, a_dot):
-    """d log det H(a) = Re tr(V H(a')) = Re sum(W * a') with V = H(a)^-1 Hermitian and W its
+    """d log det H(a) = Re tr(V H(a')) = 2 Re sum(W * a') with V = H(a)^-1 Hermitian and W its
     lower-read weights (``_dist.lower_read_weights``): elementwise in V's lower triangle, so the
-    reverse-mode cotangent g W needs no matrix beyond V."""
+    reverse-mode cotangent 2 g W needs no matrix beyond V (the 2 multiplies the scalar g)."""
     weights = _dist.lower_read_weights(inverse(kernels, a, state), like=kernels.plan.layout)
-    return jnp.real(jnp.sum(weights * a_dot)).astype(value.dtype)
+    return (2 * jnp.real(jnp.sum(weights * a_dot))).astype(value.dtype)
 
 
 def _slogdet(kernels, state):

@@ -61,12 +61,18 @@ CASES = (FORWARD + tuple(f"{op}_grad" for op in FORWARD)
 ONLY_JAXMG = DONATED + ("cholesky_inverse_donated", "least_squares", "least_squares_grad")
 
 
-def _args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
+def case_parser(doc, cases):
+    """The arguments of a memory benchmark over ``cases``: --cases, --sizes, --dtypes, --impls."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cases", nargs="+", default=list(cases), choices=cases)
     p.add_argument("--sizes", type=int, nargs="+", default=[16384, 32768, 65536])
     p.add_argument("--dtypes", nargs="+", default=["float64", "float32"])
     p.add_argument("--impls", nargs="+", default=["jax", "jaxmg"], choices=["jax", "jaxmg"])
+    return p
+
+
+def _args(argv=None):
+    p = case_parser(__doc__, CASES)
     p.add_argument("--largest", nargs="*", default=None, choices=CASES)
     p.add_argument("--low", type=int, default=4096)
     p.add_argument("--high", type=int, default=98304)

@@ -66,7 +66,7 @@ def potrs(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, matr
         >>> with jax.set_mesh(mesh):
         ...     g = jax.grad(lambda a: jnp.sum(jaxmg.potrs(a, jnp.ones(8))))(a)
         >>> print(np.asarray(g)[:2, :2], tuple(g.sharding.spec))
-        [[-0.0625  0.    ]
+        [[-0.0625 -0.    ]
          [-0.125  -0.0625]] ('x', 'y')
 
     Only the lower triangle of ``a`` is read, so the derivative with respect to ``a`` is that of

@@ -10,6 +10,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/venv.sh test,docs
+# XLA's GPU compiler (the CUDA plugin of the installed jaxlib; no GPU or driver needed), for
+# tests/test_compile_memory.py: in a folder of its own, which only that test puts on its path.
+JAXLIB=$(.venv/bin/python -c 'import jaxlib; print(jaxlib.__version__)')
+if [ ! -d ".venv/gpu-compiler/jax_cuda13_plugin-$JAXLIB.dist-info" ]; then
+    rm -rf .venv/gpu-compiler
+    .venv/bin/python -m pip install -q --no-deps --target .venv/gpu-compiler \
+        "jax-cuda13-plugin==$JAXLIB" "jax-cuda13-pjrt==$JAXLIB" \
+        || echo "tests/run.sh: XLA's CUDA plugin $JAXLIB is not available; tests/test_compile_memory.py skips"
+fi
 export JAXMG_REQUIRE_DOCS=1
 # Run from the tests folder against the installed package, not the source tree.
 cd tests

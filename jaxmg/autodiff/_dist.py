@@ -76,6 +76,7 @@ __all__ = [
     "lower_read_weights",
     "diag_embed",
     "tri_inv",
+    "tri_sandwich",
 ]
 
 _HIGHEST = jax.lax.Precision.HIGHEST
@@ -506,6 +507,21 @@ def lower_read_weights(v, like=None):
 def diag_embed(v, like, shape=None):
     """The matrix (square, or ``shape``) with vector ``v`` on its diagonal, laid out like ``like``."""
     return _diag_embed(v, resolve(like), None if shape is None else tuple(shape))
+
+
+def tri_sandwich(t, x, like=None):
+    """``T^-1 X T^-H`` for the lower triangular ``T`` stored in ``t``'s lower triangle, laid out
+    like ``like`` (default: like ``t``). Where the layout imposes nothing: two triangular solves
+    with ``T^T`` as the stored (upper) operand, which a row-major ``t`` is in the column-major
+    layout that the device's solver reads (no transposed copy of ``t``, no inverse). Over a
+    layout: :func:`tri_inv` and two distributed products, nothing gathered."""
+    sh = resolve(t if like is None else like)
+    if kind(sh) is None:
+        upper = jnp.swapaxes(t, -1, -2)  # T^T: op(T^T) = T with transpose_a
+        y = jax.lax.linalg.triangular_solve(upper, x, left_side=True, lower=False, transpose_a=True)
+        return jax.lax.linalg.triangular_solve(upper, y, left_side=False, lower=False, conjugate_a=True)
+    inverse = _tri_inv(t, sh, True, 2048)
+    return _matmul(_matmul(inverse, x, sh, False, False), inverse, sh, False, True)
 
 
 def tri_inv(t, *, lower: bool = True, like=None, max_block: int = 2048):

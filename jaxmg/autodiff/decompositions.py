@@ -43,7 +43,8 @@ def _lower(kernels, state):
     L' = L Phi(L^-1 H(A') L^-H), with Phi taking the lower triangle and half the diagonal
     and H(A') = tril(A', -1) + tril(A', -1)^H + Re diag(A') the Hermitian matrix read from
     the lower triangle (the exact derivative of what is computed, which reads only that
-    triangle): triangular inverse and products, all distributed (:mod:`._dist`); linear in A',
+    triangle): L^-1 on both sides by two triangular solves (over a layout, the distributed
+    triangular inverse and products, :func:`._dist.tri_sandwich`); linear in A',
     so reverse mode is its transpose, and L itself is this function, so every order is available.
     """
     return kernels.lower(state)
@@ -52,8 +53,7 @@ def _lower(kernels, state):
 def _lower_tangent(kernels, a, state, lower, a_dot):
     layout = kernels.plan.outputs
     a_dot = _dist.lower_read(a_dot, like=layout)
-    inverse = _dist.tri_inv(lower, lower=True, like=layout)
-    x = _dist.matmul(_dist.matmul(inverse, a_dot, layout), inverse, layout, adj_y=True)
+    x = _dist.tri_sandwich(lower, a_dot, like=layout)  # L^-1 H(A') L^-H
     phi = 0.5 * (_dist.tril(x, 0, like=layout) + _dist.tril(x, -1, like=layout))
     return _dist.matmul(lower, phi, layout)
 

@@ -146,6 +146,27 @@ def _matrix(n, dtype):
     return jax.jit(make, out_shardings=jax.sharding.SingleDeviceSharding(jax.devices()[0]))()
 
 
+def matrix_case(case, impl):
+    """(f, takes_b) of a case on a matrix ``a`` (and ``b`` where ``takes_b``), one compiled call:
+    a forward pass, the gradient of its outputs' sum, an inverse or a numpy gradient."""
+    import jax
+    import jax.numpy as jnp
+
+    import jaxmg
+
+    if case.startswith("numpy_"):
+        return jax.grad(_numpy(case, impl)), False
+    if case in ("cholesky_inverse", "lu_inverse"):
+        module = jaxmg.Cholesky if case == "cholesky_inverse" else jaxmg.LU
+        return (jnp.linalg.inv if impl == "jax" else lambda m: module(m).inverse()), False
+    op = case.removesuffix("_grad")
+    f, takes_b = _operation(op, impl)
+    if not case.endswith("_grad"):
+        return f, takes_b
+    loss = _operand_loss(op)
+    return jax.grad(lambda m, *b: loss(f(m, *b))), takes_b
+
+
 def build(case, impl, n, dtype):
     """(run, compiled or None, input_bytes): ``run()`` runs the case once and blocks."""
     import jax
@@ -166,25 +187,14 @@ def build(case, impl, n, dtype):
     a = _matrix(n, dtype)
     b = jax.device_put(jnp.ones((n,), dtype), one)
     inputs = a.nbytes + b.nbytes
-    if case.startswith("numpy_"):
-        fn, args = jax.jit(jax.grad(_numpy(case, impl))), (a,)
-    elif case in DONATED:  # eager calls that consume a: the inputs' bytes are the caller's no longer
+    if case in DONATED:  # eager calls that consume a: the inputs' bytes are the caller's no longer
         f, takes_b = _operation(case.removesuffix("_donated"), impl)
         return (lambda: jax.block_until_ready(f(a, b, donate=True) if takes_b else f(a, donate=True))), None, inputs
-    elif case == "cholesky_inverse_donated":
+    if case == "cholesky_inverse_donated":
         fn = jax.jit(lambda m: jaxmg.Cholesky(m, donate=True).inverse(), donate_argnums=0)
         return (lambda: jax.block_until_ready(fn(a))), None, inputs
-    elif case in ("cholesky_inverse", "lu_inverse"):
-        module = jaxmg.Cholesky if case == "cholesky_inverse" else jaxmg.LU
-        fn, args = jax.jit(jnp.linalg.inv if impl == "jax" else lambda m: module(m).inverse()), (a,)
-    else:
-        op = case.removesuffix("_grad")
-        f, takes_b = _operation(op, impl)
-        call = (lambda m: f(m, b)) if takes_b else f
-        if case.endswith("_grad"):
-            loss = _operand_loss(op)
-            call = jax.grad(lambda m, call=call: loss(call(m)))
-        fn, args = jax.jit(call), (a,)
+    call, takes_b = matrix_case(case, impl)
+    fn, args = jax.jit(call), ((a, b) if takes_b else (a,))
     return (lambda: jax.block_until_ready(fn(*args))), (fn, args), inputs
 
 

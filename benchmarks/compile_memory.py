@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -124,10 +125,7 @@ def compile_only_device(config: str):
 def arguments(case, impl, n, dtype, device):
     """(function, abstract arguments) of a case, placed on the compile-only ``device``."""
     import jax
-    import jax.numpy as jnp
     from jax.sharding import NamedSharding, PartitionSpec as P
-
-    import jaxmg
 
     mesh = jax.sharding.Mesh([[device]], ("x", "y"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
     if case.startswith("gp_vg"):
@@ -142,17 +140,8 @@ def arguments(case, impl, n, dtype, device):
     one = NamedSharding(mesh, P())  # one device: the GPU's own solver, as jax.devices()[0] there
     a = jax.ShapeDtypeStruct((n, n), dtype, sharding=one)
     b = jax.ShapeDtypeStruct((n,), dtype, sharding=one)
-    if case.startswith("numpy_"):
-        return jax.grad(bench_memory._numpy(case, impl)), (a,)
-    if case in ("cholesky_inverse", "lu_inverse"):
-        module = jaxmg.Cholesky if case == "cholesky_inverse" else jaxmg.LU
-        return (jnp.linalg.inv if impl == "jax" else lambda m: module(m).inverse()), (a,)
-    op = case.removesuffix("_grad")
-    f, takes_b = bench_memory._operation(op, impl)
-    if case.endswith("_grad"):
-        loss = bench_memory._operand_loss(op)
-        return jax.grad(lambda m, b: loss(f(m, b) if takes_b else f(m))), (a, b)
-    return (f, (a, b)) if takes_b else (f, (a,))
+    fn, takes_b = bench_memory.matrix_case(case, impl)
+    return fn, ((a, b) if takes_b else (a,))
 
 
 def record(case, impl, n, dtype, device, device_name) -> dict:
@@ -181,8 +170,6 @@ def main(argv=None):
     jax.config.update("jax_enable_x64", True)
     device_name = DEVICE_NAMES[args.device]
     config = Path(args.target_config).read_text() if args.target_config else plugin_target_config(device_name)
-    import re
-
     memory = int(re.search(r"device_memory_size: (\d+)", config).group(1))
     register_placeholders(int(0.94 * memory))  # the share of the device that bench_memory.py gives XLA
     device = compile_only_device(config)

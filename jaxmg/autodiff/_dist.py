@@ -520,8 +520,8 @@ def tri_sandwich(t, x, like=None):
         upper = jnp.swapaxes(t, -1, -2)  # T^T: op(T^T) = T with transpose_a
         y = jax.lax.linalg.triangular_solve(upper, x, left_side=True, lower=False, transpose_a=True)
         return jax.lax.linalg.triangular_solve(upper, y, left_side=False, lower=False, conjugate_a=True)
-    inverse = _tri_inv(t, sh, True, 2048)
-    return _matmul(_matmul(inverse, x, sh, False, False), inverse, sh, False, True)
+    inverse = tri_inv(t, lower=True, like=sh)
+    return matmul(matmul(inverse, x, sh), inverse, sh, adj_y=True)
 
 
 def tri_inv(t, *, lower: bool = True, like=None, max_block: int = 2048):

@@ -148,9 +148,10 @@ int64_t split_order(int64_t n) {
 // jaxmg/kernels/triangular.py does in JAX, but with no slices, sums or concatenations: the
 // triangular products (trmm) and Hermitian rank-k updates (herk) are done in place, the
 // off-diagonal part of each as one gemm that accumulates into its block (beta = 1). A triangular
-// product with a diagonal block of order at most `trmm_leaf` is one gemm with the whole block
-// (trtri leaves zeros below the diagonal of those blocks), through a scratch copy of the operand:
-// cuBLAS's own trmm runs below gemm speed there. Updates of diagonal blocks of order at most
+// product with a diagonal block of order at most `trmm_leaf` is a gemm with the whole block
+// (trtri leaves zeros below the diagonal of those blocks) on each `chunk` of the operand's columns
+// or rows, through a scratch copy of that chunk (so that the scratch is a fixed size, not a
+// part of the matrix): cuBLAS's own trmm runs below gemm speed there. Updates of diagonal blocks of order at most
 // `herk_leaf` are one cuBLAS herk. Diagonal blocks of order at most `leaf` are inverted by one
 // trsm against the identity through a leaf x leaf scratch buffer. Column-major (i, j) of the
 // buffer is a[i + j lda].
@@ -162,8 +163,9 @@ struct InPlaceInverse {
   int64_t lda;
   const T* eye;
   T* scratch;     // leaf x leaf
-  T* operand;     // trmm_leaf x lda: the operand of a leaf triangular product
+  T* operand;     // min(trmm_leaf, lda) x chunk: a part of the operand of a leaf triangular product
   int64_t leaf, trmm_leaf, herk_leaf;
+  int64_t chunk;  // a leaf triangular product runs over this many columns (left) or rows (right) of x at a time
 
   T* at(int64_t i, int64_t j) const { return a + i + j * lda; }
 
@@ -211,17 +213,24 @@ void InPlaceInverse<T>::accumulate(cublasOperation_t op_a, cublasOperation_t op_
 template <typename T>
 void InPlaceInverse<T>::trmm_in_place(bool left, cublasOperation_t op, const T* t, int64_t n, T* x, int64_t m,
                                         double alpha) const {
-  if (n <= trmm_leaf) {  // x := alpha op(t) x as one gemm with the whole block t (zero below)
-    const int64_t rows = left ? n : m, cols = left ? m : n;
-    copy(operand, rows, x, lda, rows, cols);
-    if (left)
-      check_blas(gemm(h, op, CUBLAS_OP_N, (int)n, (int)m, (int)n, t, (int)lda, operand, (int)rows, x, (int)lda,
-                      alpha, 0.0),
-                 "cublas gemm (potri)");
-    else
-      check_blas(gemm(h, CUBLAS_OP_N, op, (int)m, (int)n, (int)n, operand, (int)rows, t, (int)lda, x, (int)lda,
-                      alpha, 0.0),
-                 "cublas gemm (potri)");
+  if (n <= trmm_leaf) {  // x := alpha op(t) x by gemms with the whole block t (zero below), each on
+                         // `chunk` columns (left) or rows (right) of x copied into the operand scratch
+    for (int64_t s = 0; s < m; s += chunk) {
+      const int64_t w = std::min(chunk, m - s);
+      if (left) {  // x (n x m): columns s..s+w
+        T* xs = x + s * lda;
+        copy(operand, n, xs, lda, n, w);
+        check_blas(gemm(h, op, CUBLAS_OP_N, (int)n, (int)w, (int)n, t, (int)lda, operand, (int)n, xs, (int)lda,
+                        alpha, 0.0),
+                   "cublas gemm (potri)");
+      } else {  // x (m x n): rows s..s+w
+        T* xs = x + s;
+        copy(operand, w, xs, lda, w, n);
+        check_blas(gemm(h, CUBLAS_OP_N, op, (int)w, (int)n, (int)n, operand, (int)w, t, (int)lda, xs, (int)lda,
+                        alpha, 0.0),
+                   "cublas gemm (potri)");
+      }
+    }
     return;
   }
   const int64_t n1 = split_order(n), n2 = n - n1;
@@ -408,8 +417,9 @@ ffi::Error GemmImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer y, ffi
 }
 
 // What potri and getri share: the checks of a square factor (order n), a leaf x leaf identity and
-// results of the factor's dtype (the inverse, leaf x leaf and min(trmm_leaf, n) x n scratch; the
-// caller's own operands pass `others_fit`), the factor's copy in `inverse` unless they alias, and
+// results of the factor's dtype (the inverse, leaf x leaf and min(trmm_leaf, n) x chunk scratch,
+// 1 <= chunk <= n, InPlaceInverse's chunk; the caller's own operands pass `others_fit`), the
+// factor's copy in `inverse` unless they alias, and
 // `body(run, dtype)` with the InPlaceInverse of the factor's element type on `inverse`.
 template <typename Body>
 ffi::Error in_place_inverse(const char* name, cudaStream_t stream, ffi::AnyBuffer factor, ffi::AnyBuffer eye,
@@ -422,7 +432,7 @@ ffi::Error in_place_inverse(const char* name, cudaStream_t stream, ffi::AnyBuffe
     return ffi::Error::InvalidArgument(cat(name, ": the factor and the identity must be square matrices"));
   const int64_t n = fd[0], leaf = ed[0];
   if (id[0] != n || id[1] != n || sd[0] != leaf || sd[1] != leaf || leaf < 1 || trmm_leaf < 1 || herk_leaf < 1 ||
-      od.size() != 2 || od[0] != std::min(trmm_leaf, n) || od[1] != n || !others_fit)
+      od.size() != 2 || od[0] != std::min(trmm_leaf, n) || od[1] < std::min<int64_t>(1, n) || od[1] > n || !others_fit)
     return ffi::Error::InvalidArgument(cat(name, ": the factor is ", n, "x", n, ", the identity ", leaf, "x", leaf,
                                            ", the results ", id[0], "x", id[1], ", ", sd[0], "x", sd[1], " and ",
                                            od.size() == 2 ? od[0] : -1, "x", od.size() == 2 ? od[1] : -1,
@@ -443,7 +453,7 @@ ffi::Error in_place_inverse(const char* name, cudaStream_t stream, ffi::AnyBuffe
       using T = decltype(zero);
       InPlaceInverse<T> run{h, stream, static_cast<T*>(inverse->untyped_data()), n,
                             static_cast<const T*>(eye.untyped_data()), static_cast<T*>(scratch->untyped_data()),
-                            static_cast<T*>(operand->untyped_data()), leaf, trmm_leaf, herk_leaf};
+                            static_cast<T*>(operand->untyped_data()), leaf, trmm_leaf, herk_leaf, od[1]};
       body(run, dtype);
     });
     return ffi::Error::Success();
@@ -492,7 +502,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_potri, PotriImpl,
                                   .Arg<ffi::AnyBuffer>()   // the identity of the leaf order
                                   .Ret<ffi::AnyBuffer>()   // A^-1, both triangles, in L's layout (aliases L)
                                   .Ret<ffi::AnyBuffer>()   // leaf x leaf scratch
-                                  .Ret<ffi::AnyBuffer>()   // min(trmm_leaf, n) x n scratch
+                                  .Ret<ffi::AnyBuffer>()   // min(trmm_leaf, n) x chunk scratch, chunk <= n
                                   .Attr<int64_t>("trmm_leaf")   // triangular products by one gemm up to this order
                                   .Attr<int64_t>("herk_leaf")   // rank-k updates by one herk up to this order
                                   .Attr<int64_t>("column_major")); // 1: L and A^-1 column-major, 0: row-major
@@ -505,7 +515,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_getri, GetriImpl,
                                   .Arg<ffi::AnyBuffer>()          // the identity of the leaf order
                                   .Ret<ffi::AnyBuffer>()          // A^-1, column-major (aliases the factor)
                                   .Ret<ffi::AnyBuffer>()          // leaf x leaf scratch
-                                  .Ret<ffi::AnyBuffer>()          // min(trmm_leaf, n) x n scratch
+                                  .Ret<ffi::AnyBuffer>()          // min(trmm_leaf, n) x chunk scratch, chunk <= n
                                   .Ret<ffi::AnyBuffer>()          // panel x n scratch (panel >= both leaves)
                                   .Attr<int64_t>("trmm_leaf"));   // triangular products by one gemm up to this order
 

@@ -163,10 +163,10 @@ def _():
         lu, pivots = getrf(a)
         return gemm.lu_inverse(lu, jax.lax.linalg.lu_pivots_to_permutation(pivots, a.shape[-1]))
 
-    defaults, worst = (gemm.INVERSE_LEAF, gemm.TRMM_LEAF), {}
+    defaults, worst = (gemm.INVERSE_LEAF, gemm.TRMM_LEAF, gemm.TRMM_CHUNK), {}
     try:
-        for leaves in (defaults, (64, 48), (32, 96)):
-            gemm.INVERSE_LEAF, gemm.TRMM_LEAF = leaves
+        for leaves in (defaults, (64, 48, 100), (32, 96, 37)):  # small chunks: leaf products in several
+            gemm.INVERSE_LEAF, gemm.TRMM_LEAF, gemm.TRMM_CHUNK = leaves
             for dtype in DTYPES:
                 for order in (1, 5, 300, 1500, 2100):
                     rng = np.random.default_rng(order)
@@ -177,7 +177,7 @@ def _():
                     assert err < (1e-5 if np.finfo(dtype).bits == 32 else 1e-13), (leaves, dtype, order, err)
                     worst[np.dtype(dtype).name] = max(worst.get(np.dtype(dtype).name, 0.0), err)
     finally:
-        gemm.INVERSE_LEAF, gemm.TRMM_LEAF = defaults
+        gemm.INVERSE_LEAF, gemm.TRMM_LEAF, gemm.TRMM_CHUNK = defaults
     rng = np.random.default_rng(9)
     g = rng.standard_normal((40, 40)) + 6 * np.eye(40)
     check_grads(inverse_of, (put(g),), order=1, modes=["fwd", "rev"])

@@ -884,10 +884,11 @@ if _harness.PUBLIC_API and NPROC == 1:
         assert max(out.values()) < 1e-10, out
         # the one-call potri alone: every dtype, one leaf and several levels, junk above L not read;
         # the library's leaves, then small ones (every trmm side/op and herk through the gemm recursion)
-        defaults = gemm.INVERSE_LEAF, gemm.TRMM_LEAF, gemm.HERK_LEAF
+        # (the small leaves with small chunks: every leaf product over several chunks and a remainder)
+        defaults = gemm.INVERSE_LEAF, gemm.TRMM_LEAF, gemm.HERK_LEAF, gemm.TRMM_CHUNK
         try:
-            for leaves in (defaults, (64, 48, 40), (32, 96, 40)):
-                gemm.INVERSE_LEAF, gemm.TRMM_LEAF, gemm.HERK_LEAF = leaves
+            for leaves in (defaults, (64, 48, 40, 100), (32, 96, 40, 37)):
+                gemm.INVERSE_LEAF, gemm.TRMM_LEAF, gemm.HERK_LEAF, gemm.TRMM_CHUNK = leaves
                 for dtype in (np.float32, np.float64, np.complex64, np.complex128):
                     for order in (300, 1500):
                         _, ad = spd(order, dtype, 5)
@@ -900,7 +901,7 @@ if _harness.PUBLIC_API and NPROC == 1:
                         assert np.allclose(got, np.conj(got).T), (leaves, dtype, order)
                         out[f"potri_{leaves[0]}_{np.dtype(dtype).name}_{order}"] = err
         finally:
-            gemm.INVERSE_LEAF, gemm.TRMM_LEAF, gemm.HERK_LEAF = defaults
+            gemm.INVERSE_LEAF, gemm.TRMM_LEAF, gemm.HERK_LEAF, gemm.TRMM_CHUNK = defaults
         f = lambda l: jax.numpy.sum(jax.numpy.real(gemm.hermitian_inverse(l)) ** 2)  # noqa: E731
         ref = lambda l: jax.numpy.sum(jax.numpy.real(jax.numpy.linalg.inv(  # noqa: E731
             jax.numpy.tril(l) @ jax.numpy.tril(l).T)) ** 2)

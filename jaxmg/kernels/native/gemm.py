@@ -110,23 +110,28 @@ def triangular_product(t: jax.Array, x: jax.Array, *, lower: bool, adj: bool = F
 
 #: :func:`hermitian_inverse`'s handler inverts diagonal blocks of at most this order by one
 #: cuBLAS trsm against the identity (through a scratch buffer of this order squared), does each
-#: triangular product with a diagonal block of order at most ``TRMM_LEAF`` as one gemm (through a
-#: ``TRMM_LEAF`` x n scratch buffer) and each Hermitian rank-k update of order at most
-#: ``HERK_LEAF`` as one cuBLAS herk; everything above is cuBLAS gemm calls.
+#: triangular product with a diagonal block of order at most ``TRMM_LEAF`` as gemms on
+#: ``TRMM_CHUNK`` columns or rows of its operand at a time (through a ``TRMM_LEAF`` x
+#: ``TRMM_CHUNK`` scratch buffer: 16 MiB in float64, whatever the order) and each Hermitian
+#: rank-k update of order at most ``HERK_LEAF`` as one cuBLAS herk; everything above is cuBLAS
+#: gemm calls.
 INVERSE_LEAF = 512
 TRMM_LEAF = 512
+TRMM_CHUNK = 4096
 HERK_LEAF = 2048
 
 
 def _in_place_operands(factor, *scratch_rows: int) -> tuple:
     """What potri and getri share: the identity of the leaf order (varying like the factor inside
     a shard_map), and the result shapes: the inverse (in the factor's buffer), the leaf x leaf and
-    min(TRMM_LEAF, n) x n scratch buffers, and one (rows, n) scratch buffer per ``scratch_rows``."""
+    min(TRMM_LEAF, n) x min(TRMM_CHUNK, n) scratch buffers, and one (rows, n) scratch buffer per
+    ``scratch_rows``."""
     _library.register()
     n, dtype = factor.shape[0], factor.dtype
     leaf = max(1, min(INVERSE_LEAF, n))
     eye = varying_like(factor, jnp.eye(leaf, dtype=dtype))
-    shapes = [(n, n), (leaf, leaf), (min(TRMM_LEAF, n), n)] + [(rows, n) for rows in scratch_rows]
+    shapes = [(n, n), (leaf, leaf), (min(TRMM_LEAF, n), min(TRMM_CHUNK, n))]
+    shapes += [(rows, n) for rows in scratch_rows]
     return eye, tuple(jax.ShapeDtypeStruct(shape, dtype) for shape in shapes)
 
 

@@ -2,7 +2,7 @@
 without a GPU (benchmarks/compile_memory.py, through XLA's CUDA plugin, which tests/run.sh
 installs apart from .venv's packages): the Gaussian-process gradient holds three N x N matrices
 (plain JAX's six), potrs one (JAX's two), the gradient of the Cholesky factor no more than
-JAX's, and ``Cholesky(a).inverse()`` nothing beyond its output but the inverse's panel scratch."""
+JAX's, and ``Cholesky(a).inverse()`` nothing beyond its output but the inverse's fixed scratch."""
 
 from __future__ import annotations
 
@@ -41,13 +41,13 @@ def test_the_gpu_programs_hold_what_the_mathematics_needs(tmp_path):
                     "--dtypes", "float64", "float32")
     # the GP loss's jitted value_and_grad: the kernel's two residuals (x x^T and exp's argument)
     # and K, whose buffer the factor and A^-1 take in place; the cotangent of K is never written
-    # (XLA computes it inside the kernel's backward reductions). The potri panels' 512 x N
-    # scratch is 1/16 of a matrix at this N.
-    assert held["gp_vg", "jaxmg", "float64"] <= 3.1, held
-    assert held["gp_vg", "jaxmg", "float32"] <= 2.1, held
+    # (XLA computes it inside the kernel's backward reductions). The in-place inverse's fixed
+    # 512 x 4,096 scratch is 1/32 of a matrix at this N (a 512 x N one would be 1/16).
+    assert held["gp_vg", "jaxmg", "float64"] <= 3.05, held
+    assert held["gp_vg", "jaxmg", "float32"] <= 2.05, held
     assert held["gp_vg", "jax", "float64"] >= 5.0, held  # the same compiler on plain JAX's program
     assert held["potrs", "jaxmg", "float64"] <= 1.01 < held["potrs", "jax", "float64"], held
     # L's derivative: two triangular solves on the factor as the solver reads it (no transposed
     # copy, no triangular inverse), as JAX's own
     assert held["cholesky_grad", "jaxmg", "float64"] <= held["cholesky_grad", "jax", "float64"] + 0.01, held
-    assert held["cholesky_inverse", "jaxmg", "float64"] <= 0.1 < held["cholesky_inverse", "jax", "float64"], held
+    assert held["cholesky_inverse", "jaxmg", "float64"] <= 0.05 < held["cholesky_inverse", "jax", "float64"], held

@@ -151,10 +151,10 @@ int64_t split_order(int64_t n) {
 // product with a diagonal block of order at most `trmm_leaf` is a gemm with the whole block
 // (trtri leaves zeros below the diagonal of those blocks) on each `chunk` of the operand's columns
 // or rows, through a scratch copy of that chunk (so that the scratch is a fixed size, not a
-// part of the matrix): cuBLAS's own trmm runs below gemm speed there. Updates of diagonal blocks of order at most
-// `herk_leaf` are one cuBLAS herk. Diagonal blocks of order at most `leaf` are inverted by one
-// trsm against the identity through a leaf x leaf scratch buffer. Column-major (i, j) of the
-// buffer is a[i + j lda].
+// part of the matrix): cuBLAS's own trmm runs below gemm speed there. Updates of diagonal
+// blocks of order at most `herk_leaf` are one cuBLAS herk. Diagonal blocks of order at most
+// `leaf` are inverted by one trsm against the identity through a leaf x leaf scratch buffer.
+// Column-major (i, j) of the buffer is a[i + j lda].
 template <typename T>
 struct InPlaceInverse {
   cublasHandle_t h;

@@ -67,7 +67,7 @@ void syevd(GridCall& g, const Problem& pb, char* a, char* w, char* z, int32_t* s
   timed_batch(g, "syevd", pb.batch, dwork, hwork, /*factors=*/true, [&](int64_t k) {
     char *ak = a + k * entry, *wk = w + k * wsz, *zk = z + k * entry;
     cusolverStatus_t st = api().cusolverMpSyevd(ctx.handle, compz, CUBLAS_FILL_MODE_LOWER, n, ak, 1, 1, desc, wk,
-                                                zk, 1, 1, desc, dtype, ctx.work.ptr, ctx.work.bytes,
+                                                zk, 1, 1, desc, dtype, g.work, g.work_bytes,
                                                 ctx.host_work.data(), ctx.host_work.size(), status + k);
     JAXMG_TRACE("syevd returned ", (int)st);
     finish_entry(g, pb, st, /*minor_above=*/false, status + k, wk, zk);
@@ -89,22 +89,22 @@ void sygvd(GridCall& g, const Problem& pb, char* a, char* b, char* w, char* z, i
     char *ak = a + k * entry, *bk = b + k * entry, *wk = w + k * wsz, *zk = z + k * entry;
     cusolverStatus_t st = api().cusolverMpSygvd(ctx.handle, CUSOLVER_EIG_TYPE_1, CUSOLVER_EIG_MODE_VECTOR,
                                                 CUBLAS_FILL_MODE_LOWER, n, ak, 1, 1, desc, bk, 1, 1, desc, wk, zk,
-                                                1, 1, desc, dtype, ctx.work.ptr, ctx.work.bytes,
+                                                1, 1, desc, dtype, g.work, g.work_bytes,
                                                 ctx.host_work.data(), ctx.host_work.size(), status + k);
     JAXMG_TRACE("sygvd returned ", (int)st);
     finish_entry(g, pb, st, /*minor_above=*/true, status + k, wk, zk);
   });
 }
 
-ffi::Error SyevdDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank, ffi::AnyBuffer a,
-                         ffi::Result<ffi::AnyBuffer> work, ffi::Result<ffi::AnyBuffer> w,
+ffi::Error SyevdDispatch(cudaStream_t stream, ffi::ScratchAllocator scratch, Members members, NcclId id, Rank rank,
+                         ffi::AnyBuffer a, ffi::Result<ffi::AnyBuffer> work, ffi::Result<ffi::AnyBuffer> w,
                          ffi::Result<ffi::AnyBuffer> z, ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n,
                          int64_t tile, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc) {
   Problem pb{n, n, tile, pr, pc, mloc, nloc};
   if (ffi::Error e = check_problem(pb, a, *w, "jaxmg_syevd"); e.failure()) return e;
   if ((int64_t)status->element_count() != pb.batch || z->element_count() != a.element_count())
     return ffi::Error::InvalidArgument("jaxmg_syevd: one status per batch entry and z shaped like a expected");
-  return on_grid(stream, members, id, rank, pr, pc, [&](GridCall& g) {
+  return on_grid(stream, scratch, members, id, rank, pr, pc, [&](GridCall& g) {
     JAXMG_TRACE("syevd: n ", n, " tile ", tile, " grid ", pr, "x", pc, " batch ", pb.batch);
     copy_unless_aliased(*work, a, stream, "cudaMemcpyAsync(a to work)");
     syevd(g, pb, static_cast<char*>(work->untyped_data()), static_cast<char*>(w->untyped_data()),
@@ -112,17 +112,17 @@ ffi::Error SyevdDispatch(cudaStream_t stream, Members members, NcclId id, Rank r
   });
 }
 
-ffi::Error SygvdDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank, ffi::AnyBuffer a,
-                         ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> work_a, ffi::Result<ffi::AnyBuffer> work_b,
-                         ffi::Result<ffi::AnyBuffer> w, ffi::Result<ffi::AnyBuffer> z,
-                         ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n, int64_t tile, int64_t pr, int64_t pc,
-                         int64_t mloc, int64_t nloc) {
+ffi::Error SygvdDispatch(cudaStream_t stream, ffi::ScratchAllocator scratch, Members members, NcclId id, Rank rank,
+                         ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> work_a,
+                         ffi::Result<ffi::AnyBuffer> work_b, ffi::Result<ffi::AnyBuffer> w,
+                         ffi::Result<ffi::AnyBuffer> z, ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n,
+                         int64_t tile, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc) {
   Problem pb{n, n, tile, pr, pc, mloc, nloc};
   if (ffi::Error e = check_problem(pb, a, *w, "jaxmg_sygvd"); e.failure()) return e;
   if (b.element_count() != a.element_count() || b.element_type() != a.element_type() ||
       (int64_t)status->element_count() != pb.batch)
     return ffi::Error::InvalidArgument("jaxmg_sygvd: b must be shaped and typed like a, one status per entry");
-  return on_grid(stream, members, id, rank, pr, pc, [&](GridCall& g) {
+  return on_grid(stream, scratch, members, id, rank, pr, pc, [&](GridCall& g) {
     JAXMG_TRACE("sygvd: n ", n, " tile ", tile, " grid ", pr, "x", pc, " batch ", pb.batch);
     copy_unless_aliased(*work_a, a, stream, "cudaMemcpyAsync(a to work)");
     copy_unless_aliased(*work_b, b, stream, "cudaMemcpyAsync(b to work)");

@@ -351,18 +351,29 @@ cusolverMpMatrixDescriptor_t Context::matrix_desc(int pr, int pc, cudaDataType d
   return d;
 }
 
-void Context::ensure_workspace(size_t device_bytes, size_t host_bytes) {
-  work.ensure(std::max<size_t>(device_bytes, 256), "cudaMalloc(cuSOLVERMp workspace)");
-  if (host_work.size() < std::max<size_t>(host_bytes, 1)) host_work.resize(std::max<size_t>(host_bytes, 1));
-  info.ensure(sizeof(int32_t) * 4, "cudaMalloc(info)");
+void GridCall::ensure_workspace(size_t device_bytes, size_t host_bytes) {
+  const size_t want = std::max<size_t>(device_bytes, 256);
+  if (want > work_bytes) {
+    std::optional<void*> got = scratch->Allocate(want, 256);
+    if (!got || !*got)
+      throw Failure(cat("jaxmg native: XLA could not allocate ", want, " bytes of cuSOLVERMp workspace on ", where(),
+                        ": the device is out of memory (XLA_PYTHON_CLIENT_MEM_FRACTION sets the share of it that "
+                        "XLA may use)"));
+    work = *got;
+    work_bytes = want;
+  }
+  std::vector<char>& host = ctx->host_work;
+  if (host.size() < std::max<size_t>(host_bytes, 1)) host.resize(std::max<size_t>(host_bytes, 1));
+  ctx->info.ensure(sizeof(int32_t) * 4, "cudaMalloc(info)");
   JAXMG_TRACE("workspace device ", device_bytes, " host ", host_bytes);
 }
 
-GridCall open_grid(cudaStream_t stream, const Members& members_buf, const NcclId& id_buf, const Rank& rank_buf,
-                   int64_t pr, int64_t pc) {
+GridCall open_grid(cudaStream_t stream, ffi::ScratchAllocator& scratch, const Members& members_buf,
+                   const NcclId& id_buf, const Rank& rank_buf, int64_t pr, int64_t pc) {
   require_loaded();
   GridCall g;
   g.stream = stream;
+  g.scratch = &scratch;
   g.device = stream_device(stream);
   const size_t nmembers = members_buf.dimensions().back();
   std::vector<int32_t> members = read_int32(members_buf.typed_data(), nmembers, stream);
@@ -455,7 +466,7 @@ CacheInfo cache_info() {
   info.communicators = (int)cache().contexts.size();
   for (auto& [k, ctx] : cache().contexts) {
     info.descriptors += (int)ctx->descs.size();
-    info.workspace_bytes += ctx->work.bytes + ctx->scratch.bytes;
+    info.workspace_bytes += ctx->scratch.bytes;
   }
   info.cusolvermp_version = g_cusolvermp_version;
   return info;

@@ -145,8 +145,8 @@ struct Context {
   std::map<std::tuple<int, int, bool>, cusolverMpGrid_t> grids;  // (pr, pc, row-major mapping)
   std::map<std::string, cusolverMpMatrixDescriptor_t> descs;
   std::map<std::string, std::unique_ptr<FamilyCache>> families;
-  DeviceBuffer work, scratch, info;  // cuSOLVERMp device workspace, layout scratch, status words
-  std::vector<char> host_work;
+  DeviceBuffer scratch, info;  // layout scratch, status words
+  std::vector<char> host_work;  // cuSOLVERMp's host workspace
   std::string aborted;                   // why the watchdog aborted comm (watchdog.h; under its lock)
   std::atomic<bool> comm_aborted{false};  // comm was aborted: unusable
   std::mutex calls;  // held by the call that uses the context (GridCall::busy): one at a time
@@ -162,8 +162,6 @@ struct Context {
   // dimension lld), created once per key.
   cusolverMpMatrixDescriptor_t matrix_desc(int pr, int pc, cudaDataType dtype, int64_t m, int64_t n, int64_t mb,
                                            int64_t nb, int64_t lld, bool row_major = false);
-  // Device and host workspaces of at least these sizes.
-  void ensure_workspace(size_t device_bytes, size_t host_bytes);
   // A family's cache of type T (default-constructed the first time).
   template <typename T>
   T& family(const std::string& name) {
@@ -201,10 +199,11 @@ using Members = ffi::Buffer<ffi::S32>;
 using NcclId = ffi::Buffer<ffi::S32>;
 using Rank = ffi::Buffer<ffi::S32>;
 
-// ffi::Ffi::Bind() with the stream and the three grid arguments, in this order.
+// ffi::Ffi::Bind() with the stream, XLA's scratch allocator and the three grid arguments, in this order.
 inline auto grid_bind() {
   return ffi::Ffi::Bind()
       .Ctx<ffi::PlatformStream<cudaStream_t>>()
+      .Ctx<ffi::ScratchAllocator>()  // XLA's device memory for the call's cuSOLVERMp workspace
       .Arg<Members>()  // members: device identities (process_index * 1024 + ordinal) in rank order
       .Arg<NcclId>()   // the grid's ncclUniqueId as 32 int32 words
       .Arg<Rank>();    // this member's rank (column-major over the cuSOLVERMp grid)
@@ -235,20 +234,28 @@ struct GridCall {
   std::shared_ptr<Context> ctx;          // held for the call: clear_cache() never destroys it under it
   std::unique_lock<std::mutex> busy;     // ctx->calls: one call at a time uses a context
   std::unique_ptr<Watch> watch;          // the communicator is watched while this call's work runs
+  ffi::ScratchAllocator* scratch = nullptr;  // XLA's allocator of this call's device workspace
+  void* work = nullptr;                      // cuSOLVERMp's device workspace for this call
+  size_t work_bytes = 0;
+
+  // cuSOLVERMp's device workspace of at least `device_bytes` for this call, from XLA's memory
+  // pool (returned to it when the handler returns: XLA accounts for it, and no memory outside
+  // its pool is needed), and the context's host workspace and status words.
+  void ensure_workspace(size_t device_bytes, size_t host_bytes);
 };
 // The call's grid: its cached context (created on first use), held and locked for the call, the
 // handle bound to `stream`, and a watch on the communicator (watchdog.h). Fails where the
 // communicator was aborted.
-GridCall open_grid(cudaStream_t stream, const Members& members, const NcclId& id, const Rank& rank, int64_t pr,
-                   int64_t pc);
+GridCall open_grid(cudaStream_t stream, ffi::ScratchAllocator& scratch, const Members& members, const NcclId& id,
+                   const Rank& rank, int64_t pr, int64_t pc);
 
 // A family handler's work once its checks have passed: the call's grid (open_grid), then
 // `work(g)`; a Failure (or any other exception) becomes the handler's error (to_error).
 template <typename Work>
-ffi::Error on_grid(cudaStream_t stream, const Members& members, const NcclId& id, const Rank& rank, int64_t pr,
-                   int64_t pc, Work&& work) {
+ffi::Error on_grid(cudaStream_t stream, ffi::ScratchAllocator& scratch, const Members& members, const NcclId& id,
+                   const Rank& rank, int64_t pr, int64_t pc, Work&& work) {
   try {
-    GridCall g = open_grid(stream, members, id, rank, pr, pc);
+    GridCall g = open_grid(stream, scratch, members, id, rank, pr, pc);
     work(g);
     return ffi::Error::Success();
   } catch (const std::exception& e) {
@@ -279,14 +286,14 @@ struct TimedCall {
 // Records the end of `call` on `stream` and keeps it for last_timings().
 void record_timing(int device, std::unique_ptr<TimedCall> call, cudaStream_t stream);
 
-// A cuSOLVERMp call over every batch entry, timed as `kind`: the context's workspaces of at least
+// A cuSOLVERMp call over every batch entry, timed as `kind`: the call's workspaces of at least
 // dwork / hwork bytes (and its status words), then `entry(k)` for k = 0 .. batch - 1. There is no
 // layout step (the kernel layer lays the matrix out); where `factors`, the end of the first entry
 // is the end of the first factorization.
 template <typename Entry>
 void timed_batch(GridCall& g, const char* kind, int64_t batch, size_t dwork, size_t hwork, bool factors,
                  Entry&& entry) {
-  g.ctx->ensure_workspace(dwork, hwork);
+  g.ensure_workspace(dwork, hwork);
   auto timed = std::make_unique<TimedCall>(kind);
   timed->start(g.stream);
   timed->laid_out(g.stream);

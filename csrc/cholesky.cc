@@ -33,7 +33,7 @@ struct SymPlan {
 };
 
 // The Cholesky family's cache in each context: symmetrization plans by problem, and the tiled
-// solve's cuBLAS handle and workspace.
+// solve's workspace.
 struct CholeskyCache : FamilyCache {
   std::map<std::string, std::unique_ptr<SymPlan>> plans;
   TiledSolve tiled;
@@ -226,13 +226,9 @@ bool factor_entry(GridCall& g, const Problem& pb, cublasFillMode_t fill, cusolve
   JAXMG_TRACE("potrf returned ", (int)st);
   // cuSOLVERMp 0.8 reports a matrix that is not positive definite as an internal error (and
   // info > 0): that is a result (status != 0, NaN outputs), not an exception.
-  const bool not_pd = st == CUSOLVER_STATUS_INTERNAL_ERROR || st == CUSOLVER_STATUS_EXECUTION_FAILED;
+  const bool not_pd = failed_execution(st);
   if (st != CUSOLVER_STATUS_SUCCESS && !not_pd) check_mp(st, "cusolverMpPotrf");
-  if (not_pd) {
-    std::vector<int32_t> info = read_int32(status, 1, g.stream);
-    int32_t v = info[0] > 0 ? info[0] : (int32_t)pb.n + 1;
-    check_cuda(cudaMemcpy(status, &v, sizeof(v), cudaMemcpyHostToDevice), "cudaMemcpy(status)");
-  }
+  if (not_pd) failure_status(g, status, (int32_t)pb.n + 1);
   const bool failed = agree_status(g, status) != 0;
   if (failed)
     check_cuda(cudaMemsetAsync(ak, 0xFF, (size_t)(pb.mloc * pb.nloc * elem_bytes(pb.dtype)), g.stream),

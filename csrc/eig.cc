@@ -30,22 +30,17 @@ ffi::Error check_problem(Problem& pb, const ffi::AnyBuffer& a, const ffi::AnyBuf
   return ffi::Error::Success();
 }
 
-// A failed call is a result (status, NaN outputs), not an exception: cuSOLVERMp 0.8 reports some
-// failures (B not positive definite) as failed executions.
-bool failed_execution(cusolverStatus_t st) {
-  return st == CUSOLVER_STATUS_INTERNAL_ERROR || st == CUSOLVER_STATUS_EXECUTION_FAILED;
-}
-
 // The end of one batch entry: its status from cuSOLVERMp's return `st` and info (`minor_above`
 // n maps n + k to k: sygvd's B leading minor; -1 where cuSOLVERMp fails without an info), agreed
 // over the grid, and NaN in its outputs w (n real eigenvalues) and z (like a) where it failed.
 void finish_entry(GridCall& g, const Problem& pb, cusolverStatus_t st, bool minor_above, int32_t* status, char* w,
                   char* z) {
   if (st != CUSOLVER_STATUS_SUCCESS && !failed_execution(st)) check_mp(st, "cuSOLVERMp eigensolver");
-  int32_t v = read_int32(status, 1, g.stream)[0];
+  const int32_t info = read_int32(status, 1, g.stream)[0];
+  int32_t v = info;
   if (minor_above && v > pb.n) v -= (int32_t)pb.n;
   if (st != CUSOLVER_STATUS_SUCCESS && v == 0) v = -1;
-  check_cuda(cudaMemcpy(status, &v, sizeof(v), cudaMemcpyHostToDevice), "cudaMemcpy(status)");
+  if (v != info) set_status(g, status, v);
   if (agree_status(g, status) == 0) return;
   check_cuda(cudaMemsetAsync(w, 0xFF, (size_t)(pb.n * real_bytes(pb.dtype)), g.stream),
              "cudaMemsetAsync(failed outputs)");

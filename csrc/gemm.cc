@@ -28,29 +28,6 @@
 namespace jaxmg {
 namespace {
 
-// The cuBLAS handle of `stream`: one per (device, stream), created on the stream's first product,
-// bound to that stream once and kept for the process. A handle is never rebound to another
-// stream, so calls on two streams of one device (from one thread or several) never share a
-// handle's stream or workspace; cuBLAS calls on one unchanging handle are safe from any thread.
-cublasHandle_t stream_handle(cudaStream_t stream) {
-  static std::mutex mutex;
-  static std::map<std::pair<int, cudaStream_t>, cublasHandle_t> handles;
-  int device = 0;
-  check_cuda(cudaStreamGetDevice(stream, &device), "cudaStreamGetDevice");
-  std::lock_guard<std::mutex> lock(mutex);
-  cublasHandle_t& h = handles[{device, stream}];
-  if (h) return h;
-  check_cuda(cudaSetDevice(device), "cudaSetDevice");
-  cublasHandle_t made = nullptr;
-  check_blas(api().cublasCreate(&made), "cublasCreate");
-  if (cublasStatus_t st = api().cublasSetStream(made, stream); st != CUBLAS_STATUS_SUCCESS) {
-    api().cublasDestroy(made);
-    check_blas(st, "cublasSetStream");
-  }
-  h = made;
-  return h;
-}
-
 // The real scalar v as each element type (alpha = 1, beta = 0 of the calls below).
 template <typename T>
 T scalar(double v) {
@@ -371,7 +348,7 @@ ffi::Error TrmmImpl(cudaStream_t stream, ffi::AnyBuffer t, ffi::AnyBuffer x, ffi
   try {
     if (!api().blas) throw Failure("jaxmg_trmm: cuBLAS was not found in this process");
     if (r == 0 || s == 0) return ffi::Error::Success();
-    cublasHandle_t h = stream_handle(stream);
+    cublasHandle_t h = blas_handle(stream);
     with_elem_type(dtype, [&](auto zero) {
       using T = decltype(zero);
       triangular_product(h, static_cast<const T*>(t.untyped_data()), n, lower != 0, op, unit != 0,
@@ -404,7 +381,7 @@ ffi::Error GemmImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer y, ffi
       check_cuda(cudaMemsetAsync(c->untyped_data(), 0, c->size_bytes(), stream), "cudaMemsetAsync(empty product)");
       return ffi::Error::Success();
     }
-    cublasHandle_t h = stream_handle(stream);
+    cublasHandle_t h = blas_handle(stream);
     with_elem_type(dtype, [&](auto zero) {
       using T = decltype(zero);
       product(h, static_cast<const T*>(x.untyped_data()), p, q, op_x, static_cast<const T*>(y.untyped_data()), r, s,
@@ -448,7 +425,7 @@ ffi::Error in_place_inverse(const char* name, cudaStream_t stream, ffi::AnyBuffe
     if (!api().blas) throw Failure(cat(name, ": cuBLAS was not found in this process"));
     if (n == 0) return ffi::Error::Success();
     copy_unless_aliased(*inverse, factor, stream, "cudaMemcpyAsync(factor to inverse)");
-    cublasHandle_t h = stream_handle(stream);
+    cublasHandle_t h = blas_handle(stream);
     with_elem_type(dtype, [&](auto zero) {
       using T = decltype(zero);
       InPlaceInverse<T> run{h, stream, static_cast<T*>(inverse->untyped_data()), n,

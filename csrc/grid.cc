@@ -27,7 +27,6 @@ struct Cache {
   std::map<std::string, std::shared_ptr<Context>> contexts;      // key: device + members
   std::map<std::string, std::shared_ptr<std::mutex>> creating;  // per key: held while one is created
   std::map<int, DeviceState> devices;
-  std::map<std::string, std::vector<int32_t>> pending_ids;  // nccl ids made by the first member
 };
 
 Cache& cache() {
@@ -164,12 +163,14 @@ ffi::Error NcclIdImpl(cudaStream_t stream, Members members_buf, Rank rank_buf, f
     int rank = read_int32(rank_buf.typed_data(), 1, stream)[0];
     set_where(rank, n, dev);
     static_assert(sizeof(ncclUniqueId) == 128, "ncclUniqueId size");
-    std::string key = members_key(dev, members);
-    Cache& c = cache();
-    std::lock_guard<std::mutex> lock(c.mu);
-    std::vector<int32_t>& words = c.pending_ids[key];  // stable host memory for the async copy
-    words.assign(32, 0);
-    if (!c.contexts.count(key) && rank == 0) {
+    bool first = false;  // whether this member makes the grid's id: its communicator is not cached yet
+    {
+      Cache& c = cache();
+      std::lock_guard<std::mutex> lock(c.mu);  // only for the look-up: never across GPU work
+      first = rank == 0 && !c.contexts.count(members_key(dev, members));
+    }
+    std::vector<int32_t> words(32, 0);  // host memory that outlives the copy (synchronized below)
+    if (first) {
       ncclUniqueId id;
       check_nccl(api().ncclGetUniqueId(&id), "ncclGetUniqueId");
       std::memcpy(words.data(), &id, sizeof(id));
@@ -405,6 +406,36 @@ int32_t agree_status(GridCall& g, int32_t* status) {
   return agreed;
 }
 
+void set_status(GridCall& g, int32_t* status, int32_t v) {
+  check_cuda(fill_int32(status, 1, v, g.stream), "fill status");
+}
+
+int32_t failure_status(GridCall& g, int32_t* status, int32_t fallback) {
+  const int32_t info = read_int32(status, 1, g.stream)[0];
+  const int32_t v = info > 0 ? info : fallback;
+  if (v != info) set_status(g, status, v);
+  return v;
+}
+
+cublasHandle_t blas_handle(cudaStream_t stream) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, cudaStream_t>, cublasHandle_t> handles;
+  int device = 0;
+  check_cuda(cudaStreamGetDevice(stream, &device), "cudaStreamGetDevice");
+  std::lock_guard<std::mutex> lock(mutex);
+  cublasHandle_t& h = handles[{device, stream}];
+  if (h) return h;
+  check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  cublasHandle_t made = nullptr;
+  check_blas(api().cublasCreate(&made), "cublasCreate");
+  if (cublasStatus_t st = api().cublasSetStream(made, stream); st != CUBLAS_STATUS_SUCCESS) {
+    api().cublasDestroy(made);
+    check_blas(st, "cublasSetStream");
+  }
+  h = made;
+  return h;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Timings
 // ---------------------------------------------------------------------------------------------
@@ -462,9 +493,16 @@ int process_index() { return g_process_index; }
 
 CacheInfo cache_info() {
   CacheInfo info;
-  std::lock_guard<std::mutex> lock(cache().mu);
-  info.communicators = (int)cache().contexts.size();
-  for (auto& [k, ctx] : cache().contexts) {
+  std::vector<std::shared_ptr<Context>> held;  // taken under the cache's lock, read under each context's
+  {
+    std::lock_guard<std::mutex> lock(cache().mu);
+    for (auto& [k, ctx] : cache().contexts) held.push_back(ctx);
+  }
+  info.communicators = (int)held.size();
+  for (const std::shared_ptr<Context>& ctx : held) {
+    // A call holds ctx->calls while it adds descriptors or grows the layout scratch (and may take
+    // the cache's lock meanwhile): that lock is taken here only once the cache's is released.
+    std::lock_guard<std::mutex> busy(ctx->calls);
     info.descriptors += (int)ctx->descs.size();
     info.workspace_bytes += ctx->scratch.bytes;
   }
@@ -476,7 +514,6 @@ void clear_cache() {
   std::map<std::string, std::shared_ptr<Context>> dropped;  // released after the lock
   std::lock_guard<std::mutex> lock(cache().mu);
   dropped.swap(cache().contexts);
-  cache().pending_ids.clear();
 }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_identity, IdentityImpl,

@@ -78,6 +78,20 @@ void check_mp(cusolverStatus_t s, const char* call);
 void check_blas(cublasStatus_t s, const char* call);
 ffi::Error to_error(const std::exception& e);
 
+// The one cuBLAS-handle policy of the library (gemm.cc's products, trsolve.cc's tiled solve),
+// as JAX's handle pool: one handle per (device, stream), created on the stream's first use,
+// bound to that stream once and kept for the process. A handle is never rebound to another
+// stream, so work on two streams of one device (from one thread or several) never shares a
+// handle's stream or workspace; cuBLAS calls on one unchanging handle are safe from any thread.
+cublasHandle_t blas_handle(cudaStream_t stream);
+
+// Whether a cuSOLVERMp status is a failed execution: cuSOLVERMp 0.8 reports a matrix that is
+// not positive definite (or singular) this way. Such a call is a result (a status and NaN
+// outputs, agreed over the grid), never an exception, so that every member takes the same path.
+inline bool failed_execution(cusolverStatus_t st) {
+  return st == CUSOLVER_STATUS_INTERNAL_ERROR || st == CUSOLVER_STATUS_EXECUTION_FAILED;
+}
+
 // The library's element type of an FFI buffer type (float32, float64, complex64, complex128), or
 // none for any other.
 std::optional<DType> dtype_of(ffi::DataType t);
@@ -266,6 +280,14 @@ ffi::Error on_grid(cudaStream_t stream, ffi::ScratchAllocator& scratch, const Me
 // Agree on a status over the grid: the maximum of every member's `status` (device int32),
 // written back to `status`; returns it (synchronizes).
 int32_t agree_status(GridCall& g, int32_t* status);
+
+// Writes `v` to the device status word `status` on the call's stream (a kernel, so it is
+// ordered before agree_status reads it; no host memory or default-stream copy is involved).
+void set_status(GridCall& g, int32_t* status, int32_t v);
+
+// The status of an entry whose cuSOLVERMp call was a failed execution: its info where that is
+// positive (read on the call's stream), else `fallback`, written to `status`; returns it.
+int32_t failure_status(GridCall& g, int32_t* status, int32_t fallback);
 
 // ---------------------------------------------------------------------------------------------
 // Timings by call kind: GPU events around the layout step, the first factorization and the whole

@@ -60,13 +60,9 @@ void getrf(GridCall& g, const Problem& pb, char* a, int32_t* pivots, int32_t* st
     JAXMG_TRACE("getrf returned ", (int)st);
     // A singular matrix is a result (status = info, NaN outputs), not an exception, also where
     // cuSOLVERMp reports it as a failed execution (then n + 1 where info is not set).
-    const bool singular = st == CUSOLVER_STATUS_INTERNAL_ERROR || st == CUSOLVER_STATUS_EXECUTION_FAILED;
+    const bool singular = failed_execution(st);
     if (st != CUSOLVER_STATUS_SUCCESS && !singular) check_mp(st, "cusolverMpGetrf");
-    if (singular) {
-      std::vector<int32_t> info = read_int32(status + k, 1, g.stream);
-      int32_t v = info[0] > 0 ? info[0] : (int32_t)n + 1;
-      check_cuda(cudaMemcpy(status + k, &v, sizeof(v), cudaMemcpyHostToDevice), "cudaMemcpy(status)");
-    }
+    if (singular) failure_status(g, status + k, (int32_t)n + 1);
     if (agree_status(g, status + k) != 0)
       check_cuda(cudaMemsetAsync(ak, 0xFF, (size_t)entry, g.stream), "cudaMemsetAsync(failed factor)");
     check_cuda(pivots_to_int32(ipiv, pivots + k * pb.mloc, pb.mloc, g.stream), "pivots to int32");

@@ -48,12 +48,9 @@ void geqrf(GridCall& g, const Problem& pb, char* a, char* tau, int32_t* status) 
     JAXMG_TRACE("geqrf returned ", (int)st);
     // A failed execution is a result (status n + 1, NaN outputs), not an exception, so that every
     // member takes the same path.
-    const bool failed = st == CUSOLVER_STATUS_INTERNAL_ERROR || st == CUSOLVER_STATUS_EXECUTION_FAILED;
+    const bool failed = failed_execution(st);
     if (st != CUSOLVER_STATUS_SUCCESS && !failed) check_mp(st, "cusolverMpGeqrf");
-    if (failed) {
-      const int32_t v = (int32_t)pb.n + 1;
-      check_cuda(cudaMemcpy(status + k, &v, sizeof(v), cudaMemcpyHostToDevice), "cudaMemcpy(status)");
-    }
+    if (failed) set_status(g, status + k, (int32_t)pb.n + 1);
     if (agree_status(g, status + k) != 0)
       check_cuda(cudaMemsetAsync(ak, 0xFF, (size_t)entry, g.stream), "cudaMemsetAsync(failed factor)");
   });

@@ -491,6 +491,23 @@ void reset_timings() {
 void set_process_index(int index) { g_process_index = index; }
 int process_index() { return g_process_index; }
 
+int cusolvermp_version() { return g_cusolvermp_version; }
+
+int probe_cusolvermp_version(int device) {
+  if (g_cusolvermp_version >= 0 || !api().loaded || device < 0) return g_cusolvermp_version;
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess) return -1;
+  if (cudaSetDevice(device) != cudaSuccess) return -1;
+  cusolverMpHandle_t h = nullptr;
+  int v = -1;
+  if (api().cusolverMpCreate(&h, device, nullptr) == CUSOLVER_STATUS_SUCCESS) {
+    if (api().cusolverMpGetVersion(h, &v) == CUSOLVER_STATUS_SUCCESS && v >= 0) g_cusolvermp_version = v;
+    api().cusolverMpDestroy(h);
+  }
+  cudaSetDevice(previous);
+  return g_cusolvermp_version;
+}
+
 CacheInfo cache_info() {
   CacheInfo info;
   std::vector<std::shared_ptr<Context>> held;  // taken under the cache's lock, read under each context's

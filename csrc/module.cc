@@ -77,8 +77,12 @@ void def_versions(nb::module_& m) {
     if (jaxmg::api().loaded) jaxmg::api().ncclGetVersion(&v);
     return v;
   }, "The loaded NCCL's version code (-1 when not loaded).");
-  m.def("cusolvermp_version", []() { return jaxmg::cache_info().cusolvermp_version; },
-        "The loaded cuSOLVERMp's version (from its first handle; -1 before the first native call).");
+  m.def("cusolvermp_version", []() { return jaxmg::cusolvermp_version(); },
+        "The loaded cuSOLVERMp's version code (major*1000 + minor*100 + patch, from its first handle; -1 "
+        "before any).");
+  m.def("probe_cusolvermp_version", &jaxmg::probe_cusolvermp_version, nb::arg("device"),
+        "The loaded cuSOLVERMp's version code, read once from a handle made on CUDA device `device` where "
+        "none was made yet (-1 where it cannot be read).");
   m.def("capabilities", []() {
     nb::dict d;
     const auto& a = jaxmg::api();

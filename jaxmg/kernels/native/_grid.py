@@ -85,10 +85,11 @@ def start(grid):
     return bootstrap(grid)
 
 
-def family_tile(n: int, tile: int, grid) -> int:
-    """The largest divisor of both local extents that is at most ``tile`` (no padding needed)."""
+def family_tile(n: int, tile: int, grid, powers_of_two: bool = False) -> int:
+    """The largest divisor of both local extents that is at most ``tile`` (no padding needed),
+    among powers of two only where ``powers_of_two``."""
     g = math.gcd(n // grid.nprow, n // grid.npcol)
-    return max(d for d in range(1, min(g, tile) + 1) if g % d == 0)
+    return max(d for d in range(1, min(g, tile) + 1) if g % d == 0 and (not powers_of_two or d & (d - 1) == 0))
 
 
 def no_rhs(x):

@@ -61,6 +61,10 @@ class _FakeNative:
     def library_paths(self):
         return {"cusolvermp": self.path}
 
+    # what info() reads besides the version
+    header_versions = cuda_runtime_version = nccl_version = capabilities = cache_info = native_timeout = aborts = (
+        lambda self: None)
+
 
 @pytest.mark.parametrize("fake,expected", [
     (_FakeNative(cached=800), (0, 8, 0)),
@@ -116,3 +120,21 @@ def test_no_library_no_version(monkeypatch):
     monkeypatch.setattr(_library, "unavailable_reason", lambda: "not built")
     assert _engine.engine_version() is None
     assert _engine.affected(None)
+
+
+@pytest.mark.parametrize("code,engine,guards", [
+    (800, "cuSOLVERMp 0.8.0", "T_A must be a power of two"),
+    (901, "cuSOLVERMp 0.9.1", "none (nothing is refused)"),
+])
+def test_info_reports_the_engine_and_its_guards(code, engine, guards, monkeypatch):
+    """jaxmg.kernels.native.info() (printed by python -m jaxmg.info) names the engine's version
+    and the guards in force."""
+    from jaxmg.kernels.native import _library
+
+    monkeypatch.setattr(_engine, "_cache", {})
+    monkeypatch.setattr(_library, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(_library, "_native_module", lambda: _FakeNative(cached=code))
+    out = _library.info()
+    assert out["engine"] == engine
+    assert guards in out["engine_guards"]
+    assert ("2-D process grids are refused" in out["engine_guards"]) == (code < 901)

@@ -137,7 +137,7 @@ def info() -> dict:
 
             version = _engine.engine_version()
             out.update(engine=f"cuSOLVERMp {_engine.text(version)}",
-                       engine_guards=_engine.guards(version) or "none (nothing is refused)")
+                       engine_guards="; ".join(_engine.guards(version)) or "none (nothing is refused)")
         out.update(header_versions=native.header_versions(), cuda_runtime=native.cuda_runtime_version(),
                    nccl_version=native.nccl_version(), cusolvermp_version=native.cusolvermp_version(),
                    libraries=native.library_paths(), capabilities=native.capabilities(), cache=native.cache_info(),

@@ -26,7 +26,9 @@ or a time-out is recorded and the run goes on): it compiles and times the first 
 (``first_call_s``), then ``--runs`` calls (``median_s``, ``times_s``). One JSON line per record
 (``--out``, default benchmarks/results/MACHINE/DATE/eigen.jsonl): bench, case, impl, N, count (0
 for one matrix), dtype, device_kind, platform, jax, first_call_s, median_s, times_s, runs,
-per_matrix_s (stacks), ratio (over JAX's time for the same case and problem, on jaxmg's and
+per_matrix_s (stacks), orthogonality and backward_error (svd and polar: the largest over the
+problem's matrices of ||U^H U - I||_F / (N eps) and ||A - U S V^H||_F / (||A||_F N eps), LAPACK's
+ratios, which its tests hold to 30), ratio (over JAX's time for the same case and problem, on jaxmg's and
 "jax.scipy"'s records, where JAX's ran), or error.
 """
 
@@ -119,6 +121,27 @@ def _inputs(count: int, n: int, dtype: str, case: str):
     return jax.jit(make)(jax.random.key(0))
 
 
+def _accuracy(case: str, a, out, dtype: str) -> dict:
+    """The largest over the problem's matrices of LAPACK's ratios (Frobenius norms, in float64):
+    orthogonality ||U^H U - I|| / (N eps) and backward error ||A - U S V^H|| / (||A|| N eps) (svd;
+    U_p and U_p H for polar)."""
+    import jax
+    import jax.numpy as jnp
+
+    def ratios(a, out):
+        a = a.astype(jnp.promote_types(a.dtype, jnp.float64))
+        u = out[0].astype(a.dtype)
+        back = (u * out[1].astype(a.dtype)[..., None, :]) @ out[2].astype(a.dtype) if case == "svd" else u @ out[1]
+        n = a.shape[-1]
+        eps = float(jnp.finfo(dtype).eps)
+        gram = jnp.conj(jnp.swapaxes(u, -1, -2)) @ u - jnp.eye(u.shape[-1], dtype=a.dtype)
+        fro = lambda x: jnp.sqrt(jnp.sum(jnp.abs(x) ** 2, axis=(-2, -1)))  # noqa: E731
+        return jnp.max(fro(gram)) / (n * eps), jnp.max(fro(a - back) / fro(a)) / (n * eps)
+
+    orth, back = jax.jit(ratios)(a, tuple(out))
+    return {"orthogonality": float(orth), "backward_error": float(back)}
+
+
 def child(case: str, impl: str, count: str, n: str, dtype: str, runs: int) -> None:
     """One (case, impl, problem) in this process: its record on stdout (``RECORD {...}``)."""
     import jax
@@ -144,6 +167,8 @@ def child(case: str, impl: str, count: str, n: str, dtype: str, runs: int) -> No
         rec.update(median_s=statistics.median(times), times_s=times, runs=len(times))
         if count:
             rec["per_matrix_s"] = rec["median_s"] / count
+        if case in ("svd", "polar"):
+            rec.update(_accuracy(case, a, call(a), dtype))
     except Exception as e:  # out of memory, a function this JAX lacks: recorded, never hidden
         rec["error"] = f"{type(e).__name__}: {str(e)[:1000]}"
     print("RECORD " + json.dumps(rec), flush=True)

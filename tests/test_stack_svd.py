@@ -87,6 +87,7 @@ def test_table_decides_by_platform_and_order():
 
 
 def _primitives(fn, *args):
+    """The text of ``fn``'s jaxpr, nested ones included."""
     return str(jax.make_jaxpr(fn)(*args))
 
 
@@ -118,15 +119,31 @@ def test_svd_of_stacks_meets_lapack_ratios(m, n, dtype):
 @pytest.mark.parametrize("m,n", [(40, 40), (44, 36)], ids=["square", "tall"])
 def test_polar_of_stacks_is_orthonormal_and_reconstructs(m, n, dtype):
     a = _stack(m, n, dtype, seed=1)
-    u_p, h = sla.polar(jnp.asarray(a))
+    _check_polar(a, *sla.polar(jnp.asarray(a)), dtype)
+
+
+def _check_polar(a, u_p, h, dtype):
+    m, n = a.shape[-2:]
     u_p, h = np.asarray(u_p, np.complex128), np.asarray(h, np.complex128)
-    for i in range(4):
+    for i in range(a.shape[0]):
         norm = np.linalg.norm(a[i], 2)
         orth = np.linalg.norm(u_p[i].conj().T @ u_p[i] - np.eye(n), 2) / (m * eps(dtype))
         back = np.linalg.norm(a[i] - u_p[i] @ h[i], 2) / (m * eps(dtype) * norm)
         sym = np.linalg.norm(h[i] - h[i].conj().T, 2) / (m * eps(dtype) * norm)
         low = np.linalg.eigvalsh(h[i]).min() / (m * eps(dtype) * norm)
         assert max(orth, back, sym) <= LIMIT and low >= -LIMIT, (i, orth, back, sym, low)
+
+
+def test_float32_without_x64():
+    """Without x64 the iteration stays in float32 and takes Householder QR steps."""
+    a = _stack(40, 38, np.float32, seed=12)
+    with jax.enable_x64(False):
+        text = _primitives(la.svdvals, jnp.asarray(a))
+        u, s, vh = la.svd(jnp.asarray(a), full_matrices=False)
+        u_p, h = sla.polar(jnp.asarray(a))
+    assert " qr[" in text and "f64" not in text
+    _check(a, u, s, vh, np.float32)
+    _check_polar(a, u_p, h, np.float32)
 
 
 def test_full_matrices_tall_and_wide():

@@ -102,6 +102,25 @@ def test_path_above_the_order_is_polar_and_eigh():
     assert "svd" in _primitives(la.svdvals, at).replace("gesvd", "")  # the platform's own SVD up to the order
 
 
+def test_cpu_table_entry_none_compiles_lapack_beside_the_gpu_branch(monkeypatch):
+    """With the CPU's own entry (None) the call holds both branches, and a CPU runs LAPACK's."""
+    monkeypatch.setitem(_routes.POLAR_EIGH_ABOVE, "cpu", None)
+    _clear()
+    try:
+        a = _stack(36, 36, np.float64, seed=13)
+        text = _primitives(la.svdvals, jnp.asarray(a))
+        assert "platform_index" in text and "eigh" in text and "svd" in text.replace("gesvd", "")
+        u, s, vh = la.svd(jnp.asarray(a), full_matrices=False)
+        _check(a, u, s, vh, np.float64)
+        grad = jax.grad(lambda x: jnp.sum(la.svdvals(x)))(jnp.asarray(a[0]))
+        uu, _, vvh = np.linalg.svd(a[0])
+        np.testing.assert_allclose(np.asarray(grad), uu @ vvh, atol=1e-10)
+        assert "gesdd" in jax.jit(la.svdvals).lower(jnp.asarray(a)).as_text()
+    finally:
+        monkeypatch.undo()
+        _clear()
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("m,n", [(40, 40), (44, 36), (36, 44)], ids=["square", "tall", "wide"])
 def test_svd_of_stacks_meets_lapack_ratios(m, n, dtype):

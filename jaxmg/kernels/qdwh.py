@@ -39,8 +39,9 @@ runs as one sequence of batched calls with no per-matrix loop:
   products run at float32's rate (67 TFLOP/s both).
 * float64 and complex128 take their two QR-form steps by shifted Cholesky QR (Fukaya, Nakatsukasa,
   Yanagisawa and Yamamoto 2020): ``B = [sqrt(c) X; I]`` has condition number at most
-  ``sqrt(1 + c)``; one Cholesky of ``B^H B + s I`` (s = 11 (m n + n (n + 1)) eps ||B||_F^2)
-  brings it below 1e6, and two plain Cholesky QR passes make Q orthonormal to working precision.
+  ``sqrt(1 + c n)``; Cholesky factorizations of ``B^H B + s I`` (s = 11 (m n + n (n + 1)) eps
+  ||B||_F^2: one pass at orders up to about 200, two above, :func:`_shifted_passes`) bring it
+  below eps^-1/2 / 10, and two plain Cholesky QR passes make Q orthonormal to working precision.
   (Householder QR of a stack runs one matrix after another in cuSOLVER.) Without x64, float32
   takes Householder QR steps, as on the distributed route.
 * where A is rank-deficient (singular values below eps ||A||_F do not reach 1 in the fixed number
@@ -146,21 +147,36 @@ def _right_solve(x, w):
 
 
 def _cholqr_step(x, grid, a, b, c):
-    """One QR-form QDWH step with the QR of ``B = [sqrt(c) X; I]`` by shifted Cholesky QR: one
-    shifted pass, then two plain ones (batched products, Cholesky and triangular solves only)."""
+    """One QR-form QDWH step with the QR of ``B = [sqrt(c) X; I]`` by shifted Cholesky QR: shifted
+    passes until Q's condition number is below eps^-1/2 / 10, then two plain ones (batched
+    products, Cholesky factorizations and triangular solves only)."""
     n = x.shape[-1]
     eye = jnp.eye(n, dtype=x.dtype)
     top, bottom = math.sqrt(c) * x, eye
     gram = eye + c * _gram(x, grid)  # B^H B
     m = x.shape[0] * grid.nprow + n
     eps = float(jnp.finfo(x.dtype).eps)
-    shift = 11 * (m * n + n * (n + 1)) * eps * jnp.real(jnp.trace(gram))
-    for k, s in enumerate((shift, 0, 0)):
+    delta = 11 * (m * n + n * (n + 1)) * eps
+    for k, shifted in enumerate(_shifted_passes(math.sqrt(1 + c * n), delta, eps) + [False, False]):
         if k:
             gram = _gram(top, grid) + jnp.conj(bottom).T @ bottom
-        w = jax.lax.linalg.cholesky((gram + jnp.conj(gram).T) / 2 + s * eye, symmetrize_input=False)
+        shift = delta * jnp.real(jnp.trace(gram)) if shifted else 0
+        w = jax.lax.linalg.cholesky(_hermitian_part(gram) + shift * eye, symmetrize_input=False)
         top, bottom = _right_solve(top, w), _right_solve(bottom, w)
     return (b / c) * x + ((a - b / c) / math.sqrt(c)) * (top @ jnp.conj(bottom).T)
+
+
+def _shifted_passes(kappa: float, delta: float, eps: float) -> list:
+    """The shifted passes that bring a condition number of at most ``kappa`` (B's: sigma_min(B) >= 1,
+    ||B||_F^2 <= 1 + c n) below eps^-1/2 / 10, each multiplying it by about sqrt(delta) (a
+    working estimate: the bounds of Fukaya et al. are for the worst-case rounding of the Gram
+    matrix, and ask for fewer passes than they would at large orders)."""
+    passes = [True]
+    kappa *= math.sqrt(delta)
+    while kappa > 0.1 / math.sqrt(eps) and len(passes) < 4:
+        passes.append(True)
+        kappa = max(1.0, kappa * math.sqrt(delta))
+    return passes
 
 
 def _iteration_dtype(dtype, local: bool):

@@ -14,7 +14,9 @@ from jax.test_util import check_grads
 import jaxmg
 import jaxmg.numpy.linalg as mla
 from jaxmg.kernels import solver
-from helpers import eps, norm, scaled, spd_matrix
+from jax.sharding import PartitionSpec as P
+
+from helpers import eps, make_mesh, norm, put, scaled, spd_matrix
 
 N = 12
 RNG = np.random.default_rng(45)
@@ -114,6 +116,13 @@ def test_operations_on_own_solvers(own_solvers):
     stack = jnp.stack([G, G.T])
     xs = jax.vmap(mla.solve)(stack, jnp.stack([B, B]))  # the batch route
     for a, x in zip(stack, xs):
+        assert scaled(norm(a @ x - B), norm(a) * norm(x), N, np.float64) <= 30
+    mesh = make_mesh((4,), ("x",))
+    stack = put(np.stack([A, 2 * A, A + np.eye(N), 3 * A]), mesh, P("x"))
+    with jax.set_mesh(mesh):  # the batch route: a shard_map over the stack's axis
+        assert jaxmg.route("potrs", (N, N), "float64", mesh, stacked=4) == "batch"
+        xs = jax.jit(jax.vmap(jaxmg.potrs))(stack, put(np.stack([B] * 4), mesh, P("x")))
+    for a, x in zip(np.asarray(stack), np.asarray(xs)):
         assert scaled(norm(a @ x - B), norm(a) * norm(x), N, np.float64) <= 30
     sign, logabs = jax.jit(mla.slogdet)(G)
     np.testing.assert_allclose(sign * np.exp(logabs), np.linalg.det(G), rtol=1e-10)

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "codes.h"
 #include "grid.h"
 #include "layout.h"
 #include "trsolve.h"
@@ -274,7 +275,7 @@ void potrf_potrs(GridCall& g, const Problem& pb, char* a, char* x, void* logdet,
   const cudaDataType dtype = cuda_type(pb.dtype);
   const int elem = elem_bytes(pb.dtype);
   const int64_t n = pb.n, tile = pb.tile, mat = pb.mloc * pb.nloc, bsz = pb.mloc * pb.nrhs;
-  const cublasFillMode_t fill = pb.uplo ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER;
+  const cublasFillMode_t fill = pb.uplo == codes::uplo_upper ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER;
   const int pr = (int)pb.pr, pc = (int)pb.pc;
   cusolverMpMatrixDescriptor_t desc_a = pb.desc(ctx);
   cusolverMpMatrixDescriptor_t desc_b = ctx.matrix_desc(pr, pc, dtype, n, pb.nrhs, tile, pb.nrhs, pb.mloc);
@@ -283,7 +284,7 @@ void potrf_potrs(GridCall& g, const Problem& pb, char* a, char* x, void* logdet,
 
   auto timed = std::make_unique<TimedCall>(factor ? "potrf" : "potrs");
   timed->start(g.stream);
-  if (factor && pb.mode == 1) lay_out(g, cc, pb, a);
+  if (factor && pb.mode == codes::cholesky_in_place) lay_out(g, cc, pb, a);
   timed->laid_out(g.stream);
   for (int64_t k = 0; k < pb.batch; ++k) {
     char* ak = a + k * mat * elem;

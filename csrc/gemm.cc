@@ -21,6 +21,7 @@
 #include <mutex>
 #include <type_traits>
 
+#include "codes.h"
 #include "dynload.h"
 #include "grid.h"
 #include "layout.h"
@@ -76,9 +77,9 @@ JAXMG_GEMM_TRMM(cuDoubleComplex, double, cublasZgemm, cublasZtrmm, cublasZtrsm, 
 
 cublasOperation_t op_of(int64_t code) {
   switch (code) {
-    case 0: return CUBLAS_OP_N;
-    case 1: return CUBLAS_OP_T;
-    case 2: return CUBLAS_OP_C;
+    case codes::op_n: return CUBLAS_OP_N;
+    case codes::op_t: return CUBLAS_OP_T;
+    case codes::op_c: return CUBLAS_OP_C;
     default: throw Failure(cat("jaxmg_gemm: op code ", code, " is not 0 (N), 1 (T) or 2 (C)"));
   }
 }
@@ -87,7 +88,8 @@ cublasOperation_t op_of(int64_t code) {
 template <typename T>
 void product(cublasHandle_t h, const T* x, int64_t p, int64_t q, int64_t op_x, const T* y, int64_t r, int64_t s,
              int64_t op_y, T* c) {
-  const int64_t m = op_x ? q : p, k = op_x ? p : q, n = op_y ? r : s;
+  const bool tx = op_x != codes::op_n, ty = op_y != codes::op_n;
+  const int64_t m = tx ? q : p, k = tx ? p : q, n = ty ? r : s;
   check_blas(gemm(h, op_of(op_y), op_of(op_x), (int)n, (int)m, (int)k, y, (int)s, x, (int)q, c, (int)n),
              "cublas gemm");
 }
@@ -368,7 +370,8 @@ ffi::Error GemmImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer y, ffi
   if (x.element_type() != y.element_type() || c->element_type() != x.element_type())
     return ffi::Error::InvalidArgument("jaxmg_gemm: the operands and the result must have one dtype");
   const int64_t p = xd[0], q = xd[1], r = yd[0], s = yd[1];
-  const int64_t m = op_x ? q : p, k = op_x ? p : q, kk = op_y ? s : r, n = op_y ? r : s;
+  const bool tx = op_x != codes::op_n, ty = op_y != codes::op_n;
+  const int64_t m = tx ? q : p, k = tx ? p : q, kk = ty ? s : r, n = ty ? r : s;
   if (k != kk || c->dimensions()[0] != m || c->dimensions()[1] != n)
     return ffi::Error::InvalidArgument(cat("jaxmg_gemm: shapes do not match: op(x) is ", m, "x", k, ", op(y) ", kk, "x",
                                            n, ", the result ", c->dimensions()[0], "x", c->dimensions()[1]));

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "codes.h"
 #include "layout.h"
 
 namespace jaxmg {
@@ -65,7 +66,7 @@ void check_one_gpu_per_process(const std::vector<int32_t>& members) {
   // Two members in one process would need one host thread per GPU inside one collective call.
   for (size_t i = 0; i < members.size(); ++i)
     for (size_t j = i + 1; j < members.size(); ++j)
-      if (members[i] / 1024 == members[j] / 1024 && members[i] != members[j])
+      if (members[i] / codes::process_stride == members[j] / codes::process_stride && members[i] != members[j])
         throw Failure("jaxmg native: one process drives several GPUs of one grid (members " +
                       std::to_string(members[i]) + " and " + std::to_string(members[j]) +
                       "); launch one process per GPU with `python -m jaxmg.launch -n NGPUS script.py`");
@@ -138,12 +139,12 @@ std::shared_ptr<Context> get_context(int dev, const std::vector<int32_t>& member
 // The core's handlers
 // ---------------------------------------------------------------------------------------------
 
-// This device's identity, process_index * 1024 + CUDA ordinal.
+// This device's identity, process_index * codes::process_stride + CUDA ordinal.
 ffi::Error IdentityImpl(cudaStream_t stream, ffi::Result<ffi::Buffer<ffi::S32>> out) {
   try {
     JAXMG_TRACE("identity handler");
     int dev = stream_device(stream);
-    check_cuda(fill_int32(out->typed_data(), (int64_t)out->element_count(), g_process_index * 1024 + dev, stream),
+    check_cuda(fill_int32(out->typed_data(), (int64_t)out->element_count(), g_process_index * codes::process_stride + dev, stream),
                "fill identity");
     return ffi::Error::Success();
   } catch (const std::exception& e) {

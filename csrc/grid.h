@@ -26,6 +26,7 @@
 #include "dtype.h"
 #include "dynload.h"
 #include "handlers.h"
+#include "strcat.h"
 #include "watchdog.h"
 #include "xla/ffi/api/c_api.h"
 #include "xla/ffi/api/ffi.h"
@@ -48,20 +49,6 @@ std::string& where();
 // JAXMG_NATIVE_DEBUG=1 traces every step of a native call to stderr.
 bool debug_enabled();
 
-// Strings are built without iostreams: on the GPU machines the process's libstdc++ locale
-// facets differ from the ones this module is compiled against, and ostream numeric output crashed.
-inline std::string str_of(const std::string& s) { return s; }
-inline std::string str_of(const char* s) { return s; }
-template <typename T>
-std::string str_of(T v) {
-  return std::to_string(v);
-}
-template <typename... Ts>
-std::string cat(const Ts&... parts) {
-  std::string out;
-  (out.append(str_of(parts)), ...);
-  return out;
-}
 #define JAXMG_TRACE(...)                                                                \
   do {                                                                                  \
     if (::jaxmg::debug_enabled()) {                                                     \
@@ -151,18 +138,13 @@ struct FamilyCache {
 // Everything cached for one grid membership on one device. The cache and each call that uses it
 // (GridCall, Watch) share its ownership: it is destroyed once the cache has dropped it and no call
 // or watched GPU work holds it.
-struct Context {
-  int device = -1;
-  int nranks = 0, rank = 0;
-  ncclComm_t comm = nullptr;
+struct Context : Watched {  // device, rank, communicator and abort state (watchdog.h)
   cusolverMpHandle_t handle = nullptr;
   std::map<std::tuple<int, int, bool>, cusolverMpGrid_t> grids;  // (pr, pc, row-major mapping)
   std::map<std::string, cusolverMpMatrixDescriptor_t> descs;
   std::map<std::string, std::unique_ptr<FamilyCache>> families;
   DeviceBuffer scratch, info;  // layout scratch, status words
   std::vector<char> host_work;  // cuSOLVERMp's host workspace
-  std::string aborted;                   // why the watchdog aborted comm (watchdog.h; under its lock)
-  std::atomic<bool> comm_aborted{false};  // comm was aborted: unusable
   std::mutex calls;  // held by the call that uses the context (GridCall::busy): one at a time
   Context() = default;
   Context(const Context&) = delete;

@@ -7,6 +7,7 @@
 
 #include <utility>
 
+#include "codes.h"
 #include "dynload.h"
 #include "handlers.h"
 #include "watchdog.h"
@@ -98,9 +99,20 @@ void def_versions(nb::module_& m) {
   }, "Which cuSOLVERMp entry points the loaded library has (optional ones are probed).");
 }
 
+// The codes shared with the Python side (codes.h), by name.
+void def_codes(nb::module_& m) {
+  m.def("codes", []() {
+    nb::dict d;
+#define JAXMG_EXPORT_CODE(name, value) d[#name] = jaxmg::codes::name;
+    JAXMG_SHARED_CODES(JAXMG_EXPORT_CODE)
+#undef JAXMG_EXPORT_CODE
+    return d;
+  }, "The codes that the handlers and their Python callers share (csrc/codes.h), {name: value}.");
+}
+
 // The process index, timings, the grid cache and the communicator watchdog.
 void def_state(nb::module_& m) {
-  m.def("set_process_index", &jaxmg::set_process_index, "Set this process's index (device identity = index*1024+ordinal).");
+  m.def("set_process_index", &jaxmg::set_process_index, "Set this process's index (device identity = index * codes()['process_stride'] + ordinal).");
   m.def("process_index", &jaxmg::process_index);
   m.def("last_timings", []() {
     nb::list out;
@@ -141,5 +153,6 @@ NB_MODULE(_native, m) {
   def_handlers(m);
   def_loading(m);
   def_versions(m);
+  def_codes(m);
   def_state(m);
 }

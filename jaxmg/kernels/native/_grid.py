@@ -9,7 +9,7 @@ and this device's rank is ``p + q * pr`` with ``p`` its mesh column index and ``
 index (column-major rank mapping).
 
 Bootstrap (public JAX mechanisms only). A tiny FFI call returns this device's identity
-(``process_index * 1024 + CUDA ordinal``); an ``all_gather`` over the grid's mesh axes gives
+(``process_index * CODES['process_stride'] + CUDA ordinal``, csrc/codes.h); an ``all_gather`` over the grid's mesh axes gives
 every member the grid's membership in rank order (the cache key). A second tiny FFI call returns
 a fresh ``ncclUniqueId`` on the grid's first member when no communicator for these members is
 cached (zeros elsewhere, and zeros everywhere once cached); a ``psum`` hands it to every member.

@@ -191,10 +191,9 @@ def least_squares(a: Matrix, b: TallRhs, T_A: Tile = None, mesh: MeshLike = None
       ``status`` when asked.
     """
     _flags(return_status=return_status)
-    rcond = _status.rcond_value(rcond, a.shape, a.dtype)
     _, out, _ = _dispatch.build(_least_squares, "qr", [("a", a)], rhs=[("b", b)], T_A=T_A, mesh=mesh,
                          matrix_specs=matrix_specs, donate=donate, backend=backend, square=False, tall=False,
-                         rcond=rcond, return_status=return_status)
+                         rcond=_status.checked_rcond(rcond), return_status=return_status)
     return out
 
 

@@ -42,11 +42,10 @@ def default_rcond(shape: tuple, dtype) -> float:
     return max(shape[-2:]) * float(jnp.finfo(dtype).eps)
 
 
-def rcond_value(rcond, shape: tuple, dtype) -> float:
-    """The threshold of :func:`rank_deficient` for an ``rcond`` argument, as ``jnp.linalg.lstsq``
-    reads it: None gives :func:`default_rcond`, a negative value ``eps`` of the dtype."""
+def checked_rcond(rcond):
+    """``rcond`` as a Python float (or None), checked: it is a static argument of the call."""
     if rcond is None:
-        return default_rcond(shape, dtype)
+        return None
     try:
         value = float(rcond)
     except (TypeError, jax.errors.ConcretizationTypeError) as error:
@@ -54,7 +53,15 @@ def rcond_value(rcond, shape: tuple, dtype) -> float:
                         f"got {rcond!r}; pass it as a number, not a traced array.") from error
     if value != value:
         raise ValueError("rcond must be None or a number, got NaN.")
-    return float(jnp.finfo(dtype).eps) if value < 0 else value
+    return value
+
+
+def rcond_threshold(rcond, shape: tuple, dtype) -> float:
+    """The threshold of :func:`rank_deficient` for a checked ``rcond``, as ``jnp.linalg.lstsq``
+    reads it: None gives :func:`default_rcond`, a negative value ``eps`` of the dtype."""
+    if rcond is None:
+        return default_rcond(shape, dtype)
+    return float(jnp.finfo(dtype).eps) if rcond < 0 else rcond
 
 
 def rank_deficient(diagonal: jax.Array, rcond: float) -> jax.Array:

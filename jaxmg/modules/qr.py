@@ -76,13 +76,13 @@ class QR(Factorisation):
         if self.wide and self.operator is None:
             raise ValueError("QR(a, donate=True).solve with a wide a: the minimum-norm solution x = a^H "
                              "(a a^H)^-1 b needs a, which was donated; keep a (donate=False).")
-        return _dispatch.method(self, _solve, b, rcond=_status.rcond_value(rcond, self.shape, self.dtype))
+        return _dispatch.method(self, _solve, b, rcond=_status.checked_rcond(rcond))
 
     def rank_status(self, rcond: Optional[Union[float, int]] = None) -> jax.Array:
         """The status of :meth:`solve` with this ``rcond``: :attr:`status` where it is not 0, else
         the 1-based index of the first diagonal entry of R below ``rcond * max|R_ii|`` (``a`` is
         numerically rank deficient), else 0. int32, one per matrix."""
-        return _dispatch.method(self, _rank_status, rcond=_status.rcond_value(rcond, self.shape, self.dtype))
+        return _dispatch.method(self, _rank_status, rcond=_status.checked_rcond(rcond))
 
     @property
     def q(self):
@@ -133,10 +133,12 @@ def solved(plan, operator, state, status, b):
     return home(_status.masked(status, x))
 
 
-def rank_status(plan, state, status, rcond: float):
-    """``status``, else the rank test of R's diagonal at ``rcond`` (trace-only)."""
+def rank_status(plan, state, status, rcond: Optional[float]):
+    """``status``, else the rank test of R's diagonal at ``rcond`` (``jnp.linalg.lstsq``'s reading:
+    None for max(M, N) eps, negative for eps; trace-only)."""
     kplan = kernel_plan(plan)
-    return _status.either(status, _status.rank_deficient(kplan.kernels.QR(kplan).diagonal(state), rcond))
+    threshold = _status.rcond_threshold(rcond, plan.shape, plan.dtype)
+    return _status.either(status, _status.rank_deficient(kplan.kernels.QR(kplan).diagonal(state), threshold))
 
 
 def _rank_status(plan, module, *, rcond):

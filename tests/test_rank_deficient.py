@@ -157,3 +157,24 @@ def test_lineax_qr_reports_rank_deficiency():
     sol = lx.linear_solve(lx.MatrixLinearOperator(jnp.asarray(full)), jnp.ones(M), solver=jl.QR(rcond=0.0),
                           throw=False)
     assert sol.result == lx.RESULTS.successful and _lstsq_ratio(full, sol.value, np.ones(M)) <= 30
+
+
+def test_per_shard_least_squares_is_flagged():
+    """jaxmg.ops.local.least_squares inside the caller's shard_map (the local route on the
+    gathered matrix): the same status and NaN rows."""
+    mesh = make_mesh((4, 2), ("x", "y"))
+    grid = jaxmg.Grid.from_spec(mesh, P("x", "y"))
+
+    @jax.jit
+    @functools.partial(jax.shard_map, mesh=mesh, in_specs=(P("x", "y"), P("x")), out_specs=(P("x"), P()),
+                       check_vma=False)
+    def step(a_block, b_rows):
+        return jaxmg.ops.local.least_squares(a_block, b_rows, grid=grid)
+
+    b = put(np.ones(M), mesh, P("x"))
+    x, status = step(put(_dependent_column(np.float64, 17), mesh, P("x", "y")), b)
+    assert int(status) == 18 and np.isnan(np.asarray(x)).all()
+    full = random_matrix(np.random.default_rng(8), (M, N), np.float64)
+    x, status = step(put(full, mesh, P("x", "y")), b)
+    assert int(status) == 0 and _lstsq_ratio(full, x, np.ones(M)) <= 30
+

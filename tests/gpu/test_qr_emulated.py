@@ -244,6 +244,9 @@ def test_public_api_native_least_squares_grad_and_local(native_backend):
     x, st = step(ag, jax.device_put(b, NamedSharding(mesh, P("x"))))
     assert int(st) == 0
     np.testing.assert_allclose(np.asarray(x), np.linalg.lstsq(a, b, rcond=None)[0], rtol=1e-9, atol=1e-9)
+    a[:, 13] = a[:, :3] @ _random((3,), np.float64, 2)  # numerically rank deficient: flagged, NaN
+    x, st = step(jax.device_put(a, NamedSharding(mesh, spec)), jax.device_put(b, NamedSharding(mesh, P("x"))))
+    assert int(st) == 14 and np.all(np.isnan(np.asarray(x)))
 
 
 def test_native_least_squares_products_are_full_precision(native_backend):

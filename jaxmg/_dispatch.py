@@ -64,13 +64,27 @@ def build(body, family: str, matrices, *, rhs=(), T_A=None, mesh=None, matrix_sp
 
 def method(module, body, *args, **static):
     """``body(plan, module, *args, **static)`` through the boundary, with the module's plan (on the
-    concrete mesh of its arrays where the module was made inside ``jax.jit`` and is used eagerly)."""
+    concrete mesh of its arrays where the module was made inside ``jax.jit`` and is used eagerly).
+
+    A module made under ``jax.vmap`` and used outside it (its status has the stack's shape) runs
+    the method under ``jax.vmap`` over the stack, as the caller's own ``jax.vmap`` would: each
+    matrix's result follows its own status; ``args`` are shared by every matrix."""
+    depth = getattr(module.status, "ndim", 0)
+    if depth:
+        one = functools.partial(_method_of_one, body=body, args=args, static=static)
+        for _ in range(depth):
+            one = jax.vmap(one)
+        return one(module)
     leaves = jax.tree.leaves(module)
     matrices = [x for x in leaves if getattr(x, "ndim", 0) >= 2][:1]
     ctx = context(matrices, (module, args))
     plan = _plan.with_rhs_layouts(_plan.module_plan(module.plan, leaves), [x for x in args if hasattr(x, "ndim")])
     return run(body, plan, ctx, (module, *args), matrices=0, uncommitted=uncommitted_call(None, (module, args)),
                **static)
+
+
+def _method_of_one(module, *, body, args, static):
+    return method(module, body, *args, **static)
 
 
 def run(body: Callable, plan: Plan, ctx: Context, args: Sequence, *, matrices: int = 1,

@@ -195,3 +195,19 @@ def choose(fam: str, backend: str, mesh, shape, dtype, *, stacked: int = 0, manu
 def backend_of(route: str) -> str:
     """The backend a route runs: "native" (cuSOLVERMp) on the distributed route, else "portable"."""
     return "native" if route == DISTRIBUTED else "portable"
+
+
+def route(op: str, shape, dtype="float64", mesh=None, *, stacked: int = 0, backend: str = "auto") -> str:
+    """The route a call of ``op`` takes: "local", "batch" or "distributed" (docs/routes.md).
+
+    ``op`` is an operation ("potrs", "lu_solve", ...), a module ("Cholesky", ...) or a family;
+    ``shape`` and ``dtype`` are a's; ``mesh`` is the mesh the call finds (None: a device's own
+    arrays); ``stacked``: the size of a stack of such matrices under ``jax.vmap`` (0: one matrix).
+    A call inside a user's ``jax.shard_map`` always takes the local route."""
+    return choose(family(op), backend, mesh, tuple(shape), np.dtype(dtype), stacked=stacked)
+
+
+def default_backend(op: str, mesh, shape, dtype="float64", *, stacked: int = 0) -> str:
+    """The backend that ``backend="auto"`` gives ``op`` for a's ``shape`` and ``dtype`` on ``mesh``:
+    "native" (cuSOLVERMp, the distributed route) or "portable" (a device's own solver)."""
+    return backend_of(route(op, shape, dtype, mesh, stacked=stacked))

@@ -159,13 +159,15 @@ def _lu_solve(plan, a, b, *, keep, return_status):
 
 @shared_arguments
 @checked
-def least_squares(a: Matrix, b: TallRhs, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, return_status=False,
-                  donate=False, backend="auto"):
+def least_squares(a: Matrix, b: TallRhs, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
+                  rcond=None, return_status=False, donate=False, backend="auto"):
     """The ``x`` minimising ``||a @ x - b||_2`` for ``a`` of full column rank, by QR; for a wide
     ``a`` (M < N) of full row rank, the ``x`` of least norm with ``a @ x = b``.
 
     A wide ``a`` is factored through its conjugate transpose, ``a^H = Q R``, and
-    ``x = Q R^-H b``.
+    ``x = Q R^-H b``. A numerically rank-deficient ``a`` (a diagonal entry of R below
+    ``rcond * max|R_ii|``) is flagged by the status and gives NaN, never a finite wrong ``x``;
+    ``jaxmg.numpy.linalg.lstsq`` (by SVD) gives the minimum-norm solution for any rank.
 
     Differentiable (forward and reverse, any order) in ``a`` and ``b``.
 
@@ -175,9 +177,13 @@ def least_squares(a: Matrix, b: TallRhs, T_A: Tile = None, mesh: MeshLike = None
         on any grid shape: it is gathered whole on every process, so the ScaLAPACK-style
         restriction that every process-grid column owns a tile of ``b`` does not apply.
       {{layout}}
+      rcond: the relative size below which a diagonal entry of R counts as zero, a Python float
+        as in ``jnp.linalg.lstsq``: None (default) for ``max(M, N) * eps`` of a's dtype, a
+        negative value for ``eps``; 0 flags exactly zero entries only.
       return_status: also return the status (int32, replicated): 0 on success, else the 1-based
-        index of the first zero diagonal entry of R (``a`` is rank deficient), or -1 for a
-        non-finite result. Failed outputs are NaN.
+        index of the first diagonal entry of R that is zero or below ``rcond * max|R_ii|``
+        (``a`` is numerically rank deficient), or -1 for a non-finite result. Failed outputs
+        are NaN.
       {{run}}
 
     Returns:
@@ -187,12 +193,13 @@ def least_squares(a: Matrix, b: TallRhs, T_A: Tile = None, mesh: MeshLike = None
     _flags(return_status=return_status)
     _, out, _ = _dispatch.build(_least_squares, "qr", [("a", a)], rhs=[("b", b)], T_A=T_A, mesh=mesh,
                          matrix_specs=matrix_specs, donate=donate, backend=backend, square=False, tall=False,
-                         return_status=return_status)
+                         rcond=_status.checked_rcond(rcond), return_status=return_status)
     return out
 
 
-def _least_squares(plan, a, b, *, keep, return_status):
+def _least_squares(plan, a, b, *, keep, rcond, return_status):
     state, status, operator = _qr.factored(plan, a, keep=keep or plan.wide)
+    status = _qr.rank_status(plan, state, status, rcond)
     x, status = _status.solved(status, _qr.solved(plan, operator, state, status, b))
     return pick((x, status), (True, return_status))
 

@@ -179,6 +179,9 @@ class QR(_Local):
     def r(self, state):
         return state.aux
 
+    def diagonal(self, state):
+        return jnp.diagonal(state.aux, axis1=-2, axis2=-1)
+
     def solve(self, state, b, spec=None):
         x = solve_triangular(state.aux, matmul(adjoint(state.factor), _as_matrix(b)), lower=False)
         return _like_rhs(x, b)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional, Union
 
 import jax
 
@@ -41,7 +42,8 @@ class QR(Factorisation):
 
     Attributes:
       status: int32, replicated: 0 on success, else the 1-based index of the first zero
-        diagonal entry of R (``a`` is rank deficient), or -1 for a non-finite result.
+        diagonal entry of R (``a`` is rank deficient), or -1 for a non-finite result. The
+        solves also test R's diagonal against ``rcond`` (:meth:`rank_status`).
     """
 
     state: QRState
@@ -59,18 +61,28 @@ class QR(Factorisation):
         return self.plan.wide
 
     @checked
-    def solve(self, b: TallRhs):
+    def solve(self, b: TallRhs, rcond: Optional[Union[float, int]] = None):
         """The x (N or N x NRHS) minimising ||a x - b||_2, for b (M,) or (M, NRHS); for a wide
         ``a``, the x of least norm with ``a x = b``.
 
         Any grid shape works with any layout of ``b``: it is gathered whole on every
         process, so no process-grid column needs to own a tile of it. x is laid out like b
         (its row axes must divide N).
+
+        ``rcond`` (a Python float, as in ``jnp.linalg.lstsq``; default ``max(M, N) * eps`` of
+        the dtype, negative: ``eps``): x is NaN where ``a`` is numerically rank deficient, a
+        diagonal entry of R below ``rcond * max|R_ii|`` (:meth:`rank_status` says which).
         """
         if self.wide and self.operator is None:
             raise ValueError("QR(a, donate=True).solve with a wide a: the minimum-norm solution x = a^H "
                              "(a a^H)^-1 b needs a, which was donated; keep a (donate=False).")
-        return _dispatch.method(self, _solve, b)
+        return _dispatch.method(self, _solve, b, rcond=_status.checked_rcond(rcond))
+
+    def rank_status(self, rcond: Optional[Union[float, int]] = None) -> jax.Array:
+        """The status of :meth:`solve` with this ``rcond``: :attr:`status` where it is not 0, else
+        the 1-based index of the first diagonal entry of R below ``rcond * max|R_ii|`` (``a`` is
+        numerically rank deficient), else 0. int32, one per matrix."""
+        return _dispatch.method(self, _rank_status, rcond=_status.checked_rcond(rcond))
 
     @property
     def q(self):
@@ -121,8 +133,21 @@ def solved(plan, operator, state, status, b):
     return home(_status.masked(status, x))
 
 
-def _solve(plan, module, b):
-    return solved(plan, module.operator, module.state, module.status, b)
+def rank_status(plan, state, status, rcond: Optional[float]):
+    """``status``, else the rank test of R's diagonal at ``rcond`` (``jnp.linalg.lstsq``'s reading:
+    None for max(M, N) eps, negative for eps; trace-only)."""
+    kplan = kernel_plan(plan)
+    threshold = _status.rcond_threshold(rcond, plan.shape, plan.dtype)
+    return _status.either(status, _status.rank_deficient(kplan.kernels.QR(kplan).diagonal(state), threshold))
+
+
+def _rank_status(plan, module, *, rcond):
+    return rank_status(plan, module.state, module.status, rcond)
+
+
+def _solve(plan, module, b, *, rcond):
+    status = rank_status(plan, module.state, module.status, rcond)
+    return solved(plan, module.operator, module.state, status, b)
 
 
 def factors(plan, operator, state, status):

@@ -66,12 +66,37 @@ vector_norm = jnp.linalg.vector_norm
 def solve(a, b):
     """Solve ``a @ x = b`` for square ``a`` by distributed LU (:func:`jaxmg.lu_solve`).
 
-    ``a`` is (..., N, N); ``b`` is (N,) or (..., N, K), batch dimensions broadcast as in
-    ``jnp.linalg.solve``. ``x`` has b's shape (after broadcasting) and layout.
+    ``a`` is (..., N, N); ``b`` is (N,), one vector for every matrix (x is (..., N)), or
+    (..., N, K), batch dimensions broadcast, as in ``jnp.linalg.solve`` (JAX 0.5 and later: a
+    batch of vectors (..., N) is written ``solve(a, b[..., None])[..., 0]``). ``x`` has b's
+    shape (after broadcasting) and layout.
     """
     a, b = _inexact(a, b)
     _square(a, "solve")
+    _solve_shapes(a.shape, b.shape)
     return _map_batch(_f.lu_solve, (a, b), (2, 1 if b.ndim == 1 else 2), solution=True)
+
+
+def _solve_shapes(a_shape: tuple, b_shape: tuple) -> None:
+    """The right-hand sides ``jnp.linalg.solve`` accepts: (N,), or (..., N, K) whose batch
+    dimensions broadcast with a's."""
+    n = a_shape[-1]
+    if len(b_shape) == 0:
+        raise ValueError(f"solve: b must be (N,) or (..., N, K), got a scalar for a of shape {a_shape}.")
+    if len(b_shape) > 1 and len(a_shape) == len(b_shape) + 1 and b_shape[-1] == n != b_shape[-2]:
+        raise ValueError(f"solve: invalid shapes {a_shape}, {b_shape}: b of shape (..., N) is not a batch of "
+                         f"vectors (as in jnp.linalg.solve since JAX 0.5.0, b is (N,) or (..., N, K)); for one "
+                         f"right-hand side per matrix write solve(a, b[..., None])[..., 0].")
+    rows = b_shape[0] if len(b_shape) == 1 else b_shape[-2]
+    if rows != n:
+        expected = f"({n},)" if len(b_shape) == 1 else f"(..., {n}, K)"
+        raise ValueError(f"solve: b must be {expected} to match a of shape {a_shape}, got {b_shape}.")
+    if len(b_shape) > 1:
+        try:
+            jnp.broadcast_shapes(a_shape[:-2], b_shape[:-2])
+        except ValueError:
+            raise ValueError(f"solve: the batch dimensions of a {a_shape[:-2]} and b {b_shape[:-2]} do not "
+                             f"broadcast.") from None
 
 
 def inv(a):

@@ -144,6 +144,8 @@ def choose(fam: str, backend: str, mesh, shape, dtype, *, stacked: int = 0, manu
     matrix): it takes the batch route where each device's share of it fits; ``manual``: inside a
     ``jax.shard_map``. Raises RuntimeError where ``backend="native"`` cannot run.
     """
+    if 0 in tuple(shape) and backend != "native":
+        return BATCH if stacked else LOCAL  # nothing to distribute: JAX's answers for empty matrices
     if manual:
         if backend == "native":
             raise RuntimeError("backend='native' cannot run inside jax.shard_map: there the arrays are each "

@@ -44,6 +44,7 @@ from jax.sharding import PartitionSpec as _P
 from .._dense import (adjoint as _H, columns as _columns, in_layout as _in_layout, in_layout_of as _in_layout_of,
                       matmul as _matmul, spec_of as _spec_of, triu as _triu)
 from ..modules import LU as _LU
+from . import _det
 from ._results import EighResult, QRResult, SlogdetResult, SVDResult
 from ._util import (herm_input as _herm_input, inexact as _inexact, map_batch as _map_batch,
                     square as _square, take_columns as _take_columns)
@@ -97,9 +98,18 @@ def slogdet(a, *, method=None):
 
 
 def det(a):
-    """The determinant of square ``a`` (..., N, N), ``sign * exp(logabsdet)`` of :func:`slogdet`."""
-    sign, logabsdet = slogdet(a)
-    return sign * jnp.exp(logabsdet).astype(sign.dtype)
+    """The determinant of square ``a`` (..., N, N), ``sign * exp(logabsdet)`` of its LU factor: 0
+    for a singular matrix, 1 for an empty one. The derivative is JAX's, ``tr(adj(a) da)``, defined
+    at singular matrices too (``jaxmg.numpy._det``). Eagerly and in ``jax.jit`` one computation."""
+    (a,) = _inexact(a)
+    _square(a, "det")
+    return _det_compiled(a)
+
+
+@jax.jit
+def _det_compiled(a):
+    """The determinants of a stack as one compiled call (eagerly too: the same numbers as in jit)."""
+    return _map_batch(_det.det, (a,), (2,))
 
 
 # --- Cholesky ------------------------------------------------------------------------------------

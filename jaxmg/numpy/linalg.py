@@ -234,7 +234,9 @@ def _complete_qr(a):
 
 def _qr(a, *, mode):
     m, n = a.shape
-    if mode == "complete" and m > n:
+    if mode == "complete" and m > n == 0:
+        q, r = _in_layout_of(jnp.eye(m, dtype=a.dtype), a), a  # no column to reflect: Q = I
+    elif mode == "complete" and m > n:
         q, r = _complete_qr(a)
     else:
         q, r = _f.qr(a)
@@ -267,7 +269,7 @@ def _lstsq(a, b, rcond, numpy_resid):
     eps = float(jnp.finfo(a.dtype).eps)
     rcond = eps * max(m, n) if rcond is None else jnp.where(rcond < 0, eps, rcond)
     u, s, vh = _f.gesvd(a)
-    mask = (s > 0) & (s >= jnp.asarray(rcond, s.dtype) * s[0])
+    mask = (s > 0) & (s >= jnp.asarray(rcond, s.dtype) * jnp.max(s, initial=0))
     rank = jnp.sum(mask)
     s_inv = jnp.where(mask, 1 / jnp.where(mask, s, 1), 0).astype(a.dtype)
     x = _matmul(_H(vh), s_inv[:, None] * _matmul(_H(u), b))
@@ -304,9 +306,9 @@ def lstsq(a, b, rcond=None, *, numpy_resid=False):
 
 def _pinv_from_svd(a, rtol, hermitian):
     u, s, vh = _svd(a, full_matrices=False, compute_uv=True, hermitian=hermitian)
-    cutoff = rtol * s[0]
+    cutoff = rtol * jnp.max(s, initial=0)
     s_inv = jnp.where(s > cutoff, 1 / jnp.where(s > cutoff, s, 1), 0).astype(a.dtype)
-    return _matmul(_H(vh) * s_inv, _H(u), _spec_of(a))
+    return _matmul(_H(vh) * s_inv[None, :], _H(u), _spec_of(a))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
@@ -405,7 +407,8 @@ def _spectral(x, ord, axis, keepdims):
     rows, cols = (a % x.ndim for a in axis)
     moved = jnp.moveaxis(x, (rows, cols), (-2, -1))
     s = svdvals(moved)
-    out = {2: lambda: s[..., 0], -2: lambda: s[..., -1], "nuc": lambda: jnp.sum(s, axis=-1)}[ord]()
+    out = {2: lambda: jnp.max(s, axis=-1, initial=0), -2: lambda: jnp.min(s, axis=-1),
+           "nuc": lambda: jnp.sum(s, axis=-1)}[ord]()
     if keepdims:
         out = jnp.expand_dims(out, tuple(sorted((rows, cols))))
     return out

@@ -219,7 +219,7 @@ class Decompositions(_Local):
         """From the SVD a = U S V^H: U_p = U V^H, H = V S V^H (Hermitian by construction)."""
         u, s, vh = jnp.linalg.svd(a, full_matrices=False)
         u_p = matmul(u, vh)
-        h = matmul(adjoint(vh) * s.astype(vh.dtype), vh)
+        h = matmul(adjoint(vh) * s.astype(vh.dtype)[None, :], vh)
         return u_p, (h + adjoint(h)) / 2, _status.finite(s)
 
 

@@ -170,7 +170,7 @@ def _hermitian_svd(a, compute_uv):
     order = jnp.argsort(-jnp.abs(w))
     w = w[order]
     u = _take_columns(v, order)
-    return u, jnp.abs(w), _H(u * jnp.sign(w).astype(u.dtype))
+    return u, jnp.abs(w), _H(u * jnp.sign(w).astype(u.dtype)[None, :])
 
 
 def _svd(a, *, full_matrices, compute_uv, hermitian):

@@ -323,12 +323,21 @@ def _pinv_jvp(hermitian, primals, tangents):
     a, rtol = primals
     a_dot, _ = tangents
     p = _pinv(a, rtol, hermitian)
-    spec = _spec_of(a)
-    mm = functools.partial(_matmul, spec=spec)
-    s = mm(mm(p, _H(p)), _H(a_dot))
-    t = mm(mm(_H(a_dot), _H(p)), p)
-    p_dot = -mm(mm(p, a_dot), p) + s - mm(mm(s, a), p) + t - mm(mm(p, a), t)
+    chain = functools.partial(_chain, spec=_spec_of(a))
+    s = chain(p, _H(p), _H(a_dot))
+    t = chain(_H(a_dot), _H(p), p)
+    p_dot = -chain(p, a_dot, p) + s - chain(s, a, p) + t - chain(p, a, t)
     return p, p_dot
+
+
+def _chain(x, y, z, *, spec):
+    """``x @ y @ z`` in the cheaper order: for an (M, N) matrix and its (N, M) pseudo-inverse the
+    intermediates are then min(M, N) square, never max(M, N) square (a wide a's derivative
+    multiplies in the wide order)."""
+    (m, k), n, q = x.shape, y.shape[1], z.shape[1]
+    if m * k * n + m * n * q <= k * n * q + m * k * q:
+        return _matmul(_matmul(x, y, spec), z, spec)
+    return _matmul(x, _matmul(y, z, spec), spec)
 
 
 def pinv(a, rtol=None, hermitian=False, *, rcond=None):

@@ -9,12 +9,9 @@ Its derivative is ``d det(a) = tr(adj(a) a')`` with the adjugate ``adj(a)``, whi
 * where no pivot is exactly zero, ``adj(a) = det(a) a^-1`` from the same factor (one inverse from
   the saved factor: :meth:`jaxmg.LU.inverse`), differentiable again (second derivatives);
 * where a pivot is exactly zero (an exactly singular matrix, e.g. the zero matrix), the
-  cofactor matrix from the packed factor ``P a = L U``: ``adj(a) = U~^-1 D L^-1 P`` with U's last
-  diagonal entry replaced by the inverse of the product of the others and
-  ``D = diag(det a, ..., det a, 1)``, which is exact when the zero pivot is the last one
-  (corank one); where another pivot is zero the adjugate is 0 (corank two or more), as in JAX.
-  The packed factor is in the natural layout on the local and batch routes; on the distributed
-  route (cuSOLVERMp's permuted factor) an exactly singular matrix's derivative is NaN;
+  cofactor matrix from the packed factor ``P a = L U`` (:func:`_cofactor`): exact where one
+  pivot is zero, wherever it is (corank one), and 0 where more are (as JAX's). The packed
+  factor is in the natural layout on the local and batch routes; on the distributed route (cuSOLVERMp's permuted factor) an exactly singular matrix's derivative is NaN;
 * a 1 x 1 matrix's adjugate is 1.
 """
 
@@ -24,6 +21,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.linalg import solve_triangular
 
+from .._dense import in_layout_of
 from .._routes import DISTRIBUTED
 from ..modules import LU
 
@@ -43,7 +41,7 @@ def det(a: jax.Array) -> jax.Array:
 def _det_jvp(primals, tangents):
     (a,), (a_dot,) = primals, tangents
     value, adjugate = _value_and_adjugate(a)
-    return value, jnp.sum(jnp.swapaxes(adjugate, -1, -2) * a_dot)  # tr(adj(a) a')
+    return value, jnp.sum(in_layout_of(jnp.swapaxes(adjugate, -1, -2), a) * a_dot)  # tr(adj(a) a'), in a's layout
 
 
 def _value_and_adjugate(a):
@@ -58,22 +56,30 @@ def _value_and_adjugate(a):
     if factor.route == DISTRIBUTED:
         return value, regular
     singular = jnp.any(jnp.diagonal(factor.lu) == 0)
-    cofactor = _cofactor(jax.lax.stop_gradient(factor.lu), factor.pivots)
+    cofactor = in_layout_of(_cofactor(jax.lax.stop_gradient(factor.lu), factor.pivots), regular)
     return value, jnp.where(singular, cofactor, regular)
 
 
 def _cofactor(lu: jax.Array, pivots: jax.Array) -> jax.Array:
-    """adj(a) from a's packed LU factor (L's strict lower triangle, U's upper one) and pivots:
-    ``U~^-1 D L^-1 P`` (module docstring), zero where that is not finite."""
+    """adj(a) from a's packed LU factor ``P a = L U`` (L's strict lower triangle, U's upper one)
+    and pivots, where a pivot of U is exactly zero: ``adj(a) = det(P) adj(U) L^-1 P``. With one
+    zero pivot, at k, ``adj(U(t))`` for ``U(t) = U + t e_k e_k^T`` is affine in t (each cofactor
+    is affine in one entry) and ``U(t)`` is invertible for t != 0, so ``adj(U)`` is the mean of
+    ``det(U(t)) U(t)^-1`` at t = +-tau (tau = max |u_ii|). With more zero pivots that is not
+    finite, and the result is 0 (as JAX's)."""
     n = lu.shape[-1]
     diagonal = jnp.diagonal(lu)
+    k = jnp.argmax(diagonal == 0)
+    largest = jnp.max(jnp.abs(diagonal))
+    tau = jnp.where(largest > 0, largest, jnp.ones((), largest.dtype)).astype(lu.dtype)
     swaps = jnp.sum(pivots != jnp.arange(n, dtype=pivots.dtype))
-    partial = jnp.prod(diagonal[:-1]) * (1 - 2 * (swaps % 2)).astype(lu.dtype)  # det(a) / u_nn
-    full = partial * diagonal[-1]  # det(a)
-    upper = lu.at[-1, -1].set(1 / partial)
+    parity = (1 - 2 * (swaps % 2)).astype(lu.dtype)
     perm = jax.lax.linalg.lu_pivots_to_permutation(pivots, n)
-    x = jnp.eye(n, dtype=lu.dtype)[perm]  # P
-    x = solve_triangular(lu, x, lower=True, unit_diagonal=True)  # L^-1 P
-    scale = jnp.where(jnp.arange(n) < n - 1, full, jnp.ones((), lu.dtype))
-    x = solve_triangular(upper, scale[:, None] * x, lower=False)  # U~^-1 D L^-1 P
+    rest = solve_triangular(lu, jnp.eye(n, dtype=lu.dtype)[perm], lower=True, unit_diagonal=True)  # L^-1 P
+
+    def adjugate_times_rest(t):
+        shifted = jnp.triu(lu).at[k, k].add(t)
+        return jnp.prod(jnp.diagonal(shifted)) * solve_triangular(shifted, rest, lower=False)
+
+    x = parity * (adjugate_times_rest(tau) + adjugate_times_rest(-tau)) / 2
     return jnp.where(jnp.all(jnp.isfinite(x)), x, jnp.zeros_like(x))

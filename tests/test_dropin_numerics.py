@@ -84,6 +84,7 @@ def test_empty_functional_api_and_modules():
     x, logdet, status = jaxmg.potrs(a, b, return_logdet=True, return_status=True)
     assert float(logdet) == 0.0 and int(status) == 0
     assert jaxmg.lu_solve(a, b).shape == (0, 2)
+    assert jaxmg.lu_solve(a, b, backend="native").shape == (0, 2)  # nothing to distribute: local
     assert jaxmg.cholesky(a).shape == (0, 0)
     w, v = jaxmg.syevd(a)
     assert w.shape == (0,) and v.shape == (0, 0)
@@ -175,20 +176,22 @@ def test_det_eagerly_as_in_jit():
 
 # --- 3. cho_solve with JAX's array factor ---------------------------------------------------------
 
-def _primitives(fn, *args):
-    """The names of every primitive in fn's jaxpr, sub-jaxprs included."""
-    found = set()
-
+def _equations(fn, *args):
+    """Every equation of fn's jaxpr, those of its sub-jaxprs (jit, custom rules) included."""
     def walk(jaxpr):
         for eqn in jaxpr.eqns:
-            found.add(eqn.primitive.name)
+            yield eqn
             for value in eqn.params.values():
                 for sub in value if isinstance(value, (tuple, list)) else (value,):
                     inner = getattr(sub, "jaxpr", None)
                     if inner is not None:
-                        walk(inner if hasattr(inner, "eqns") else inner.jaxpr)
-    walk(jax.make_jaxpr(fn)(*args).jaxpr)
-    return found
+                        yield from walk(inner if hasattr(inner, "eqns") else inner.jaxpr)
+    return list(walk(jax.make_jaxpr(fn)(*args).jaxpr))
+
+
+def _primitives(fn, *args):
+    """The names of every primitive in fn's jaxpr, sub-jaxprs included."""
+    return {eqn.primitive.name for eqn in _equations(fn, *args)}
 
 
 @pytest.mark.parametrize("lower", [True, False])
@@ -291,18 +294,8 @@ def test_strict_promotion(strict_promotion, name, dtype):
 # --- 5. pinv's derivative of a wide matrix --------------------------------------------------------
 
 def _largest_intermediate(fn, *args) -> int:
-    sizes = [0]
-
-    def walk(jaxpr):
-        for eqn in jaxpr.eqns:
-            sizes.extend(int(np.prod(v.aval.shape)) for v in eqn.outvars if hasattr(v.aval, "shape"))
-            for value in eqn.params.values():
-                for sub in value if isinstance(value, (tuple, list)) else (value,):
-                    inner = getattr(sub, "jaxpr", None)
-                    if inner is not None:
-                        walk(inner if hasattr(inner, "eqns") else inner.jaxpr)
-    walk(jax.make_jaxpr(fn)(*args).jaxpr)
-    return max(sizes)
+    return max(int(np.prod(v.aval.shape)) for eqn in _equations(fn, *args) for v in eqn.outvars
+               if hasattr(v.aval, "shape"))
 
 
 @pytest.mark.parametrize("shape", [(2, 4000), (4000, 2)])

@@ -197,8 +197,8 @@ def test_cho_solve_array_factor_solves_with_that_factor(lower, dtype):
     n = 16
     rng = np.random.default_rng(7)
     cplx = np.issubdtype(dtype, np.complexfloating)
-    lower_factor = np.tril(random_matrix(rng, (n, n), np.complex128 if cplx else np.float64), -1) / 2
-    lower_factor = lower_factor + np.diag(np.geomspace(1.0, 1e-3, n))  # graded: cond(L) about 1e4
+    lower_factor = np.tril(random_matrix(rng, (n, n), np.complex128 if cplx else np.float64), -1) / 20
+    lower_factor = lower_factor + np.diag(np.geomspace(1.0, 1e-2, n))  # graded: cond(L) 6e3 to 2e4
     factor = lower_factor if lower else lower_factor.conj().T
     a = factor @ factor.conj().T if lower else factor.conj().T @ factor
     b = random_matrix(np.random.default_rng(1), (3, n, 2), np.float64).astype(a.dtype)

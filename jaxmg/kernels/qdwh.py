@@ -174,7 +174,7 @@ def gesvd(a, *, grid, full_matrices, syevd, **unused):
     s = jnp.abs(w)[order]
     v = v[:, order]
     sign = jnp.where(w[order] < 0, -1, 1).astype(v.dtype)
-    u = (x @ v) * sign  # row slab of U (M / nprow x N)
+    u = (x @ v) * sign[None, :]  # row slab of U (M / nprow x N)
     if full_matrices:
         u_whole = _gather_rows(u, grid)
         q, _ = jnp.linalg.qr(u_whole, mode="complete")

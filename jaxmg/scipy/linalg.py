@@ -11,7 +11,8 @@ Factorisations are jaxmg modules. ``cho_factor(a)`` returns the tuple ``(c, lowe
 factor in one triangle), and ``lu_factor(a)`` returns ``(lu, piv)`` whose ``lu`` is a
 :class:`jaxmg.LU` (``piv`` its pivots). Unpacking works as with JAX, and
 :func:`cho_solve`/:func:`lu_solve` take these tuples and solve with the saved factor, without
-refactoring. They also take JAX's arrays (then they factor again).
+refactoring. They also take JAX's arrays: ``cho_solve`` then solves with the array factor
+itself (two triangular solves), ``lu_solve`` is JAX's.
 """
 
 from __future__ import annotations

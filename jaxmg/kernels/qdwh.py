@@ -314,7 +314,7 @@ def gesvd(a, *, grid, full_matrices, syevd, local: bool = False, **unused):
     s = jnp.abs(w)[order]
     v = v[:, order]
     sign = jnp.where(w[order] < 0, -1, 1).astype(v.dtype)
-    u = (x @ v) * sign  # row slab of U (M / nprow x N)
+    u = (x @ v) * sign[None, :]  # row slab of U (M / nprow x N)
     if local:
         u = _at_most_once(_partial_isometry(x), _orthonormal_columns, u)
     if full_matrices and m_loc * grid.nprow > v.shape[0]:

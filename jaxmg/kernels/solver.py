@@ -107,6 +107,8 @@ def _factorization(name: str, a: jax.Array, out: tuple, cpu=None, gpu=None, in_p
     that reads its lower triangle. Elsewhere XLA transposes ``a`` into the copy it makes."""
     if jnp.dtype(a.dtype) not in SUPPORTED_DTYPES:
         raise TypeError(f"a must be float32, float64, complex64 or complex128 for {name}; got {a.dtype}.")
+    if a.shape[-1] == 0:  # an empty factor: nothing to compute (LAPACK's handlers would divide by n)
+        return tuple(varying_like(a, jnp.zeros(o.shape, o.dtype)) for o in out)
     column_major = tuple(range(a.ndim - 2)) + (a.ndim - 1, a.ndim - 2)  # major-to-minor
 
     def call(target, attributes):

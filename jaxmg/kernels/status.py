@@ -32,7 +32,10 @@ def first_bad_pivot(pivots: jax.Array) -> jax.Array:
 
 
 def _first(bad: jax.Array) -> jax.Array:
-    """The 1-based index of the first True of ``bad`` (..., n) along its last axis, else :data:`OK`."""
+    """The 1-based index of the first True of ``bad`` (..., n) along its last axis, else :data:`OK`
+    (always for n = 0: an empty factor has no bad pivot)."""
+    if bad.shape[-1] == 0:
+        return jnp.full(bad.shape[:-1], OK, jnp.int32)
     return jnp.where(jnp.any(bad, axis=-1), jnp.argmax(bad, axis=-1) + 1, OK).astype(jnp.int32)
 
 

@@ -388,7 +388,34 @@ def results(name: str, dtype, route: str, kind: str) -> tuple:
 
 # --- cases still pending in other parts of the library ----------------------------------------
 
+RCOND = "rank-deficient least squares flagged by rcond: pending"
+SINGULAR_DET = ("singular det/slogdet: pending (sign NaN and det NaN for an exactly singular matrix, where "
+                "jnp.linalg.slogdet gives sign 0, logabsdet -inf and det 0)")
+DOUBLE, SINGLE = ("float64", "complex128"), ("float32", "complex64")
+ALL = DOUBLE + SINGLE
+#: (operation, kind) -> (dtypes, routes, reason) of the cases that fail today for a reason being
+#: fixed elsewhere. Least squares on a matrix that is rank-deficient, exactly or to working
+#: precision (cond(a) max(M, N) eps >= 1), returns a huge x with status 0 (tall a: ||x|| up to
+#: 1e15 times the least norm; wide a: the semi-normal equations' backward error up to 1e9),
+#: where R's diagonal against rcond max|R_ii| will flag it.
+PENDING = {
+    ("least_squares-tall", "rank-deficient"): (DOUBLE, ROUTES, RCOND),
+    ("QR", "rank-deficient"): (DOUBLE, ROUTES, RCOND),
+    ("least_squares-wide", "rank-deficient"): (ALL, ROUTES, RCOND),
+    ("least_squares-wide", "geometric-1e15"): (ALL, ROUTES, RCOND),
+    ("least_squares-wide", "graded-cols"): (ALL, ROUTES, RCOND),
+    ("least_squares-wide", "geometric-1e7"): (SINGLE, ROUTES, RCOND),
+    ("least_squares-wide", "clustered-large"): (SINGLE, ROUTES, RCOND),
+    ("least_squares-wide", "clustered-small"): (("float32",), ("local", "batch"), RCOND),
+    ("LU.slogdet", "zero"): (ALL, ROUTES, SINGULAR_DET),
+    ("np.slogdet", "zero"): (ALL, ROUTES, SINGULAR_DET),
+}
+
+
 def _marks(name: str, kind: str, dtype, route: str) -> list:
+    dtypes, routes, reason = PENDING.get((name, kind), ((), (), None))
+    if np.dtype(dtype).name in dtypes and route in routes:
+        return [pytest.mark.xfail(strict=True, reason=reason)]
     return []
 
 

@@ -350,34 +350,41 @@ def _calls(names, kw):
     return call
 
 
-@functools.lru_cache(maxsize=None)
-def _group_results(names: tuple, dtype, route: str) -> dict:
-    """kind -> {name: (outputs, status)} for the operations ``names`` on every kind: "local"
-    (one device, one compiled call per kind), "batch" (``jax.vmap`` of the call over all kinds,
-    one call) or "mesh" (a and b sharded P("x", "y"), the right-hand side P("x"), over a (4, 2)
-    mesh, backend="portable")."""
-    kinds = list(hm.KINDS)
-    if route == "batch":
-        stacked = jax.tree.map(lambda *xs: np.stack(xs),
-                               *({n: inputs(n, k, dtype)[0] for n in names} for k in kinds))
-        device = jax.devices()[0]
-        found = _host(jax.jit(jax.vmap(_calls(names, {})))(jax.device_put(stacked, device)))
-        return {k: jax.tree.map(lambda x: x[i], found) for i, k in enumerate(kinds)}
-    if route == "local":
-        device = jax.devices()[0]
-        place, kw = (lambda x, spec: jax.device_put(x, device)), {}
-    else:
-        place, kw = (lambda x, spec: put(x, _mesh(), spec)), {"backend": "portable"}
+def run_group(names: tuple, dtype, place, kw: dict, host=_host) -> dict:
+    """kind -> {name: (outputs, status)} for the operations ``names`` on every kind, one
+    compiled call (``jax.jit``) run once per kind: ``place(x, spec)`` puts each input where the
+    call reads it (a and b with ``P("x", "y")``, the right-hand side with ``P("x", None)``),
+    ``kw`` goes to every jaxmg call (``backend``), ``host`` brings the results back as NumPy."""
     call = jax.jit(_calls(names, kw))
     found = {}
-    for kind in kinds:
+    for kind in hm.KINDS:
         args = {}
         for name in names:
             a, b, rhs = inputs(name, kind, dtype)[0]
             args[name] = (place(a, P("x", "y")), None if b is None else place(b, P("x", "y")),
                           place(rhs, P("x", None)))
-        found[kind] = _host(call(args))
+        found[kind] = host(call(args))
     return found
+
+
+def _run_batch(names: tuple, dtype) -> dict:
+    """run_group's results from one call of ``jax.vmap`` over all kinds, on one device."""
+    kinds = list(hm.KINDS)
+    stacked = jax.tree.map(lambda *xs: np.stack(xs), *({n: inputs(n, k, dtype)[0] for n in names} for k in kinds))
+    found = _host(jax.jit(jax.vmap(_calls(names, {})))(jax.device_put(stacked, jax.devices()[0])))
+    return {k: jax.tree.map(lambda x: x[i], found) for i, k in enumerate(kinds)}
+
+
+@functools.lru_cache(maxsize=None)
+def _group_results(names: tuple, dtype, route: str) -> dict:
+    """run_group on a route: "local" (one device), "batch" (``jax.vmap`` over all kinds) or
+    "mesh" (a (4, 2) mesh, backend="portable")."""
+    if route == "batch":
+        return _run_batch(names, dtype)
+    if route == "local":
+        device = jax.devices()[0]
+        return run_group(names, dtype, lambda x, spec: jax.device_put(x, device), {})
+    return run_group(names, dtype, lambda x, spec: put(x, _mesh(), spec), {"backend": "portable"})
 
 
 def results(name: str, dtype, route: str, kind: str) -> tuple:
@@ -424,11 +431,16 @@ CASES = [pytest.param(name, kind, dtype, route, id=f"{name}-{kind}-{np.dtype(dty
          for name in OPS for kind in hm.KINDS for dtype in DTYPES for route in ROUTES]
 
 
-@pytest.mark.parametrize("name, kind, dtype, route", CASES)
-def test_right_or_flagged(name, kind, dtype, route):
-    outputs, status = results(name, dtype, route, kind)
+def verdict(name: str, kind: str, dtype, route: str, outputs, status) -> None:
+    """hard_matrices.assert_right_or_flagged for one result of the battery (after the exact
+    non-finite answers of a singular matrix, where the operation has them)."""
     _, read = inputs(name, kind, dtype)
-    label = f"{name} on {kind} {np.dtype(dtype).name} ({route})"
     if OPS[name].exact is not None and OPS[name].exact(read, outputs):
         return
+    label = f"{name} on {kind} {np.dtype(dtype).name} ({route})"
     hm.assert_right_or_flagged(label, outputs, status, lambda: OPS[name].check(read, outputs, dtype))
+
+
+@pytest.mark.parametrize("name, kind, dtype, route", CASES)
+def test_right_or_flagged(name, kind, dtype, route):
+    verdict(name, kind, dtype, route, *results(name, dtype, route, kind))

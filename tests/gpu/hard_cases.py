@@ -13,7 +13,8 @@ non-zero status and NaN outputs), as on CPU.
 
 Prints one ``CASE <name> PASS|FAIL|XFAIL|XPASS <detail>`` line per result (rank 0) and exits 1
 if any failed. XFAIL and XPASS are the cases the CPU battery marks pending (its ``PENDING``
-table): a failure there is expected, a pass is reported and is no failure. ``JAXMG_CASES=a,b``
+table) and the native backend's known defects (``NATIVE_DEFECTS``): a failure there is
+expected, a pass is reported and is no failure. ``JAXMG_CASES=a,b``
 runs only the cases whose name contains one of the strings.
 """
 from __future__ import annotations
@@ -85,8 +86,11 @@ def routes():
 
 def record(name, kind, dtype, route, outputs, status, seconds):
     case = f"hard-{route}-{name}-{kind}-{np.dtype(dtype).name}"
-    dtypes, _, reason = battery.PENDING.get((name, kind), ((), (), None))
-    pending = np.dtype(dtype).name in dtypes
+    pending, reason = False, None
+    for table in (battery.PENDING, battery.NATIVE_DEFECTS):
+        dtypes, *_, why = table.get((name, kind), ((), None))
+        if np.dtype(dtype).name in dtypes:
+            pending, reason = True, why
     try:
         battery.verdict(name, kind, dtype, route, outputs, status)
         verdict, detail = ("XPASS" if pending else "PASS"), ""

@@ -80,6 +80,16 @@ def _psum_rows(x, grid):
     return jax.lax.psum(x, _axes_name(grid.row_axes)) if grid.row_axes else x
 
 
+def _frobenius(x, grid):
+    """||A||_F from the row slabs, scaled by the largest entry first so that no square
+    underflows (a matrix of norm 1e-293 in float64, or 1e-32 in float32, would give 0 and leave
+    A unscaled) or overflows; 0 for a zero matrix."""
+    big = jnp.max(jnp.abs(x), initial=0.0)
+    big = jax.lax.pmax(big, _axes_name(grid.row_axes)) if grid.row_axes else big
+    safe = jnp.where(big > 0, big, 1)
+    return safe * jnp.sqrt(_psum_rows(jnp.sum(jnp.abs(x / safe) ** 2), grid))
+
+
 def _gram(x, grid):
     """X^H X (N x N, replicated) from the row slabs."""
     return _psum_rows(jnp.conj(x).T @ x, grid)
@@ -140,20 +150,12 @@ def _failed_nan(status, *outputs):
     return tuple(jnp.where(bad, jnp.full((), jnp.nan, v.dtype), v) for v in outputs) + (status,)
 
 
-def _frobenius(x, grid):
-    """||A||_F from the row slabs, scaled by the largest entry first so that no square
-    underflows (a matrix of norm 1e-293 in float64, or 1e-32 in float32, would give 0) or
-    overflows; 1 for a zero matrix."""
-    big = jnp.max(jnp.abs(x), initial=0.0)
-    big = jax.lax.pmax(big, _axes_name(grid.row_axes)) if grid.row_axes else big
-    big = jnp.where(big > 0, big, 1)
-    return big * jnp.sqrt(_psum_rows(jnp.sum(jnp.abs(x / big) ** 2), grid))
-
-
 def _polar_slab(a, grid):
     """(U_p row slab, H whole and symmetrised, the slab of A) of this device's block."""
     x0 = _slab(a, grid)
-    x = x0 / _frobenius(x0, grid).astype(x0.dtype)
+    alpha = _frobenius(x0, grid)
+    alpha = jnp.where(alpha > 0, alpha, 1).astype(x0.dtype)
+    x = x0 / alpha
     for a_k, b_k, c_k in schedule(x.dtype):
         step = _qr_step if c_k > QR_ABOVE else _cholesky_step
         x = step(x, grid, a_k, b_k, c_k)

@@ -126,11 +126,24 @@ def solved(plan, operator, state, status, b):
     if not plan.wide:
         x = decompositions.least_squares(kernels, spec, operator, state, b)
     else:
-        # a a^H = R'^H R' with a^H = Q' R', so x = a^H (R'^H R')^-1 b = Q' R'^-H b
-        ah = kplan.enter(adjoint(operator))
-        z = decompositions.normal_solve(kernels, spec, ah, state, b)
-        x = _dist.matvec(ah, z, solves.rhs_layout(kplan, spec))
+        x = _minimum_norm(kernels, spec, kplan.enter(adjoint(operator)), state, b)
     return home(_status.masked(status, x))
+
+
+def _minimum_norm(kernels, spec, ah, state, b):
+    """The x of least norm with ``a x = b`` for a wide ``a`` (ah = a^H = Q' R'), by the corrected
+    semi-normal equations: a a^H = R'^H R', so x = a^H (R'^H R')^-1 b, and one step of
+    refinement with the residual b - a x. The plain semi-normal solution's backward error grows
+    with cond(a)^2 eps (1e3 N eps at cond(a) = 1e7 in float64); the step brings it back to
+    O(N eps) while cond(a)^2 eps < 1, at the cost of two more triangular solves and two
+    products with a (exact in exact arithmetic, so its derivative is the solution's)."""
+    layout = solves.rhs_layout(kernels.plan, spec)
+
+    def step(r):
+        return _dist.matvec(ah, decompositions.normal_solve(kernels, spec, ah, state, r), layout)
+
+    x = step(b)
+    return x + step(b - _dist.matvec(ah, x, layout, "C"))
 
 
 def rank_status(plan, state, status, rcond: Optional[float]):
@@ -171,4 +184,4 @@ def wide_factors(plan, a):
     head = columns(a, 0, m)
     state, status, _ = factored(square, head, keep=True)
     q, _ = factors(square, head, state, status)
-    return q, triu(matmul(adjoint(q), a, spec_of(a))), status
+    return (*_status.masked(status, q, triu(matmul(adjoint(q), a, spec_of(a)))), status)

@@ -10,6 +10,9 @@
   ``max(M, N) * eps`` of the dtype, :func:`default_rcond`).
 * :data:`NOT_FINITE` (-1): a result is not finite for another reason (for example an
   eigensolver given NaN).
+* :data:`CHECK_FAILED` (-2): a finite result failed its check: it does not meet LAPACK's
+  test ratio that a correct result meets (a wide least-squares solution whose backward error
+  ||a x - b|| / ((||a|| ||x|| + ||b||) max(M, N) eps) exceeds 30).
 
 Whenever the status is not :data:`OK`, the operation's outputs are NaN. Status values are
 int32 scalars, replicated (one per matrix for a stack: shape ``(...)`` for matrices
@@ -23,6 +26,7 @@ import jax.numpy as jnp
 
 OK = 0
 NOT_FINITE = -1
+CHECK_FAILED = -2
 
 
 def first_bad_pivot(pivots: jax.Array) -> jax.Array:

@@ -6,6 +6,7 @@ import dataclasses
 from typing import Optional, Union
 
 import jax
+import jax.numpy as jnp
 
 from ..autodiff import _dist, decompositions, solves
 from ..kernels import status as _status
@@ -126,8 +127,28 @@ def solved(plan, operator, state, status, b):
     if not plan.wide:
         x = decompositions.least_squares(kernels, spec, operator, state, b)
     else:
-        x = _minimum_norm(kernels, spec, kplan.enter(adjoint(operator)), state, b)
+        ah = kplan.enter(adjoint(operator))
+        x = _minimum_norm(kernels, spec, ah, state, b)
+        status = _status.either(status, _backward_status(ah, x, b, solves.rhs_layout(kernels.plan, spec)))
     return home(_status.masked(status, x))
+
+
+def _backward_status(ah, x, b, layout):
+    """:data:`~jaxmg.kernels.status.CHECK_FAILED` where the minimum-norm ``x`` of a wide ``a``
+    (``ah`` = a^H) does not solve ``a x = b`` to LAPACK's test ratio: ||a x - b||_1 above
+    30 max(M, N) eps (||a||_1 ||x||_1 + ||b||_1), per column of ``b`` (one product with ``a``
+    and two column sums, O(M N)). The corrected semi-normal equations are backward stable only
+    while cond(a)^2 eps < 1; past that (a matrix rank-deficient to working precision, or graded
+    over more than eps^-1/2) the answer is flagged rather than returned wrong. Not differentiated."""
+    ah, x, b = (jax.lax.stop_gradient(v) for v in (ah, x, b))
+    r = b - _dist.matvec(ah, x, layout, "C")
+    norm = lambda v: jnp.sum(jnp.abs(v), axis=0)  # noqa: E731  (1-norm of each column)
+    a_norm = jnp.max(jnp.sum(jnp.abs(ah), axis=-1))  # a's largest column sum: a^H's largest row sum
+    m, n = ah.shape[-1], ah.shape[-2]
+    eps = jnp.finfo(ah.dtype).eps
+    bound = 30 * max(m, n) * eps * (a_norm * norm(x) + norm(b))
+    bad = jnp.any(~(norm(r) <= bound))
+    return jnp.where(bad, _status.CHECK_FAILED, _status.OK).astype(jnp.int32)
 
 
 def _minimum_norm(kernels, spec, ah, state, b):

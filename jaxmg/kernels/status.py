@@ -6,6 +6,9 @@
   first exactly zero pivot of U (``?getrf``); for QR the first zero diagonal entry of R.
 * :data:`NOT_FINITE` (-1): a result is not finite for another reason (for example an
   eigensolver given NaN).
+* :data:`CHECK_FAILED` (-2): the distributed route's result check (``jaxmg.modules.check``)
+  found a finite result that is wrong: its residual along a probe vector exceeds 30 times
+  ``N eps`` times the norms that bound a correct result's.
 
 Whenever the status is not :data:`OK`, the operation's outputs are NaN. Status values are
 int32 scalars, replicated.
@@ -18,6 +21,7 @@ import jax.numpy as jnp
 
 OK = 0
 NOT_FINITE = -1
+CHECK_FAILED = -2
 
 
 def first_bad_pivot(pivots: jax.Array) -> jax.Array:

@@ -16,6 +16,7 @@ from jax.test_util import check_grads
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import jaxmg
+from jaxmg import _dispatch
 from jaxmg.kernels import native, status as _status
 from jaxmg.modules import check as _check
 
@@ -102,6 +103,14 @@ INJECT = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _fresh_calls():
+    """Eager calls compiled with an injected wrong kernel are not reused by the next test."""
+    _dispatch._compiled.cache_clear()
+    yield
+    _dispatch._compiled.cache_clear()
+
+
 def _inject(monkeypatch, op, size=1e-6):
     """Make the native family's method return its result with a relative error ``size`` in its
     first floating output, its status unchanged (a silently wrong engine)."""
@@ -149,8 +158,8 @@ def test_wrong_result_is_flagged(op, grid_mesh, native_backend, monkeypatch):
     assert all(np.isnan(v).all() for v in values)
 
 
-@pytest.mark.parametrize("op", list(INJECT))
-@pytest.mark.parametrize("kinds", [("spd", "general"), ("graded", "general")])
+@pytest.mark.parametrize("op,kinds", [(op, ("spd", "general")) for op in INJECT]
+                         + [(op, ("graded", "general")) for op in ("potrs", "cholesky", "Cholesky", "syevd", "sygvd")])
 def test_hard_valid_results_pass(op, kinds, grid_mesh, native_backend):
     """Correct results on condition-1e12 and graded matrices are not flagged."""
     status, values = _status_and_outputs(_calls(grid_mesh)[op](*_inputs(grid_mesh, *kinds, cond=1e12)))

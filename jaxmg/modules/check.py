@@ -184,6 +184,16 @@ def factor_solve(plan, op: Operator, solve: Callable) -> list:
     return solution(op, _placed(plan, solve, r, plan.shape[0]), r)
 
 
+def factored_checked(plan, factored: tuple, kernels, operator: Callable, *, check: bool, keep: bool):
+    """(state, status) of a module's factorisation ``factored`` (state, status, operator) after
+    the test of its saved factor through one solve with ``kernels.solve`` (:func:`factor_solve`,
+    with the matrix ``operator()``)."""
+    state, status, _ = factored
+    solve = lambda r, spec: kernels.solve(state, r, spec)  # noqa: E731
+    status = verified(plan, status, lambda: factor_solve(plan, operator(), solve), check=check, keep=keep)
+    return state, status
+
+
 def normal_solve(plan, op: Operator, solve: Callable) -> list:
     """The test of a saved QR factor of the M x N matrix of ``plan`` through
     ``z = (R^H R)^-1 r`` (``solve(r, spec)``): ``||A^H (A z) - r||`` against ``||A||^2 ||z||``."""

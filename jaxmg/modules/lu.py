@@ -94,11 +94,8 @@ def factored(plan, a, *, keep: bool):
 
 
 def _made(plan, a, *, keep: bool, check: bool):
-    state, status, _ = factored(plan, a, keep=keep)
-    solve = plan.kernels.LU(plan).solve
-    status = _check.verified(plan, status, lambda: _check.factor_solve(
-        plan, _check.general(plan, a), lambda r, spec: solve(state, r, spec)), check=check, keep=keep)
-    return state, status
+    return _check.factored_checked(plan, factored(plan, a, keep=keep), plan.kernels.LU(plan),
+                                   lambda: _check.general(plan, a), check=check, keep=keep)
 
 
 def solved(plan, operator, state, status, b, trans: str = "N"):

@@ -68,11 +68,13 @@ class Operator(NamedTuple):
     """A matrix as the check applies it: ``apply(v)`` = A v, ``adjoint(v)`` = A^H v, ``norm`` =
     ||A||_F (or an upper bound of it), and for a Hermitian A read from its lower triangle
     ``rows(vs)``: B v for each vector v of ``vs``, where A = B + B^H (B is a's lower triangle
-    with half its diagonal), in one pass over the matrix (None for a general A)."""
+    with half its diagonal), in one pass over the matrix (None for a general A). ``place(v)``
+    is the vector ``v`` replicated on the call's mesh, as the check's vectors are."""
 
     apply: Callable
     adjoint: Callable
     norm: jax.Array
+    place: Callable
     rows: Optional[Callable] = None
 
 
@@ -109,7 +111,8 @@ def general(plan, a) -> Operator:
     """The operator of matrix ``a`` (the caller's, placed in the computation's layout)."""
     a = jax.lax.stop_gradient(plan.enter(a))
     vectors = _vectors(plan)
-    return Operator(lambda v: _dist.matvec(a, v, vectors), lambda v: _dist.matvec(a, v, vectors, "C"), _norm(a))
+    return Operator(lambda v: _dist.matvec(a, v, vectors), lambda v: _dist.matvec(a, v, vectors, "C"), _norm(a),
+                    lambda v: _replicated(plan, v))
 
 
 def hermitian(plan, a) -> Operator:
@@ -125,7 +128,7 @@ def hermitian(plan, a) -> Operator:
     def apply(v):  # B v + B^H v
         return rows([v])[0] + _replicated(plan, jnp.sum(jnp.conj(half) * v[:, None], axis=0))
 
-    return Operator(apply, apply, 2 * _norm(half), rows)
+    return Operator(apply, apply, 2 * _norm(half), lambda v: _replicated(plan, v), rows)
 
 
 def _replicated(plan, v):
@@ -141,7 +144,7 @@ def product(plan, m, v, trans: str = "N"):
 def _columns_probe(x, salt: int = 1):
     """x s: a vector unchanged, the columns of a matrix combined by a probe."""
     x = jax.lax.stop_gradient(x)
-    return x if x.ndim == 1 else x @ probe(x.shape[-1], x.dtype, salt)
+    return x if x.ndim == 1 else jnp.matmul(x, probe(x.shape[-1], x.dtype, salt), precision=jax.lax.Precision.HIGHEST)
 
 
 def solution(op: Operator, x, b) -> list:
@@ -151,14 +154,19 @@ def solution(op: Operator, x, b) -> list:
     instead, ``|<q, A x s - b s>|`` (at most ``||A x s - b s||``, so never above the bound
     where the whole residual is not): ``<q, A y> = q^H (B y) + (B q)^H y`` needs sums over the
     rows of B only, one pass over the matrix where A y needs two."""
-    xs, bs = _columns_probe(x), _columns_probe(b)
+    xs, bs = op.place(_columns_probe(x)), op.place(_columns_probe(b))
     scale = op.norm * _norm(xs)
     if op.rows is None:
         return [(_norm(op.apply(xs) - bs), scale)]
     probes = [_unit(probe(xs.shape[0], xs.dtype, salt)) for salt in (3, 4)]
     b_xs, *b_qs = op.rows([xs, *probes])
-    return [(jnp.abs(jnp.vdot(q, b_xs) + jnp.vdot(b_q, xs) - jnp.vdot(q, bs)), scale)
+    return [(jnp.abs(_inner(q, b_xs) + _inner(b_q, xs) - _inner(q, bs)), scale)
             for q, b_q in zip(probes, b_qs)]
+
+
+def _inner(u, v):
+    """u^H v of two vectors (a sum: exact products, whatever the default precision)."""
+    return jnp.sum(jnp.conj(u) * v)
 
 
 def _unit(v):
@@ -169,10 +177,10 @@ def least_squares(op: Operator, x, b) -> list:
     """The test of a least-squares solution ``x``: the normal-equation residual
     ``A^H (A x - b)`` along the probe, ``|<A r, A x s - b s>|``, against
     ``||A|| (||A|| ||x s|| + ||b s||) ||r||`` (the bound of a backward-stable solution)."""
-    xs, bs = _columns_probe(x), _columns_probe(b)
+    xs, bs = op.place(_columns_probe(x)), op.place(_columns_probe(b))
     r = probe(xs.shape[0], xs.dtype)
     both = op.apply(jnp.stack([xs, r], axis=-1))  # one pass over A
-    residual = jnp.abs(jnp.vdot(both[:, 1], both[:, 0] - bs))
+    residual = jnp.abs(_inner(both[:, 1], both[:, 0] - bs))
     return [(residual, op.norm * (op.norm * _norm(xs) + _norm(bs)) * _norm(r))]
 
 
@@ -208,7 +216,7 @@ def _placed(plan, solve: Callable, r, rows: int):
     _, spec, _ = _plan.place_rhs(plan, jnp.zeros((rows,), plan.dtype), rows=rows)
     if spec is not None:
         r = _sharded.place(r, _layout.padded_spec(spec, 1), plan.mesh)
-    return jax.lax.stop_gradient(solve(r, spec))
+    return _replicated(plan, jax.lax.stop_gradient(solve(r, spec)))
 
 
 def factorisation(op: Operator, rebuild: Callable, n: int, dtype) -> list:

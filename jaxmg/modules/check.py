@@ -33,6 +33,7 @@ reads.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Callable, NamedTuple, Optional, Sequence
 
@@ -66,16 +67,18 @@ def enabled(check: Optional[bool]) -> bool:
 
 class Operator(NamedTuple):
     """A matrix as the check applies it: ``apply(v)`` = A v, ``adjoint(v)`` = A^H v, ``norm`` =
-    ||A||_F (or an upper bound of it), and for a Hermitian A read from its lower triangle
-    ``rows(vs)``: B v for each vector v of ``vs``, where A = B + B^H (B is a's lower triangle
-    with half its diagonal), in one pass over the matrix (None for a general A). ``place(v)``
-    is the vector ``v`` replicated on the call's mesh, as the check's vectors are."""
+    ||A||_F (or an upper bound of it), ``rows(vs)``: B v for each vector v of ``vs`` by sums
+    over the rows of B, which XLA fuses into one pass over the matrix with the norm's (B is A,
+    or for a Hermitian A read from its lower triangle, ``hermitian``, the B with A = B + B^H:
+    a's strict lower triangle and half its diagonal), and ``place(v)``: the vector ``v``
+    replicated on the call's mesh, as the check's vectors are."""
 
     apply: Callable
     adjoint: Callable
     norm: jax.Array
     place: Callable
-    rows: Optional[Callable] = None
+    rows: Callable
+    hermitian: bool
 
 
 def verified(plan, status, tests: Callable[[], Sequence[tuple]], *, check: bool, keep: bool = True):
@@ -109,26 +112,33 @@ def _norm(x) -> jax.Array:
 
 def general(plan, a) -> Operator:
     """The operator of matrix ``a`` (the caller's, placed in the computation's layout)."""
-    a = jax.lax.stop_gradient(plan.enter(a))
-    vectors = _vectors(plan)
-    return Operator(lambda v: _dist.matvec(a, v, vectors), lambda v: _dist.matvec(a, v, vectors, "C"), _norm(a),
-                    lambda v: _replicated(plan, v))
+    return _operator(plan, jax.lax.stop_gradient(plan.enter(a)), hermitian=False)
 
 
 def hermitian(plan, a) -> Operator:
     """The operator of the Hermitian matrix A = B + B^H read from ``a``'s lower triangle (B: the
-    strict lower triangle and half the diagonal), applied as sums over rows and columns of B
-    times the vectors, which XLA fuses with the masking: no matrix is written; its norm bound
-    is 2 ||B||_F."""
-    half = jnp.conj(_dist.lower_read_weights(jax.lax.stop_gradient(plan.enter(a)), like=plan.layout))
+    strict lower triangle and half the diagonal); its norm bound is 2 ||B||_F."""
+    a = jax.lax.stop_gradient(plan.enter(a))
+    return _operator(plan, jnp.conj(_dist.lower_read_weights(a, like=plan.layout)), hermitian=True)
 
-    def rows(vs):  # B v for each v: sibling sums over the same rows, one pass
-        return [_replicated(plan, jnp.sum(half * v[None, :], axis=-1)) for v in vs]
 
-    def apply(v):  # B v + B^H v
-        return rows([v])[0] + _replicated(plan, jnp.sum(jnp.conj(half) * v[:, None], axis=0))
+def _operator(plan, b, *, hermitian: bool) -> Operator:
+    """The operator of B (``hermitian``: of B + B^H), applied by sums over B's rows (B v) and
+    columns (B^H v) of its elementwise products with the vectors: XLA fuses the masking that
+    makes B into them, so no matrix is written, and the sums over rows with the norm's."""
+    place = functools.partial(_replicated, plan)
 
-    return Operator(apply, apply, 2 * _norm(half), lambda v: _replicated(plan, v), rows)
+    def rows(vs):
+        return [place(jnp.sum(b * v[None, :], axis=-1)) for v in vs]
+
+    def columns(v):
+        return place(jnp.sum(jnp.conj(b) * v[:, None], axis=0))
+
+    norm = jnp.sqrt(jnp.sum(jnp.sum(jnp.abs(b) ** 2, axis=-1)))  # by rows, as the products
+    if hermitian:
+        apply = lambda v: rows([v])[0] + columns(v)  # noqa: E731
+        return Operator(apply, apply, 2 * norm, place, rows, True)
+    return Operator(lambda v: rows([v])[0], columns, norm, place, rows, False)
 
 
 def _replicated(plan, v):
@@ -156,7 +166,7 @@ def solution(op: Operator, x, b) -> list:
     rows of B only, one pass over the matrix where A y needs two."""
     xs, bs = op.place(_columns_probe(x)), op.place(_columns_probe(b))
     scale = op.norm * _norm(xs)
-    if op.rows is None:
+    if not op.hermitian:
         return [(_norm(op.apply(xs) - bs), scale)]
     probes = [_unit(probe(xs.shape[0], xs.dtype, salt)) for salt in (3, 4)]
     b_xs, *b_qs = op.rows([xs, *probes])
@@ -179,8 +189,8 @@ def least_squares(op: Operator, x, b) -> list:
     ``||A|| (||A|| ||x s|| + ||b s||) ||r||`` (the bound of a backward-stable solution)."""
     xs, bs = op.place(_columns_probe(x)), op.place(_columns_probe(b))
     r = probe(xs.shape[0], xs.dtype)
-    both = op.apply(jnp.stack([xs, r], axis=-1))  # one pass over A
-    residual = jnp.abs(_inner(both[:, 1], both[:, 0] - bs))
+    a_xs, a_r = op.rows([xs, r])  # one pass over A
+    residual = jnp.abs(_inner(a_r, a_xs - bs))
     return [(residual, op.norm * (op.norm * _norm(xs) + _norm(bs)) * _norm(r))]
 
 

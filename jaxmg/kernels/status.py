@@ -10,9 +10,10 @@
   ``max(M, N) * eps`` of the dtype, :func:`default_rcond`).
 * :data:`NOT_FINITE` (-1): a result is not finite for another reason (for example an
   eigensolver given NaN).
-* :data:`CHECK_FAILED` (-2): a finite result failed its check: it does not meet LAPACK's
-  test ratio that a correct result meets (a wide least-squares solution whose backward error
-  ||a x - b|| / ((||a|| ||x|| + ||b||) max(M, N) eps) exceeds 30).
+* :data:`CHECK_FAILED` (-2): a finite result failed its check: the distributed route's result
+  check (``jaxmg.modules.check``) found its residual along a probe vector above 30 times
+  ``N eps`` times the norms that bound a correct result's; or a wide least-squares solution's
+  backward error ||a x - b|| / ((||a|| ||x|| + ||b||) max(M, N) eps) exceeds 30 (on every route).
 
 Whenever the status is not :data:`OK`, the operation's outputs are NaN. Status values are
 int32 scalars, replicated (one per matrix for a stack: shape ``(...)`` for matrices

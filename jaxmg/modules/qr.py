@@ -15,6 +15,7 @@ from .._dense import adjoint, columns, matmul, spec_of, triu
 from .._docstrings import shared_arguments
 from .._typing import Matrix, MeshLike, Specs, TallRhs, Tile, checked
 from .. import _dispatch, _plan
+from . import check as _check
 from ._base import Factorisation
 
 
@@ -51,10 +52,10 @@ class QR(Factorisation):
 
     @checked
     def __init__(self, a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
-                 donate: bool = False, backend: str = "auto"):
+                 donate: bool = False, backend: str = "auto", check: Optional[bool] = None):
         self.plan, (self.state, self.status), (self.operator,) = _dispatch.build(
             _made, "qr", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs, donate=donate,
-            backend=backend, square=False, tall=False, num_rhs=1)
+            backend=backend, square=False, tall=False, num_rhs=1, check=_check.enabled(check))
 
     @property
     def wide(self) -> bool:
@@ -115,8 +116,14 @@ def factored(plan, a, *, keep: bool):
     return jax.lax.stop_gradient(state), status, a if keep else None
 
 
-def _made(plan, a, *, keep: bool):
-    return factored(plan, a, keep=keep)[:2]
+def _made(plan, a, *, keep: bool, check: bool):
+    state, status, _ = factored(plan, a, keep=keep)
+    kplan = kernel_plan(plan)
+    solve = kplan.kernels.QR(kplan).normal_solve
+    status = _check.verified(plan, status, lambda: _check.normal_solve(
+        kplan, _check.general(kplan, adjoint(a) if plan.wide else a), lambda r, spec: solve(state, r, spec)),
+        check=check, keep=keep)
+    return state, status
 
 
 def solved(plan, operator, state, status, b):

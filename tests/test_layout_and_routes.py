@@ -13,10 +13,8 @@ Matrices are tiny (order 8, stacks of 16): the checks are about placement, not a
 """
 
 import contextlib
-import re
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
@@ -28,11 +26,11 @@ from helpers import make_mesh, random_matrix, spd_matrix
 
 N, STACK = 8, 16
 RNG = np.random.default_rng(44)
-SPD = np.stack([spd_matrix(RNG, N, np.float64) for _ in range(STACK)])
-GEN = np.stack([random_matrix(RNG, (N, N), np.float64) + N * np.eye(N) for _ in range(STACK)])
-TALL = np.stack([random_matrix(RNG, (2 * N, N), np.float64) for _ in range(STACK)])
-RHS = RNG.standard_normal((STACK, N))
-RHS_TALL = RNG.standard_normal((STACK, 2 * N))
+SPD, GEN, TALL = (np.stack([make() for _ in range(STACK)]) for make in (
+    lambda: spd_matrix(RNG, N, np.float64),
+    lambda: random_matrix(RNG, (N, N), np.float64) + N * np.eye(N),
+    lambda: random_matrix(RNG, (2 * N, N), np.float64)))
+RHS, RHS_TALL = RNG.standard_normal((STACK, N)), RNG.standard_normal((STACK, 2 * N))
 MOVES = ("all-gather", "all-to-all", "collective-permute")
 AXES = [pytest.param(AxisType.Auto, id="auto"), pytest.param(AxisType.Explicit, id="explicit")]
 MESHES = [pytest.param(((8,), ("x",)), id="8"), pytest.param(((4, 2), ("x", "y")), id="4x2")]
@@ -118,7 +116,7 @@ def test_local_route_over_a_mesh_gathers_as_reported():
 
 # --- outputs keep the caller's layout ---
 
-def _cases(a, g, t, s, b, bt, rows):
+def _cases(a, g, t, s, b, bt):
     """(name, function, arguments, expected specs of its outputs as 'a', 'b' or 'r' for a's
     layout, b's layout or replicated)."""
     return [
@@ -156,7 +154,7 @@ def test_outputs_keep_the_callers_layout_eager_and_jitted(shape, axis_type):
     a, g, t, s = (put(x, matrix) for x in (SPD[0], GEN[0], TALL[0], SPD[1]))
     b, bt = put(RHS[0], rows), put(RHS_TALL[0], rows)
     want = {"a": _normal(matrix.spec, mesh), "b": _normal(rows.spec, mesh), "r": ()}
-    for name, fn, args, kinds in _cases(a, g, t, s, b, bt, rows):
+    for name, fn, args, kinds in _cases(a, g, t, s, b, bt):
         for how, run in (("eager", fn), ("jit", jax.jit(fn))):
             outs = run(*args)
             outs = outs if isinstance(outs, tuple) else (outs,)

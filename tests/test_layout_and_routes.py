@@ -13,6 +13,7 @@ Matrices are tiny (order 8, stacks of 16): the checks are about placement, not a
 """
 
 import contextlib
+import re
 
 import jax
 import numpy as np
@@ -23,6 +24,7 @@ import jaxmg
 import jaxmg.numpy.linalg as la
 import jaxmg.scipy.linalg as sla
 from helpers import make_mesh, random_matrix, spd_matrix
+from test_memory_grid import opaque_native  # noqa: F401 (a fixture)
 
 N, STACK = 8, 16
 RNG = np.random.default_rng(44)
@@ -62,6 +64,8 @@ STACKED = {
     "least_squares": (jaxmg.least_squares, (TALL, RHS_TALL)),
     "qr": (jaxmg.qr, (TALL,)),
     "syevd": (jaxmg.syevd, (SPD,)),
+    "sygvd": (jaxmg.sygvd, (SPD, SPD + np.eye(N))),
+    "Eigh": (lambda a: jaxmg.Eigh(a).w, (SPD,)),
     "Cholesky": (lambda a, b: jaxmg.Cholesky(a).solve(b), (SPD, RHS)),
     "LU": (lambda a, b: jaxmg.LU(a).solve(b), (GEN, RHS)),
 }
@@ -102,16 +106,30 @@ def test_batch_route_moves_nothing_and_keeps_the_stack_layout(shape, axis_type, 
     assert routes and set(routes) == {"batch"} == {jaxmg.route("Cholesky", (N, N), "float64", mesh, stacked=STACK)}
 
 
-def test_local_route_over_a_mesh_gathers_as_reported():
-    """One matrix split over the mesh takes the local route on these devices: it is gathered
-    onto each device's solver (an all-gather), and returns to a's and b's layouts."""
-    mesh = make_mesh((4, 2), ("x", "y"))
+def _gathered(fn, *args) -> list:
+    """The shapes that the compiled program's all-gathers produce."""
+    text = fn.lower(*args).compile().as_text()
+    return [tuple(int(d) for d in dims.split(",") if d)
+            for dims in re.findall(r"= \w+\[([\d,]*)\][^ ]* all-gather\(", text)]
+
+
+@pytest.mark.parametrize("set_mesh", [False, True], ids=["no-set-mesh", "set-mesh"])
+@pytest.mark.parametrize("axis_type", AXES)
+def test_one_matrix_routes_compile_to_what_they_report(axis_type, set_mesh, opaque_native):
+    """One matrix split over a (4, 2) mesh: the local route (backend="portable") gathers it
+    whole onto each device's solver; the distributed route (backend="native", its handlers
+    opaque) never gathers it, only the right-hand side. The solution keeps b's layout."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=axis_type)
     a = jax.device_put(SPD[0], NamedSharding(mesh, P("x", "y")))
     b = jax.device_put(RHS[0], NamedSharding(mesh, P("x")))
-    assert jaxmg.Cholesky(a).route == jaxmg.route("potrs", (N, N), "float64", mesh) == "local"
-    fn = jax.jit(jaxmg.potrs)
-    assert "all-gather" in _moves(fn, a, b)
-    assert _normal(fn(a, b).sharding.spec, mesh) == ("x",)
+    with jax.set_mesh(mesh) if set_mesh else contextlib.nullcontext():
+        local = jax.jit(lambda a, b: jaxmg.potrs(a, b, backend="portable"))
+        native = jax.jit(lambda a, b: jaxmg.potrs(a, b, backend="native", T_A=2))
+        assert jaxmg.Cholesky(a, backend="portable").route == "local"
+        assert jaxmg.Cholesky(a, backend="native", T_A=2).route == "distributed"
+        assert (N, N) in _gathered(local, a, b)
+        assert (N, N) not in _gathered(native, a, b)
+        assert _normal(local(a, b).sharding.spec, mesh) == ("x",)
 
 
 # --- outputs keep the caller's layout ---

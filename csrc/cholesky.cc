@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "codes.h"
 #include "grid.h"
 #include "layout.h"
 #include "trsolve.h"
@@ -33,7 +34,7 @@ struct SymPlan {
 };
 
 // The Cholesky family's cache in each context: symmetrization plans by problem, and the tiled
-// solve's cuBLAS handle and workspace.
+// solve's workspace.
 struct CholeskyCache : FamilyCache {
   std::map<std::string, std::unique_ptr<SymPlan>> plans;
   TiledSolve tiled;
@@ -221,18 +222,14 @@ bool factor_entry(GridCall& g, const Problem& pb, cublasFillMode_t fill, cusolve
                   char* ak, int32_t* status) {
   Context& ctx = *g.ctx;
   cusolverStatus_t st = api().cusolverMpPotrf(ctx.handle, fill, pb.n, ak, 1, 1, desc_a, cuda_type(pb.dtype),
-                                              ctx.work.ptr, ctx.work.bytes, ctx.host_work.data(),
+                                              g.work, g.work_bytes, ctx.host_work.data(),
                                               ctx.host_work.size(), status);
   JAXMG_TRACE("potrf returned ", (int)st);
   // cuSOLVERMp 0.8 reports a matrix that is not positive definite as an internal error (and
   // info > 0): that is a result (status != 0, NaN outputs), not an exception.
-  const bool not_pd = st == CUSOLVER_STATUS_INTERNAL_ERROR || st == CUSOLVER_STATUS_EXECUTION_FAILED;
+  const bool not_pd = failed_execution(st);
   if (st != CUSOLVER_STATUS_SUCCESS && !not_pd) check_mp(st, "cusolverMpPotrf");
-  if (not_pd) {
-    std::vector<int32_t> info = read_int32(status, 1, g.stream);
-    int32_t v = info[0] > 0 ? info[0] : (int32_t)pb.n + 1;
-    check_cuda(cudaMemcpy(status, &v, sizeof(v), cudaMemcpyHostToDevice), "cudaMemcpy(status)");
-  }
+  if (not_pd) failure_status(g, status, (int32_t)pb.n + 1);
   const bool failed = agree_status(g, status) != 0;
   if (failed)
     check_cuda(cudaMemsetAsync(ak, 0xFF, (size_t)(pb.mloc * pb.nloc * elem_bytes(pb.dtype)), g.stream),
@@ -242,8 +239,9 @@ bool factor_entry(GridCall& g, const Problem& pb, cublasFillMode_t fill, cusolve
 
 // cuSOLVERMp's workspaces for the call: potrf's where it factors, potrs's where it solves with
 // cuSOLVERMp (not the tiled solve).
-void size_workspace(Context& ctx, const Problem& pb, cublasFillMode_t fill, cusolverMpMatrixDescriptor_t desc_a,
+void size_workspace(GridCall& g, const Problem& pb, cublasFillMode_t fill, cusolverMpMatrixDescriptor_t desc_a,
                     cusolverMpMatrixDescriptor_t desc_b, char* a, char* x, bool factor, bool tiled) {
+  const Context& ctx = *g.ctx;
   const cudaDataType dtype = cuda_type(pb.dtype);
   size_t dwork = 0, hwork = 0;
   if (factor) {
@@ -258,7 +256,7 @@ void size_workspace(Context& ctx, const Problem& pb, cublasFillMode_t fill, cuso
     dwork = std::max(dwork, d2);
     hwork = std::max(hwork, h2);
   }
-  ctx.ensure_workspace(dwork, hwork);
+  g.ensure_workspace(dwork, hwork);
 }
 
 // The one implementation behind both handlers:
@@ -277,16 +275,16 @@ void potrf_potrs(GridCall& g, const Problem& pb, char* a, char* x, void* logdet,
   const cudaDataType dtype = cuda_type(pb.dtype);
   const int elem = elem_bytes(pb.dtype);
   const int64_t n = pb.n, tile = pb.tile, mat = pb.mloc * pb.nloc, bsz = pb.mloc * pb.nrhs;
-  const cublasFillMode_t fill = pb.uplo ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER;
+  const cublasFillMode_t fill = pb.uplo == codes::uplo_upper ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER;
   const int pr = (int)pb.pr, pc = (int)pb.pc;
   cusolverMpMatrixDescriptor_t desc_a = pb.desc(ctx);
   cusolverMpMatrixDescriptor_t desc_b = ctx.matrix_desc(pr, pc, dtype, n, pb.nrhs, tile, pb.nrhs, pb.mloc);
   const bool tiled = use_tiled_solve(pb, fill);
-  size_workspace(ctx, pb, fill, desc_a, desc_b, a, x, factor, tiled);
+  size_workspace(g, pb, fill, desc_a, desc_b, a, x, factor, tiled);
 
   auto timed = std::make_unique<TimedCall>(factor ? "potrf" : "potrs");
   timed->start(g.stream);
-  if (factor && pb.mode == 1) lay_out(g, cc, pb, a);
+  if (factor && pb.mode == codes::cholesky_in_place) lay_out(g, cc, pb, a);
   timed->laid_out(g.stream);
   for (int64_t k = 0; k < pb.batch; ++k) {
     char* ak = a + k * mat * elem;
@@ -297,7 +295,7 @@ void potrf_potrs(GridCall& g, const Problem& pb, char* a, char* x, void* logdet,
       JAXMG_TRACE("tiled potrs issued");
     } else if (pb.solve && !failed) {
       check_mp(api().cusolverMpPotrs(ctx.handle, fill, n, pb.nrhs, ak, 1, 1, desc_a, x + k * bsz * elem, 1, 1, desc_b,
-                                     dtype, ctx.work.ptr, ctx.work.bytes, ctx.host_work.data(), ctx.host_work.size(),
+                                     dtype, g.work, g.work_bytes, ctx.host_work.data(), ctx.host_work.size(),
                                      static_cast<int32_t*>(ctx.info.ptr)),
                "cusolverMpPotrs");
       JAXMG_TRACE("potrs issued");
@@ -337,14 +335,14 @@ ffi::Error check_problem(Problem& pb, const ffi::AnyBuffer& a, const ffi::AnyBuf
 }
 
 // potrf (and potrs) in place: a -> factor, b -> x.
-ffi::Error PotrfDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank, ffi::AnyBuffer a,
-                         ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> factor, ffi::Result<ffi::AnyBuffer> x,
-                         ffi::Result<ffi::AnyBuffer> logdet, ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n,
-                         int64_t tile, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc, int64_t nrhs, int64_t mode,
-                         int64_t solve, int64_t uplo) {
+ffi::Error PotrfDispatch(cudaStream_t stream, ffi::ScratchAllocator scratch, Members members, NcclId id, Rank rank,
+                         ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> factor,
+                         ffi::Result<ffi::AnyBuffer> x, ffi::Result<ffi::AnyBuffer> logdet,
+                         ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n, int64_t tile, int64_t pr, int64_t pc,
+                         int64_t mloc, int64_t nloc, int64_t nrhs, int64_t mode, int64_t solve, int64_t uplo) {
   Problem pb{{n, n, tile, pr, pc, mloc, nloc}, nrhs, mode, solve, uplo};
   if (ffi::Error e = check_problem(pb, a, b, *logdet, *status, "jaxmg_potrf"); e.failure()) return e;
-  return on_grid(stream, members, id, rank, pr, pc, [&](GridCall& g) {
+  return on_grid(stream, scratch, members, id, rank, pr, pc, [&](GridCall& g) {
     JAXMG_TRACE("potrf: n ", n, " tile ", tile, " grid ", pr, "x", pc, " local ", mloc, "x", nloc, " nrhs ", nrhs,
                 " mode ", mode, " uplo ", uplo, " batch ", pb.batch);
     copy_unless_aliased(*factor, a, stream, "cudaMemcpyAsync(a to factor)");
@@ -355,13 +353,14 @@ ffi::Error PotrfDispatch(cudaStream_t stream, Members members, NcclId id, Rank r
 }
 
 // potrs (and log det) with a factor made by jaxmg_potrf: the factor is only read.
-ffi::Error PotrsDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank, ffi::AnyBuffer f,
-                         ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> x, ffi::Result<ffi::AnyBuffer> logdet,
-                         ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n, int64_t tile, int64_t pr, int64_t pc,
-                         int64_t mloc, int64_t nloc, int64_t nrhs, int64_t mode, int64_t solve, int64_t uplo) {
+ffi::Error PotrsDispatch(cudaStream_t stream, ffi::ScratchAllocator scratch, Members members, NcclId id, Rank rank,
+                         ffi::AnyBuffer f, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> x,
+                         ffi::Result<ffi::AnyBuffer> logdet, ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n,
+                         int64_t tile, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc, int64_t nrhs, int64_t mode,
+                         int64_t solve, int64_t uplo) {
   Problem pb{{n, n, tile, pr, pc, mloc, nloc}, nrhs, mode, solve, uplo};
   if (ffi::Error e = check_problem(pb, f, b, *logdet, *status, "jaxmg_potrs"); e.failure()) return e;
-  return on_grid(stream, members, id, rank, pr, pc, [&](GridCall& g) {
+  return on_grid(stream, scratch, members, id, rank, pr, pc, [&](GridCall& g) {
     JAXMG_TRACE("potrs: n ", n, " tile ", tile, " grid ", pr, "x", pc, " nrhs ", nrhs, " batch ", pb.batch);
     if (solve) copy_unless_aliased(*x, b, stream, "cudaMemcpyAsync(b to x)");
     // read only: potrs and the log-det kernel

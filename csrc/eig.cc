@@ -30,22 +30,17 @@ ffi::Error check_problem(Problem& pb, const ffi::AnyBuffer& a, const ffi::AnyBuf
   return ffi::Error::Success();
 }
 
-// A failed call is a result (status, NaN outputs), not an exception: cuSOLVERMp 0.8 reports some
-// failures (B not positive definite) as failed executions.
-bool failed_execution(cusolverStatus_t st) {
-  return st == CUSOLVER_STATUS_INTERNAL_ERROR || st == CUSOLVER_STATUS_EXECUTION_FAILED;
-}
-
 // The end of one batch entry: its status from cuSOLVERMp's return `st` and info (`minor_above`
 // n maps n + k to k: sygvd's B leading minor; -1 where cuSOLVERMp fails without an info), agreed
 // over the grid, and NaN in its outputs w (n real eigenvalues) and z (like a) where it failed.
 void finish_entry(GridCall& g, const Problem& pb, cusolverStatus_t st, bool minor_above, int32_t* status, char* w,
                   char* z) {
   if (st != CUSOLVER_STATUS_SUCCESS && !failed_execution(st)) check_mp(st, "cuSOLVERMp eigensolver");
-  int32_t v = read_int32(status, 1, g.stream)[0];
+  const int32_t info = read_int32(status, 1, g.stream)[0];
+  int32_t v = info;
   if (minor_above && v > pb.n) v -= (int32_t)pb.n;
   if (st != CUSOLVER_STATUS_SUCCESS && v == 0) v = -1;
-  check_cuda(cudaMemcpy(status, &v, sizeof(v), cudaMemcpyHostToDevice), "cudaMemcpy(status)");
+  if (v != info) set_status(g, status, v);
   if (agree_status(g, status) == 0) return;
   check_cuda(cudaMemsetAsync(w, 0xFF, (size_t)(pb.n * real_bytes(pb.dtype)), g.stream),
              "cudaMemsetAsync(failed outputs)");
@@ -67,7 +62,7 @@ void syevd(GridCall& g, const Problem& pb, char* a, char* w, char* z, int32_t* s
   timed_batch(g, "syevd", pb.batch, dwork, hwork, /*factors=*/true, [&](int64_t k) {
     char *ak = a + k * entry, *wk = w + k * wsz, *zk = z + k * entry;
     cusolverStatus_t st = api().cusolverMpSyevd(ctx.handle, compz, CUBLAS_FILL_MODE_LOWER, n, ak, 1, 1, desc, wk,
-                                                zk, 1, 1, desc, dtype, ctx.work.ptr, ctx.work.bytes,
+                                                zk, 1, 1, desc, dtype, g.work, g.work_bytes,
                                                 ctx.host_work.data(), ctx.host_work.size(), status + k);
     JAXMG_TRACE("syevd returned ", (int)st);
     finish_entry(g, pb, st, /*minor_above=*/false, status + k, wk, zk);
@@ -89,22 +84,22 @@ void sygvd(GridCall& g, const Problem& pb, char* a, char* b, char* w, char* z, i
     char *ak = a + k * entry, *bk = b + k * entry, *wk = w + k * wsz, *zk = z + k * entry;
     cusolverStatus_t st = api().cusolverMpSygvd(ctx.handle, CUSOLVER_EIG_TYPE_1, CUSOLVER_EIG_MODE_VECTOR,
                                                 CUBLAS_FILL_MODE_LOWER, n, ak, 1, 1, desc, bk, 1, 1, desc, wk, zk,
-                                                1, 1, desc, dtype, ctx.work.ptr, ctx.work.bytes,
+                                                1, 1, desc, dtype, g.work, g.work_bytes,
                                                 ctx.host_work.data(), ctx.host_work.size(), status + k);
     JAXMG_TRACE("sygvd returned ", (int)st);
     finish_entry(g, pb, st, /*minor_above=*/true, status + k, wk, zk);
   });
 }
 
-ffi::Error SyevdDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank, ffi::AnyBuffer a,
-                         ffi::Result<ffi::AnyBuffer> work, ffi::Result<ffi::AnyBuffer> w,
+ffi::Error SyevdDispatch(cudaStream_t stream, ffi::ScratchAllocator scratch, Members members, NcclId id, Rank rank,
+                         ffi::AnyBuffer a, ffi::Result<ffi::AnyBuffer> work, ffi::Result<ffi::AnyBuffer> w,
                          ffi::Result<ffi::AnyBuffer> z, ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n,
                          int64_t tile, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc) {
   Problem pb{n, n, tile, pr, pc, mloc, nloc};
   if (ffi::Error e = check_problem(pb, a, *w, "jaxmg_syevd"); e.failure()) return e;
   if ((int64_t)status->element_count() != pb.batch || z->element_count() != a.element_count())
     return ffi::Error::InvalidArgument("jaxmg_syevd: one status per batch entry and z shaped like a expected");
-  return on_grid(stream, members, id, rank, pr, pc, [&](GridCall& g) {
+  return on_grid(stream, scratch, members, id, rank, pr, pc, [&](GridCall& g) {
     JAXMG_TRACE("syevd: n ", n, " tile ", tile, " grid ", pr, "x", pc, " batch ", pb.batch);
     copy_unless_aliased(*work, a, stream, "cudaMemcpyAsync(a to work)");
     syevd(g, pb, static_cast<char*>(work->untyped_data()), static_cast<char*>(w->untyped_data()),
@@ -112,17 +107,17 @@ ffi::Error SyevdDispatch(cudaStream_t stream, Members members, NcclId id, Rank r
   });
 }
 
-ffi::Error SygvdDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank, ffi::AnyBuffer a,
-                         ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> work_a, ffi::Result<ffi::AnyBuffer> work_b,
-                         ffi::Result<ffi::AnyBuffer> w, ffi::Result<ffi::AnyBuffer> z,
-                         ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n, int64_t tile, int64_t pr, int64_t pc,
-                         int64_t mloc, int64_t nloc) {
+ffi::Error SygvdDispatch(cudaStream_t stream, ffi::ScratchAllocator scratch, Members members, NcclId id, Rank rank,
+                         ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> work_a,
+                         ffi::Result<ffi::AnyBuffer> work_b, ffi::Result<ffi::AnyBuffer> w,
+                         ffi::Result<ffi::AnyBuffer> z, ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n,
+                         int64_t tile, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc) {
   Problem pb{n, n, tile, pr, pc, mloc, nloc};
   if (ffi::Error e = check_problem(pb, a, *w, "jaxmg_sygvd"); e.failure()) return e;
   if (b.element_count() != a.element_count() || b.element_type() != a.element_type() ||
       (int64_t)status->element_count() != pb.batch)
     return ffi::Error::InvalidArgument("jaxmg_sygvd: b must be shaped and typed like a, one status per entry");
-  return on_grid(stream, members, id, rank, pr, pc, [&](GridCall& g) {
+  return on_grid(stream, scratch, members, id, rank, pr, pc, [&](GridCall& g) {
     JAXMG_TRACE("sygvd: n ", n, " tile ", tile, " grid ", pr, "x", pc, " batch ", pb.batch);
     copy_unless_aliased(*work_a, a, stream, "cudaMemcpyAsync(a to work)");
     copy_unless_aliased(*work_b, b, stream, "cudaMemcpyAsync(b to work)");

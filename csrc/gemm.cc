@@ -21,35 +21,13 @@
 #include <mutex>
 #include <type_traits>
 
+#include "codes.h"
 #include "dynload.h"
 #include "grid.h"
 #include "layout.h"
 
 namespace jaxmg {
 namespace {
-
-// The cuBLAS handle of `stream`: one per (device, stream), created on the stream's first product,
-// bound to that stream once and kept for the process. A handle is never rebound to another
-// stream, so calls on two streams of one device (from one thread or several) never share a
-// handle's stream or workspace; cuBLAS calls on one unchanging handle are safe from any thread.
-cublasHandle_t stream_handle(cudaStream_t stream) {
-  static std::mutex mutex;
-  static std::map<std::pair<int, cudaStream_t>, cublasHandle_t> handles;
-  int device = 0;
-  check_cuda(cudaStreamGetDevice(stream, &device), "cudaStreamGetDevice");
-  std::lock_guard<std::mutex> lock(mutex);
-  cublasHandle_t& h = handles[{device, stream}];
-  if (h) return h;
-  check_cuda(cudaSetDevice(device), "cudaSetDevice");
-  cublasHandle_t made = nullptr;
-  check_blas(api().cublasCreate(&made), "cublasCreate");
-  if (cublasStatus_t st = api().cublasSetStream(made, stream); st != CUBLAS_STATUS_SUCCESS) {
-    api().cublasDestroy(made);
-    check_blas(st, "cublasSetStream");
-  }
-  h = made;
-  return h;
-}
 
 // The real scalar v as each element type (alpha = 1, beta = 0 of the calls below).
 template <typename T>
@@ -99,9 +77,9 @@ JAXMG_GEMM_TRMM(cuDoubleComplex, double, cublasZgemm, cublasZtrmm, cublasZtrsm, 
 
 cublasOperation_t op_of(int64_t code) {
   switch (code) {
-    case 0: return CUBLAS_OP_N;
-    case 1: return CUBLAS_OP_T;
-    case 2: return CUBLAS_OP_C;
+    case codes::op_n: return CUBLAS_OP_N;
+    case codes::op_t: return CUBLAS_OP_T;
+    case codes::op_c: return CUBLAS_OP_C;
     default: throw Failure(cat("jaxmg_gemm: op code ", code, " is not 0 (N), 1 (T) or 2 (C)"));
   }
 }
@@ -110,7 +88,8 @@ cublasOperation_t op_of(int64_t code) {
 template <typename T>
 void product(cublasHandle_t h, const T* x, int64_t p, int64_t q, int64_t op_x, const T* y, int64_t r, int64_t s,
              int64_t op_y, T* c) {
-  const int64_t m = op_x ? q : p, k = op_x ? p : q, n = op_y ? r : s;
+  const bool tx = op_x != codes::op_n, ty = op_y != codes::op_n;
+  const int64_t m = tx ? q : p, k = tx ? p : q, n = ty ? r : s;
   check_blas(gemm(h, op_of(op_y), op_of(op_x), (int)n, (int)m, (int)k, y, (int)s, x, (int)q, c, (int)n),
              "cublas gemm");
 }
@@ -371,7 +350,7 @@ ffi::Error TrmmImpl(cudaStream_t stream, ffi::AnyBuffer t, ffi::AnyBuffer x, ffi
   try {
     if (!api().blas) throw Failure("jaxmg_trmm: cuBLAS was not found in this process");
     if (r == 0 || s == 0) return ffi::Error::Success();
-    cublasHandle_t h = stream_handle(stream);
+    cublasHandle_t h = blas_handle(stream);
     with_elem_type(dtype, [&](auto zero) {
       using T = decltype(zero);
       triangular_product(h, static_cast<const T*>(t.untyped_data()), n, lower != 0, op, unit != 0,
@@ -391,7 +370,8 @@ ffi::Error GemmImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer y, ffi
   if (x.element_type() != y.element_type() || c->element_type() != x.element_type())
     return ffi::Error::InvalidArgument("jaxmg_gemm: the operands and the result must have one dtype");
   const int64_t p = xd[0], q = xd[1], r = yd[0], s = yd[1];
-  const int64_t m = op_x ? q : p, k = op_x ? p : q, kk = op_y ? s : r, n = op_y ? r : s;
+  const bool tx = op_x != codes::op_n, ty = op_y != codes::op_n;
+  const int64_t m = tx ? q : p, k = tx ? p : q, kk = ty ? s : r, n = ty ? r : s;
   if (k != kk || c->dimensions()[0] != m || c->dimensions()[1] != n)
     return ffi::Error::InvalidArgument(cat("jaxmg_gemm: shapes do not match: op(x) is ", m, "x", k, ", op(y) ", kk, "x",
                                            n, ", the result ", c->dimensions()[0], "x", c->dimensions()[1]));
@@ -404,7 +384,7 @@ ffi::Error GemmImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer y, ffi
       check_cuda(cudaMemsetAsync(c->untyped_data(), 0, c->size_bytes(), stream), "cudaMemsetAsync(empty product)");
       return ffi::Error::Success();
     }
-    cublasHandle_t h = stream_handle(stream);
+    cublasHandle_t h = blas_handle(stream);
     with_elem_type(dtype, [&](auto zero) {
       using T = decltype(zero);
       product(h, static_cast<const T*>(x.untyped_data()), p, q, op_x, static_cast<const T*>(y.untyped_data()), r, s,
@@ -448,7 +428,7 @@ ffi::Error in_place_inverse(const char* name, cudaStream_t stream, ffi::AnyBuffe
     if (!api().blas) throw Failure(cat(name, ": cuBLAS was not found in this process"));
     if (n == 0) return ffi::Error::Success();
     copy_unless_aliased(*inverse, factor, stream, "cudaMemcpyAsync(factor to inverse)");
-    cublasHandle_t h = stream_handle(stream);
+    cublasHandle_t h = blas_handle(stream);
     with_elem_type(dtype, [&](auto zero) {
       using T = decltype(zero);
       InPlaceInverse<T> run{h, stream, static_cast<T*>(inverse->untyped_data()), n,

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "codes.h"
 #include "layout.h"
 
 namespace jaxmg {
@@ -27,7 +28,6 @@ struct Cache {
   std::map<std::string, std::shared_ptr<Context>> contexts;      // key: device + members
   std::map<std::string, std::shared_ptr<std::mutex>> creating;  // per key: held while one is created
   std::map<int, DeviceState> devices;
-  std::map<std::string, std::vector<int32_t>> pending_ids;  // nccl ids made by the first member
 };
 
 Cache& cache() {
@@ -66,7 +66,7 @@ void check_one_gpu_per_process(const std::vector<int32_t>& members) {
   // Two members in one process would need one host thread per GPU inside one collective call.
   for (size_t i = 0; i < members.size(); ++i)
     for (size_t j = i + 1; j < members.size(); ++j)
-      if (members[i] / 1024 == members[j] / 1024 && members[i] != members[j])
+      if (members[i] / codes::process_stride == members[j] / codes::process_stride && members[i] != members[j])
         throw Failure("jaxmg native: one process drives several GPUs of one grid (members " +
                       std::to_string(members[i]) + " and " + std::to_string(members[j]) +
                       "); launch one process per GPU with `python -m jaxmg.launch -n NGPUS script.py`");
@@ -139,12 +139,12 @@ std::shared_ptr<Context> get_context(int dev, const std::vector<int32_t>& member
 // The core's handlers
 // ---------------------------------------------------------------------------------------------
 
-// This device's identity, process_index * 1024 + CUDA ordinal.
+// This device's identity, process_index * codes::process_stride + CUDA ordinal.
 ffi::Error IdentityImpl(cudaStream_t stream, ffi::Result<ffi::Buffer<ffi::S32>> out) {
   try {
     JAXMG_TRACE("identity handler");
     int dev = stream_device(stream);
-    check_cuda(fill_int32(out->typed_data(), (int64_t)out->element_count(), g_process_index * 1024 + dev, stream),
+    check_cuda(fill_int32(out->typed_data(), (int64_t)out->element_count(), g_process_index * codes::process_stride + dev, stream),
                "fill identity");
     return ffi::Error::Success();
   } catch (const std::exception& e) {
@@ -164,12 +164,14 @@ ffi::Error NcclIdImpl(cudaStream_t stream, Members members_buf, Rank rank_buf, f
     int rank = read_int32(rank_buf.typed_data(), 1, stream)[0];
     set_where(rank, n, dev);
     static_assert(sizeof(ncclUniqueId) == 128, "ncclUniqueId size");
-    std::string key = members_key(dev, members);
-    Cache& c = cache();
-    std::lock_guard<std::mutex> lock(c.mu);
-    std::vector<int32_t>& words = c.pending_ids[key];  // stable host memory for the async copy
-    words.assign(32, 0);
-    if (!c.contexts.count(key) && rank == 0) {
+    bool first = false;  // whether this member makes the grid's id: its communicator is not cached yet
+    {
+      Cache& c = cache();
+      std::lock_guard<std::mutex> lock(c.mu);  // only for the look-up: never across GPU work
+      first = rank == 0 && !c.contexts.count(members_key(dev, members));
+    }
+    std::vector<int32_t> words(32, 0);  // host memory that outlives the copy (synchronized below)
+    if (first) {
       ncclUniqueId id;
       check_nccl(api().ncclGetUniqueId(&id), "ncclGetUniqueId");
       std::memcpy(words.data(), &id, sizeof(id));
@@ -351,18 +353,29 @@ cusolverMpMatrixDescriptor_t Context::matrix_desc(int pr, int pc, cudaDataType d
   return d;
 }
 
-void Context::ensure_workspace(size_t device_bytes, size_t host_bytes) {
-  work.ensure(std::max<size_t>(device_bytes, 256), "cudaMalloc(cuSOLVERMp workspace)");
-  if (host_work.size() < std::max<size_t>(host_bytes, 1)) host_work.resize(std::max<size_t>(host_bytes, 1));
-  info.ensure(sizeof(int32_t) * 4, "cudaMalloc(info)");
+void GridCall::ensure_workspace(size_t device_bytes, size_t host_bytes) {
+  const size_t want = std::max<size_t>(device_bytes, 256);
+  if (want > work_bytes) {
+    std::optional<void*> got = scratch->Allocate(want, 256);
+    if (!got || !*got)
+      throw Failure(cat("jaxmg native: XLA could not allocate ", want, " bytes of cuSOLVERMp workspace on ", where(),
+                        ": the device is out of memory (XLA_PYTHON_CLIENT_MEM_FRACTION sets the share of it that "
+                        "XLA may use)"));
+    work = *got;
+    work_bytes = want;
+  }
+  std::vector<char>& host = ctx->host_work;
+  if (host.size() < std::max<size_t>(host_bytes, 1)) host.resize(std::max<size_t>(host_bytes, 1));
+  ctx->info.ensure(sizeof(int32_t) * 4, "cudaMalloc(info)");
   JAXMG_TRACE("workspace device ", device_bytes, " host ", host_bytes);
 }
 
-GridCall open_grid(cudaStream_t stream, const Members& members_buf, const NcclId& id_buf, const Rank& rank_buf,
-                   int64_t pr, int64_t pc) {
+GridCall open_grid(cudaStream_t stream, ffi::ScratchAllocator& scratch, const Members& members_buf,
+                   const NcclId& id_buf, const Rank& rank_buf, int64_t pr, int64_t pc) {
   require_loaded();
   GridCall g;
   g.stream = stream;
+  g.scratch = &scratch;
   g.device = stream_device(stream);
   const size_t nmembers = members_buf.dimensions().back();
   std::vector<int32_t> members = read_int32(members_buf.typed_data(), nmembers, stream);
@@ -392,6 +405,36 @@ int32_t agree_status(GridCall& g, int32_t* status) {
   check_cuda(cudaMemcpyAsync(status, flag, sizeof(int32_t), cudaMemcpyDeviceToDevice, g.stream),
              "cudaMemcpyAsync(status)");
   return agreed;
+}
+
+void set_status(GridCall& g, int32_t* status, int32_t v) {
+  check_cuda(fill_int32(status, 1, v, g.stream), "fill status");
+}
+
+int32_t failure_status(GridCall& g, int32_t* status, int32_t fallback) {
+  const int32_t info = read_int32(status, 1, g.stream)[0];
+  const int32_t v = info > 0 ? info : fallback;
+  if (v != info) set_status(g, status, v);
+  return v;
+}
+
+cublasHandle_t blas_handle(cudaStream_t stream) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, cudaStream_t>, cublasHandle_t> handles;
+  int device = 0;
+  check_cuda(cudaStreamGetDevice(stream, &device), "cudaStreamGetDevice");
+  std::lock_guard<std::mutex> lock(mutex);
+  cublasHandle_t& h = handles[{device, stream}];
+  if (h) return h;
+  check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  cublasHandle_t made = nullptr;
+  check_blas(api().cublasCreate(&made), "cublasCreate");
+  if (cublasStatus_t st = api().cublasSetStream(made, stream); st != CUBLAS_STATUS_SUCCESS) {
+    api().cublasDestroy(made);
+    check_blas(st, "cublasSetStream");
+  }
+  h = made;
+  return h;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -449,13 +492,37 @@ void reset_timings() {
 void set_process_index(int index) { g_process_index = index; }
 int process_index() { return g_process_index; }
 
+int cusolvermp_version() { return g_cusolvermp_version; }
+
+int probe_cusolvermp_version(int device) {
+  if (g_cusolvermp_version >= 0 || !api().loaded || device < 0) return g_cusolvermp_version;
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess) return -1;
+  if (cudaSetDevice(device) != cudaSuccess) return -1;
+  cusolverMpHandle_t h = nullptr;
+  int v = -1;
+  if (api().cusolverMpCreate(&h, device, nullptr) == CUSOLVER_STATUS_SUCCESS) {
+    if (api().cusolverMpGetVersion(h, &v) == CUSOLVER_STATUS_SUCCESS && v >= 0) g_cusolvermp_version = v;
+    api().cusolverMpDestroy(h);
+  }
+  cudaSetDevice(previous);
+  return g_cusolvermp_version;
+}
+
 CacheInfo cache_info() {
   CacheInfo info;
-  std::lock_guard<std::mutex> lock(cache().mu);
-  info.communicators = (int)cache().contexts.size();
-  for (auto& [k, ctx] : cache().contexts) {
+  std::vector<std::shared_ptr<Context>> held;  // taken under the cache's lock, read under each context's
+  {
+    std::lock_guard<std::mutex> lock(cache().mu);
+    for (auto& [k, ctx] : cache().contexts) held.push_back(ctx);
+  }
+  info.communicators = (int)held.size();
+  for (const std::shared_ptr<Context>& ctx : held) {
+    // A call holds ctx->calls while it adds descriptors or grows the layout scratch (and may take
+    // the cache's lock meanwhile): that lock is taken here only once the cache's is released.
+    std::lock_guard<std::mutex> busy(ctx->calls);
     info.descriptors += (int)ctx->descs.size();
-    info.workspace_bytes += ctx->work.bytes + ctx->scratch.bytes;
+    info.workspace_bytes += ctx->scratch.bytes;
   }
   info.cusolvermp_version = g_cusolvermp_version;
   return info;
@@ -465,7 +532,6 @@ void clear_cache() {
   std::map<std::string, std::shared_ptr<Context>> dropped;  // released after the lock
   std::lock_guard<std::mutex> lock(cache().mu);
   dropped.swap(cache().contexts);
-  cache().pending_ids.clear();
 }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_identity, IdentityImpl,

@@ -26,6 +26,7 @@
 #include "dtype.h"
 #include "dynload.h"
 #include "handlers.h"
+#include "strcat.h"
 #include "watchdog.h"
 #include "xla/ffi/api/c_api.h"
 #include "xla/ffi/api/ffi.h"
@@ -48,20 +49,6 @@ std::string& where();
 // JAXMG_NATIVE_DEBUG=1 traces every step of a native call to stderr.
 bool debug_enabled();
 
-// Strings are built without iostreams: on the GPU machines the process's libstdc++ locale
-// facets differ from the ones this module is compiled against, and ostream numeric output crashed.
-inline std::string str_of(const std::string& s) { return s; }
-inline std::string str_of(const char* s) { return s; }
-template <typename T>
-std::string str_of(T v) {
-  return std::to_string(v);
-}
-template <typename... Ts>
-std::string cat(const Ts&... parts) {
-  std::string out;
-  (out.append(str_of(parts)), ...);
-  return out;
-}
 #define JAXMG_TRACE(...)                                                                \
   do {                                                                                  \
     if (::jaxmg::debug_enabled()) {                                                     \
@@ -77,6 +64,20 @@ void check_nccl(ncclResult_t r, const char* call);
 void check_mp(cusolverStatus_t s, const char* call);
 void check_blas(cublasStatus_t s, const char* call);
 ffi::Error to_error(const std::exception& e);
+
+// The one cuBLAS-handle policy of the library (gemm.cc's products, trsolve.cc's tiled solve),
+// as JAX's handle pool: one handle per (device, stream), created on the stream's first use,
+// bound to that stream once and kept for the process. A handle is never rebound to another
+// stream, so work on two streams of one device (from one thread or several) never shares a
+// handle's stream or workspace; cuBLAS calls on one unchanging handle are safe from any thread.
+cublasHandle_t blas_handle(cudaStream_t stream);
+
+// Whether a cuSOLVERMp status is a failed execution: cuSOLVERMp 0.8 reports a matrix that is
+// not positive definite (or singular) this way. Such a call is a result (a status and NaN
+// outputs, agreed over the grid), never an exception, so that every member takes the same path.
+inline bool failed_execution(cusolverStatus_t st) {
+  return st == CUSOLVER_STATUS_INTERNAL_ERROR || st == CUSOLVER_STATUS_EXECUTION_FAILED;
+}
 
 // The library's element type of an FFI buffer type (float32, float64, complex64, complex128), or
 // none for any other.
@@ -137,18 +138,13 @@ struct FamilyCache {
 // Everything cached for one grid membership on one device. The cache and each call that uses it
 // (GridCall, Watch) share its ownership: it is destroyed once the cache has dropped it and no call
 // or watched GPU work holds it.
-struct Context {
-  int device = -1;
-  int nranks = 0, rank = 0;
-  ncclComm_t comm = nullptr;
+struct Context : Watched {  // device, rank, communicator and abort state (watchdog.h)
   cusolverMpHandle_t handle = nullptr;
   std::map<std::tuple<int, int, bool>, cusolverMpGrid_t> grids;  // (pr, pc, row-major mapping)
   std::map<std::string, cusolverMpMatrixDescriptor_t> descs;
   std::map<std::string, std::unique_ptr<FamilyCache>> families;
-  DeviceBuffer work, scratch, info;  // cuSOLVERMp device workspace, layout scratch, status words
-  std::vector<char> host_work;
-  std::string aborted;                   // why the watchdog aborted comm (watchdog.h; under its lock)
-  std::atomic<bool> comm_aborted{false};  // comm was aborted: unusable
+  DeviceBuffer scratch, info;  // layout scratch, status words
+  std::vector<char> host_work;  // cuSOLVERMp's host workspace
   std::mutex calls;  // held by the call that uses the context (GridCall::busy): one at a time
   Context() = default;
   Context(const Context&) = delete;
@@ -162,8 +158,6 @@ struct Context {
   // dimension lld), created once per key.
   cusolverMpMatrixDescriptor_t matrix_desc(int pr, int pc, cudaDataType dtype, int64_t m, int64_t n, int64_t mb,
                                            int64_t nb, int64_t lld, bool row_major = false);
-  // Device and host workspaces of at least these sizes.
-  void ensure_workspace(size_t device_bytes, size_t host_bytes);
   // A family's cache of type T (default-constructed the first time).
   template <typename T>
   T& family(const std::string& name) {
@@ -201,10 +195,11 @@ using Members = ffi::Buffer<ffi::S32>;
 using NcclId = ffi::Buffer<ffi::S32>;
 using Rank = ffi::Buffer<ffi::S32>;
 
-// ffi::Ffi::Bind() with the stream and the three grid arguments, in this order.
+// ffi::Ffi::Bind() with the stream, XLA's scratch allocator and the three grid arguments, in this order.
 inline auto grid_bind() {
   return ffi::Ffi::Bind()
       .Ctx<ffi::PlatformStream<cudaStream_t>>()
+      .Ctx<ffi::ScratchAllocator>()  // XLA's device memory for the call's cuSOLVERMp workspace
       .Arg<Members>()  // members: device identities (process_index * 1024 + ordinal) in rank order
       .Arg<NcclId>()   // the grid's ncclUniqueId as 32 int32 words
       .Arg<Rank>();    // this member's rank (column-major over the cuSOLVERMp grid)
@@ -235,20 +230,28 @@ struct GridCall {
   std::shared_ptr<Context> ctx;          // held for the call: clear_cache() never destroys it under it
   std::unique_lock<std::mutex> busy;     // ctx->calls: one call at a time uses a context
   std::unique_ptr<Watch> watch;          // the communicator is watched while this call's work runs
+  ffi::ScratchAllocator* scratch = nullptr;  // XLA's allocator of this call's device workspace
+  void* work = nullptr;                      // cuSOLVERMp's device workspace for this call
+  size_t work_bytes = 0;
+
+  // cuSOLVERMp's device workspace of at least `device_bytes` for this call, from XLA's memory
+  // pool (returned to it when the handler returns: XLA accounts for it, and no memory outside
+  // its pool is needed), and the context's host workspace and status words.
+  void ensure_workspace(size_t device_bytes, size_t host_bytes);
 };
 // The call's grid: its cached context (created on first use), held and locked for the call, the
 // handle bound to `stream`, and a watch on the communicator (watchdog.h). Fails where the
 // communicator was aborted.
-GridCall open_grid(cudaStream_t stream, const Members& members, const NcclId& id, const Rank& rank, int64_t pr,
-                   int64_t pc);
+GridCall open_grid(cudaStream_t stream, ffi::ScratchAllocator& scratch, const Members& members, const NcclId& id,
+                   const Rank& rank, int64_t pr, int64_t pc);
 
 // A family handler's work once its checks have passed: the call's grid (open_grid), then
 // `work(g)`; a Failure (or any other exception) becomes the handler's error (to_error).
 template <typename Work>
-ffi::Error on_grid(cudaStream_t stream, const Members& members, const NcclId& id, const Rank& rank, int64_t pr,
-                   int64_t pc, Work&& work) {
+ffi::Error on_grid(cudaStream_t stream, ffi::ScratchAllocator& scratch, const Members& members, const NcclId& id,
+                   const Rank& rank, int64_t pr, int64_t pc, Work&& work) {
   try {
-    GridCall g = open_grid(stream, members, id, rank, pr, pc);
+    GridCall g = open_grid(stream, scratch, members, id, rank, pr, pc);
     work(g);
     return ffi::Error::Success();
   } catch (const std::exception& e) {
@@ -259,6 +262,14 @@ ffi::Error on_grid(cudaStream_t stream, const Members& members, const NcclId& id
 // Agree on a status over the grid: the maximum of every member's `status` (device int32),
 // written back to `status`; returns it (synchronizes).
 int32_t agree_status(GridCall& g, int32_t* status);
+
+// Writes `v` to the device status word `status` on the call's stream (a kernel, so it is
+// ordered before agree_status reads it; no host memory or default-stream copy is involved).
+void set_status(GridCall& g, int32_t* status, int32_t v);
+
+// The status of an entry whose cuSOLVERMp call was a failed execution: its info where that is
+// positive (read on the call's stream), else `fallback`, written to `status`; returns it.
+int32_t failure_status(GridCall& g, int32_t* status, int32_t fallback);
 
 // ---------------------------------------------------------------------------------------------
 // Timings by call kind: GPU events around the layout step, the first factorization and the whole
@@ -279,14 +290,14 @@ struct TimedCall {
 // Records the end of `call` on `stream` and keeps it for last_timings().
 void record_timing(int device, std::unique_ptr<TimedCall> call, cudaStream_t stream);
 
-// A cuSOLVERMp call over every batch entry, timed as `kind`: the context's workspaces of at least
+// A cuSOLVERMp call over every batch entry, timed as `kind`: the call's workspaces of at least
 // dwork / hwork bytes (and its status words), then `entry(k)` for k = 0 .. batch - 1. There is no
 // layout step (the kernel layer lays the matrix out); where `factors`, the end of the first entry
 // is the end of the first factorization.
 template <typename Entry>
 void timed_batch(GridCall& g, const char* kind, int64_t batch, size_t dwork, size_t hwork, bool factors,
                  Entry&& entry) {
-  g.ctx->ensure_workspace(dwork, hwork);
+  g.ensure_workspace(dwork, hwork);
   auto timed = std::make_unique<TimedCall>(kind);
   timed->start(g.stream);
   timed->laid_out(g.stream);

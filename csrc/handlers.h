@@ -59,6 +59,13 @@ struct CacheInfo {
   int cusolvermp_version = -1;  // from the first handle, -1 before any
 };
 CacheInfo cache_info();
+// The loaded cuSOLVERMp's version code (major * 1000 + minor * 100 + patch, as the header's
+// CUSOLVERMP_VERSION), from the first handle made; -1 before any.
+int cusolvermp_version();
+// The same, reading it first where no handle was made yet: a handle is created on CUDA device
+// `device` (the calling process's GPU), asked, and destroyed; -1 where the library is not loaded
+// or the device cannot be used.
+int probe_cusolvermp_version(int device);
 // Drops the cache's reference to every cached context (communicator, handle, grids, descriptors,
 // workspaces, family caches): each is destroyed at once, or, where a call or its GPU work holds it,
 // when that ends. Collective-free; all processes should do the same (a grid is created again,

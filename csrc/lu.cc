@@ -54,19 +54,15 @@ void getrf(GridCall& g, const Problem& pb, char* a, int32_t* pivots, int32_t* st
   // no layout step: the block layout is read as it is
   timed_batch(g, "getrf", pb.batch, dwork, hwork, /*factors=*/true, [&](int64_t k) {
     char* ak = a + k * entry;
-    cusolverStatus_t st = api().cusolverMpGetrf(ctx.handle, n, n, ak, 1, 1, desc, ipiv, dtype, ctx.work.ptr,
-                                                ctx.work.bytes, ctx.host_work.data(), ctx.host_work.size(),
+    cusolverStatus_t st = api().cusolverMpGetrf(ctx.handle, n, n, ak, 1, 1, desc, ipiv, dtype, g.work,
+                                                g.work_bytes, ctx.host_work.data(), ctx.host_work.size(),
                                                 status + k);
     JAXMG_TRACE("getrf returned ", (int)st);
     // A singular matrix is a result (status = info, NaN outputs), not an exception, also where
     // cuSOLVERMp reports it as a failed execution (then n + 1 where info is not set).
-    const bool singular = st == CUSOLVER_STATUS_INTERNAL_ERROR || st == CUSOLVER_STATUS_EXECUTION_FAILED;
+    const bool singular = failed_execution(st);
     if (st != CUSOLVER_STATUS_SUCCESS && !singular) check_mp(st, "cusolverMpGetrf");
-    if (singular) {
-      std::vector<int32_t> info = read_int32(status + k, 1, g.stream);
-      int32_t v = info[0] > 0 ? info[0] : (int32_t)n + 1;
-      check_cuda(cudaMemcpy(status + k, &v, sizeof(v), cudaMemcpyHostToDevice), "cudaMemcpy(status)");
-    }
+    if (singular) failure_status(g, status + k, (int32_t)n + 1);
     if (agree_status(g, status + k) != 0)
       check_cuda(cudaMemsetAsync(ak, 0xFF, (size_t)entry, g.stream), "cudaMemsetAsync(failed factor)");
     check_cuda(pivots_to_int32(ipiv, pivots + k * pb.mloc, pb.mloc, g.stream), "pivots to int32");
@@ -91,37 +87,38 @@ void getrs(GridCall& g, const Problem& pb, const char* f, const int32_t* pivots,
   timed_batch(g, "getrs", pb.batch, dwork, hwork, /*factors=*/false, [&](int64_t k) {
     check_cuda(pivots_to_int64(pivots + k * pb.mloc, ipiv, pb.mloc, g.stream), "pivots to int64");
     check_mp(api().cusolverMpGetrs(ctx.handle, CUBLAS_OP_N, n, pb.nrhs, f + k * pb.entry_bytes(), 1, 1, desc_a, ipiv,
-                                   x + k * bsz * elem, 1, 1, desc_b, dtype, ctx.work.ptr, ctx.work.bytes,
+                                   x + k * bsz * elem, 1, 1, desc_b, dtype, g.work, g.work_bytes,
                                    ctx.host_work.data(), ctx.host_work.size(), static_cast<int32_t*>(ctx.info.ptr)),
              "cusolverMpGetrs");
     JAXMG_TRACE("getrs issued");
   });
 }
 
-ffi::Error GetrfDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank, ffi::AnyBuffer a,
-                         ffi::Result<ffi::AnyBuffer> factor, ffi::Result<ffi::Buffer<ffi::S32>> pivots,
-                         ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n, int64_t tile, int64_t pr, int64_t pc,
-                         int64_t mloc, int64_t nloc) {
+ffi::Error GetrfDispatch(cudaStream_t stream, ffi::ScratchAllocator scratch, Members members, NcclId id, Rank rank,
+                         ffi::AnyBuffer a, ffi::Result<ffi::AnyBuffer> factor,
+                         ffi::Result<ffi::Buffer<ffi::S32>> pivots, ffi::Result<ffi::Buffer<ffi::S32>> status,
+                         int64_t n, int64_t tile, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc) {
   Problem pb{{n, n, tile, pr, pc, mloc, nloc}, 1};
   if (ffi::Error e = check_matrix(pb, a, (int64_t)pivots->element_count(), "jaxmg_getrf"); e.failure()) return e;
   if ((int64_t)status->element_count() != pb.batch)
     return ffi::Error::InvalidArgument("jaxmg_getrf: one status per batch entry expected");
-  return on_grid(stream, members, id, rank, pr, pc, [&](GridCall& g) {
+  return on_grid(stream, scratch, members, id, rank, pr, pc, [&](GridCall& g) {
     JAXMG_TRACE("getrf: n ", n, " tile ", tile, " grid ", pr, "x", pc, " local ", mloc, "x", nloc, " batch ", pb.batch);
     copy_unless_aliased(*factor, a, stream, "cudaMemcpyAsync(a to factor)");
     getrf(g, pb, static_cast<char*>(factor->untyped_data()), pivots->typed_data(), status->typed_data());
   });
 }
 
-ffi::Error GetrsDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank, ffi::AnyBuffer f,
-                         ffi::Buffer<ffi::S32> pivots, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> x, int64_t n,
-                         int64_t tile, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc, int64_t nrhs) {
+ffi::Error GetrsDispatch(cudaStream_t stream, ffi::ScratchAllocator scratch, Members members, NcclId id, Rank rank,
+                         ffi::AnyBuffer f, ffi::Buffer<ffi::S32> pivots, ffi::AnyBuffer b,
+                         ffi::Result<ffi::AnyBuffer> x, int64_t n, int64_t tile, int64_t pr, int64_t pc, int64_t mloc,
+                         int64_t nloc, int64_t nrhs) {
   Problem pb{{n, n, tile, pr, pc, mloc, nloc}, nrhs};
   if (ffi::Error e = check_matrix(pb, f, (int64_t)pivots.element_count(), "jaxmg_getrs"); e.failure()) return e;
   if ((int64_t)b.element_count() != pb.batch * mloc * nrhs || b.element_type() != f.element_type())
     return ffi::Error::InvalidArgument(cat("jaxmg_getrs: the right-hand side has ", b.element_count(),
                                            " elements (expected ", pb.batch * mloc * nrhs, ") or another dtype"));
-  return on_grid(stream, members, id, rank, pr, pc, [&](GridCall& g) {
+  return on_grid(stream, scratch, members, id, rank, pr, pc, [&](GridCall& g) {
     JAXMG_TRACE("getrs: n ", n, " tile ", tile, " grid ", pr, "x", pc, " nrhs ", nrhs, " batch ", pb.batch);
     copy_unless_aliased(*x, b, stream, "cudaMemcpyAsync(b to x)");
     getrs(g, pb, static_cast<const char*>(f.untyped_data()), pivots.typed_data(),

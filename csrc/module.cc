@@ -7,6 +7,7 @@
 
 #include <utility>
 
+#include "codes.h"
 #include "dynload.h"
 #include "handlers.h"
 #include "watchdog.h"
@@ -77,8 +78,12 @@ void def_versions(nb::module_& m) {
     if (jaxmg::api().loaded) jaxmg::api().ncclGetVersion(&v);
     return v;
   }, "The loaded NCCL's version code (-1 when not loaded).");
-  m.def("cusolvermp_version", []() { return jaxmg::cache_info().cusolvermp_version; },
-        "The loaded cuSOLVERMp's version (from its first handle; -1 before the first native call).");
+  m.def("cusolvermp_version", []() { return jaxmg::cusolvermp_version(); },
+        "The loaded cuSOLVERMp's version code (major*1000 + minor*100 + patch, from its first handle; -1 "
+        "before any).");
+  m.def("probe_cusolvermp_version", &jaxmg::probe_cusolvermp_version, nb::arg("device"),
+        "The loaded cuSOLVERMp's version code, read once from a handle made on CUDA device `device` where "
+        "none was made yet (-1 where it cannot be read).");
   m.def("capabilities", []() {
     nb::dict d;
     const auto& a = jaxmg::api();
@@ -94,9 +99,20 @@ void def_versions(nb::module_& m) {
   }, "Which cuSOLVERMp entry points the loaded library has (optional ones are probed).");
 }
 
+// The codes shared with the Python side (codes.h), by name.
+void def_codes(nb::module_& m) {
+  m.def("codes", []() {
+    nb::dict d;
+#define JAXMG_EXPORT_CODE(name, value) d[#name] = jaxmg::codes::name;
+    JAXMG_SHARED_CODES(JAXMG_EXPORT_CODE)
+#undef JAXMG_EXPORT_CODE
+    return d;
+  }, "The codes that the handlers and their Python callers share (csrc/codes.h), {name: value}.");
+}
+
 // The process index, timings, the grid cache and the communicator watchdog.
 void def_state(nb::module_& m) {
-  m.def("set_process_index", &jaxmg::set_process_index, "Set this process's index (device identity = index*1024+ordinal).");
+  m.def("set_process_index", &jaxmg::set_process_index, "Set this process's index (device identity = index * codes()['process_stride'] + ordinal).");
   m.def("process_index", &jaxmg::process_index);
   m.def("last_timings", []() {
     nb::list out;
@@ -137,5 +153,6 @@ NB_MODULE(_native, m) {
   def_handlers(m);
   def_loading(m);
   def_versions(m);
+  def_codes(m);
   def_state(m);
 }

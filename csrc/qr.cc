@@ -43,17 +43,14 @@ void geqrf(GridCall& g, const Problem& pb, char* a, char* tau, int32_t* status) 
     char* ak = a + k * entry;
     check_cuda(cudaMemsetAsync(status + k, 0, sizeof(int32_t), g.stream), "cudaMemsetAsync(status)");
     cusolverStatus_t st = api().cusolverMpGeqrf(ctx.handle, pb.m, pb.n, ak, 1, 1, desc, tau + k * tau_bytes(pb),
-                                                dtype, ctx.work.ptr, ctx.work.bytes, ctx.host_work.data(),
+                                                dtype, g.work, g.work_bytes, ctx.host_work.data(),
                                                 ctx.host_work.size(), status + k);
     JAXMG_TRACE("geqrf returned ", (int)st);
     // A failed execution is a result (status n + 1, NaN outputs), not an exception, so that every
     // member takes the same path.
-    const bool failed = st == CUSOLVER_STATUS_INTERNAL_ERROR || st == CUSOLVER_STATUS_EXECUTION_FAILED;
+    const bool failed = failed_execution(st);
     if (st != CUSOLVER_STATUS_SUCCESS && !failed) check_mp(st, "cusolverMpGeqrf");
-    if (failed) {
-      const int32_t v = (int32_t)pb.n + 1;
-      check_cuda(cudaMemcpy(status + k, &v, sizeof(v), cudaMemcpyHostToDevice), "cudaMemcpy(status)");
-    }
+    if (failed) set_status(g, status + k, (int32_t)pb.n + 1);
     if (agree_status(g, status + k) != 0)
       check_cuda(cudaMemsetAsync(ak, 0xFF, (size_t)entry, g.stream), "cudaMemsetAsync(failed factor)");
   });
@@ -69,22 +66,22 @@ void orgqr(GridCall& g, const Problem& pb, const char* tau, char* q) {
            "cusolverMpOrgqr_bufferSize");
   timed_batch(g, "orgqr", pb.batch, dwork, hwork, /*factors=*/false, [&](int64_t k) {
     check_mp(api().cusolverMpOrgqr(ctx.handle, pb.m, pb.n, pb.n, q + k * pb.entry_bytes(), 1, 1, desc,
-                                   tau + k * tau_bytes(pb), dtype, ctx.work.ptr, ctx.work.bytes,
+                                   tau + k * tau_bytes(pb), dtype, g.work, g.work_bytes,
                                    ctx.host_work.data(), ctx.host_work.size(), static_cast<int32_t*>(ctx.info.ptr)),
              "cusolverMpOrgqr");
     JAXMG_TRACE("orgqr issued");
   });
 }
 
-ffi::Error GeqrfDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank, ffi::AnyBuffer a,
-                         ffi::Result<ffi::AnyBuffer> factor, ffi::Result<ffi::AnyBuffer> tau,
+ffi::Error GeqrfDispatch(cudaStream_t stream, ffi::ScratchAllocator scratch, Members members, NcclId id, Rank rank,
+                         ffi::AnyBuffer a, ffi::Result<ffi::AnyBuffer> factor, ffi::Result<ffi::AnyBuffer> tau,
                          ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t m, int64_t n, int64_t tile, int64_t pr,
                          int64_t pc, int64_t mloc, int64_t nloc) {
   Problem pb{m, n, tile, pr, pc, mloc, nloc};
   if (ffi::Error e = check_factor(pb, a, (int64_t)tau->element_count(), "jaxmg_geqrf"); e.failure()) return e;
   if ((int64_t)status->element_count() != pb.batch || tau->element_type() != a.element_type())
     return ffi::Error::InvalidArgument("jaxmg_geqrf: one status per batch entry and tau of a's dtype expected");
-  return on_grid(stream, members, id, rank, pr, pc, [&](GridCall& g) {
+  return on_grid(stream, scratch, members, id, rank, pr, pc, [&](GridCall& g) {
     JAXMG_TRACE("geqrf: ", m, "x", n, " tile ", tile, " grid ", pr, "x", pc, " batch ", pb.batch);
     copy_unless_aliased(*factor, a, stream, "cudaMemcpyAsync(a to factor)");
     geqrf(g, pb, static_cast<char*>(factor->untyped_data()), static_cast<char*>(tau->untyped_data()),
@@ -92,12 +89,12 @@ ffi::Error GeqrfDispatch(cudaStream_t stream, Members members, NcclId id, Rank r
   });
 }
 
-ffi::Error OrgqrDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank, ffi::AnyBuffer f,
-                         ffi::AnyBuffer tau, ffi::Result<ffi::AnyBuffer> q, int64_t m, int64_t n, int64_t tile,
-                         int64_t pr, int64_t pc, int64_t mloc, int64_t nloc) {
+ffi::Error OrgqrDispatch(cudaStream_t stream, ffi::ScratchAllocator scratch, Members members, NcclId id, Rank rank,
+                         ffi::AnyBuffer f, ffi::AnyBuffer tau, ffi::Result<ffi::AnyBuffer> q, int64_t m, int64_t n,
+                         int64_t tile, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc) {
   Problem pb{m, n, tile, pr, pc, mloc, nloc};
   if (ffi::Error e = check_factor(pb, f, (int64_t)tau.element_count(), "jaxmg_orgqr"); e.failure()) return e;
-  return on_grid(stream, members, id, rank, pr, pc, [&](GridCall& g) {
+  return on_grid(stream, scratch, members, id, rank, pr, pc, [&](GridCall& g) {
     JAXMG_TRACE("orgqr: ", m, "x", n, " tile ", tile, " grid ", pr, "x", pc, " batch ", pb.batch);
     copy_unless_aliased(*q, f, stream, "cudaMemcpyAsync(factor to q)");
     orgqr(g, pb, static_cast<const char*>(tau.untyped_data()), static_cast<char*>(q->untyped_data()));

@@ -9,6 +9,7 @@
 //                                  factor read as a row-major one.
 // Nothing is conjugated. Operand and result are row-major (..., n, n); the result aliases the
 // operand (input_output_aliases), and is a copy where XLA did not alias them.
+#include "codes.h"
 #include "grid.h"
 #include "layout.h"
 
@@ -21,7 +22,8 @@ ffi::Error RelayoutImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::
     return ffi::Error::InvalidArgument("jaxmg_relayout: the operand must be a square matrix or a stack of them");
   if (od.size() != xd.size() || !std::equal(xd.begin(), xd.end(), od.begin()) || out->element_type() != x.element_type())
     return ffi::Error::InvalidArgument("jaxmg_relayout: the result must have the operand's shape and dtype");
-  if (mode < 0 || mode > 2)
+  if (mode != codes::relayout_transpose && mode != codes::relayout_symmetric_from_lower &&
+      mode != codes::relayout_lower_of_transpose)
     return ffi::Error::InvalidArgument(cat("jaxmg_relayout: mode must be 0, 1 or 2; got ", mode));
   DType dtype;
   if (ffi::Error e = check_dtype("jaxmg_relayout", x.element_type(), &dtype); e.failure()) return e;
@@ -32,11 +34,11 @@ ffi::Error RelayoutImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::
     copy_unless_aliased(*out, x, stream, "cudaMemcpyAsync(relayout operand to result)");
     void* a = out->untyped_data();
     // Row-major (i, j) is column-major (j, i): the row-major upper triangle is the column-major lower one.
-    if (mode == 0)
+    if (mode == codes::relayout_transpose)
       check_cuda(transpose_square(a, n, n, batch, n * n, dtype, stream), "transpose_square");
     else
-      check_cuda(reflect(a, n, n, batch, n * n, /*to_lower=*/mode == 1, /*conjugate=*/false,
-                         /*zero_source=*/mode == 2, dtype, stream),
+      check_cuda(reflect(a, n, n, batch, n * n, /*to_lower=*/mode == codes::relayout_symmetric_from_lower, /*conjugate=*/false,
+                         /*zero_source=*/mode == codes::relayout_lower_of_transpose, dtype, stream),
                  "reflect");
     return ffi::Error::Success();
   } catch (const std::exception& e) {

@@ -48,7 +48,7 @@ template <typename T>
 void solve(TiledSolve& ts, ncclComm_t comm, const T* a, T* x, int64_t n, int64_t tile, int nproc, int rank,
            int64_t nrhs, cudaStream_t stream) {
   using O = Ops<T>;
-  auto h = static_cast<cublasHandle_t>(ts.handle);
+  cublasHandle_t h = blas_handle(stream);  // one per device and stream (grid.h)
   const int64_t ntiles = n / tile, stage = tile * nrhs;
   const size_t want = (size_t)(n * nrhs + 2 * stage) * sizeof(T);
   if (ts.bytes < want) {
@@ -122,7 +122,6 @@ void solve(TiledSolve& ts, ncclComm_t comm, const T* a, T* x, int64_t n, int64_t
 }  // namespace
 
 TiledSolve::~TiledSolve() {
-  if (handle && api().cublasDestroy) api().cublasDestroy(static_cast<cublasHandle_t>(handle));
   if (work) cudaFree(work);
 }
 
@@ -132,12 +131,6 @@ void tiled_potrs(TiledSolve& ts, ncclComm_t comm, DType dtype, const void* a, vo
                  int nproc, int rank, int64_t nrhs, cudaStream_t stream) {
   if (!api().blas) throw Failure("jaxmg native: the tiled solve needs cuBLAS, which was not found");
   if (n % (tile * nproc)) throw Failure("jaxmg native: the tiled solve needs n to be a multiple of tile * nproc");
-  if (!ts.handle) {
-    cublasHandle_t h = nullptr;
-    check_blas(api().cublasCreate(&h), "cublasCreate");
-    ts.handle = h;
-  }
-  check_blas(api().cublasSetStream(static_cast<cublasHandle_t>(ts.handle), stream), "cublasSetStream");
   with_elem_type(dtype, [&](auto zero) {
     using T = decltype(zero);
     solve(ts, comm, static_cast<const T*>(a), static_cast<T*>(x), n, tile, nproc, rank, nrhs, stream);

@@ -13,10 +13,10 @@
 
 namespace jaxmg {
 
-// What the tiled solve keeps per grid member: a cuBLAS handle and its workspace (one
-// right-hand-side-sized accumulator and two one-tile staging buffers). Owned, released once.
+// What the tiled solve keeps per grid member: its workspace (one right-hand-side-sized
+// accumulator and two one-tile staging buffers). Owned, released once. Its cuBLAS calls use the
+// stream's handle (blas_handle, grid.h), as the one-GPU products do.
 struct TiledSolve {
-  void* handle = nullptr;  // cublasHandle_t
   void* work = nullptr;
   size_t bytes = 0;
   TiledSolve() = default;

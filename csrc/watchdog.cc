@@ -10,7 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "grid.h"
+#include "dynload.h"
+#include "strcat.h"
 
 namespace jaxmg {
 
@@ -19,7 +20,7 @@ using Clock = std::chrono::steady_clock;
 // One watched call: its context (held until the entry is dropped), when it started, and (once the
 // handler has returned) the event that completes with its GPU work.
 struct WatchEntry {
-  std::shared_ptr<Context> ctx;
+  std::shared_ptr<Watched> ctx;
   int device = -1;
   Clock::time_point start;
   cudaEvent_t done = nullptr;  // set by ~Watch; owned by the watchdog from then on
@@ -33,7 +34,7 @@ struct Watchdog {
   std::mutex mu;
   std::condition_variable wake;
   std::vector<std::shared_ptr<WatchEntry>> entries;
-  std::vector<std::weak_ptr<Context>> known;  // every context watched, while it exists (request_abort)
+  std::vector<std::weak_ptr<Watched>> known;  // every context watched, while it exists (request_abort)
   std::string requested;                      // a pending abort request
   std::string history;                        // every abort so far
   bool started = false;
@@ -50,7 +51,7 @@ std::string nccl_error_name(ncclResult_t r) {
 }
 
 // Aborts ctx's communicator once (d.mu held).
-void abort_locked(Watchdog& d, Context* ctx, const std::string& reason) {
+void abort_locked(Watchdog& d, Watched* ctx, const std::string& reason) {
   if (ctx->comm_aborted || !ctx->comm) return;
   ctx->aborted = reason;
   std::string line = cat("rank ", ctx->rank, " of ", ctx->nranks, " on device ", ctx->device, ": ", reason);
@@ -72,7 +73,7 @@ bool finished(Watchdog& d, WatchEntry& e, double limit, Clock::time_point now) {
       return true;
     }
   }
-  Context* ctx = e.ctx.get();
+  Watched* ctx = e.ctx.get();
   if (ctx->comm_aborted) return false;  // wait for the aborted GPU work to drain
   ncclResult_t async = ncclSuccess;
   if (api().ncclCommGetAsyncError && api().ncclCommGetAsyncError(ctx->comm, &async) == ncclSuccess &&
@@ -87,7 +88,7 @@ bool finished(Watchdog& d, WatchEntry& e, double limit, Clock::time_point now) {
 
 void poll_once(Watchdog& d) {
   // References dropped here are released after the lock: one may be a context's last.
-  std::vector<std::shared_ptr<Context>> aborted;
+  std::vector<std::shared_ptr<Watched>> aborted;
   std::vector<std::shared_ptr<WatchEntry>> done;
   std::lock_guard<std::mutex> lock(d.mu);
   if (!d.requested.empty()) {
@@ -126,7 +127,7 @@ double native_timeout_s() {
   return seconds;
 }
 
-Watch::Watch(std::shared_ptr<Context> ctx, cudaStream_t stream)
+Watch::Watch(std::shared_ptr<Watched> ctx, cudaStream_t stream)
     : entry_(std::make_shared<WatchEntry>()), stream_(stream) {
   entry_->device = ctx->device;
   entry_->start = Clock::now();
@@ -136,7 +137,7 @@ Watch::Watch(std::shared_ptr<Context> ctx, cudaStream_t stream)
     std::thread([&d] { run(d); }).detach();
     d.started = true;
   }
-  auto gone_or_same = [&](const std::weak_ptr<Context>& w) {
+  auto gone_or_same = [&](const std::weak_ptr<Watched>& w) {
     return w.expired() || (!w.owner_before(ctx) && !ctx.owner_before(w));
   };
   d.known.erase(std::remove_if(d.known.begin(), d.known.end(), gone_or_same), d.known.end());
@@ -171,7 +172,7 @@ void request_abort(const std::string& reason) {
   poll_once(d);  // at once, also where no call is in flight
 }
 
-std::string abort_reason(const Context& ctx) {
+std::string abort_reason(const Watched& ctx) {
   std::lock_guard<std::mutex> lock(dog().mu);
   return ctx.aborted;
 }

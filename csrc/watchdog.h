@@ -11,20 +11,31 @@
 #pragma once
 
 #include <cuda_runtime_api.h>
+#include <nccl.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 
 namespace jaxmg {
 
-struct Context;
 struct WatchEntry;
+
+// What the watchdog reads and writes of a grid's context: its communicator and where it runs, and
+// once aborted, why. The grid's Context (grid.h) is one.
+struct Watched {
+  int device = -1;
+  int nranks = 0, rank = 0;
+  ncclComm_t comm = nullptr;
+  std::string aborted;                    // why the watchdog aborted comm (under its lock)
+  std::atomic<bool> comm_aborted{false};  // comm was aborted: unusable
+};
 
 // Watches `ctx`'s communicator while it lives and, after it ends, until the work enqueued on
 // `stream` up to its end has completed; holds `ctx` as long.
 class Watch {
  public:
-  Watch(std::shared_ptr<Context> ctx, cudaStream_t stream);
+  Watch(std::shared_ptr<Watched> ctx, cudaStream_t stream);
   ~Watch();
   Watch(const Watch&) = delete;
   Watch& operator=(const Watch&) = delete;
@@ -39,7 +50,7 @@ class Watch {
 void request_abort(const std::string& reason);
 
 // Why `ctx`'s communicator was aborted, or "" while it is usable.
-std::string abort_reason(const Context& ctx);
+std::string abort_reason(const Watched& ctx);
 
 // Every abort so far, joined ("" when none): failures are reported with it.
 std::string aborts_so_far();

@@ -97,6 +97,9 @@ def report(n: int = 4096, dtype: str = "float64") -> dict:
              "why_not_native": _routes.native_unavailable(_routes.family(op), mesh)}
         for op in OPERATIONS
     }
+    kind = devices[0].platform
+    out["local_svd"] = {"platform": kind, "polar_eigh_above": _routes.polar_eigh_above(kind),
+                        "polar_eigh": _routes.polar_eigh(kind, shape)}
     return out
 
 
@@ -129,6 +132,13 @@ def format_report(info: dict) -> str:
         if choice["auto"] != "native":
             why = f"  ({choice['why_not_native'] or 'one device measured faster while it fits: jaxmg/_routes.py'})"
         lines.append(f"  {op:14s} {choice['route']:11s} {choice['stacked']:11s} {choice['auto']}{why}")
+    svd = info.get("local_svd")
+    if svd:
+        above = svd["polar_eigh_above"]
+        method = "the platform's own SVD at every order" if above is None else \
+            f"QDWH polar + eigh above order {above}, the platform's own SVD up to it"
+        lines.append(f"svd and polar on the local and batch routes ({svd['platform']}): {method} "
+                     f"(jaxmg/_routes.py POLAR_EIGH_ABOVE)")
     return "\n".join(lines)
 
 

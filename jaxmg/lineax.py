@@ -23,12 +23,19 @@ x = lx.linear_solve(operator, b, solver=jaxmg.lineax.Auto()).value
 - ``init`` factors once; the state it returns is reused by ``linear_solve(..., state=...)``,
   and ``transpose``/``conj`` only flip flags on it (never a refactorisation).
 - A failed factorisation (singular, not positive definite, rank deficient: jaxmg's
-  ``status`` != 0) gives ``lineax.RESULTS.singular``: ``throw=True`` raises it and
-  ``throw=False`` returns it in ``Solution.result`` (the value is then NaN).
+  ``status`` != 0) gives ``lineax.RESULTS.singular``: ``linear_solve(..., throw=True)`` raises
+  it and ``throw=False`` returns it in ``Solution.result`` (the value is then NaN). On a mesh of
+  more than one device the solver raises it itself, on every device, unless it is made with
+  ``throw=False`` too: ``linear_solve(op, b, solver=jaxmg.lineax.LU(throw=False), throw=False)``
+  (Lineax does not tell a solver its ``throw``, and its own check, on one device, would stop
+  that device while the others wait for it).
 - Options, fields of every solver (``jaxmg.lineax.LU(T_A=2048, backend="portable")``), as
   the arguments of ``jaxmg.potrs``: ``T_A``, the native tile size (None picks one); ``mesh``
   (default: the matrix's own mesh, else the context mesh, else one device); ``matrix_specs``
-  (default: from the matrix's sharding); ``backend``, ``"auto"``, ``"portable"`` or ``"native"``.
+  (default: from the matrix's sharding); ``backend``, ``"auto"``, ``"portable"`` or ``"native"``;
+  and ``throw`` (default True): whether a failure on a mesh of more than one device raises on
+  every device (True) or is returned as ``RESULTS.singular`` for ``linear_solve(...,
+  throw=False)`` (False).
 - Derivatives and ``jax.vmap`` are Lineax's own: ``jax.grad`` through ``linear_solve`` and
   ``jax.vmap`` over operators and vectors work as with Lineax's solvers. Every solver
   assumes a full-rank operator (``assume_full_rank()`` is True), as Lineax's own
@@ -38,7 +45,6 @@ x = lx.linear_solve(operator, b, solver=jaxmg.lineax.Auto()).value
 from __future__ import annotations
 
 import math
-import sys
 from typing import Any, Optional
 
 try:
@@ -79,11 +85,15 @@ class _Structure(eqx.Module):
         return jnp.concatenate([jnp.reshape(x, (-1,)) for x in leaves])
 
     def unflatten(self, x: jax.Array):
-        """1-D ``x`` as a pytree of this structure."""
+        """1-D ``x`` as a pytree of this structure: each leaf in its own dtype (the real part for
+        a real leaf, as ``jax.flatten_util.ravel_pytree`` unravels)."""
         pieces, start = [], 0
         for shape, dtype in self.leaves:
             size = math.prod(shape)
-            pieces.append(jnp.reshape(x[start:start + size], shape).astype(dtype))
+            piece = jnp.reshape(x[start:start + size], shape)
+            if jnp.iscomplexobj(piece) and not jnp.issubdtype(dtype, jnp.complexfloating):
+                piece = jnp.real(piece)  # a real leaf of a pytree that flatten promoted to complex
+            pieces.append(piece.astype(dtype))
             start += size
         return jax.tree_util.tree_unflatten(self.treedef, pieces)
 
@@ -111,6 +121,7 @@ class _JaxmgSolver(lx.AbstractLinearSolver):
     mesh: MeshLike = eqx.field(default=None, static=True)
     matrix_specs: Specs = eqx.field(default=None, static=True)
     backend: str = eqx.field(default="auto", static=True)
+    throw: bool = eqx.field(default=True, static=True)
 
     def _options(self) -> dict:
         """The keywords of the jaxmg call that factors the operator's matrix."""
@@ -138,7 +149,7 @@ class _JaxmgSolver(lx.AbstractLinearSolver):
         if state.negated:
             x = -x
         status = state.factor.status
-        if _lineax_throws():
+        if self.throw:
             status = _raise_on_every_device(status, state.factor)
         result = lx.RESULTS.where(status == 0, lx.RESULTS.successful, lx.RESULTS.singular)
         return state.in_structure.unflatten(x), result, {}
@@ -164,21 +175,10 @@ class _JaxmgSolver(lx.AbstractLinearSolver):
         raise NotImplementedError
 
 
-def _lineax_throws() -> bool:
-    """Whether the ``lineax.linear_solve`` that calls this solver's ``compute`` raises on failure
-    (its ``throw`` argument; False when ``compute`` is called on its own)."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        code = frame.f_code
-        if code.co_name == "_linear_solve_impl" and "lineax" in code.co_filename:
-            return bool(frame.f_locals.get("throw", False))
-        frame = frame.f_back
-    return False
-
-
 def _raise_on_every_device(status: jax.Array, factor: Factorisation) -> jax.Array:
     """``status`` (a scalar, the same on every device), after a check that raises Lineax's
-    ``RESULTS.singular`` error on every device of the factorisation's mesh where it is not 0:
+    ``RESULTS.singular`` error on every device of the factorisation's mesh where it is not 0 (a
+    solver made with ``throw=True``, the default; a mesh of one device is left to Lineax):
     Lineax's own check raises on one device while the others wait for it in a collective (until
     XLA aborts the process); checked on every device at once, the error is raised and catchable."""
     mesh = factor.plan.mesh
@@ -304,7 +304,7 @@ class Auto(_JaxmgSolver):
             kind = LU
         else:
             kind = QR
-        return kind(**self._options())
+        return kind(**self._options(), throw=self.throw)
 
     def init(self, operator, options):
         solver = self.select(operator)

@@ -53,6 +53,18 @@ def test_bench_numpy_linalg_writes_every_function(tmp_path):
     assert {"solve", "inv", "eigh", "svd", "scipy.cho_solve"} <= jax_ran
 
 
+def test_bench_eigen_writes_every_case_beside_jax(tmp_path):
+    records = _bench("bench_eigen.py", tmp_path / "eigen.jsonl", "--cases", "polar", "--sizes", "48",
+                     "--stacks", "4x40", "--dtypes", "float32", "--runs", "1")
+    expected = [("polar", i) for i in ("jax", "jaxmg", "jax.scipy")]
+    assert [(r["case"], r["impl"], r["count"], r["N"]) for r in records] == (
+        [(c, i, 0, 48) for c, i in expected] + [(c, i, 4, 40) for c, i in expected])
+    for record in records:
+        assert "error" not in record, record
+        assert record["median_s"] > 0 and record["runs"] == 1 and record["dtype"] == "float32"
+        assert ("ratio" in record) == (record["impl"] != "jax") and ("per_matrix_s" in record) == (record["count"] > 0)
+
+
 def test_bench_crossover_writes_every_path(tmp_path):
     """On CPU the native path cannot run: its record says why, and the others are timed."""
     ops = ["potrs", "qr", "least_squares", "lu_solve", "syevd"]

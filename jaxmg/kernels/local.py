@@ -15,15 +15,16 @@ factor's buffer); else they are solves against the identity, as ``jnp.linalg.inv
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.scipy.linalg import solve_triangular
 
-from .. import _layout
+from .. import _layout, _routes
 from .._dense import adjoint
-from . import status as _status
+from . import qdwh, status as _status
 from .native import relayout
 from .solver import getrf, potrf
 from .families import CholeskyState, LUState, QRState
@@ -206,18 +207,64 @@ class Decompositions(_Local):
         return w, v, _status.either(status, _status.finite(w))
 
     def gesvd(self, a, full_matrices: bool, compute_uv: bool = True):
+        """(u, s, vh, status); u, vh None without ``compute_uv``. Above the order of
+        ``jaxmg._routes.POLAR_EIGH_ABOVE`` for the platform compiled for, by QDWH polar + eigh
+        (:mod:`.qdwh`), else by the platform's own SVD."""
         if not compute_uv:
-            s = jnp.linalg.svd(a, compute_uv=False)
-            return None, s, None, _status.finite(s)
-        u, s, vh = jnp.linalg.svd(a, full_matrices=full_matrices)
-        return u, s, vh, _status.finite(s)
+            return _by_platform(a, _svdvals_polar_eigh, _svdvals_own)
+        return _by_platform(a, functools.partial(_gesvd_polar_eigh, full_matrices=full_matrices),
+                            functools.partial(_gesvd_own, full_matrices=full_matrices))
 
     def polar(self, a):
-        """From the SVD a = U S V^H: U_p = U V^H, H = V S V^H (Hermitian by construction)."""
-        u, s, vh = jnp.linalg.svd(a, full_matrices=False)
-        u_p = matmul(u, vh)
-        h = matmul(adjoint(vh) * s.astype(vh.dtype), vh)
-        return u_p, (h + adjoint(h)) / 2, _status.finite(s)
+        """(u_p, h, status), M >= N: by QDWH (:mod:`.qdwh`) where ``gesvd`` takes QDWH polar +
+        eigh, else from the platform's own SVD a = U S V^H: U_p = U V^H, H = V S V^H."""
+        if a.shape[-2] < a.shape[-1]:  # wide (the per-shard kernels take any shape)
+            return _polar_own(a)
+        return _by_platform(a, qdwh.polar_local, _polar_own)
+
+
+def _by_platform(a, polar_eigh, own):
+    """``polar_eigh(a)`` on the platforms where ``jaxmg._routes.polar_eigh`` says so for a's shape,
+    ``own(a)`` on the others (decided when compiled for the platform, so it holds under vmap)."""
+    platforms = ("cuda", "rocm", "cpu")
+    pick = {p: polar_eigh if _routes.polar_eigh(p, a.shape) else own for p in platforms}
+    if len(set(pick.values())) == 1:
+        return pick["cpu"](a)
+    return lax.platform_dependent(a, cuda=pick["cuda"], rocm=pick["rocm"], default=pick["cpu"])
+
+
+def _gesvd_own(a, full_matrices: bool):
+    u, s, vh = jnp.linalg.svd(a, full_matrices=full_matrices)
+    return u, s, vh, _status.finite(s)
+
+
+def _svdvals_own(a):
+    s = jnp.linalg.svd(a, compute_uv=False)
+    return None, s, None, _status.finite(s)
+
+
+def _polar_own(a):
+    u, s, vh = jnp.linalg.svd(a, full_matrices=False)
+    u_p = matmul(u, vh)
+    h = matmul(adjoint(vh) * s.astype(vh.dtype), vh)
+    return u_p, (h + adjoint(h)) / 2, _status.finite(s)
+
+
+def _eigh_whole(h, grid):
+    v, w = lax.linalg.eigh(h, lower=True, symmetrize_input=False)
+    return w, v, _status.finite(w)
+
+
+def _gesvd_polar_eigh(a, full_matrices: bool):
+    if a.shape[-2] < a.shape[-1]:  # wide: a^H = u s vh, so a = vh^H s u^H
+        u, s, vh, status = _gesvd_polar_eigh(adjoint(a), full_matrices)
+        return adjoint(vh), s, adjoint(u), status
+    return qdwh.gesvd(a, grid=qdwh.WHOLE, full_matrices=full_matrices, syevd=_eigh_whole, local=True)
+
+
+def _svdvals_polar_eigh(a):
+    s, status = qdwh.svdvals_local(a if a.shape[-2] >= a.shape[-1] else adjoint(a))
+    return None, s, None, status
 
 
 def _hermitian_from_lower(a):

@@ -28,6 +28,29 @@ device. U_p comes back as a's block layout, H as a block of the N x N layout.
 ``full_matrices`` U is completed to M x M by a complete QR of U (gathered).
 Status: 0, the syevd status, or -1 where a result is not finite; outputs are NaN where it is not 0.
 
+On the local and batch routes (``local=True``: a whole matrix on one device, or each matrix of a
+stack under ``jax.vmap``) every step is a batched matrix product, Cholesky factorization or
+triangular solve, with the iteration count fixed by the dtype (the schedule above), so a stack
+runs as one sequence of batched calls with no per-matrix loop:
+
+* float32 and complex64 are iterated in float64 and complex128 where JAX has them (x64): the
+  Cholesky form's error grows like c_k eps, and in float64 c_0 = 2.7e9 (float32's schedule) costs
+  3e-7 at most, below float32's eps, so every step is a Cholesky step; on an H200 float64
+  products run at float32's rate (67 TFLOP/s both).
+* float64 and complex128 take their two QR-form steps by shifted Cholesky QR (Fukaya, Nakatsukasa,
+  Yanagisawa and Yamamoto 2020): ``B = [sqrt(c) X; I]`` has condition number at most
+  ``sqrt(1 + c n)``; Cholesky factorizations of ``B^H B + s I`` (s = 11 (m n + n (n + 1)) eps
+  ||B||_F^2: one pass at orders up to about 200, two above, :func:`_shifted_passes`) bring it
+  below eps^-1/2 / 10, and two plain Cholesky QR passes make Q orthonormal to working precision.
+  (Householder QR of a stack runs one matrix after another in cuSOLVER.) Without x64, float32
+  takes Householder QR steps, as on the distributed route.
+* where A is rank-deficient (singular values below eps ||A||_F do not reach 1 in the fixed number
+  of steps), U_p is only a partial isometry: where ``| ||U_p||_F^2 - N | > 10 N eps`` the columns
+  of U = U_p V are made orthonormal by a QR of U (Nakatsukasa and Freund 2016, section 5.5): the
+  columns of converged singular values are kept (up to rounding), the others completed to an
+  orthonormal basis of the rest; the polar factor is then U V^H. Under ``jax.vmap`` this one pass
+  runs only where some matrix of the stack needs it.
+
 Every matrix product runs at full precision (``jax.default_matmul_precision("highest")``):
 with the default, GPUs multiply float32 and complex64 in TF32, and the iteration's products then
 leave errors in U_p far above float32's.
@@ -43,7 +66,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
 
+from .._layout import Grid
 from .._sharded import axis_name as _axes_name, gather_block, local_block
+
+#: The grid of a whole matrix on one device (the local and batch routes): no mesh axes.
+WHOLE = Grid(None, (), ())
 
 #: The QR form is used while c_k exceeds this (Nakatsukasa and Higham 2013).
 QR_ABOVE = 100.0
@@ -114,6 +141,62 @@ def _cholesky_step(x, grid, a, b, c):
     return (b / c) * x + (a - b / c) * jnp.conj(y).T
 
 
+def _right_solve(x, w):
+    """X W^-H for lower triangular W (X R^-1 with R = W^H, the upper Cholesky factor)."""
+    return jax.lax.linalg.triangular_solve(w, x, left_side=False, lower=True, transpose_a=True, conjugate_a=True)
+
+
+def _cholqr_step(x, grid, a, b, c):
+    """One QR-form QDWH step with the QR of ``B = [sqrt(c) X; I]`` by shifted Cholesky QR: shifted
+    passes until Q's condition number is below eps^-1/2 / 10, then two plain ones (batched
+    products, Cholesky factorizations and triangular solves only)."""
+    n = x.shape[-1]
+    eye = jnp.eye(n, dtype=x.dtype)
+    top, bottom = math.sqrt(c) * x, eye
+    gram = eye + c * _gram(x, grid)  # B^H B
+    m = x.shape[0] * grid.nprow + n
+    eps = float(jnp.finfo(x.dtype).eps)
+    delta = 11 * (m * n + n * (n + 1)) * eps
+    for k, shifted in enumerate(_shifted_passes(math.sqrt(1 + c * n), delta, eps) + [False, False]):
+        if k:
+            gram = _gram(top, grid) + jnp.conj(bottom).T @ bottom
+        shift = delta * jnp.real(jnp.trace(gram)) if shifted else 0
+        w = jax.lax.linalg.cholesky(_hermitian_part(gram) + shift * eye, symmetrize_input=False)
+        top, bottom = _right_solve(top, w), _right_solve(bottom, w)
+    return (b / c) * x + ((a - b / c) / math.sqrt(c)) * (top @ jnp.conj(bottom).T)
+
+
+def _shifted_passes(kappa: float, delta: float, eps: float) -> list:
+    """The shifted passes that bring a condition number of at most ``kappa`` (B's: sigma_min(B) >= 1,
+    ||B||_F^2 <= 1 + c n) below eps^-1/2 / 10, each multiplying it by about sqrt(delta) (a
+    working estimate: the bounds of Fukaya et al. are for the worst-case rounding of the Gram
+    matrix, and ask for fewer passes than they would at large orders)."""
+    passes = [True]
+    kappa *= math.sqrt(delta)
+    while kappa > 0.1 / math.sqrt(eps) and len(passes) < 4:
+        passes.append(True)
+        kappa = max(1.0, kappa * math.sqrt(delta))
+    return passes
+
+
+def _iteration_dtype(dtype, local: bool):
+    """The dtype the iteration runs in: float32 and complex64 in float64 and complex128 on the
+    local route where JAX has them (x64), else ``dtype``."""
+    if local and jax.config.jax_enable_x64:
+        return jnp.promote_types(dtype, jnp.float64)
+    return jnp.dtype(dtype)
+
+
+def _iterate(x, grid, dtype, local: bool):
+    """U_p's row slab from X_0 (in the iteration's dtype), with ``dtype``'s schedule."""
+    ratio = float(jnp.finfo(dtype).eps / jnp.finfo(x.dtype).eps)  # the Cholesky form's error is c_k eps
+    qr_step = _cholqr_step if local and jnp.finfo(x.dtype).bits == 64 else _qr_step
+    for a_k, b_k, c_k in schedule(dtype):
+        step = qr_step if c_k > QR_ABOVE * ratio else _cholesky_step
+        x = step(x, grid, a_k, b_k, c_k)
+    return x
+
+
 def _slab(a, grid):
     """The row slab (M / nprow x N) of this device's block."""
     if grid.col_axes:
@@ -140,17 +223,73 @@ def _failed_nan(status, *outputs):
     return tuple(jnp.where(bad, jnp.full((), jnp.nan, v.dtype), v) for v in outputs) + (status,)
 
 
-def _polar_slab(a, grid):
-    """(U_p row slab, H whole and symmetrised, the slab of A) of this device's block."""
+def _polar_slab(a, grid, local: bool = False):
+    """(U_p row slab, H whole and symmetrised, the slab of A) of this device's block; ``local``:
+    a whole matrix on one device (the module docstring says what changes)."""
     x0 = _slab(a, grid)
     alpha = jnp.sqrt(_psum_rows(jnp.sum(jnp.abs(x0) ** 2), grid))
     alpha = jnp.where(alpha > 0, alpha, 1).astype(x0.dtype)
-    x = x0 / alpha
-    for a_k, b_k, c_k in schedule(x.dtype):
-        step = _qr_step if c_k > QR_ABOVE else _cholesky_step
-        x = step(x, grid, a_k, b_k, c_k)
-    h = _psum_rows(jnp.conj(x).T @ x0, grid)
-    return x, (h + jnp.conj(h).T) / 2, x0
+    x = _iterate((x0 / alpha).astype(_iteration_dtype(x0.dtype, local)), grid, x0.dtype, local).astype(x0.dtype)
+    return x, _hermitian_part(_psum_rows(jnp.conj(x).T @ x0, grid)), x0
+
+
+def _hermitian_part(h):
+    return (h + jnp.conj(h).T) / 2
+
+
+def _partial_isometry(u_p):
+    """Whether U_p's columns are not orthonormal: | ||U_p||_F^2 - N | > 10 N eps (one pass over
+    U_p; an isometry whose Gram matrix is further than 10 N eps from I fails it)."""
+    n = u_p.shape[-1]
+    return jnp.abs(jnp.sum(jnp.abs(u_p) ** 2) - n) > 10 * n * jnp.finfo(u_p.dtype).eps
+
+
+def _orthonormal_columns(u):
+    """Q of U = Q R with the signs of R's diagonal moved into Q: U's columns where they are
+    orthonormal already, the others completed to an orthonormal set."""
+    q, r = jnp.linalg.qr(u, mode="reduced")
+    d = jnp.diagonal(r)
+    return q * jnp.where(jnp.real(d) < 0, -1, 1).astype(q.dtype)
+
+
+def _at_most_once(needed, repair, x):
+    """``repair(x)`` where ``needed``, else ``x``: a loop of at most one pass, so that under
+    ``jax.vmap`` it runs only where some matrix of the stack needs it."""
+    out, _ = jax.lax.while_loop(lambda c: c[1], lambda c: (repair(c[0]), jnp.zeros_like(c[1])), (x, needed))
+    return out
+
+
+def _eigh(h):
+    """(w ascending, V) of Hermitian ``h`` by the device's own eigensolver."""
+    v, w = jax.lax.linalg.eigh(h, lower=True, symmetrize_input=False)
+    return w, v
+
+
+def polar_local(a):
+    """(U_p, H, status) of a whole M x N matrix on one device, M >= N (vmappable): U_p's columns
+    are orthonormal for rank-deficient A too (U V^H from its SVD where U_p is a partial isometry)."""
+    x, h, x0 = _polar_slab(a, WHOLE, local=True)
+
+    def repair(xh):
+        _, v = _eigh(xh[1])
+        u_p = _orthonormal_columns(x @ v) @ jnp.conj(v).T
+        return u_p, _hermitian_part(jnp.conj(u_p).T @ x0)
+
+    x, h = _at_most_once(_partial_isometry(x), repair, (x, h))
+    return _failed_nan(_finite(x, h), x, h)
+
+
+def svdvals_local(a):
+    """(s descending, status) of a whole M x N matrix on one device, M >= N (vmappable): the
+    eigenvalues of H (values only)."""
+    _, h, _ = _polar_slab(a, WHOLE, local=True)
+    w = jnp.linalg.eigvalsh(h)
+    s = -jnp.sort(-jnp.abs(w))
+    return _failed_nan(_finite(s), s)
+
+
+polar_local = _full_precision(polar_local)
+svdvals_local = _full_precision(svdvals_local)
 
 
 @_full_precision
@@ -163,11 +302,12 @@ def polar(a, *, grid, **unused):
 
 
 @_full_precision
-def gesvd(a, *, grid, full_matrices, syevd, **unused):
+def gesvd(a, *, grid, full_matrices, syevd, local: bool = False, **unused):
     """(U: a's block, M x N or M x M; s: N descending, whole; V^H: block of N x N; status), with
-    ``syevd(h_block, grid=grid) -> (w, v_block, status)`` the backend's eigensolver."""
+    ``syevd(h_block, grid=grid) -> (w, v_block, status)`` the backend's eigensolver; ``local``: a
+    whole matrix on one device (``grid`` :data:`WHOLE`; vmappable)."""
     m_loc, n_loc = a.shape
-    x, h, _ = _polar_slab(a, grid)
+    x, h, _ = _polar_slab(a, grid, local)
     w, v_block, status = syevd(local_block(h, grid), grid=grid)
     v = gather_block(v_block, grid)  # N x N whole
     order = jnp.argsort(-jnp.abs(w))
@@ -175,7 +315,9 @@ def gesvd(a, *, grid, full_matrices, syevd, **unused):
     v = v[:, order]
     sign = jnp.where(w[order] < 0, -1, 1).astype(v.dtype)
     u = (x @ v) * sign  # row slab of U (M / nprow x N)
-    if full_matrices:
+    if local:
+        u = _at_most_once(_partial_isometry(x), _orthonormal_columns, u)
+    if full_matrices and m_loc * grid.nprow > v.shape[0]:
         u_whole = _gather_rows(u, grid)
         q, _ = jnp.linalg.qr(u_whole, mode="complete")
         u_whole = jnp.concatenate([u_whole, q[:, u_whole.shape[1]:]], axis=1)

@@ -11,6 +11,10 @@ native library loaded, ``a``'s row-major buffer is rearranged in place for the h
 (:mod:`.native.relayout`), so that a donated ``a``, or one that is not used afterwards, is
 factored with no second matrix, and a kept one in the one copy XLA makes of it; elsewhere XLA
 transposes ``a`` into that copy (or lays it out column-major where it makes it).
+
+On a platform with none of these handlers (a TPU, for example) the factorisations are JAX's own
+(``jax.lax.linalg.cholesky`` and ``lu``, :func:`own_potrf` and :func:`own_getrf`), with the same
+results, derivative rules and statuses.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import numpy as np
 
 from .._checks import SUPPORTED_DTYPES
 from .._dense import adjoint
-from . import per_matrix
+from . import per_matrix, status as _status
 from .native import relayout
 from .varying import varying_like
 
@@ -117,5 +121,29 @@ def _factorization(name: str, a: jax.Array, out: tuple, cpu=None, gpu=None, in_p
             x = jnp.swapaxes(relayout.relayout(x, in_place), -1, -2)  # column-major: the same bytes
         return call(f"cusolver_{name}_ffi", gpu)(x)
 
-    results = jax.lax.platform_dependent(a, cpu=lapack, cuda=cusolver, rocm=call(f"hipsolver_{name}_ffi", gpu))
+    own = {"potrf": own_potrf, "getrf": own_getrf}[name]
+    results = by_platform(a, cpu=lapack, cuda=cusolver, rocm=call(f"hipsolver_{name}_ffi", gpu), default=own)
     return tuple(varying_like(a, x) for x in results)
+
+
+def by_platform(x: jax.Array, **branches):
+    """``jax.lax.platform_dependent(x, **branches)``: the branch of the platform that the call is
+    lowered for, ``default`` on a platform that has no branch of its own."""
+    return jax.lax.platform_dependent(x, **branches)
+
+
+def own_potrf(a: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``?potrf``'s (factor, info) from JAX's own ``jax.lax.linalg.cholesky`` (any platform), of
+    which only the lower triangle of ``a`` is read. JAX's factor is NaN where the factorisation
+    fails (wholly, or from the failing column on), so ``info`` is the order of the first diagonal
+    entry of L that is not finite and positive: not 0 exactly where LAPACK's is not, and at most
+    LAPACK's order of the first leading minor that is not positive definite."""
+    factor = jax.lax.linalg.cholesky(a, symmetrize_input=False)
+    return factor, _status.cholesky_status(jnp.zeros(a.shape[:-2], jnp.int32), factor)
+
+
+def own_getrf(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``?getrf``'s (lu, pivots, info) from JAX's own ``jax.lax.linalg.lu`` (any platform):
+    pivots 1-based as LAPACK's, and info the 1-based index of U's first zero pivot, else 0."""
+    lu, pivots, _ = jax.lax.linalg.lu(a)
+    return lu, pivots + 1, _status.first_bad_pivot(jnp.diagonal(lu, axis1=-2, axis2=-1))

@@ -14,7 +14,7 @@ import importlib
 
 from jax._src.lax import linalg as _linalg  # geqrf and householder_product: LAPACK's, for the QR emulation
 
-from jaxmg.kernels.native import _grid, _library
+from jaxmg.kernels.native import _engine, _grid, _library
 
 cholesky_kernels = importlib.import_module("jaxmg.kernels.native.cholesky")
 
@@ -178,6 +178,7 @@ class Emulator:
         self._real_bootstrap = real_bootstrap
         self.grid = None
         self.calls = []  # (handler, mode, solve, n, tile), for checks
+        self.version = _engine.FIXED  # the cuSOLVERMp version the emulated library reports
         self.handlers = {"jaxmg_potrf": self.factor_call, "jaxmg_potrs": self.solve_call,
                          "jaxmg_getrf": self.getrf_call, "jaxmg_getrs": self.getrs_call,
                          "jaxmg_geqrf": self.geqrf_call, "jaxmg_orgqr": self.orgqr_call,
@@ -468,4 +469,5 @@ def patch(monkeypatch):
     monkeypatch.setattr(_library, "register", lambda: None)
     monkeypatch.setattr(_grid, "bootstrap", emu.bootstrap)
     monkeypatch.setattr(_grid, "ffi_call", emu.ffi_call)
+    monkeypatch.setattr(_engine, "engine_version", lambda: emu.version)
     return emu

@@ -911,6 +911,104 @@ if _harness.PUBLIC_API and NPROC == 1:
         return ", ".join(f"{k} {v:.1e}" for k, v in out.items())
 
 
+# --------------------------------------------------------------------------------------------
+# The engine's version and its guards; status words on the call's stream; the workspace from
+# XLA's pool
+# --------------------------------------------------------------------------------------------
+
+@case("engine-version-and-guards")
+def _():
+    """The loaded cuSOLVERMp's version, as the library reports it, agrees with its wheel; the
+    guards in force are reported; below 0.9.1 a T_A that is not a power of two is refused by
+    syevd (and a 2-D grid where there are 4 processes or more), a power of two runs."""
+    from importlib.metadata import version as wheel_version
+
+    from jaxmg import _native
+    from jaxmg.kernels.native import _engine
+
+    v = _engine.engine_version()
+    info = native.info()
+    code, probed = _native.cusolvermp_version(), _native.probe_cusolvermp_version(0)
+    assert v is not None, info
+    try:
+        wheel = tuple(int(p) for p in wheel_version("nvidia-cusolvermp-cu13").split(".")[:3])
+    except Exception:  # noqa: BLE001
+        wheel = None
+    assert wheel is None or wheel == v, (wheel, v, code, probed)  # the version code's encoding
+    assert info["engine"] == f"cuSOLVERMp {_engine.text(v)}", info
+    detail = f"engine {info['engine']} (code {code}), wheel {wheel}, guards {info['engine_guards']}"
+    if not _harness.PUBLIC_API:
+        return detail
+    mname, mesh, spec = meshes()[0]
+    _, a = hermitian(128, np.float64)
+    ag = to_global(a, mesh, spec)
+    w, _ = jaxmg.syevd(ag, T_A=32, mesh=mesh, backend="native")
+    assert np.allclose(host(w), np.linalg.eigvalsh(a), atol=1e-10)
+    if _engine.affected(v):
+        try:
+            jaxmg.syevd(ag, T_A=20, mesh=mesh, backend="native")
+        except ValueError as e:
+            assert "T_A=20" in str(e) and "0.9.1" in str(e), e
+        else:
+            raise AssertionError("T_A=20 ran below 0.9.1")
+    return detail
+
+
+@case("status-on-the-call-stream-failures-then-usable")
+def _():
+    """Failures whose status a kernel writes on the call's stream, five times in a row, each
+    followed by a good call on the same grid: not positive definite (potrs: info, or n + 1) and
+    B not positive definite (sygvd: info - n) give their status and NaN outputs, never a hang,
+    and the good calls their right answers."""
+    mname, mesh, spec = meshes()[0]
+    grid = _harness.grid_of(mesh, spec)
+    n = 256
+    bad = not_positive_definite(n, 100, -1.0)
+    good, ref = spd(n, np.float64, 2)
+    _, h = hermitian(n, np.float64)
+    _, b_bad = spd(n, np.float64, seed=3)
+    b_bad[100, 100] = -1e3
+    out = []
+    for _ in range(5):
+        x, ld, st = _harness.run(native.potrs, grid, 64, [to_global(bad, mesh, grid.spec),
+                                 to_global(np.ones(n), mesh, P())], ["block", "whole"], ["whole"] * 3)
+        x2, _, st2 = _harness.run(native.potrs, grid, 64, [to_global(good, mesh, grid.spec),
+                                  to_global(np.ones(n), mesh, P())], ["block", "whole"], ["whole"] * 3)
+        w, v, st3 = _harness.run(native.sygvd, grid, 64, [to_global(h, mesh, grid.spec),
+                                 to_global(b_bad, mesh, grid.spec)], ["block", "block"], ["whole", "block", "whole"])
+        st, st2, st3 = int(host(st)), int(host(st2)), int(host(st3))
+        assert st != 0 and np.all(np.isnan(host(x))) and np.isnan(float(host(ld))), st
+        assert st2 == 0 and relerr(host(x2), np.linalg.solve(ref, np.ones(n))) < 1e-10, st2
+        assert st3 != 0 and np.all(np.isnan(host(w))) and np.all(np.isnan(host(v))), st3
+        out.append((st, st3))
+    return f"statuses (potrs, sygvd) {out[0]}, five rounds; then {k_eig(mesh, spec, 256, 64, np.float64)}"
+
+
+if ONLY and "pool" in ONLY and _harness.PUBLIC_API and NPROC == 1:
+    @case("pool-svd-grad-n16384-float64")
+    def _():
+        """cuSOLVERMp's workspace from XLA's pool: the gradient of jaxmg.numpy.linalg.svd at
+        N = 16,384 (native syevd) with the pool at 94% (run with
+        XLA_PYTHON_CLIENT_MEM_FRACTION=0.94), which failed to allocate the workspace beside the
+        pool. d(sum s)/dA = U V^H is checked against the forward's U and V^H."""
+        import jax.numpy as jnp
+        from jaxmg.numpy import linalg
+
+        fraction = os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
+        n = 16384
+        a = jax.jit(lambda k: jax.random.normal(k, (n, n), jnp.float64))(jax.random.PRNGKey(0))
+        t0 = time.perf_counter()
+        g = jax.jit(jax.grad(lambda a: jnp.sum(linalg.svd(a, compute_uv=False))))(a)
+        g.block_until_ready()
+        t_grad = time.perf_counter() - t0
+        u, s, vh = jax.jit(lambda a: linalg.svd(a, full_matrices=False))(a)
+        err = float(jax.jit(lambda g, u, vh: jnp.linalg.norm(g - u @ vh) / jnp.linalg.norm(u @ vh))(g, u, vh))
+        stats = jax.devices()[0].memory_stats() or {}
+        assert np.isfinite(err) and err < 1e-8, err
+        return (f"fraction {fraction}, gradient {t_grad:.1f} s (first call), error {err:.1e}, peak "
+                f"{stats.get('peak_bytes_in_use', 0) / 2**30:.1f} GiB of {stats.get('bytes_limit', 0) / 2**30:.1f}")
+
+
 failed = [n for n, ok in RESULTS if not ok]
 log(f"SUMMARY processes={NPROC} passed={len(RESULTS) - len(failed)} failed={len(failed)} {failed}")
 sys.stdout.flush()

@@ -226,3 +226,78 @@ def test_public_api_native_polar_and_svd(shape, spec, reverse, dtype, explicit, 
         np.testing.assert_allclose(s, np.linalg.svd(a, compute_uv=False), rtol=1e-12, atol=1e-12)
         assert np.linalg.norm(a - (u * s) @ vh) / np.linalg.norm(a) < 1e-12
     assert {c[0] for c in native_backend.calls} == {"syevd"}
+
+
+# --------------------------------------------------------------------------------------------
+# Guards for the engine's version (jaxmg.kernels.native._engine): the emulated library reports
+# cuSOLVERMp 0.8.0 (STEDC defect) or 0.9.1 (fixed)
+# --------------------------------------------------------------------------------------------
+
+OLD, FIXED = (0, 8, 0), (0, 9, 1)
+
+
+@pytest.fixture
+def fresh_traces():
+    """The guards act when a call is traced, and a process's engine version never changes:
+    traces made under another emulated version are dropped before and after the test."""
+    jax.clear_caches()
+    yield
+    jax.clear_caches()
+
+
+@pytest.mark.parametrize("call", ["syevd", "Eigh", "gesvd"])
+def test_old_engine_refuses_2d_grids_and_odd_tiles(call, native_backend, fresh_traces):
+    """Below 0.9.1 the eigensolvers (and svd, which reaches syevd) refuse a 2-D grid and a T_A
+    that is not a power of two, naming them, the fix and the version that fixes the defect;
+    eagerly and in jit, before any handler runs."""
+    import jaxmg
+
+    native_backend.version = OLD
+    _, a = _indefinite(48, np.float64)
+    fns = {"syevd": lambda x, **k: jaxmg.syevd(x, **k), "Eigh": lambda x, **k: jaxmg.Eigh(x, **k).w,
+           "gesvd": lambda x, **k: jaxmg.gesvd(x, **k)}
+    fn = fns[call]
+    for shape, spec, tile, words in (((2, 2), P("x", "y"), 8, ["2 x 2", "one mesh axis", "0.9.1"]),
+                                     ((2, 1), P("x", None), 20, ["T_A=20", "16 or 32", "0.9.1"])):
+        mesh = _mesh(shape)
+        ag = jax.device_put(a, NamedSharding(mesh, spec))
+        for run in (fn, jax.jit(fn, static_argnames=("T_A", "mesh", "backend"))):
+            with pytest.raises(ValueError) as info:
+                run(ag, T_A=tile, mesh=mesh, backend="native")
+            assert all(w in str(info.value) for w in words), str(info.value)
+    assert native_backend.calls == []
+
+
+def test_old_engine_runs_power_of_two_tiles_on_1d_grids(native_backend, fresh_traces):
+    """Below 0.9.1 the automatic T_A runs, and sygvd's tile is a power of two: at n = 48 on a
+    2 x 1 grid (local extents 24 and 48) the automatic T_A is 16, whose family tile would be 12."""
+    import jaxmg
+
+    n = 48
+    native_backend.version = OLD
+    mesh = _mesh((2, 1))
+    _, a = _indefinite(n, np.float64)
+    _, b = hermitian_with_junk(n, np.float64, seed=5)
+    sharding = NamedSharding(mesh, P("x", None))
+    ag, bg = jax.device_put(a, sharding), jax.device_put(b, sharding)
+    w, v = jaxmg.syevd(ag, mesh=mesh, backend="native")
+    e = jaxmg.Eigh(ag, bg, mesh=mesh, backend="native")
+    check_eigh(a, w, v, np.float64)
+    check_eigh(a, e.w, e.v, np.float64, b=b)
+    grid = _layout.Grid(mesh, ("x",), ())
+    assert native.family_tile(n, 16, grid) == 12
+    assert [c[4] for c in native_backend.calls] == [16, 8]
+
+
+def test_fixed_engine_refuses_nothing(native_backend, fresh_traces):
+    """With 0.9.1 a 2-D grid and T_A = 20 run (the sygvd tile is the plain family tile)."""
+    import jaxmg
+
+    n = 48
+    native_backend.version = FIXED
+    mesh = _mesh((2, 2))
+    _, a = _indefinite(n, np.float64)
+    ag = jax.device_put(a, NamedSharding(mesh, P("x", "y")))
+    w, v = jaxmg.syevd(ag, T_A=20, mesh=mesh, backend="native")
+    check_eigh(a, w, v, np.float64)
+    assert [c[0] for c in native_backend.calls] == ["syevd"]

@@ -9,7 +9,7 @@ and this device's rank is ``p + q * pr`` with ``p`` its mesh column index and ``
 index (column-major rank mapping).
 
 Bootstrap (public JAX mechanisms only). A tiny FFI call returns this device's identity
-(``process_index * 1024 + CUDA ordinal``); an ``all_gather`` over the grid's mesh axes gives
+(``process_index * CODES['process_stride'] + CUDA ordinal``, csrc/codes.h); an ``all_gather`` over the grid's mesh axes gives
 every member the grid's membership in rank order (the cache key). A second tiny FFI call returns
 a fresh ``ncclUniqueId`` on the grid's first member when no communicator for these members is
 cached (zeros elsewhere, and zeros everywhere once cached); a ``psum`` hands it to every member.
@@ -85,10 +85,11 @@ def start(grid):
     return bootstrap(grid)
 
 
-def family_tile(n: int, tile: int, grid) -> int:
-    """The largest divisor of both local extents that is at most ``tile`` (no padding needed)."""
+def family_tile(n: int, tile: int, grid, powers_of_two: bool = False) -> int:
+    """The largest divisor of both local extents that is at most ``tile`` (no padding needed),
+    among powers of two only where ``powers_of_two``."""
     g = math.gcd(n // grid.nprow, n // grid.npcol)
-    return max(d for d in range(1, min(g, tile) + 1) if g % d == 0)
+    return max(d for d in range(1, min(g, tile) + 1) if g % d == 0 and (not powers_of_two or d & (d - 1) == 0))
 
 
 def no_rhs(x):

@@ -132,6 +132,12 @@ def info() -> dict:
     out = {"available": reason is None, "reason": reason}
     if reason is None or "could not be loaded" in (reason or ""):
         native = _native_module()
+        if reason is None:
+            from . import _engine  # noqa: PLC0415
+
+            version = _engine.engine_version()
+            out.update(engine=f"cuSOLVERMp {_engine.text(version)}",
+                       engine_guards="; ".join(_engine.guards(version)) or "none (nothing is refused)")
         out.update(header_versions=native.header_versions(), cuda_runtime=native.cuda_runtime_version(),
                    nccl_version=native.nccl_version(), cusolvermp_version=native.cusolvermp_version(),
                    libraries=native.library_paths(), capabilities=native.capabilities(), cache=native.cache_info(),

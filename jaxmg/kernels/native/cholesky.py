@@ -53,14 +53,16 @@ import jax
 import jax.numpy as jnp
 
 from . import _grid, gemm
+from ._codes import CODES
 from .. import cyclic, triangular
 from ..._sharded import Block, Replicated, Rows, whole
 from ..families import CholeskyState
 
-_UPLO_LOWER = 0
-_UPLO_UPPER = 1
-_MODE_NATURAL = 0
-_MODE_INPLACE = 1
+# The handlers' ``uplo`` and ``mode`` (csrc/codes.h).
+_UPLO_LOWER = CODES["uplo_lower"]
+_UPLO_UPPER = CODES["uplo_upper"]
+_MODE_NATURAL = CODES["cholesky_natural"]
+_MODE_INPLACE = CODES["cholesky_in_place"]
 
 
 def _solve_call(f_m, b_m, members, nid, rank, *, n, tile, pr, pc, mode, solve):

@@ -19,6 +19,9 @@ sygvd takes the family tile instead (the largest divisor of the local extents th
 ``T_A``; no padding): a padded eigenvalue above the spectrum of ``(A, B)`` would need a bound on
 ``B^-1``, which is not available before the factorization.
 
+Engine versions. Below cuSOLVERMp 0.9.1 both calls refuse a ``T_A`` that is not a power of two
+and 2-D process grids, and sygvd's tile is a power of two (``_engine``: STEDC's defect).
+
 cuSOLVERMp 0.8 computes the eigenvectors in both calls (there is no eigenvalues-only mode), so
 ``return_eigenvectors=False`` costs the same as computing them (and skips only the
 redistribution of the vectors back to a's layout).
@@ -33,7 +36,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from . import _grid
+from . import _engine, _grid
 
 
 def _attrs(n: int, tile: int, grid):
@@ -77,6 +80,7 @@ def spectrum_bound(a, grid):
 def syevd(a, *, grid, tile):
     """(w: n ascending eigenvalues, whole; v: eigenvectors, a's local block; status) of Hermitian A
     (lower triangle read)."""
+    _engine.check("syevd", tile, grid)
     n = a.shape[-2] * grid.nprow
     npad = _grid.padded_size(n, int(tile), grid)
     sigma = None
@@ -95,8 +99,9 @@ def syevd(a, *, grid, tile):
 def sygvd(a, b, *, grid, tile):
     """(w ascending, v in a's layout with v^H B v = I, status) of A v = w B v (lower triangles
     read; B Hermitian positive definite)."""
+    _engine.check("sygvd", tile, grid)
     n = a.shape[-2] * grid.nprow
-    t = _grid.family_tile(n, int(tile), grid)
+    t = _grid.family_tile(n, int(tile), grid, powers_of_two=_engine.powers_of_two_only())
     x = _grid.cyclic_matrix(a, grid, n, n, t)
     y = _grid.cyclic_matrix(b, grid, n, n, t)
     results = (jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct(x.shape, x.dtype),

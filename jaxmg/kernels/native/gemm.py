@@ -20,6 +20,7 @@ import numpy as np
 from ..triangular import Mat, Tri
 from ..varying import varying_like
 from . import _library, relayout
+from ._codes import CODES
 
 
 def available() -> bool:
@@ -41,9 +42,10 @@ def one_gpu_products(n: int) -> tuple:
 
 
 def _op(x: jax.Array, adj: bool) -> int:
+    """The handlers' ``op`` (csrc/codes.h) for ``x`` itself, or its conjugate transpose where ``adj``."""
     if not adj:
-        return 0
-    return 2 if jnp.iscomplexobj(x) else 1
+        return CODES["op_n"]
+    return CODES["op_c"] if jnp.iscomplexobj(x) else CODES["op_t"]
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3))

@@ -18,16 +18,17 @@ import numpy as np
 from .. import per_matrix
 from ..varying import varying_like
 from . import _library
+from ._codes import CODES
 
 #: ``x`` becomes ``x^T``.
-TRANSPOSE = 0
+TRANSPOSE = CODES["relayout_transpose"]
 #: ``x`` becomes ``tril(x) + triu(x^T, 1)``: the symmetric matrix of its lower triangle (not
 #: conjugated), whose row-major bytes hold that triangle where a column-major reader of the
 #: lower triangle looks for it.
-SYMMETRIC_FROM_LOWER = 1
+SYMMETRIC_FROM_LOWER = CODES["relayout_symmetric_from_lower"]
 #: ``x`` becomes ``tril(x^T)``, zero above the diagonal: a column-major lower factor, read
 #: through ``swapaxes``, as a row-major one.
-LOWER_OF_TRANSPOSE = 2
+LOWER_OF_TRANSPOSE = CODES["relayout_lower_of_transpose"]
 
 
 def available() -> bool:

@@ -1,0 +1,212 @@
+"""Eigenvalues, eigenvectors, SVD and polar: jaxmg beside ``jax.numpy.linalg``, one matrix and stacks.
+
+    python benchmarks/bench_eigen.py                                     # every case, size and stack
+    python benchmarks/bench_eigen.py --cases svd polar --sizes --stacks 512x256 1024x256:float64
+    python benchmarks/bench_eigen.py --cases eigvalsh eigh --sizes 8192 16384 --stacks --dtypes float64
+    python benchmarks/bench_eigen.py --sizes 64 --stacks 8x48 --runs 2   # tiny, on CPU
+
+Cases, each with jaxmg's function as users call it (``jaxmg.numpy.linalg`` and
+``jaxmg.scipy.linalg``, backend ``auto``) and JAX's counterpart in the same run:
+
+  eigvalsh, eigh: ``la.eigvalsh(a)``, ``la.eigh(a)`` (a Hermitian);
+  sygvd: ``jaxmg.scipy.linalg.eigh(a, b)`` (b Hermitian positive definite); JAX's
+      ``jax.scipy.linalg.eigh(a, b)`` where this JAX has it, else the record says why;
+  svd, svdvals: ``la.svd(a, full_matrices=False)``, ``la.svdvals(a)``;
+  polar: ``jaxmg.scipy.linalg.polar(a)``; JAX's twice: through ``jnp.linalg.svd`` (impl "jax":
+      U V^H and V S V^H) and ``jax.scipy.linalg.polar`` (impl "jax.scipy").
+
+Problems: one N x N matrix per ``--sizes`` entry and ``--dtypes`` dtype, and stacks
+``COUNTxORDER[:DTYPE]`` (``--stacks``; without a dtype, one stack per ``--dtypes`` entry) of
+independent matrices, called on the whole stack (``jaxmg.numpy.linalg`` maps over leading axes
+with ``jax.vmap``: the batch route). Inputs are made on the device (Gaussian entries; symmetrised
+for the eigenproblems).
+
+Each (case, impl, problem) runs in its own process (``--timeout`` seconds; an out-of-memory error
+or a time-out is recorded and the run goes on): it compiles and times the first call
+(``first_call_s``), then ``--runs`` calls (``median_s``, ``times_s``). One JSON line per record
+(``--out``, default benchmarks/results/MACHINE/DATE/eigen.jsonl): bench, case, impl, N, count (0
+for one matrix), dtype, device_kind, platform, jax, first_call_s, median_s, times_s, runs,
+per_matrix_s (stacks), orthogonality and backward_error (svd and polar: the largest over the
+problem's matrices of ||U^H U - I||_F / (N eps) and ||A - U S V^H||_F / (||A||_F N eps), LAPACK's
+ratios, which its tests hold to 30), ratio (over JAX's time for the same case and problem, on jaxmg's and
+"jax.scipy"'s records, where JAX's ran), or error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+sys.path.insert(0, str(HERE.parent))
+from _common import emit, results_path, worker_env  # noqa: E402
+
+CASES = ("eigvalsh", "eigh", "sygvd", "svd", "svdvals", "polar")
+STACKS = ("512x32:float32", "512x64:float32", "512x128:float32", "512x256:float32", "512x512:float32",
+          "1024x256:float64")
+
+
+def _args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog="\n".join(__doc__.splitlines()[1:]),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
+    p.add_argument("--sizes", type=int, nargs="*", default=[8192, 16384, 32768], help="orders of one matrix")
+    p.add_argument("--stacks", nargs="*", default=list(STACKS), help="COUNTxORDER[:DTYPE] stacks")
+    p.add_argument("--dtypes", nargs="+", default=["float64", "float32"])
+    p.add_argument("--impls", nargs="+", default=["jax", "jaxmg", "jax.scipy"], choices=["jax", "jaxmg", "jax.scipy"])
+    p.add_argument("--runs", type=int, default=5, help="timed calls after the first (median reported)")
+    p.add_argument("--timeout", type=int, default=600, help="seconds for one case's process")
+    p.add_argument("--out", default=str(results_path("eigen.jsonl")))
+    p.add_argument("--child", nargs=5, metavar=("CASE", "IMPL", "COUNT", "N", "DTYPE"), help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def problems(args) -> list[tuple[int, int, str]]:
+    """(count, N, dtype) of every problem: one matrix (count 0) per size and dtype, then the stacks."""
+    out = [(0, n, d) for d in args.dtypes for n in args.sizes]
+    for stack in args.stacks:
+        shape, _, dtype = stack.partition(":")
+        count, n = (int(v) for v in shape.lower().split("x"))
+        out += [(count, n, d) for d in ([dtype] if dtype else args.dtypes)]
+    return out
+
+
+def _functions(case: str, impl: str):
+    """(f, needs_b) for one case and implementation, or raise ValueError where it has none."""
+    import jax
+    import jax.numpy as jnp
+
+    if impl == "jaxmg":
+        import jaxmg.numpy.linalg as la
+        import jaxmg.scipy.linalg as sla
+        table = {"eigvalsh": la.eigvalsh, "eigh": la.eigh, "sygvd": sla.eigh, "svdvals": la.svdvals,
+                 "svd": lambda a: la.svd(a, full_matrices=False), "polar": sla.polar}
+    elif impl == "jax":
+        def polar_by_svd(a):
+            u, s, vh = jnp.linalg.svd(a, full_matrices=False)
+            vh_h = jnp.conj(jnp.swapaxes(vh, -1, -2))
+            return u @ vh, (vh_h * s[..., None, :].astype(a.dtype)) @ vh
+
+        table = {"eigvalsh": jnp.linalg.eigvalsh, "eigh": jnp.linalg.eigh, "sygvd": jax.scipy.linalg.eigh,
+                 "svdvals": jnp.linalg.svdvals, "svd": lambda a: jnp.linalg.svd(a, full_matrices=False),
+                 "polar": polar_by_svd}
+    elif case == "polar":
+        return jax.scipy.linalg.polar, False
+    else:
+        raise ValueError(f"{impl} has no {case}")
+    return table[case], case == "sygvd"
+
+
+def _inputs(count: int, n: int, dtype: str, case: str):
+    """The problem's matrices made on the device: a (Hermitian for the eigenproblems), and b for sygvd."""
+    import jax
+    import jax.numpy as jnp
+
+    shape = (count, n, n) if count else (n, n)
+
+    def make(key):
+        k1, k2 = jax.random.split(key)
+        a = jax.random.normal(k1, shape, dtype)
+        g = jax.random.normal(k2, shape, dtype)
+        if case in ("eigvalsh", "eigh", "sygvd"):
+            a = (a + jnp.swapaxes(a, -1, -2)) / 2
+        b = g @ jnp.swapaxes(g, -1, -2) / n + jnp.eye(n, dtype=dtype)
+        return a, b
+
+    return jax.jit(make)(jax.random.key(0))
+
+
+def _accuracy(case: str, a, out, dtype: str) -> dict:
+    """The largest over the problem's matrices of LAPACK's ratios (Frobenius norms, in float64):
+    orthogonality ||U^H U - I|| / (N eps) and backward error ||A - U S V^H|| / (||A|| N eps) (svd;
+    U_p and U_p H for polar)."""
+    import jax
+    import jax.numpy as jnp
+
+    def ratios(a, out):
+        a = a.astype(jnp.promote_types(a.dtype, jnp.float64))
+        u = out[0].astype(a.dtype)
+        back = (u * out[1].astype(a.dtype)[..., None, :]) @ out[2].astype(a.dtype) if case == "svd" else u @ out[1]
+        n = a.shape[-1]
+        eps = float(jnp.finfo(dtype).eps)
+        gram = jnp.conj(jnp.swapaxes(u, -1, -2)) @ u - jnp.eye(u.shape[-1], dtype=a.dtype)
+        fro = lambda x: jnp.sqrt(jnp.sum(jnp.abs(x) ** 2, axis=(-2, -1)))  # noqa: E731
+        return jnp.max(fro(gram)) / (n * eps), jnp.max(fro(a - back) / fro(a)) / (n * eps)
+
+    orth, back = jax.jit(ratios)(a, tuple(out))
+    return {"orthogonality": float(orth), "backward_error": float(back)}
+
+
+def child(case: str, impl: str, count: str, n: str, dtype: str, runs: int) -> None:
+    """One (case, impl, problem) in this process: its record on stdout (``RECORD {...}``)."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    device = jax.devices()[0]
+    count, n = int(count), int(n)
+    rec = dict(bench="eigen", case=case, impl=impl, N=n, count=count, dtype=dtype, device_kind=device.device_kind,
+               platform=device.platform, jax=jax.__version__, date=time.strftime("%Y-%m-%d"))
+    try:
+        fn, needs_b = _functions(case, impl)
+        a, b = _inputs(count, n, dtype, case)
+        call = jax.jit(fn)
+        args = (a, b) if needs_b else (a,)
+        start = time.perf_counter()
+        jax.block_until_ready(call(*args))
+        rec["first_call_s"] = time.perf_counter() - start
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            jax.block_until_ready(call(*args))
+            times.append(time.perf_counter() - start)
+        rec.update(median_s=statistics.median(times), times_s=times, runs=len(times))
+        if count:
+            rec["per_matrix_s"] = rec["median_s"] / count
+        if case in ("svd", "polar"):
+            rec.update(_accuracy(case, a, call(a), dtype))
+    except Exception as e:  # out of memory, a function this JAX lacks: recorded, never hidden
+        rec["error"] = f"{type(e).__name__}: {str(e)[:1000]}"
+    print("RECORD " + json.dumps(rec), flush=True)
+
+
+def _run_child(args, case, impl, count, n, dtype) -> dict:
+    command = [sys.executable, str(HERE), "--child", case, impl, str(count), str(n), dtype, "--runs", str(args.runs)]
+    base = dict(bench="eigen", case=case, impl=impl, N=n, count=count, dtype=dtype)
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, env=worker_env(HERE.parents[1]),
+                              timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return dict(base, error=f"timeout after {args.timeout} s")
+    for line in proc.stdout.splitlines():
+        if line.startswith("RECORD "):
+            return json.loads(line[len("RECORD "):])
+    return dict(base, error=f"exit {proc.returncode}: {proc.stderr.strip()[-1000:]}")
+
+
+def main(argv=None):
+    args = _args(argv)
+    if args.child:
+        child(*args.child, runs=args.runs)
+        return
+    order = [i for i in ("jax", "jaxmg", "jax.scipy") if i in args.impls]  # JAX's first: the ratios' reference
+    for count, n, dtype in problems(args):
+        for case in args.cases:
+            reference = None
+            for impl in order:
+                if impl == "jax.scipy" and case != "polar":
+                    continue
+                rec = _run_child(args, case, impl, count, n, dtype)
+                if impl == "jax":
+                    reference = rec.get("median_s")
+                elif reference and "median_s" in rec:
+                    rec["ratio"] = rec["median_s"] / reference
+                emit(args.out, rec)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""jaxmg.lineax uses Lineax's public API only: no reading of Lineax's call stack, and vector
+pytrees unflattened without JAX's complex-to-real cast."""
+
+import inspect
+import warnings
+
+import jax.numpy as jnp
+import numpy as np
+
+import jaxmg.lineax as jl
+
+
+def test_no_private_frames_of_lineax_are_read():
+    source = inspect.getsource(jl)
+    for private in ("_getframe", "f_locals", "f_back", "_linear_solve_impl"):
+        assert private not in source, private
+
+
+def test_mixed_pytree_unflattens_each_leaf_in_its_dtype_without_a_cast_warning():
+    structure = jl._Structure.of({"r": jnp.zeros((2,), jnp.float64), "z": jnp.zeros((3,), jnp.complex128)})
+    flat = jnp.asarray([1 + 5j, 2 + 6j, 3 + 1j, 4 + 2j, 5 + 3j])  # as flatten promotes the real leaf
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tree = structure.unflatten(flat)
+    assert tree["r"].dtype == jnp.float64 and tree["z"].dtype == jnp.complex128
+    np.testing.assert_array_equal(tree["r"], [1.0, 2.0])
+    np.testing.assert_array_equal(tree["z"], [3 + 1j, 4 + 2j, 5 + 3j])
+    np.testing.assert_array_equal(structure.flatten(tree), [1, 2, 3 + 1j, 4 + 2j, 5 + 3j])
+
+
+def test_solvers_take_throw_and_auto_passes_it_on():
+    import lineax as lx
+
+    op = lx.MatrixLinearOperator(jnp.eye(4), lx.positive_semidefinite_tag)
+    assert jl.Auto(throw=False).select(op).throw is False
+    assert jl.Auto().select(op).throw is True

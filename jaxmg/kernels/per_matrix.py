@@ -40,8 +40,8 @@ def call(target: str, results: Sequence[jax.ShapeDtypeStruct], *, column_major: 
     aliases = tuple(sorted((input_output_aliases or {}).items()))
 
     def bound(x):
-        return _call_p.bind(x, target=target, results=shapes, batch=x.ndim - 2, column_major=column_major,
-                            aliases=aliases, attributes=tuple(sorted(attributes.items())))
+        return tuple(_call_p.bind(x, target=target, results=shapes, batch=x.ndim - 2, column_major=column_major,
+                                  aliases=aliases, attributes=tuple(sorted(attributes.items()))))
 
     return bound
 

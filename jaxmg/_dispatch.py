@@ -154,22 +154,30 @@ def _stack_rule(fn, plan: Plan, size: int, in_batched, *args):
 
 
 def _batch(fn, plan: Plan, size: int, in_batched, args):
-    """The batch route: each device maps the body over its own whole matrices of the stack, inside
-    a ``jax.shard_map`` over the mesh axes that split the stack (no collective runs); a stack not
-    split so is spread by one all-to-all, and the outputs return to its layout. Without a mesh
-    the body is simply mapped."""
+    """The batch route: each device maps the body over its own whole matrices of the stack.
+
+    * A stack whose layout is known and split over the batch axis: inside a ``jax.shard_map``
+      over the mesh axes that split it (devices along other axes hold and solve the same
+      matrices): no collective runs, and the outputs keep its layout.
+    * A stack known not to be split so (replicated, or split inside its matrices): spread over
+      the mesh by one all-to-all, and the outputs return to its layout.
+    * A stack whose layout is not known while tracing (Auto mesh axes inside ``jax.jit``): the
+      body mapped as it is; the device's solvers are split over the batch where XLA places the
+      stack (``jaxmg.kernels.per_matrix``), as ``jax.numpy.linalg`` is.
+    """
     in_axes = tuple(jax.tree.map(lambda b: 0 if b else None, flags) for flags in in_batched)
     mapped = jax.vmap(fn, in_axes=in_axes)
-    mesh = plan.mesh
-    axes = _layout.batch_axes(mesh, size) if mesh is not None else ()
+    mesh, home = plan.mesh, plan.stack_spec
+    if mesh is None or home is None:
+        return mapped(*args)
+    axes = _layout.entry_axes(tuple(home)[0] if tuple(home) else None) or _layout.batch_axes(mesh, size)
     if not axes:
         return mapped(*args)
     spread = P(_layout.entry(axes))
     in_specs = tuple(jax.tree.map(lambda b: spread if b else P(), flags) for flags in in_batched)
     args = tuple(jax.tree.map(lambda x, s: _put(x, s, mesh), a, spec) for a, spec in zip(args, in_specs))
     out = jax.shard_map(mapped, mesh=mesh, in_specs=in_specs, out_specs=spread, check_vma=False)(*args)
-    home = plan.stack_spec
-    if home is None or home == spread:
+    if home == spread:
         return out
     return jax.tree.map(lambda x: _put(x, home, mesh) if _divisible(x, home, mesh) else x, out)
 

@@ -33,7 +33,8 @@ from .._dense import (_explicit_mesh, adjoint as _H, in_layout as _in_layout, in
                       spec_of as _spec_of)
 from ..modules import LU as _LU, Cholesky as _Cholesky
 from ..numpy import linalg as _np
-from ..numpy._util import herm_input as _herm_input, inexact as _inexact, map_batch as _map_batch, square as _square
+from ..numpy._util import (herm_input as _herm_input, inexact as _inexact, map_batch as _map_batch, square as _square,
+                           take_rows as _take_rows)
 
 
 def _one_square_matrix(a, name: str, module: str):
@@ -108,15 +109,34 @@ _TRANS = {0: "N", 1: "T", 2: "C", "N": "N", "T": "T", "C": "C"}
 
 def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     """Solve ``op(a) @ x = b`` with JAX's ``(lu, piv)`` from :func:`lu_factor`; op by ``trans``:
-    0 (a), 1 (a^T) or 2 (a^H); ``x`` has b's shape. ``lu`` may also be a :class:`jaxmg.LU`
-    (``piv`` then unused): its saved, possibly distributed, factor solves."""
+    0 (a), 1 (a^T) or 2 (a^H). ``lu`` (..., N, N), ``b`` (N,) or (..., N, K); ``x`` has b's shape
+    and layout. Two triangular solves with the factor as :func:`solve_triangular` runs them (over
+    the factor's mesh, no refactoring), differentiable in ``lu`` and ``b``. ``lu`` may also be a
+    :class:`jaxmg.LU` (``piv`` then unused): its saved, possibly distributed, factor solves."""
     del overwrite_b, check_finite
     if trans not in _TRANS:
         raise ValueError(f"lu_solve: trans must be 0, 1 or 2 ('N', 'T', 'C'), got {trans!r}.")
     lu, piv = lu_and_piv
     if isinstance(lu, _LU):
         return lu.solve(b, trans=_TRANS[trans])
-    return _jsl.lu_solve((lu, piv), b, trans=trans)
+    lu, b = _inexact(lu, b)
+    _square(lu, "lu_solve")
+    if b.ndim < 1 or b.shape[-1 if b.ndim == 1 else -2] != lu.shape[-1]:
+        raise ValueError(f"lu_solve: b must be (N,) or (..., N, K) with N = {lu.shape[-1]} (the factor's order), "
+                         f"got shape {b.shape}.")
+    perm = jax.lax.linalg.lu_pivots_to_permutation(jnp.asarray(piv), lu.shape[-1])
+    fn = functools.partial(_packed_lu_solve, trans=_TRANS[trans])
+    return _map_batch(fn, (lu, perm, b), (2, 1, 1 if b.ndim == 1 else 2), solution=True)
+
+
+def _packed_lu_solve(lu, perm, b, *, trans: str):
+    """op(a)^-1 b for one packed factor ``a[perm] = L U``: two triangular solves with the factor
+    (:func:`solve_triangular`'s, over a's mesh), the rows of b or x permuted."""
+    tri = functools.partial(_triangular_solve, trans=trans)
+    if trans == "N":
+        return tri(lu, tri(lu, _take_rows(b, perm), lower=True, unit=True), lower=False, unit=False)
+    z = tri(lu, tri(lu, b, lower=False, unit=False), lower=True, unit=True)
+    return _take_rows(z, jnp.argsort(perm))
 
 
 def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False, check_finite=True,

@@ -88,13 +88,15 @@ def test_solve_triangular_against_lapack_ratio(monkeypatch, axis_type, dtype):
 
 
 def test_solve_triangular_batched_and_jax_conventions(monkeypatch):
-    """A batch of matrices and right-hand sides under the recursion equals JAX's solve."""
+    """A batch of matrices split over the mesh, and of right-hand sides, under the recursion
+    equals JAX's solve; so does one matrix on one device for every right-hand side."""
     monkeypatch.setattr(triangular, "BASE", 4)
     rng = np.random.default_rng(1)
+    mesh = make_mesh((4, 2), ("x", "y"))
     a = np.stack([_triangular(rng, 16, np.float64, graded=False) for _ in range(3)])
     b = random_matrix(rng, (3, 16, 2), np.float64)
     for lower, trans in ((True, 1), (False, 0)):
-        ours = msla.solve_triangular(a, b, lower=lower, trans=trans)
+        ours = msla.solve_triangular(put(a, mesh, P(None, "x", "y")), b, lower=lower, trans=trans)
         np.testing.assert_allclose(ours, jsl.solve_triangular(a, b, lower=lower, trans=trans), rtol=1e-11, atol=1e-12)
     shared = msla.solve_triangular(a[0], b, lower=True)  # one matrix for every right-hand side
     np.testing.assert_allclose(shared, jsl.solve_triangular(a[0][None], b, lower=True), rtol=1e-11)
@@ -105,19 +107,24 @@ def test_solve_triangular_batched_and_jax_conventions(monkeypatch):
 
 
 def test_solve_triangular_derivatives(monkeypatch):
-    """Forward and reverse derivatives through the recursion, in a and b: the other triangle
-    gets none (as JAX's)."""
+    """Forward and reverse derivatives of the recursion in a and b (the other triangle gets
+    none, as JAX's), and the gradient of a sharded solve equals JAX's."""
     monkeypatch.setattr(triangular, "BASE", 4)
     rng = np.random.default_rng(2)
     a = _triangular(rng, 12, np.complex128, graded=False)
     b = random_matrix(rng, (12, 2), np.complex128)
-    for lower, trans, unit in ((True, 0, False), (False, 2, True), (True, 1, False)):
-        f = lambda a, b: msla.solve_triangular(a, b, lower=lower, trans=trans, unit_diagonal=unit)  # noqa: E731
+    for lower, adj, unit in ((True, False, False), (False, True, True), (True, True, False)):
+        f = lambda a, b: triangular.trsm(triangular.Tri(a, lower=lower, adj=adj, unit=unit), b)  # noqa: E731
         check_grads(f, (a, b), order=1, modes=("fwd", "rev"))
-        g = jax.grad(lambda a: jnp.sum(jnp.abs(f(a, b)) ** 2))(a)
-        g_ref = jax.grad(lambda a: jnp.sum(jnp.abs(jsl.solve_triangular(a, b, lower=lower, trans=trans,
-                                                                          unit_diagonal=unit)) ** 2))(a)
-        np.testing.assert_allclose(g, g_ref, rtol=1e-9, atol=1e-12)
+    check_grads(lambda a, b: msla.solve_triangular(a, b, trans=1), (a, b), order=1, modes=("fwd", "rev"))
+    mesh = make_mesh((4, 2), ("x", "y"))
+    a_s = put(a, mesh, P("x", "y"))
+    for lower, trans, unit in ((True, 0, False), (False, 2, True), (True, 1, False)):
+        def loss(a, solve=msla.solve_triangular):
+            return jnp.sum(jnp.abs(solve(a, b, lower=lower, trans=trans, unit_diagonal=unit)) ** 2)
+        with jax.set_mesh(mesh):
+            g = jax.jit(jax.grad(loss))(a_s)
+        np.testing.assert_allclose(g, jax.grad(loss)(a, jsl.solve_triangular), rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.parametrize("axis_type,dtype", [(AxisType.Explicit, np.float64), (AxisType.Auto, np.complex128)])

@@ -259,10 +259,11 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
     or 2 (a^H); only a's ``lower`` (default upper) triangle is read, its diagonal taken as ones
     where ``unit_diagonal``. ``b`` is (N,) or (..., N, K); ``x`` has b's shape and layout.
 
-    Recursive blocked substitution (:func:`jaxmg.kernels.triangular.trsm`): diagonal blocks of
-    up to 1,024 rows by one device's triangular solve, every other flop in products that XLA
-    partitions over a's mesh, so that a sharded ``a`` is not gathered. Differentiable in ``a``
-    and ``b`` (forward and reverse, as JAX's)."""
+    An ``a`` split over several devices (Explicit mesh axes, or eagerly) is solved by recursive
+    blocked substitution (:func:`jaxmg.kernels.triangular.trsm`): diagonal blocks of up to 1,024
+    rows by one device's triangular solve, every other flop in products that XLA partitions
+    over a's mesh, so that ``a`` is not gathered; an ``a`` on one device by its triangular solve.
+    Differentiable in ``a`` and ``b`` (forward and reverse, as JAX's)."""
     del overwrite_b, debug, check_finite
     if trans not in _TRANS:
         raise ValueError(f"solve_triangular: trans must be 0, 1 or 2 ('N', 'T', 'C'), got {trans!r}.")
@@ -276,8 +277,10 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
 
 
 def _triangular_solve(a, b, *, trans: str, lower: bool, unit: bool):
-    """op(a)^-1 b for one matrix: a^T x = b as conj(a^H conj(x)) = conj(b); on Explicit mesh
-    axes traced with the axes Auto, x in b's layout."""
+    """op(a)^-1 b for one matrix. A matrix split over several devices goes through
+    :func:`jaxmg.kernels.triangular.trsm` (a^T x = b as conj(a^H conj(x)) = conj(b); on Explicit
+    mesh axes traced with the axes Auto, x in b's layout); one on one device (or inside
+    ``jax.jit`` on Auto axes) through the device's triangular solve."""
     vector = b.ndim == 1
 
     def body(a, b):
@@ -287,12 +290,28 @@ def _triangular_solve(a, b, *, trans: str, lower: bool, unit: bool):
         x = jnp.conj(x) if trans == "T" else x
         return x[:, 0] if vector else x
 
+    if not _spread(a):  # on one device: its triangular solve, in one call
+        rhs = b[:, None] if vector else b
+        x = jax.lax.linalg.triangular_solve(a, rhs, left_side=True, lower=lower, unit_diagonal=unit,
+                                            transpose_a=trans != "N", conjugate_a=trans == "C")
+        return x[:, 0] if vector else x
     mesh = _explicit_mesh(a) or _explicit_mesh(b)
     if mesh is None:
         return body(a, b)
     context = jax.set_mesh(mesh) if isinstance(mesh, jax.sharding.Mesh) else _sharded.abstract_context(mesh)
     with context:
         return jax.sharding.auto_axes(body, out_sharding=_NamedSharding(mesh, _spec_of(b)))(a, b)
+
+
+def _spread(a) -> bool:
+    """Whether ``a`` is known to be split over several devices: by its type on Explicit mesh axes,
+    or by its placement eagerly (inside ``jax.jit`` on Auto axes its layout is XLA's to choose)."""
+    mesh = _explicit_mesh(a)
+    sharding = jax.typeof(a).sharding if mesh is not None else getattr(a, "sharding", None)
+    if isinstance(a, jax.core.Tracer) and mesh is None:
+        return False
+    spec = getattr(sharding, "spec", None)
+    return (spec is not None and any(e is not None for e in spec) and sharding.mesh.size > 1)
 
 
 def lu(a, permute_l=False, overwrite_a=False, check_finite=True):

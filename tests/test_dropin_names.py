@@ -95,7 +95,7 @@ def test_solve_triangular_batched_and_jax_conventions(monkeypatch):
     mesh = make_mesh((4, 2), ("x", "y"))
     a = np.stack([_triangular(rng, 16, np.float64, graded=False) for _ in range(3)])
     b = random_matrix(rng, (3, 16, 2), np.float64)
-    for lower, trans in ((True, 1), (False, 0)):
+    for lower, trans in ((True, 0), (True, 1), (False, 0)):
         ours = msla.solve_triangular(put(a, mesh, P(None, "x", "y")), b, lower=lower, trans=trans)
         np.testing.assert_allclose(ours, jsl.solve_triangular(a, b, lower=lower, trans=trans), rtol=1e-11, atol=1e-12)
     shared = msla.solve_triangular(a[0], b, lower=True)  # one matrix for every right-hand side
@@ -140,6 +140,10 @@ def test_lu_factor_and_lu_are_jaxs_arrays(axis_type, dtype):
     assert isinstance(lu, jax.Array) and piv.dtype == ref_piv.dtype
     np.testing.assert_array_equal(piv, ref_piv)
     np.testing.assert_allclose(np.tril(np.asarray(lu), -1), np.tril(ref_lu, -1), rtol=1e-12, atol=1e-13)
+    b = random_matrix(rng, (8, 2), dtype)
+    for trans in (0, 1, 2):  # with the sharded packed factor, against JAX's with its own
+        np.testing.assert_allclose(msla.lu_solve((lu, piv), b, trans=trans), jsl.lu_solve((ref_lu, ref_piv), b, trans=trans),
+                                   rtol=1e-11, atol=1e-12)
     np.testing.assert_allclose(msla.lu_solve((lu, piv), a[:, 0]), np.eye(8)[:, 0], atol=1e-11)
     p, l, u = msla.lu(a_s)
     for x, y in zip((p, l, u), jsl.lu(a)):

@@ -91,12 +91,18 @@ def lu_factor(a, overwrite_a=False, check_finite=True):
     too. Differentiable as JAX's (the packed factor's tangent). A rectangular ``a`` is JAX's own
     ``jax.scipy.linalg.lu_factor``."""
     del overwrite_a, check_finite
+    return _square_lu(a, "lu_factor", _packed_lu, _jsl.lu_factor)
+
+
+def _square_lu(a, name: str, square, rectangular):
+    """``square`` of each matrix of ``a`` (..., N, N) mapped over its batch; JAX's
+    ``rectangular`` of a rectangular ``a`` (jaxmg's LU is of square matrices)."""
     (a,) = _inexact(a)
     if a.ndim < 2:
-        raise ValueError(f"lu_factor: a must be a matrix or a batch of them (..., M, N), got shape {a.shape}.")
+        raise ValueError(f"{name}: a must be a matrix or a batch of them (..., M, N), got shape {a.shape}.")
     if a.shape[-1] != a.shape[-2]:
-        return _jsl.lu_factor(a)
-    return _map_batch(_packed_lu, (a,), (2,))
+        return rectangular(a)
+    return _map_batch(square, (a,), (2,))
 
 
 def _packed_lu(a):
@@ -119,11 +125,7 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     lu, piv = lu_and_piv
     if isinstance(lu, _LU):
         return lu.solve(b, trans=_TRANS[trans])
-    lu, b = _inexact(lu, b)
-    _square(lu, "lu_solve")
-    if b.ndim < 1 or b.shape[-1 if b.ndim == 1 else -2] != lu.shape[-1]:
-        raise ValueError(f"lu_solve: b must be (N,) or (..., N, K) with N = {lu.shape[-1]} (the factor's order), "
-                         f"got shape {b.shape}.")
+    lu, b = _triangle_and_rhs(lu, b, "lu_solve")
     perm = jax.lax.linalg.lu_pivots_to_permutation(jnp.asarray(piv), lu.shape[-1])
     fn = functools.partial(_packed_lu_solve, trans=_TRANS[trans])
     return _map_batch(fn, (lu, perm, b), (2, 1, 1 if b.ndim == 1 else 2), solution=True)
@@ -267,13 +269,19 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
     del overwrite_b, debug, check_finite
     if trans not in _TRANS:
         raise ValueError(f"solve_triangular: trans must be 0, 1 or 2 ('N', 'T', 'C'), got {trans!r}.")
-    a, b = _inexact(a, b)
-    _square(a, "solve_triangular")
-    if b.ndim < 1 or b.shape[-1 if b.ndim == 1 else -2] != a.shape[-1]:
-        raise ValueError(f"solve_triangular: b must be (N,) or (..., N, K) with N = {a.shape[-1]} (a's order), "
-                         f"got shape {b.shape}.")
+    a, b = _triangle_and_rhs(a, b, "solve_triangular")
     fn = functools.partial(_triangular_solve, trans=_TRANS[trans], lower=bool(lower), unit=bool(unit_diagonal))
     return _map_batch(fn, (a, b), (2, 1 if b.ndim == 1 else 2), solution=True)
+
+
+def _triangle_and_rhs(a, b, name: str):
+    """``a`` (..., N, N) and ``b`` (N,) or (..., N, K) promoted together, their shapes checked."""
+    a, b = _inexact(a, b)
+    _square(a, name)
+    if b.ndim < 1 or b.shape[-1 if b.ndim == 1 else -2] != a.shape[-1]:
+        raise ValueError(f"{name}: b must be (N,) or (..., N, K) with N = {a.shape[-1]} (the matrix's order), "
+                         f"got shape {b.shape}.")
+    return a, b
 
 
 def _triangular_solve(a, b, *, trans: str, lower: bool, unit: bool):
@@ -320,12 +328,8 @@ def lu(a, permute_l=False, overwrite_a=False, check_finite=True):
     :func:`lu_factor` (jaxmg's LU, differentiable as JAX's). A rectangular ``a`` is JAX's own
     ``jax.scipy.linalg.lu``."""
     del overwrite_a, check_finite
-    (a,) = _inexact(a)
-    if a.ndim < 2:
-        raise ValueError(f"lu: a must be a matrix or a batch of them (..., M, N), got shape {a.shape}.")
-    if a.shape[-1] != a.shape[-2]:
-        return _jsl.lu(a, permute_l=permute_l)
-    return _map_batch(functools.partial(_plu, permute_l=bool(permute_l)), (a,), (2,))
+    return _square_lu(a, "lu", functools.partial(_plu, permute_l=bool(permute_l)),
+                      functools.partial(_jsl.lu, permute_l=bool(permute_l)))
 
 
 def _plu(a, *, permute_l: bool):

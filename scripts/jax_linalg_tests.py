@@ -99,11 +99,17 @@ def pytest_runtest_logreport(report):
         previous = _outcomes.get(report.nodeid)
         if previous is None or previous[0] == "passed":
             _outcomes[report.nodeid] = (report.outcome, cause)
+            _write()  # after every case, so that a run stopped by its time limit still reports
+
+
+def _write():
+    with open(RESULTS + ".tmp", "w") as f:
+        json.dump(_outcomes, f)
+    os.replace(RESULTS + ".tmp", RESULTS)
 
 
 def pytest_sessionfinish(session):
-    with open(RESULTS, "w") as f:
-        json.dump(_outcomes, f)
+    _write()
 '''
 
 
@@ -124,10 +130,16 @@ def run(mode: str, jax_src: Path, keyword: str | None, timeout: int, workdir: Pa
            "--rootdir", str(workdir), "-k", selection, str(test_file)]
     if _has_xdist():
         cmd[3:3] = ["-n", "0"]
-    proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
+    try:
+        proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
+        finished, stdout, stderr = True, proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as stopped:
+        finished, stdout, stderr = False, str(stopped.stdout or ""), str(stopped.stderr or "")
     if not results.exists():
-        raise SystemExit(f"the {mode} run wrote no results (exit {proc.returncode}):\n{proc.stdout[-3000:]}"
-                         f"\n{proc.stderr[-3000:]}")
+        raise SystemExit(f"the {mode} run wrote no results:\n{stdout[-3000:]}\n{stderr[-3000:]}")
+    if not finished:
+        print(f"{mode}: stopped after {timeout} s (--timeout); the cases run until then are counted",
+              file=sys.stderr)
     return {k: tuple(v) for k, v in json.loads(results.read_text()).items()}
 
 

@@ -12,7 +12,7 @@ solves with it without refactoring. ``lu_factor(a)`` returns JAX's arrays ``(lu,
 (LAPACK's packed factor and row swaps), which :func:`lu_solve` and :func:`lu` read as JAX's
 do; for a factor that stays distributed use :class:`jaxmg.LU`, which :func:`lu_solve` takes
 too. Every other name of ``jax.scipy.linalg`` is present: :func:`solve_triangular` runs as
-products over the mesh (:func:`jaxmg.kernels.triangular.trsm`), the rest are JAX's own
+products over the mesh (``jaxmg.kernels.triangular.trsm``), the rest are JAX's own
 functions (docs/numpy.md lists which).
 """
 
@@ -262,7 +262,7 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
     where ``unit_diagonal``. ``b`` is (N,) or (..., N, K); ``x`` has b's shape and layout.
 
     An ``a`` split over several devices (Explicit mesh axes, or eagerly) is solved by recursive
-    blocked substitution (:func:`jaxmg.kernels.triangular.trsm`): diagonal blocks of up to 1,024
+    blocked substitution (``jaxmg.kernels.triangular.trsm``): diagonal blocks of up to 1,024
     rows by one device's triangular solve, every other flop in products that XLA partitions
     over a's mesh, so that ``a`` is not gathered; an ``a`` on one device by its triangular solve.
     Differentiable in ``a`` and ``b`` (forward and reverse, as JAX's)."""
@@ -286,7 +286,7 @@ def _triangle_and_rhs(a, b, name: str):
 
 def _triangular_solve(a, b, *, trans: str, lower: bool, unit: bool):
     """op(a)^-1 b for one matrix. A matrix split over several devices goes through
-    :func:`jaxmg.kernels.triangular.trsm` (a^T x = b as conj(a^H conj(x)) = conj(b); on Explicit
+    ``jaxmg.kernels.triangular.trsm`` (a^T x = b as conj(a^H conj(x)) = conj(b); on Explicit
     mesh axes traced with the axes Auto, x in b's layout); one on one device (or inside
     ``jax.jit`` on Auto axes) through the device's triangular solve."""
     vector = b.ndim == 1

@@ -156,8 +156,12 @@ def counts(outcomes: dict) -> collections.Counter:
 
 
 def cause_of(message: str) -> str:
-    """A failure's cause: its first line, numbers and shapes masked, at most 160 characters."""
-    line = next((s for s in message.splitlines() if s.strip()), "")
+    """A failure's cause: its first line (with the next one that says something where the first
+    names the exception only), numbers and shapes masked, at most 160 characters."""
+    lines = [s.strip() for s in message.splitlines() if s.strip()]
+    line = lines[0] if lines else ""
+    if line.endswith(":") and len(lines) > 1:
+        line = f"{line} {lines[1]}"
     line = re.sub(r"-?\d+(\.\d+)?(e[-+]?\d+)?", "#", line)
     return line[:160]
 
@@ -176,7 +180,7 @@ def print_causes(mode: str, outcomes: dict, top: int) -> None:
     print(f"\nfailures of the {mode} run by cause ({sum(causes.values())}):")
     for cause, n in causes.most_common(top):
         print(f"  {n:4d}  {cause}")
-    tests = collections.Counter(node.split("::")[-1].split("_", 1)[0].split("[")[0]
+    tests = collections.Counter(re.sub(r"\d+$", "", node.split("::")[-1].split("[")[0])
                                 for node, (outcome, _) in outcomes.items() if outcome == "failed")
     print("  by test: " + ", ".join(f"{name} {n}" for name, n in tests.most_common()))
 

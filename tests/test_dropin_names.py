@@ -190,6 +190,9 @@ def test_qr_modes_and_slogdet_methods_as_jaxs():
     q, r = mla.qr(tall, mode="full")  # NumPy's alias of "reduced"
     assert q.shape == (8, 4) and r.shape == (4, 4)
     np.testing.assert_allclose(np.asarray(q) @ np.asarray(r), tall, atol=1e-13)
+    q, r = mla.qr(np.ones((3, 0)), mode="complete")  # no columns: Q is the identity, as JAX's
+    np.testing.assert_array_equal(q, np.eye(3))
+    assert r.shape == (3, 0)
     q, r = msla.qr(tall)  # SciPy's "full": the square Q
     assert q.shape == (8, 8) and r.shape == (8, 4)
     np.testing.assert_allclose(np.asarray(q) @ np.asarray(r), tall, atol=1e-13)

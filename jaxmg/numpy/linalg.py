@@ -216,6 +216,8 @@ def _complete_qr(a):
     M x (M - N) block g (nonsingular with probability one), whose first N columns of Q are
     a's; r = triu(q^H a)."""
     m, n = a.shape
+    if n == 0:  # no columns to keep: Q is the identity, as LAPACK's (and JAX's) Householder Q
+        return _in_layout_of(jnp.eye(m, dtype=a.dtype), a), jnp.zeros((m, 0), a.dtype)
     g = np.random.default_rng(0).standard_normal((m, m - n))
     if jnp.issubdtype(a.dtype, jnp.complexfloating):
         g = g + 1j * np.random.default_rng(1).standard_normal((m, m - n))

@@ -75,7 +75,7 @@ def _package(real, **replaced):
     return proxy
 
 
-def pytest_collection_finish(session):
+def pytest_collection_modifyitems(items):
     if MODE == "jax":
         return
     import jaxmg.numpy.linalg
@@ -84,7 +84,7 @@ def pytest_collection_finish(session):
     np_proxy = _package(jnp, linalg=_linalg(jnp.linalg, jaxmg.numpy.linalg))
     sp_proxy = _package(jsp, linalg=_linalg(jsp.linalg, jaxmg.scipy.linalg))
     jax_proxy = _package(jax, numpy=np_proxy, scipy=sp_proxy)
-    for module in {item.module for item in session.items if getattr(item, "module", None)}:
+    for module in {item.module for item in items if getattr(item, "module", None)}:
         module.jnp, module.jsp, module.jax = np_proxy, sp_proxy, jax_proxy
 
 
@@ -108,7 +108,7 @@ def _write():
     os.replace(RESULTS + ".tmp", RESULTS)
 
 
-def pytest_sessionfinish(session):
+def pytest_unconfigure(config):
     _write()
 '''
 

@@ -213,3 +213,19 @@ def test_qr_modes_and_slogdet_methods_as_jaxs():
     check_grads(lambda a: mla.slogdet(a, method="qr")[1], (sq,), order=1, modes=("rev",))
     with pytest.raises(ValueError, match="method"):
         mla.slogdet(sq, method="cholesky")
+
+
+def test_lu_and_triangular_solves_under_jaxs_test_configuration(monkeypatch):
+    """Strict dtype promotion and rank promotion raising (JAX's own test configuration), with
+    64-bit integers the default: lu, lu_factor, lu_solve and solve_triangular (the recursion too)."""
+    monkeypatch.setattr(triangular, "BASE", 4)
+    mesh = make_mesh((4, 2), ("x", "y"))
+    a = np.arange(64.0).reshape(8, 8) % 7 + 8 * np.eye(8)
+    with jax.numpy_dtype_promotion("strict"), jax.numpy_rank_promotion("raise"):
+        p, l, u = msla.lu(a)
+        lu, piv = msla.lu_factor(put(a, mesh, P("x", "y")))
+        x = msla.lu_solve((lu, piv), np.ones(8), trans=1)
+        y = msla.solve_triangular(put(a, mesh, P("x", "y")), np.ones((8, 2)), lower=True, trans=2)
+    np.testing.assert_allclose(np.asarray(p) @ np.asarray(l) @ np.asarray(u), a, atol=1e-12)
+    np.testing.assert_allclose(a.T @ np.asarray(x), np.ones(8), atol=1e-12)
+    np.testing.assert_allclose(np.tril(a).T @ np.asarray(y), np.ones((8, 2)), atol=1e-12)

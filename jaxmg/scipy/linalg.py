@@ -341,7 +341,7 @@ def _plu(a, *, permute_l: bool):
     u = jnp.triu(packed)
     if permute_l:
         return _in_layout_of(jnp.zeros_like(l).at[perm].set(l), a), _in_layout_of(u, a)
-    p = (perm[None, :] == jnp.arange(n)[:, None]).astype(a.dtype)  # p[perm[j], j] = 1
+    p = (perm[None, :] == jnp.arange(n, dtype=perm.dtype)[:, None]).astype(a.dtype)  # p[perm[j], j] = 1
     return tuple(_in_layout_of(x, a) for x in (p, l, u))
 
 

@@ -51,6 +51,10 @@ runs as one sequence of batched calls with no per-matrix loop:
   orthonormal basis of the rest; the polar factor is then U V^H. Under ``jax.vmap`` this one pass
   runs only where some matrix of the stack needs it.
 
+The distributed route does the same on the row slabs: the test sums over the slabs (and is made
+the same on every device), the QR of U is a TSQR (:func:`_tsqr`, as the QR-form steps), and the
+polar factor's V comes from the device's own eigensolver on H (whole on every device).
+
 Every matrix product runs at full precision (``jax.default_matmul_precision("highest")``):
 with the default, GPUs multiply float32 and complex64 in TF32, and the iteration's products then
 leave errors in U_p far above float32's.
@@ -327,7 +331,8 @@ svdvals_local = _full_precision(svdvals_local)
 
 @_full_precision
 def polar(a, *, grid, **unused):
-    """(U_p: a's local block, H: local block of the N x N layout, status) of A = U_p H, M >= N."""
+    """(U_p: a's local block, H: local block of the N x N layout, status) of A = U_p H, M >= N;
+    U_p's columns are orthonormal for rank-deficient A too (:func:`_complete_polar`)."""
     x, h = _complete_polar(*_polar_slab(a, grid), grid)
     u_p = _block_cols(x, grid, a.shape[-1])
     h = local_block(h, grid)

@@ -15,7 +15,9 @@ On a grid of ``nprow x npcol`` processes, with ``c = lcm(nprow, npcol)``, an m x
   over the column axes) and the column panel of ``y`` (gathered over the row axes): the panels in
   flight are the only memory beyond the operands and the result.
 
-:class:`Cyclic` is this order as a ``jaxmg.kernels.triangular.Layout``.
+:class:`Cyclic` is this order as a ``jaxmg.kernels.triangular.Layout``. Its methods are traced
+on whole matrices with the grid's axes Auto (``jaxmg._sharded.whole``: on an Explicit mesh, as
+``jax.sharding.auto_axes``), where XLA places what the shardings they name do not fix.
 """
 
 from __future__ import annotations

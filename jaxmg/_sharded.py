@@ -66,6 +66,15 @@ def explicit(mesh) -> bool:
     return any(t == jax.sharding.AxisType.Explicit for t in getattr(mesh, "axis_types", ()))
 
 
+def auto_axes_of(mesh):
+    """The abstract mesh of ``mesh`` with its Explicit axes Auto: the mesh that a body run by
+    ``jax.sharding.auto_axes`` sees."""
+    abstract = mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh
+    return abstract.update_axis_types({name: jax.sharding.AxisType.Auto for name, kind
+                                       in zip(abstract.axis_names, abstract.axis_types)
+                                       if kind == jax.sharding.AxisType.Explicit})
+
+
 def abstract_context(mesh):
     """The abstract mesh of ``mesh`` (concrete or abstract), entered as the context of a trace."""
     return jax.sharding.use_abstract_mesh(mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh)
@@ -180,8 +189,10 @@ def whole(fn: Callable, args: Sequence, grid: Grid, **static):
     body = functools.partial(fn, **static)
     with abstract_context(mesh):
         args = tuple(pinned(x, _whole_spec(x, grid), mesh) for x in args)
+    with abstract_context(auto_axes_of(mesh)):  # the shapes, traced with the axes the body sees
         shapes = jax.eval_shape(body, *(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in args))
-        specs = jax.tree.map(lambda o: _whole_spec(o, grid), shapes)
+    specs = jax.tree.map(lambda o: _whole_spec(o, grid), shapes)
+    with abstract_context(mesh):
         if explicit(mesh):
             return jax.sharding.auto_axes(body, out_sharding=specs)(*args)
         return jax.tree.map(lambda o, spec: jax.lax.with_sharding_constraint(o, NamedSharding(mesh, spec)),

@@ -15,7 +15,9 @@ On a grid of ``nprow x npcol`` processes, with ``c = lcm(nprow, npcol)``, an m x
   over the column axes) and the column panel of ``y`` (gathered over the row axes): the panels in
   flight are the only memory beyond the operands and the result.
 
-:class:`Cyclic` is this order as a ``jaxmg.kernels.triangular.Layout``.
+:class:`Cyclic` is this order as a ``jaxmg.kernels.triangular.Layout``. Its methods are traced
+on whole matrices with the grid's axes Auto (``jaxmg._sharded.whole``: on an Explicit mesh, as
+``jax.sharding.auto_axes``), where XLA places what the shardings they name do not fix.
 """
 
 from __future__ import annotations
@@ -58,15 +60,24 @@ class Cyclic(triangular.Layout):
             return ok(first.stop) and ok(m - first.stop)
         return ok(n)
 
+    def _mesh(self):
+        """The grid's mesh with the axis types of the trace: the context's abstract mesh where it
+        is the grid's (inside ``jax.sharding.auto_axes``, as ``jaxmg._sharded.whole`` runs the
+        recursion, the axes of an Explicit mesh are Auto), else the grid's mesh."""
+        context = jax.sharding.get_abstract_mesh()
+        if not context.empty and context.axis_names == self.grid.mesh.axis_names:
+            return context
+        return self.grid.mesh
+
     def _laid(self, x: jax.Array) -> jax.Array:
         """``x`` (m, n) in the grid layout."""
-        return jax.lax.with_sharding_constraint(x, NamedSharding(self.grid.mesh, self.grid.spec))
+        return jax.lax.with_sharding_constraint(x, NamedSharding(self._mesh(), self.grid.spec))
 
     def _grouped(self, x: jax.Array) -> jax.Array:
         """(m, n) -> (c, m/c, c, n/c): the row and column groups, each group on one process."""
         c, (m, n) = self.groups, x.shape
         spec = P(self.grid.spec[0], None, self.grid.spec[1], None)
-        return jax.lax.with_sharding_constraint(x.reshape(c, m // c, c, n // c), NamedSharding(self.grid.mesh, spec))
+        return jax.lax.with_sharding_constraint(x.reshape(c, m // c, c, n // c), NamedSharding(self._mesh(), spec))
 
     def _ungrouped(self, g: jax.Array) -> jax.Array:
         """Inverse of :meth:`_grouped`."""
@@ -104,7 +115,7 @@ class Cyclic(triangular.Layout):
                 yb = jax.lax.all_gather(yb, axis_name(grid.row_axes), axis=0, tiled=True)
             return jnp.matmul(xb, yb, precision=jax.lax.Precision.HIGHEST)
 
-        return jax.shard_map(local, mesh=grid.mesh, in_specs=(grid.spec, grid.spec), out_specs=grid.spec,
+        return jax.shard_map(local, mesh=self._mesh(), in_specs=(grid.spec, grid.spec), out_specs=grid.spec,
                              check_vma=False)(self._laid(x), self._laid(y))
 
 

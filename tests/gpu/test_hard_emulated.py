@@ -1,8 +1,9 @@
 """The hard-matrix battery (tests/test_hard_matrices.py) through the native backend, its FFI
 handlers emulated on CPU (tests/gpu/_emulation.py): every operation with backend="native" (the
-jaxmg.numpy.linalg functions as "auto" chooses) over a (2, 2) grid of Auto axes, every kind, one
-real and one complex dtype. Each result is right by LAPACK's test ratios or flagged, as on the
-portable backend. The battery's pending least-squares cases (``PENDING``) and the native
+jaxmg.numpy.linalg functions as "auto" chooses) over a (2, 2) grid of Explicit axes (JAX's
+default for ``jax.make_mesh``; tests/gpu/test_inverse_emulated.py and the family tests cover Auto
+axes), every kind, one real and one complex dtype. Each result is right by LAPACK's test ratios
+or flagged, as on the portable backend. The battery's pending least-squares cases (``PENDING``) and the native
 backend's known defects (``NATIVE_DEFECTS``) are marked strict xfail.
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ DTYPES = [np.float64, np.complex64]
 @functools.lru_cache(maxsize=None)
 def _results(names: tuple, dtype, emulator) -> tuple:
     """The group's results on the emulated native backend, and whether the native kernels ran."""
-    mesh = make_mesh((2, 2), ("x", "y"), axis_types=AxisType.Auto)
+    mesh = make_mesh((2, 2), ("x", "y"), axis_types=AxisType.Explicit)
     found = battery.run_group(names, dtype, lambda x, spec: put(x, mesh, spec), {"backend": "native"})
     return found, bool(emulator.calls)
 

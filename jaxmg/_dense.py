@@ -15,7 +15,6 @@ import jax.numpy as jnp
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 
-
 def adjoint(a):
     """The conjugate transpose of the last two dimensions of ``a``."""
     return jnp.conj(jnp.swapaxes(a, -1, -2))

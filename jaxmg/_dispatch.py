@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P

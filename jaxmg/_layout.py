@@ -20,7 +20,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Optional, Union
 
 import jax
 import numpy as np
@@ -65,7 +66,7 @@ class Grid:
         return P(entry(self.row_axes), entry(self.col_axes))
 
     @classmethod
-    def from_spec(cls, mesh: AnyMesh, spec: P, name: str = "a") -> "Grid":
+    def from_spec(cls, mesh: AnyMesh, spec: P, name: str = "a") -> Grid:
         """The grid of a matrix laid out as ``spec`` on ``mesh`` (checked as everywhere)."""
         entries = validate_spec(spec, mesh, name, 2)
         return cls(mesh, entry_axes(entries[0]), entry_axes(entries[1]))
@@ -203,7 +204,7 @@ def device_mesh(x) -> Mesh:
     return _one_device_mesh(device)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _one_device_mesh(device) -> Mesh:
     return Mesh(np.array([device]).reshape(1, 1), DEVICE_AXES,
                 axis_types=(jax.sharding.AxisType.Auto,) * 2)

@@ -19,7 +19,8 @@ only placements below the boundary, and they are trace-only:
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
@@ -108,7 +109,7 @@ class Plan:
         """Whether ``a`` has fewer rows than columns."""
         return self.shape[0] < self.shape[1]
 
-    def adjoint(self) -> "Plan":
+    def adjoint(self) -> Plan:
         """The plan of ``a^H``: the shape reversed, the layouts' rows and columns swapped."""
         spec = None if self.spec is None else _swapped(self.spec)
         grid = None if self.grid is None else Grid(self.grid.mesh, self.grid.col_axes, self.grid.row_axes)

@@ -31,8 +31,8 @@ def pick(values, keep):
 
 @shared_arguments
 @checked
-def potrs(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, return_logdet=False,
-          return_status=False, donate=False, backend="auto"):
+def potrs(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
+          return_logdet=False, return_status=False, donate=False, backend="auto"):
     """Solve ``a @ x = b`` for Hermitian positive-definite ``a`` by Cholesky factorisation.
 
     Differentiable (forward and reverse, any order) in ``a`` and ``b``.
@@ -92,8 +92,8 @@ def _potrs(plan, a, b, *, keep, return_logdet, return_status):
 
 @shared_arguments
 @checked
-def cholesky(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, return_status=False, donate=False,
-             backend="auto"):
+def cholesky(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
+             return_status=False, donate=False, backend="auto"):
     """The lower-triangular Cholesky factor ``L`` with ``a = L @ L^H``.
 
     Differentiable (forward and reverse, any order).
@@ -118,14 +118,15 @@ def cholesky(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_sp
 
 def _lower(plan, a, *, keep, return_status):
     state, status, operator = _cholesky.factored(plan, a, keep=keep)
-    lower = _status.masked(status, plan.leave(decompositions.cholesky_lower(plan.kernels.Cholesky(plan), operator, state)))
+    lower = _status.masked(status, plan.leave(
+        decompositions.cholesky_lower(plan.kernels.Cholesky(plan), operator, state)))
     return pick((lower, status), (True, return_status))
 
 
 @shared_arguments
 @checked
-def lu_solve(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, return_status=False, donate=False,
-             backend="auto"):
+def lu_solve(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
+             return_status=False, donate=False, backend="auto"):
     """Solve ``a @ x = b`` for a general square ``a`` by LU factorisation with partial pivoting.
 
     Differentiable (forward and reverse, any order) in ``a`` and ``b``.
@@ -159,8 +160,8 @@ def _lu_solve(plan, a, b, *, keep, return_status):
 
 @shared_arguments
 @checked
-def least_squares(a: Matrix, b: TallRhs, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, return_status=False,
-                  donate=False, backend="auto"):
+def least_squares(a: Matrix, b: TallRhs, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
+                  return_status=False, donate=False, backend="auto"):
     """The ``x`` minimising ``||a @ x - b||_2`` for ``a`` of full column rank, by QR; for a wide
     ``a`` (M < N) of full row rank, the ``x`` of least norm with ``a @ x = b``.
 
@@ -199,7 +200,8 @@ def _least_squares(plan, a, b, *, keep, return_status):
 
 @shared_arguments
 @checked
-def qr(a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, return_status=False, donate=False, backend="auto"):
+def qr(a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
+       return_status=False, donate=False, backend="auto"):
     """The reduced QR decomposition ``a = q @ r``; for a wide ``a`` (M < N), ``q`` (M, M) and ``r``
     (M, N) upper trapezoidal (from the QR of a's first M columns and ``r[:, M:] = q^H a[:, M:]``).
 
@@ -233,8 +235,8 @@ def _qr_factors(plan, a, *, keep, return_status):
 
 @shared_arguments
 @checked
-def syevd(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, return_eigenvectors=True, return_status=False,
-          donate=False, backend="auto"):
+def syevd(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
+          return_eigenvectors=True, return_status=False, donate=False, backend="auto"):
     """Eigenvalues and eigenvectors of a Hermitian matrix: ``a @ v = v @ diag(w)``.
 
     Differentiable (forward and reverse, any order); for degenerate eigenvalues the terms
@@ -263,8 +265,8 @@ def syevd(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs
 
 @shared_arguments
 @checked
-def sygvd(a: SquareMatrix, b: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, return_eigenvectors=True,
-          return_status=False, donate=False, backend="auto"):
+def sygvd(a: SquareMatrix, b: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
+          return_eigenvectors=True, return_status=False, donate=False, backend="auto"):
     """The generalised Hermitian eigenproblem ``a @ v = b @ v @ diag(w)`` with ``v^H b v = I``.
 
     Differentiable (forward and reverse, any order) in ``a`` and ``b`` (degenerate
@@ -305,8 +307,8 @@ def _eigh(plan, a, b=None, *, keep, return_eigenvectors, return_status):
 
 @shared_arguments
 @checked
-def gesvd(a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, compute_u=True, compute_vh=True,
-          full_matrices=False, return_status=False, donate=False, backend="auto"):
+def gesvd(a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
+          compute_u=True, compute_vh=True, full_matrices=False, return_status=False, donate=False, backend="auto"):
     """The singular value decomposition ``a = u @ diag(s) @ vh``, in NumPy's order.
 
     Differentiable (forward and reverse, any order) for distinct non-zero singular values.
@@ -342,8 +344,8 @@ def _gesvd(plan, a, *, keep, compute_u, compute_vh, full_matrices, return_status
 
 @shared_arguments
 @checked
-def polar(a: TallMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, compute_h=True, return_status=False,
-          donate=False, backend="auto"):
+def polar(a: TallMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
+          compute_h=True, return_status=False, donate=False, backend="auto"):
     """The polar decomposition ``a = u_p @ h``.
 
     Differentiable (forward and reverse, any order) for ``a`` of full rank.

@@ -67,6 +67,7 @@ def report(n: int = 4096, dtype: str = "float64") -> dict:
     from jax.sharding import AxisType
 
     import jaxmg
+
     from . import _native_check, _nvidia, _routes
     from .kernels import native
 
@@ -109,7 +110,8 @@ def format_report(info: dict) -> str:
              f"python {info['python']} on {info['platform']}", "", "packages:"]
     lines += [f"  {name:24s} {version or '-'}" for name, version in info["packages"].items()]
     gpu = info["nvidia_gpu"]
-    lines += ["", f"NVIDIA GPUs: {'yes, driver ' + (gpu['driver'] or 'version unknown') if gpu['present'] else 'none found'}"]
+    gpus = "yes, driver " + (gpu["driver"] or "version unknown") if gpu["present"] else "none found"
+    lines += ["", f"NVIDIA GPUs: {gpus}"]
     native = info["native"]
     state = "available" if native["available"] else ("not used" if native.get("note") else "unavailable")
     lines.append(f"native backend: {state}")

@@ -196,7 +196,8 @@ def initialize_from_environment() -> bool:
     try:
         local_device_ids = [int(x) for x in ids.split(",")] if ids else None
     except ValueError:
-        raise RuntimeError(f"jaxmg: {ENV_LOCAL_DEVICE_IDS}={ids!r} is not a comma-separated list of integers.") from None
+        raise RuntimeError(
+            f"jaxmg: {ENV_LOCAL_DEVICE_IDS}={ids!r} is not a comma-separated list of integers.") from None
     platform = os.environ.get(ENV_PLATFORM, "gpu").strip().lower()
 
     import jax
@@ -530,7 +531,7 @@ def _stop_all(procs, grace: float) -> None:
         p.wait()
 
 
-def _start_ranks(run: "_Run") -> None:
+def _start_ranks(run: _Run) -> None:
     """Start every rank (own process group), then one output pump per stream and one waiter per rank."""
     preexec = _die_with_parent()
     for rank in range(run.nproc):

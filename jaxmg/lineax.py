@@ -60,8 +60,8 @@ from jax.scipy.linalg import solve_triangular
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from . import modules
-from .modules._base import Factorisation
 from ._typing import MeshLike, Specs
+from .modules._base import Factorisation
 
 __all__ = ["Auto", "Cholesky", "LU", "QR"]
 
@@ -73,7 +73,7 @@ class _Structure(eqx.Module):
     leaves: tuple = eqx.field(static=True)
 
     @classmethod
-    def of(cls, structure) -> "_Structure":
+    def of(cls, structure) -> _Structure:
         leaves, treedef = jax.tree_util.tree_flatten(structure)
         return cls(treedef, tuple((tuple(x.shape), jnp.dtype(x.dtype)) for x in leaves))
 
@@ -286,8 +286,8 @@ def _unsharded(x):
 
 class Auto(_JaxmgSolver):
     """Picks a jaxmg solver from the operator: positive or negative semidefinite tag ->
-    [`Cholesky`][jaxmg.lineax.Cholesky]; square -> [`LU`][jaxmg.lineax.LU]; rectangular -> [`QR`][jaxmg.lineax.QR] (least squares or
-    minimum norm).
+    [`Cholesky`][jaxmg.lineax.Cholesky]; square -> [`LU`][jaxmg.lineax.LU]; rectangular -> [`QR`][jaxmg.lineax.QR]
+    (least squares or minimum norm).
 
     The state is the chosen solver's; it never changes after ``init`` (``transpose`` and
     ``conj`` keep the choice).

@@ -13,7 +13,8 @@ Hermitian.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
+from typing import Optional
 
 import jax
 import jax.numpy as jnp

@@ -27,8 +27,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from . import triangular
 from .._sharded import axis_name
+from . import triangular
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,9 +25,9 @@ from jax.scipy.linalg import solve_triangular
 from .. import _layout, _routes
 from .._dense import adjoint
 from . import qdwh, status as _status
+from .families import CholeskyState, LUState, QRState
 from .native import relayout
 from .solver import getrf, potrf
-from .families import CholeskyState, LUState, QRState
 
 _TRANS = {"N": 0, "T": 1, "C": 2}
 
@@ -162,7 +162,8 @@ def slogdet_of(diagonal, pivots, parity):
     n = diagonal.shape[-1]
     swaps = jnp.sum(pivots != jnp.arange(n, dtype=pivots.dtype))
     magnitude = jnp.abs(diagonal)
-    sign = ((1 - 2 * (swaps % 2)) * parity).astype(diagonal.dtype) * jnp.prod(diagonal / magnitude.astype(diagonal.dtype))
+    sign = (((1 - 2 * (swaps % 2)) * parity).astype(diagonal.dtype)
+            * jnp.prod(diagonal / magnitude.astype(diagonal.dtype)))
     return sign, jnp.sum(jnp.log(magnitude))
 
 

@@ -121,7 +121,7 @@ class Mat:
     def shape(self) -> tuple:
         return self.x.shape[::-1] if self.adj else self.x.shape
 
-    def block(self, rows: slice, cols: slice) -> "Mat":
+    def block(self, rows: slice, cols: slice) -> Mat:
         """The block ``[rows, cols]`` of the matrix this stands for."""
         layout = _LAYOUT.get()
         part = layout.block(self.x, cols, rows) if self.adj else layout.block(self.x, rows, cols)

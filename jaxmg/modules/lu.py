@@ -5,12 +5,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from .. import _dispatch, _plan
+from .._docstrings import shared_arguments
+from .._typing import MeshLike, Rhs, Specs, SquareMatrix, Tile, checked
 from ..autodiff import logdet, solves
 from ..kernels import status as _status
 from ..kernels.families import LUState
-from .._docstrings import shared_arguments
-from .._typing import MeshLike, Rhs, Specs, SquareMatrix, Tile, checked
-from .. import _dispatch, _plan
 from ._base import Factorisation
 
 #: op(A) -> how to apply op(A)^-T with the same factor: (trans, conjugate the rhs/solution).

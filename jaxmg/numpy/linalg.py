@@ -37,16 +37,27 @@ import operator
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-from .. import functional as _f
 from jax.sharding import PartitionSpec as _P
 
-from .._dense import (adjoint as _H, columns as _columns, in_layout as _in_layout, in_layout_of as _in_layout_of,
-                      matmul as _matmul, spec_of as _spec_of, triu as _triu)
+from .. import functional as _f
+from .._dense import (
+    adjoint as _H,
+    columns as _columns,
+    in_layout as _in_layout,
+    in_layout_of as _in_layout_of,
+    matmul as _matmul,
+    spec_of as _spec_of,
+    triu as _triu,
+)
 from ..modules import LU as _LU
 from ._results import EighResult, QRResult, SlogdetResult, SVDResult
-from ._util import (herm_input as _herm_input, inexact as _inexact, map_batch as _map_batch,
-                    square as _square, take_columns as _take_columns)
+from ._util import (
+    herm_input as _herm_input,
+    inexact as _inexact,
+    map_batch as _map_batch,
+    square as _square,
+    take_columns as _take_columns,
+)
 
 # Products, norms of vectors and data movement: JAX's own (XLA shards them).
 cross = jnp.linalg.cross

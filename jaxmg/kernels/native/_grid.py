@@ -9,8 +9,8 @@ and this device's rank is ``p + q * pr`` with ``p`` its mesh column index and ``
 index (column-major rank mapping).
 
 Bootstrap (public JAX mechanisms only). A tiny FFI call returns this device's identity
-(``process_index * CODES['process_stride'] + CUDA ordinal``, csrc/codes.h); an ``all_gather`` over the grid's mesh axes gives
-every member the grid's membership in rank order (the cache key). A second tiny FFI call returns
+(``process_index * CODES['process_stride'] + CUDA ordinal``, csrc/codes.h); an ``all_gather`` over the grid's mesh axes
+gives every member the grid's membership in rank order (the cache key). A second tiny FFI call returns
 a fresh ``ncclUniqueId`` on the grid's first member when no communicator for these members is
 cached (zeros elsewhere, and zeros everywhere once cached); a ``psum`` hands it to every member.
 The family handler then creates, once, the NCCL communicator, the cuSOLVERMp handle and grid, and
@@ -26,10 +26,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _library
 from ... import _sharded
 from ..._sharded import axis_index as index, axis_name as name  # noqa: F401 (the kernels' names)
-
+from . import _library
 
 # --- Grid geometry and bootstrap ---
 

@@ -42,11 +42,11 @@ import math
 import jax
 import jax.numpy as jnp
 
-from . import _grid
 from ..._sharded import Block, Replicated, Rows
 from ..families import QRState
 from ..local import matmul
 from ..status import first_bad_pivot
+from . import _grid
 
 
 class _Shape:

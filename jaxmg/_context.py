@@ -22,6 +22,7 @@ import dataclasses
 from typing import Optional
 
 import jax
+import jax.core
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 EAGER, TRACED, MANUAL = "eager", "traced", "manual"

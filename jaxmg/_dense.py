@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Optional
 
 import jax
+import jax.core
 import jax.numpy as jnp
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 

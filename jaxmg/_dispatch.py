@@ -24,6 +24,7 @@ import functools
 from collections.abc import Callable, Sequence
 
 import jax
+import jax.core
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from . import _context, _layout, _plan, _routes, _sharded

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Optional, Union
 
 import jax
+import jax.core
 import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec as P
 
@@ -319,6 +320,7 @@ def resolve(mesh, matrix_specs, matrices: Sequence[tuple], num_rhs: int = 0, rhs
     """
     a, a_name = matrices[0]
     mesh = resolve_mesh(mesh, a, [x for x, _ in matrices[1:]] + list(rhs))
+    assert mesh is not None, "the distributed route runs on a known mesh"
     for x, name in matrices:
         check_reachable(x, name, mesh)
     specs = split_specs(matrix_specs, len(matrices) + num_rhs)

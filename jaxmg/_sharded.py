@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Optional
 
 import jax
+import jax.core
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 

@@ -55,6 +55,7 @@ import math
 from typing import Any
 
 import jax
+import jax.core
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 

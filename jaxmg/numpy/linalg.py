@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import functools
 import operator
+from typing import Literal, Union, overload
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as _P
@@ -182,6 +184,18 @@ def _svd(a, *, full_matrices, compute_uv, hermitian):
     return _f.gesvd(a, full_matrices=full_matrices)
 
 
+@overload
+def svd(a, full_matrices: bool = True, compute_uv: Literal[True] = True, hermitian: bool = False,
+        subset_by_index=None) -> SVDResult: ...
+@overload
+def svd(a, full_matrices: bool, compute_uv: Literal[False], hermitian: bool = False,
+        subset_by_index=None) -> jax.Array: ...
+@overload
+def svd(a, full_matrices: bool = True, *, compute_uv: Literal[False], hermitian: bool = False,
+        subset_by_index=None) -> jax.Array: ...
+@overload
+def svd(a, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False,
+        subset_by_index=None) -> Union[SVDResult, jax.Array]: ...
 def svd(a, full_matrices=True, compute_uv=True, hermitian=False, subset_by_index=None):
     """The singular value decomposition of ``a`` (..., M, N), tall, square or wide.
 

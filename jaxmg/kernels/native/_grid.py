@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -28,6 +30,7 @@ import numpy as np
 
 from ... import _sharded
 from ..._sharded import axis_index as index, axis_name as name  # noqa: F401 (the kernels' names)
+from ..families import KernelPlan
 from . import _library
 
 # --- Grid geometry and bootstrap ---
@@ -254,10 +257,11 @@ class GridKernels:
     """What the native family classes share: the plan (hashable: the classes are static arguments
     of the derivative rules) and the running of a per-shard kernel over its grid."""
 
-    plan: object
+    plan: KernelPlan
 
     @property
-    def grid(self):
+    def grid(self) -> _sharded.Grid:
+        assert self.plan.grid is not None, "native kernels run on a distributed plan, which has a grid"
         return self.plan.grid
 
     @property
@@ -269,9 +273,11 @@ class GridKernels:
         """The static keywords every kernel of the family takes."""
         return {"tile": self.plan.tile}
 
-    def run(self, kernel, args, inputs, outputs, shapes=None, names=None, **params):
+    def run(self, kernel, args, inputs, outputs, shapes: Optional[Sequence[tuple]] = None,
+            names: Optional[Sequence[str]] = None, **params):
         """``kernel`` over the grid (``jaxmg._sharded.run``); ``shapes``/``names`` describe outputs
         that the grid's layout must divide."""
         if shapes is not None:
+            assert names is not None, "outputs checked against shapes are named"
             _sharded.check_outputs(outputs, shapes, self.grid, names)
         return _sharded.run(kernel, self.grid, args, inputs, outputs, **self.params(), **params)

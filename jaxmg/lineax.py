@@ -111,11 +111,9 @@ class _State(eqx.Module):
     out_structure: _Structure = eqx.field(static=True)
 
 
-class _JaxmgSolver(lx.AbstractLinearSolver):
-    """What the jaxmg solvers share: the options of the jaxmg call, the vector plumbing,
-    transpose/conj as flags on the state and the status-to-result mapping. A subclass gives
-    ``_factor(matrix, operator)`` -> (factorisation module, transposed, negated) and
-    ``_solve(state, b)`` (b and x 1-D, for ``op(M)`` with ``conjugated`` already handled)."""
+class _Options(eqx.Module):
+    """The options of the jaxmg call that factors the operator's matrix, which every solver
+    (``Auto`` too) takes."""
 
     T_A: Optional[int] = eqx.field(default=None, static=True)
     mesh: MeshLike = eqx.field(default=None, static=True)
@@ -126,6 +124,17 @@ class _JaxmgSolver(lx.AbstractLinearSolver):
     def _options(self) -> dict:
         """The keywords of the jaxmg call that factors the operator's matrix."""
         return dict(T_A=self.T_A, mesh=self.mesh, matrix_specs=self.matrix_specs, backend=self.backend)
+
+    def assume_full_rank(self) -> bool:
+        """True: every jaxmg solver needs a full-rank operator (as Lineax's Cholesky, LU, QR)."""
+        return True
+
+
+class _JaxmgSolver(_Options, lx.AbstractLinearSolver[_State]):
+    """What the jaxmg solvers share: the options of the jaxmg call, the vector plumbing,
+    transpose/conj as flags on the state and the status-to-result mapping. A subclass gives
+    ``_factor(matrix, operator)`` -> (factorisation module, transposed, negated) and
+    ``_solve(state, b)`` (b and x 1-D, for ``op(M)`` with ``conjugated`` already handled)."""
 
     def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]) -> _State:
         """Factor ``operator.as_matrix()`` with jaxmg (distributed when it is sharded)."""
@@ -163,10 +172,6 @@ class _JaxmgSolver(lx.AbstractLinearSolver):
         """The state of ``conj(operator)``: a flag flip, no new factorisation."""
         return _State(state.factor, state.transposed, not state.conjugated, state.negated,
                       state.in_structure, state.out_structure), options
-
-    def assume_full_rank(self) -> bool:
-        """True: every jaxmg solver needs a full-rank operator (as Lineax's Cholesky, LU, QR)."""
-        return True
 
     def _factor(self, matrix, operator):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -284,7 +289,14 @@ def _unsharded(x):
     return jax.sharding.reshard(x, NamedSharding(sharding.mesh, PartitionSpec()))
 
 
-class Auto(_JaxmgSolver):
+class _AutoState(eqx.Module):
+    """Auto's state: the chosen solver and its state."""
+
+    solver: _JaxmgSolver = eqx.field(static=True)
+    inner: _State
+
+
+class Auto(_Options, lx.AbstractLinearSolver[_AutoState]):
     """Picks a jaxmg solver from the operator: positive or negative semidefinite tag ->
     [`Cholesky`][jaxmg.lineax.Cholesky]; square -> [`LU`][jaxmg.lineax.LU]; rectangular -> [`QR`][jaxmg.lineax.QR]
     (least squares or minimum norm).
@@ -321,9 +333,3 @@ class Auto(_JaxmgSolver):
         inner, options = state.solver.conj(state.inner, options)
         return _AutoState(state.solver, inner), options
 
-
-class _AutoState(eqx.Module):
-    """Auto's state: the chosen solver and its state."""
-
-    solver: _JaxmgSolver = eqx.field(static=True)
-    inner: _State

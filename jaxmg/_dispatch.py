@@ -162,6 +162,7 @@ def _batch(fn, plan: Plan, size: int, in_batched, args):
 
 
 def _one_at_a_time(fn, plan: Plan, in_batched, args):
+    assert plan.grid is not None, "a distributed plan has a grid"
     spec = P(None, *tuple(plan.grid.spec))
     args = tuple(jax.tree.map(lambda x, b: _put(x, spec, plan.mesh) if b and x.ndim == 3 else x, a, batched)
                  for a, batched in zip(args, in_batched))

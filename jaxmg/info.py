@@ -145,7 +145,7 @@ def format_report(info: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jaxmg.info", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m jaxmg.info", description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.add_argument("--n", type=int, default=4096, help="the matrices' order for the routes (default 4096)")
     parser.add_argument("--dtype", default="float64", help="their dtype (default float64)")

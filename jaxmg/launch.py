@@ -89,6 +89,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Any
 
 __all__ = ["failure_detection_settings", "initialize_from_environment", "main"]
 
@@ -125,7 +126,7 @@ _initialized_here = False
 # --- Inside a launched process (and under any other launcher) ---
 
 
-def failure_detection_settings(timeout: float | None = None) -> dict[str, int]:
+def failure_detection_settings(timeout: float | None = None) -> dict[str, Any]:
     """Keyword arguments for ``jax.distributed.initialize`` that bound how long a dead peer goes unnoticed.
 
     JAX's coordination service declares a process dead when it has sent no heartbeat for

@@ -226,6 +226,7 @@ class Cholesky(_JaxmgSolver):
         return modules.Cholesky(-matrix if negative else matrix, **self._options()), False, negative
 
     def _solve(self, state, b):
+        assert isinstance(state.factor, modules.Cholesky), "the state of Cholesky.init"
         # The operator is Hermitian: its transpose is its conjugate.
         if state.transposed:
             return jnp.conj(state.factor.solve(jnp.conj(b)))
@@ -247,6 +248,7 @@ class LU(_JaxmgSolver):
         return modules.LU(matrix, **self._options()), False, False
 
     def _solve(self, state, b):
+        assert isinstance(state.factor, modules.LU), "the state of LU.init"
         return state.factor.solve(b, trans="T" if state.transposed else "N")
 
 
@@ -271,6 +273,7 @@ class QR(_JaxmgSolver):
 
     def _solve(self, state, b):
         factor = state.factor
+        assert isinstance(factor, modules.QR), "the state of QR.init"
         if not state.transposed:  # tall M: least squares
             return factor.solve(b)
         # wide M^T with M = Q R: the minimum-norm x is conj(Q) R^-T b (R gathered for the

@@ -13,6 +13,8 @@ int32 scalars, replicated.
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
@@ -44,7 +46,7 @@ def either(first: jax.Array, second: jax.Array) -> jax.Array:
     return jnp.where(first != OK, first, second).astype(jnp.int32)
 
 
-def masked(status: jax.Array, *outputs):
+def masked(status: jax.Array, *outputs) -> Any:
     """``outputs`` (one array, or a tuple of several), NaN wherever ``status`` is not
     :data:`OK` (integer outputs are left as they are). Elementwise, so each output keeps its
     layout; under ``jax.vmap`` each system follows its own status."""

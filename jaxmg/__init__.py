@@ -18,6 +18,7 @@ if _os.environ.get("JAXMG_COORDINATOR"):  # started by jaxmg.launch: join the ot
 from . import ops as ops  # noqa: E402
 from ._layout import Grid, auto_tile  # noqa: E402
 from ._native_check import NativeBackendWarning, warn_if_native_missing as _warn_if_native_missing  # noqa: E402
+from ._routes import default_backend, route  # noqa: E402
 from .functional import (  # noqa: E402
     cholesky,
     gesvd,
@@ -29,7 +30,6 @@ from .functional import (  # noqa: E402
     syevd,
     sygvd,
 )
-from .info import default_backend, route  # noqa: E402
 from .modules import LU, QR, SVD, Cholesky, Eigh, Polar  # noqa: E402
 
 _warn_if_native_missing()
@@ -39,8 +39,9 @@ __version__ = "0.1.0"
 
 def __getattr__(name):
     # jaxmg.lineax needs the optional Lineax: imported on first use, not with jaxmg; the
-    # JAX-shaped namespaces jaxmg.numpy and jaxmg.scipy are imported on first use too.
-    if name in ("lineax", "numpy", "scipy"):
+    # JAX-shaped namespaces jaxmg.numpy and jaxmg.scipy are imported on first use too, and so is
+    # jaxmg.info (run as python -m jaxmg.info, which must not find it imported already).
+    if name in ("info", "lineax", "numpy", "scipy"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)

@@ -48,7 +48,9 @@ def check_same_dtype(x, name: str, ref, ref_name: str) -> None:
 
 
 def check_matrix(x, name: str, *, square: bool = False, tall: bool = False) -> None:
-    """``x`` must be a rank-2 matrix; square, or with at least as many rows as columns."""
+    """``x`` must be a rank-2 matrix; square, or with at least as many rows as columns. Empty
+    matrices (a dimension 0) are accepted: they take the local route, where the results are
+    JAX's (empty factors and solutions, det 1)."""
     if x.ndim != 2:
         raise ValueError(
             f"{name} must be a matrix (rank 2), got shape {tuple(x.shape)} (rank {x.ndim}); "
@@ -64,8 +66,6 @@ def check_matrix(x, name: str, *, square: bool = False, tall: bool = False) -> N
             f"{name}.conj().T = u h, which gives {name} = h u^H (the left polar decomposition, "
             f"jaxmg.scipy.linalg.polar(a, side='left'))."
         )
-    if m == 0 or n == 0:
-        raise ValueError(f"{name} must not be empty, got shape {tuple(x.shape)}.")
 
 
 def check_rhs(b, name: str, rows: int, a_name: str = "a") -> None:

@@ -65,13 +65,27 @@ def build(body, family: str, matrices, *, rhs=(), T_A=None, mesh=None, matrix_sp
 
 def method(module, body, *args, **static):
     """``body(plan, module, *args, **static)`` through the boundary, with the module's plan (on the
-    concrete mesh of its arrays where the module was made inside ``jax.jit`` and is used eagerly)."""
+    concrete mesh of its arrays where the module was made inside ``jax.jit`` and is used eagerly).
+
+    A module made under ``jax.vmap`` and used outside it (its status has the stack's shape) runs
+    the method under ``jax.vmap`` over the stack, as the caller's own ``jax.vmap`` would: each
+    matrix's result follows its own status; ``args`` are shared by every matrix."""
+    depth = getattr(module.status, "ndim", 0)
+    if depth:
+        one = functools.partial(_method_of_one, body=body, args=args, static=static)
+        for _ in range(depth):
+            one = jax.vmap(one)
+        return one(module)
     leaves = jax.tree.leaves(module)
     matrices = [x for x in leaves if getattr(x, "ndim", 0) >= 2][:1]
     ctx = context(matrices, (module, args))
     plan = _plan.with_rhs_layouts(_plan.module_plan(module.plan, leaves), [x for x in args if hasattr(x, "ndim")])
     return run(body, plan, ctx, (module, *args), matrices=0, uncommitted=uncommitted_call(None, (module, args)),
                **static)
+
+
+def _method_of_one(module, *, body, args, static):
+    return method(module, body, *args, **static)
 
 
 def run(body: Callable, plan: Plan, ctx: Context, args: Sequence, *, matrices: int = 1,
@@ -141,22 +155,30 @@ def _stack_rule(fn, plan: Plan, size: int, in_batched, *args):
 
 
 def _batch(fn, plan: Plan, size: int, in_batched, args):
-    """The batch route: each device maps the body over its own whole matrices of the stack, inside
-    a ``jax.shard_map`` over the mesh axes that split the stack (no collective runs); a stack not
-    split so is spread by one all-to-all, and the outputs return to its layout. Without a mesh
-    the body is simply mapped."""
+    """The batch route: each device maps the body over its own whole matrices of the stack.
+
+    * A stack whose layout is known and split over the batch axis: inside a ``jax.shard_map``
+      over the mesh axes that split it (devices along other axes hold and solve the same
+      matrices): no collective runs, and the outputs keep its layout.
+    * A stack known not to be split so (replicated, or split inside its matrices): spread over
+      the mesh by one all-to-all, and the outputs return to its layout.
+    * A stack whose layout is not known while tracing (Auto mesh axes inside ``jax.jit``): the
+      body mapped as it is; the device's solvers are split over the batch where XLA places the
+      stack (``jaxmg.kernels.per_matrix``), as ``jax.numpy.linalg`` is.
+    """
     in_axes = tuple(jax.tree.map(lambda b: 0 if b else None, flags) for flags in in_batched)
     mapped = jax.vmap(fn, in_axes=in_axes)
-    mesh = plan.mesh
-    axes = _layout.batch_axes(mesh, size) if mesh is not None else ()
+    mesh, home = plan.mesh, plan.stack_spec
+    if mesh is None or home is None:
+        return mapped(*args)
+    axes = _layout.entry_axes(tuple(home)[0] if tuple(home) else None) or _layout.batch_axes(mesh, size)
     if not axes:
         return mapped(*args)
     spread = P(_layout.entry(axes))
     in_specs = tuple(jax.tree.map(lambda b: spread if b else P(), flags) for flags in in_batched)
     args = tuple(jax.tree.map(lambda x, s: _put(x, s, mesh), a, spec) for a, spec in zip(args, in_specs))
     out = jax.shard_map(mapped, mesh=mesh, in_specs=in_specs, out_specs=spread, check_vma=False)(*args)
-    home = plan.stack_spec
-    if home is None or home == spread:
+    if home == spread:
         return out
     return jax.tree.map(lambda x: _put(x, home, mesh) if _divisible(x, home, mesh) else x, out)
 

@@ -54,6 +54,12 @@ ARGUMENTS: dict = {
         "correct everywhere, not scalable past one device's memory) or ``\"native\"`` (cuSOLVERMp; "
         'raises RuntimeError where it cannot run, saying why).'
     ),
+    "check": (
+        'check the result on the distributed route (docs/usage.md, "The result check"): one probe '
+        'vector and a few products with the matrix (O(N^2)); a wrong result gets status -2 and NaN '
+        'outputs. None (default): on, unless the environment variable ``JAXMG_RESULT_CHECK`` is '
+        '``0``. A donated matrix is not checked (the factorisation consumed it).'
+    ),
 }
 
 #: GROUP -> the ``NAME: {KEY}`` lines that a docstring line ``{{GROUP}}`` stands for.
@@ -61,7 +67,7 @@ GROUPS: dict = {
     "layout": ("T_A: {T_A}", "mesh: {mesh}", "matrix_specs: {matrix_specs}"),
     "module_layout": ("T_A: {T_A}", "mesh: {mesh_module}", "matrix_specs: {matrix_specs}"),
     "solver_layout": ("T_A: {T_A}", "mesh: {mesh_module}", "matrix_specs: {matrix_specs_solver}"),
-    "run": ("donate: {donate}", "backend: {backend}"),
+    "run": ("donate: {donate}", "backend: {backend}", "check: {check}"),
 }
 
 _GROUP = re.compile(r"^( *)\{\{(\w+)\}\}$", re.M)

@@ -26,7 +26,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from . import _checks, _layout, _routes, _sharded
-from ._context import MANUAL, Context
+from ._context import MANUAL, Context, concrete_value
 from ._layout import AnyMesh, Grid
 
 
@@ -151,6 +151,8 @@ def with_rhs_layouts(plan: Plan, rhs) -> Plan:
     for k, b in enumerate(rhs):
         if specs[k] is None and hasattr(b, "ndim"):
             known = _layout.caller_spec(b, plan.mesh)
+            if known is None and concrete_value(b) is not None:
+                known = P()  # a concrete array off the mesh (NumPy, one device): placed whole
             specs[k] = None if known is None else _layout.padded_spec(known, b.ndim)
     return dataclasses.replace(plan, rhs_specs=tuple(specs))
 
@@ -177,6 +179,8 @@ def place_rhs(plan: Plan, b, name: str = "b", rows: Optional[int] = None, index:
     if mesh is None:
         return b, None, _same
     own = given if given is not None else _layout.caller_spec(b, mesh)
+    if own is None and plan.layout is not None:
+        own = _default_rows(plan, b)
     if own is not None:
         entries = _layout.validate_spec(own, mesh, name, b.ndim)
         _layout.check_divides(b.shape, entries, mesh, name)
@@ -186,6 +190,15 @@ def place_rhs(plan: Plan, b, name: str = "b", rows: Optional[int] = None, index:
 
 def _same(x):
     return x
+
+
+def _default_rows(plan: Plan, b) -> Optional[P]:
+    """The layout of a right-hand side whose own is not known (Auto mesh axes inside
+    ``jax.jit``): rows split as a's (the default of rule 4), where they divide it; else None."""
+    if plan.spec is None:
+        return None
+    rows = P(_layout.padded_spec(plan.spec, 2)[0], *(None,) * (b.ndim - 1))
+    return rows if _layout.divides(b.shape, rows, plan.mesh) else None
 
 
 def _explicit_mesh_of(x):

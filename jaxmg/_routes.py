@@ -165,13 +165,16 @@ def choose(fam: str, backend: str, mesh, shape, dtype, *, stacked: int = 0, manu
     (None: no mesh is known: the arrays are on one device, or their layout is not known inside
     ``jax.jit``); ``stacked``: the size of a stack of such matrices under ``jax.vmap`` (0: one
     matrix): it takes the batch route where each device's share of it fits; ``manual``: inside a
-    ``jax.shard_map``. Raises RuntimeError where ``backend="native"`` cannot run.
-    """
+    ``jax.shard_map``. An empty matrix (a dimension 0) takes the local route (the batch route
+    for a stack) whatever the backend: there is nothing to distribute. Raises RuntimeError where
+    ``backend="native"`` cannot run."""
     if manual:
         if backend == "native":
             raise RuntimeError("backend='native' cannot run inside jax.shard_map: there the arrays are each "
                                "device's own, and the device's own solver runs on them (backend='auto').")
         return LOCAL
+    if 0 in tuple(shape):
+        return BATCH if stacked else LOCAL  # nothing to distribute: JAX's answers for empty matrices
     if backend == "native":
         if mesh is None:
             raise RuntimeError("backend='native' needs a mesh, and none is known here (inside jax.jit the "
@@ -195,3 +198,19 @@ def choose(fam: str, backend: str, mesh, shape, dtype, *, stacked: int = 0, manu
 def backend_of(route: str) -> str:
     """The backend a route runs: "native" (cuSOLVERMp) on the distributed route, else "portable"."""
     return "native" if route == DISTRIBUTED else "portable"
+
+
+def route(op: str, shape, dtype="float64", mesh=None, *, stacked: int = 0, backend: str = "auto") -> str:
+    """The route a call of ``op`` takes: "local", "batch" or "distributed" (docs/routes.md).
+
+    ``op`` is an operation ("potrs", "lu_solve", ...), a module ("Cholesky", ...) or a family;
+    ``shape`` and ``dtype`` are a's; ``mesh`` is the mesh the call finds (None: a device's own
+    arrays); ``stacked``: the size of a stack of such matrices under ``jax.vmap`` (0: one matrix).
+    A call inside a user's ``jax.shard_map`` always takes the local route."""
+    return choose(family(op), backend, mesh, tuple(shape), np.dtype(dtype), stacked=stacked)
+
+
+def default_backend(op: str, mesh, shape, dtype="float64", *, stacked: int = 0) -> str:
+    """The backend that ``backend="auto"`` gives ``op`` for a's ``shape`` and ``dtype`` on ``mesh``:
+    "native" (cuSOLVERMp, the distributed route) or "portable" (a device's own solver)."""
+    return backend_of(route(op, shape, dtype, mesh, stacked=stacked))

@@ -9,13 +9,15 @@ complex64 and complex128, eagerly and inside ``jax.jit``.
 
 from __future__ import annotations
 
+from typing import Optional
+
 from . import _dispatch
 from ._checks import check_flag
 from ._docstrings import shared_arguments
 from ._typing import Matrix, MeshLike, Rhs, Specs, SquareMatrix, TallMatrix, TallRhs, Tile, checked
 from .autodiff import decompositions
 from .kernels import status as _status
-from .modules import cholesky as _cholesky, decompositions as _decompositions, lu as _lu, qr as _qr
+from .modules import check as _check, cholesky as _cholesky, decompositions as _decompositions, lu as _lu, qr as _qr
 
 
 def _flags(**flags) -> None:
@@ -32,7 +34,7 @@ def pick(values, keep):
 @shared_arguments
 @checked
 def potrs(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
-          return_logdet=False, return_status=False, donate=False, backend="auto"):
+          return_logdet=False, return_status=False, donate=False, backend="auto", check: Optional[bool] = None):
     """Solve ``a @ x = b`` for Hermitian positive-definite ``a`` by Cholesky factorisation.
 
     Differentiable (forward and reverse, any order) in ``a`` and ``b``.
@@ -77,15 +79,17 @@ def potrs(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, matr
     _flags(return_logdet=return_logdet, return_status=return_status)
     _, (out, _), _ = _dispatch.build(_potrs, "cholesky", [("a", a)], rhs=[("b", b)], T_A=T_A, mesh=mesh,
                               matrix_specs=matrix_specs, donate=donate, backend=backend,
-                              return_logdet=return_logdet, return_status=return_status)
+                              return_logdet=return_logdet, return_status=return_status,
+                         check=_check.enabled(check))
     return out
 
 
-def _potrs(plan, a, b, *, keep, return_logdet, return_status):
+def _potrs(plan, a, b, *, keep, return_logdet, return_status, check):
     """potrs's outputs, and the factor state when donating (so that XLA can give it a's donated
     buffer; the caller drops it)."""
     state, status, operator = _cholesky.factored(plan, a, keep=keep)
-    x, status = _status.solved(status, _cholesky.solved(plan, operator, state, status, b))
+    x, status = _checked_solution(plan, _check.hermitian, a, b, keep, check,
+                                  *_status.solved(status, _cholesky.solved(plan, operator, state, status, b)))
     logdet = _status.masked(status, _cholesky.log_determinant(plan, operator, state, status)) if return_logdet else None
     return pick((x, logdet, status), (True, return_logdet, return_status)), None if keep else state
 
@@ -93,7 +97,7 @@ def _potrs(plan, a, b, *, keep, return_logdet, return_status):
 @shared_arguments
 @checked
 def cholesky(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
-             return_status=False, donate=False, backend="auto"):
+             return_status=False, donate=False, backend="auto", check: Optional[bool] = None):
     """The lower-triangular Cholesky factor ``L`` with ``a = L @ L^H``.
 
     Differentiable (forward and reverse, any order).
@@ -112,21 +116,31 @@ def cholesky(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_sp
     """
     _flags(return_status=return_status)
     _, out, _ = _dispatch.build(_lower, "cholesky", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
-                         donate=donate, backend=backend, natural=True, return_status=return_status)
+                         donate=donate, backend=backend, natural=True, return_status=return_status,
+                         check=_check.enabled(check))
     return out
 
 
-def _lower(plan, a, *, keep, return_status):
+def _lower(plan, a, *, keep, return_status, check):
     state, status, operator = _cholesky.factored(plan, a, keep=keep)
-    lower = _status.masked(status, plan.leave(
-        decompositions.cholesky_lower(plan.kernels.Cholesky(plan), operator, state)))
-    return pick((lower, status), (True, return_status))
+    lower = plan.leave(decompositions.cholesky_lower(plan.kernels.Cholesky(plan), operator, state))
+    rebuilt = lambda r: _check.product(plan, lower, _check.product(plan, lower, r, "C"))  # noqa: E731
+    status = _check.verified(plan, status, lambda: _check.factorisation(
+        _check.hermitian(plan, a), rebuilt, plan.shape[-1], plan.dtype), check=check, keep=keep)
+    return pick((_status.masked(status, lower), status), (True, return_status))
+
+
+def _checked_solution(plan, operator, a, b, keep, check, x, status, tests=_check.solution):
+    """(x, status) of a solve after the result check ``tests`` (:mod:`jaxmg.modules.check`) of
+    ``x`` against ``b`` with ``operator(plan, a)``: x NaN where it fails."""
+    status = _check.verified(plan, status, lambda: tests(operator(plan, a), x, b), check=check, keep=keep)
+    return _status.masked(status, x), status
 
 
 @shared_arguments
 @checked
 def lu_solve(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
-             return_status=False, donate=False, backend="auto"):
+             return_status=False, donate=False, backend="auto", check: Optional[bool] = None):
     """Solve ``a @ x = b`` for a general square ``a`` by LU factorisation with partial pivoting.
 
     Differentiable (forward and reverse, any order) in ``a`` and ``b``.
@@ -146,27 +160,31 @@ def lu_solve(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, m
     """
     _flags(return_status=return_status)
     _, (out, _), _ = _dispatch.build(_lu_solve, "lu", [("a", a)], rhs=[("b", b)], T_A=T_A, mesh=mesh,
-                              matrix_specs=matrix_specs, donate=donate, backend=backend, return_status=return_status)
+                              matrix_specs=matrix_specs, donate=donate, backend=backend, return_status=return_status,
+                         check=_check.enabled(check))
     return out
 
 
-def _lu_solve(plan, a, b, *, keep, return_status):
+def _lu_solve(plan, a, b, *, keep, return_status, check):
     """lu_solve's outputs, and the factor when donating (so that XLA can give it a's donated
     buffer; the caller drops it)."""
     state, status, operator = _lu.factored(plan, a, keep=keep)
-    x, status = _status.solved(status, _lu.solved(plan, operator, state, status, b))
+    x, status = _checked_solution(plan, _check.general, a, b, keep, check,
+                                  *_status.solved(status, _lu.solved(plan, operator, state, status, b)))
     return pick((x, status), (True, return_status)), None if keep else state
 
 
 @shared_arguments
 @checked
 def least_squares(a: Matrix, b: TallRhs, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
-                  return_status=False, donate=False, backend="auto"):
+                  rcond=None, return_status=False, donate=False, backend="auto", check: Optional[bool] = None):
     """The ``x`` minimising ``||a @ x - b||_2`` for ``a`` of full column rank, by QR; for a wide
     ``a`` (M < N) of full row rank, the ``x`` of least norm with ``a @ x = b``.
 
     A wide ``a`` is factored through its conjugate transpose, ``a^H = Q R``, and
-    ``x = Q R^-H b``.
+    ``x = Q R^-H b``. A numerically rank-deficient ``a`` (a diagonal entry of R below
+    ``rcond * max|R_ii|``) is flagged by the status and gives NaN, never a finite wrong ``x``;
+    ``jaxmg.numpy.linalg.lstsq`` (by SVD) gives the minimum-norm solution for any rank.
 
     Differentiable (forward and reverse, any order) in ``a`` and ``b``.
 
@@ -176,9 +194,13 @@ def least_squares(a: Matrix, b: TallRhs, T_A: Tile = None, mesh: MeshLike = None
         on any grid shape: it is gathered whole on every process, so the ScaLAPACK-style
         restriction that every process-grid column owns a tile of ``b`` does not apply.
       {{layout}}
+      rcond: the relative size below which a diagonal entry of R counts as zero, a Python float
+        as in ``jnp.linalg.lstsq``: None (default) for ``max(M, N) * eps`` of a's dtype, a
+        negative value for ``eps``; 0 flags exactly zero entries only.
       return_status: also return the status (int32, replicated): 0 on success, else the 1-based
-        index of the first zero diagonal entry of R (``a`` is rank deficient), or -1 for a
-        non-finite result. Failed outputs are NaN.
+        index of the first diagonal entry of R that is zero or below ``rcond * max|R_ii|``
+        (``a`` is numerically rank deficient), or -1 for a non-finite result. Failed outputs
+        are NaN.
       {{run}}
 
     Returns:
@@ -188,20 +210,24 @@ def least_squares(a: Matrix, b: TallRhs, T_A: Tile = None, mesh: MeshLike = None
     _flags(return_status=return_status)
     _, out, _ = _dispatch.build(_least_squares, "qr", [("a", a)], rhs=[("b", b)], T_A=T_A, mesh=mesh,
                          matrix_specs=matrix_specs, donate=donate, backend=backend, square=False, tall=False,
-                         return_status=return_status)
+                         rcond=_status.checked_rcond(rcond), return_status=return_status,
+                         check=_check.enabled(check))
     return out
 
 
-def _least_squares(plan, a, b, *, keep, return_status):
+def _least_squares(plan, a, b, *, keep, rcond, return_status, check):
     state, status, operator = _qr.factored(plan, a, keep=keep or plan.wide)
-    x, status = _status.solved(status, _qr.solved(plan, operator, state, status, b))
+    status = _qr.rank_status(plan, state, status, rcond)
+    x, status = _checked_solution(plan, _check.general, a, b, keep, check,
+                                  *_status.solved(status, _qr.solved(plan, operator, state, status, b)),
+                                  tests=_check.least_squares)
     return pick((x, status), (True, return_status))
 
 
 @shared_arguments
 @checked
 def qr(a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
-       return_status=False, donate=False, backend="auto"):
+       return_status=False, donate=False, backend="auto", check: Optional[bool] = None):
     """The reduced QR decomposition ``a = q @ r``; for a wide ``a`` (M < N), ``q`` (M, M) and ``r``
     (M, N) upper trapezoidal (from the QR of a's first M columns and ``r[:, M:] = q^H a[:, M:]``).
 
@@ -221,22 +247,28 @@ def qr(a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs =
     """
     _flags(return_status=return_status)
     _, out, _ = _dispatch.build(_qr_factors, "qr", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
-                         donate=donate, backend=backend, square=False, tall=False, return_status=return_status)
+                         donate=donate, backend=backend, square=False, tall=False, return_status=return_status,
+                         check=_check.enabled(check))
     return out
 
 
-def _qr_factors(plan, a, *, keep, return_status):
+def _qr_factors(plan, a, *, keep, return_status, check):
     if plan.wide:  # a's first M columns, then q^H a
-        return pick(_qr.wide_factors(plan, a), (True, True, return_status))
-    state, status, operator = _qr.factored(plan, a, keep=keep)
-    q, r = _qr.factors(plan, operator, state, status)
-    return pick((q, r, status), (True, True, return_status))
+        q, r, status = _qr.wide_factors(plan, a)
+    else:
+        state, status, operator = _qr.factored(plan, a, keep=keep)
+        q, r = _qr.factors(plan, operator, state, status)
+    rebuilt = lambda v: _check.product(plan, q, _check.product(plan, r, v))  # noqa: E731
+    status = _check.verified(plan, status, lambda: _check.factorisation(
+        _check.general(plan, a), rebuilt, plan.shape[-1], plan.dtype) + _check.orthonormal(plan, q),
+        check=check, keep=keep)
+    return pick((*_status.masked(status, q, r), status), (True, True, return_status))
 
 
 @shared_arguments
 @checked
 def syevd(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
-          return_eigenvectors=True, return_status=False, donate=False, backend="auto"):
+          return_eigenvectors=True, return_status=False, donate=False, backend="auto", check: Optional[bool] = None):
     """Eigenvalues and eigenvectors of a Hermitian matrix: ``a @ v = v @ diag(w)``.
 
     Differentiable (forward and reverse, any order); for degenerate eigenvalues the terms
@@ -259,14 +291,15 @@ def syevd(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs
     _flags(return_eigenvectors=return_eigenvectors, return_status=return_status)
     _, out, _ = _dispatch.build(_eigh, "eigh", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
                          donate=donate, backend=backend, return_eigenvectors=return_eigenvectors,
-                         return_status=return_status)
+                         return_status=return_status,
+                         check=_check.enabled(check))
     return out
 
 
 @shared_arguments
 @checked
 def sygvd(a: SquareMatrix, b: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
-          return_eigenvectors=True, return_status=False, donate=False, backend="auto"):
+          return_eigenvectors=True, return_status=False, donate=False, backend="auto", check: Optional[bool] = None):
     """The generalised Hermitian eigenproblem ``a @ v = b @ v @ diag(w)`` with ``v^H b v = I``.
 
     Differentiable (forward and reverse, any order) in ``a`` and ``b`` (degenerate
@@ -296,19 +329,21 @@ def sygvd(a: SquareMatrix, b: SquareMatrix, T_A: Tile = None, mesh: MeshLike = N
     _flags(return_eigenvectors=return_eigenvectors, return_status=return_status)
     _, out, _ = _dispatch.build(_eigh, "sygvd", [("a", a), ("b", b)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
                          donate=donate, backend=backend, return_eigenvectors=return_eigenvectors,
-                         return_status=return_status)
+                         return_status=return_status,
+                         check=_check.enabled(check))
     return out
 
 
-def _eigh(plan, a, b=None, *, keep, return_eigenvectors, return_status):
-    w, v, status = _decompositions.eigen(plan, a, b, keep=keep)
+def _eigh(plan, a, b=None, *, keep, return_eigenvectors, return_status, check):
+    w, v, status = _decompositions.eigen(plan, a, b, keep=keep, check=check)
     return pick((w, v, status), (True, return_eigenvectors, return_status))
 
 
 @shared_arguments
 @checked
 def gesvd(a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
-          compute_u=True, compute_vh=True, full_matrices=False, return_status=False, donate=False, backend="auto"):
+          compute_u=True, compute_vh=True, full_matrices=False, return_status=False, donate=False, backend="auto",
+          check: Optional[bool] = None):
     """The singular value decomposition ``a = u @ diag(s) @ vh``, in NumPy's order.
 
     Differentiable (forward and reverse, any order) for distinct non-zero singular values.
@@ -332,20 +367,21 @@ def gesvd(a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Spec
     _flags(compute_u=compute_u, compute_vh=compute_vh, full_matrices=full_matrices, return_status=return_status)
     _, out, _ = _dispatch.build(_gesvd, "svd", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
                          donate=donate, backend=backend, square=False, tall=False, compute_u=compute_u,
-                         compute_vh=compute_vh, full_matrices=full_matrices, return_status=return_status)
+                         compute_vh=compute_vh, full_matrices=full_matrices, return_status=return_status,
+                         check=_check.enabled(check))
     return out
 
 
-def _gesvd(plan, a, *, keep, compute_u, compute_vh, full_matrices, return_status):
+def _gesvd(plan, a, *, keep, compute_u, compute_vh, full_matrices, return_status, check):
     u, s, vh, status = _decompositions.singular(plan, a, keep=keep, full_matrices=full_matrices,
-                                                   compute_uv=compute_u or compute_vh)
+                                                   compute_uv=compute_u or compute_vh, check=check)
     return pick((u, s, vh, status), (compute_u, True, compute_vh, return_status))
 
 
 @shared_arguments
 @checked
 def polar(a: TallMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
-          compute_h=True, return_status=False, donate=False, backend="auto"):
+          compute_h=True, return_status=False, donate=False, backend="auto", check: Optional[bool] = None):
     """The polar decomposition ``a = u_p @ h``.
 
     Differentiable (forward and reverse, any order) for ``a`` of full rank.
@@ -365,12 +401,13 @@ def polar(a: TallMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: 
     _flags(compute_h=compute_h, return_status=return_status)
     _, out, _ = _dispatch.build(_polar, "polar", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
                          donate=donate, backend=backend, square=False, compute_h=compute_h,
-                         return_status=return_status)
+                         return_status=return_status,
+                         check=_check.enabled(check))
     return out
 
 
-def _polar(plan, a, *, keep, compute_h, return_status):
-    u_p, h, status = _decompositions.polar_factors(plan, a, keep=keep)
+def _polar(plan, a, *, keep, compute_h, return_status, check):
+    u_p, h, status = _decompositions.polar_factors(plan, a, keep=keep, check=check)
     return pick((u_p, h, status), (True, compute_h, return_status))
 
 

@@ -6,8 +6,9 @@ and how to fix it), the JAX devices, and the route (and backend) that ``backend=
 each operation for one matrix and for a stack of matrices of order ``--n`` (default 4,096) and
 dtype ``--dtype`` on a mesh of all devices. ``--json`` prints the same as one JSON object.
 
-:func:`route` and :func:`default_backend` answer the same question in Python; they read the
-decision that every call takes (``jaxmg._routes.choose``).
+:func:`jaxmg.route` and :func:`jaxmg.default_backend` answer the same question in Python; they
+read the decision that every call takes (``jaxmg._routes.choose``). The package does not import
+this module (it runs as ``__main__``).
 """
 
 from __future__ import annotations
@@ -37,28 +38,6 @@ def _version(name: str):
         return metadata.version(name)
     except metadata.PackageNotFoundError:
         return None
-
-
-def route(op: str, shape, dtype="float64", mesh=None, *, stacked: int = 0, backend: str = "auto") -> str:
-    """The route a call of ``op`` takes: "local", "batch" or "distributed" (docs/routes.md).
-
-    ``op`` is an operation ("potrs", "lu_solve", ...), a module ("Cholesky", ...) or a family;
-    ``shape`` and ``dtype`` are a's; ``mesh`` is the mesh the call finds (None: a device's own
-    arrays); ``stacked``: the size of a stack of such matrices under ``jax.vmap`` (0: one matrix).
-    A call inside a user's ``jax.shard_map`` always takes the local route."""
-    import numpy as np
-
-    from . import _routes
-
-    return _routes.choose(_routes.family(op), backend, mesh, tuple(shape), np.dtype(dtype), stacked=stacked)
-
-
-def default_backend(op: str, mesh, shape, dtype="float64", *, stacked: int = 0) -> str:
-    """The backend that ``backend="auto"`` gives ``op`` for a's ``shape`` and ``dtype`` on ``mesh``:
-    "native" (cuSOLVERMp, the distributed route) or "portable" (a device's own solver)."""
-    from . import _routes
-
-    return _routes.backend_of(route(op, shape, dtype, mesh, stacked=stacked))
 
 
 def report(n: int = 4096, dtype: str = "float64") -> dict:
@@ -93,8 +72,9 @@ def report(n: int = 4096, dtype: str = "float64") -> dict:
     shape = (n, n)
     out["routes"] = {"n": n, "dtype": dtype, "mesh": dict(mesh.shape)}
     out["backends"] = {
-        op: {"route": route(op, shape, dtype, mesh), "stacked": route(op, shape, dtype, mesh, stacked=len(devices)),
-             "auto": default_backend(op, mesh, shape, dtype),
+        op: {"route": _routes.route(op, shape, dtype, mesh),
+             "stacked": _routes.route(op, shape, dtype, mesh, stacked=len(devices)),
+             "auto": _routes.default_backend(op, mesh, shape, dtype),
              "why_not_native": _routes.native_unavailable(_routes.family(op), mesh)}
         for op in OPERATIONS
     }

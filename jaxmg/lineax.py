@@ -22,8 +22,8 @@ x = lx.linear_solve(operator, b, solver=jaxmg.lineax.Auto()).value
   NVIDIA GPUs, else the portable backend); the layout rules are jaxmg's.
 - ``init`` factors once; the state it returns is reused by ``linear_solve(..., state=...)``,
   and ``transpose``/``conj`` only flip flags on it (never a refactorisation).
-- A failed factorisation (singular, not positive definite, rank deficient: jaxmg's
-  ``status`` != 0) gives ``lineax.RESULTS.singular``: ``linear_solve(..., throw=True)`` raises
+- A failed factorisation (singular, not positive definite, numerically rank deficient:
+  jaxmg's ``status`` != 0) gives ``lineax.RESULTS.singular``: ``linear_solve(..., throw=True)`` raises
   it and ``throw=False`` returns it in ``Solution.result`` (the value is then NaN). On a mesh of
   more than one device the solver raises it itself, on every device, unless it is made with
   ``throw=False`` too: ``linear_solve(op, b, solver=jaxmg.lineax.LU(throw=False), throw=False)``
@@ -61,6 +61,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from . import modules
 from ._typing import MeshLike, Specs
+from .kernels import status as _status
 from .modules._base import Factorisation
 
 __all__ = ["Auto", "Cholesky", "LU", "QR"]
@@ -152,12 +153,12 @@ class _JaxmgSolver(_Options, lx.AbstractLinearSolver[_State]):
         b = state.out_structure.flatten(vector)
         if state.conjugated:  # conj(A) x = b  <=>  A conj(x) = conj(b)
             b = jnp.conj(b)
-        x = self._solve(state, b)
+        status = self._solve_status(state)
+        x = _status.masked(status, self._solve(state, b))
         if state.conjugated:
             x = jnp.conj(x)
         if state.negated:
             x = -x
-        status = state.factor.status
         if self.throw:
             status = _raise_on_every_device(status, state.factor)
         result = lx.RESULTS.where(status == 0, lx.RESULTS.successful, lx.RESULTS.singular)
@@ -172,6 +173,10 @@ class _JaxmgSolver(_Options, lx.AbstractLinearSolver[_State]):
         """The state of ``conj(operator)``: a flag flip, no new factorisation."""
         return _State(state.factor, state.transposed, not state.conjugated, state.negated,
                       state.in_structure, state.out_structure), options
+
+    def _solve_status(self, state: _State) -> jax.Array:
+        """The solve's status: the factorisation's."""
+        return state.factor.status
 
     def _factor(self, matrix, operator):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -258,13 +263,21 @@ class QR(_JaxmgSolver):
     A tall or square operator (M >= N) gets the least-squares solution; a wide one
     (M < N) is factored through its transpose and gets the minimum-norm solution. The
     transposed operator (Lineax's reverse mode) reuses the same factor; the minimum-norm
-    solve gathers R (min(M, N) squared) for its triangular solve. A rank-deficient
-    matrix (a zero diagonal entry of R) gives ``RESULTS.singular``. For a wide operator the
-    factored matrix is its transpose, which ``matrix_specs`` then describes.
+    solve gathers R (min(M, N) squared) for its triangular solve. A numerically
+    rank-deficient matrix (a diagonal entry of R below ``rcond * max|R_ii|``) gives
+    ``RESULTS.singular`` and a NaN value. For a wide operator the factored matrix is its
+    transpose, which ``matrix_specs`` then describes.
 
     Options (fields): ``T_A``, ``mesh``, ``matrix_specs``, ``backend``, as described in
-    [`jaxmg.lineax`][jaxmg.lineax].
+    [`jaxmg.lineax`][jaxmg.lineax], and ``rcond`` (a Python float, as in
+    ``jnp.linalg.lstsq``: None, the default, for ``max(M, N) * eps`` of the dtype; negative for
+    ``eps``).
     """
+
+    rcond: Optional[float] = eqx.field(default=None, static=True)
+
+    def _solve_status(self, state):
+        return state.factor.rank_status(self.rcond)
 
     def _factor(self, matrix, operator):
         wide = operator.out_size() < operator.in_size()
@@ -275,7 +288,7 @@ class QR(_JaxmgSolver):
         factor = state.factor
         assert isinstance(factor, modules.QR), "the state of QR.init"
         if not state.transposed:  # tall M: least squares
-            return factor.solve(b)
+            return factor.solve(b, rcond=self.rcond)
         # wide M^T with M = Q R: the minimum-norm x is conj(Q) R^-T b (R gathered for the
         # triangular solve; Q stays in its layout).
         y = solve_triangular(_unsharded(factor.r), b, trans="T", lower=False)

@@ -77,6 +77,17 @@ def test_bench_crossover_writes_every_path(tmp_path):
     assert all(r["plain_jax_ms"] > 0 for r in records if r["op"] != "least_squares")
 
 
+def test_bench_check_writes_every_operation(tmp_path):
+    """On CPU the call takes the portable route (not checked); the check alone is timed, and its
+    test ratios on the benchmark's matrices are far below the threshold."""
+    records = _bench("bench_check.py", tmp_path / "check.jsonl", "--sizes", "32", "--runs", "1")
+    assert [r["op"] for r in records] == ["potrs", "lu_solve", "least_squares", "syevd"]
+    for record in records:
+        assert "error" not in record, record
+        assert record["checked_ms"] > 0 and record["unchecked_ms"] > 0 and record["check_ms"] > 0
+        assert record["N"] == 32 and record["backend"] == "portable" and 0 <= max(record["test_ratios"]) < 30
+
+
 def test_trace_summary_merges_events_by_name_per_track(tmp_path):
     import gzip
 

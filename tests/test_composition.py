@@ -249,6 +249,22 @@ def test_jit_with_in_shardings_and_no_set_mesh():
     _close(jax.jit(jaxmg.cholesky, in_shardings=(rows,))(SPD[0]), np.linalg.cholesky(SPD[0]))
 
 
+def test_info_runs_as_a_module_without_runpy_warning():
+    """python -m jaxmg.info: importing jaxmg does not import jaxmg.info, so runpy does not warn
+    that it was found in sys.modules before it ran."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = dict(os.environ, PYTHONWARNINGS="error::RuntimeWarning", JAXMG_NVIDIA_GPU="0",
+               PYTHONPATH=os.pathsep.join([str(Path(jaxmg.__file__).parent.parent), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-m", "jaxmg.info", "--n", "64"], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert done.returncode == 0 and "RuntimeWarning" not in done.stderr, done.stderr[-2000:]
+    assert done.stdout.startswith("jaxmg ") and "potrs" in done.stdout
+
+
 def test_reported_route_is_the_route_taken():
     """jaxmg.route (and python -m jaxmg.info, which reads it) says what a call does."""
     explicit = make_mesh((4, 2), ("x", "y"))

@@ -382,8 +382,9 @@ def _count(jaxpr, name: str) -> int:
     call has one branch per platform)."""
     total = 0
     for eqn in jaxpr.eqns:
-        target = str(eqn.params.get("target_name", ""))
-        total += eqn.primitive.name == "ffi_call" and target.startswith("lapack_") and name in target
+        target = str(eqn.params.get("target_name", eqn.params.get("target", "")))
+        total += (eqn.primitive.name in ("ffi_call", "jaxmg_per_matrix_call") and target.startswith("lapack_")
+                  and name in target)
         for param in eqn.params.values():
             for sub in param if isinstance(param, (list, tuple)) else [param]:
                 inner = getattr(sub, "jaxpr", sub)

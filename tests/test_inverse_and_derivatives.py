@@ -18,7 +18,7 @@ from jax.sharding import AxisType, PartitionSpec as P
 from jax.test_util import check_grads
 
 import jaxmg
-from jaxmg.kernels import triangular
+from jaxmg.kernels import per_matrix, triangular
 from helpers import ORDERS, make_mesh, put, random_matrix, spd_matrix
 
 N = 8
@@ -303,19 +303,6 @@ def _emulated_library_call(target, shapes, input_layouts=None, output_layouts=No
     column-major; ``jaxmg_relayout`` rearranges a row-major matrix as its ``mode`` says. cuSOLVER's
     ``potrf`` and ``getrf`` are LAPACK's, with the same layouts. Every other target is JAX's own
     call."""
-    if target in ("cusolver_potrf_ffi", "cusolver_getrf_ffi"):
-        from jaxlib import lapack
-
-        def solver(x, lower=None):
-            attributes = {} if lower is None else {"uplo": np.uint8(ord("L"))}
-            return _FFI_CALL(lapack.prepare_lapack_call(target.removeprefix("cusolver_"), x.dtype), shapes,
-                             input_layouts=input_layouts, output_layouts=output_layouts, **kwargs)(x, **attributes)
-
-        return solver
-    if target == "jaxmg_relayout":
-        from jaxmg.kernels.native import relayout
-
-        return lambda x, mode: relayout.reference(jnp.asarray(np.asarray(x)), int(mode))
     if not target.startswith("jaxmg_"):
         return _FFI_CALL(target, shapes, input_layouts=input_layouts, output_layouts=output_layouts, **kwargs)
 
@@ -347,6 +334,36 @@ def _emulated_library_call(target, shapes, input_layouts=None, output_layouts=No
     return call
 
 
+_PER_MATRIX_CALL = per_matrix.call
+
+
+def _emulated_per_matrix_call(target, shapes, *, column_major=False, input_output_aliases=None, **attributes):
+    """``jaxmg.kernels.per_matrix.call`` for the one-GPU factorisations: cuSOLVER's ``potrf`` and
+    ``getrf`` are LAPACK's, with the same layouts; ``jaxmg_relayout`` rearranges a row-major
+    matrix as its ``mode`` says."""
+    if target in ("cusolver_potrf_ffi", "cusolver_getrf_ffi"):
+        from jaxlib import lapack
+
+        def solver(x):
+            lapack_attributes = {"uplo": np.uint8(ord("L"))} if "lower" in attributes else {}
+            return _PER_MATRIX_CALL(lapack.prepare_lapack_call(target.removeprefix("cusolver_"), x.dtype), shapes,
+                                    column_major=column_major, input_output_aliases=input_output_aliases,
+                                    **lapack_attributes)(x)
+
+        return solver
+    if target == "jaxmg_relayout":
+        from jaxmg.kernels.native import relayout
+
+        return lambda x: (relayout.reference(jnp.asarray(np.asarray(x)), int(attributes["mode"])),)
+    return _PER_MATRIX_CALL(target, shapes, column_major=column_major, input_output_aliases=input_output_aliases,
+                            **attributes)
+
+
+def _emulate_handlers(monkeypatch):
+    monkeypatch.setattr(jax.ffi, "ffi_call", _emulated_library_call)
+    monkeypatch.setattr(per_matrix, "call", _emulated_per_matrix_call)
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128])
 def test_one_gpu_inverses_read_their_handlers_buffers_in_the_right_order(monkeypatch, dtype):
     """On a GPU the local route's inverses are the library's potri (on potrf's column-major
@@ -358,7 +375,7 @@ def test_one_gpu_inverses_read_their_handlers_buffers_in_the_right_order(monkeyp
 
     monkeypatch.setattr(local, "_one_gpu_library", lambda mesh: True)
     monkeypatch.setattr(_library, "register", lambda: None)
-    monkeypatch.setattr(jax.ffi, "ffi_call", _emulated_library_call)
+    _emulate_handlers(monkeypatch)
     rng = np.random.default_rng(3)
     g = random_matrix(rng, (N, N), dtype) + 3 * np.eye(N)
     a = spd_matrix(rng, N, dtype)
@@ -385,7 +402,7 @@ def test_one_gpu_factorisations_read_the_relayout_buffers_in_the_right_order(mon
     monkeypatch.setattr(local, "_one_gpu_library", lambda mesh: True)
     monkeypatch.setattr(relayout, "available", lambda: True)
     monkeypatch.setattr(_library, "register", lambda: None)
-    monkeypatch.setattr(jax.ffi, "ffi_call", _emulated_library_call)
+    _emulate_handlers(monkeypatch)
     monkeypatch.setattr(jax.lax, "platform_dependent", gpu_branch)
     rng = np.random.default_rng(4)
     a = spd_matrix(rng, N, dtype)

@@ -397,3 +397,29 @@ def test_complete_qr_of_a_tall_sharded_matrix_inside_set_mesh(dtype):
             assert q.shape[-2:] == (24, 24) and r.shape[-2:] == (24, 16)
             np.testing.assert_allclose(q @ r, want, atol=tol * 10)
             np.testing.assert_allclose(np.swapaxes(q.conj(), -1, -2) @ q, np.broadcast_to(np.eye(24), q.shape), atol=tol)
+
+
+@pytest.mark.parametrize("b_shape", [(8,), (8, 3), (2, 8, 3), (1, 8, 3), (8, 8)])
+def test_solve_right_hand_sides_as_jax(b_shape):
+    """solve takes the right-hand sides jnp.linalg.solve takes, with its results: (N,) for every
+    matrix, (..., N, K) broadcast."""
+    rng = np.random.default_rng(0)
+    a = np.stack([spd_matrix(rng, 8, np.float64) for _ in range(2)])
+    b = rng.standard_normal(b_shape)
+    np.testing.assert_allclose(np.asarray(mla.solve(a, b)), np.asarray(jnp.linalg.solve(a, b)), rtol=1e-10)
+
+
+@pytest.mark.parametrize("b_shape,message", [
+    ((2, 8), r"solve\(a, b\[\.\.\., None\]\)\[\.\.\., 0\]"),  # JAX refuses a batch of vectors
+    ((7,), r"b must be \(8,\)"),
+    ((2, 7, 1), r"b must be \(\.\.\., 8, K\)"),
+    ((3, 8, 1), "do not broadcast"),
+])
+def test_solve_refuses_what_jax_refuses(b_shape, message):
+    a = np.stack([np.eye(8)] * 2)
+    b = np.ones(b_shape)
+    with pytest.raises(ValueError):
+        jnp.linalg.solve(a, b)
+    with pytest.raises(ValueError, match=message):
+        mla.solve(a, b)
+

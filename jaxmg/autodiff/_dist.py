@@ -289,7 +289,7 @@ def _lower_half(x, sh):
     offset = _offset(x.shape, sh)
     real = jnp.finfo(x.dtype).dtype
     w = jnp.where(offset < 0, jnp.ones((), real), jnp.where(offset == 0, jnp.full((), 0.5, real), jnp.zeros((), real)))
-    return w * x
+    return w.astype(x.dtype) * x  # the weights in x's dtype: no implicit promotion of a real array
 
 
 def _reshape(x, shape, sh, spec):

@@ -88,7 +88,10 @@ def _slogdet(kernels, state):
 def _slogdet_tangent(kernels, a, state, value, a_dot):
     sign, logabsdet = value
     trace = jnp.sum(inverse_transposed(kernels, a, state) * a_dot)  # tr(A^-1 A')
-    sign_dot = sign * (1j * jnp.imag(trace)).astype(sign.dtype) if jnp.iscomplexobj(sign) else jnp.zeros_like(sign)
+    if jnp.iscomplexobj(sign):  # i Im tr(A^-1 A'), built as a complex number (no implicit promotion)
+        sign_dot = sign * jax.lax.complex(jnp.zeros_like(jnp.imag(trace)), jnp.imag(trace)).astype(sign.dtype)
+    else:
+        sign_dot = jnp.zeros_like(sign)
     return sign_dot, jnp.real(trace).astype(logabsdet.dtype)
 
 

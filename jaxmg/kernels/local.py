@@ -158,13 +158,15 @@ def lower_of(factor):
 
 def slogdet_of(diagonal, pivots, parity):
     """(sign, log|det A|) from U's diagonal, the row pivots and the sign ``parity`` of any other
-    permutation of the factored matrix: det A = parity * (-1)^swaps * prod(diag U)."""
+    permutation of the factored matrix: det A = parity * (-1)^swaps * prod(diag U). A zero pivot
+    is a singular A, not a failure: (0, -inf)."""
     n = diagonal.shape[-1]
     swaps = jnp.sum(pivots != jnp.arange(n, dtype=pivots.dtype))
     magnitude = jnp.abs(diagonal)
-    sign = (((1 - 2 * (swaps % 2)) * parity).astype(diagonal.dtype)
-            * jnp.prod(diagonal / magnitude.astype(diagonal.dtype)))
-    return sign, jnp.sum(jnp.log(magnitude))
+    singular = jnp.any(magnitude == 0)
+    phases = diagonal / jnp.where(magnitude == 0, jnp.ones((), magnitude.dtype), magnitude).astype(diagonal.dtype)
+    sign = ((1 - 2 * (swaps % 2)) * parity).astype(diagonal.dtype) * jnp.prod(phases)
+    return jnp.where(singular, jnp.zeros((), sign.dtype), sign), jnp.sum(jnp.log(magnitude))
 
 
 class QR(_Local):
@@ -179,6 +181,9 @@ class QR(_Local):
 
     def r(self, state):
         return state.aux
+
+    def diagonal(self, state):
+        return jnp.diagonal(state.aux, axis1=-2, axis2=-1)
 
     def solve(self, state, b, spec=None):
         x = solve_triangular(state.aux, matmul(adjoint(state.factor), _as_matrix(b)), lower=False)
@@ -247,7 +252,7 @@ def _svdvals_own(a):
 def _polar_own(a):
     u, s, vh = jnp.linalg.svd(a, full_matrices=False)
     u_p = matmul(u, vh)
-    h = matmul(adjoint(vh) * s.astype(vh.dtype), vh)
+    h = matmul(adjoint(vh) * s.astype(vh.dtype)[..., None, :], vh)
     return u_p, (h + adjoint(h)) / 2, _status.finite(s)
 
 

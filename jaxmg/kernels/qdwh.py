@@ -108,6 +108,16 @@ def _psum_rows(x, grid):
     return jax.lax.psum(x, _axes_name(grid.row_axes)) if grid.row_axes else x
 
 
+def _frobenius(x, grid):
+    """||A||_F from the row slabs, scaled by the largest entry first so that no square
+    underflows (a matrix of norm 1e-293 in float64, or 1e-32 in float32, would give 0 and leave
+    A unscaled) or overflows; 0 for a zero matrix."""
+    big = jnp.max(jnp.abs(x), initial=0.0)
+    big = jax.lax.pmax(big, _axes_name(grid.row_axes)) if grid.row_axes else big
+    safe = jnp.where(big > 0, big, 1)
+    return safe * jnp.sqrt(_psum_rows(jnp.sum(jnp.abs(x / safe) ** 2), grid))
+
+
 def _gram(x, grid):
     """X^H X (N x N, replicated) from the row slabs."""
     return _psum_rows(jnp.conj(x).T @ x, grid)
@@ -228,7 +238,7 @@ def _polar_slab(a, grid, local: bool = False):
     """(U_p row slab, H whole and symmetrised, the slab of A) of this device's block; ``local``:
     a whole matrix on one device (the module docstring says what changes)."""
     x0 = _slab(a, grid)
-    alpha = jnp.sqrt(_psum_rows(jnp.sum(jnp.abs(x0) ** 2), grid))
+    alpha = _frobenius(x0, grid)
     alpha = jnp.where(alpha > 0, alpha, 1).astype(x0.dtype)
     x = _iterate((x0 / alpha).astype(_iteration_dtype(x0.dtype, local)), grid, x0.dtype, local).astype(x0.dtype)
     return x, _hermitian_part(_psum_rows(jnp.conj(x).T @ x0, grid)), x0
@@ -315,7 +325,7 @@ def gesvd(a, *, grid, full_matrices, syevd, local: bool = False, **unused):
     s = jnp.abs(w)[order]
     v = v[:, order]
     sign = jnp.where(w[order] < 0, -1, 1).astype(v.dtype)
-    u = (x @ v) * sign  # row slab of U (M / nprow x N)
+    u = (x @ v) * sign[None, :]  # row slab of U (M / nprow x N)
     if local:
         u = _at_most_once(_partial_isometry(x), _orthonormal_columns, u)
     if full_matrices and m_loc * grid.nprow > v.shape[0]:

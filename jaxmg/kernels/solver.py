@@ -25,7 +25,7 @@ import numpy as np
 
 from .._checks import SUPPORTED_DTYPES
 from .._dense import adjoint
-from . import status as _status
+from . import per_matrix, status as _status
 from .native import relayout
 from .varying import varying_like
 
@@ -108,12 +108,11 @@ def _factorization(name: str, a: jax.Array, out: tuple, cpu=None, gpu=None,
     that reads its lower triangle. Elsewhere XLA transposes ``a`` into the copy it makes."""
     if jnp.dtype(a.dtype) not in SUPPORTED_DTYPES:
         raise TypeError(f"a must be float32, float64, complex64 or complex128 for {name}; got {a.dtype}.")
-    column_major = tuple(range(a.ndim - 2)) + (a.ndim - 1, a.ndim - 2)  # major-to-minor
+    if a.shape[-1] == 0:  # an empty factor: nothing to compute (LAPACK's handlers would divide by n)
+        return tuple(varying_like(a, jnp.zeros(o.shape, o.dtype)) for o in out)
 
-    def call(target, attributes):
-        return lambda x: jax.ffi.ffi_call(
-            target, out, input_layouts=[column_major], output_layouts=[column_major] + [None] * (len(out) - 1),
-            input_output_aliases={0: 0}, vmap_method="broadcast_all")(x, **(attributes or {}))
+    def call(target, attributes):  # split over the devices where the stack lies (per_matrix)
+        return per_matrix.call(target, out, column_major=True, input_output_aliases={0: 0}, **(attributes or {}))
 
     def lapack(x):
         from jaxlib import lapack  # loads LAPACK's handlers (as JAX's own lowering does)

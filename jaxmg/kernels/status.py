@@ -4,11 +4,20 @@
 * A positive value is LAPACK's ``info``: for a Cholesky factorisation the order of the first
   leading minor that is not positive definite (``?potrf``); for LU the 1-based index of the
   first exactly zero pivot of U (``?getrf``); for QR the first zero diagonal entry of R.
+  Least-squares solves by QR (``jaxmg.least_squares``, ``jaxmg.QR.solve``, ``jaxmg.lineax.QR``)
+  also report numerical rank deficiency this way (:func:`rank_deficient`): the 1-based index of
+  the first diagonal entry of R with ``|R_ii| < rcond * max_j |R_jj|`` (default ``rcond``:
+  ``max(M, N) * eps`` of the dtype, :func:`default_rcond`).
 * :data:`NOT_FINITE` (-1): a result is not finite for another reason (for example an
   eigensolver given NaN).
+* :data:`CHECK_FAILED` (-2): a finite result failed its check: the distributed route's result
+  check (``jaxmg.modules.check``) found its residual along a probe vector above 30 times
+  ``N eps`` times the norms that bound a correct result's; or a wide least-squares solution's
+  backward error ||a x - b|| / ((||a|| ||x|| + ||b||) max(M, N) eps) exceeds 30 (on every route).
 
 Whenever the status is not :data:`OK`, the operation's outputs are NaN. Status values are
-int32 scalars, replicated.
+int32 scalars, replicated (one per matrix for a stack: shape ``(...)`` for matrices
+``(..., M, N)``).
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import jax.numpy as jnp
 
 OK = 0
 NOT_FINITE = -1
+CHECK_FAILED = -2
 
 
 def first_bad_pivot(pivots: jax.Array) -> jax.Array:
@@ -29,8 +39,54 @@ def first_bad_pivot(pivots: jax.Array) -> jax.Array:
 
 
 def _first(bad: jax.Array) -> jax.Array:
-    """The 1-based index of the first True of ``bad`` (..., n) along its last axis, else :data:`OK`."""
+    """The 1-based index of the first True of ``bad`` (..., n) along its last axis, else :data:`OK`
+    (always for n = 0: an empty factor has no bad pivot)."""
+    if bad.shape[-1] == 0:
+        return jnp.full(bad.shape[:-1], OK, jnp.int32)
     return jnp.where(jnp.any(bad, axis=-1), jnp.argmax(bad, axis=-1) + 1, OK).astype(jnp.int32)
+
+
+def default_rcond(shape: tuple, dtype) -> float:
+    """``max(M, N) * eps`` of ``dtype`` for an (M, N) matrix: the relative size below which a
+    diagonal entry of R counts as zero (``jnp.linalg.lstsq``'s default for singular values)."""
+    return max(shape[-2:]) * float(jnp.finfo(dtype).eps)
+
+
+def checked_rcond(rcond):
+    """``rcond`` as a Python float (or None), checked: it is a static argument of the call."""
+    if rcond is None:
+        return None
+    try:
+        value = float(rcond)
+    except (TypeError, jax.errors.ConcretizationTypeError) as error:
+        raise TypeError(f"rcond must be None or a Python float (a value known when the call is traced), "
+                        f"got {rcond!r}; pass it as a number, not a traced array.") from error
+    if value != value:
+        raise ValueError("rcond must be None or a number, got NaN.")
+    return value
+
+
+def rcond_threshold(rcond, shape: tuple, dtype) -> float:
+    """The threshold of :func:`rank_deficient` for a checked ``rcond``, as ``jnp.linalg.lstsq``
+    reads it: None gives :func:`default_rcond`, a negative value ``eps`` of the dtype."""
+    if rcond is None:
+        return default_rcond(shape, dtype)
+    return float(jnp.finfo(dtype).eps) if rcond < 0 else rcond
+
+
+def rank_deficient(diagonal: jax.Array, rcond: float) -> jax.Array:
+    """The rank test of a least-squares solve on R's ``diagonal`` (..., n): the 1-based index of
+    the first entry that is zero, not finite or below ``rcond`` times the largest magnitude
+    (``a`` is numerically rank deficient), else :data:`OK`.
+
+    Unpivoted QR puts a near-zero diagonal entry wherever a column lies in the span of the
+    columns before it, which is what this test sees; a triangular R whose diagonal is large while
+    its smallest singular value is not (Kahan's matrix) passes it. The SVD-based
+    ``jaxmg.numpy.linalg.lstsq`` handles any rank."""
+    magnitude = jnp.abs(diagonal)
+    largest = jnp.max(magnitude, axis=-1, keepdims=True)
+    small = magnitude < jnp.asarray(rcond, magnitude.dtype) * largest
+    return _first(~jnp.isfinite(diagonal) | (diagonal == 0) | small)
 
 
 def finite(*arrays: jax.Array) -> jax.Array:
@@ -49,10 +105,11 @@ def either(first: jax.Array, second: jax.Array) -> jax.Array:
 def masked(status: jax.Array, *outputs) -> Any:
     """``outputs`` (one array, or a tuple of several), NaN wherever ``status`` is not
     :data:`OK` (integer outputs are left as they are). Elementwise, so each output keeps its
-    layout; under ``jax.vmap`` each system follows its own status."""
+    layout; under ``jax.vmap`` each system follows its own status, and a stack's statuses
+    (shape ``(...)``) mark the outputs' leading axes (``(..., ...)``): matrix by matrix."""
     bad = status != OK
     out = tuple(x if x is None or not jnp.issubdtype(x.dtype, jnp.inexact)
-                else _in_layout_of(x, x + _nan_or_zero(bad, x.dtype)) for x in outputs)
+                else _in_layout_of(x, x + _nan_or_zero(_leading(bad, x), x.dtype)) for x in outputs)
     return out[0] if len(out) == 1 else out
 
 
@@ -72,6 +129,11 @@ def _nan_or_zero(bad, dtype):
     layout: the transpose of a select makes replicated zeros, which Explicit axes reject)."""
     nan = jnp.nan * (1 + 1j) if jnp.issubdtype(dtype, jnp.complexfloating) else jnp.nan
     return jnp.where(bad, jnp.asarray(nan, dtype), jnp.zeros((), dtype))
+
+
+def _leading(bad, x):
+    """``bad`` (the statuses' shape, a prefix of x's) shaped to broadcast over x's trailing axes."""
+    return jnp.reshape(bad, bad.shape + (1,) * (x.ndim - bad.ndim)) if 0 < bad.ndim < x.ndim else bad
 
 
 def solved(status: jax.Array, x: jax.Array):

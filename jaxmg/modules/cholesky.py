@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 import jax
 
@@ -12,6 +13,7 @@ from .._typing import MeshLike, Rhs, Specs, SquareMatrix, Tile, checked
 from ..autodiff import decompositions, logdet, solves
 from ..kernels import status as _status
 from ..kernels.families import CholeskyState
+from . import check as _check
 from ._base import Factorisation
 
 
@@ -51,10 +53,10 @@ class Cholesky(Factorisation):
 
     @checked
     def __init__(self, a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
-                 natural: bool = False, donate: bool = False, backend: str = "auto"):
+                 natural: bool = False, donate: bool = False, backend: str = "auto", check: Optional[bool] = None):
         self.plan, (self.state, self.status), (self.operator,) = _dispatch.build(
             _made, "cholesky", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs, donate=donate,
-            backend=backend, num_rhs=1, natural=natural, flags=dict(natural=natural))
+            backend=backend, num_rhs=1, natural=natural, flags=dict(natural=natural), check=_check.enabled(check))
 
     @checked
     def solve(self, b: Rhs):
@@ -92,8 +94,9 @@ def factored(plan, a, *, keep: bool):
     return jax.lax.stop_gradient(state), status, a if keep else None
 
 
-def _made(plan, a, *, keep: bool):
-    return factored(plan, a, keep=keep)[:2]
+def _made(plan, a, *, keep: bool, check: bool):
+    return _check.factored_checked(plan, factored(plan, a, keep=keep), plan.kernels.Cholesky(plan),
+                                   lambda: _check.hermitian(plan, a), check=check, keep=keep)
 
 
 def solved(plan, operator, state, status, b):

@@ -13,6 +13,7 @@ from .._docstrings import shared_arguments
 from .._typing import Matrix, MeshLike, Specs, SquareMatrix, TallMatrix, Tile, checked
 from ..autodiff import decompositions as rules
 from ..kernels import status as _status
+from . import check as _check
 from ._base import Factorisation
 
 
@@ -46,11 +47,12 @@ class Eigh(Factorisation):
 
     @checked
     def __init__(self, a: SquareMatrix, b: Optional[SquareMatrix] = None, T_A: Tile = None, mesh: MeshLike = None,
-                 matrix_specs: Specs = None, *, donate: bool = False, backend: str = "auto"):
+                 matrix_specs: Specs = None, *, donate: bool = False, backend: str = "auto",
+                 check: Optional[bool] = None):
         matrices = [("a", a)] if b is None else [("a", a), ("b", b)]
         self.plan, (self.w, self.v, self.status), kept = _dispatch.build(
             eigen, "eigh" if b is None else "sygvd", matrices, T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
-            donate=donate, backend=backend)
+            donate=donate, backend=backend, check=_check.enabled(check))
         self.operator, self.pencil = kept[0], (kept[1] if b is not None else None)
 
 
@@ -82,11 +84,13 @@ class SVD(Factorisation):
 
     @checked
     def __init__(self, a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
-                 full_matrices: bool = False, donate: bool = False, backend: str = "auto"):
+                 full_matrices: bool = False, donate: bool = False, backend: str = "auto",
+                 check: Optional[bool] = None):
         check_flag(full_matrices, "full_matrices")
         self.plan, (self.u, self.s, self.vh, self.status), (self.operator,) = _dispatch.build(
             singular, "svd", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs, donate=donate,
-            backend=backend, square=False, tall=False, full_matrices=bool(full_matrices), compute_uv=True)
+            backend=backend, square=False, tall=False, full_matrices=bool(full_matrices), compute_uv=True,
+            check=_check.enabled(check))
 
     @property
     def wide(self) -> bool:
@@ -117,24 +121,33 @@ class Polar(Factorisation):
 
     @checked
     def __init__(self, a: TallMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
-                 donate: bool = False, backend: str = "auto"):
+                 donate: bool = False, backend: str = "auto", check: Optional[bool] = None):
         self.plan, (self.u_p, self.h, self.status), (self.operator,) = _dispatch.build(
             polar_factors, "polar", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs, donate=donate,
-            backend=backend, square=False)
+            backend=backend, square=False, check=_check.enabled(check))
 
 
-def eigen(plan, a, b=None, *, keep: bool):
+def eigen(plan, a, b=None, *, keep: bool, check: bool = True):
     """(w, v, status) of ``a v = v diag(w)``, or of ``a v = b v diag(w)`` (trace-only)."""
     kernels = plan.kernels.Decompositions(plan)
     if b is None:
         w, v, status = rules.syevd(kernels, a)
     else:
         w, v, status = rules.sygvd(kernels, a, b)
-    w, v = _status.masked(status, w, plan.leave(v, "v"))
+    v = plan.leave(v, "v")
+
+    def tests():
+        op = _check.hermitian(plan, a)
+        if b is None:
+            return _check.eigenvectors(plan, op, w, v)
+        return _check.generalised(plan, op, _check.hermitian(plan, b), w, v)
+
+    status = _check.verified(plan, status, tests, check=check, keep=keep)
+    w, v = _status.masked(status, w, v)
     return w, v, status
 
 
-def singular(plan, a, *, keep: bool, full_matrices: bool, compute_uv: bool):
+def singular(plan, a, *, keep: bool, full_matrices: bool, compute_uv: bool, check: bool = True):
     """(u, s, vh, status) of ``a = u diag(s) vh``; a wide ``a`` through a^H (trace-only)."""
     kplan = plan.adjoint() if plan.wide else plan
     kernels = kplan.kernels.Decompositions(kplan)
@@ -147,12 +160,22 @@ def singular(plan, a, *, keep: bool, full_matrices: bool, compute_uv: bool):
         u, vh = adjoint(vh), adjoint(u)
     if compute_uv:
         u, vh = plan.leave(u, "u"), plan.leave(vh, "vh")
+        status = _check.verified(plan, status, lambda: _check.singular(plan, _check.general(plan, a), u, s, vh),
+                                 check=check, keep=keep)
     u, s, vh = _status.masked(status, u, s, vh)
     return u, s, vh, status
 
 
-def polar_factors(plan, a, *, keep: bool):
+def polar_factors(plan, a, *, keep: bool, check: bool = True):
     """(u_p, h, status) of ``a = u_p h`` (trace-only)."""
     u_p, h, status = rules.polar_decomposition(plan.kernels.Decompositions(plan), a)
-    u_p, h = _status.masked(status, plan.leave(u_p, "u_p"), plan.leave(h, "h"))
+    u_p, h = plan.leave(u_p, "u_p"), plan.leave(h, "h")
+
+    def tests():
+        rebuilt = lambda r: _check.product(plan, u_p, _check.product(plan, h, r))  # noqa: E731
+        return (_check.factorisation(_check.general(plan, a), rebuilt, h.shape[-1], h.dtype)
+                + _check.orthonormal(plan, u_p))
+
+    status = _check.verified(plan, status, tests, check=check, keep=keep)
+    u_p, h = _status.masked(status, u_p, h)
     return u_p, h, status

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import jax
 import jax.numpy as jnp
 
@@ -11,6 +13,7 @@ from .._typing import MeshLike, Rhs, Specs, SquareMatrix, Tile, checked
 from ..autodiff import logdet, solves
 from ..kernels import status as _status
 from ..kernels.families import LUState
+from . import check as _check
 from ._base import Factorisation
 
 #: op(A) -> how to apply op(A)^-T with the same factor: (trans, conjugate the rhs/solution).
@@ -40,10 +43,10 @@ class LU(Factorisation):
 
     @checked
     def __init__(self, a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
-                 donate: bool = False, backend: str = "auto"):
+                 donate: bool = False, backend: str = "auto", check: Optional[bool] = None):
         self.plan, (self.state, self.status), (self.operator,) = _dispatch.build(
             _made, "lu", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs, donate=donate,
-            backend=backend, num_rhs=1)
+            backend=backend, num_rhs=1, check=_check.enabled(check))
 
     @property
     def lu(self) -> jax.Array:
@@ -90,8 +93,9 @@ def factored(plan, a, *, keep: bool):
     return jax.lax.stop_gradient(state), status, a if keep else None
 
 
-def _made(plan, a, *, keep: bool):
-    return factored(plan, a, keep=keep)[:2]
+def _made(plan, a, *, keep: bool, check: bool):
+    return _check.factored_checked(plan, factored(plan, a, keep=keep), plan.kernels.LU(plan),
+                                   lambda: _check.general(plan, a), check=check, keep=keep)
 
 
 def solved(plan, operator, state, status, b, trans: str = "N"):

@@ -52,6 +52,7 @@ from .._dense import (
     triu as _triu,
 )
 from ..modules import LU as _LU
+from . import _det
 from ._results import EighResult, QRResult, SlogdetResult, SVDResult
 from ._util import (
     herm_input as _herm_input,
@@ -79,12 +80,37 @@ vector_norm = jnp.linalg.vector_norm
 def solve(a, b):
     """Solve ``a @ x = b`` for square ``a`` by distributed LU (:func:`jaxmg.lu_solve`).
 
-    ``a`` is (..., N, N); ``b`` is (N,) or (..., N, K), batch dimensions broadcast as in
-    ``jnp.linalg.solve``. ``x`` has b's shape (after broadcasting) and layout.
+    ``a`` is (..., N, N); ``b`` is (N,), one vector for every matrix (x is (..., N)), or
+    (..., N, K), batch dimensions broadcast, as in ``jnp.linalg.solve`` (JAX 0.5 and later: a
+    batch of vectors (..., N) is written ``solve(a, b[..., None])[..., 0]``). ``x`` has b's
+    shape (after broadcasting) and layout.
     """
     a, b = _inexact(a, b)
     _square(a, "solve")
+    _solve_shapes(a.shape, b.shape)
     return _map_batch(_f.lu_solve, (a, b), (2, 1 if b.ndim == 1 else 2), solution=True)
+
+
+def _solve_shapes(a_shape: tuple, b_shape: tuple) -> None:
+    """The right-hand sides ``jnp.linalg.solve`` accepts: (N,), or (..., N, K) whose batch
+    dimensions broadcast with a's."""
+    n = a_shape[-1]
+    if len(b_shape) == 0:
+        raise ValueError(f"solve: b must be (N,) or (..., N, K), got a scalar for a of shape {a_shape}.")
+    if len(b_shape) > 1 and len(a_shape) == len(b_shape) + 1 and b_shape[-1] == n != b_shape[-2]:
+        raise ValueError(f"solve: invalid shapes {a_shape}, {b_shape}: b of shape (..., N) is not a batch of "
+                         f"vectors (as in jnp.linalg.solve since JAX 0.5.0, b is (N,) or (..., N, K)); for one "
+                         f"right-hand side per matrix write solve(a, b[..., None])[..., 0].")
+    rows = b_shape[0] if len(b_shape) == 1 else b_shape[-2]
+    if rows != n:
+        expected = f"({n},)" if len(b_shape) == 1 else f"(..., {n}, K)"
+        raise ValueError(f"solve: b must be {expected} to match a of shape {a_shape}, got {b_shape}.")
+    if len(b_shape) > 1:
+        try:
+            jnp.broadcast_shapes(a_shape[:-2], b_shape[:-2])
+        except ValueError:
+            raise ValueError(f"solve: the batch dimensions of a {a_shape[:-2]} and b {b_shape[:-2]} do not "
+                             f"broadcast.") from None
 
 
 def inv(a):
@@ -110,9 +136,18 @@ def slogdet(a, *, method=None):
 
 
 def det(a):
-    """The determinant of square ``a`` (..., N, N), ``sign * exp(logabsdet)`` of :func:`slogdet`."""
-    sign, logabsdet = slogdet(a)
-    return sign * jnp.exp(logabsdet).astype(sign.dtype)
+    """The determinant of square ``a`` (..., N, N), ``sign * exp(logabsdet)`` of its LU factor: 0
+    for a singular matrix, 1 for an empty one. The derivative is JAX's, ``tr(adj(a) da)``, defined
+    at singular matrices too (``jaxmg.numpy._det``). Eagerly and in ``jax.jit`` one computation."""
+    (a,) = _inexact(a)
+    _square(a, "det")
+    return _det_compiled(a)
+
+
+@jax.jit
+def _det_compiled(a):
+    """The determinants of a stack as one compiled call (eagerly too: the same numbers as in jit)."""
+    return _map_batch(_det.det, (a,), (2,))
 
 
 # --- Cholesky ------------------------------------------------------------------------------------
@@ -173,7 +208,7 @@ def _hermitian_svd(a, compute_uv):
     order = jnp.argsort(-jnp.abs(w))
     w = w[order]
     u = _take_columns(v, order)
-    return u, jnp.abs(w), _H(u * jnp.sign(w).astype(u.dtype))
+    return u, jnp.abs(w), _H(u * jnp.sign(w).astype(u.dtype)[None, :])
 
 
 def _svd(a, *, full_matrices, compute_uv, hermitian):
@@ -249,7 +284,9 @@ def _complete_qr(a):
 
 def _qr(a, *, mode):
     m, n = a.shape
-    if mode == "complete" and m > n:
+    if mode == "complete" and m > n == 0:
+        q, r = _in_layout_of(jnp.eye(m, dtype=a.dtype), a), a  # no column to reflect: Q = I
+    elif mode == "complete" and m > n:
         q, r = _complete_qr(a)
     else:
         q, r = _f.qr(a)
@@ -282,7 +319,7 @@ def _lstsq(a, b, rcond, numpy_resid):
     eps = float(jnp.finfo(a.dtype).eps)
     rcond = eps * max(m, n) if rcond is None else jnp.where(rcond < 0, eps, rcond)
     u, s, vh = _f.gesvd(a)
-    mask = (s > 0) & (s >= jnp.asarray(rcond, s.dtype) * s[0])
+    mask = (s > 0) & (s >= jnp.asarray(rcond, s.dtype) * jnp.max(s, initial=0))
     rank = jnp.sum(mask)
     s_inv = jnp.where(mask, 1 / jnp.where(mask, s, 1), 0).astype(a.dtype)
     x = _matmul(_H(vh), s_inv[:, None] * _matmul(_H(u), b))
@@ -319,9 +356,9 @@ def lstsq(a, b, rcond=None, *, numpy_resid=False):
 
 def _pinv_from_svd(a, rtol, hermitian):
     u, s, vh = _svd(a, full_matrices=False, compute_uv=True, hermitian=hermitian)
-    cutoff = rtol * s[0]
+    cutoff = rtol * jnp.max(s, initial=0)
     s_inv = jnp.where(s > cutoff, 1 / jnp.where(s > cutoff, s, 1), 0).astype(a.dtype)
-    return _matmul(_H(vh) * s_inv, _H(u), _spec_of(a))
+    return _matmul(_H(vh) * s_inv[None, :], _H(u), _spec_of(a))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
@@ -336,12 +373,21 @@ def _pinv_jvp(hermitian, primals, tangents):
     a, rtol = primals
     a_dot, _ = tangents
     p = _pinv(a, rtol, hermitian)
-    spec = _spec_of(a)
-    mm = functools.partial(_matmul, spec=spec)
-    s = mm(mm(p, _H(p)), _H(a_dot))
-    t = mm(mm(_H(a_dot), _H(p)), p)
-    p_dot = -mm(mm(p, a_dot), p) + s - mm(mm(s, a), p) + t - mm(mm(p, a), t)
+    chain = functools.partial(_chain, spec=_spec_of(a))
+    s = chain(p, _H(p), _H(a_dot))
+    t = chain(_H(a_dot), _H(p), p)
+    p_dot = -chain(p, a_dot, p) + s - chain(s, a, p) + t - chain(p, a, t)
     return p, p_dot
+
+
+def _chain(x, y, z, *, spec):
+    """``x @ y @ z`` in the cheaper order: for an (M, N) matrix and its (N, M) pseudo-inverse the
+    intermediates are then min(M, N) square, never max(M, N) square (a wide a's derivative
+    multiplies in the wide order)."""
+    (m, k), n, q = x.shape, y.shape[1], z.shape[1]
+    if m * k * n + m * n * q <= k * n * q + m * k * q:
+        return _matmul(_matmul(x, y, spec), z, spec)
+    return _matmul(x, _matmul(y, z, spec), spec)
 
 
 def pinv(a, rtol=None, hermitian=False, *, rcond=None):
@@ -420,7 +466,8 @@ def _spectral(x, ord, axis, keepdims):
     rows, cols = (a % x.ndim for a in axis)
     moved = jnp.moveaxis(x, (rows, cols), (-2, -1))
     s = svdvals(moved)
-    out = {2: lambda: s[..., 0], -2: lambda: s[..., -1], "nuc": lambda: jnp.sum(s, axis=-1)}[ord]()
+    out = {2: lambda: jnp.max(s, axis=-1, initial=0), -2: lambda: jnp.min(s, axis=-1),
+           "nuc": lambda: jnp.sum(s, axis=-1)}[ord]()
     if keepdims:
         out = jnp.expand_dims(out, tuple(sorted((rows, cols))))
     return out

@@ -107,17 +107,25 @@ def lu_solve(a, b, *, grid: Grid, rhs_spec: Optional[P] = None, backend: str = "
     return local_rows(_status.masked(status, kernels.solve(state, b)), spec), status
 
 
-def least_squares(a, b, *, grid: Grid, rhs_spec: Optional[P] = None, backend: str = "auto", T_A=None):
-    """(x rows, status) minimising ||A x - b|| for tall A."""
+def least_squares(a, b, *, grid: Grid, rhs_spec: Optional[P] = None, rcond: Optional[float] = None,
+                  backend: str = "auto", T_A=None):
+    """(x rows, status) minimising ||A x - b|| for tall A; a numerically rank-deficient A (a
+    diagonal entry of R below ``rcond * max|R_ii|``, ``rcond`` as in ``jaxmg.least_squares``)
+    gives that entry's 1-based index as the status and NaN rows."""
+    rcond = _status.checked_rcond(rcond)
     tile = _native("qr", grid, backend, T_A, a.shape, a.dtype)
     b, spec = _rhs(b, grid, rhs_spec)
     if tile is not None:
         f, tau, status = native.qr_factor(a, grid=grid, tile=tile)
         (x,) = native.qr_solve(f, tau, b, grid=grid, tile=tile)
-        return local_rows(x, spec), status
-    kernels = _device(local.QR)
-    state, status = kernels.factor(gather_block(a, grid))
-    return local_rows(kernels.solve(state, b), spec), status
+        (diagonal,) = native.qr_diagonal(f, tau, grid=grid, tile=tile)
+    else:
+        kernels = _device(local.QR)
+        state, status = kernels.factor(gather_block(a, grid))
+        x, diagonal = kernels.solve(state, b), kernels.diagonal(state)
+    shape = (a.shape[-2] * grid.nprow, a.shape[-1] * grid.npcol)
+    status = _status.either(status, _status.rank_deficient(diagonal, _status.rcond_threshold(rcond, shape, a.dtype)))
+    return local_rows(_status.masked(status, x), spec), status
 
 
 def syevd(a, *, grid: Grid, backend: str = "auto", T_A=None):

@@ -11,20 +11,20 @@ Factorisations are jaxmg modules. ``cho_factor(a)`` returns the tuple ``(c, lowe
 factor in one triangle), and ``lu_factor(a)`` returns ``(lu, piv)`` whose ``lu`` is a
 :class:`jaxmg.LU` (``piv`` its pivots). Unpacking works as with JAX, and
 :func:`cho_solve`/:func:`lu_solve` take these tuples and solve with the saved factor, without
-refactoring. They also take JAX's arrays (then they factor again).
+refactoring. They also take JAX's arrays: ``cho_solve`` then solves with the array factor
+itself (two triangular solves), ``lu_solve`` is JAX's.
 """
 
 from __future__ import annotations
 
 import functools
 
-import jax.numpy as jnp
-
 from .. import functional as _f
 from .._dense import adjoint as _H, in_layout_of as _in_layout_of
 from ..modules import LU as _LU, Cholesky as _Cholesky
 from ..numpy import linalg as _np
 from ..numpy._util import herm_input as _herm_input, inexact as _inexact, map_batch as _map_batch, square as _square
+from . import _cho
 
 
 def _one_square_matrix(a, name: str, module: str):
@@ -48,16 +48,16 @@ def cho_factor(a, lower=False, overwrite_a=False, check_finite=True):
 
 def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
     """Solve ``a @ x = b`` with ``(c, lower)`` from :func:`cho_factor`; ``x`` has b's shape and
-    layout. ``c`` may also be JAX's array (factor in its ``lower`` triangle): a is then
-    rebuilt from it and factored."""
+    layout. ``c`` may also be JAX's array (..., N, N), the factor in its ``lower`` triangle: x
+    then comes from two triangular solves with it (no new factorisation), batched as b."""
     del overwrite_b, check_finite
     c, lower = c_and_lower
     if isinstance(c, _Cholesky):
         return c.solve(b)
     c, b = _inexact(c, b)
-    factor = jnp.tril(c) if lower else jnp.triu(c)
-    a = factor @ _H(factor) if lower else _H(factor) @ factor
-    return _map_batch(_f.potrs, (a, b), (2, 1 if b.ndim == 1 else 2), solution=True)
+    _square(c, "cho_solve")
+    solve = functools.partial(_cho.solve_with_factor, lower=bool(lower))
+    return _map_batch(solve, (c, b), (2, 1 if b.ndim == 1 else 2), solution=True)
 
 
 def cholesky(a, lower=False, overwrite_a=False, check_finite=True):

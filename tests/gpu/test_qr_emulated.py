@@ -184,6 +184,36 @@ def test_public_api_native_qr(shape, spec, tile, reverse, dtype, explicit, nativ
     assert {c[0] for c in native_backend.calls} == {"geqrf", "orgqr"}  # Q^H b from the reflectors
 
 
+@pytest.mark.parametrize("shape,reverse,dtype", [((2, 2), True, np.float64), ((1, 2), False, np.complex64)])
+def test_public_api_native_rank_deficient_least_squares(shape, reverse, dtype, native_backend):
+    """A numerically rank-deficient a (column 13 a combination of columns 0-2, R_13,13 at rounding
+    level, not zero) on the distributed route: status 14 and NaN from least_squares (tall and
+    wide), QR.solve and QR.rank_status, eagerly and in jit; the factorisation's own status is 0."""
+    import jaxmg
+
+    m, n, tile = 54, 20, 8
+    mesh = _mesh(shape, reverse)
+    a = _random((m, n), dtype, 0)
+    a[:, 13] = a[:, :3] @ _random((3,), dtype, 2)
+    b = _random((m,), dtype, 1)
+    ag = jax.device_put(a, NamedSharding(mesh, P("x", "y")))
+    wide = jax.device_put(a.T.copy(), NamedSharding(mesh, P("x", "y")))
+    native = dict(T_A=tile, mesh=mesh, backend="native")
+
+    def run(ag, wide, b):
+        x, st = jaxmg.least_squares(ag, b, return_status=True, **native)
+        xw, stw = jaxmg.least_squares(wide, b[:n], return_status=True, **native)
+        fac = jaxmg.QR(ag, **native)
+        return x, st, xw, stw, fac.solve(b), fac.status, fac.rank_status(), fac.rank_status(rcond=0.0)
+
+    for outs in (run(ag, wide, b), jax.jit(run)(ag, wide, b)):
+        x, st, xw, stw, xf, factored, ranked, exact = (np.asarray(o) for o in outs)
+        assert (int(st), int(stw), int(factored), int(ranked), int(exact)) == (14, 14, 0, 14, 0)
+        for out in (x, xw, xf):
+            assert np.all(np.isnan(out))
+    assert "geqrf" in {c[0] for c in native_backend.calls}
+
+
 def test_public_api_native_least_squares_grad_and_local(native_backend):
     """Derivatives reuse the saved factor (qr_normal_solve); ops.local runs the native kernels."""
     import jaxmg
@@ -214,6 +244,9 @@ def test_public_api_native_least_squares_grad_and_local(native_backend):
     x, st = step(ag, jax.device_put(b, NamedSharding(mesh, P("x"))))
     assert int(st) == 0
     np.testing.assert_allclose(np.asarray(x), np.linalg.lstsq(a, b, rcond=None)[0], rtol=1e-9, atol=1e-9)
+    a[:, 13] = a[:, :3] @ _random((3,), np.float64, 2)  # numerically rank deficient: flagged, NaN
+    x, st = step(jax.device_put(a, NamedSharding(mesh, spec)), jax.device_put(b, NamedSharding(mesh, P("x"))))
+    assert int(st) == 14 and np.all(np.isnan(np.asarray(x)))
 
 
 def test_native_least_squares_products_are_full_precision(native_backend):

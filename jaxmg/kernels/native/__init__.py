@@ -30,7 +30,7 @@ from .cholesky import (
 from .eig import syevd, sygvd
 from .lu import LU, lu_factor, lu_factor_order, lu_solve, lu_triangles
 from .polar import Decompositions, gesvd, polar
-from .qr import QR, qr_factor, qr_normal_solve, qr_q, qr_r, qr_solve
+from .qr import QR, qr_diagonal, qr_factor, qr_normal_solve, qr_q, qr_r, qr_solve
 
 #: Kernel families with native kernels: those whose GPU cases (tests/gpu/native_cases.py) have
 #: passed.
@@ -40,6 +40,6 @@ __all__ = [
     "FAMILIES", "Cholesky", "Decompositions", "LU", "QR", "abort_communicators", "cholesky_factor",
     "cholesky_logdet", "cholesky_lower", "cholesky_solve", "cholesky_state_is_lower", "cholesky_to_a_order",
     "cholesky_triangle", "cholesky_triangle_kind", "family_tile", "gesvd", "info", "last_timings",
-    "library_candidates", "lu_factor", "lu_factor_order", "lu_solve", "lu_triangles", "polar", "potrs", "qr_factor",
-    "qr_normal_solve", "qr_q", "qr_r", "qr_solve", "syevd", "sygvd", "unavailable_reason",
+    "library_candidates", "lu_factor", "lu_factor_order", "lu_solve", "lu_triangles", "polar", "potrs", "qr_diagonal",
+    "qr_factor", "qr_normal_solve", "qr_q", "qr_r", "qr_solve", "syevd", "sygvd", "unavailable_reason",
 ]

@@ -29,6 +29,7 @@ them, and R's padding diagonal (+-1) stays as geqrf left it.
   reflectors panel by panel in compact WY form (:func:`_apply_qh`), measured faster than
   cuSOLVERMp's ormqr (``benchmarks/bench_qr.py``).
 * ``qr_normal_solve``: ``R^-1 R^-H y`` with the same substitution (the least-squares derivative).
+* ``qr_diagonal``: R's diagonal, whole (the rank test of least-squares solves).
 
 Status: 0, or the 1-based index of the first zero or non-finite diagonal entry of R (A is
 rank deficient), or geqrf's own failure (N + 1), agreed over the grid; the state is NaN on
@@ -174,6 +175,12 @@ def qr_r(f, tau, *, grid, tile):
     upper = gc[:, None] >= gr[None, :]
     r = jnp.where(upper | jnp.isnan(f), f, jnp.zeros((), f.dtype))  # a failed (NaN) state stays NaN
     return (_block(r, grid, s, s.n0),)
+
+
+def qr_diagonal(f, tau, *, grid, tile):
+    """R's diagonal (N,), whole on every device (NaN for a failed state)."""
+    s, _ = _of_state(f, tau, grid, tile)
+    return (_diagonal(f, grid, s)[: s.n0],)
 
 
 def qr_solve(f, tau, b, *, grid, tile):
@@ -328,6 +335,9 @@ class QR(_grid.GridKernels):
     def r(self, state):
         n = self.plan.shape[1]
         return self.run(qr_r, list(state), _STATE, [self.caller], [(n, n)], ["r"])[0]
+
+    def diagonal(self, state):
+        return self.run(qr_diagonal, list(state), _STATE, [Replicated()])[0]
 
     def solve(self, state, b, spec):
         n = self.plan.shape[1]

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import per_matrix
 from ..varying import varying_like
 from . import _library
 from ._codes import CODES
@@ -55,8 +56,8 @@ def _checked_mode(mode) -> int:
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
 def _relayout(x, mode):
     _library.register()
-    out = jax.ffi.ffi_call("jaxmg_relayout", jax.ShapeDtypeStruct(x.shape, x.dtype), input_output_aliases={0: 0},
-                           vmap_method="broadcast_all")(x, mode=np.int64(mode))
+    out, = per_matrix.call("jaxmg_relayout", [jax.ShapeDtypeStruct(x.shape, x.dtype)], input_output_aliases={0: 0},
+                           mode=np.int64(mode))(x)
     return varying_like(x, out)
 
 

@@ -1,0 +1,86 @@
+"""The determinant of one square matrix from jaxmg's LU factor, with the derivative JAX defines.
+
+``det(a)`` is ``sign * exp(log|det a|)`` of the LU factor's diagonal and pivots: a zero pivot is
+not a failure but a singular matrix, whose determinant is 0 (``slogdet`` gives (0, -inf)).
+
+Its derivative is ``d det(a) = tr(adj(a) a')`` with the adjugate ``adj(a)``, which is defined
+(and smooth) for every matrix, singular ones included, as ``jnp.linalg.det``'s is:
+
+* where no pivot is exactly zero, ``adj(a) = det(a) a^-1`` from the same factor (one inverse from
+  the saved factor: :meth:`jaxmg.LU.inverse`), differentiable again (second derivatives);
+* where a pivot is exactly zero (an exactly singular matrix, e.g. the zero matrix), the
+  cofactor matrix from the packed factor ``P a = L U`` (:func:`_cofactor`): exact where one
+  pivot is zero, wherever it is (corank one), and 0 where more are (as JAX's). The packed
+  factor is in the natural layout on the local and batch routes; on the distributed route
+  (cuSOLVERMp's permuted factor) an exactly singular matrix's derivative is NaN;
+* a 1 x 1 matrix's adjugate is 1.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.linalg import solve_triangular
+
+from .._dense import in_layout_of
+from .._routes import DISTRIBUTED
+from ..modules import LU
+
+
+def _value(factor: LU) -> jax.Array:
+    sign, logabsdet = factor.slogdet()
+    return sign * jnp.exp(logabsdet).astype(sign.dtype)
+
+
+@jax.custom_jvp
+def det(a: jax.Array) -> jax.Array:
+    """The determinant of square ``a`` (N, N), a scalar of a's dtype (1 for N = 0)."""
+    return _value(LU(a))
+
+
+@det.defjvp
+def _det_jvp(primals, tangents):
+    (a,), (a_dot,) = primals, tangents
+    value, adjugate = _value_and_adjugate(a)
+    return value, jnp.sum(in_layout_of(jnp.swapaxes(adjugate, -1, -2), a) * a_dot)  # tr(adj(a) a'), in a's layout
+
+
+def _value_and_adjugate(a):
+    """(det a, adj a): adj a = det(a) a^-1 from a's LU factor, or the cofactor matrix where a
+    pivot is exactly zero (module docstring)."""
+    n = a.shape[-1]
+    if n <= 1:
+        return det(a), jnp.ones_like(a)
+    factor = LU(a)
+    value = _value(factor)  # from the same factor; its own derivative is slogdet's
+    regular = jnp.asarray(value, a.dtype) * factor.inverse()
+    if factor.route == DISTRIBUTED:
+        return value, regular
+    singular = jnp.any(jnp.diagonal(factor.lu) == 0)
+    cofactor = in_layout_of(_cofactor(jax.lax.stop_gradient(factor.lu), factor.pivots), regular)
+    return value, jnp.where(singular, cofactor, regular)
+
+
+def _cofactor(lu: jax.Array, pivots: jax.Array) -> jax.Array:
+    """adj(a) from a's packed LU factor ``P a = L U`` (L's strict lower triangle, U's upper one)
+    and pivots, where a pivot of U is exactly zero: ``adj(a) = det(P) adj(U) L^-1 P``. With one
+    zero pivot, at k, ``adj(U(t))`` for ``U(t) = U + t e_k e_k^T`` is affine in t (each cofactor
+    is affine in one entry) and ``U(t)`` is invertible for t != 0, so ``adj(U)`` is the mean of
+    ``det(U(t)) U(t)^-1`` at t = +-tau (tau = max |u_ii|). With more zero pivots that is not
+    finite, and the result is 0 (as JAX's)."""
+    n = lu.shape[-1]
+    diagonal = jnp.diagonal(lu)
+    k = jnp.argmax(diagonal == 0)
+    largest = jnp.max(jnp.abs(diagonal))
+    tau = jnp.where(largest > 0, largest, jnp.ones((), largest.dtype)).astype(lu.dtype)
+    swaps = jnp.sum(pivots != jnp.arange(n, dtype=pivots.dtype))
+    parity = (1 - 2 * (swaps % 2)).astype(lu.dtype)
+    perm = jax.lax.linalg.lu_pivots_to_permutation(pivots, n)
+    rest = solve_triangular(lu, jnp.eye(n, dtype=lu.dtype)[perm], lower=True, unit_diagonal=True)  # L^-1 P
+
+    def adjugate_times_rest(t):
+        shifted = jnp.triu(lu).at[k, k].add(t)
+        return jnp.prod(jnp.diagonal(shifted)) * solve_triangular(shifted, rest, lower=False)
+
+    x = parity * (adjugate_times_rest(tau) + adjugate_times_rest(-tau)) / 2
+    return jnp.where(jnp.all(jnp.isfinite(x)), x, jnp.zeros_like(x))

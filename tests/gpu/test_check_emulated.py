@@ -1,0 +1,240 @@
+"""The distributed route's result check (jaxmg.modules.check), on CPU through the emulated
+native backend: a wrong result that the engine returns with status 0 is flagged
+(``CHECK_FAILED``, NaN outputs), correct results on hard matrices are not, ``check=False`` and
+``JAXMG_RESULT_CHECK=0`` turn it off, and it works eagerly, under ``jax.jit`` and ``jax.vmap``
+(one status per matrix) without changing derivatives."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+from jax.test_util import check_grads
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import jaxmg
+from jaxmg import _dispatch
+from jaxmg.kernels import native, status as _status
+from jaxmg.modules import check as _check
+
+from _emulation import mesh as _mesh, require_cpu_devices
+
+require_cpu_devices(4)
+
+N = 32
+TILE = 8
+FAILED = _status.CHECK_FAILED
+
+
+def _gaussian(rng, shape, dtype):
+    g = rng.standard_normal(shape)
+    return g + 1j * rng.standard_normal(shape) if np.issubdtype(dtype, np.complexfloating) else g
+
+
+def _orthonormal(m, n, rng, dtype):
+    return np.linalg.qr(_gaussian(rng, (m, n), dtype))[0]
+
+
+def matrices(kind, n=N, seed=0, dtype=np.float64, cond=1e10):
+    """Hard but valid inputs of ``dtype``: "spd" (Hermitian positive definite of condition
+    ``cond``, its eigenvalues clustered at both ends), "graded" (Hermitian positive definite
+    with rows and columns graded over 10 orders), "general" (condition ``cond``, geometric
+    singular values), "well" (Hermitian positive definite with eigenvalues in [1, 5]: a
+    relative error in a result is a residual of its size)."""
+    rng = np.random.default_rng(seed)
+    if kind == "well":
+        g = _gaussian(rng, (n, n), dtype)
+        return (g @ g.conj().T / n + np.eye(n)).astype(dtype)
+    if kind == "spd":
+        w = np.concatenate([np.full(n // 2, 1 / cond), np.ones(n - n // 2)]) * (1 + 1e-3 * rng.random(n))
+        q = _orthonormal(n, n, rng, dtype)
+        return ((q * w) @ q.conj().T).astype(dtype)
+    if kind == "graded":
+        d = np.logspace(0, -5, n)
+        g = _gaussian(rng, (n, n), dtype)
+        return (d[:, None] * (g @ g.conj().T / n + np.eye(n)) * d[None, :]).astype(dtype)
+    u, v = _orthonormal(n, n, rng, dtype), _orthonormal(n, n, rng, dtype)
+    return ((u * np.logspace(0, -np.log10(cond), n)) @ v.conj().T).astype(dtype)
+
+
+def _placed(mesh, x, spec):
+    return jax.device_put(jnp.asarray(x), NamedSharding(mesh, spec))
+
+
+def _calls(mesh, check=None):
+    """op name -> (function of (a, b, a2), the index of the status in its outputs)."""
+    kw = dict(T_A=TILE, mesh=mesh, backend="native", check=check)
+    return {
+        "potrs": lambda a, b, a2: jaxmg.potrs(a, b, return_status=True, **kw),
+        "cholesky": lambda a, b, a2: jaxmg.cholesky(a, return_status=True, **kw),
+        "lu_solve": lambda a, b, a2: jaxmg.lu_solve(a2, b, return_status=True, **kw),
+        "least_squares": lambda a, b, a2: jaxmg.least_squares(a2, b, return_status=True, **kw),
+        "qr": lambda a, b, a2: jaxmg.qr(a2, return_status=True, **kw),
+        "syevd": lambda a, b, a2: jaxmg.syevd(a, return_status=True, **kw),
+        "sygvd": lambda a, b, a2: jaxmg.sygvd(a, a + jnp.eye(N, dtype=a.dtype), return_status=True, **kw),
+        "gesvd": lambda a, b, a2: jaxmg.gesvd(a2, return_status=True, **kw),
+        "polar": lambda a, b, a2: jaxmg.polar(a2, return_status=True, **kw),
+        "Cholesky": lambda a, b, a2: _module(jaxmg.Cholesky(a, **kw), "factor"),
+        "LU": lambda a, b, a2: _module(jaxmg.LU(a2, **kw), "lu"),
+        "QR": lambda a, b, a2: _module(jaxmg.QR(a2, **kw), "r"),
+        "Eigh": lambda a, b, a2: _module(jaxmg.Eigh(a, **kw), "v"),
+        "SVD": lambda a, b, a2: _module(jaxmg.SVD(a2, **kw), "u"),
+        "Polar": lambda a, b, a2: _module(jaxmg.Polar(a2, **kw), "u_p"),
+    }
+
+
+def _module(m, attribute):
+    out = m.solve(jnp.ones(m.shape[0], m.dtype)) if hasattr(m, "solve") else getattr(m, attribute)
+    return out, m.status
+
+
+#: Where a wrong result is injected for each operation: (native family class, method).
+INJECT = {
+    "potrs": ("Cholesky", "solve"), "cholesky": ("Cholesky", "lower"), "Cholesky": ("Cholesky", "solve"),
+    "lu_solve": ("LU", "solve"), "LU": ("LU", "solve"),
+    "least_squares": ("QR", "solve"), "qr": ("QR", "r"), "QR": ("QR", "normal_solve"),
+    "syevd": ("Decompositions", "syevd"), "sygvd": ("Decompositions", "sygvd"), "Eigh": ("Decompositions", "syevd"),
+    "gesvd": ("Decompositions", "gesvd"), "SVD": ("Decompositions", "gesvd"),
+    "polar": ("Decompositions", "polar"), "Polar": ("Decompositions", "polar"),
+}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_calls():
+    """Eager calls compiled with an injected wrong kernel are not reused by the next test."""
+    _dispatch._compiled.cache_clear()
+    yield
+    _dispatch._compiled.cache_clear()
+
+
+def _inject(monkeypatch, op, size=1e-6):
+    """Make the native family's method return its result with a relative error ``size`` in its
+    first floating output, its status unchanged (a silently wrong engine)."""
+    cls_name, method = INJECT[op]
+    cls = getattr(native, cls_name)
+    original = getattr(cls, method)
+
+    def wrong(x):
+        return x * (1 + size) if jnp.issubdtype(x.dtype, jnp.inexact) else x
+
+    @functools.wraps(original)
+    def perturbed(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        if isinstance(out, tuple):
+            k = next(i for i, x in enumerate(out) if getattr(x, "ndim", 0) == 2)
+            return out[:k] + (wrong(out[k]),) + out[k + 1:]
+        return wrong(out)
+
+    monkeypatch.setattr(cls, method, perturbed)
+
+
+def _status_and_outputs(out):
+    *values, status = jax.tree.leaves(out)
+    return int(status), [np.asarray(v) for v in values if jnp.issubdtype(v.dtype, jnp.inexact)]
+
+
+@pytest.fixture(scope="module")
+def grid_mesh():
+    return _mesh((2, 2))
+
+
+def _inputs(mesh, kind_sym="spd", kind_general="general", dtype=np.float64, cond=1e10):
+    a = _placed(mesh, matrices(kind_sym, dtype=dtype, cond=cond), P("x", "y"))
+    a2 = _placed(mesh, matrices(kind_general, seed=1, dtype=dtype, cond=cond), P("x", "y"))
+    b = _placed(mesh, _gaussian(np.random.default_rng(2), (N,), dtype).astype(dtype), P("x"))
+    return a, b, a2
+
+
+@pytest.mark.parametrize("op", list(INJECT))
+def test_wrong_result_is_flagged(op, grid_mesh, native_backend, monkeypatch):
+    """A result off by one part in a million with status 0 from the engine: status -2, NaN."""
+    _inject(monkeypatch, op)
+    status, values = _status_and_outputs(_calls(grid_mesh)[op](*_inputs(grid_mesh, "well", "well")))
+    assert status == FAILED
+    assert all(np.isnan(v).all() for v in values)
+
+
+@pytest.mark.parametrize("op,kinds", [(op, ("spd", "general")) for op in INJECT]
+                         + [(op, ("graded", "general")) for op in ("potrs", "cholesky", "Cholesky", "syevd", "sygvd")])
+def test_hard_valid_results_pass(op, kinds, grid_mesh, native_backend):
+    """Correct results on condition-1e12 and graded matrices are not flagged."""
+    status, values = _status_and_outputs(_calls(grid_mesh)[op](*_inputs(grid_mesh, *kinds, cond=1e12)))
+    assert status == 0
+    assert all(np.isfinite(v).all() for v in values)
+
+
+@pytest.mark.parametrize("op,dtype,cond", [
+    ("potrs", np.complex128, 1e12), ("lu_solve", np.complex128, 1e12), ("least_squares", np.complex128, 1e12),
+    ("Eigh", np.complex128, 1e12), ("gesvd", np.complex128, 1e12), ("polar", np.complex128, 1e12),
+    ("potrs", np.float32, 1e5), ("LU", np.float32, 1e5), ("QR", np.complex64, 1e5),
+    ("syevd", np.float32, 1e5), ("SVD", np.complex64, 1e5), ("sygvd", np.complex64, 1e3),
+])
+def test_hard_valid_results_pass_every_dtype(op, dtype, cond, native_backend):
+    """Correct complex and single-precision results on ill-conditioned matrices are not flagged
+    (on Explicit mesh axes)."""
+    mesh = _mesh((2, 2), explicit=True)
+    status, values = _status_and_outputs(_calls(mesh)[op](*_inputs(mesh, "spd", "general", dtype, cond)))
+    assert status == 0
+    assert all(np.isfinite(v).all() for v in values)
+
+
+@pytest.mark.parametrize("op", ["potrs", "Eigh"])
+@pytest.mark.parametrize("how", ["keyword", "environment"])
+def test_check_can_be_turned_off(op, how, grid_mesh, native_backend, monkeypatch):
+    """check=False, or JAXMG_RESULT_CHECK=0 where a call does not say: the wrong result is
+    returned as the engine gave it (status 0, finite)."""
+    _inject(monkeypatch, op)
+    if how == "environment":
+        monkeypatch.setenv(_check.ENVIRONMENT, "0")
+    call = _calls(grid_mesh, check=False if how == "keyword" else None)[op]
+    status, values = _status_and_outputs(call(*_inputs(grid_mesh, "well", "well")))
+    assert status == 0
+    assert all(np.isfinite(v).all() for v in values)
+
+
+def test_check_argument_is_checked(grid_mesh):
+    with pytest.raises(TypeError, match="check must be True, False or None"):
+        jaxmg.potrs(jnp.eye(4), jnp.ones(4), check="yes")
+
+
+def test_check_in_jit_and_under_vmap(grid_mesh, native_backend, monkeypatch):
+    """Under jax.jit the flag is the same; under jax.vmap each matrix gets its own status: the
+    wrong result (injected for right-hand sides whose first entry is positive) is flagged in
+    its matrix only."""
+    original = native.LU.solve
+
+    def perturbed(self, state, b, spec, *args):
+        x = original(self, state, b, spec, *args)
+        return x * (1 + 1e-6 * (jnp.real(b[0]) > 0))
+
+    monkeypatch.setattr(native.LU, "solve", perturbed)
+    a = np.stack([matrices("well", seed=k) for k in range(3)])
+    b = np.stack([np.full(N, -1.0), np.full(N, 1.0), np.full(N, -2.0)])
+    solve = functools.partial(jaxmg.lu_solve, T_A=TILE, mesh=grid_mesh, backend="native", return_status=True)
+    x, status = jax.jit(jax.vmap(solve))(jnp.asarray(a), jnp.asarray(b))
+    assert np.asarray(status).tolist() == [0, FAILED, 0]
+    x = np.asarray(x)
+    assert np.isnan(x[1]).all() and np.isfinite(x[[0, 2]]).all()
+    np.testing.assert_allclose(x[0], np.linalg.solve(a[0], b[0]), rtol=1e-10)
+    x, status = jax.jit(solve)(_placed(grid_mesh, a[1], P("x", "y")), jnp.asarray(b[1]))
+    assert int(status) == FAILED and np.isnan(np.asarray(x)).all()
+
+
+def test_derivatives_are_unchanged(grid_mesh, native_backend):
+    """The check is not differentiated: the gradient with it is the gradient without it, and
+    it is the exact derivative (check_grads)."""
+    a = _placed(grid_mesh, matrices("well"), P("x", "y"))
+    b = jnp.asarray(np.random.default_rng(3).standard_normal(N))
+
+    def loss(check):
+        kw = dict(T_A=TILE, mesh=grid_mesh, backend="native", check=check)
+        return jax.jit(lambda a, b: jnp.sum(jnp.sin(jaxmg.lu_solve(a, b, **kw))))
+
+    with_check = jax.grad(loss(True), argnums=(0, 1))(a, b)
+    without = jax.grad(loss(False), argnums=(0, 1))(a, b)
+    for g, h in zip(with_check, without):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(h))
+    check_grads(loss(True), (a, b), order=1, modes=("fwd", "rev"), atol=1e-6, rtol=1e-6)

@@ -1,0 +1,180 @@
+"""What a call reports is what it compiles to, and its outputs keep the caller's layout.
+
+* The batch route (``jax.vmap`` over a stack split over its batch axis) compiles to a program
+  with no all-gather, all-to-all or collective-permute: each device solves the matrices it holds,
+  with or without ``jax.set_mesh``, with the stack placed beforehand or placed by
+  ``in_shardings``, on Auto and Explicit axes; the local route over a mesh gathers the matrix
+  (an all-gather), as it reports. The stack's outputs keep its batch layout.
+* Outputs keep the caller's layout eagerly and inside ``jax.jit`` (docs/usage.md, "Layout
+  rules"): solutions b's, matrix outputs a's, eigenvalues, singular values and scalars
+  replicated; on one-device, (8,) and (4, 2) meshes, Auto and Explicit axes.
+
+Matrices are tiny (order 8, stacks of 16): the checks are about placement, not arithmetic.
+"""
+
+import contextlib
+import re
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+import jaxmg
+import jaxmg.numpy.linalg as la
+import jaxmg.scipy.linalg as sla
+from helpers import make_mesh, random_matrix, spd_matrix
+from test_memory_grid import opaque_native  # noqa: F401 (a fixture)
+
+N, STACK = 8, 16
+RNG = np.random.default_rng(44)
+SPD, GEN, TALL = (np.stack([make() for _ in range(STACK)]) for make in (
+    lambda: spd_matrix(RNG, N, np.float64),
+    lambda: random_matrix(RNG, (N, N), np.float64) + N * np.eye(N),
+    lambda: random_matrix(RNG, (2 * N, N), np.float64)))
+RHS, RHS_TALL = RNG.standard_normal((STACK, N)), RNG.standard_normal((STACK, 2 * N))
+MOVES = ("all-gather", "all-to-all", "collective-permute")
+AXES = [pytest.param(AxisType.Auto, id="auto"), pytest.param(AxisType.Explicit, id="explicit")]
+MESHES = [pytest.param(((8,), ("x",)), id="8"), pytest.param(((4, 2), ("x", "y")), id="4x2")]
+
+
+def _moves(fn, *args) -> set:
+    return {m for m in MOVES if m in fn.lower(*args).compile().as_text()}
+
+
+def _normal(spec, mesh) -> tuple:
+    """A spec without trailing Nones; on Auto axes without the axes of one device (XLA reports
+    ``P()`` for them, as for JAX's own functions: the placement is the same)."""
+    entries = list(spec)
+    if not all(t == AxisType.Explicit for t in mesh.axis_types):
+        def drop(e):
+            kept = tuple(a for a in ((e,) if isinstance(e, str) else e or ()) if mesh.shape[a] > 1)
+            return None if not kept else kept[0] if len(kept) == 1 else kept
+        entries = [drop(e) for e in entries]
+    while entries and entries[-1] is None:
+        entries.pop()
+    return tuple(tuple(e) if isinstance(e, list) else e for e in entries)
+
+
+# --- the batch route compiles to what it reports ---
+
+STACKED = {
+    "potrs": (jaxmg.potrs, (SPD, RHS)),
+    "lu_solve": (jaxmg.lu_solve, (GEN, RHS)),
+    "least_squares": (jaxmg.least_squares, (TALL, RHS_TALL)),
+    "qr": (jaxmg.qr, (TALL,)),
+    "syevd": (jaxmg.syevd, (SPD,)),
+    "sygvd": (jaxmg.sygvd, (SPD, SPD + np.eye(N))),
+    "Eigh": (lambda a: jaxmg.Eigh(a).w, (SPD,)),
+    "Cholesky": (lambda a, b: jaxmg.Cholesky(a).solve(b), (SPD, RHS)),
+    "LU": (lambda a, b: jaxmg.LU(a).solve(b), (GEN, RHS)),
+}
+
+
+@pytest.mark.parametrize("placed", [True, False], ids=["placed", "inline"])
+@pytest.mark.parametrize("set_mesh", [False, True], ids=["no-set-mesh", "set-mesh"])
+@pytest.mark.parametrize("axis_type", AXES)
+@pytest.mark.parametrize("shape", MESHES)
+def test_batch_route_moves_nothing_and_keeps_the_stack_layout(shape, axis_type, set_mesh, placed):
+    """jax.jit(jax.vmap(op), in_shardings=...) over a stack split over its batch axis: no
+    collective in the compiled program, the route reported is "batch", and every output (a
+    module's leaves too) keeps the stack's batch layout.
+
+    Under jax.set_mesh on Explicit axes JAX types a NumPy argument as replicated whatever
+    in_shardings says (JAX's own cho_solve then gathers it too): there only the route is
+    checked."""
+    mesh = make_mesh(*shape, axis_types=axis_type)
+    stack = NamedSharding(mesh, P("x"))
+    typed_replicated = axis_type == AxisType.Explicit and set_mesh and not placed
+    routes = []
+
+    def module(a):
+        m = jaxmg.Cholesky(a)
+        routes.append(m.route)
+        return m
+
+    with jax.set_mesh(mesh) if set_mesh else contextlib.nullcontext():
+        for name, (op, args) in list(STACKED.items()) + [("Cholesky module", (module, (SPD,)))]:
+            args = tuple(jax.device_put(x, stack) for x in args) if placed else args
+            fn = jax.jit(jax.vmap(op), in_shardings=(stack,) * len(args))
+            outs = jax.tree.leaves(fn(*args))
+            if typed_replicated:
+                continue
+            assert _moves(fn, *args) == set(), name
+            for leaf in outs:
+                assert _normal(leaf.sharding.spec, mesh)[:1] == ("x",), (name, leaf.sharding)
+    assert routes and set(routes) == {"batch"} == {jaxmg.route("Cholesky", (N, N), "float64", mesh, stacked=STACK)}
+
+
+def _gathered(fn, *args) -> list:
+    """The shapes that the compiled program's all-gathers produce."""
+    text = fn.lower(*args).compile().as_text()
+    return [tuple(int(d) for d in dims.split(",") if d)
+            for dims in re.findall(r"= \w+\[([\d,]*)\][^ ]* all-gather\(", text)]
+
+
+@pytest.mark.parametrize("set_mesh", [False, True], ids=["no-set-mesh", "set-mesh"])
+@pytest.mark.parametrize("axis_type", AXES)
+def test_one_matrix_routes_compile_to_what_they_report(axis_type, set_mesh, opaque_native):
+    """One matrix split over a (4, 2) mesh: the local route (backend="portable") gathers it
+    whole onto each device's solver; the distributed route (backend="native", its handlers
+    opaque) never gathers it, only the right-hand side. The solution keeps b's layout."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=axis_type)
+    a = jax.device_put(SPD[0], NamedSharding(mesh, P("x", "y")))
+    b = jax.device_put(RHS[0], NamedSharding(mesh, P("x")))
+    with jax.set_mesh(mesh) if set_mesh else contextlib.nullcontext():
+        local = jax.jit(lambda a, b: jaxmg.potrs(a, b, backend="portable"))
+        native = jax.jit(lambda a, b: jaxmg.potrs(a, b, backend="native", T_A=2))
+        assert jaxmg.Cholesky(a, backend="portable").route == "local"
+        assert jaxmg.Cholesky(a, backend="native", T_A=2).route == "distributed"
+        assert (N, N) in _gathered(local, a, b)
+        assert (N, N) not in _gathered(native, a, b)
+        assert _normal(local(a, b).sharding.spec, mesh) == ("x",)
+
+
+# --- outputs keep the caller's layout ---
+
+def _cases(a, g, t, s, b, bt):
+    """(name, function, arguments, expected specs of its outputs as 'a', 'b' or 'r' for a's
+    layout, b's layout or replicated)."""
+    return [
+        ("potrs", jaxmg.potrs, (a, b), "b"),
+        ("lu_solve", jaxmg.lu_solve, (g, b), "b"),
+        ("least_squares", jaxmg.least_squares, (t, bt), "b"),
+        ("cholesky", jaxmg.cholesky, (a,), "a"),
+        ("qr", jaxmg.qr, (t,), "aa"),
+        ("syevd", jaxmg.syevd, (a,), "ra"),
+        ("sygvd", jaxmg.sygvd, (a, s), "ra"),
+        ("gesvd", jaxmg.gesvd, (t,), "ara"),
+        ("polar", jaxmg.polar, (t,), "aa"),
+        ("Cholesky.solve", lambda a, b: jaxmg.Cholesky(a).solve(b), (a, b), "b"),
+        ("LU.solve", lambda a, b: jaxmg.LU(a).solve(b), (g, b), "b"),
+        ("QR.solve", lambda t, b: jaxmg.QR(t).solve(b), (t, bt), "b"),
+        ("la.solve", la.solve, (g, b), "b"),
+        ("la.inv", la.inv, (g,), "a"),
+        ("la.cholesky", la.cholesky, (a,), "a"),
+        ("la.eigh", la.eigh, (a,), "ra"),
+        ("la.svd", lambda t: la.svd(t, full_matrices=False), (t,), "ara"),
+        ("la.det", la.det, (g,), "r"),
+        ("sla.cho_solve", lambda a, b: sla.cho_solve(sla.cho_factor(a, lower=True), b), (a, b), "b"),
+        ("sla.lu_solve", lambda g, b: sla.lu_solve(sla.lu_factor(g), b), (g, b), "b"),
+        ("sla.polar", sla.polar, (t,), "aa"),
+    ]
+
+
+@pytest.mark.parametrize("axis_type", AXES)
+@pytest.mark.parametrize("shape", [pytest.param(((1,), ("r",)), id="1")] + MESHES)
+def test_outputs_keep_the_callers_layout_eager_and_jitted(shape, axis_type):
+    mesh = make_mesh(*shape, axis_types=axis_type)
+    names = shape[1]
+    matrix, rows = NamedSharding(mesh, P(*names)), NamedSharding(mesh, P(names[0]))
+    put = lambda x, s: jax.device_put(x, s)  # noqa: E731
+    a, g, t, s = (put(x, matrix) for x in (SPD[0], GEN[0], TALL[0], SPD[1]))
+    b, bt = put(RHS[0], rows), put(RHS_TALL[0], rows)
+    want = {"a": _normal(matrix.spec, mesh), "b": _normal(rows.spec, mesh), "r": ()}
+    for name, fn, args, kinds in _cases(a, g, t, s, b, bt):
+        for how, run in (("eager", fn), ("jit", jax.jit(fn))):
+            outs = run(*args)
+            outs = outs if isinstance(outs, tuple) else (outs,)
+            got = tuple(_normal(x.sharding.spec, mesh) for x in outs)
+            assert got == tuple(want[k] for k in kinds), (name, how, got)

@@ -1,0 +1,90 @@
+"""A module made under jax.vmap holds one status per matrix; read outside vmap (eagerly and in
+jit) or inside it, every attribute and method puts NaN in exactly the failed matrices, and the
+readings agree matrix by matrix, for every module.
+
+A stack of 16 matrices of order 8 (more matrices than rows: a status broadcast against the
+trailing axes fails loudly there; with 8 it would mark a row of every matrix), with matrix 2
+failing: not positive definite (Cholesky), singular (LU, QR) or NaN (Eigh, SVD, Polar).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType, PartitionSpec as P
+
+import jaxmg
+from helpers import make_mesh, put, spd_matrix
+
+COUNT, N, BAD = 16, 8, 2
+RHS = np.linspace(1.0, 2.0, N)
+
+
+def _reads(m):
+    """Every attribute and method of module ``m`` that returns floating arrays."""
+    kind = type(m).__name__
+    b = jnp.asarray(RHS)
+    if kind == "Cholesky":
+        return dict(factor=m.factor, solve=m.solve(b), logdet=m.logdet(), inverse=m.inverse())
+    if kind == "LU":
+        return dict(solve=m.solve(b), transpose_solve=m.transpose_solve(b), inverse=m.inverse())
+    if kind == "QR":
+        return dict(solve=m.solve(b), q=m.q, r=m.r)
+    if kind == "Eigh":
+        return dict(w=m.w, v=m.v)
+    if kind == "SVD":
+        return dict(u=m.u, s=m.s, vh=m.vh)
+    return dict(u_p=m.u_p, h=m.h)
+
+
+def _stack(kind):
+    rng = np.random.default_rng(0)
+    stack = np.stack([spd_matrix(rng, N, np.float64) for _ in range(COUNT)])
+    if kind == "Cholesky":
+        stack[BAD] = -np.eye(N)
+    elif kind in ("LU", "QR"):
+        stack[BAD][:, 5] = 0.0
+    else:
+        stack[BAD][3, 3] = np.nan
+    return stack
+
+
+def _nan_matrices(x) -> list:
+    x = np.asarray(x).reshape(COUNT, -1)
+    return list(np.nonzero(np.isnan(x).any(axis=1))[0])
+
+
+def _check(module, kind):
+    outside = _reads(module)
+    jitted = jax.jit(_reads)(module)
+    inside = jax.vmap(_reads)(module)
+    assert list(np.nonzero(np.asarray(module.status))[0]) == [BAD]
+    for name, x in outside.items():
+        assert x.shape[0] == COUNT, (kind, name, x.shape)
+        for reading in (x, jitted[name], inside[name]):
+            assert _nan_matrices(reading) == [BAD], (kind, name)
+        np.testing.assert_allclose(np.asarray(x), np.asarray(inside[name]), rtol=1e-12, atol=1e-12,
+                                   equal_nan=True)
+        np.testing.assert_allclose(np.asarray(jitted[name]), np.asarray(inside[name]), rtol=1e-12, atol=1e-12,
+                                   equal_nan=True)
+
+
+MODULES = ["Cholesky", "LU", "QR", "Eigh", "SVD", "Polar"]
+
+
+@pytest.mark.parametrize("kind", MODULES)
+def test_module_made_under_vmap_reads_matrix_by_matrix(kind):
+    """One device's stack (the local route)."""
+    _check(jax.vmap(getattr(jaxmg, kind))(jnp.asarray(_stack(kind))), kind)
+
+
+@pytest.mark.parametrize("kind", ["Cholesky", "QR"])
+def test_module_made_on_a_mesh_reads_matrix_by_matrix(kind):
+    """A stack sharded over a mesh (the batch route), made inside jax.jit."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Explicit)
+    with jax.set_mesh(mesh):
+        module = jax.jit(jax.vmap(getattr(jaxmg, kind)))(put(_stack(kind), mesh, P(("x", "y"))))
+        assert module.route == "batch"
+        _check(module, kind)

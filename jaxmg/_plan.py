@@ -195,7 +195,7 @@ def _same(x):
 def _default_rows(plan: Plan, b) -> Optional[P]:
     """The layout of a right-hand side whose own is not known (Auto mesh axes inside
     ``jax.jit``): rows split as a's (the default of rule 4), where they divide it; else None."""
-    if plan.spec is None:
+    if plan.spec is None or plan.mesh is None:
         return None
     rows = P(_layout.padded_spec(plan.spec, 2)[0], *(None,) * (b.ndim - 1))
     return rows if _layout.divides(b.shape, rows, plan.mesh) else None

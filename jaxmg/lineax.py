@@ -277,6 +277,7 @@ class QR(_JaxmgSolver):
     rcond: Optional[float] = eqx.field(default=None, static=True)
 
     def _solve_status(self, state):
+        assert isinstance(state.factor, modules.QR), "the state of QR.init"
         return state.factor.rank_status(self.rcond)
 
     def _factor(self, matrix, operator):

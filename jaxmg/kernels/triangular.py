@@ -241,6 +241,29 @@ def trmm(t: Tri, x, *, left: bool, base: int | None = None) -> jax.Array:
     return _LAYOUT.get().concatenate([first, second], axis=1)
 
 
+def trsm(t: Tri, b: jax.Array, *, base: int | None = None) -> jax.Array:
+    """``x`` with ``t @ x = b`` for triangular ``t`` (order n) and ``b`` (n, k): BLAS's trsm
+    (n^2 k flops), recursive: with ``t`` lower, x1 from T11 x1 = b1, then x2 from
+    T22 x2 = b2 - T21 x1 (upper: the other way round). Every flop but those of the diagonal
+    blocks (``base`` rows and fewer, one triangular solve each) is in a product, which XLA
+    partitions over a mesh. Differentiable (the rules of the products and of the solves)."""
+    base = BASE if base is None else base
+    n = t.n
+    if n <= base:
+        stored_lower = t.lower != t.adj
+        return jax.lax.linalg.triangular_solve(t.x, b, left_side=True, lower=stored_lower, unit_diagonal=t.unit,
+                                               transpose_a=t.adj, conjugate_a=t.adj)
+    s1, s2 = _halves(n)
+    b1, b2 = b[s1], b[s2]
+    if t.lower:
+        x1 = trsm(t.block(s1, s1), b1, base=base)
+        x2 = trsm(t.block(s2, s2), b2 - _mm(t.block(s2, s1), x1), base=base)
+    else:
+        x2 = trsm(t.block(s2, s2), b2, base=base)
+        x1 = trsm(t.block(s1, s1), b1 - _mm(t.block(s1, s2), x2), base=base)
+    return jnp.concatenate([x1, x2], axis=0)
+
+
 def _trmm_base(base: int) -> int:
     return min(base, TRMM_BASE)
 

@@ -84,3 +84,11 @@ def take_columns(v, order):
     if mesh is None:
         return v[:, order]
     return v.at[:, order].get(out_sharding=NamedSharding(mesh, spec_of(v)))
+
+
+def take_rows(x, order):
+    """Rows ``order`` (an index array) of ``x`` (n,) or (n, k), in x's layout."""
+    mesh = _explicit_mesh(x)
+    if mesh is None:
+        return x[order]
+    return x.at[order].get(out_sharding=NamedSharding(mesh, spec_of(x)))

@@ -11,8 +11,8 @@ Leading batch dimensions (``(..., M, N)``) are accepted wherever JAX accepts the
 function runs on each matrix of the batch in turn through ``jax.vmap`` of the 2-D
 function, and each matrix is distributed over the whole mesh. Functions that only move or
 multiply data (``matmul``, ``outer``, ``trace`` ...) are JAX's own, re-exported: XLA
-shards them already. ``eig`` and ``eigvals`` (non-Hermitian eigenproblems) are not
-provided: cuSOLVERMp has no distributed non-Hermitian eigensolver.
+shards them already. ``eig`` and ``eigvals`` (non-Hermitian eigenproblems) are JAX's own,
+on one device: cuSOLVERMp has no distributed non-Hermitian eigensolver.
 
 Example (8 devices)::
 
@@ -122,14 +122,16 @@ def inv(a):
 
 
 def slogdet(a, *, method=None):
-    """``SlogdetResult(sign, logabsdet)`` of square ``a`` (..., N, N) from its LU factor.
+    """``SlogdetResult(sign, logabsdet)`` of square ``a`` (..., N, N).
 
-    ``method`` is accepted for JAX's signature: only ``None`` or ``"lu"`` (the LU factor).
-    The derivative is ``Re tr(a^-1 da)`` with a^-1 from the saved LU factor.
+    ``method`` as JAX's: None or ``"lu"`` (default) from jaxmg's LU factor, whose derivative is
+    ``Re tr(a^-1 da)`` with a^-1 from the saved factor; ``"qr"`` is JAX's own
+    ``jnp.linalg.slogdet(a, method="qr")`` (Householder QR on one device).
     """
-    if method not in (None, "lu"):
-        raise ValueError(f"slogdet: method must be None or 'lu' (jaxmg computes it from the LU factor), "
-                         f"got {method!r}.")
+    if method not in (None, "lu", "qr"):
+        raise ValueError(f"slogdet: method must be None, 'lu' or 'qr', got {method!r}.")
+    if method == "qr":
+        return jnp.linalg.slogdet(a, method="qr")
     (a,) = _inexact(a)
     _square(a, "slogdet")
     return SlogdetResult(*_map_batch(lambda a: _LU(a).slogdet(), (a,), (2,)))
@@ -274,6 +276,8 @@ def _complete_qr(a):
     M x (M - N) block g (nonsingular with probability one), whose first N columns of Q are
     a's; r = triu(q^H a)."""
     m, n = a.shape
+    if n == 0:  # no columns to keep: Q is the identity, as LAPACK's (and JAX's) Householder Q
+        return _in_layout_of(jnp.eye(m, dtype=a.dtype), a), jnp.zeros((m, 0), a.dtype)
     g = np.random.default_rng(0).standard_normal((m, m - n))
     if jnp.issubdtype(a.dtype, jnp.complexfloating):
         g = g + 1j * np.random.default_rng(1).standard_normal((m, m - n))
@@ -296,13 +300,17 @@ def _qr(a, *, mode):
 def qr(a, mode="reduced"):
     """The QR decomposition of ``a`` (..., M, N), tall, square or wide, by distributed QR.
 
-    ``mode="reduced"`` (default): ``QRResult(Q, R)``, Q (M, K) and R (K, N), K = min(M, N);
-    ``"complete"``: Q (M, M) and R (M, N); ``"r"``: R alone (as reduced). Both in a's layout.
-    A wide ``a`` is factored as Q R of its first M columns with ``R[:, M:] = Q^H a[:, M:]``.
+    ``mode="reduced"`` (default, and its NumPy alias ``"full"``): ``QRResult(Q, R)``, Q (M, K)
+    and R (K, N), K = min(M, N); ``"complete"``: Q (M, M) and R (M, N); ``"r"``: R alone (as
+    reduced). Both in a's layout. A wide ``a`` is factored as Q R of its first M columns with
+    ``R[:, M:] = Q^H a[:, M:]``. ``"raw"`` is JAX's own: ``QRResult(h, tau)``, LAPACK's
+    Householder reflectors (h (..., N, M), transposed as NumPy's) from one device's geqrf.
     """
-    if mode not in ("reduced", "complete", "r"):
-        raise ValueError(f"qr: mode must be 'reduced', 'complete' or 'r' (jaxmg has no 'raw' Householder "
-                         f"output), got {mode!r}.")
+    if mode not in ("reduced", "complete", "r", "full", "raw"):
+        raise ValueError(f"qr: mode must be 'reduced', 'complete', 'r', 'raw' or 'full', got {mode!r}.")
+    if mode == "raw":
+        return jnp.linalg.qr(a, mode="raw")
+    mode = "reduced" if mode == "full" else mode
     (a,) = _inexact(a)
     if a.ndim < 2:
         raise ValueError(f"qr: a must be at least 2-D (..., M, N), got shape {a.shape}.")
@@ -548,15 +556,9 @@ __all__ = [
     "pinv", "qr", "slogdet", "solve", "svd", "svdvals", "tensordot", "tensorinv", "tensorsolve",
     "trace", "vecdot", "vector_norm",
 ]
-# which jax.numpy.linalg functions are left out, and why (docs/numpy.md's table)
-NOT_PROVIDED = {
-    "eig": "non-Hermitian eigenproblem: cuSOLVERMp has no distributed non-Hermitian eigensolver",
-    "eigvals": "non-Hermitian eigenproblem: cuSOLVERMp has no distributed non-Hermitian eigensolver",
-}
+# Non-Hermitian eigenproblems: JAX's own functions, on one device (cuSOLVERMp has no distributed
+# non-Hermitian eigensolver; docs/numpy.md's table).
+eig = jnp.linalg.eig
+eigvals = jnp.linalg.eigvals
 
-
-def __getattr__(name):
-    if name in NOT_PROVIDED:
-        raise AttributeError(f"jaxmg.numpy.linalg has no {name}: {NOT_PROVIDED[name]}; use jax.numpy.linalg.{name} "
-                             f"on a gathered matrix.")
-    raise AttributeError(f"module 'jaxmg.numpy.linalg' has no attribute {name!r}")
+__all__ += ["eig", "eigvals"]

@@ -6,24 +6,45 @@ arguments that tune SciPy's LAPACK calls (``overwrite_a``, ``overwrite_b``,
 ignored, as JAX ignores them. Leading batch dimensions are mapped with ``jax.vmap`` as in
 :mod:`jaxmg.numpy.linalg`.
 
-Factorisations are jaxmg modules. ``cho_factor(a)`` returns the tuple ``(c, lower)`` whose
-``c`` is a :class:`jaxmg.Cholesky` (the distributed factor, not JAX's array with the
-factor in one triangle), and ``lu_factor(a)`` returns ``(lu, piv)`` whose ``lu`` is a
-:class:`jaxmg.LU` (``piv`` its pivots). Unpacking works as with JAX, and
-:func:`cho_solve`/:func:`lu_solve` take these tuples and solve with the saved factor, without
-refactoring. They also take JAX's arrays: ``cho_solve`` then solves with the array factor
-itself (two triangular solves), ``lu_solve`` is JAX's.
+``cho_factor(a)`` returns the tuple ``(c, lower)`` whose ``c`` is a :class:`jaxmg.Cholesky`
+(the distributed factor, not JAX's array with the factor in one triangle); :func:`cho_solve`
+solves with it without refactoring, and given JAX's array factor solves with that factor itself
+(two triangular solves). ``lu_factor(a)`` returns JAX's arrays ``(lu, piv)``
+(LAPACK's packed factor and row swaps), which :func:`lu_solve` and :func:`lu` read as JAX's
+do; for a factor that stays distributed use :class:`jaxmg.LU`, which :func:`lu_solve` takes
+too. Every other name of ``jax.scipy.linalg`` is present: :func:`solve_triangular` runs as
+products over the mesh (``jaxmg.kernels.triangular.trsm``), the rest are JAX's own
+functions (docs/numpy.md lists which).
 """
 
 from __future__ import annotations
 
 import functools
 
-from .. import functional as _f
-from .._dense import adjoint as _H, in_layout_of as _in_layout_of
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as _jsl
+from jax.sharding import NamedSharding as _NamedSharding, PartitionSpec as _P
+
+from .. import _sharded, functional as _f
+from .._dense import (
+    _explicit_mesh,
+    adjoint as _H,
+    in_layout as _in_layout,
+    in_layout_of as _in_layout_of,
+    spec_of as _spec_of,
+)
+from ..kernels import triangular as _triangular
+from ..kernels.solver import getrf as _getrf
 from ..modules import LU as _LU, Cholesky as _Cholesky
 from ..numpy import linalg as _np
-from ..numpy._util import herm_input as _herm_input, inexact as _inexact, map_batch as _map_batch, square as _square
+from ..numpy._util import (
+    herm_input as _herm_input,
+    inexact as _inexact,
+    map_batch as _map_batch,
+    square as _square,
+    take_rows as _take_rows,
+)
 from . import _cho
 
 
@@ -71,29 +92,64 @@ def cholesky(a, lower=False, overwrite_a=False, check_finite=True):
 
 
 def lu_factor(a, overwrite_a=False, check_finite=True):
-    """``(lu, piv)``: ``lu`` the :class:`jaxmg.LU` factorisation (partial pivoting) of square ``a``
-    (N, N), ``piv`` its pivots (replicated). Pass the tuple to :func:`lu_solve`."""
+    """JAX's ``(lu, piv)`` of ``a`` (..., N, N): ``P a = L U`` with partial pivoting, L (unit
+    lower, strict lower triangle of ``lu``) and U (upper triangle of ``lu``) packed as LAPACK's
+    getrf leaves them, ``piv`` (..., N) int32 the 0-based row swaps. ``lu`` is in a's layout.
+
+    Computed by jaxmg's LU on one device's solver (the local route, a sharded ``a`` gathered):
+    JAX's packed arrays are one matrix. For a factor that stays distributed, solve with
+    :class:`jaxmg.LU` (``jaxmg.LU(a).solve(b)``); :func:`lu_solve` takes ``(jaxmg.LU(a), None)``
+    too. Differentiable as JAX's (the packed factor's tangent). A rectangular ``a`` is JAX's own
+    ``jax.scipy.linalg.lu_factor``."""
     del overwrite_a, check_finite
-    a = _one_square_matrix(a, "lu_factor", "jaxmg.LU")
-    factor = _LU(a)
-    return factor, factor.pivots
+    return _square_lu(a, "lu_factor", _packed_lu, _jsl.lu_factor)
+
+
+def _square_lu(a, name: str, square, rectangular):
+    """``square`` of each matrix of ``a`` (..., N, N) mapped over its batch; JAX's
+    ``rectangular`` of a rectangular ``a`` (jaxmg's LU is of square matrices)."""
+    (a,) = _inexact(a)
+    if a.ndim < 2:
+        raise ValueError(f"{name}: a must be a matrix or a batch of them (..., M, N), got shape {a.shape}.")
+    if a.shape[-1] != a.shape[-2]:
+        return rectangular(a)
+    return _map_batch(square, (a,), (2,))
+
+
+def _packed_lu(a):
+    """(lu, piv) of one square matrix by the device's getrf, on a gathered copy of ``a``."""
+    return _getrf(_in_layout(a, _P(), a))
 
 
 _TRANS = {0: "N", 1: "T", 2: "C", "N": "N", "T": "T", "C": "C"}
 
 
 def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
-    """Solve ``op(a) @ x = b`` with ``(lu, piv)`` from :func:`lu_factor`; op by ``trans``: 0 (a),
-    1 (a^T) or 2 (a^H). ``lu`` may also be JAX's packed array: the solve is then JAX's."""
+    """Solve ``op(a) @ x = b`` with JAX's ``(lu, piv)`` from :func:`lu_factor`; op by ``trans``:
+    0 (a), 1 (a^T) or 2 (a^H). ``lu`` (..., N, N), ``b`` (N,) or (..., N, K); ``x`` has b's shape
+    and layout. Two triangular solves with the factor as :func:`solve_triangular` runs them (over
+    the factor's mesh, no refactoring), differentiable in ``lu`` and ``b``. ``lu`` may also be a
+    :class:`jaxmg.LU` (``piv`` then unused): its saved, possibly distributed, factor solves."""
     del overwrite_b, check_finite
     if trans not in _TRANS:
         raise ValueError(f"lu_solve: trans must be 0, 1 or 2 ('N', 'T', 'C'), got {trans!r}.")
     lu, piv = lu_and_piv
     if isinstance(lu, _LU):
         return lu.solve(b, trans=_TRANS[trans])
-    import jax.scipy.linalg
+    lu, b = _triangle_and_rhs(lu, b, "lu_solve")
+    perm = jax.lax.linalg.lu_pivots_to_permutation(jnp.asarray(piv), lu.shape[-1])
+    fn = functools.partial(_packed_lu_solve, trans=_TRANS[trans])
+    return _map_batch(fn, (lu, perm, b), (2, 1, 1 if b.ndim == 1 else 2), solution=True)
 
-    return jax.scipy.linalg.lu_solve((lu, piv), b, trans=trans)
+
+def _packed_lu_solve(lu, perm, b, *, trans: str):
+    """op(a)^-1 b for one packed factor ``a[perm] = L U``: two triangular solves with the factor
+    (:func:`solve_triangular`'s, over a's mesh), the rows of b or x permuted."""
+    tri = functools.partial(_triangular_solve, trans=trans)
+    if trans == "N":
+        return tri(lu, tri(lu, _take_rows(b, perm), lower=True, unit=True), lower=False, unit=False)
+    z = tri(lu, tri(lu, b, lower=False, unit=False), lower=True, unit=True)
+    return _take_rows(z, jnp.argsort(perm))
 
 
 def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False, check_finite=True,
@@ -159,15 +215,16 @@ def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_fini
     """The QR decomposition of ``a`` (..., M, N), tall, square or wide, in a's layout.
 
     ``mode="full"`` (default): ``(q, r)`` with q (M, M) and r (M, N); ``"economic"``: q (M, K),
-    r (K, N), K = min(M, N); ``"r"``: ``(r,)`` (full r). ``pivoting`` is not implemented
-    (cuSOLVERMp has no pivoted QR).
+    r (K, N), K = min(M, N); ``"r"``: ``(r,)`` (full r), by jaxmg's distributed QR. With
+    ``pivoting=True`` (``a[:, p] = q r``, p appended to the tuple) it is JAX's own column-pivoted
+    QR on one device (cuSOLVERMp has no pivoted QR). ``"raw"`` is refused, as by JAX.
     """
     del overwrite_a, lwork, check_finite
-    if pivoting:
-        raise NotImplementedError("qr: pivoting=True is not implemented (no distributed pivoted QR).")
     modes = {"full": "complete", "economic": "reduced", "r": "r"}
     if mode not in modes:
-        raise ValueError(f"qr: mode must be 'full', 'economic' or 'r' (no 'raw'), got {mode!r}.")
+        raise ValueError(f"qr: mode must be 'full', 'economic' or 'r' (as jax.scipy.linalg.qr), got {mode!r}.")
+    if pivoting:
+        return _jsl.qr(a, mode=mode, pivoting=True)
     if mode == "r":
         return (_np.qr(a, mode="complete").R,)
     return tuple(_np.qr(a, mode=modes[mode]))
@@ -205,3 +262,133 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
 
 __all__ = ["cho_factor", "cho_solve", "cholesky", "det", "eigh", "inv", "lstsq", "lu_factor", "lu_solve",
            "polar", "qr", "solve", "svd"]
+
+
+# --- Triangular solves and the LU decomposition as matrices: jaxmg's --------------------------
+
+def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False, debug=None,
+                     check_finite=True):
+    """Solve ``op(a) @ x = b`` for triangular ``a`` (..., N, N), op by ``trans``: 0 (a), 1 (a^T)
+    or 2 (a^H); only a's ``lower`` (default upper) triangle is read, its diagonal taken as ones
+    where ``unit_diagonal``. ``b`` is (N,) or (..., N, K); ``x`` has b's shape and layout.
+
+    An ``a`` split over several devices (Explicit mesh axes, or eagerly) is solved by recursive
+    blocked substitution (``jaxmg.kernels.triangular.trsm``): diagonal blocks of up to 1,024
+    rows by one device's triangular solve, every other flop in products that XLA partitions
+    over a's mesh, so that ``a`` is not gathered; an ``a`` on one device by its triangular solve.
+    Differentiable in ``a`` and ``b`` (forward and reverse, as JAX's)."""
+    del overwrite_b, debug, check_finite
+    if trans not in _TRANS:
+        raise ValueError(f"solve_triangular: trans must be 0, 1 or 2 ('N', 'T', 'C'), got {trans!r}.")
+    a, b = _triangle_and_rhs(a, b, "solve_triangular")
+    fn = functools.partial(_triangular_solve, trans=_TRANS[trans], lower=bool(lower), unit=bool(unit_diagonal))
+    return _map_batch(fn, (a, b), (2, 1 if b.ndim == 1 else 2), solution=True)
+
+
+def _triangle_and_rhs(a, b, name: str):
+    """``a`` (..., N, N) and ``b`` (N,) or (..., N, K) promoted together, their shapes checked."""
+    a, b = _inexact(a, b)
+    _square(a, name)
+    if b.ndim < 1 or b.shape[-1 if b.ndim == 1 else -2] != a.shape[-1]:
+        raise ValueError(f"{name}: b must be (N,) or (..., N, K) with N = {a.shape[-1]} (the matrix's order), "
+                         f"got shape {b.shape}.")
+    return a, b
+
+
+def _triangular_solve(a, b, *, trans: str, lower: bool, unit: bool):
+    """op(a)^-1 b for one matrix. A matrix split over several devices goes through
+    ``jaxmg.kernels.triangular.trsm`` (a^T x = b as conj(a^H conj(x)) = conj(b); on Explicit
+    mesh axes traced with the axes Auto, x in b's layout); one on one device (or inside
+    ``jax.jit`` on Auto axes) through the device's triangular solve."""
+    vector = b.ndim == 1
+
+    def body(a, b):
+        rhs = b[:, None] if vector else b
+        rhs = jnp.conj(rhs) if trans == "T" else rhs
+        x = _triangular.trsm(_triangular.Tri(a, lower=lower != (trans != "N"), adj=trans != "N", unit=unit), rhs)
+        x = jnp.conj(x) if trans == "T" else x
+        return x[:, 0] if vector else x
+
+    if not _spread(a):  # on one device: its triangular solve, in one call
+        rhs = b[:, None] if vector else b
+        x = jax.lax.linalg.triangular_solve(a, rhs, left_side=True, lower=lower, unit_diagonal=unit,
+                                            transpose_a=trans != "N", conjugate_a=trans == "C")
+        return x[:, 0] if vector else x
+    mesh = _explicit_mesh(a) or _explicit_mesh(b)
+    if mesh is None:
+        return body(a, b)
+    context = jax.set_mesh(mesh) if isinstance(mesh, jax.sharding.Mesh) else _sharded.abstract_context(mesh)
+    with context:
+        return jax.sharding.auto_axes(body, out_sharding=_NamedSharding(mesh, _spec_of(b)))(a, b)
+
+
+def _spread(a) -> bool:
+    """Whether ``a`` is known to be split over several devices: by its type on Explicit mesh axes,
+    or by its placement eagerly (inside ``jax.jit`` on Auto axes its layout is XLA's to choose)."""
+    mesh = _explicit_mesh(a)
+    sharding = jax.typeof(a).sharding if mesh is not None else getattr(a, "sharding", None)
+    if isinstance(a, jax.core.Tracer) and mesh is None:
+        return False
+    spec = getattr(sharding, "spec", None)
+    return (spec is not None and any(e is not None for e in spec) and sharding.mesh.size > 1)
+
+
+def lu(a, permute_l=False, overwrite_a=False, check_finite=True):
+    """``(p, l, u)`` with ``a = p @ l @ u`` (or ``(p @ l, u)`` with ``permute_l``) for ``a``
+    (..., N, N): p a permutation matrix, l unit lower and u upper triangular, unpacked from
+    :func:`lu_factor` (jaxmg's LU, differentiable as JAX's). A rectangular ``a`` is JAX's own
+    ``jax.scipy.linalg.lu``."""
+    del overwrite_a, check_finite
+    return _square_lu(a, "lu", functools.partial(_plu, permute_l=bool(permute_l)),
+                      functools.partial(_jsl.lu, permute_l=bool(permute_l)))
+
+
+def _plu(a, *, permute_l: bool):
+    """(p, l, u) (or (p l, u)) of one square matrix from its packed factor, in a's layout."""
+    packed, piv = _packed_lu(a)
+    n = a.shape[-1]
+    perm = jax.lax.linalg.lu_pivots_to_permutation(piv, n)  # a[perm] = l u
+    l = jnp.tril(packed, -1) + jnp.eye(n, dtype=a.dtype)
+    u = jnp.triu(packed)
+    if permute_l:
+        return _in_layout_of(jnp.zeros_like(l).at[perm].set(l), a), _in_layout_of(u, a)
+    p = (perm[None, :] == jnp.arange(n, dtype=perm.dtype)[:, None]).astype(a.dtype)  # p[perm[j], j] = 1
+    return tuple(_in_layout_of(x, a) for x in (p, l, u))
+
+
+# --- JAX's own functions, on one device (docs/numpy.md): no distributed form in jaxmg ---------
+
+block_diag = _jsl.block_diag
+circulant = _jsl.circulant
+companion = _jsl.companion
+convolution_matrix = _jsl.convolution_matrix
+dft = _jsl.dft
+eigh_tridiagonal = _jsl.eigh_tridiagonal
+expm = _jsl.expm
+expm_frechet = _jsl.expm_frechet
+fiedler = _jsl.fiedler
+fiedler_companion = _jsl.fiedler_companion
+funm = _jsl.funm
+hadamard = _jsl.hadamard
+hankel = _jsl.hankel
+helmert = _jsl.helmert
+hessenberg = _jsl.hessenberg
+hilbert = _jsl.hilbert
+invhilbert = _jsl.invhilbert
+invpascal = _jsl.invpascal
+leslie = _jsl.leslie
+pascal = _jsl.pascal
+qr_multiply = _jsl.qr_multiply
+rsf2csf = _jsl.rsf2csf
+schur = _jsl.schur
+solve_sylvester = _jsl.solve_sylvester
+sqrtm = _jsl.sqrtm
+toeplitz = _jsl.toeplitz
+
+#: The names of ``jax.scipy.linalg`` that are JAX's own functions here (docs/numpy.md's table).
+JAX_OWN = ("block_diag", "circulant", "companion", "convolution_matrix", "dft", "eigh_tridiagonal", "expm",
+           "expm_frechet", "fiedler", "fiedler_companion", "funm", "hadamard", "hankel", "helmert",
+           "hessenberg", "hilbert", "invhilbert", "invpascal", "leslie", "pascal", "qr_multiply", "rsf2csf",
+           "schur", "solve_sylvester", "sqrtm", "toeplitz")
+
+__all__ += ["lu", "solve_triangular", *JAX_OWN]

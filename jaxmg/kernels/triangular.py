@@ -256,11 +256,11 @@ def trsm(t: Tri, b: jax.Array, *, base: int | None = None) -> jax.Array:
     s1, s2 = _halves(n)
     b1, b2 = b[s1], b[s2]
     if t.lower:
-        x1 = trsm(t.block(s1, s1), b1, base=base)
-        x2 = trsm(t.block(s2, s2), b2 - _mm(t.block(s2, s1), x1), base=base)
+        x1 = trsm(t.diagonal(s1), b1, base=base)
+        x2 = trsm(t.diagonal(s2), b2 - _mm(t.block(s2, s1), x1), base=base)
     else:
-        x2 = trsm(t.block(s2, s2), b2, base=base)
-        x1 = trsm(t.block(s1, s1), b1 - _mm(t.block(s1, s2), x2), base=base)
+        x2 = trsm(t.diagonal(s2), b2, base=base)
+        x1 = trsm(t.diagonal(s1), b1 - _mm(t.block(s1, s2), x2), base=base)
     return jnp.concatenate([x1, x2], axis=0)
 
 

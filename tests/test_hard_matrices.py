@@ -413,19 +413,10 @@ ALL = DOUBLE + SINGLE
 PENDING: dict = {}
 
 
-POLAR_RANK = ("the QDWH polar factor of a matrix that is rank-deficient to working precision is a partial "
-              "isometry, not orthonormal (||U^H U - I|| / (N eps) up to 1e14; U = 0 for a zero matrix), with "
-              "status 0: the native backend's polar and gesvd (jaxmg.kernels.qdwh) need the null space "
-              "completed or flagged")
-_SVD_FAMILY = ("gesvd-tall", "SVD", "np.svd", "polar", "Polar")
 #: The same for the native backend's own defects (tests/gpu/test_hard_emulated.py and
-#: tests/gpu/hard_cases.py): (operation, kind) -> (dtypes, reason).
-NATIVE_DEFECTS = {
-    **{(name, kind): (ALL, POLAR_RANK) for name in _SVD_FAMILY for kind in ("rank-deficient", "graded-cols", "zero")},
-    **{(name, kind): (("complex64",), POLAR_RANK) for name in _SVD_FAMILY for kind in ("geometric-1e15", "graded-rows")},
-    **{("gesvd-wide", kind): (ALL, POLAR_RANK) for kind in ("rank-deficient", "graded-rows", "zero")},
-    **{("gesvd-wide", kind): (("complex64",), POLAR_RANK) for kind in ("geometric-1e15", "graded-cols")},
-}
+#: tests/gpu/hard_cases.py): (operation, kind) -> (dtypes, reason). None today: the distributed
+#: polar and SVD complete a partial isometry's columns as the local routes do.
+NATIVE_DEFECTS: dict = {}
 
 
 def _marks(name: str, kind: str, dtype, route: str) -> list:

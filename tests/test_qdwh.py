@@ -139,3 +139,34 @@ def test_products_run_at_full_precision(kernel):
     highest = jax.lax.Precision.HIGHEST
     assert len(precisions) >= 5
     assert all(p is not None and tuple(p) == (highest, highest) for p in precisions), precisions
+
+
+def _rank_deficient(m, n, rank, dtype, seed=5):
+    if rank == 0:
+        return np.zeros((m, n), dtype)
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((m, rank)) @ rng.standard_normal((rank, n))).astype(dtype)
+
+
+@pytest.mark.parametrize("rank", [0, 8])
+@pytest.mark.parametrize("shape,dtype", [((2, 2), np.float64), ((2, 1), np.complex128), ((1, 2), np.float64)])
+def test_rank_deficient_on_the_grid(shape, dtype, rank):
+    """A matrix of rank < N: QDWH leaves U_p a partial isometry (U_p = 0 for a zero matrix); the
+    distributed polar and gesvd complete its columns (TSQR over the row slabs) so that U_p and U
+    have orthonormal columns, A = U_p H with H positive semidefinite, and A = U diag(s) V^H."""
+    mesh = _mesh(shape, False)
+    grid = _layout.Grid(mesh, ("x",), ("y",))
+    m, n = 64, 32
+    a = _rank_deficient(m, n, rank, dtype)
+    eps, scale = np.finfo(dtype).eps, max(np.linalg.norm(a, 2), 1.0)
+    u_p, h, status = (np.asarray(x) for x in _run(qdwh.polar, grid, mesh, (grid.spec, grid.spec, P()))(a))
+
+    def gesvd(a, grid):
+        return qdwh.gesvd(a, grid=grid, full_matrices=False, syevd=_syevd)
+    u, s, vh, status_svd = (np.asarray(x) for x in _run(gesvd, grid, mesh, (grid.spec, P(), grid.spec, P()))(a))
+    assert int(status) == 0 and int(status_svd) == 0
+    for q in (u_p, u):
+        assert np.linalg.norm(np.conj(q).T @ q - np.eye(n)) / (n * eps) < 30
+    assert np.linalg.norm(a - u_p @ h) / (n * eps * scale) < 30
+    assert np.allclose(h, np.conj(h).T) and np.linalg.eigvalsh(h).min() > -30 * n * eps * scale
+    assert np.linalg.norm(a - (u * s) @ vh) / (n * eps * scale) < 30

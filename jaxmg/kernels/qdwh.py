@@ -51,6 +51,10 @@ runs as one sequence of batched calls with no per-matrix loop:
   orthonormal basis of the rest; the polar factor is then U V^H. Under ``jax.vmap`` this one pass
   runs only where some matrix of the stack needs it.
 
+The distributed route does the same on the row slabs: the test sums over the slabs (and is made
+the same on every device), the QR of U is a TSQR (:func:`_tsqr`, as the QR-form steps), and the
+polar factor's V comes from the device's own eigensolver on H (whole on every device).
+
 Every matrix product runs at full precision (``jax.default_matmul_precision("highest")``):
 with the default, GPUs multiply float32 and complex64 in TF32, and the iteration's products then
 leave errors in U_p far above float32's.
@@ -123,22 +127,27 @@ def _gram(x, grid):
     return _psum_rows(jnp.conj(x).T @ x, grid)
 
 
-def _qr_step(x, grid, a, b, c):
-    """One QR-form QDWH step on the row slabs (TSQR of [sqrt(c) X; I]; one QR of the stacked
-    matrix where there is one slab)."""
+def _tsqr(x, grid, tail=None):
+    """(Q's row slab, Q's tail rows, R) of the reduced QR of ``[X; tail]``, X in row slabs over
+    ``grid``'s process rows, ``tail`` (optional) replicated rows below it: one QR per slab, an
+    all-gather of the slabs' triangular factors and one QR of them stacked (TSQR); one QR of the
+    stacked matrix where there is one slab. R is the same on every device."""
     n = x.shape[-1]
     if grid.nprow == 1:
-        q, _ = jnp.linalg.qr(jnp.concatenate([math.sqrt(c) * x, jnp.eye(n, dtype=x.dtype)], axis=0), mode="reduced")
-        q1, q2 = q[: x.shape[0]], q[x.shape[0]:]
-    else:
-        q_loc, r_loc = jnp.linalg.qr(math.sqrt(c) * x, mode="reduced")
-        r_all = jax.lax.all_gather(r_loc, _axes_name(grid.row_axes), axis=0, tiled=False)
-        k = r_all.shape[1]
-        stacked = jnp.concatenate([r_all.reshape(-1, n), jnp.eye(n, dtype=x.dtype)], axis=0)
-        q_small, _ = jnp.linalg.qr(stacked, mode="reduced")
-        me = jax.lax.axis_index(_axes_name(grid.row_axes))
-        q1 = q_loc @ jax.lax.dynamic_slice_in_dim(q_small, me * k, k, axis=0)
-        q2 = q_small[-n:]
+        q, r = jnp.linalg.qr(x if tail is None else jnp.concatenate([x, tail], axis=0), mode="reduced")
+        return q[: x.shape[0]], q[x.shape[0]:], r
+    q_loc, r_loc = jnp.linalg.qr(x, mode="reduced")
+    r_all = jax.lax.all_gather(r_loc, _axes_name(grid.row_axes), axis=0, tiled=False)
+    k = r_all.shape[1]
+    stacked = r_all.reshape(-1, n)
+    q_small, r = jnp.linalg.qr(stacked if tail is None else jnp.concatenate([stacked, tail], axis=0), mode="reduced")
+    me = jax.lax.axis_index(_axes_name(grid.row_axes))
+    return q_loc @ jax.lax.dynamic_slice_in_dim(q_small, me * k, k, axis=0), q_small[stacked.shape[0]:], r
+
+
+def _qr_step(x, grid, a, b, c):
+    """One QR-form QDWH step on the row slabs (TSQR of [sqrt(c) X; I])."""
+    q1, q2, _ = _tsqr(math.sqrt(c) * x, grid, jnp.eye(x.shape[-1], dtype=x.dtype))
     return (b / c) * x + ((a - b / c) / math.sqrt(c)) * (q1 @ jnp.conj(q2).T)
 
 
@@ -248,17 +257,21 @@ def _hermitian_part(h):
     return (h + jnp.conj(h).T) / 2
 
 
-def _partial_isometry(u_p):
-    """Whether U_p's columns are not orthonormal: | ||U_p||_F^2 - N | > 10 N eps (one pass over
-    U_p; an isometry whose Gram matrix is further than 10 N eps from I fails it)."""
+def _partial_isometry(u_p, grid=WHOLE):
+    """Whether U_p's columns (row slabs over ``grid``) are not orthonormal:
+    | ||U_p||_F^2 - N | > 10 N eps (one pass over U_p; an isometry whose Gram matrix is further
+    than 10 N eps from I fails it). The same on every device of the grid."""
     n = u_p.shape[-1]
-    return jnp.abs(jnp.sum(jnp.abs(u_p) ** 2) - n) > 10 * n * jnp.finfo(u_p.dtype).eps
+    needed = jnp.abs(_psum_rows(jnp.sum(jnp.abs(u_p) ** 2), grid) - n) > 10 * n * jnp.finfo(u_p.dtype).eps
+    axes = tuple(grid.row_axes) + tuple(grid.col_axes)
+    return jax.lax.pmax(needed.astype(jnp.int32), _axes_name(axes)) > 0 if axes else needed
 
 
-def _orthonormal_columns(u):
-    """Q of U = Q R with the signs of R's diagonal moved into Q: U's columns where they are
-    orthonormal already, the others completed to an orthonormal set."""
-    q, r = jnp.linalg.qr(u, mode="reduced")
+def _orthonormal_columns(u, grid=WHOLE):
+    """Q of U = Q R (U in row slabs over ``grid``; TSQR) with the signs of R's diagonal moved into
+    Q: U's columns where they are orthonormal already, the others completed to an orthonormal
+    set."""
+    q, _, r = _tsqr(u, grid)
     d = jnp.diagonal(r)
     return q * jnp.where(jnp.real(d) < 0, -1, 1).astype(q.dtype)
 
@@ -276,17 +289,31 @@ def _eigh(h):
     return w, v
 
 
+def _descending(w, v):
+    """(s = |w| descending, V's columns in that order, the signs of w in that order)."""
+    order = jnp.argsort(-jnp.abs(w))
+    return jnp.abs(w)[order], v[:, order], jnp.where(w[order] < 0, -1, 1).astype(v.dtype)
+
+
+def _complete_polar(x, h, x0, grid):
+    """(U_p, H) with U_p's columns orthonormal where A (slab ``x0``) is rank-deficient to working
+    precision and the iterate ``x`` only a partial isometry: with H = V diag(w) V^H (the whole H,
+    on every device), U_p = Q V^H for Q the orthonormal columns of X V, the columns of the largest
+    |w| first (so that those of the converged singular values are kept); H = U_p^H A again. Runs
+    at most once, only where needed."""
+
+    def repair(xh):
+        _, v, _ = _descending(*_eigh(xh[1]))
+        u_p = _orthonormal_columns(x @ v, grid) @ jnp.conj(v).T
+        return u_p, _hermitian_part(_psum_rows(jnp.conj(u_p).T @ x0, grid))
+
+    return _at_most_once(_partial_isometry(x, grid), repair, (x, h))
+
+
 def polar_local(a):
     """(U_p, H, status) of a whole M x N matrix on one device, M >= N (vmappable): U_p's columns
     are orthonormal for rank-deficient A too (U V^H from its SVD where U_p is a partial isometry)."""
-    x, h, x0 = _polar_slab(a, WHOLE, local=True)
-
-    def repair(xh):
-        _, v = _eigh(xh[1])
-        u_p = _orthonormal_columns(x @ v) @ jnp.conj(v).T
-        return u_p, _hermitian_part(jnp.conj(u_p).T @ x0)
-
-    x, h = _at_most_once(_partial_isometry(x), repair, (x, h))
+    x, h = _complete_polar(*_polar_slab(a, WHOLE, local=True), WHOLE)
     return _failed_nan(_finite(x, h), x, h)
 
 
@@ -305,8 +332,9 @@ svdvals_local = _full_precision(svdvals_local)
 
 @_full_precision
 def polar(a, *, grid, **unused):
-    """(U_p: a's local block, H: local block of the N x N layout, status) of A = U_p H, M >= N."""
-    x, h, _ = _polar_slab(a, grid)
+    """(U_p: a's local block, H: local block of the N x N layout, status) of A = U_p H, M >= N;
+    U_p's columns are orthonormal for rank-deficient A too (:func:`_complete_polar`)."""
+    x, h = _complete_polar(*_polar_slab(a, grid), grid)
     u_p = _block_cols(x, grid, a.shape[-1])
     h = local_block(h, grid)
     return _failed_nan(_finite(x, h), u_p, h)  # x and h are the same on every device of the grid
@@ -321,13 +349,9 @@ def gesvd(a, *, grid, full_matrices, syevd, local: bool = False, **unused):
     x, h, _ = _polar_slab(a, grid, local)
     w, v_block, status = syevd(local_block(h, grid), grid=grid)
     v = gather_block(v_block, grid)  # N x N whole
-    order = jnp.argsort(-jnp.abs(w))
-    s = jnp.abs(w)[order]
-    v = v[:, order]
-    sign = jnp.where(w[order] < 0, -1, 1).astype(v.dtype)
+    s, v, sign = _descending(w, v)
     u = (x @ v) * sign[None, :]  # row slab of U (M / nprow x N)
-    if local:
-        u = _at_most_once(_partial_isometry(x), _orthonormal_columns, u)
+    u = _at_most_once(_partial_isometry(x, grid), functools.partial(_orthonormal_columns, grid=grid), u)
     if full_matrices and m_loc * grid.nprow > v.shape[0]:
         u_whole = _gather_rows(u, grid)
         q, _ = jnp.linalg.qr(u_whole, mode="complete")

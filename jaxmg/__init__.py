@@ -15,8 +15,10 @@ if _os.environ.get("JAXMG_COORDINATOR"):  # started by jaxmg.launch: join the ot
 
     _initialize_from_environment()
 
-from ._routes import default_backend, route  # noqa: E402
+from . import ops as ops  # noqa: E402
 from ._layout import Grid, auto_tile  # noqa: E402
+from ._native_check import NativeBackendWarning, warn_if_native_missing as _warn_if_native_missing  # noqa: E402
+from ._routes import default_backend, route  # noqa: E402
 from .functional import (  # noqa: E402
     cholesky,
     gesvd,
@@ -25,12 +27,10 @@ from .functional import (  # noqa: E402
     polar,
     potrs,
     qr,
-    sygvd,
     syevd,
+    sygvd,
 )
 from .modules import LU, QR, SVD, Cholesky, Eigh, Polar  # noqa: E402
-from . import ops  # noqa: E402
-from ._native_check import NativeBackendWarning, warn_if_native_missing as _warn_if_native_missing  # noqa: E402
 
 _warn_if_native_missing()
 

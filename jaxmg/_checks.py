@@ -7,8 +7,8 @@ to fix it.
 
 from __future__ import annotations
 
-import numpy as np
 import jax.numpy as jnp
+import numpy as np
 
 SUPPORTED_DTYPES = (
     np.dtype(np.float32),

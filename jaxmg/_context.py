@@ -19,9 +19,10 @@ the call is routed as one matrix (correct, only not spread over the devices).
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Any, Optional
 
 import jax
+import jax.core
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 EAGER, TRACED, MANUAL = "eager", "traced", "manual"
@@ -80,7 +81,7 @@ def _batched(x):
     return None
 
 
-def concrete_value(x, *, through_vmap: bool = False):
+def concrete_value(x, *, through_vmap: bool = False) -> Any:
     """The concrete array beneath the tracers of eager transformations, or None (inside
     ``jax.jit`` there is none). With ``through_vmap`` a vmap tracer's stacked value counts too."""
     while isinstance(x, jax.core.Tracer):

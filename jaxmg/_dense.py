@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Optional
 
 import jax
+import jax.core
 import jax.numpy as jnp
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
-
 
 
 def adjoint(a):

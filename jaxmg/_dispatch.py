@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import jax
+import jax.core
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from . import _context, _layout, _plan, _routes, _sharded
@@ -183,6 +184,7 @@ def _batch(fn, plan: Plan, size: int, in_batched, args):
 
 
 def _one_at_a_time(fn, plan: Plan, in_batched, args):
+    assert plan.grid is not None, "a distributed plan has a grid"
     spec = P(None, *tuple(plan.grid.spec))
     args = tuple(jax.tree.map(lambda x, b: _put(x, spec, plan.mesh) if b and x.ndim == 3 else x, a, batched)
                  for a, batched in zip(args, in_batched))

@@ -20,9 +20,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Optional, Union
 
 import jax
+import jax.core
 import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec as P
 
@@ -65,7 +67,7 @@ class Grid:
         return P(entry(self.row_axes), entry(self.col_axes))
 
     @classmethod
-    def from_spec(cls, mesh: AnyMesh, spec: P, name: str = "a") -> "Grid":
+    def from_spec(cls, mesh: AnyMesh, spec: P, name: str = "a") -> Grid:
         """The grid of a matrix laid out as ``spec`` on ``mesh`` (checked as everywhere)."""
         entries = validate_spec(spec, mesh, name, 2)
         return cls(mesh, entry_axes(entries[0]), entry_axes(entries[1]))
@@ -203,7 +205,7 @@ def device_mesh(x) -> Mesh:
     return _one_device_mesh(device)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _one_device_mesh(device) -> Mesh:
     return Mesh(np.array([device]).reshape(1, 1), DEVICE_AXES,
                 axis_types=(jax.sharding.AxisType.Auto,) * 2)
@@ -318,6 +320,7 @@ def resolve(mesh, matrix_specs, matrices: Sequence[tuple], num_rhs: int = 0, rhs
     """
     a, a_name = matrices[0]
     mesh = resolve_mesh(mesh, a, [x for x, _ in matrices[1:]] + list(rhs))
+    assert mesh is not None, "the distributed route runs on a known mesh"
     for x, name in matrices:
         check_reachable(x, name, mesh)
     specs = split_specs(matrix_specs, len(matrices) + num_rhs)

@@ -19,7 +19,8 @@ only placements below the boundary, and they are trace-only:
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Optional
 
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
@@ -83,6 +84,7 @@ class Plan:
         distributed route, replicated on the local route over a mesh (the device's solver needs
         whole matrices), else None (a device's own arrays, and the batch route: as they are)."""
         if self.distributed:
+            assert self.mesh is not None and self.grid is not None, "a distributed plan has a mesh and a grid"
             return NamedSharding(self.mesh, self.grid.spec)
         if self.route == _routes.LOCAL and self.mesh is not None:
             return NamedSharding(self.mesh, P())
@@ -100,6 +102,7 @@ class Plan:
         """The layout of the kernels' matrix outputs (and of the derivative formulas over them):
         the caller's on the distributed route, else the computation's."""
         if self.distributed:
+            assert self.mesh is not None and self.spec is not None, "a distributed plan has a mesh and a's layout"
             return NamedSharding(self.mesh, self.spec)
         return self.layout
 
@@ -108,7 +111,7 @@ class Plan:
         """Whether ``a`` has fewer rows than columns."""
         return self.shape[0] < self.shape[1]
 
-    def adjoint(self) -> "Plan":
+    def adjoint(self) -> Plan:
         """The plan of ``a^H``: the shape reversed, the layouts' rows and columns swapped."""
         spec = None if self.spec is None else _swapped(self.spec)
         grid = None if self.grid is None else Grid(self.grid.mesh, self.grid.col_axes, self.grid.row_axes)
@@ -132,9 +135,9 @@ class Plan:
         if caller is None or x is None:
             return x
         spec = _layout.padded_spec(caller.spec, x.ndim)
-        if not self.distributed and not _layout.divides(x.shape, spec, self.mesh):
+        if not self.distributed and not _layout.divides(x.shape, spec, caller.mesh):
             return x
-        _layout.check_output_fits(x.shape, spec, self.mesh, name)
+        _layout.check_output_fits(x.shape, spec, caller.mesh, name)
         return _sharded.place(x, spec, self.mesh)
 
 
@@ -167,6 +170,7 @@ def place_rhs(plan: Plan, b, name: str = "b", rows: Optional[int] = None, index:
     _checks.check_rhs(b, name, plan.shape[0] if rows is None else rows, "a")
     given = plan.rhs_specs[index] if index < len(plan.rhs_specs) else None
     if plan.distributed:
+        assert plan.mesh is not None and plan.grid is not None, "a distributed plan has a mesh and a grid"
         _layout.check_reachable(b, name, plan.mesh, target="the factorisation's mesh (a's, else its device's)",
                                 fix="Make the factorisation on b's mesh (shard a there, or pass mesh= to the module)")
         spec, own = _layout.resolve_rhs(b, name, plan.grid, given)
@@ -191,7 +195,7 @@ def _same(x):
 def _default_rows(plan: Plan, b) -> Optional[P]:
     """The layout of a right-hand side whose own is not known (Auto mesh axes inside
     ``jax.jit``): rows split as a's (the default of rule 4), where they divide it; else None."""
-    if plan.spec is None:
+    if plan.spec is None or plan.mesh is None:
         return None
     rows = P(_layout.padded_spec(plan.spec, 2)[0], *(None,) * (b.ndim - 1))
     return rows if _layout.divides(b.shape, rows, plan.mesh) else None
@@ -272,8 +276,9 @@ def resolve(family: str, context: Context, *, matrices: Sequence[tuple], rhs: Se
     if found is None and stack is not None:
         found = stack.mesh or _layout.context_mesh()
     route = _routes.choose(family, backend, found, a.shape, a.dtype, stacked=0 if stack is None else stack.size)
-    common = dict(shape=tuple(a.shape), dtype=np.dtype(a.dtype), natural=natural)
+    common: dict[str, Any] = dict(shape=tuple(a.shape), dtype=np.dtype(a.dtype), natural=natural)
     if route == _routes.BATCH:
+        assert stack is not None, "the batch route runs over a stack"
         return Plan(family, route, found, None, None, (), 1, stack_spec=stack.home, **common), arrays
     if route == _routes.DISTRIBUTED:
         named = [(x, name) for (name, _), x in zip(matrices, arrays)]

@@ -12,7 +12,8 @@ tracers have).
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Optional, Union
 
 import jax
 import numpy as np
@@ -26,9 +27,9 @@ Nested = Union[list, tuple]
 SquareMatrix = Union[Inexact[AnyArray, "n n"], Nested]
 TallMatrix = Union[Inexact[AnyArray, "m n"], Nested]  # M >= N, checked by the operation
 Matrix = Union[Inexact[AnyArray, "m n"], Nested]  # any M x N (wide ones where the operation takes them)
-Rhs = Union[Inexact[AnyArray, "n"], Inexact[AnyArray, "n k"], Nested]
-TallRhs = Union[Inexact[AnyArray, "m"], Inexact[AnyArray, "m k"], Nested]
-Solution = Union[Inexact[jax.Array, "n"], Inexact[jax.Array, "n k"]]
+Rhs = Union[Inexact[AnyArray, " n"], Inexact[AnyArray, "n k"], Nested]
+TallRhs = Union[Inexact[AnyArray, " m"], Inexact[AnyArray, "m k"], Nested]
+Solution = Union[Inexact[jax.Array, " n"], Inexact[jax.Array, "n k"]]
 Status = Int[jax.Array, ""]
 Scalar = Real[jax.Array, ""]
 Tile = Optional[int]

@@ -33,8 +33,8 @@ def pick(values, keep):
 
 @shared_arguments
 @checked
-def potrs(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, return_logdet=False,
-          return_status=False, donate=False, backend="auto", check: Optional[bool] = None):
+def potrs(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
+          return_logdet=False, return_status=False, donate=False, backend="auto", check: Optional[bool] = None):
     """Solve ``a @ x = b`` for Hermitian positive-definite ``a`` by Cholesky factorisation.
 
     Differentiable (forward and reverse, any order) in ``a`` and ``b``.
@@ -96,8 +96,8 @@ def _potrs(plan, a, b, *, keep, return_logdet, return_status, check):
 
 @shared_arguments
 @checked
-def cholesky(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, return_status=False, donate=False,
-             backend="auto", check: Optional[bool] = None):
+def cholesky(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
+             return_status=False, donate=False, backend="auto", check: Optional[bool] = None):
     """The lower-triangular Cholesky factor ``L`` with ``a = L @ L^H``.
 
     Differentiable (forward and reverse, any order).
@@ -139,8 +139,8 @@ def _checked_solution(plan, operator, a, b, keep, check, x, status, tests=_check
 
 @shared_arguments
 @checked
-def lu_solve(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, return_status=False, donate=False,
-             backend="auto", check: Optional[bool] = None):
+def lu_solve(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
+             return_status=False, donate=False, backend="auto", check: Optional[bool] = None):
     """Solve ``a @ x = b`` for a general square ``a`` by LU factorisation with partial pivoting.
 
     Differentiable (forward and reverse, any order) in ``a`` and ``b``.
@@ -226,7 +226,8 @@ def _least_squares(plan, a, b, *, keep, rcond, return_status, check):
 
 @shared_arguments
 @checked
-def qr(a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, return_status=False, donate=False, backend="auto", check: Optional[bool] = None):
+def qr(a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
+       return_status=False, donate=False, backend="auto", check: Optional[bool] = None):
     """The reduced QR decomposition ``a = q @ r``; for a wide ``a`` (M < N), ``q`` (M, M) and ``r``
     (M, N) upper trapezoidal (from the QR of a's first M columns and ``r[:, M:] = q^H a[:, M:]``).
 
@@ -266,8 +267,8 @@ def _qr_factors(plan, a, *, keep, return_status, check):
 
 @shared_arguments
 @checked
-def syevd(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, return_eigenvectors=True, return_status=False,
-          donate=False, backend="auto", check: Optional[bool] = None):
+def syevd(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
+          return_eigenvectors=True, return_status=False, donate=False, backend="auto", check: Optional[bool] = None):
     """Eigenvalues and eigenvectors of a Hermitian matrix: ``a @ v = v @ diag(w)``.
 
     Differentiable (forward and reverse, any order); for degenerate eigenvalues the terms
@@ -297,8 +298,8 @@ def syevd(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs
 
 @shared_arguments
 @checked
-def sygvd(a: SquareMatrix, b: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, return_eigenvectors=True,
-          return_status=False, donate=False, backend="auto", check: Optional[bool] = None):
+def sygvd(a: SquareMatrix, b: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
+          return_eigenvectors=True, return_status=False, donate=False, backend="auto", check: Optional[bool] = None):
     """The generalised Hermitian eigenproblem ``a @ v = b @ v @ diag(w)`` with ``v^H b v = I``.
 
     Differentiable (forward and reverse, any order) in ``a`` and ``b`` (degenerate
@@ -340,8 +341,9 @@ def _eigh(plan, a, b=None, *, keep, return_eigenvectors, return_status, check):
 
 @shared_arguments
 @checked
-def gesvd(a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, compute_u=True, compute_vh=True,
-          full_matrices=False, return_status=False, donate=False, backend="auto", check: Optional[bool] = None):
+def gesvd(a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
+          compute_u=True, compute_vh=True, full_matrices=False, return_status=False, donate=False, backend="auto",
+          check: Optional[bool] = None):
     """The singular value decomposition ``a = u @ diag(s) @ vh``, in NumPy's order.
 
     Differentiable (forward and reverse, any order) for distinct non-zero singular values.
@@ -378,8 +380,8 @@ def _gesvd(plan, a, *, keep, compute_u, compute_vh, full_matrices, return_status
 
 @shared_arguments
 @checked
-def polar(a: TallMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *, compute_h=True, return_status=False,
-          donate=False, backend="auto", check: Optional[bool] = None):
+def polar(a: TallMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
+          compute_h=True, return_status=False, donate=False, backend="auto", check: Optional[bool] = None):
     """The polar decomposition ``a = u_p @ h``.
 
     Differentiable (forward and reverse, any order) for ``a`` of full rank.

@@ -46,6 +46,7 @@ def report(n: int = 4096, dtype: str = "float64") -> dict:
     from jax.sharding import AxisType
 
     import jaxmg
+
     from . import _native_check, _nvidia, _routes
     from .kernels import native
 
@@ -89,7 +90,8 @@ def format_report(info: dict) -> str:
              f"python {info['python']} on {info['platform']}", "", "packages:"]
     lines += [f"  {name:24s} {version or '-'}" for name, version in info["packages"].items()]
     gpu = info["nvidia_gpu"]
-    lines += ["", f"NVIDIA GPUs: {'yes, driver ' + (gpu['driver'] or 'version unknown') if gpu['present'] else 'none found'}"]
+    gpus = "yes, driver " + (gpu["driver"] or "version unknown") if gpu["present"] else "none found"
+    lines += ["", f"NVIDIA GPUs: {gpus}"]
     native = info["native"]
     state = "available" if native["available"] else ("not used" if native.get("note") else "unavailable")
     lines.append(f"native backend: {state}")
@@ -123,7 +125,7 @@ def format_report(info: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jaxmg.info", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m jaxmg.info", description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.add_argument("--n", type=int, default=4096, help="the matrices' order for the routes (default 4096)")
     parser.add_argument("--dtype", default="float64", help="their dtype (default float64)")

@@ -89,6 +89,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Any
 
 __all__ = ["failure_detection_settings", "initialize_from_environment", "main"]
 
@@ -125,7 +126,7 @@ _initialized_here = False
 # --- Inside a launched process (and under any other launcher) ---
 
 
-def failure_detection_settings(timeout: float | None = None) -> dict[str, int]:
+def failure_detection_settings(timeout: float | None = None) -> dict[str, Any]:
     """Keyword arguments for ``jax.distributed.initialize`` that bound how long a dead peer goes unnoticed.
 
     JAX's coordination service declares a process dead when it has sent no heartbeat for
@@ -196,7 +197,8 @@ def initialize_from_environment() -> bool:
     try:
         local_device_ids = [int(x) for x in ids.split(",")] if ids else None
     except ValueError:
-        raise RuntimeError(f"jaxmg: {ENV_LOCAL_DEVICE_IDS}={ids!r} is not a comma-separated list of integers.") from None
+        raise RuntimeError(
+            f"jaxmg: {ENV_LOCAL_DEVICE_IDS}={ids!r} is not a comma-separated list of integers.") from None
     platform = os.environ.get(ENV_PLATFORM, "gpu").strip().lower()
 
     import jax
@@ -530,7 +532,7 @@ def _stop_all(procs, grace: float) -> None:
         p.wait()
 
 
-def _start_ranks(run: "_Run") -> None:
+def _start_ranks(run: _Run) -> None:
     """Start every rank (own process group), then one output pump per stream and one waiter per rank."""
     preexec = _die_with_parent()
     for rank in range(run.nproc):

@@ -60,9 +60,9 @@ from jax.scipy.linalg import solve_triangular
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from . import modules
+from ._typing import MeshLike, Specs
 from .kernels import status as _status
 from .modules._base import Factorisation
-from ._typing import MeshLike, Specs
 
 __all__ = ["Auto", "Cholesky", "LU", "QR"]
 
@@ -74,7 +74,7 @@ class _Structure(eqx.Module):
     leaves: tuple = eqx.field(static=True)
 
     @classmethod
-    def of(cls, structure) -> "_Structure":
+    def of(cls, structure) -> _Structure:
         leaves, treedef = jax.tree_util.tree_flatten(structure)
         return cls(treedef, tuple((tuple(x.shape), jnp.dtype(x.dtype)) for x in leaves))
 
@@ -112,11 +112,9 @@ class _State(eqx.Module):
     out_structure: _Structure = eqx.field(static=True)
 
 
-class _JaxmgSolver(lx.AbstractLinearSolver):
-    """What the jaxmg solvers share: the options of the jaxmg call, the vector plumbing,
-    transpose/conj as flags on the state and the status-to-result mapping. A subclass gives
-    ``_factor(matrix, operator)`` -> (factorisation module, transposed, negated) and
-    ``_solve(state, b)`` (b and x 1-D, for ``op(M)`` with ``conjugated`` already handled)."""
+class _Options(eqx.Module):
+    """The options of the jaxmg call that factors the operator's matrix, which every solver
+    (``Auto`` too) takes."""
 
     T_A: Optional[int] = eqx.field(default=None, static=True)
     mesh: MeshLike = eqx.field(default=None, static=True)
@@ -127,6 +125,17 @@ class _JaxmgSolver(lx.AbstractLinearSolver):
     def _options(self) -> dict:
         """The keywords of the jaxmg call that factors the operator's matrix."""
         return dict(T_A=self.T_A, mesh=self.mesh, matrix_specs=self.matrix_specs, backend=self.backend)
+
+    def assume_full_rank(self) -> bool:
+        """True: every jaxmg solver needs a full-rank operator (as Lineax's Cholesky, LU, QR)."""
+        return True
+
+
+class _JaxmgSolver(_Options, lx.AbstractLinearSolver[_State]):
+    """What the jaxmg solvers share: the options of the jaxmg call, the vector plumbing,
+    transpose/conj as flags on the state and the status-to-result mapping. A subclass gives
+    ``_factor(matrix, operator)`` -> (factorisation module, transposed, negated) and
+    ``_solve(state, b)`` (b and x 1-D, for ``op(M)`` with ``conjugated`` already handled)."""
 
     def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]) -> _State:
         """Factor ``operator.as_matrix()`` with jaxmg (distributed when it is sharded)."""
@@ -164,10 +173,6 @@ class _JaxmgSolver(lx.AbstractLinearSolver):
         """The state of ``conj(operator)``: a flag flip, no new factorisation."""
         return _State(state.factor, state.transposed, not state.conjugated, state.negated,
                       state.in_structure, state.out_structure), options
-
-    def assume_full_rank(self) -> bool:
-        """True: every jaxmg solver needs a full-rank operator (as Lineax's Cholesky, LU, QR)."""
-        return True
 
     def _solve_status(self, state: _State) -> jax.Array:
         """The solve's status: the factorisation's."""
@@ -226,6 +231,7 @@ class Cholesky(_JaxmgSolver):
         return modules.Cholesky(-matrix if negative else matrix, **self._options()), False, negative
 
     def _solve(self, state, b):
+        assert isinstance(state.factor, modules.Cholesky), "the state of Cholesky.init"
         # The operator is Hermitian: its transpose is its conjugate.
         if state.transposed:
             return jnp.conj(state.factor.solve(jnp.conj(b)))
@@ -247,6 +253,7 @@ class LU(_JaxmgSolver):
         return modules.LU(matrix, **self._options()), False, False
 
     def _solve(self, state, b):
+        assert isinstance(state.factor, modules.LU), "the state of LU.init"
         return state.factor.solve(b, trans="T" if state.transposed else "N")
 
 
@@ -270,6 +277,7 @@ class QR(_JaxmgSolver):
     rcond: Optional[float] = eqx.field(default=None, static=True)
 
     def _solve_status(self, state):
+        assert isinstance(state.factor, modules.QR), "the state of QR.init"
         return state.factor.rank_status(self.rcond)
 
     def _factor(self, matrix, operator):
@@ -279,6 +287,7 @@ class QR(_JaxmgSolver):
 
     def _solve(self, state, b):
         factor = state.factor
+        assert isinstance(factor, modules.QR), "the state of QR.init"
         if not state.transposed:  # tall M: least squares
             return factor.solve(b, rcond=self.rcond)
         # wide M^T with M = Q R: the minimum-norm x is conj(Q) R^-T b (R gathered for the
@@ -297,10 +306,17 @@ def _unsharded(x):
     return jax.sharding.reshard(x, NamedSharding(sharding.mesh, PartitionSpec()))
 
 
-class Auto(_JaxmgSolver):
+class _AutoState(eqx.Module):
+    """Auto's state: the chosen solver and its state."""
+
+    solver: _JaxmgSolver = eqx.field(static=True)
+    inner: _State
+
+
+class Auto(_Options, lx.AbstractLinearSolver[_AutoState]):
     """Picks a jaxmg solver from the operator: positive or negative semidefinite tag ->
-    [`Cholesky`][jaxmg.lineax.Cholesky]; square -> [`LU`][jaxmg.lineax.LU]; rectangular -> [`QR`][jaxmg.lineax.QR] (least squares or
-    minimum norm).
+    [`Cholesky`][jaxmg.lineax.Cholesky]; square -> [`LU`][jaxmg.lineax.LU]; rectangular -> [`QR`][jaxmg.lineax.QR]
+    (least squares or minimum norm).
 
     The state is the chosen solver's; it never changes after ``init`` (``transpose`` and
     ``conj`` keep the choice).
@@ -334,9 +350,3 @@ class Auto(_JaxmgSolver):
         inner, options = state.solver.conj(state.inner, options)
         return _AutoState(state.solver, inner), options
 
-
-class _AutoState(eqx.Module):
-    """Auto's state: the chosen solver and its state."""
-
-    solver: _JaxmgSolver = eqx.field(static=True)
-    inner: _State

@@ -55,8 +55,9 @@ import math
 from typing import Any
 
 import jax
+import jax.core
 import jax.numpy as jnp
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from .. import _sharded
 from .._layout import entry_axes, padded_spec
@@ -179,6 +180,7 @@ def _place(x, sh: NamedSharding | None, spec: P | None = None):
     k = kind(sh)
     if k is None:
         return x
+    assert sh is not None, "a layout kind comes from a sharding"
     target = _named(sh, jnp.ndim(x), spec)
     if k == "explicit":
         return jax.sharding.reshard(x, target)
@@ -192,7 +194,9 @@ def _replicate(v, sh):
     if kind(sh) is not None:
         return _place(v, sh, P())
     mesh = getattr(sh, "mesh", None)
-    types = set(mesh.axis_types) if mesh is not None and not mesh.empty else set()
+    if mesh is None or mesh.empty:
+        return v
+    types = set(mesh.axis_types)
     if types == {jax.sharding.AxisType.Explicit}:
         return jax.sharding.reshard(v, NamedSharding(mesh, P()))
     if types == {jax.sharding.AxisType.Auto}:

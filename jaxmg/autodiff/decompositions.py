@@ -90,7 +90,7 @@ def _syevd_formula(kernels, outputs, dots):
 
 def _sygvd_formula(kernels, outputs, dots):
     w, v, _ = outputs
-    return tangents.sygvd_jvp(w, v, *dots, kernels.plan.outputs)
+    return tangents.sygvd_jvp(w, v, *dots, sh=kernels.plan.outputs)
 
 
 def _svd_formula(full_matrices, kernels, outputs, dots):
@@ -158,7 +158,7 @@ def _qr_outputs(kernels, state):
 
 
 qr_outputs = logdet.from_saved_factor(
-    _qr_outputs, lambda k, a, state, qr, a_dot: tangents.qr_jvp(*qr, a_dot, k.plan.outputs), read=_tangent)
+    _qr_outputs, lambda k, a, state, qr, a_dot: tangents.qr_jvp(*qr, a_dot=a_dot, sh=k.plan.outputs), read=_tangent)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))

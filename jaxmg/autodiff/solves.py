@@ -13,7 +13,8 @@ Hermitian.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -38,14 +39,14 @@ def linear_solve(plan, a: Optional[jax.Array], b: jax.Array, spec, solve: Callab
     # inside a shard_map, b varies over every axis that a does (as x does): JAX's tangent of the
     # solve adds a's product to b and needs their varying axes equal
     b = b if a is None else varying_like(a, b)
-    if a is None:
-        matvec = jnp.zeros_like  # a was consumed: only b can carry derivatives
-    else:
-        def matvec(x):
-            operator = plan.enter(a)
-            if reads_lower:  # trans is "N": the operator is Hermitian
-                return _dist.lower_read_matvec(operator, x, plan.layout, layout)
-            return _dist.matvec(operator, x, layout, trans)
+
+    def matvec(x):
+        if a is None:
+            return jnp.zeros_like(x)  # a was consumed: only b can carry derivatives
+        operator = plan.enter(a)
+        if reads_lower:  # trans is "N": the operator is Hermitian
+            return _dist.lower_read_matvec(operator, x, plan.layout, layout)
+        return _dist.matvec(operator, x, layout, trans)
     return jax.lax.custom_linear_solve(matvec, b, solve=placed_solve(solve, layout),
                                        transpose_solve=placed_solve(transpose_solve, layout), symmetric=symmetric)
 

@@ -38,7 +38,21 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from ._dist import _cols, _ct, _eye, _iota, _matmul, _place, _replicate, _lower_read, _rows, _tri_inv, _tril, _where, _zeros
+from ._dist import (
+    _cols,
+    _ct,
+    _eye,
+    _iota,
+    _lower_read,
+    _matmul,
+    _place,
+    _replicate,
+    _rows,
+    _tri_inv,
+    _tril,
+    _where,
+    _zeros,
+)
 
 __all__ = ["qr_jvp", "eigh_jvp", "sygvd_jvp", "svd_jvp", "polar_jvp"]
 
@@ -112,9 +126,9 @@ def qr_jvp(q, r, a_dot, sh):
 def eigh_jvp(w, v, a_dot, sh):
     r"""Tangents ``(w', v')`` of ``w, v = eigh(a)`` for Hermitian ``a = v diag(w) v^H``.
 
-    Math: ``X = v^H H(a') v`` (``H``: the Hermitian matrix read from the lower triangle), ``w' = Re diag(X)``, ``v' = v (F o X)`` with ``F`` the
-    inverse gaps (module docstring: degenerate pairs dropped). w (N,) replicated; v and a'
-    (N, N) in layout ``sh``.
+    Math: ``X = v^H H(a') v`` (``H``: the Hermitian matrix read from the lower triangle), ``w' = Re diag(X)``,
+    ``v' = v (F o X)`` with ``F`` the inverse gaps (module docstring: degenerate pairs dropped). w (N,) replicated;
+    v and a' (N, N) in layout ``sh``.
     """
     v = _place(v, sh)
     z = _matmul(_lower_read(a_dot, sh), v, sh)  # H(a') v

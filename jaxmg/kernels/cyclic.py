@@ -24,13 +24,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from . import triangular
 from .._sharded import axis_name
+from . import triangular
+
+if TYPE_CHECKING:
+    from .._layout import Grid
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +43,7 @@ class Cyclic(triangular.Layout):
     ``base``: the order of the diagonal blocks that the recursion inverts whole (each process
     holds such a block whole while it inverts it)."""
 
-    grid: object
+    grid: Grid
     base: int
     sequential = True
 

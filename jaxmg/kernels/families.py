@@ -10,9 +10,33 @@ scalars (``jaxmg.kernels.status``); every floating output is NaN where the statu
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Optional, Protocol
 
 import jax
+from jax.sharding import PartitionSpec as P
+
+if TYPE_CHECKING:  # types only: the kernels read a plan, they do not build one
+    from .._layout import AnyMesh, Grid
+
+
+class KernelPlan(Protocol):
+    """What the kernels read from a call's plan (``jaxmg._plan.Plan``): where it runs, a's shape,
+    the native tile and Cholesky order, and the caller's layout of ``a``."""
+
+    @property
+    def mesh(self) -> Optional[AnyMesh]: ...
+    @property
+    def grid(self) -> Optional[Grid]: ...
+    @property
+    def spec(self) -> Optional[P]: ...
+    @property
+    def tile(self) -> int: ...
+    @property
+    def shape(self) -> tuple: ...
+    @property
+    def natural(self) -> bool: ...
+    @property
+    def local(self) -> bool: ...
 
 
 class CholeskyState(NamedTuple):

@@ -25,9 +25,9 @@ from jax.scipy.linalg import solve_triangular
 from .. import _layout, _routes
 from .._dense import adjoint
 from . import qdwh, status as _status
+from .families import CholeskyState, KernelPlan, LUState, QRState
 from .native import relayout
 from .solver import getrf, potrf
-from .families import CholeskyState, LUState, QRState
 
 _TRANS = {"N": 0, "T": 1, "C": 2}
 
@@ -55,7 +55,7 @@ class _Local:
     """What the local families share: the plan (hashable: the kernels are static arguments of
     the derivative rules)."""
 
-    plan: object
+    plan: KernelPlan
 
     @property
     def cublas(self) -> bool:

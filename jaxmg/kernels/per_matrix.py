@@ -15,7 +15,7 @@ Built on JAX's extension interfaces only (``jax.extend``, ``jax.interpreters.mli
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import numpy as np

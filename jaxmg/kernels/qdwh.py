@@ -69,12 +69,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
+from jax.sharding import AbstractMesh
 
 from .._layout import Grid
 from .._sharded import axis_name as _axes_name, gather_block, local_block
 
 #: The grid of a whole matrix on one device (the local and batch routes): no mesh axes.
-WHOLE = Grid(None, (), ())
+WHOLE = Grid(AbstractMesh((), ()), (), ())
 
 #: The QR form is used while c_k exceeds this (Nakatsukasa and Higham 2013).
 QR_ABOVE = 100.0

@@ -96,7 +96,8 @@ def _diagonal_of(x: jax.Array) -> jax.Array:
     return jnp.diagonal(x, axis1=-2, axis2=-1)[..., None] * jnp.eye(x.shape[-1], dtype=x.dtype)
 
 
-def _factorization(name: str, a: jax.Array, out: tuple, cpu=None, gpu=None, in_place: int = relayout.TRANSPOSE) -> tuple:
+def _factorization(name: str, a: jax.Array, out: tuple, cpu=None, gpu=None,
+                   in_place: int = relayout.TRANSPOSE) -> tuple:
     """The ``?{name}`` handler of ``a``'s platform on ``a`` (overwritten in place), with results
     ``out`` (the first is the factor, column-major) and the attributes of each platform.
 

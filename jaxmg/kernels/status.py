@@ -22,6 +22,8 @@ int32 scalars, replicated (one per matrix for a stack: shape ``(...)`` for matri
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
@@ -100,7 +102,7 @@ def either(first: jax.Array, second: jax.Array) -> jax.Array:
     return jnp.where(first != OK, first, second).astype(jnp.int32)
 
 
-def masked(status: jax.Array, *outputs):
+def masked(status: jax.Array, *outputs) -> Any:
     """``outputs`` (one array, or a tuple of several), NaN wherever ``status`` is not
     :data:`OK` (integer outputs are left as they are). Elementwise, so each output keeps its
     layout; under ``jax.vmap`` each system follows its own status, and a stack's statuses

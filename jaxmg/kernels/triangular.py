@@ -121,7 +121,7 @@ class Mat:
     def shape(self) -> tuple:
         return self.x.shape[::-1] if self.adj else self.x.shape
 
-    def block(self, rows: slice, cols: slice) -> "Mat":
+    def block(self, rows: slice, cols: slice) -> Mat:
         """The block ``[rows, cols]`` of the matrix this stands for."""
         layout = _LAYOUT.get()
         part = layout.block(self.x, cols, rows) if self.adj else layout.block(self.x, rows, cols)
@@ -144,11 +144,15 @@ class Tri(Mat):
     def n(self) -> int:
         return self.x.shape[0]
 
-    def block(self, rows: slice, cols: slice):
+    def block(self, rows: slice, cols: slice) -> Mat:
         part = Mat.block(self, rows, cols)
         if rows == cols:
             return part
         return Mat(part.x, part.adj)
+
+    def diagonal(self, s: slice) -> Tri:
+        """The diagonal block ``[s, s]``: triangular as this matrix is."""
+        return dataclasses.replace(self, x=Mat.block(self, s, s).x)
 
     def value(self) -> jax.Array:
         """The triangle as a full matrix, the other triangle zero (unit diagonal set)."""
@@ -216,7 +220,7 @@ def trmm(t: Tri, x, *, left: bool, base: int | None = None) -> jax.Array:
     if n <= base:
         return _mm(t, x) if left else _mm(x, t)
     s1, s2 = _halves(n)
-    t11, t22 = t.block(s1, s1), t.block(s2, s2)
+    t11, t22 = t.diagonal(s1), t.diagonal(s2)
     whole = slice(None)
     if left:
         x1, x2 = x.block(s1, whole), x.block(s2, whole)
@@ -252,11 +256,11 @@ def trsm(t: Tri, b: jax.Array, *, base: int | None = None) -> jax.Array:
     s1, s2 = _halves(n)
     b1, b2 = b[s1], b[s2]
     if t.lower:
-        x1 = trsm(t.block(s1, s1), b1, base=base)
-        x2 = trsm(t.block(s2, s2), b2 - _mm(t.block(s2, s1), x1), base=base)
+        x1 = trsm(t.diagonal(s1), b1, base=base)
+        x2 = trsm(t.diagonal(s2), b2 - _mm(t.block(s2, s1), x1), base=base)
     else:
-        x2 = trsm(t.block(s2, s2), b2, base=base)
-        x1 = trsm(t.block(s1, s1), b1 - _mm(t.block(s1, s2), x2), base=base)
+        x2 = trsm(t.diagonal(s2), b2, base=base)
+        x1 = trsm(t.diagonal(s1), b1 - _mm(t.block(s1, s2), x2), base=base)
     return jnp.concatenate([x1, x2], axis=0)
 
 
@@ -283,8 +287,8 @@ def trtri(t: Tri, *, base: int | None = None) -> jax.Array:
                                             left_side=True, lower=t.lower, unit_diagonal=t.unit)
         return _done(layout.reordered(w))
     s1, s2 = _halves(n)
-    w11 = trtri(t.block(s1, s1), base=base)
-    w22 = trtri(t.block(s2, s2), base=base)
+    w11 = trtri(t.diagonal(s1), base=base)
+    w22 = trtri(t.diagonal(s2), base=base)
     tri11, tri22, tb = Tri(w11, lower=t.lower), Tri(w22, lower=t.lower), _trmm_base(base)
     if t.lower:
         off = -trmm(tri22, trmm(tri11, t.block(s2, s1), left=False, base=tb), left=True, base=tb)
@@ -318,7 +322,7 @@ def lauum(w: Tri, *, base: int | None = None) -> jax.Array:
     if n <= base:
         return _mm(dataclasses.replace(w, adj=not w.adj, lower=False), w)
     s1, s2 = _halves(n)
-    w11, w21, w22 = w.block(s1, s1), w.block(s2, s1), w.block(s2, s2)
+    w11, w21, w22 = w.diagonal(s1), w.block(s2, s1), w.diagonal(s2)
     c11 = lauum(w11, base=base) + gram(w21, base=base)
     c21 = trmm(dataclasses.replace(w22, adj=not w22.adj, lower=False), w21, left=True, base=_trmm_base(base))
     c22 = lauum(w22, base=base)
@@ -346,10 +350,10 @@ def upper_times_lower(x: Tri, y: Tri, *, base: int | None = None) -> jax.Array:
         return _mm(x, y)
     s1, s2 = _halves(n)
     x12, y21 = x.block(s1, s2), y.block(s2, s1)
-    c11 = upper_times_lower(x.block(s1, s1), y.block(s1, s1), base=base) + _mm(x12, y21)
-    c12 = trmm(y.block(s2, s2), x12, left=False, base=_trmm_base(base))
-    c21 = trmm(x.block(s2, s2), y21, left=True, base=_trmm_base(base))
-    c22 = upper_times_lower(x.block(s2, s2), y.block(s2, s2), base=base)
+    c11 = upper_times_lower(x.diagonal(s1), y.diagonal(s1), base=base) + _mm(x12, y21)
+    c12 = trmm(y.diagonal(s2), x12, left=False, base=_trmm_base(base))
+    c21 = trmm(x.diagonal(s2), y21, left=True, base=_trmm_base(base))
+    c22 = upper_times_lower(x.diagonal(s2), y.diagonal(s2), base=base)
     return _assemble(c11, c12, c21, c22)
 
 

@@ -15,7 +15,7 @@ def varying_like(a: jax.Array, x: jax.Array) -> jax.Array:
         return x
     if hasattr(jax.lax, "pcast"):
         return jax.lax.pcast(x, axes, to="varying")
-    return jax.lax.pvary(x, axes)
+    return jax.lax.pvary(x, axes)  # pyright: ignore[reportAttributeAccessIssue]  # JAX before pcast; gone from newer JAX
 
 
 def varying_axes(a: jax.Array) -> frozenset:

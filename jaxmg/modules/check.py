@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Callable, NamedTuple, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp

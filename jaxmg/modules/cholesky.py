@@ -7,12 +7,12 @@ from typing import Optional
 
 import jax
 
+from .. import _dispatch, _plan
+from .._docstrings import shared_arguments
+from .._typing import MeshLike, Rhs, Specs, SquareMatrix, Tile, checked
 from ..autodiff import decompositions, logdet, solves
 from ..kernels import status as _status
 from ..kernels.families import CholeskyState
-from .._docstrings import shared_arguments
-from .._typing import MeshLike, Rhs, Specs, SquareMatrix, Tile, checked
-from .. import _dispatch, _plan
 from . import check as _check
 from ._base import Factorisation
 
@@ -135,4 +135,5 @@ def _lower(plan, module):
     if not plan.kernels.Cholesky(plan).lower_readable:
         plan = dataclasses.replace(plan, natural=True)
         state, _, _ = factored(plan, module.operator, keep=False)
-    return module._masked(plan.leave(decompositions.cholesky_lower(plan.kernels.Cholesky(plan), module.operator, state)))
+    return module._masked(plan.leave(
+        decompositions.cholesky_lower(plan.kernels.Cholesky(plan), module.operator, state)))

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from typing import Optional
 
-import equinox as eqx
 import jax
 
-from ..autodiff import decompositions as rules
-from ..kernels import status as _status
+from .. import _dispatch
 from .._checks import check_flag
 from .._dense import adjoint
 from .._docstrings import shared_arguments
 from .._typing import Matrix, MeshLike, Specs, SquareMatrix, TallMatrix, Tile, checked
-from .. import _dispatch
+from ..autodiff import decompositions as rules
+from ..kernels import status as _status
 from . import check as _check
 from ._base import Factorisation
 
@@ -82,7 +81,6 @@ class SVD(Factorisation):
     u: jax.Array
     s: jax.Array
     vh: jax.Array
-    wide: bool = eqx.field(static=True)
 
     @checked
     def __init__(self, a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,

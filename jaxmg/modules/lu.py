@@ -7,12 +7,12 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
+from .. import _dispatch, _plan
+from .._docstrings import shared_arguments
+from .._typing import MeshLike, Rhs, Specs, SquareMatrix, Tile, checked
 from ..autodiff import logdet, solves
 from ..kernels import status as _status
 from ..kernels.families import LUState
-from .._docstrings import shared_arguments
-from .._typing import MeshLike, Rhs, Specs, SquareMatrix, Tile, checked
-from .. import _dispatch, _plan
 from . import check as _check
 from ._base import Factorisation
 

@@ -8,13 +8,13 @@ from typing import Optional, Union
 import jax
 import jax.numpy as jnp
 
-from ..autodiff import _dist, decompositions, solves
-from ..kernels import status as _status
-from ..kernels.families import QRState
+from .. import _dispatch, _plan
 from .._dense import adjoint, columns, matmul, spec_of, triu
 from .._docstrings import shared_arguments
 from .._typing import Matrix, MeshLike, Specs, TallRhs, Tile, checked
-from .. import _dispatch, _plan
+from ..autodiff import _dist, decompositions, solves
+from ..kernels import status as _status
+from ..kernels.families import QRState
 from . import check as _check
 from ._base import Factorisation
 

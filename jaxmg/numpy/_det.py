@@ -11,7 +11,8 @@ Its derivative is ``d det(a) = tr(adj(a) a')`` with the adjugate ``adj(a)``, whi
 * where a pivot is exactly zero (an exactly singular matrix, e.g. the zero matrix), the
   cofactor matrix from the packed factor ``P a = L U`` (:func:`_cofactor`): exact where one
   pivot is zero, wherever it is (corank one), and 0 where more are (as JAX's). The packed
-  factor is in the natural layout on the local and batch routes; on the distributed route (cuSOLVERMp's permuted factor) an exactly singular matrix's derivative is NaN;
+  factor is in the natural layout on the local and batch routes; on the distributed route
+  (cuSOLVERMp's permuted factor) an exactly singular matrix's derivative is NaN;
 * a 1 x 1 matrix's adjugate is 1.
 """
 

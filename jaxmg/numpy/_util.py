@@ -4,6 +4,7 @@ promotion, shape checks, the Hermitian input convention and leading batch dimens
 from __future__ import annotations
 
 import jax
+import jax.core
 import jax.numpy as jnp
 from jax.sharding import NamedSharding
 

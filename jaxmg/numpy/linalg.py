@@ -33,21 +33,34 @@ from __future__ import annotations
 
 import functools
 import operator
+from typing import Literal, Union, overload
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
-
-from .. import functional as _f
 from jax.sharding import PartitionSpec as _P
 
-from .._dense import (adjoint as _H, columns as _columns, in_layout as _in_layout, in_layout_of as _in_layout_of,
-                      matmul as _matmul, spec_of as _spec_of, triu as _triu)
+from .. import functional as _f
+from .._dense import (
+    adjoint as _H,
+    columns as _columns,
+    in_layout as _in_layout,
+    in_layout_of as _in_layout_of,
+    matmul as _matmul,
+    spec_of as _spec_of,
+    triu as _triu,
+)
 from ..modules import LU as _LU
 from . import _det
 from ._results import EighResult, QRResult, SlogdetResult, SVDResult
-from ._util import (herm_input as _herm_input, inexact as _inexact, map_batch as _map_batch,
-                    square as _square, take_columns as _take_columns)
+from ._util import (
+    herm_input as _herm_input,
+    inexact as _inexact,
+    map_batch as _map_batch,
+    square as _square,
+    take_columns as _take_columns,
+)
 
 # Products, norms of vectors and data movement: JAX's own (XLA shards them).
 cross = jnp.linalg.cross
@@ -208,6 +221,18 @@ def _svd(a, *, full_matrices, compute_uv, hermitian):
     return _f.gesvd(a, full_matrices=full_matrices)
 
 
+@overload
+def svd(a, full_matrices: bool = True, compute_uv: Literal[True] = True, hermitian: bool = False,
+        subset_by_index=None) -> SVDResult: ...
+@overload
+def svd(a, full_matrices: bool, compute_uv: Literal[False], hermitian: bool = False,
+        subset_by_index=None) -> jax.Array: ...
+@overload
+def svd(a, full_matrices: bool = True, *, compute_uv: Literal[False], hermitian: bool = False,
+        subset_by_index=None) -> jax.Array: ...
+@overload
+def svd(a, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False,
+        subset_by_index=None) -> Union[SVDResult, jax.Array]: ...
 def svd(a, full_matrices=True, compute_uv=True, hermitian=False, subset_by_index=None):
     """The singular value decomposition of ``a`` (..., M, N), tall, square or wide.
 

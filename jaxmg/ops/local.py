@@ -143,6 +143,7 @@ def gesvd(a, *, grid: Grid, full_matrices: bool = False, backend: str = "auto", 
     if tile is not None:
         return native.gesvd(a, grid=grid, full_matrices=full_matrices, tile=tile)
     u, s, vh, status = _device(local.Decompositions).gesvd(gather_block(a, grid), full_matrices)
+    assert u is not None and vh is not None, "gesvd computes u and vh unless told not to"
     return local_block(u, grid), s, local_block(vh, grid), status
 
 

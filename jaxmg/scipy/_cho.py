@@ -28,6 +28,7 @@ def solve_with_factor(c: jax.Array, b: jax.Array, lower: bool) -> jax.Array:
         y = solve(t, rhs, left_side=True, lower=lower, transpose_a=not lower, conjugate_a=not lower)
         x = solve(t, y, left_side=True, lower=lower, transpose_a=lower, conjugate_a=lower)
     else:
+        assert layout is not None, "a layout kind comes from a sharding"
         w = _dist.tri_inv(c, lower=lower, like=layout)
         rows = NamedSharding(layout.mesh, P(_dist.padded_spec(layout.spec, 2)[0], None))  # b's rows split as c's
         x = _dist.matmul(w, _dist.matmul(w, rhs, rows, adj_x=not lower), rows, adj_x=lower)

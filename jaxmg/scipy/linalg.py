@@ -22,21 +22,31 @@ from __future__ import annotations
 import functools
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import jax.scipy.linalg as _jsl
 from jax.sharding import NamedSharding as _NamedSharding, PartitionSpec as _P
 
-from .. import functional as _f
-from .. import _sharded
+from .. import _sharded, functional as _f
+from .._dense import (
+    _explicit_mesh,
+    adjoint as _H,
+    in_layout as _in_layout,
+    in_layout_of as _in_layout_of,
+    spec_of as _spec_of,
+)
 from ..kernels import triangular as _triangular
 from ..kernels.solver import getrf as _getrf
-from .._dense import (_explicit_mesh, adjoint as _H, in_layout as _in_layout, in_layout_of as _in_layout_of,
-                      spec_of as _spec_of)
 from ..modules import LU as _LU, Cholesky as _Cholesky
 from ..numpy import linalg as _np
+from ..numpy._util import (
+    herm_input as _herm_input,
+    inexact as _inexact,
+    map_batch as _map_batch,
+    square as _square,
+    take_rows as _take_rows,
+)
 from . import _cho
-from ..numpy._util import (herm_input as _herm_input, inexact as _inexact, map_batch as _map_batch, square as _square,
-                           take_rows as _take_rows)
 
 
 def _one_square_matrix(a, name: str, module: str):
@@ -310,7 +320,9 @@ def _triangular_solve(a, b, *, trans: str, lower: bool, unit: bool):
         return body(a, b)
     context = jax.set_mesh(mesh) if isinstance(mesh, jax.sharding.Mesh) else _sharded.abstract_context(mesh)
     with context:
-        return jax.sharding.auto_axes(body, out_sharding=_NamedSharding(mesh, _spec_of(b)))(a, b)
+        # jax.sharding.auto_axes has no return annotation: the inferred one includes its decorator form
+        auto = jax.sharding.auto_axes(body, out_sharding=_NamedSharding(mesh, _spec_of(b)))
+        return auto(a, b)  # pyright: ignore[reportCallIssue]
 
 
 def _spread(a) -> bool:
@@ -321,7 +333,9 @@ def _spread(a) -> bool:
     if isinstance(a, jax.core.Tracer) and mesh is None:
         return False
     spec = getattr(sharding, "spec", None)
-    return (spec is not None and any(e is not None for e in spec) and sharding.mesh.size > 1)
+    if spec is None or sharding is None:
+        return False
+    return any(e is not None for e in spec) and sharding.mesh.size > 1
 
 
 def lu(a, permute_l=False, overwrite_a=False, check_finite=True):

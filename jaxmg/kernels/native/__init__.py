@@ -13,6 +13,7 @@ over the grid; outputs are NaN whenever status != 0, and the grid stays usable.
 
 from __future__ import annotations
 
+from ._grid import family_tile
 from ._library import abort_communicators, info, last_timings, library_candidates, unavailable_reason
 from .cholesky import (
     Cholesky,
@@ -26,11 +27,10 @@ from .cholesky import (
     cholesky_triangle_kind,
     potrs,
 )
-from .lu import LU, lu_factor, lu_factor_order, lu_solve, lu_triangles
-from .qr import QR, qr_diagonal, qr_factor, qr_normal_solve, qr_q, qr_r, qr_solve
 from .eig import syevd, sygvd
+from .lu import LU, lu_factor, lu_factor_order, lu_solve, lu_triangles
 from .polar import Decompositions, gesvd, polar
-from ._grid import family_tile
+from .qr import QR, qr_diagonal, qr_factor, qr_normal_solve, qr_q, qr_r, qr_solve
 
 #: Kernel families with native kernels: those whose GPU cases (tests/gpu/native_cases.py) have
 #: passed.

@@ -9,8 +9,8 @@ and this device's rank is ``p + q * pr`` with ``p`` its mesh column index and ``
 index (column-major rank mapping).
 
 Bootstrap (public JAX mechanisms only). A tiny FFI call returns this device's identity
-(``process_index * CODES['process_stride'] + CUDA ordinal``, csrc/codes.h); an ``all_gather`` over the grid's mesh axes gives
-every member the grid's membership in rank order (the cache key). A second tiny FFI call returns
+(``process_index * CODES['process_stride'] + CUDA ordinal``, csrc/codes.h); an ``all_gather`` over the grid's mesh axes
+gives every member the grid's membership in rank order (the cache key). A second tiny FFI call returns
 a fresh ``ncclUniqueId`` on the grid's first member when no communicator for these members is
 cached (zeros elsewhere, and zeros everywhere once cached); a ``psum`` hands it to every member.
 The family handler then creates, once, the NCCL communicator, the cuSOLVERMp handle and grid, and
@@ -21,15 +21,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _library
 from ... import _sharded
 from ..._sharded import axis_index as index, axis_name as name  # noqa: F401 (the kernels' names)
-
+from ..families import KernelPlan
+from . import _library
 
 # --- Grid geometry and bootstrap ---
 
@@ -255,10 +257,11 @@ class GridKernels:
     """What the native family classes share: the plan (hashable: the classes are static arguments
     of the derivative rules) and the running of a per-shard kernel over its grid."""
 
-    plan: object
+    plan: KernelPlan
 
     @property
-    def grid(self):
+    def grid(self) -> _sharded.Grid:
+        assert self.plan.grid is not None, "native kernels run on a distributed plan, which has a grid"
         return self.plan.grid
 
     @property
@@ -270,9 +273,11 @@ class GridKernels:
         """The static keywords every kernel of the family takes."""
         return {"tile": self.plan.tile}
 
-    def run(self, kernel, args, inputs, outputs, shapes=None, names=None, **params):
+    def run(self, kernel, args, inputs, outputs, shapes: Optional[Sequence[tuple]] = None,
+            names: Optional[Sequence[str]] = None, **params):
         """``kernel`` over the grid (``jaxmg._sharded.run``); ``shapes``/``names`` describe outputs
         that the grid's layout must divide."""
         if shapes is not None:
+            assert names is not None, "outputs checked against shapes are named"
             _sharded.check_outputs(outputs, shapes, self.grid, names)
         return _sharded.run(kernel, self.grid, args, inputs, outputs, **self.params(), **params)

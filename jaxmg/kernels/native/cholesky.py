@@ -48,15 +48,14 @@ and the handler loops over it on one cached grid.
 
 from __future__ import annotations
 
-
 import jax
 import jax.numpy as jnp
 
+from ..._sharded import Block, Replicated, Rows, whole
+from .. import cyclic, triangular
+from ..families import CholeskyState
 from . import _grid, gemm
 from ._codes import CODES
-from .. import cyclic, triangular
-from ..._sharded import Block, Replicated, Rows, whole
-from ..families import CholeskyState
 
 # The handlers' ``uplo`` and ``mode`` (csrc/codes.h).
 _UPLO_LOWER = CODES["uplo_lower"]

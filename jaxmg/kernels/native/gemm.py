@@ -214,6 +214,6 @@ def lu_inverse(lu: jax.Array, permutation: jax.Array) -> jax.Array:
     factor's own buffer (``jaxmg_getri``, csrc/gemm.cc): U^-1 in place (the recursion of
     :func:`hermitian_inverse`), then X L = U^-1 by panels of 512 columns (one cuBLAS gemm and one
     trsm each), then the column interchanges through a 512 x n scratch buffer, and a transpose
-    in place (:mod:`.relayout`): no second matrix. A^-1 comes back row-major. ``permutation`` (n,): row ``permutation[k]`` of A is row k of
-    P A. Differentiable in ``lu`` (tangents through XLA's dots)."""
+    in place (:mod:`.relayout`): no second matrix. A^-1 comes back row-major. ``permutation`` (n,): row
+    ``permutation[k]`` of A is row k of P A. Differentiable in ``lu`` (tangents through XLA's dots)."""
     return _lu_inverse(lu, permutation)

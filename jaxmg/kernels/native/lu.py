@@ -32,11 +32,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from . import _grid
-from .. import triangular
 from ..._sharded import Block, Replicated, Rows, whole
+from .. import triangular
 from ..families import LUState
 from ..local import matmul, slogdet_of
+from . import _grid
 from .cholesky import cholesky_triangle, products_on
 
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import functools
 
-from .. import qdwh
 from ..._sharded import Block, Replicated
+from .. import qdwh
 from . import _grid
 from .eig import syevd, sygvd
 

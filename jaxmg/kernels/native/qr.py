@@ -43,24 +43,28 @@ import math
 import jax
 import jax.numpy as jnp
 
-from . import _grid
 from ..._sharded import Block, Replicated, Rows
 from ..families import QRState
 from ..local import matmul
 from ..status import first_bad_pivot
+from . import _grid
 
 
 class _Shape:
     """The padded problem: global ``m x n`` (padded), tile ``t``, grid ``pr x pc`` and the local
-    column-major extents; ``m0 x n0`` is a's own shape."""
+    column-major extents; ``m0 x n0`` is a's own shape (``m0`` None where a saved state does not
+    say it: then ``m`` is given)."""
 
-    def __init__(self, m0: int, n0: int, tile: int, grid, m: int | None = None):
+    def __init__(self, m0: int | None, n0: int, tile: int, grid, m: int | None = None):
         self.m0, self.n0 = m0, n0
         self.pr, self.pc = grid.nprow, grid.npcol
         step = math.lcm(self.pr, self.pc)
         self.t = max(1, min(int(tile), -(-n0 // step)))
         self.n = _grid.padded_size(n0, self.t, grid)
-        self.m = m if m is not None else _grid.padded_size(m0 + self.n - n0, self.t, grid)
+        if m is None:
+            assert m0 is not None, "the padded rows come from a's rows where not given"
+            m = _grid.padded_size(m0 + self.n - n0, self.t, grid)
+        self.m = m
         self.mloc, self.nloc = self.m // self.pr, self.n // self.pc
 
     def attrs(self) -> dict:
@@ -80,6 +84,7 @@ def _coords(grid):
 
 def _laid_out(a, grid, s: _Shape):
     """a's block -> the padded matrix's natural block-cyclic local block, column-major (nloc, mloc)."""
+    assert s.m0 is not None, "a's shape is known where a is laid out"
     x = _grid.to_cyclic(a, -2, grid.row_axes, s.pr, s.m0, s.m, s.t)
     x = _grid.to_cyclic(x, -1, grid.col_axes, s.pc, s.n0, s.n, s.t)
     if s.n > s.n0:
@@ -155,6 +160,7 @@ def _of_state(f, tau, grid, tile, m0: int | None = None):
 def qr_q(f, tau, *, grid, tile, m):
     """Q (M x N, a's block layout), by orgqr of a copy of the factor."""
     s, tau_l = _of_state(f, tau, grid, tile, m)
+    assert s.m0 is not None
     q = _grid.ffi_call("jaxmg_orgqr", jax.ShapeDtypeStruct(f.shape, f.dtype), (f, tau_l), _grid.start(grid),
                        **s.attrs())
     return (_block(q, grid, s, s.m0),)
@@ -183,6 +189,7 @@ def qr_solve(f, tau, b, *, grid, tile):
     vector = b.ndim == 1
     b2 = b[:, None] if vector else b
     s, tau_l = _of_state(f, tau, grid, tile, b2.shape[0])
+    assert s.m0 is not None
     p, _ = _coords(grid)
     c = jnp.pad(b2, ((0, s.m - s.m0), (0, 0)))
     c_l = _grid.rows_of(c, p, s.m, s.t, s.pr)  # (mloc, nrhs): this process row's rows

@@ -25,8 +25,11 @@ already failed keeps its status. The check is computed on values whose derivativ
 taken (``jax.lax.stop_gradient``): derivatives are those of the unchecked operation.
 
 It runs on the distributed route only (the local and batch routes run the device's own LAPACK
-or cuSOLVER), unless turned off: ``check=False`` on a call or module, or the environment variable
-``JAXMG_RESULT_CHECK=0`` for every call that does not say (:func:`enabled`). A call that donates
+or cuSOLVER), where asked for: ``check=True`` on a call or module, or the environment variable
+``JAXMG_RESULT_CHECK=1`` for every call that does not say (:func:`enabled`). It is off by default
+because it reads the matrix after the factorisation, which cuSOLVERMp runs in the matrix's own
+buffer: a checked call keeps a copy of its matrix (one more local block per device; ``cholesky``
+more, for its products with the factor), where an unchecked one keeps none. A call that donates
 its matrix (``donate=True``) is not checked: the factorisation consumed the matrix the check
 reads.
 """
@@ -56,14 +59,14 @@ _SEED = 0x6A61786D
 
 
 def enabled(check: Optional[bool]) -> bool:
-    """Whether a call's result is checked: ``check`` where given, else not when the environment
-    variable :data:`ENVIRONMENT` is ``"0"`` (or "false", "off", "no"), else True."""
+    """Whether a call's result is checked: ``check`` where given, else when the environment
+    variable :data:`ENVIRONMENT` is ``"1"`` (or "true", "on", "yes"), else False."""
     if check is not None:
         if not isinstance(check, (bool, np.bool_)):
-            raise TypeError(f"check must be True, False or None (the default: {ENVIRONMENT}, else on), "
+            raise TypeError(f"check must be True, False or None (the default: {ENVIRONMENT}, else off), "
                             f"got {check!r}.")
         return bool(check)
-    return os.environ.get(ENVIRONMENT, "1").strip().lower() not in ("0", "false", "off", "no")
+    return os.environ.get(ENVIRONMENT, "0").strip().lower() in ("1", "true", "on", "yes")
 
 
 class Operator(NamedTuple):
@@ -148,8 +151,19 @@ def _replicated(plan, v):
 
 
 def product(plan, m, v, trans: str = "N"):
-    """op(m) v for an output matrix ``m`` (its derivatives not taken)."""
-    return _dist.matvec(jax.lax.stop_gradient(m), v, _vectors(plan), trans)
+    """op(m) v for an output matrix ``m`` (its derivatives not taken). For a vector ``v`` and
+    op = T or C, as the row-vector product ``v^T m`` (conjugated for C): no transposed copy of
+    ``m`` is made (a transposed copy of a sharded factor is laid out anew, gathered)."""
+    m = jax.lax.stop_gradient(m)
+    layout = _vectors(plan)
+    if trans == "N" or jnp.ndim(v) != 1:
+        return _dist.matvec(m, v, layout, trans)
+    w = jnp.conj(v) if trans == "C" else v
+    if layout is not None and _dist._explicit(layout):
+        out = jnp.matmul(w, m, precision=jax.lax.Precision.HIGHEST, out_sharding=layout)
+    else:
+        out = _dist._in_layout(jnp.matmul(w, m, precision=jax.lax.Precision.HIGHEST), layout)
+    return jnp.conj(out) if trans == "C" else out
 
 
 def _columns_probe(x, salt: int = 1):

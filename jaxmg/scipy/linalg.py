@@ -140,7 +140,8 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     lu, b = _triangle_and_rhs(lu, b, "lu_solve")
     perm = jax.lax.linalg.lu_pivots_to_permutation(jnp.asarray(piv), lu.shape[-1])
     fn = functools.partial(_packed_lu_solve, trans=_TRANS[trans])
-    return _map_batch(fn, (lu, perm, b), (2, 1, 1 if b.ndim == 1 else 2), solution=True)
+    # eagerly on Auto axes the permuted rows come back replicated: x is put in b's layout
+    return _in_layout_of(_map_batch(fn, (lu, perm, b), (2, 1, 1 if b.ndim == 1 else 2), solution=True), b)
 
 
 def _packed_lu_solve(lu, perm, b, *, trans: str):
@@ -310,10 +311,11 @@ def _triangular_solve(a, b, *, trans: str, lower: bool, unit: bool):
         x = jnp.conj(x) if trans == "T" else x
         return x[:, 0] if vector else x
 
-    if not _spread(a):  # on one device: its triangular solve, in one call
+    if not _spread(a):  # on one device: its triangular solve, in one call, then x in b's layout
         rhs = b[:, None] if vector else b
-        x = jax.lax.linalg.triangular_solve(a, rhs, left_side=True, lower=lower, unit_diagonal=unit,
+        x = jax.lax.linalg.triangular_solve(a, _whole_rows(rhs), left_side=True, lower=lower, unit_diagonal=unit,
                                             transpose_a=trans != "N", conjugate_a=trans == "C")
+        x = _in_layout_of(x, rhs)
         return x[:, 0] if vector else x
     mesh = _explicit_mesh(a) or _explicit_mesh(b)
     if mesh is None:
@@ -323,6 +325,27 @@ def _triangular_solve(a, b, *, trans: str, lower: bool, unit: bool):
         # jax.sharding.auto_axes has no return annotation: the inferred one includes its decorator form
         auto = jax.sharding.auto_axes(body, out_sharding=_NamedSharding(mesh, _spec_of(b)))
         return auto(a, b)  # pyright: ignore[reportCallIssue]
+
+
+def _whole_rows(x):
+    """``x`` (N, K) with its rows on every device where its layout splits them (the rows a
+    triangular solve contracts): by its type on Explicit mesh axes, by its placement eagerly;
+    elsewhere unchanged."""
+    mesh = _explicit_mesh(x)
+    if mesh is not None:
+        spec = list(_spec_of(x))
+        if spec[-2] is None:
+            return x
+        spec[-2] = None
+        return jax.sharding.reshard(x, _NamedSharding(mesh, _P(*spec)))
+    sharding = getattr(x, "sharding", None)
+    if isinstance(x, jax.core.Tracer) or not isinstance(sharding, _NamedSharding):
+        return x
+    spec = list(sharding.spec) + [None] * (x.ndim - len(sharding.spec))
+    if spec[-2] is None:
+        return x
+    spec[-2] = None
+    return jax.device_put(x, _NamedSharding(sharding.mesh, _P(*spec)))
 
 
 def _spread(a) -> bool:

@@ -60,6 +60,12 @@ def matrices(kind, n=N, seed=0, dtype=np.float64, cond=1e10):
     return ((u * np.logspace(0, -np.log10(cond), n)) @ v.conj().T).astype(dtype)
 
 
+@pytest.fixture(autouse=True)
+def _checked_by_default(monkeypatch):
+    """Every call here is checked unless it says otherwise (the check is off by default)."""
+    monkeypatch.setenv(_check.ENVIRONMENT, "1")
+
+
 def _placed(mesh, x, spec):
     return jax.device_put(jnp.asarray(x), NamedSharding(mesh, spec))
 
@@ -193,6 +199,15 @@ def test_check_can_be_turned_off(op, how, grid_mesh, native_backend, monkeypatch
     status, values = _status_and_outputs(call(*_inputs(grid_mesh, "well", "well")))
     assert status == 0
     assert all(np.isfinite(v).all() for v in values)
+
+
+def test_check_is_off_by_default(grid_mesh, native_backend, monkeypatch):
+    """Without check= and without JAXMG_RESULT_CHECK the engine's result is returned as it is."""
+    _inject(monkeypatch, "potrs")
+    monkeypatch.delenv(_check.ENVIRONMENT)
+    status, values = _status_and_outputs(_calls(grid_mesh)["potrs"](*_inputs(grid_mesh, "well", "well")))
+    assert status == 0 and all(np.isfinite(v).all() for v in values)
+    assert _check.enabled(None) is False and _check.enabled(True) is True
 
 
 def test_check_argument_is_checked(grid_mesh):

@@ -1,0 +1,360 @@
+"""Hermitian eigenvalues in two stages on one device: dense -> band -> tridiagonal -> eigenvalues.
+
+The design of LAPACK's ``dsytrd_2stage``/``dsyevd_2stage`` (and MAGMA's, ELPA2's): the one-stage
+tridiagonal reduction of ``syevd`` is bound by matrix-vector products; here the dense work is
+matrix products and the memory-bound work is confined to a band.
+
+1. **Dense -> band** (:func:`reduce_to_band`): for each panel of ``band`` = b columns, a QR of the
+   panel below the band (JAX's ``geqrf``: LAPACK on CPUs, cuSOLVER on GPUs) gives ``Q = I - Y T Y^H`` (compact WY; T from
+   ``T^-1 = diag(1/tau) + striu(Y^H Y)``), and the trailing matrix is updated on both sides as
+   matrix products: ``X = A Y T``, ``W = X - 1/2 Y (T^H Y^H X)``, ``A -= [Y W] [W Y]^H``. The
+   panel becomes R (and R^H above the diagonal), with exact zeros beyond the band.
+   Static shapes: the panels are grouped into ``segments`` groups; a group works on the trailing
+   window of its first panel (a static slice), its panels in one ``lax.fori_loop`` at a dynamic
+   offset in it, the reflectors padded with zero rows. Flops: ``6 m^2 b`` per panel on an
+   ``m x m`` window, ``2 N^3`` over the panels with exact windows, times ``(1 + 1/(2 S))^2``-ish
+   for S groups of equal panel counts (about ``2.2 N^3`` for S = 8), against LAPACK's ``4/3 N^3``
+   (which exploits symmetry in the update: her2k rather than one product).
+2. **Band -> tridiagonal** by bulge chasing (:func:`band_to_tridiagonal_reference`), LAPACK
+   ``dsb2st``'s task order: sweep i annihilates column i below its first subdiagonal with one
+   reflector of length b (the first task); the reflector applied on the right fills a triangle
+   (the bulge) below the next diagonal block, whose first column the next task annihilates, and so
+   on down the band; what is left of each bulge is annihilated by the next sweep. Every task is the
+   same: on the window of 3b rows and columns starting at column ``c``, a reflector from column
+   ``c``'s rows ``d .. d + b - 1`` (d = 1 for a sweep's first task, b after), applied on both sides
+   as ``A -= w v^H + v w^H``. This module holds the reference, in XLA's operations (one
+   ``fori_loop`` over the sweeps, one over a sweep's tasks); the CUDA kernel of the same task
+   order is ``csrc/band.cu``.
+3. **Tridiagonal eigenvalues** (:func:`tridiagonal_eigvalsh`) in O(N^2): LAPACK's ``sterf``
+   through a host callback, or bisection (JAX's ``eigh_tridiagonal``, or the CUDA kernel of
+   ``csrc/band.cu``). A Hermitian tridiagonal has the eigenvalues of the real one with ``|e|``.
+
+:func:`eigvalsh` composes them. ``auto`` does not run it: the crossover against cuSOLVER's
+``syevd`` comes from measurement (``benchmarks/bench_eigen.py``, impl ``jaxmg.two_stage``).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax._src.lax.linalg import geqrf  # the Householder factor and tau (not in jax.lax.linalg's public names)
+from jax.scipy.linalg import solve_triangular
+
+from .qdwh import _full_precision
+
+_DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
+#: Panel groups of stage 1 (each one ``fori_loop`` on a static trailing window).
+SEGMENTS = 8
+#: Stage-3 methods: LAPACK sterf on the host, JAX's bisection, or the CUDA kernel.
+STAGE3_METHODS = ("sterf", "bisection", "native")
+
+
+# --- shared pieces ---------------------------------------------------------------------------
+
+def _ct(x):
+    return jnp.conj(jnp.swapaxes(x, -1, -2))
+
+
+def hermitian_from_lower(a: jax.Array) -> jax.Array:
+    """The Hermitian matrix of ``a``'s lower triangle (its diagonal's real part), as
+    ``jnp.linalg.eigvalsh`` reads ``a`` (UPLO='L')."""
+    low = jnp.tril(a, -1)
+    diag = jnp.real(jnp.diagonal(a, axis1=-2, axis2=-1)).astype(a.dtype)
+    return low + _ct(low) + diag[..., None] * jnp.eye(a.shape[-1], dtype=a.dtype)
+
+
+def _scaled_norm(x: jax.Array) -> jax.Array:
+    """``||x||_2`` without underflow or overflow of the squares (scaled by ``max |x|``)."""
+    s = jnp.max(jnp.abs(x))
+    safe = jnp.where(s > 0, s, 1)
+    return s * jnp.sqrt(jnp.sum(jnp.abs(x / safe) ** 2))
+
+
+def householder(x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """LAPACK's ``larfg``: ``(v, tau, beta)`` with ``v[0] = 1``, beta real and
+    ``(I - tau v v^H)^H x = beta e_0``; tau = 0 (the identity) where ``x[1:]`` is zero and
+    ``x[0]`` is real. x: (m,)."""
+    alpha = x[0]
+    xnorm = _scaled_norm(x[1:])
+    alphr, alphi = jnp.real(alpha), jnp.imag(alpha)
+    trivial = (xnorm == 0) & (alphi == 0)
+    beta = -jnp.copysign(_scaled_norm(jnp.stack([jnp.abs(alpha), xnorm])), alphr)
+    beta = jnp.where(trivial, alphr, beta)
+    safe_beta = jnp.where(trivial, 1, beta)
+    tau = jnp.where(trivial, 0, (beta - alpha) / safe_beta).astype(x.dtype)
+    denom = jnp.where(trivial, 1, alpha - beta)
+    v = (x / denom).at[0].set(1).astype(x.dtype)
+    return jnp.where(trivial, jnp.zeros_like(x).at[0].set(1), v), tau, beta
+
+
+def compact_wy(y: jax.Array, tau: jax.Array) -> jax.Array:
+    """T (b x b, upper) with ``H_0 H_1 ... H_{b-1} = I - Y T Y^H`` for ``H_k = I - tau_k y_k
+    y_k^H`` (LAPACK's ``larft``, forward, columnwise), from ``T^-1 = diag(1/tau) + striu(Y^H
+    Y)``; columns with tau = 0 must be zero in Y (they are the identity)."""
+    b = tau.shape[-1]
+    inv_tau = jnp.where(tau == 0, 1, 1 / jnp.where(tau == 0, 1, tau))
+    t_inv = jnp.triu(_ct(y) @ y, 1) + jnp.diag(inv_tau)
+    return solve_triangular(t_inv, jnp.eye(b, dtype=y.dtype), lower=False)
+
+
+def _check_square(a, name: str) -> jax.Array:
+    a = jnp.asarray(a)
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+        raise ValueError(f"{name}: a must be a square matrix or a stack of them (..., N, N); got shape {a.shape}")
+    if not jnp.issubdtype(a.dtype, jnp.inexact):
+        a = a.astype(jnp.result_type(float))
+    if a.dtype not in _DTYPES:
+        raise ValueError(f"{name}: a's dtype must be float32, float64, complex64 or complex128; got {a.dtype}")
+    return a
+
+
+def _check_band(band, n: int, name: str) -> int:
+    if isinstance(band, bool) or not isinstance(band, (int, np.integer)) or band < 1:
+        raise ValueError(f"{name}: band must be a positive int (the half-bandwidth b); got {band!r}")
+    return int(min(band, max(n - 1, 1)))
+
+
+# --- stage 1: dense -> band ------------------------------------------------------------------
+
+def panel_count(n: int, band: int) -> int:
+    """How many panels stage 1 reduces: those with an entry beyond the band (N - k - b >= 2)."""
+    return 0 if n < band + 2 else (n - band - 2) // band + 1
+
+
+def _segments(panels: int, segments: int) -> list[tuple[int, int]]:
+    """``[p0, p1)`` ranges of about equal panel counts, at most ``segments`` of them."""
+    s = max(1, min(segments, panels))
+    edges = [round(k * panels / s) for k in range(s + 1)]
+    return [(p0, p1) for p0, p1 in zip(edges[:-1], edges[1:]) if p1 > p0]
+
+
+def _panel_qr(cols: jax.Array, start) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """QR of ``cols[start:]`` (m x b, rows from a dynamic start) with static shapes: Y (m x b,
+    zero above ``start``), T (b x b) and R rolled to rows ``start .. start + b - 1`` (zero
+    elsewhere), so that ``Q^H cols[start:] = R`` for ``Q = I - Y T Y^H``."""
+    m, b = cols.shape
+    rows = jnp.arange(m)[:, None]
+    active = rows < m - start
+    panel = jnp.where(active, jnp.roll(cols, -start, axis=0), 0)
+    qr, tau = geqrf(panel)
+    y = jnp.where(active, jnp.tril(qr, -1) + jnp.eye(m, b, dtype=qr.dtype), 0)
+    y = jnp.where(tau[None, :] == 0, 0, y)
+    r = jnp.where(rows < b, jnp.triu(qr), 0)
+    t = compact_wy(y, tau)
+    return jnp.roll(y, start, axis=0), t, jnp.roll(r, start, axis=0)
+
+
+def _band_step(w: jax.Array, j, b: int):
+    """One panel (columns ``j .. j + b - 1`` of the Hermitian window w) reduced: w <- Q^H w Q
+    with the panel's rows below the band replaced by R exactly. Returns (w, Y, T)."""
+    m = w.shape[0]
+    start = j + b
+    cols = lax.dynamic_slice_in_dim(w, j, b, axis=1)
+    y, t, r = _panel_qr(cols, start)
+    yt = y @ t
+    x = w @ yt
+    wv = x - 0.5 * (y @ (_ct(yt) @ x))
+    w = w - jnp.concatenate([y, wv], axis=1) @ _ct(jnp.concatenate([wv, y], axis=1))
+    rows = jnp.arange(m)[:, None]
+    panel = jnp.where(rows >= start, r, lax.dynamic_slice_in_dim(w, j, b, axis=1))
+    w = lax.dynamic_update_slice_in_dim(w, panel, j, axis=1)
+    w = lax.dynamic_update_slice_in_dim(w, _ct(panel), j, axis=0)
+    return w, y, t
+
+
+@functools.partial(jax.jit, static_argnames=("band", "reflectors", "segments"))
+@_full_precision
+def _reduce(a, band: int, reflectors: bool, segments: int):
+    n, b = a.shape[-1], band
+    panels = panel_count(n, b)
+    ys = jnp.zeros((panels, n, b), a.dtype) if reflectors else None
+    ts = jnp.zeros((panels, b, b), a.dtype) if reflectors else None
+    for p0, p1 in _segments(panels, segments):
+        r0 = p0 * b
+
+        def body(p, carry, p0=p0, r0=r0):
+            w, ys, ts = carry
+            w, y, t = _band_step(w, (p - p0) * b, b)
+            if ys is not None:
+                ys = ys.at[p].set(jnp.pad(y, ((r0, 0), (0, 0))))
+                ts = ts.at[p].set(t)
+            return w, ys, ts
+
+        w, ys, ts = lax.fori_loop(p0, p1, body, (a[r0:, r0:], ys, ts))
+        a = a.at[r0:, r0:].set(w)
+    return hermitian_from_lower(a), ys, ts
+
+
+def reduce_to_band(a: jax.Array, band: int, *, reflectors: bool = False, segments: int = SEGMENTS):
+    """Stage 1: ``B = Q^H A Q`` Hermitian with half-bandwidth ``band`` (zero where |i - j| >
+    band), A the Hermitian matrix of ``a``'s lower triangle. a: (N, N), float32 to complex128.
+
+    Returns B (N, N), or ``(B, Y, T)`` with ``reflectors``: Y (P, N, b) and T (P, b, b) for the
+    P = :func:`panel_count` panels, ``Q = prod_p (I - Y_p T_p Y_p^H)`` (panel 0 first)."""
+    a = _check_square(a, "reduce_to_band")
+    if a.ndim != 2:
+        raise ValueError(f"reduce_to_band: a must be one matrix (N, N); got shape {a.shape} (map stacks with jax.vmap)")
+    band = _check_band(band, a.shape[-1], "reduce_to_band")
+    b_mat, ys, ts = _reduce(hermitian_from_lower(a), band, reflectors, segments)
+    return (b_mat, ys, ts) if reflectors else b_mat
+
+
+def lower_band(b_mat: jax.Array, band: int) -> jax.Array:
+    """LAPACK's lower band storage of a Hermitian band matrix: ``ab[d, j] = B[j + d, j]`` for d
+    = 0 .. band (zero past the matrix's end). b_mat: (..., N, N) -> (..., band + 1, N)."""
+    n = b_mat.shape[-1]
+    padded = jnp.pad(b_mat, [(0, 0)] * (b_mat.ndim - 2) + [(0, band), (0, 0)])
+    j = jnp.arange(n)
+    return jnp.stack([padded[..., j + d, j] for d in range(band + 1)], axis=-2)
+
+
+def dense_from_lower_band(ab: jax.Array) -> jax.Array:
+    """The Hermitian N x N matrix of lower band storage ab ((band + 1, N)), its diagonal's real part."""
+    band, n = ab.shape[-2] - 1, ab.shape[-1]
+    low = sum(jnp.diag(ab[d, : n - d], -d) for d in range(1, band + 1)) if band else 0
+    return low + _ct(low) + jnp.diag(jnp.real(ab[0]).astype(ab.dtype))
+
+
+# --- stage 2: band -> tridiagonal (the reference of csrc/band.cu) -----------------------------
+
+def sweep_tasks(n: int, band: int, sweep):
+    """How many tasks sweep ``sweep`` (0 .. N - 3) has: its reflectors start at rows
+    ``sweep + 1 + t * band`` <= N - 2."""
+    return (n - 3 - sweep) // band + 1
+
+
+def task_window(sweep, task, band: int):
+    """(c, d) of a task: its window starts at row and column c, its reflector takes column c's
+    rows ``c + d .. c + d + band - 1`` (d = 1 for a sweep's first task, band after)."""
+    first = task == 0
+    return jnp.where(first, sweep, sweep + 1 + (task - 1) * band), jnp.where(first, 1, band)
+
+
+def _chase_task(a, q, c, d, band: int):
+    """One bulge-chasing task on the padded dense matrix a (and the accumulated q, or None)."""
+    size = 3 * band
+    win = lax.dynamic_slice(a, (c, c), (size, size))
+    v, tau, beta = householder(lax.dynamic_slice_in_dim(win[:, 0], d, band))
+    vw = lax.dynamic_update_slice_in_dim(jnp.zeros(size, a.dtype), v, d, 0)
+    p = tau * (win @ vw)
+    s = jnp.conj(tau) * jnp.vdot(vw, p)
+    w = p - 0.5 * s * vw
+    win = win - jnp.outer(w, jnp.conj(vw)) - jnp.outer(vw, jnp.conj(w))
+    col = lax.dynamic_update_slice_in_dim(win[:, 0], jnp.zeros(band, a.dtype).at[0].set(beta), d, 0)
+    win = win.at[:, 0].set(col).at[0, :].set(jnp.conj(col))
+    a = lax.dynamic_update_slice(a, win, (c, c))
+    if q is not None:
+        qs = lax.dynamic_slice_in_dim(q, c + d, band, axis=1)
+        q = lax.dynamic_update_slice_in_dim(q, qs - jnp.outer(qs @ v, tau * jnp.conj(v)), c + d, axis=1)
+    return a, q
+
+
+@functools.partial(jax.jit, static_argnames=("vectors",))
+def _chase(ab, vectors: bool):
+    band, n = ab.shape[0] - 1, ab.shape[1]
+    pad = 3 * band
+    a = jnp.pad(dense_from_lower_band(ab), ((0, pad), (0, pad)))
+    q = jnp.eye(n + pad, dtype=ab.dtype) if vectors else None
+
+    def sweep(i, carry):
+        def task(t, carry):
+            c, d = task_window(i, t, band)
+            return _chase_task(*carry, c, d, band)
+        return lax.fori_loop(0, sweep_tasks(n, band, i), task, carry)
+
+    if band > 1:
+        a, q = lax.fori_loop(0, max(n - 2, 0), sweep, (a, q))
+    idx = jnp.arange(n)
+    d = jnp.real(a[idx, idx])
+    e = a[idx[1:], idx[:-1]]
+    return (d, e, q[:n, :n]) if vectors else (d, e)
+
+
+def band_to_tridiagonal_reference(ab: jax.Array, *, vectors: bool = False):
+    """Stage 2 in XLA's operations, task for task as ``csrc/band.cu``: the Hermitian band matrix
+    B in lower band storage ab ((b + 1, N), :func:`lower_band`) reduced to a Hermitian
+    tridiagonal ``T = Q^H B Q`` by bulge chasing. Returns ``(d, e)`` (d: N real, the diagonal;
+    e: N - 1, the subdiagonal, complex for complex B), and Q (N, N) with ``vectors``.
+    Sequential tasks on a dense copy: a reference for tests and small matrices, not for speed."""
+    ab = jnp.asarray(ab)
+    if ab.ndim != 2 or ab.shape[0] < 1:
+        raise ValueError(f"band_to_tridiagonal_reference: ab must be lower band storage (band + 1, N); got shape {ab.shape}")
+    if ab.dtype not in _DTYPES:
+        raise ValueError(f"band_to_tridiagonal_reference: ab's dtype must be float32 to complex128; got {ab.dtype}")
+    return _chase(ab, vectors)
+
+
+# --- stage 3: tridiagonal eigenvalues ----------------------------------------------------------
+
+def _sterf_host(d, e):
+    from scipy.linalg import lapack
+
+    sterf = lapack.get_lapack_funcs("sterf", (np.asarray(d),))
+    w, info = sterf(np.array(d), np.array(e))
+    return np.asarray(w if info == 0 else np.full_like(w, np.nan), dtype=d.dtype)
+
+
+def tridiagonal_eigvalsh(d: jax.Array, e: jax.Array, *, method: str = "sterf") -> jax.Array:
+    """The eigenvalues, ascending, of the Hermitian tridiagonal with diagonal d (N, real) and
+    subdiagonal e (N - 1; complex allowed: its moduli are used). ``method``: "sterf" (LAPACK,
+    through a host callback; NaN where it fails to converge), "bisection" (JAX's
+    ``eigh_tridiagonal``), "native" (the CUDA bisection kernel of ``csrc/band.cu``)."""
+    if method not in STAGE3_METHODS:
+        raise ValueError(f"tridiagonal_eigvalsh: method must be one of {STAGE3_METHODS}; got {method!r}")
+    e = jnp.abs(e).astype(d.dtype)
+    if d.shape[-1] == 1:
+        return d
+    if method == "bisection":
+        return jax.scipy.linalg.eigh_tridiagonal(d, e, eigvals_only=True)
+    if method == "native":
+        from .native import band as native_band
+        return native_band.tridiagonal_eigvalsh(d, e)
+    out = jax.ShapeDtypeStruct(d.shape, d.dtype)
+    return jax.pure_callback(_sterf_host, out, d, e, vmap_method="sequential")
+
+
+# --- composition -------------------------------------------------------------------------------
+
+def _default_stage3() -> str:
+    from .native import band as native_band
+    if jax.default_backend() == "gpu" and native_band.available():
+        return "native"
+    return "sterf" if jax.default_backend() == "cpu" else "bisection"
+
+
+def _stage2(ab, stage2: str):
+    if stage2 == "native":
+        from .native import band as native_band
+        return native_band.band_to_tridiagonal(ab)
+    return band_to_tridiagonal_reference(ab)
+
+
+def eigvalsh(a: jax.Array, band: int = 64, *, stage2: str | None = None, stage3: str | None = None) -> jax.Array:
+    """The eigenvalues, ascending, of the Hermitian matrix of ``a``'s lower triangle (as
+    ``jnp.linalg.eigvalsh``), by the two stages: a (..., N, N), float32 to complex128 (integers
+    as float); returns (..., N) real. ``band``: the half-bandwidth of stage 1. ``stage2``:
+    "native" (csrc/band.cu, on an NVIDIA GPU with the native library) or "reference"
+    (:func:`band_to_tridiagonal_reference`); default native where available. ``stage3``: see
+    :func:`tridiagonal_eigvalsh`. Not differentiable (no JVP rule): ``jaxmg.numpy.linalg.eigvalsh``
+    is."""
+    a = _check_square(a, "eigvalsh")
+    n = a.shape[-1]
+    band = _check_band(band, n, "eigvalsh")
+    from .native import band as native_band
+    stage2 = stage2 or ("native" if jax.default_backend() == "gpu" and native_band.available() else "reference")
+    if stage2 not in ("native", "reference"):
+        raise ValueError(f"eigvalsh: stage2 must be 'native' or 'reference'; got {stage2!r}")
+    stage3 = stage3 or _default_stage3()
+    if n == 0:
+        return jnp.zeros(a.shape[:-1], jnp.real(a).dtype)
+
+    def one(m):
+        ab = lower_band(reduce_to_band(m, band), band)
+        d, e = _stage2(ab, stage2)
+        return tridiagonal_eigvalsh(d, e, method=stage3)
+
+    return jnp.vectorize(one, signature="(n,n)->(n)")(a)

@@ -33,6 +33,9 @@ XLA_FFI_Handler jaxmg_gemm, jaxmg_trmm, jaxmg_potri, jaxmg_getri;
 // A square matrix rearranged in its own buffer on the calling GPU (relayout.cc): transposed, or
 // one triangle moved into the other, for the one-GPU factorisations.
 XLA_FFI_Handler jaxmg_relayout;
+// Stages 2 and 3 of the two-stage Hermitian eigensolver on the calling GPU (band.cc): band ->
+// tridiagonal by bulge chasing; the eigenvalues of a real tridiagonal by bisection.
+XLA_FFI_Handler jaxmg_sb2st, jaxmg_tridiagonal_bisection;
 }
 
 void set_process_index(int index);

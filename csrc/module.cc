@@ -31,6 +31,7 @@ const std::pair<const char*, XLA_FFI_Handler*> kHandlers[] = {
     {"jaxmg_gemm", jaxmg::jaxmg_gemm},         {"jaxmg_trmm", jaxmg::jaxmg_trmm},
     {"jaxmg_potri", jaxmg::jaxmg_potri},       {"jaxmg_getri", jaxmg::jaxmg_getri},
     {"jaxmg_relayout", jaxmg::jaxmg_relayout},
+    {"jaxmg_sb2st", jaxmg::jaxmg_sb2st},       {"jaxmg_tridiagonal_bisection", jaxmg::jaxmg_tridiagonal_bisection},
 };
 
 // The handler capsules by target name.
@@ -95,6 +96,7 @@ void def_versions(nb::module_& m) {
     d["tiled_solve"] = a.loaded && a.blas;  // cuBLAS found: potrs on 1 x P grids solves by tiles
     d["gemm"] = a.loaded && a.blas;         // cuBLAS found: one-GPU products without autotuning
     d["relayout"] = a.loaded;               // one-GPU in-place transposes (CUDA runtime only)
+    d["band"] = a.loaded;                   // two-stage eigenvalues' bulge chasing and bisection (CUDA runtime only)
     return d;
   }, "Which cuSOLVERMp entry points the loaded library has (optional ones are probed).");
 }

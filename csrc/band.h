@@ -1,0 +1,27 @@
+// Stages 2 and 3 of the two-stage Hermitian eigensolver on one GPU (band.cu): the band reduced
+// to tridiagonal form by bulge chasing, and the eigenvalues of a real symmetric tridiagonal by
+// bisection. All asynchronous on the given stream; the handlers are in band.cc.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "dtype.h"
+
+namespace jaxmg {
+
+// Device bytes of the scratch that sb2st needs for an n x n matrix of half-bandwidth b.
+int64_t sb2st_scratch_bytes(int64_t n, int64_t b, DType dtype);
+
+// ab: lower band storage ((b + 1) x n, ab[d + j (b + 1)] = B(j + d, j)), read only. Writes the
+// tridiagonal T = Q^H B Q: d (n reals), e (n - 1 elements of dtype, T(j + 1, j)). scratch:
+// sb2st_scratch_bytes, 256-byte aligned.
+cudaError_t sb2st(const void* ab, int64_t n, int64_t b, DType dtype, void* d, void* e, void* scratch,
+                  cudaStream_t stream);
+
+// de: 2 x n reals (d, then e with e[n - 1] ignored), w: the n eigenvalues ascending; real_bytes
+// is 4 (float) or 8 (double).
+cudaError_t tridiagonal_bisection(const void* de, int64_t n, int real_bytes, void* w, cudaStream_t stream);
+
+}  // namespace jaxmg

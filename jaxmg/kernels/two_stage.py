@@ -333,10 +333,11 @@ def _stage2(ab, stage2: str):
     return band_to_tridiagonal_reference(ab)
 
 
-def eigvalsh(a: jax.Array, band: int = 64, *, stage2: str | None = None, stage3: str | None = None) -> jax.Array:
-    """The eigenvalues, ascending, of the Hermitian matrix of ``a``'s lower triangle (as
-    ``jnp.linalg.eigvalsh``), by the two stages: a (..., N, N), float32 to complex128 (integers
-    as float); returns (..., N) real. ``band``: the half-bandwidth of stage 1. ``stage2``:
+def eigvalsh(a: jax.Array, band: int = 64, *, symmetrize_input: bool = True, stage2: str | None = None,
+             stage3: str | None = None) -> jax.Array:
+    """The eigenvalues, ascending, of ``(a + a^H) / 2`` (``symmetrize_input``, as
+    ``jnp.linalg.eigvalsh``) or of the Hermitian matrix of ``a``'s lower triangle, by the two
+    stages: a (..., N, N), float32 to complex128 (integers as float); returns (..., N) real. ``band``: the half-bandwidth of stage 1. ``stage2``:
     "native" (csrc/band.cu, on an NVIDIA GPU with the native library) or "reference"
     (:func:`band_to_tridiagonal_reference`); default native where available. ``stage3``: see
     :func:`tridiagonal_eigvalsh`. Not differentiable (no JVP rule): ``jaxmg.numpy.linalg.eigvalsh``
@@ -351,6 +352,8 @@ def eigvalsh(a: jax.Array, band: int = 64, *, stage2: str | None = None, stage3:
     stage3 = stage3 or _default_stage3()
     if n == 0:
         return jnp.zeros(a.shape[:-1], jnp.real(a).dtype)
+    if symmetrize_input:
+        a = (a + _ct(a)) / 2
 
     def one(m):
         ab = lower_band(reduce_to_band(m, band), band)

@@ -1,0 +1,153 @@
+"""The two-stage Hermitian eigensolver (jaxmg.kernels.two_stage), each stage against LAPACK by its
+test ratios: stage 1 (dense -> band) and stage 2 (band -> tridiagonal, the reference of
+csrc/band.cu) as orthogonal similarities with exact zeros outside the band, the eigenvalues
+within 30 N eps ||A|| of LAPACK's on random, clustered, graded, repeated and rank-deficient
+spectra, under jit and vmap. The CUDA kernels' arithmetic runs in tests/gpu/two_stage_cases.py."""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import hard_matrices as hm
+from jaxmg.kernels import two_stage as ts
+
+DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
+N, BAND = 24, 4
+
+
+def _wide(x):
+    return hm.wide(np.asarray(x))
+
+
+@functools.lru_cache(maxsize=None)
+def _stage1(n, band, dtype):
+    return jax.jit(lambda a: ts.reduce_to_band(a, band, reflectors=True, segments=2))
+
+
+def _q_of(ys, tt):
+    """Q = prod_p (I - Y_p T_p Y_p^H), panel 0 first, in double precision."""
+    n = ys.shape[1]
+    q = np.eye(n)
+    for y, t in zip(_wide(ys), _wide(tt)):
+        q = q @ (np.eye(n) - y @ t @ np.conj(y).T)
+    return q
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_stage1_is_an_orthogonal_similarity_onto_the_band(dtype):
+    # not exactly Hermitian: the upper triangle is noise, as for jnp.linalg.eigvalsh (UPLO='L')
+    a = hm.matrix("clustered-small", N, N, dtype, structure="hermitian")
+    a = a + np.triu(hm.rhs(N, N, dtype), 1)
+    b_mat, ys, tt = _stage1(N, BAND, dtype)(a)
+    ah, b_mat = _wide(hm.hermitian_of_lower(a)), np.asarray(b_mat)
+    i, j = np.indices((N, N))
+    assert np.all(b_mat[np.abs(i - j) > BAND] == 0), "entries outside the band are not exactly zero"
+    assert np.array_equal(b_mat, np.conj(b_mat).T), "B is not exactly Hermitian"
+    q = _q_of(ys, tt)
+    assert hm.orthogonality(q, dtype) <= hm.THRESHOLD
+    assert hm.factor_error(ah, q @ _wide(b_mat) @ np.conj(q).T, dtype) <= hm.THRESHOLD
+
+
+def _random_band(n, band, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, n)) + (1j * rng.standard_normal((n, n)) if hm.is_complex(dtype) else 0)
+    i, j = np.indices((n, n))
+    low = np.where((i > j) & (i - j <= band), x, 0)
+    return (low + np.conj(low).T + np.diag(rng.standard_normal(n))).astype(dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _stage2(vectors):
+    return jax.jit(functools.partial(ts.band_to_tridiagonal_reference, vectors=vectors))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("n,band", [(N, BAND), (33, 8)])
+def test_stage2_is_an_orthogonal_similarity_onto_a_tridiagonal(dtype, n, band):
+    b_mat = _random_band(n, band, dtype)
+    d, e, q = _stage2(True)(ts.lower_band(jnp.asarray(b_mat), band))
+    d, e, q = np.asarray(d), np.asarray(e), _wide(q)
+    assert d.dtype == hm.real_dtype(dtype) and e.dtype == np.dtype(dtype) and e.shape == (n - 1,)
+    t = np.diag(d).astype(q.dtype) + np.diag(_wide(e), -1) + np.diag(np.conj(_wide(e)), 1)
+    assert hm.orthogonality(q, dtype) <= hm.THRESHOLD
+    assert hm.factor_error(_wide(b_mat), q @ t @ np.conj(q).T, dtype) <= hm.THRESHOLD
+    w = np.linalg.eigvalsh(_wide(b_mat))
+    tri = np.linalg.eigvalsh(t)
+    assert hm.value_error(tri, w, np.linalg.norm(_wide(b_mat), 2), n, dtype) <= hm.THRESHOLD
+
+
+def test_stage2_leaves_a_tridiagonal_alone_and_a_diagonal_band():
+    b_mat = _random_band(N, 1, np.float64)
+    d, e = ts.band_to_tridiagonal_reference(ts.lower_band(jnp.asarray(b_mat), BAND))
+    np.testing.assert_array_equal(d, np.diag(b_mat))
+    np.testing.assert_array_equal(np.abs(e), np.abs(np.diag(b_mat, -1)))
+
+
+@functools.lru_cache(maxsize=None)
+def _eigvalsh(band, stage3="sterf"):
+    return jax.jit(lambda a: ts.eigvalsh(a, band, stage3=stage3))
+
+
+KINDS = ["geometric-1e2", "geometric-1e15", "clustered-small", "clustered-large", "repeated", "rank-deficient",
+         "graded-rows", "zero"]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex64], ids=lambda d: np.dtype(d).name)
+def test_eigenvalues_match_lapack_on_hard_spectra(dtype):
+    f = _eigvalsh(BAND)
+    failures = []
+    for kind in KINDS:
+        a = hm.matrix(kind, N, N, dtype, structure="hermitian")
+        ah = _wide(hm.hermitian_of_lower(a))
+        ratio = hm.value_error(f(a), np.linalg.eigvalsh(ah), np.linalg.norm(ah, 2), N, dtype)
+        if not ratio <= hm.THRESHOLD:
+            failures.append((kind, ratio))
+    assert not failures, failures
+
+
+@pytest.mark.parametrize("stage3", ["sterf", "bisection"])
+def test_eigvalsh_in_jit_and_vmap_as_jnp(stage3):
+    a = hm.rhs(3 * N, N, np.float32).reshape(3, N, N)  # general matrices: (a + a^H) / 2, as jnp
+    want = np.asarray(jnp.linalg.eigvalsh(a.astype(np.float64)))
+    got = jax.vmap(_eigvalsh(BAND, stage3))(a)
+    assert got.shape == (3, N) and got.dtype == np.float32
+    scale = max(np.linalg.norm(m.astype(np.float64), 2) for m in a)
+    assert hm.value_error(got, want, scale, N, np.float32) <= hm.THRESHOLD
+    eager = ts.eigvalsh(a, BAND, stage3=stage3)  # a stack, eagerly
+    assert hm.value_error(eager, want, scale, N, np.float32) <= hm.THRESHOLD
+
+
+@pytest.mark.parametrize("n,band", [(1, 4), (2, 4), (3, 2), (6, 5), (6, 1)])
+def test_small_orders_and_wide_bands(n, band):
+    a = _random_band(n, n, np.complex128, seed=n)
+    w = ts.eigvalsh(a, band)
+    np.testing.assert_allclose(w, np.linalg.eigvalsh(a), atol=30 * n * 2.3e-16 * max(np.linalg.norm(a, 2), 1))
+
+
+def test_lower_band_storage_round_trip():
+    b_mat = _random_band(7, 2, np.complex64)
+    ab = ts.lower_band(jnp.asarray(b_mat), 2)
+    assert ab.shape == (3, 7) and ab[2, 5] == 0 and ab[1, 3] == b_mat[4, 3]
+    np.testing.assert_array_equal(ts.dense_from_lower_band(ab), b_mat)
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="band must be a positive int"):
+        ts.eigvalsh(np.eye(4), 0)
+    with pytest.raises(ValueError, match=r"square matrix .* got shape \(4, 3\)"):
+        ts.eigvalsh(np.ones((4, 3)), 2)
+    with pytest.raises(ValueError, match="stage2 must be"):
+        ts.eigvalsh(np.eye(4), 2, stage2="gpu")
+    with pytest.raises(ValueError, match="method must be one of"):
+        ts.tridiagonal_eigvalsh(jnp.ones(3), jnp.ones(2), method="qr")
+    with pytest.raises(ValueError, match="one matrix"):
+        ts.reduce_to_band(np.ones((2, 4, 4)), 2)
+    lower_only = np.tril(_random_band(5, 5, np.float64)) + np.triu(np.full((5, 5), 7.0), 1)
+    np.testing.assert_allclose(ts.eigvalsh(lower_only, 2, symmetrize_input=False),
+                               np.linalg.eigvalsh(lower_only, UPLO="L"), atol=1e-13)
+    w = ts.eigvalsh(np.diag(np.arange(4)), 2)  # integers as float, as jnp.linalg.eigvalsh
+    np.testing.assert_allclose(w, [0, 1, 2, 3])

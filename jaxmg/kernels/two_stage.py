@@ -343,14 +343,20 @@ def eigvalsh(a: jax.Array, band: int = 64, *, symmetrize_input: bool = True, sta
     :func:`tridiagonal_eigvalsh`. Not differentiable (no JVP rule): ``jaxmg.numpy.linalg.eigvalsh``
     is."""
     a = _check_square(a, "eigvalsh")
-    n = a.shape[-1]
-    band = _check_band(band, n, "eigvalsh")
+    band = _check_band(band, a.shape[-1], "eigvalsh")
     from .native import band as native_band
     stage2 = stage2 or ("native" if jax.default_backend() == "gpu" and native_band.available() else "reference")
     if stage2 not in ("native", "reference"):
         raise ValueError(f"eigvalsh: stage2 must be 'native' or 'reference'; got {stage2!r}")
     stage3 = stage3 or _default_stage3()
-    if n == 0:
+    if stage3 not in STAGE3_METHODS:
+        raise ValueError(f"eigvalsh: stage3 must be one of {STAGE3_METHODS}; got {stage3!r}")
+    return _eigvalsh(a, band, bool(symmetrize_input), stage2, stage3)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
+def _eigvalsh(a, band: int, symmetrize_input: bool, stage2: str, stage3: str):
+    if a.shape[-1] == 0:
         return jnp.zeros(a.shape[:-1], jnp.real(a).dtype)
     if symmetrize_input:
         a = (a + _ct(a)) / 2

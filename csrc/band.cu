@@ -158,7 +158,10 @@ __device__ void larfg(const TaskShared<T>& sh, int b) {
   const R scale = block_max(m, sh.red);
   R s2 = 0;
   if (scale > 0)
-    for (int k = 1 + threadIdx.x; k < b; k += blockDim.x) s2 += abs2(sh.x[k]) / (scale * scale);
+    for (int k = 1 + threadIdx.x; k < b; k += blockDim.x) {
+      const R xr = re(sh.x[k]) / scale, xi = im(sh.x[k]) / scale;  // scaled first: no underflow
+      s2 += xr * xr + xi * xi;
+    }
   const R xnorm = scale * sqrt(block_sum(s2, sh.red));
   if (threadIdx.x == 0) {
     const T alpha = sh.x[0];
@@ -255,10 +258,9 @@ __global__ void chase_kernel(Band<T> A, int64_t n, int b, int* counter, int* pro
       __syncthreads();
       const int64_t c = t == 0 ? i : i + 1 + (int64_t)(t - 1) * b;
       chase_task(A, sh, c, t == 0 ? 1 : b, b);
-      if (threadIdx.x == 0) {
-        __threadfence();
-        atomicExch(progress + i, t + 1);
-      }
+      __threadfence();  // every thread's writes of the task, before the flag that publishes them
+      __syncthreads();
+      if (threadIdx.x == 0) atomicExch(progress + i, t + 1);
     }
   }
 }

@@ -23,8 +23,9 @@ matrix products and the memory-bound work is confined to a band.
    same: on the window of 3b rows and columns starting at column ``c``, a reflector from column
    ``c``'s rows ``d .. d + b - 1`` (d = 1 for a sweep's first task, b after), applied on both sides
    as ``A -= w v^H + v w^H``. This module holds the reference, in XLA's operations (one
-   ``fori_loop`` over the sweeps, one over a sweep's tasks); the CUDA kernel of the same task
-   order is ``csrc/band.cu``.
+   ``fori_loop`` over the tasks of :func:`task_order`); the CUDA kernel of the same tasks is
+   ``csrc/band.cu``, its sweeps pipelined over thread blocks (:data:`PIPELINE_LAG`), an order
+   that :func:`task_order` replays on the reference.
 3. **Tridiagonal eigenvalues** (:func:`tridiagonal_eigvalsh`) in O(N^2): LAPACK's ``sterf``
    through a host callback, or bisection (JAX's ``eigh_tridiagonal``, or the CUDA kernel of
    ``csrc/band.cu``). A Hermitian tridiagonal has the eigenvalues of the real one with ``|e|``.
@@ -221,17 +222,43 @@ def dense_from_lower_band(ab: jax.Array) -> jax.Array:
 
 # --- stage 2: band -> tridiagonal (the reference of csrc/band.cu) -----------------------------
 
-def sweep_tasks(n: int, band: int, sweep):
+#: Task t of sweep i runs once sweep i - 1 has completed its tasks up to t + 3 (csrc/band.cu):
+#: task t' of sweep i - 1 starts at row i + (t' - 1) b, past the end of task t's window
+#: (i + 1 + (t + 2) b) exactly when t' >= t + PIPELINE_LAG.
+PIPELINE_LAG = 4
+
+
+def sweep_tasks(n: int, band: int, sweep: int) -> int:
     """How many tasks sweep ``sweep`` (0 .. N - 3) has: its reflectors start at rows
     ``sweep + 1 + t * band`` <= N - 2."""
     return (n - 3 - sweep) // band + 1
 
 
-def task_window(sweep, task, band: int):
+def task_window(sweep: int, task: int, band: int) -> tuple[int, int]:
     """(c, d) of a task: its window starts at row and column c, its reflector takes column c's
     rows ``c + d .. c + d + band - 1`` (d = 1 for a sweep's first task, band after)."""
-    first = task == 0
-    return jnp.where(first, sweep, sweep + 1 + (task - 1) * band), jnp.where(first, 1, band)
+    return (sweep, 1) if task == 0 else (sweep + 1 + (task - 1) * band, band)
+
+
+def task_order(n: int, band: int, lag: int | None = None) -> np.ndarray:
+    """The tasks' (c, d) (T x 2) in the order they run: sweep after sweep (``lag`` None,
+    LAPACK's sequential order), or as csrc/band.cu's kernel may run them, every sweep on its own
+    thread block: in rounds, each sweep whose next task t has sweep i - 1's tasks up to
+    ``t + lag - 1`` completed (all of them, near its end) runs it, the later sweeps of a round
+    first."""
+    sweeps = max(n - 2, 0) if band > 1 else 0
+    counts = [sweep_tasks(n, band, i) for i in range(sweeps)]
+    if lag is None:
+        order = [task_window(i, t, band) for i in range(sweeps) for t in range(counts[i])]
+        return np.array(order, dtype=np.int32).reshape(-1, 2)
+    done, order = [0] * sweeps, []
+    while any(done[i] < counts[i] for i in range(sweeps)):
+        ready = [i for i in range(sweeps) if done[i] < counts[i]
+                 and (i == 0 or done[i - 1] >= min(done[i] + lag, counts[i - 1]))]
+        for i in reversed(ready):
+            order.append(task_window(i, done[i], band))
+            done[i] += 1
+    return np.array(order, dtype=np.int32).reshape(-1, 2)
 
 
 def _chase_task(a, q, c, d, band: int):
@@ -254,38 +281,37 @@ def _chase_task(a, q, c, d, band: int):
 
 
 @functools.partial(jax.jit, static_argnames=("vectors",))
-def _chase(ab, vectors: bool):
+def _chase(ab, tasks, vectors: bool):
     band, n = ab.shape[0] - 1, ab.shape[1]
     pad = 3 * band
     a = jnp.pad(dense_from_lower_band(ab), ((0, pad), (0, pad)))
     q = jnp.eye(n + pad, dtype=ab.dtype) if vectors else None
 
-    def sweep(i, carry):
-        def task(t, carry):
-            c, d = task_window(i, t, band)
-            return _chase_task(*carry, c, d, band)
-        return lax.fori_loop(0, sweep_tasks(n, band, i), task, carry)
+    def task(k, carry):
+        return _chase_task(*carry, tasks[k, 0], tasks[k, 1], band)
 
-    if band > 1:
-        a, q = lax.fori_loop(0, max(n - 2, 0), sweep, (a, q))
+    if tasks.shape[0]:
+        a, q = lax.fori_loop(0, tasks.shape[0], task, (a, q))
     idx = jnp.arange(n)
     d = jnp.real(a[idx, idx])
     e = a[idx[1:], idx[:-1]]
     return (d, e, q[:n, :n]) if vectors else (d, e)
 
 
-def band_to_tridiagonal_reference(ab: jax.Array, *, vectors: bool = False):
+def band_to_tridiagonal_reference(ab: jax.Array, *, vectors: bool = False, lag: int | None = None):
     """Stage 2 in XLA's operations, task for task as ``csrc/band.cu``: the Hermitian band matrix
     B in lower band storage ab ((b + 1, N), :func:`lower_band`) reduced to a Hermitian
     tridiagonal ``T = Q^H B Q`` by bulge chasing. Returns ``(d, e)`` (d: N real, the diagonal;
-    e: N - 1, the subdiagonal, complex for complex B), and Q (N, N) with ``vectors``.
-    Sequential tasks on a dense copy: a reference for tests and small matrices, not for speed."""
+    e: N - 1, the subdiagonal, complex for complex B), and Q (N, N) with ``vectors``. The tasks
+    run in :func:`task_order` (``lag``: the pipelined order of the CUDA kernel, which gives the
+    same result bit for bit). One task after another on a dense copy: a reference for tests and
+    small matrices, not for speed."""
     ab = jnp.asarray(ab)
     if ab.ndim != 2 or ab.shape[0] < 1:
         raise ValueError(f"band_to_tridiagonal_reference: ab must be lower band storage (band + 1, N); got shape {ab.shape}")
     if ab.dtype not in _DTYPES:
         raise ValueError(f"band_to_tridiagonal_reference: ab's dtype must be float32 to complex128; got {ab.dtype}")
-    return _chase(ab, vectors)
+    return _chase(ab, jnp.asarray(task_order(ab.shape[1], ab.shape[0] - 1, lag)), vectors)
 
 
 # --- stage 3: tridiagonal eigenvalues ----------------------------------------------------------

@@ -345,18 +345,43 @@ def tridiagonal_eigvalsh(d: jax.Array, e: jax.Array, *, method: str = "sterf") -
 
 # --- composition -------------------------------------------------------------------------------
 
-def _default_stage3() -> str:
+def _default_stage2() -> str:
     from .native import band as native_band
-    if jax.default_backend() == "gpu" and native_band.available():
+    return "native" if jax.default_backend() == "gpu" and native_band.available() else "reference"
+
+
+def _default_stage3() -> str:
+    if _default_stage2() == "native":
         return "native"
     return "sterf" if jax.default_backend() == "cpu" else "bisection"
 
 
-def _stage2(ab, stage2: str):
-    if stage2 == "native":
-        from .native import band as native_band
-        return native_band.band_to_tridiagonal(ab)
-    return band_to_tridiagonal_reference(ab)
+def _checked_stages(stage2: str | None, stage3: str | None, who: str) -> tuple[str, str]:
+    stage2, stage3 = stage2 or _default_stage2(), stage3 or _default_stage3()
+    if stage2 not in ("native", "reference"):
+        raise ValueError(f"{who}: stage2 must be 'native' or 'reference'; got {stage2!r}")
+    if stage3 not in STAGE3_METHODS:
+        raise ValueError(f"{who}: stage3 must be one of {STAGE3_METHODS}; got {stage3!r}")
+    return stage2, stage3
+
+
+def band_eigvalsh(ab: jax.Array, *, stage2: str | None = None, stage3: str | None = None) -> jax.Array:
+    """Stages 2 and 3: the eigenvalues, ascending, of the Hermitian band matrix in lower band
+    storage ab ((..., b + 1, N), :func:`lower_band`). ``stage2``: "native" (csrc/band.cu, on an
+    NVIDIA GPU with the native library) or "reference" (:func:`band_to_tridiagonal_reference`),
+    by default native where it can run; ``stage3``: see :func:`tridiagonal_eigvalsh`, by default
+    native on a GPU with the native library, sterf on CPUs, bisection elsewhere."""
+    stage2, stage3 = _checked_stages(stage2, stage3, "band_eigvalsh")
+
+    def one(ab):
+        if stage2 == "native":
+            from .native import band as native_band
+            d, e = native_band.band_to_tridiagonal(ab)
+        else:
+            d, e = band_to_tridiagonal_reference(ab)
+        return tridiagonal_eigvalsh(d, e, method=stage3)
+
+    return jnp.vectorize(one, signature="(k,n)->(n)")(jnp.asarray(ab))
 
 
 def eigvalsh(a: jax.Array, band: int = 64, *, symmetrize_input: bool = True, stage2: str | None = None,
@@ -370,13 +395,7 @@ def eigvalsh(a: jax.Array, band: int = 64, *, symmetrize_input: bool = True, sta
     is."""
     a = _check_square(a, "eigvalsh")
     band = _check_band(band, a.shape[-1], "eigvalsh")
-    from .native import band as native_band
-    stage2 = stage2 or ("native" if jax.default_backend() == "gpu" and native_band.available() else "reference")
-    if stage2 not in ("native", "reference"):
-        raise ValueError(f"eigvalsh: stage2 must be 'native' or 'reference'; got {stage2!r}")
-    stage3 = stage3 or _default_stage3()
-    if stage3 not in STAGE3_METHODS:
-        raise ValueError(f"eigvalsh: stage3 must be one of {STAGE3_METHODS}; got {stage3!r}")
+    stage2, stage3 = _checked_stages(stage2, stage3, "eigvalsh")
     return _eigvalsh(a, band, bool(symmetrize_input), stage2, stage3)
 
 
@@ -388,8 +407,6 @@ def _eigvalsh(a, band: int, symmetrize_input: bool, stage2: str, stage3: str):
         a = (a + _ct(a)) / 2
 
     def one(m):
-        ab = lower_band(reduce_to_band(m, band), band)
-        d, e = _stage2(ab, stage2)
-        return tridiagonal_eigvalsh(d, e, method=stage3)
+        return band_eigvalsh(lower_band(reduce_to_band(m, band), band), stage2=stage2, stage3=stage3)
 
     return jnp.vectorize(one, signature="(n,n)->(n)")(a)

@@ -4,6 +4,8 @@
     python benchmarks/bench_eigen.py --cases svd polar --sizes --stacks 512x256 1024x256:float64
     python benchmarks/bench_eigen.py --cases eigvalsh eigh --sizes 8192 16384 --stacks --dtypes float64
     python benchmarks/bench_eigen.py --sizes 64 --stacks 8x48 --runs 2   # tiny, on CPU
+    python benchmarks/bench_eigen.py --cases eigvalsh --impls jax jaxmg.two_stage --sizes 8192 16384 \
+        --stacks --bands 32 64 128                                       # the two-stage solver's stages
 
 Cases, each with jaxmg's function as users call it (``jaxmg.numpy.linalg`` and
 ``jaxmg.scipy.linalg``, backend ``auto``) and JAX's counterpart in the same run:
@@ -14,6 +16,11 @@ Cases, each with jaxmg's function as users call it (``jaxmg.numpy.linalg`` and
   svd, svdvals: ``la.svd(a, full_matrices=False)``, ``la.svdvals(a)``;
   polar: ``jaxmg.scipy.linalg.polar(a)``; JAX's twice: through ``jnp.linalg.svd`` (impl "jax":
       U V^H and V S V^H) and ``jax.scipy.linalg.polar`` (impl "jax.scipy").
+  eigvalsh also with impl "jaxmg.two_stage": ``jaxmg.kernels.two_stage.eigvalsh(a, band)`` for
+      every ``--bands`` width (which ``auto`` does not run), with the time of stage 1 (dense ->
+      band: ``stage1_s``), of stages 2 and 3 (band -> tridiagonal -> eigenvalues: ``stage23_s``),
+      and ``value_error``: the largest |w - w_jax| / (N eps max |w_jax|) against
+      ``jnp.linalg.eigvalsh`` in the same process.
 
 Problems: one N x N matrix per ``--sizes`` entry and ``--dtypes`` dtype, and stacks
 ``COUNTxORDER[:DTYPE]`` (``--stacks``; without a dtype, one stack per ``--dtypes`` entry) of
@@ -26,7 +33,7 @@ or a time-out is recorded and the run goes on): it compiles and times the first 
 (``first_call_s``), then ``--runs`` calls (``median_s``, ``times_s``). One JSON line per record
 (``--out``, default benchmarks/results/MACHINE/DATE/eigen.jsonl): bench, case, impl, N, count (0
 for one matrix), dtype, device_kind, platform, jax, first_call_s, median_s, times_s, runs,
-per_matrix_s (stacks), orthogonality and backward_error (svd and polar: the largest over the
+per_matrix_s (stacks), band, stage1_s, stage23_s and value_error (jaxmg.two_stage), orthogonality and backward_error (svd and polar: the largest over the
 problem's matrices of ||U^H U - I||_F / (N eps) and ||A - U S V^H||_F / (||A||_F N eps), LAPACK's
 ratios, which its tests hold to 30), ratio (over JAX's time for the same case and problem, on jaxmg's and
 "jax.scipy"'s records, where JAX's ran), or error.
@@ -47,6 +54,7 @@ sys.path.insert(0, str(HERE.parent))
 from _common import emit, results_path, worker_env  # noqa: E402
 
 CASES = ("eigvalsh", "eigh", "sygvd", "svd", "svdvals", "polar")
+IMPLS = ("jax", "jaxmg", "jax.scipy", "jaxmg.two_stage")
 STACKS = ("512x32:float32", "512x64:float32", "512x128:float32", "512x256:float32", "512x512:float32",
           "1024x256:float64")
 
@@ -58,11 +66,14 @@ def _args(argv=None):
     p.add_argument("--sizes", type=int, nargs="*", default=[8192, 16384, 32768], help="orders of one matrix")
     p.add_argument("--stacks", nargs="*", default=list(STACKS), help="COUNTxORDER[:DTYPE] stacks")
     p.add_argument("--dtypes", nargs="+", default=["float64", "float32"])
-    p.add_argument("--impls", nargs="+", default=["jax", "jaxmg", "jax.scipy"], choices=["jax", "jaxmg", "jax.scipy"])
+    p.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS)
+    p.add_argument("--bands", type=int, nargs="+", default=[32, 64, 128],
+                   help="half-bandwidths of jaxmg.two_stage (eigvalsh)")
     p.add_argument("--runs", type=int, default=5, help="timed calls after the first (median reported)")
     p.add_argument("--timeout", type=int, default=600, help="seconds for one case's process")
     p.add_argument("--out", default=str(results_path("eigen.jsonl")))
     p.add_argument("--child", nargs=5, metavar=("CASE", "IMPL", "COUNT", "N", "DTYPE"), help=argparse.SUPPRESS)
+    p.add_argument("--band", type=int, default=64, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -76,11 +87,15 @@ def problems(args) -> list[tuple[int, int, str]]:
     return out
 
 
-def _functions(case: str, impl: str):
+def _functions(case: str, impl: str, band: int = 64):
     """(f, needs_b) for one case and implementation, or raise ValueError where it has none."""
     import jax
     import jax.numpy as jnp
 
+    if impl == "jaxmg.two_stage" and case == "eigvalsh":
+        from jaxmg.kernels import two_stage
+
+        return (lambda a: two_stage.eigvalsh(a, band)), False
     if impl == "jaxmg":
         import jaxmg.numpy.linalg as la
         import jaxmg.scipy.linalg as sla
@@ -95,7 +110,7 @@ def _functions(case: str, impl: str):
         table = {"eigvalsh": jnp.linalg.eigvalsh, "eigh": jnp.linalg.eigh, "sygvd": jax.scipy.linalg.eigh,
                  "svdvals": jnp.linalg.svdvals, "svd": lambda a: jnp.linalg.svd(a, full_matrices=False),
                  "polar": polar_by_svd}
-    elif case == "polar":
+    elif case == "polar" and impl == "jax.scipy":
         return jax.scipy.linalg.polar, False
     else:
         raise ValueError(f"{impl} has no {case}")
@@ -142,7 +157,44 @@ def _accuracy(case: str, a, out, dtype: str) -> dict:
     return {"orthogonality": float(orth), "backward_error": float(back)}
 
 
-def child(case: str, impl: str, count: str, n: str, dtype: str, runs: int) -> None:
+def _timed(call, args, runs: int) -> tuple[float, list]:
+    """The first call's time (compilation included) and ``runs`` further calls' times, in s."""
+    import jax
+
+    start = time.perf_counter()
+    jax.block_until_ready(call(*args))
+    first = time.perf_counter() - start
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        jax.block_until_ready(call(*args))
+        times.append(time.perf_counter() - start)
+    return first, times
+
+
+def _two_stage_parts(a, band: int, dtype: str, runs: int) -> dict:
+    """jaxmg.two_stage's stages timed on their own (stage 1; stages 2 and 3 on its band), and
+    its eigenvalues' distance to ``jnp.linalg.eigvalsh``'s."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxmg.kernels import two_stage
+
+    def stage1(m):
+        return two_stage.lower_band(two_stage.reduce_to_band(m, band), band)
+
+    stage1 = jax.jit(jnp.vectorize(stage1, signature="(n,n)->(k,n)"))
+    stage23 = jax.jit(two_stage.band_eigvalsh)
+    ab = stage1(a)
+    out = {"band": band, "stage1_s": statistics.median(_timed(stage1, (a,), runs)[1]),
+           "stage23_s": statistics.median(_timed(stage23, (ab,), runs)[1])}
+    w, ref = jax.jit(lambda m: two_stage.eigvalsh(m, band))(a), jax.jit(jnp.linalg.eigvalsh)(a)
+    scale = jnp.max(jnp.abs(ref)) * a.shape[-1] * float(jnp.finfo(dtype).eps)
+    out["value_error"] = float(jnp.max(jnp.abs(w - ref)) / scale)
+    return out
+
+
+def child(case: str, impl: str, count: str, n: str, dtype: str, runs: int, band: int = 64) -> None:
     """One (case, impl, problem) in this process: its record on stdout (``RECORD {...}``)."""
     import jax
 
@@ -152,31 +204,29 @@ def child(case: str, impl: str, count: str, n: str, dtype: str, runs: int) -> No
     rec = dict(bench="eigen", case=case, impl=impl, N=n, count=count, dtype=dtype, device_kind=device.device_kind,
                platform=device.platform, jax=jax.__version__, date=time.strftime("%Y-%m-%d"))
     try:
-        fn, needs_b = _functions(case, impl)
+        fn, needs_b = _functions(case, impl, band)
         a, b = _inputs(count, n, dtype, case)
         call = jax.jit(fn)
         args = (a, b) if needs_b else (a,)
-        start = time.perf_counter()
-        jax.block_until_ready(call(*args))
-        rec["first_call_s"] = time.perf_counter() - start
-        times = []
-        for _ in range(runs):
-            start = time.perf_counter()
-            jax.block_until_ready(call(*args))
-            times.append(time.perf_counter() - start)
+        rec["first_call_s"], times = _timed(call, args, runs)
         rec.update(median_s=statistics.median(times), times_s=times, runs=len(times))
         if count:
             rec["per_matrix_s"] = rec["median_s"] / count
         if case in ("svd", "polar"):
             rec.update(_accuracy(case, a, call(a), dtype))
+        if impl == "jaxmg.two_stage":
+            rec.update(_two_stage_parts(a, band, dtype, runs))
     except Exception as e:  # out of memory, a function this JAX lacks: recorded, never hidden
         rec["error"] = f"{type(e).__name__}: {str(e)[:1000]}"
     print("RECORD " + json.dumps(rec), flush=True)
 
 
-def _run_child(args, case, impl, count, n, dtype) -> dict:
+def _run_child(args, case, impl, count, n, dtype, band=None) -> dict:
     command = [sys.executable, str(HERE), "--child", case, impl, str(count), str(n), dtype, "--runs", str(args.runs)]
     base = dict(bench="eigen", case=case, impl=impl, N=n, count=count, dtype=dtype)
+    if band is not None:
+        command += ["--band", str(band)]
+        base["band"] = band
     try:
         proc = subprocess.run(command, capture_output=True, text=True, env=worker_env(HERE.parents[1]),
                               timeout=args.timeout)
@@ -191,21 +241,31 @@ def _run_child(args, case, impl, count, n, dtype) -> dict:
 def main(argv=None):
     args = _args(argv)
     if args.child:
-        child(*args.child, runs=args.runs)
+        child(*args.child, runs=args.runs, band=args.band)
         return
-    order = [i for i in ("jax", "jaxmg", "jax.scipy") if i in args.impls]  # JAX's first: the ratios' reference
+    order = [i for i in IMPLS if i in args.impls]  # JAX's first: the ratios' reference
     for count, n, dtype in problems(args):
         for case in args.cases:
             reference = None
-            for impl in order:
-                if impl == "jax.scipy" and case != "polar":
-                    continue
-                rec = _run_child(args, case, impl, count, n, dtype)
+            for impl, band in _runs(order, case, args.bands):
+                rec = _run_child(args, case, impl, count, n, dtype, band)
                 if impl == "jax":
                     reference = rec.get("median_s")
                 elif reference and "median_s" in rec:
                     rec["ratio"] = rec["median_s"] / reference
                 emit(args.out, rec)
+
+
+def _runs(order, case: str, bands) -> list:
+    """(impl, band) of a case's runs: jax.scipy for polar only, jaxmg.two_stage for eigvalsh
+    only (once per band), the others once (band None)."""
+    out = []
+    for impl in order:
+        if impl == "jaxmg.two_stage":
+            out += [(impl, band) for band in bands] if case == "eigvalsh" else []
+        elif impl != "jax.scipy" or case == "polar":
+            out.append((impl, None))
+    return out
 
 
 if __name__ == "__main__":

@@ -128,6 +128,16 @@ def hermitian_of_lower(a: np.ndarray) -> np.ndarray:
     return strict + np.conj(strict).T + np.diag(np.real(np.diagonal(a)))
 
 
+def hermitian_band(n: int, band: int, dtype, seed: int = 0) -> np.ndarray:
+    """An n x n Hermitian matrix with Gaussian entries within ``band`` of the diagonal (half-
+    bandwidth band, real diagonal), exactly zero beyond it."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, n)) + (1j * rng.standard_normal((n, n)) if is_complex(dtype) else 0)
+    i, j = np.indices((n, n))
+    low = np.where((i > j) & (i - j <= band), x, 0)
+    return (low + np.conj(low).T + np.diag(rng.standard_normal(n))).astype(dtype)
+
+
 def rhs(m: int, k: int, dtype, seed: int = 1) -> np.ndarray:
     rng = np.random.default_rng(seed)
     b = rng.standard_normal((m, k)) + (1j * rng.standard_normal((m, k)) if is_complex(dtype) else 0)

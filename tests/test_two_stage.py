@@ -52,14 +52,6 @@ def test_stage1_is_an_orthogonal_similarity_onto_the_band(dtype):
     assert hm.factor_error(ah, q @ _wide(b_mat) @ np.conj(q).T, dtype) <= hm.THRESHOLD
 
 
-def _random_band(n, band, dtype, seed=0):
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n, n)) + (1j * rng.standard_normal((n, n)) if hm.is_complex(dtype) else 0)
-    i, j = np.indices((n, n))
-    low = np.where((i > j) & (i - j <= band), x, 0)
-    return (low + np.conj(low).T + np.diag(rng.standard_normal(n))).astype(dtype)
-
-
 @functools.lru_cache(maxsize=None)
 def _stage2(vectors):
     return jax.jit(functools.partial(ts.band_to_tridiagonal_reference, vectors=vectors))
@@ -68,7 +60,7 @@ def _stage2(vectors):
 @pytest.mark.parametrize("dtype,n,band", [(d, 33, 8) for d in DTYPES] + [(np.float64, N, BAND)],
                          ids=lambda x: np.dtype(x).name if isinstance(x, type) else str(x))
 def test_stage2_is_an_orthogonal_similarity_onto_a_tridiagonal(dtype, n, band):
-    b_mat = _random_band(n, band, dtype)
+    b_mat = hm.hermitian_band(n, band, dtype)
     d, e, q = _stage2(True)(ts.lower_band(jnp.asarray(b_mat), band))
     d, e, q = np.asarray(d), np.asarray(e), _wide(q)
     assert d.dtype == hm.real_dtype(dtype) and e.dtype == np.dtype(dtype) and e.shape == (n - 1,)
@@ -81,7 +73,7 @@ def test_stage2_is_an_orthogonal_similarity_onto_a_tridiagonal(dtype, n, band):
 
 
 def test_stage2_leaves_a_tridiagonal_alone_and_a_diagonal_band():
-    b_mat = _random_band(N, 1, np.float64)
+    b_mat = hm.hermitian_band(N, 1, np.float64)
     d, e = ts.band_to_tridiagonal_reference(ts.lower_band(jnp.asarray(b_mat), BAND))
     np.testing.assert_array_equal(d, np.diag(b_mat))
     np.testing.assert_array_equal(np.abs(e), np.abs(np.diag(b_mat, -1)))
@@ -121,13 +113,13 @@ def test_eigvalsh_in_jit_and_vmap_as_jnp():
 
 @pytest.mark.parametrize("n,band", [(1, 4), (2, 4), (3, 2), (6, 5), (6, 1)])
 def test_small_orders_and_wide_bands(n, band):
-    a = _random_band(n, n, np.complex128, seed=n)
+    a = hm.hermitian_band(n, n, np.complex128, seed=n)
     w = ts.eigvalsh(a, band)
     np.testing.assert_allclose(w, np.linalg.eigvalsh(a), atol=30 * n * 2.3e-16 * max(np.linalg.norm(a, 2), 1))
 
 
 def test_lower_band_storage_round_trip():
-    b_mat = _random_band(7, 2, np.complex64)
+    b_mat = hm.hermitian_band(7, 2, np.complex64)
     ab = ts.lower_band(jnp.asarray(b_mat), 2)
     assert ab.shape == (3, 7) and ab[2, 5] == 0 and ab[1, 3] == b_mat[4, 3]
     np.testing.assert_array_equal(ts.dense_from_lower_band(ab), b_mat)
@@ -144,7 +136,7 @@ def test_bad_arguments_are_named():
         ts.tridiagonal_eigvalsh(jnp.ones(3), jnp.ones(2), method="qr")
     with pytest.raises(ValueError, match="one matrix"):
         ts.reduce_to_band(np.ones((2, 4, 4)), 2)
-    lower_only = np.tril(_random_band(5, 5, np.float64)) + np.triu(np.full((5, 5), 7.0), 1)
+    lower_only = np.tril(hm.hermitian_band(5, 5, np.float64)) + np.triu(np.full((5, 5), 7.0), 1)
     np.testing.assert_allclose(ts.eigvalsh(lower_only, 2, symmetrize_input=False),
                                np.linalg.eigvalsh(lower_only, UPLO="L"), atol=1e-13)
     w = ts.eigvalsh(np.diag(np.arange(4)), 2)  # integers as float, as jnp.linalg.eigvalsh
@@ -156,7 +148,7 @@ def test_pipelined_task_order_of_the_cuda_kernel_gives_the_same_tridiagonal(dtyp
     # csrc/band.cu runs task t of sweep i once sweep i - 1 has completed t + PIPELINE_LAG - 1
     # tasks; replayed here (concurrent tasks of a round in reverse), the result is the sequential one.
     n, band = 30, 3
-    ab = ts.lower_band(jnp.asarray(_random_band(n, band, dtype)), band)
+    ab = ts.lower_band(jnp.asarray(hm.hermitian_band(n, band, dtype)), band)
     order = ts.task_order(n, band, ts.PIPELINE_LAG)
     assert sorted(map(tuple, order)) == sorted(map(tuple, ts.task_order(n, band)))
     assert not np.array_equal(order, ts.task_order(n, band)), "the replay must reorder tasks"

@@ -11,11 +11,34 @@ from __future__ import annotations
 import dataclasses
 import functools
 import sys
+import time
+import traceback
 import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLIC_API = None
+#: The verdicts of the cases run so far in this process (:func:`case`).
+RESULTS: list = []
+
+
+def case(name):
+    """Runs the decorated check at once and prints ``CASE <name> PASS|FAIL|SKIP (<s>) <detail>``
+    (detail: what the check returns; a detail starting with "skipped" is shown, never counted)."""
+    def deco(fn):
+        t0 = time.perf_counter()
+        try:
+            detail, ok = fn() or "", True
+        except Exception as e:  # noqa: BLE001
+            ok, detail = False, f"{type(e).__name__}: {str(e)[:700]}"
+            traceback.print_exc()
+        skipped = ok and str(detail).startswith("skipped")  # shown, never counted as a pass
+        if not skipped:
+            RESULTS.append(ok)
+        verdict = "SKIP" if skipped else "PASS" if ok else "FAIL"
+        print(f"CASE {name} {verdict} ({time.perf_counter() - t0:.2f}s) {detail}", flush=True)
+        return fn
+    return deco
 
 
 def load():

@@ -13,8 +13,6 @@ GP gradient is compared with plain JAX's on the same GPU.
 from __future__ import annotations
 
 import sys
-import time
-import traceback
 
 import jax
 import jax.numpy as jnp
@@ -24,31 +22,14 @@ from jax.test_util import check_grads
 from scipy.linalg import lapack
 
 import jaxmg
+from _harness import RESULTS, case
 from jaxmg.kernels.solver import potrf
 from jaxmg.kernels.status import cholesky_status
 
 jax.config.update("jax_enable_x64", True)
-RESULTS: list = []
 DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
 POTRF = {np.float32: lapack.spotrf, np.float64: lapack.dpotrf, np.complex64: lapack.cpotrf,
          np.complex128: lapack.zpotrf}
-
-
-def case(name):
-    def deco(fn):
-        t0 = time.perf_counter()
-        try:
-            detail, ok = fn() or "", True
-        except Exception as e:  # noqa: BLE001
-            ok, detail = False, f"{type(e).__name__}: {str(e)[:700]}"
-            traceback.print_exc()
-        skipped = ok and str(detail).startswith("skipped")  # shown, never counted as a pass
-        if not skipped:
-            RESULTS.append(ok)
-        verdict = "SKIP" if skipped else "PASS" if ok else "FAIL"
-        print(f"CASE {name} {verdict} ({time.perf_counter() - t0:.2f}s) {detail}", flush=True)
-        return fn
-    return deco
 
 
 def spd(n, dtype, seed=0):

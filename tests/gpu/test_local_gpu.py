@@ -17,13 +17,19 @@ pytestmark = pytest.mark.gpu
 
 
 def test_local_cases():
+    run_cases("local_cases.py")
+
+
+def run_cases(script: str) -> None:
+    """Runs tests/gpu/``script`` in a fresh process on the GPU (skips where there is none) and
+    fails if it did not run on a GPU or any of its cases failed."""
     if _gpu_count() == 0:
         pytest.skip("no NVIDIA GPU here (nvidia-smi lists none)")
     env = dict(os.environ)
     env.pop("XLA_FLAGS", None)  # the CPU test set-up's simulated devices
     env.pop("JAX_PLATFORMS", None)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("local_cases.py"))], cwd=ROOT, env=env,
+    proc = subprocess.run([sys.executable, str(Path(__file__).with_name(script))], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900)
     lines = [l for l in proc.stdout.splitlines() if l.startswith(("CASE ", "SUMMARY", "DEVICE"))]
     report = "\n".join(lines)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import jax
@@ -22,34 +21,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import hard_matrices as hm  # noqa: E402
+from _harness import RESULTS, case  # noqa: E402
 from jaxmg.kernels import two_stage as ts  # noqa: E402
 from jaxmg.kernels.native import band as native_band  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
-RESULTS: list = []
 DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
-
-
-def case(name):
-    def deco(fn):
-        t0 = time.perf_counter()
-        try:
-            detail, ok = fn() or "", True
-        except Exception as e:  # noqa: BLE001
-            ok, detail = False, f"{type(e).__name__}: {str(e)[:700]}"
-            traceback.print_exc()
-        RESULTS.append(ok)
-        print(f"CASE {name} {'PASS' if ok else 'FAIL'} ({time.perf_counter() - t0:.2f}s) {detail}", flush=True)
-        return fn
-    return deco
-
-
-def random_band(n, band, dtype, seed=0):
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n, n)) + (1j * rng.standard_normal((n, n)) if hm.is_complex(dtype) else 0)
-    i, j = np.indices((n, n))
-    low = np.where((i > j) & (i - j <= band), x, 0)
-    return (low + np.conj(low).T + np.diag(rng.standard_normal(n))).astype(dtype)
 
 
 def tridiagonal_ratio(d, e, reference_matrix, dtype):
@@ -68,7 +45,7 @@ for dtype in DTYPES:
     for n, band in ((7, 3), (200, 8), (515, 32), (1000, 64)):
         @case(f"sb2st_{np.dtype(dtype).name}_n{n}_b{band}")
         def _(n=n, band=band, dtype=dtype):
-            b_mat = random_band(n, band, dtype, seed=n)
+            b_mat = hm.hermitian_band(n, band, dtype, seed=n)
             ab = ts.lower_band(jnp.asarray(b_mat), band)
             d, e = jax.jit(native_band.band_to_tridiagonal)(ab)
             ratio = tridiagonal_ratio(d, e, b_mat, dtype)

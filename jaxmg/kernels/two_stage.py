@@ -210,8 +210,8 @@ def lower_band(b_mat: jax.Array, band: int) -> jax.Array:
     = 0 .. band (zero past the matrix's end). b_mat: (..., N, N) -> (..., band + 1, N)."""
     n = b_mat.shape[-1]
     padded = jnp.pad(b_mat, [(0, 0)] * (b_mat.ndim - 2) + [(0, band), (0, 0)])
-    j = jnp.arange(n)
-    return jnp.stack([padded[..., j + d, j] for d in range(band + 1)], axis=-2)
+    j = jnp.arange(n)[None, :]
+    return padded[..., j + jnp.arange(band + 1)[:, None], j]
 
 
 def dense_from_lower_band(ab: jax.Array) -> jax.Array:

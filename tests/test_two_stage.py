@@ -156,3 +156,26 @@ def test_pipelined_task_order_of_the_cuda_kernel_gives_the_same_tridiagonal(dtyp
     got = ts.band_to_tridiagonal_reference(ab, lag=ts.PIPELINE_LAG)
     for x, y in zip(got, want):
         np.testing.assert_array_equal(x, y)
+
+
+def test_bench_eigen_records_the_two_stage_stages(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root))
+    env.pop("XLA_FLAGS", None)
+    out = tmp_path / "eigen.jsonl"
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_eigen.py"), "--cases", "eigvalsh",
+                           "--impls", "jaxmg.two_stage", "--sizes", "20", "--stacks", "--dtypes", "float64",
+                           "--bands", "3", "--runs", "1", "--out", str(out)],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (rec,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert "error" not in rec, rec
+    assert rec["impl"] == "jaxmg.two_stage" and rec["band"] == 3 and rec["N"] == 20
+    assert rec["median_s"] > 0 and rec["stage1_s"] > 0 and rec["stage23_s"] > 0
+    assert 0 <= rec["value_error"] <= hm.THRESHOLD

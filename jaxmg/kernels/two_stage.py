@@ -14,8 +14,9 @@ matrix products and the memory-bound work is confined to a band.
    offset in it, the reflectors padded with zero rows. Flops: ``6 m^2 b`` per panel on an
    ``m x m`` window (``2 m^2 b`` for ``A Y T``, ``4 m^2 b`` for the update as one product of
    inner dimension 2b), ``2 N^3`` over the panels with exact windows, times
-   ``(S + 1)(2 S + 1) / (2 S^2)`` for S groups of equal panel counts: ``2.39 N^3`` for S = 8,
-   against LAPACK's ``4/3 N^3`` (its her2k updates one triangle).
+   ``(S + 1)(2 S + 1) / (2 S^2)`` for S groups of equal panel counts: ``2.39 N^3`` for S = 8
+   (:data:`SEGMENTS`; fewer below 32 panels), against LAPACK's ``4/3 N^3`` (its her2k updates
+   one triangle).
 2. **Band -> tridiagonal** by bulge chasing (:func:`band_to_tridiagonal_reference`), LAPACK
    ``dsb2st``'s task order: sweep i annihilates column i below its first subdiagonal with one
    reflector of length b (the first task); the reflector applied on the right fills a triangle
@@ -127,9 +128,14 @@ def panel_count(n: int, band: int) -> int:
     return 0 if n < band + 2 else (n - band - 2) // band + 1
 
 
+#: The fewest panels of a group (fewer loops to compile for small matrices).
+MIN_GROUP = 4
+
+
 def _segments(panels: int, segments: int) -> list[tuple[int, int]]:
-    """``[p0, p1)`` ranges of about equal panel counts, at most ``segments`` of them."""
-    s = max(1, min(segments, panels))
+    """``[p0, p1)`` ranges of about equal panel counts, at most ``segments`` of them, each of
+    at least :data:`MIN_GROUP` panels where there are that many."""
+    s = max(1, min(segments, panels // MIN_GROUP))
     edges = [round(k * panels / s) for k in range(s + 1)]
     return [(p0, p1) for p0, p1 in zip(edges[:-1], edges[1:]) if p1 > p0]
 

@@ -236,7 +236,7 @@ __device__ __forceinline__ int sweep_tasks(int64_t n, int b, int64_t i) { return
 template <typename T>
 __global__ void chase_kernel(Band<T> A, int64_t n, int b, int* counter, int* progress) {
   using R = typename RealOf<T>::type;
-  extern __shared__ unsigned char smem_raw[];
+  extern __shared__ __align__(16) unsigned char smem_raw[];
   T* base = reinterpret_cast<T*>(smem_raw);
   TaskShared<T> sh{base, base + b, base + 2 * b, base + 5 * b, reinterpret_cast<R*>(base + 8 * b + 4), base + 8 * b};
   __shared__ int sweep;

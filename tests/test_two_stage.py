@@ -139,6 +139,8 @@ def test_bad_arguments_are_named():
     lower_only = np.tril(hm.hermitian_band(5, 5, np.float64)) + np.triu(np.full((5, 5), 7.0), 1)
     np.testing.assert_allclose(ts.eigvalsh(lower_only, 2, symmetrize_input=False),
                                np.linalg.eigvalsh(lower_only, UPLO="L"), atol=1e-13)
+    with pytest.raises(TypeError, match="no derivative"):
+        jax.grad(lambda a: ts.eigvalsh(a, 2)[0])(np.eye(4))
     w = ts.eigvalsh(np.diag(np.arange(4)), 2)  # integers as float, as jnp.linalg.eigvalsh
     np.testing.assert_allclose(w, [0, 1, 2, 3])
 

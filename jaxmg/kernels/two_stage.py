@@ -395,15 +395,25 @@ def eigvalsh(a: jax.Array, band: int = 64, *, symmetrize_input: bool = True, sta
              stage3: str | None = None) -> jax.Array:
     """The eigenvalues, ascending, of ``(a + a^H) / 2`` (``symmetrize_input``, as
     ``jnp.linalg.eigvalsh``) or of the Hermitian matrix of ``a``'s lower triangle, by the two
-    stages: a (..., N, N), float32 to complex128 (integers as float); returns (..., N) real. ``band``: the half-bandwidth of stage 1. ``stage2``:
-    "native" (csrc/band.cu, on an NVIDIA GPU with the native library) or "reference"
-    (:func:`band_to_tridiagonal_reference`); default native where available. ``stage3``: see
-    :func:`tridiagonal_eigvalsh`. Not differentiable (no JVP rule): ``jaxmg.numpy.linalg.eigvalsh``
-    is."""
+    stages: a (..., N, N), float32 to complex128 (integers as float); returns (..., N) real.
+    ``band``: the half-bandwidth of stage 1. ``stage2``, ``stage3``: see :func:`band_eigvalsh`.
+    It computes no eigenvectors, so it has no derivative: differentiating it raises a TypeError
+    (``jaxmg.numpy.linalg.eigvalsh`` and ``jnp.linalg.eigvalsh`` are differentiable)."""
     a = _check_square(a, "eigvalsh")
     band = _check_band(band, a.shape[-1], "eigvalsh")
     stage2, stage3 = _checked_stages(stage2, stage3, "eigvalsh")
-    return _eigvalsh(a, band, bool(symmetrize_input), stage2, stage3)
+    return _values(a, band, bool(symmetrize_input), stage2, stage3)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3, 4))
+def _values(a, band: int, symmetrize_input: bool, stage2: str, stage3: str):
+    return _eigvalsh(a, band, symmetrize_input, stage2, stage3)
+
+
+@_values.defjvp
+def _values_jvp(band, symmetrize_input, stage2, stage3, primals, tangents):
+    raise TypeError("jaxmg.kernels.two_stage.eigvalsh has no derivative (it computes no eigenvectors): "
+                    "differentiate jaxmg.numpy.linalg.eigvalsh or jnp.linalg.eigvalsh instead")
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))

@@ -5,9 +5,9 @@ tridiagonal reduction of ``syevd`` is bound by matrix-vector products; here the 
 matrix products and the memory-bound work is confined to a band.
 
 1. **Dense -> band** (:func:`reduce_to_band`): for each panel of ``band`` = b columns, a QR of the
-   panel below the band (JAX's ``geqrf``: LAPACK on CPUs, cuSOLVER on GPUs) gives ``Q = I - Y T Y^H`` (compact WY; T from
-   ``T^-1 = diag(1/tau) + striu(Y^H Y)``), and the trailing matrix is updated on both sides as
-   matrix products: ``X = A Y T``, ``W = X - 1/2 Y (T^H Y^H X)``, ``A -= [Y W] [W Y]^H``. The
+   panel below the band (JAX's ``geqrf``: LAPACK on CPUs, cuSOLVER on GPUs) gives
+   ``Q = I - Y T Y^H`` (compact WY; T from ``T^-1 = diag(1/tau) + striu(Y^H Y)``), and the
+   trailing matrix is updated on both sides as matrix products: ``X = A Y T``, ``W = X - 1/2 Y (T^H Y^H X)``, ``A -= [Y W] [W Y]^H``. The
    panel becomes R (and R^H above the diagonal), with exact zeros beyond the band.
    Static shapes: the panels are grouped into ``segments`` groups; a group works on the trailing
    window of its first panel (a static slice), its panels in one ``lax.fori_loop`` at a dynamic
@@ -315,7 +315,8 @@ def band_to_tridiagonal_reference(ab: jax.Array, *, vectors: bool = False, lag: 
     small matrices, not for speed."""
     ab = jnp.asarray(ab)
     if ab.ndim != 2 or ab.shape[0] < 1:
-        raise ValueError(f"band_to_tridiagonal_reference: ab must be lower band storage (band + 1, N); got shape {ab.shape}")
+        raise ValueError("band_to_tridiagonal_reference: ab must be lower band storage (band + 1, N); "
+                         f"got shape {ab.shape}")
     if ab.dtype not in _DTYPES:
         raise ValueError(f"band_to_tridiagonal_reference: ab's dtype must be float32 to complex128; got {ab.dtype}")
     return _chase(ab, jnp.asarray(task_order(ab.shape[1], ab.shape[0] - 1, lag)), vectors)

@@ -7,8 +7,8 @@ matrix products and the memory-bound work is confined to a band.
 1. **Dense -> band** (:func:`reduce_to_band`): for each panel of ``band`` = b columns, a QR of the
    panel below the band (JAX's ``geqrf``: LAPACK on CPUs, cuSOLVER on GPUs) gives
    ``Q = I - Y T Y^H`` (compact WY; T from ``T^-1 = diag(1/tau) + striu(Y^H Y)``), and the
-   trailing matrix is updated on both sides as matrix products: ``X = A Y T``, ``W = X - 1/2 Y (T^H Y^H X)``, ``A -= [Y W] [W Y]^H``. The
-   panel becomes R (and R^H above the diagonal), with exact zeros beyond the band.
+   trailing matrix is updated on both sides as matrix products: ``X = A Y T``,
+   ``W = X - 1/2 Y (T^H Y^H X)``, ``A -= [Y W] [W Y]^H``. The panel becomes R (and R^H above the diagonal), with exact zeros beyond the band.
    Static shapes: the panels are grouped into ``segments`` groups; a group works on the trailing
    window of its first panel (a static slice), its panels in one ``lax.fori_loop`` at a dynamic
    offset in it, the reflectors padded with zero rows. Flops: ``6 m^2 b`` per panel on an

@@ -28,15 +28,16 @@ independent matrices, called on the whole stack (``jaxmg.numpy.linalg`` maps ove
 with ``jax.vmap``: the batch route). Inputs are made on the device (Gaussian entries; symmetrised
 for the eigenproblems).
 
-Each (case, impl, problem) runs in its own process (``--timeout`` seconds; an out-of-memory error
-or a time-out is recorded and the run goes on): it compiles and times the first call
+Each (case, impl, problem) runs in its own process (``--timeout`` seconds; an out-of-memory error or
+a time-out is recorded and the run goes on): it compiles and times the first call
 (``first_call_s``), then ``--runs`` calls (``median_s``, ``times_s``). One JSON line per record
-(``--out``, default benchmarks/results/MACHINE/DATE/eigen.jsonl): bench, case, impl, N, count (0
-for one matrix), dtype, device_kind, platform, jax, first_call_s, median_s, times_s, runs,
-per_matrix_s (stacks), band, stage1_s, stage23_s and value_error (jaxmg.two_stage), orthogonality
-and backward_error (svd and polar: the largest over the problem's matrices of ||U^H U - I||_F / (N eps)
-and ||A - U S V^H||_F / (||A||_F N eps), LAPACK's ratios, which its tests hold to 30), ratio (over JAX's time for the same case and problem, on jaxmg's and
-"jax.scipy"'s records, where JAX's ran), or error.
+(``--out``, default benchmarks/results/MACHINE/DATE/eigen.jsonl): bench, case, impl, N, count (0 for
+one matrix), dtype, device_kind, platform, jax, first_call_s, median_s, times_s, runs, per_matrix_s
+(stacks), band, stage1_s, stage23_s and value_error (jaxmg.two_stage), orthogonality and
+backward_error (svd and polar: the largest over the problem's matrices of ||U^H U - I||_F / (N eps)
+and ||A - U S V^H||_F / (||A||_F N eps), LAPACK's ratios, which its tests hold to 30), ratio (over
+JAX's time for the same case and problem, on jaxmg's and "jax.scipy"'s records, where JAX's ran), or
+error.
 """
 
 from __future__ import annotations

@@ -8,15 +8,15 @@ matrix products and the memory-bound work is confined to a band.
    panel below the band (JAX's ``geqrf``: LAPACK on CPUs, cuSOLVER on GPUs) gives
    ``Q = I - Y T Y^H`` (compact WY; T from ``T^-1 = diag(1/tau) + striu(Y^H Y)``), and the
    trailing matrix is updated on both sides as matrix products: ``X = A Y T``,
-   ``W = X - 1/2 Y (T^H Y^H X)``, ``A -= [Y W] [W Y]^H``. The panel becomes R (and R^H above the diagonal), with exact zeros beyond the band.
-   Static shapes: the panels are grouped into ``segments`` groups; a group works on the trailing
-   window of its first panel (a static slice), its panels in one ``lax.fori_loop`` at a dynamic
-   offset in it, the reflectors padded with zero rows. Flops: ``6 m^2 b`` per panel on an
-   ``m x m`` window (``2 m^2 b`` for ``A Y T``, ``4 m^2 b`` for the update as one product of
-   inner dimension 2b), ``2 N^3`` over the panels with exact windows, times
-   ``(S + 1)(2 S + 1) / (2 S^2)`` for S groups of equal panel counts: ``2.39 N^3`` for S = 8
-   (:data:`SEGMENTS`; fewer below 32 panels), against LAPACK's ``4/3 N^3`` (its her2k updates
-   one triangle).
+   ``W = X - 1/2 Y (T^H Y^H X)``, ``A -= [Y W] [W Y]^H``. The panel becomes R (and R^H above the
+   diagonal), with exact zeros beyond the band. Static shapes: the panels are grouped into
+   ``segments`` groups; a group works on the trailing window of its first panel (a static
+   slice), its panels in one ``lax.fori_loop`` at a dynamic offset in it, the reflectors padded
+   with zero rows. Flops: ``6 m^2 b`` per panel on an ``m x m`` window (``2 m^2 b`` for
+   ``A Y T``, ``4 m^2 b`` for the update as one product of inner dimension 2b), ``2 N^3`` over the
+   panels with exact windows, times ``(S + 1)(2 S + 1) / (2 S^2)`` for S groups of equal panel
+   counts: ``2.39 N^3`` for S = 8 (:data:`SEGMENTS`; fewer below 32 panels), against LAPACK's
+   ``4/3 N^3`` (its her2k updates one triangle).
 2. **Band -> tridiagonal** by bulge chasing (:func:`band_to_tridiagonal_reference`), LAPACK
    ``dsb2st``'s task order: sweep i annihilates column i below its first subdiagonal with one
    reflector of length b (the first task); the reflector applied on the right fills a triangle

@@ -5,7 +5,7 @@ tridiagonal reduction of ``syevd`` is bound by matrix-vector products; here the 
 matrix products and the memory-bound work is confined to a band.
 
 1. **Dense -> band** (:func:`reduce_to_band`): for each panel of ``band`` = b columns, a QR of the
-   panel below the band (JAX's ``geqrf``: LAPACK on CPUs, cuSOLVER on GPUs) gives
+   panel below the band (geqrf through ``jnp.linalg.qr(mode="raw")``: LAPACK on CPUs, cuSOLVER on GPUs) gives
    ``Q = I - Y T Y^H`` (compact WY; T from ``T^-1 = diag(1/tau) + striu(Y^H Y)``), and the
    trailing matrix is updated on both sides as matrix products: ``X = A Y T``,
    ``W = X - 1/2 Y (T^H Y^H X)``, ``A -= [Y W] [W Y]^H``. The panel becomes R (and R^H above the
@@ -44,7 +44,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax._src.lax.linalg import geqrf  # the Householder factor and tau (not in jax.lax.linalg's public names)
 from jax.scipy.linalg import solve_triangular
 
 from .qdwh import _full_precision
@@ -148,7 +147,8 @@ def _panel_qr(cols: jax.Array, start) -> tuple[jax.Array, jax.Array, jax.Array]:
     rows = jnp.arange(m)[:, None]
     active = rows < m - start
     panel = jnp.where(active, jnp.roll(cols, -start, axis=0), 0)
-    qr, tau = geqrf(panel)
+    h, tau = jnp.linalg.qr(panel, mode="raw")  # h is geqrf's factor, transposed as NumPy's
+    qr = jnp.swapaxes(h, -1, -2)
     y = jnp.where(active, jnp.tril(qr, -1) + jnp.eye(m, b, dtype=qr.dtype), 0)
     y = jnp.where(tau[None, :] == 0, 0, y)
     r = jnp.where(rows < b, jnp.triu(qr), 0)

@@ -6,7 +6,8 @@
 //     e (..., n - 1) the subdiagonal (ab's dtype) of the tridiagonal Q^H B Q, by bulge chasing.
 //   jaxmg_tridiagonal_bisection(de) -> w: de (..., 2, n) real (the diagonal; the off-diagonal,
 //     its last entry ignored), w (..., n) the eigenvalues ascending.
-// A leading batch is looped over on the call's stream (sb2st's scratch, from XLA's pool, reused).
+// A leading batch is looped over on the call's stream; sb2st's scratch is a result of the call
+// (jaxmg._native.sb2st_scratch_bytes per matrix), so XLA allocates it with the outputs.
 #include <algorithm>
 
 #include "band.h"
@@ -21,8 +22,8 @@ int64_t batch_of(ffi::Span<const int64_t> dims, size_t matrix_rank) {
   return batch;
 }
 
-ffi::Error Sb2stImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer ab,
-                     ffi::Result<ffi::AnyBuffer> d, ffi::Result<ffi::AnyBuffer> e) {
+ffi::Error Sb2stImpl(cudaStream_t stream, ffi::AnyBuffer ab, ffi::Result<ffi::AnyBuffer> d,
+                     ffi::Result<ffi::AnyBuffer> e, ffi::Result<ffi::AnyBuffer> scratch) {
   auto dims = ab.dimensions();
   if (dims.size() < 2 || dims[dims.size() - 2] < 1)
     return ffi::Error::InvalidArgument("jaxmg_sb2st: ab must be lower band storage (..., b + 1, n)");
@@ -35,14 +36,16 @@ ffi::Error Sb2stImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::An
     return ffi::Error::InvalidArgument(cat("jaxmg_sb2st: d must hold ", batch * n, " reals and e ",
                                            batch * std::max<int64_t>(n - 1, 0), " elements of ab's dtype"));
   try {
-    const int64_t bytes = sb2st_scratch_bytes(n, b, dtype);
-    std::optional<void*> work = scratch.Allocate(bytes, 256);
-    if (!work) fail("jaxmg_sb2st: scratch allocation", cat(bytes, " bytes"));
     const int64_t esize = elem_bytes(dtype), rsize = real_bytes(dtype);
+    const int64_t bytes = sb2st_scratch_bytes(n, b, esize);
+    if ((int64_t)scratch->size_bytes() < batch * bytes)
+      return ffi::Error::InvalidArgument(cat("jaxmg_sb2st: scratch must hold ", batch * bytes,
+                                             " bytes (jaxmg._native.sb2st_scratch_bytes per matrix)"));
     for (int64_t k = 0; k < batch; ++k)
       check_cuda(sb2st(static_cast<const char*>(ab.untyped_data()) + k * (b + 1) * n * esize, n, b, dtype,
                        static_cast<char*>(d->untyped_data()) + k * n * rsize,
-                       static_cast<char*>(e->untyped_data()) + k * std::max<int64_t>(n - 1, 0) * esize, *work, stream),
+                       static_cast<char*>(e->untyped_data()) + k * std::max<int64_t>(n - 1, 0) * esize,
+                       static_cast<char*>(scratch->untyped_data()) + k * bytes, stream),
                  "sb2st");
     return ffi::Error::Success();
   } catch (const std::exception& ex) {
@@ -76,10 +79,10 @@ ffi::Error BisectionImpl(cudaStream_t stream, ffi::AnyBuffer de, ffi::Result<ffi
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_sb2st, Sb2stImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Ctx<ffi::ScratchAllocator>()
                                   .Arg<ffi::AnyBuffer>()    // ab (..., b + 1, n), lower band storage
                                   .Ret<ffi::AnyBuffer>()    // d (..., n), real
-                                  .Ret<ffi::AnyBuffer>());  // e (..., n - 1), ab's dtype
+                                  .Ret<ffi::AnyBuffer>()    // e (..., n - 1), ab's dtype
+                                  .Ret<ffi::AnyBuffer>());  // scratch (..., sb2st_scratch_bytes) uint8
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_tridiagonal_bisection, BisectionImpl,
                               ffi::Ffi::Bind()

@@ -364,8 +364,8 @@ __global__ void bisection_kernel(const R* de, int64_t n, R* w) {
 
 }  // namespace
 
-int64_t sb2st_scratch_bytes(int64_t n, int64_t b, DType dtype) {
-  const int64_t band = (3 * b + 1) * (n + 3 * b) * elem_bytes(dtype);
+int64_t sb2st_scratch_bytes(int64_t n, int64_t b, int64_t elem_size) {
+  const int64_t band = (3 * b + 1) * (n + 3 * b) * elem_size;
   return ((band + 255) / 256) * 256 + (1 + (n > 2 ? n - 2 : 0)) * (int64_t)sizeof(int);
 }
 

@@ -11,8 +11,9 @@
 
 namespace jaxmg {
 
-// Device bytes of the scratch that sb2st needs for an n x n matrix of half-bandwidth b.
-int64_t sb2st_scratch_bytes(int64_t n, int64_t b, DType dtype);
+// Device bytes of the scratch that sb2st needs for an n x n matrix of half-bandwidth b whose
+// elements take elem_size bytes (jaxmg._native.sb2st_scratch_bytes, which the caller allocates).
+int64_t sb2st_scratch_bytes(int64_t n, int64_t b, int64_t elem_size);
 
 // ab: lower band storage ((b + 1) x n, ab[d + j (b + 1)] = B(j + d, j)), read only. Writes the
 // tridiagonal T = Q^H B Q: d (n reals), e (n - 1 elements of dtype, T(j + 1, j)). scratch:

@@ -335,14 +335,14 @@ ffi::Error check_problem(Problem& pb, const ffi::AnyBuffer& a, const ffi::AnyBuf
 }
 
 // potrf (and potrs) in place: a -> factor, b -> x.
-ffi::Error PotrfDispatch(cudaStream_t stream, ffi::ScratchAllocator scratch, Members members, NcclId id, Rank rank,
+ffi::Error PotrfDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank,
                          ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> factor,
                          ffi::Result<ffi::AnyBuffer> x, ffi::Result<ffi::AnyBuffer> logdet,
                          ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n, int64_t tile, int64_t pr, int64_t pc,
                          int64_t mloc, int64_t nloc, int64_t nrhs, int64_t mode, int64_t solve, int64_t uplo) {
   Problem pb{{n, n, tile, pr, pc, mloc, nloc}, nrhs, mode, solve, uplo};
   if (ffi::Error e = check_problem(pb, a, b, *logdet, *status, "jaxmg_potrf"); e.failure()) return e;
-  return on_grid(stream, scratch, members, id, rank, pr, pc, [&](GridCall& g) {
+  return on_grid(stream, members, id, rank, pr, pc, [&](GridCall& g) {
     JAXMG_TRACE("potrf: n ", n, " tile ", tile, " grid ", pr, "x", pc, " local ", mloc, "x", nloc, " nrhs ", nrhs,
                 " mode ", mode, " uplo ", uplo, " batch ", pb.batch);
     copy_unless_aliased(*factor, a, stream, "cudaMemcpyAsync(a to factor)");
@@ -353,14 +353,14 @@ ffi::Error PotrfDispatch(cudaStream_t stream, ffi::ScratchAllocator scratch, Mem
 }
 
 // potrs (and log det) with a factor made by jaxmg_potrf: the factor is only read.
-ffi::Error PotrsDispatch(cudaStream_t stream, ffi::ScratchAllocator scratch, Members members, NcclId id, Rank rank,
+ffi::Error PotrsDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank,
                          ffi::AnyBuffer f, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> x,
                          ffi::Result<ffi::AnyBuffer> logdet, ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n,
                          int64_t tile, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc, int64_t nrhs, int64_t mode,
                          int64_t solve, int64_t uplo) {
   Problem pb{{n, n, tile, pr, pc, mloc, nloc}, nrhs, mode, solve, uplo};
   if (ffi::Error e = check_problem(pb, f, b, *logdet, *status, "jaxmg_potrs"); e.failure()) return e;
-  return on_grid(stream, scratch, members, id, rank, pr, pc, [&](GridCall& g) {
+  return on_grid(stream, members, id, rank, pr, pc, [&](GridCall& g) {
     JAXMG_TRACE("potrs: n ", n, " tile ", tile, " grid ", pr, "x", pc, " nrhs ", nrhs, " batch ", pb.batch);
     if (solve) copy_unless_aliased(*x, b, stream, "cudaMemcpyAsync(b to x)");
     // read only: potrs and the log-det kernel

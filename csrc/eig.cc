@@ -91,7 +91,7 @@ void sygvd(GridCall& g, const Problem& pb, char* a, char* b, char* w, char* z, i
   });
 }
 
-ffi::Error SyevdDispatch(cudaStream_t stream, ffi::ScratchAllocator scratch, Members members, NcclId id, Rank rank,
+ffi::Error SyevdDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank,
                          ffi::AnyBuffer a, ffi::Result<ffi::AnyBuffer> work, ffi::Result<ffi::AnyBuffer> w,
                          ffi::Result<ffi::AnyBuffer> z, ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n,
                          int64_t tile, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc) {
@@ -99,7 +99,7 @@ ffi::Error SyevdDispatch(cudaStream_t stream, ffi::ScratchAllocator scratch, Mem
   if (ffi::Error e = check_problem(pb, a, *w, "jaxmg_syevd"); e.failure()) return e;
   if ((int64_t)status->element_count() != pb.batch || z->element_count() != a.element_count())
     return ffi::Error::InvalidArgument("jaxmg_syevd: one status per batch entry and z shaped like a expected");
-  return on_grid(stream, scratch, members, id, rank, pr, pc, [&](GridCall& g) {
+  return on_grid(stream, members, id, rank, pr, pc, [&](GridCall& g) {
     JAXMG_TRACE("syevd: n ", n, " tile ", tile, " grid ", pr, "x", pc, " batch ", pb.batch);
     copy_unless_aliased(*work, a, stream, "cudaMemcpyAsync(a to work)");
     syevd(g, pb, static_cast<char*>(work->untyped_data()), static_cast<char*>(w->untyped_data()),
@@ -107,7 +107,7 @@ ffi::Error SyevdDispatch(cudaStream_t stream, ffi::ScratchAllocator scratch, Mem
   });
 }
 
-ffi::Error SygvdDispatch(cudaStream_t stream, ffi::ScratchAllocator scratch, Members members, NcclId id, Rank rank,
+ffi::Error SygvdDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank,
                          ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> work_a,
                          ffi::Result<ffi::AnyBuffer> work_b, ffi::Result<ffi::AnyBuffer> w,
                          ffi::Result<ffi::AnyBuffer> z, ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n,
@@ -117,7 +117,7 @@ ffi::Error SygvdDispatch(cudaStream_t stream, ffi::ScratchAllocator scratch, Mem
   if (b.element_count() != a.element_count() || b.element_type() != a.element_type() ||
       (int64_t)status->element_count() != pb.batch)
     return ffi::Error::InvalidArgument("jaxmg_sygvd: b must be shaped and typed like a, one status per entry");
-  return on_grid(stream, scratch, members, id, rank, pr, pc, [&](GridCall& g) {
+  return on_grid(stream, members, id, rank, pr, pc, [&](GridCall& g) {
     JAXMG_TRACE("sygvd: n ", n, " tile ", tile, " grid ", pr, "x", pc, " batch ", pb.batch);
     copy_unless_aliased(*work_a, a, stream, "cudaMemcpyAsync(a to work)");
     copy_unless_aliased(*work_b, b, stream, "cudaMemcpyAsync(b to work)");

@@ -354,28 +354,20 @@ cusolverMpMatrixDescriptor_t Context::matrix_desc(int pr, int pc, cudaDataType d
 }
 
 void GridCall::ensure_workspace(size_t device_bytes, size_t host_bytes) {
-  const size_t want = std::max<size_t>(device_bytes, 256);
-  if (want > work_bytes) {
-    std::optional<void*> got = scratch->Allocate(want, 256);
-    if (!got || !*got)
-      throw Failure(cat("jaxmg native: XLA could not allocate ", want, " bytes of cuSOLVERMp workspace on ", where(),
-                        ": the device is out of memory (XLA_PYTHON_CLIENT_MEM_FRACTION sets the share of it that "
-                        "XLA may use)"));
-    work = *got;
-    work_bytes = want;
-  }
+  ctx->work.ensure(std::max<size_t>(device_bytes, 256), "cudaMalloc(cuSOLVERMp workspace)");
+  work = ctx->work.ptr;
+  work_bytes = ctx->work.bytes;
   std::vector<char>& host = ctx->host_work;
   if (host.size() < std::max<size_t>(host_bytes, 1)) host.resize(std::max<size_t>(host_bytes, 1));
   ctx->info.ensure(sizeof(int32_t) * 4, "cudaMalloc(info)");
   JAXMG_TRACE("workspace device ", device_bytes, " host ", host_bytes);
 }
 
-GridCall open_grid(cudaStream_t stream, ffi::ScratchAllocator& scratch, const Members& members_buf,
+GridCall open_grid(cudaStream_t stream, const Members& members_buf,
                    const NcclId& id_buf, const Rank& rank_buf, int64_t pr, int64_t pc) {
   require_loaded();
   GridCall g;
   g.stream = stream;
-  g.scratch = &scratch;
   g.device = stream_device(stream);
   const size_t nmembers = members_buf.dimensions().back();
   std::vector<int32_t> members = read_int32(members_buf.typed_data(), nmembers, stream);
@@ -522,7 +514,7 @@ CacheInfo cache_info() {
     // the cache's lock meanwhile): that lock is taken here only once the cache's is released.
     std::lock_guard<std::mutex> busy(ctx->calls);
     info.descriptors += (int)ctx->descs.size();
-    info.workspace_bytes += ctx->scratch.bytes;
+    info.workspace_bytes += ctx->work.bytes + ctx->scratch.bytes;
   }
   info.cusolvermp_version = g_cusolvermp_version;
   return info;

@@ -143,7 +143,7 @@ struct Context : Watched {  // device, rank, communicator and abort state (watch
   std::map<std::tuple<int, int, bool>, cusolverMpGrid_t> grids;  // (pr, pc, row-major mapping)
   std::map<std::string, cusolverMpMatrixDescriptor_t> descs;
   std::map<std::string, std::unique_ptr<FamilyCache>> families;
-  DeviceBuffer scratch, info;  // layout scratch, status words
+  DeviceBuffer work, scratch, info;  // cuSOLVERMp's device workspace, layout scratch, status words
   std::vector<char> host_work;  // cuSOLVERMp's host workspace
   std::mutex calls;  // held by the call that uses the context (GridCall::busy): one at a time
   Context() = default;
@@ -195,11 +195,10 @@ using Members = ffi::Buffer<ffi::S32>;
 using NcclId = ffi::Buffer<ffi::S32>;
 using Rank = ffi::Buffer<ffi::S32>;
 
-// ffi::Ffi::Bind() with the stream, XLA's scratch allocator and the three grid arguments, in this order.
+// ffi::Ffi::Bind() with the stream and the three grid arguments, in this order.
 inline auto grid_bind() {
   return ffi::Ffi::Bind()
       .Ctx<ffi::PlatformStream<cudaStream_t>>()
-      .Ctx<ffi::ScratchAllocator>()  // XLA's device memory for the call's cuSOLVERMp workspace
       .Arg<Members>()  // members: device identities (process_index * 1024 + ordinal) in rank order
       .Arg<NcclId>()   // the grid's ncclUniqueId as 32 int32 words
       .Arg<Rank>();    // this member's rank (column-major over the cuSOLVERMp grid)
@@ -230,28 +229,27 @@ struct GridCall {
   std::shared_ptr<Context> ctx;          // held for the call: clear_cache() never destroys it under it
   std::unique_lock<std::mutex> busy;     // ctx->calls: one call at a time uses a context
   std::unique_ptr<Watch> watch;          // the communicator is watched while this call's work runs
-  ffi::ScratchAllocator* scratch = nullptr;  // XLA's allocator of this call's device workspace
-  void* work = nullptr;                      // cuSOLVERMp's device workspace for this call
+  void* work = nullptr;                  // cuSOLVERMp's device workspace for this call (the context's)
   size_t work_bytes = 0;
 
-  // cuSOLVERMp's device workspace of at least `device_bytes` for this call, from XLA's memory
-  // pool (returned to it when the handler returns: XLA accounts for it, and no memory outside
-  // its pool is needed), and the context's host workspace and status words.
+  // cuSOLVERMp's device workspace of at least `device_bytes` for this call (the context's own,
+  // grown with cudaMalloc outside XLA's pool and kept for later calls on the context, which
+  // holds it under its call lock), and the context's host workspace and status words.
   void ensure_workspace(size_t device_bytes, size_t host_bytes);
 };
 // The call's grid: its cached context (created on first use), held and locked for the call, the
 // handle bound to `stream`, and a watch on the communicator (watchdog.h). Fails where the
 // communicator was aborted.
-GridCall open_grid(cudaStream_t stream, ffi::ScratchAllocator& scratch, const Members& members, const NcclId& id,
+GridCall open_grid(cudaStream_t stream, const Members& members, const NcclId& id,
                    const Rank& rank, int64_t pr, int64_t pc);
 
 // A family handler's work once its checks have passed: the call's grid (open_grid), then
 // `work(g)`; a Failure (or any other exception) becomes the handler's error (to_error).
 template <typename Work>
-ffi::Error on_grid(cudaStream_t stream, ffi::ScratchAllocator& scratch, const Members& members, const NcclId& id,
+ffi::Error on_grid(cudaStream_t stream, const Members& members, const NcclId& id,
                    const Rank& rank, int64_t pr, int64_t pc, Work&& work) {
   try {
-    GridCall g = open_grid(stream, scratch, members, id, rank, pr, pc);
+    GridCall g = open_grid(stream, members, id, rank, pr, pc);
     work(g);
     return ffi::Error::Success();
   } catch (const std::exception& e) {

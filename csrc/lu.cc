@@ -94,7 +94,7 @@ void getrs(GridCall& g, const Problem& pb, const char* f, const int32_t* pivots,
   });
 }
 
-ffi::Error GetrfDispatch(cudaStream_t stream, ffi::ScratchAllocator scratch, Members members, NcclId id, Rank rank,
+ffi::Error GetrfDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank,
                          ffi::AnyBuffer a, ffi::Result<ffi::AnyBuffer> factor,
                          ffi::Result<ffi::Buffer<ffi::S32>> pivots, ffi::Result<ffi::Buffer<ffi::S32>> status,
                          int64_t n, int64_t tile, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc) {
@@ -102,14 +102,14 @@ ffi::Error GetrfDispatch(cudaStream_t stream, ffi::ScratchAllocator scratch, Mem
   if (ffi::Error e = check_matrix(pb, a, (int64_t)pivots->element_count(), "jaxmg_getrf"); e.failure()) return e;
   if ((int64_t)status->element_count() != pb.batch)
     return ffi::Error::InvalidArgument("jaxmg_getrf: one status per batch entry expected");
-  return on_grid(stream, scratch, members, id, rank, pr, pc, [&](GridCall& g) {
+  return on_grid(stream, members, id, rank, pr, pc, [&](GridCall& g) {
     JAXMG_TRACE("getrf: n ", n, " tile ", tile, " grid ", pr, "x", pc, " local ", mloc, "x", nloc, " batch ", pb.batch);
     copy_unless_aliased(*factor, a, stream, "cudaMemcpyAsync(a to factor)");
     getrf(g, pb, static_cast<char*>(factor->untyped_data()), pivots->typed_data(), status->typed_data());
   });
 }
 
-ffi::Error GetrsDispatch(cudaStream_t stream, ffi::ScratchAllocator scratch, Members members, NcclId id, Rank rank,
+ffi::Error GetrsDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank,
                          ffi::AnyBuffer f, ffi::Buffer<ffi::S32> pivots, ffi::AnyBuffer b,
                          ffi::Result<ffi::AnyBuffer> x, int64_t n, int64_t tile, int64_t pr, int64_t pc, int64_t mloc,
                          int64_t nloc, int64_t nrhs) {
@@ -118,7 +118,7 @@ ffi::Error GetrsDispatch(cudaStream_t stream, ffi::ScratchAllocator scratch, Mem
   if ((int64_t)b.element_count() != pb.batch * mloc * nrhs || b.element_type() != f.element_type())
     return ffi::Error::InvalidArgument(cat("jaxmg_getrs: the right-hand side has ", b.element_count(),
                                            " elements (expected ", pb.batch * mloc * nrhs, ") or another dtype"));
-  return on_grid(stream, scratch, members, id, rank, pr, pc, [&](GridCall& g) {
+  return on_grid(stream, members, id, rank, pr, pc, [&](GridCall& g) {
     JAXMG_TRACE("getrs: n ", n, " tile ", tile, " grid ", pr, "x", pc, " nrhs ", nrhs, " batch ", pb.batch);
     copy_unless_aliased(*x, b, stream, "cudaMemcpyAsync(b to x)");
     getrs(g, pb, static_cast<const char*>(f.untyped_data()), pivots.typed_data(),

@@ -7,6 +7,7 @@
 
 #include <utility>
 
+#include "band.h"
 #include "codes.h"
 #include "dynload.h"
 #include "handlers.h"
@@ -110,6 +111,8 @@ void def_codes(nb::module_& m) {
 #undef JAXMG_EXPORT_CODE
     return d;
   }, "The codes that the handlers and their Python callers share (csrc/codes.h), {name: value}.");
+  m.def("sb2st_scratch_bytes", &jaxmg::sb2st_scratch_bytes, nb::arg("n"), nb::arg("b"), nb::arg("elem_size"),
+        "Bytes of device scratch jaxmg_sb2st needs per matrix (order n, half-bandwidth b).");
 }
 
 // The process index, timings, the grid cache and the communicator watchdog.

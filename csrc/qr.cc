@@ -73,7 +73,7 @@ void orgqr(GridCall& g, const Problem& pb, const char* tau, char* q) {
   });
 }
 
-ffi::Error GeqrfDispatch(cudaStream_t stream, ffi::ScratchAllocator scratch, Members members, NcclId id, Rank rank,
+ffi::Error GeqrfDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank,
                          ffi::AnyBuffer a, ffi::Result<ffi::AnyBuffer> factor, ffi::Result<ffi::AnyBuffer> tau,
                          ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t m, int64_t n, int64_t tile, int64_t pr,
                          int64_t pc, int64_t mloc, int64_t nloc) {
@@ -81,7 +81,7 @@ ffi::Error GeqrfDispatch(cudaStream_t stream, ffi::ScratchAllocator scratch, Mem
   if (ffi::Error e = check_factor(pb, a, (int64_t)tau->element_count(), "jaxmg_geqrf"); e.failure()) return e;
   if ((int64_t)status->element_count() != pb.batch || tau->element_type() != a.element_type())
     return ffi::Error::InvalidArgument("jaxmg_geqrf: one status per batch entry and tau of a's dtype expected");
-  return on_grid(stream, scratch, members, id, rank, pr, pc, [&](GridCall& g) {
+  return on_grid(stream, members, id, rank, pr, pc, [&](GridCall& g) {
     JAXMG_TRACE("geqrf: ", m, "x", n, " tile ", tile, " grid ", pr, "x", pc, " batch ", pb.batch);
     copy_unless_aliased(*factor, a, stream, "cudaMemcpyAsync(a to factor)");
     geqrf(g, pb, static_cast<char*>(factor->untyped_data()), static_cast<char*>(tau->untyped_data()),
@@ -89,12 +89,12 @@ ffi::Error GeqrfDispatch(cudaStream_t stream, ffi::ScratchAllocator scratch, Mem
   });
 }
 
-ffi::Error OrgqrDispatch(cudaStream_t stream, ffi::ScratchAllocator scratch, Members members, NcclId id, Rank rank,
+ffi::Error OrgqrDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank,
                          ffi::AnyBuffer f, ffi::AnyBuffer tau, ffi::Result<ffi::AnyBuffer> q, int64_t m, int64_t n,
                          int64_t tile, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc) {
   Problem pb{m, n, tile, pr, pc, mloc, nloc};
   if (ffi::Error e = check_factor(pb, f, (int64_t)tau.element_count(), "jaxmg_orgqr"); e.failure()) return e;
-  return on_grid(stream, scratch, members, id, rank, pr, pc, [&](GridCall& g) {
+  return on_grid(stream, members, id, rank, pr, pc, [&](GridCall& g) {
     JAXMG_TRACE("orgqr: ", m, "x", n, " tile ", tile, " grid ", pr, "x", pc, " batch ", pb.batch);
     copy_unless_aliased(*q, f, stream, "cudaMemcpyAsync(factor to q)");
     orgqr(g, pb, static_cast<const char*>(tau.untyped_data()), static_cast<char*>(q->untyped_data()));

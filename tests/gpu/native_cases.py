@@ -912,8 +912,7 @@ if _harness.PUBLIC_API and NPROC == 1:
 
 
 # --------------------------------------------------------------------------------------------
-# The engine's version and its guards; status words on the call's stream; the workspace from
-# XLA's pool
+# The engine's version and its guards; status words on the call's stream
 # --------------------------------------------------------------------------------------------
 
 @case("engine-version-and-guards")
@@ -982,31 +981,6 @@ def _():
         assert st3 != 0 and np.all(np.isnan(host(w))) and np.all(np.isnan(host(v))), st3
         out.append((st, st3))
     return f"statuses (potrs, sygvd) {out[0]}, five rounds; then {k_eig(mesh, spec, 256, 64, np.float64)}"
-
-
-if ONLY and "pool" in ONLY and _harness.PUBLIC_API and NPROC == 1:
-    @case("pool-svd-grad-n16384-float64")
-    def _():
-        """cuSOLVERMp's workspace from XLA's pool: the gradient of jaxmg.numpy.linalg.svd at
-        N = 16,384 (native syevd) with the pool at 94% (run with
-        XLA_PYTHON_CLIENT_MEM_FRACTION=0.94), which failed to allocate the workspace beside the
-        pool. d(sum s)/dA = U V^H is checked against the forward's U and V^H."""
-        import jax.numpy as jnp
-        from jaxmg.numpy import linalg
-
-        fraction = os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
-        n = 16384
-        a = jax.jit(lambda k: jax.random.normal(k, (n, n), jnp.float64))(jax.random.PRNGKey(0))
-        t0 = time.perf_counter()
-        g = jax.jit(jax.grad(lambda a: jnp.sum(linalg.svd(a, compute_uv=False))))(a)
-        g.block_until_ready()
-        t_grad = time.perf_counter() - t0
-        u, s, vh = jax.jit(lambda a: linalg.svd(a, full_matrices=False))(a)
-        err = float(jax.jit(lambda g, u, vh: jnp.linalg.norm(g - u @ vh) / jnp.linalg.norm(u @ vh))(g, u, vh))
-        stats = jax.devices()[0].memory_stats() or {}
-        assert np.isfinite(err) and err < 1e-8, err
-        return (f"fraction {fraction}, gradient {t_grad:.1f} s (first call), error {err:.1e}, peak "
-                f"{stats.get('peak_bytes_in_use', 0) / 2**30:.1f} GiB of {stats.get('bytes_limit', 0) / 2**30:.1f}")
 
 
 failed = [n for n, ok in RESULTS if not ok]

@@ -25,10 +25,12 @@ def band_to_tridiagonal(ab: jax.Array) -> tuple[jax.Array, jax.Array]:
     storage ab ((..., b + 1, N), float32 to complex128): d (..., N) real, e (..., N - 1) ab's
     dtype. Not differentiable."""
     _library.register()
-    n = ab.shape[-1]
+    b, n = ab.shape[-2] - 1, ab.shape[-1]
     real = jnp.finfo(ab.dtype).dtype
-    d, e = per_matrix.call("jaxmg_sb2st", [jax.ShapeDtypeStruct((n,), real),
-                                           jax.ShapeDtypeStruct((max(n - 1, 0),), ab.dtype)])(ab)
+    scratch = _library._native_module().sb2st_scratch_bytes(n, b, jnp.dtype(ab.dtype).itemsize)
+    d, e, _ = per_matrix.call("jaxmg_sb2st", [jax.ShapeDtypeStruct((n,), real),
+                                              jax.ShapeDtypeStruct((max(n - 1, 0),), ab.dtype),
+                                              jax.ShapeDtypeStruct((scratch,), jnp.uint8)])(ab)
     return d, e
 
 

@@ -164,7 +164,7 @@ def _batch(fn, plan: Plan, size: int, in_batched, args):
       the mesh by one all-to-all, and the outputs return to its layout.
     * A stack whose layout is not known while tracing (Auto mesh axes inside ``jax.jit``): the
       body mapped as it is; the device's solvers are split over the batch where XLA places the
-      stack (``jaxmg.kernels.per_matrix``), as ``jax.numpy.linalg`` is.
+      stack (``jaxmg.kernels.ffi.per_matrix``), as ``jax.numpy.linalg`` is.
     """
     in_axes = tuple(jax.tree.map(lambda b: 0 if b else None, flags) for flags in in_batched)
     mapped = jax.vmap(fn, in_axes=in_axes)

@@ -36,7 +36,7 @@ from .._dense import (
     spec_of as _spec_of,
 )
 from ..kernels import triangular as _triangular
-from ..kernels.solver import getrf as _getrf
+from ..kernels.ffi.solver import getrf as _getrf
 from ..modules import LU as _LU, Cholesky as _Cholesky
 from ..numpy import linalg as _np
 from ..numpy._util import (

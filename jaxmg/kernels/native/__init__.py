@@ -13,8 +13,9 @@ over the grid; outputs are NaN whenever status != 0, and the grid stays usable.
 
 from __future__ import annotations
 
+from ..ffi._library import abort_communicators, last_timings, library_candidates, unavailable_reason
+from ._engine import info
 from ._grid import family_tile
-from ._library import abort_communicators, info, last_timings, library_candidates, unavailable_reason
 from .cholesky import (
     Cholesky,
     cholesky_factor,

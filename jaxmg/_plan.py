@@ -28,6 +28,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from . import _checks, _layout, _routes, _sharded
 from ._context import MANUAL, Context, concrete_value
 from ._layout import AnyMesh, Grid
+from .kernels import local, native
+from .kernels.families import Backend
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +48,9 @@ class Plan:
     natural: native Cholesky only: keep the factor in a's order, so that L can be read.
     stack_spec: batch route: the layout of the stack's batch axis that outputs return to (None
       where it is not known).
+    backend: the kernels of the route (``jaxmg.kernels.families.Backend``): ``kernels.native``'s on
+      the distributed route, ``kernels.local``'s on the others; ``plan.backend.cholesky(plan)``
+      runs the Cholesky family's kernels for this plan.
     """
 
     family: str
@@ -59,6 +64,7 @@ class Plan:
     dtype: np.dtype
     natural: bool = False
     stack_spec: Optional[P] = None
+    backend: Backend = dataclasses.field(kw_only=True)
 
     @property
     def distributed(self) -> bool:
@@ -68,15 +74,6 @@ class Plan:
     def local(self) -> bool:
         """The local route: one matrix with the device's own solver (not a stack)."""
         return self.route == _routes.LOCAL
-
-    @property
-    def kernels(self):
-        """The backend of the route, whose family classes (``Cholesky``, ``LU``, ``QR``,
-        ``Decompositions``) implement ``jaxmg.kernels.families``' protocols: ``kernels.native``
-        on the distributed route, ``kernels.local`` elsewhere."""
-        from .kernels import local, native
-
-        return native if self.distributed else local
 
     @property
     def layout(self) -> Optional[NamedSharding]:
@@ -270,13 +267,15 @@ def resolve(family: str, context: Context, *, matrices: Sequence[tuple], rhs: Se
     a, count = arrays[0], len(matrices)
     if context.kind == MANUAL:
         _routes.choose(family, backend, None, a.shape, a.dtype, manual=True)
-        return Plan(family, _routes.LOCAL, None, None, None, (), 1, tuple(a.shape), np.dtype(a.dtype)), arrays
+        return Plan(family, _routes.LOCAL, None, None, None, (), 1, tuple(a.shape), np.dtype(a.dtype),
+                    backend=local.BACKEND), arrays
     stack = context.stack
     found = _layout.resolve_mesh(mesh, a, arrays[1:])
     if found is None and stack is not None:
         found = stack.mesh or _layout.context_mesh()
     route = _routes.choose(family, backend, found, a.shape, a.dtype, stacked=0 if stack is None else stack.size)
-    common: dict[str, Any] = dict(shape=tuple(a.shape), dtype=np.dtype(a.dtype), natural=natural)
+    common: dict[str, Any] = dict(shape=tuple(a.shape), dtype=np.dtype(a.dtype), natural=natural,
+                                  backend=native.BACKEND if route == _routes.DISTRIBUTED else local.BACKEND)
     if route == _routes.BATCH:
         assert stack is not None, "the batch route runs over a stack"
         return Plan(family, route, found, None, None, (), 1, stack_spec=stack.home, **common), arrays

@@ -21,7 +21,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable, Sequence
-from typing import Optional
+from typing import Any, Optional
 
 import jax
 import jax.core
@@ -180,7 +180,7 @@ def _place(x, spec: P, mesh) -> jax.Array:
     return jax.sharding.reshard(x, spec)
 
 
-def whole(fn: Callable, args: Sequence, grid: Grid, **static):
+def whole(fn: Callable, args: Sequence, grid: Grid, **static) -> Any:
     """``fn(*args, **static)`` on whole matrices in the grid layout (trace-only).
 
     ``fn`` is written for whole (global) arrays; XLA's partitioner splits its products and slices

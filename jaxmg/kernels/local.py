@@ -16,17 +16,18 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.scipy.linalg import solve_triangular
 
-from .. import _layout, _routes
+from .. import _layout
 from .._dense import adjoint
 from . import qdwh, status as _status
 from .algebra import matmul, slogdet_of
-from .families import CholeskyState, KernelPlan, LUState, QRState
+from .families import Backend, CholeskyState, KernelPlan, LUState, QRState
 from .ffi import gemm, relayout
 from .ffi.solver import getrf, potrf
 
@@ -190,7 +191,7 @@ class Decompositions(_Local):
 
     def gesvd(self, a, full_matrices: bool, compute_uv: bool = True):
         """(u, s, vh, status); u, vh None without ``compute_uv``. Above the order of
-        ``jaxmg._routes.POLAR_EIGH_ABOVE`` for the platform compiled for, by QDWH polar + eigh
+        ``jaxmg.kernels.qdwh.POLAR_EIGH_ABOVE`` for the platform compiled for, by QDWH polar + eigh
         (:mod:`.qdwh`), else by the platform's own SVD."""
         if not compute_uv:
             return _by_platform(a, _svdvals_polar_eigh, _svdvals_own)
@@ -205,11 +206,15 @@ class Decompositions(_Local):
         return _by_platform(a, qdwh.polar_local, _polar_own)
 
 
-def _by_platform(a, polar_eigh, own):
-    """``polar_eigh(a)`` on the platforms where ``jaxmg._routes.polar_eigh`` says so for a's shape,
+#: The local backend (``jaxmg.kernels.families.Backend``): the local and batch routes' kernels.
+BACKEND = Backend("local", cholesky=Cholesky, lu=LU, qr=QR, decompositions=Decompositions)
+
+
+def _by_platform(a, polar_eigh, own) -> Any:
+    """``polar_eigh(a)`` on the platforms where ``jaxmg.kernels.qdwh.polar_eigh`` says so for a's shape,
     ``own(a)`` on the others (decided when compiled for the platform, so it holds under vmap)."""
     platforms = ("cuda", "rocm", "cpu")
-    pick = {p: polar_eigh if _routes.polar_eigh(p, a.shape) else own for p in platforms}
+    pick = {p: polar_eigh if qdwh.polar_eigh(p, a.shape) else own for p in platforms}
     if len(set(pick.values())) == 1:
         return pick["cpu"](a)
     return lax.platform_dependent(a, cuda=pick["cuda"], rocm=pick["rocm"], default=pick["cpu"])

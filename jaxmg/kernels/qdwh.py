@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -73,6 +74,29 @@ from jax.sharding import AbstractMesh
 
 from .._layout import Grid
 from .._sharded import axis_name as _axes_name, gather_block, local_block
+
+#: The local and batch routes' SVD and polar method, by the platform compiled for: the order
+#: (min(M, N)) above which svd, svdvals, pinv, lstsq and polar run through QDWH polar + batched
+#: eigh (this module) instead of the platform's own SVD; None: at no order. On NVIDIA
+#: GPUs cuSOLVER's batched Jacobi SVD serves orders up to 32 (a stack of 512 float32 matrices of
+#: order 32 in 0.8 ms on an H200, against 0.41 s at order 33, where JAX runs one gesvd after
+#: another); the order where QDWH + eigh overtakes it is to be measured (bench_eigen.py;
+#: docs/eigen.md). On CPUs LAPACK's divide-and-conquer SVD stays.
+POLAR_EIGH_ABOVE: dict = {"cuda": 32, "rocm": 32, "cpu": None}
+
+
+def polar_eigh_above(platform: str) -> Optional[int]:
+    """:data:`POLAR_EIGH_ABOVE`'s order for ``platform`` ("gpu", as JAX's devices name NVIDIA
+    GPUs, is "cuda")."""
+    return POLAR_EIGH_ABOVE.get({"gpu": "cuda"}.get(platform, platform))
+
+
+def polar_eigh(platform: str, shape) -> bool:
+    """Whether the local and batch routes compute the SVD or polar decomposition of a matrix of
+    ``shape`` (M, N) through QDWH polar + eigh on ``platform`` (:data:`POLAR_EIGH_ABOVE`)."""
+    above = polar_eigh_above(platform)
+    return above is not None and min(shape[-2:]) > above
+
 
 #: The grid of a whole matrix on one device (the local and batch routes): no mesh axes.
 WHOLE = Grid(AbstractMesh((), ()), (), ())

@@ -25,7 +25,7 @@ from typing import Any, Optional
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from . import _checks, _layout, _routes, _sharded
+from . import _checks, _context, _layout, _routes, _sharded
 from ._context import MANUAL, Context, concrete_value
 from ._layout import AnyMesh, Grid
 from .kernels import local, native
@@ -147,7 +147,7 @@ def with_rhs_layouts(plan: Plan, rhs) -> Plan:
     specs = list(plan.rhs_specs) + [None] * (len(rhs) - len(plan.rhs_specs))
     for k, b in enumerate(rhs):
         if specs[k] is None and hasattr(b, "ndim"):
-            known = _layout.caller_spec(b, plan.mesh)
+            known = _context.caller_spec(b, plan.mesh)
             if known is None and concrete_value(b) is not None:
                 known = P()  # a concrete array off the mesh (NumPy, one device): placed whole
             specs[k] = None if known is None else _layout.padded_spec(known, b.ndim)
@@ -168,14 +168,15 @@ def place_rhs(plan: Plan, b, name: str = "b", rows: Optional[int] = None, index:
     given = plan.rhs_specs[index] if index < len(plan.rhs_specs) else None
     if plan.distributed:
         assert plan.mesh is not None and plan.grid is not None, "a distributed plan has a mesh and a grid"
-        _layout.check_reachable(b, name, plan.mesh, target="the factorisation's mesh (a's, else its device's)",
+        _context.check_reachable(b, name, plan.mesh, target="the factorisation's mesh (a's, else its device's)",
                                 fix="Make the factorisation on b's mesh (shard a there, or pass mesh= to the module)")
-        spec, own = _layout.resolve_rhs(b, name, plan.grid, given)
+        known = given if given is not None else _context.caller_spec(b, plan.mesh)
+        spec, own = _layout.resolve_rhs(b, name, plan.grid, known)
         return _placed_rhs(b, spec, own, plan.mesh)
     mesh = plan.mesh if plan.layout is not None else _explicit_mesh_of(b)
     if mesh is None:
         return b, None, _same
-    own = given if given is not None else _layout.caller_spec(b, mesh)
+    own = given if given is not None else _context.caller_spec(b, mesh)
     if own is None and plan.layout is not None:
         own = _default_rows(plan, b)
     if own is not None:
@@ -201,7 +202,7 @@ def _default_rows(plan: Plan, b) -> Optional[P]:
 def _explicit_mesh_of(x):
     """The mesh of ``x`` where it is split over Explicit axes (the device's own solver cannot take
     it so: it is gathered), else None."""
-    sharding = _layout.known_sharding(x)
+    sharding = _context.known_sharding(x)
     if sharding is None or not any(_layout.entry_axes(e) for e in sharding.spec):
         return None
     return sharding.mesh if _layout.all_explicit(sharding.mesh) else None
@@ -270,9 +271,9 @@ def resolve(family: str, context: Context, *, matrices: Sequence[tuple], rhs: Se
         return Plan(family, _routes.LOCAL, None, None, None, (), 1, tuple(a.shape), np.dtype(a.dtype),
                     backend=local.BACKEND), arrays
     stack = context.stack
-    found = _layout.resolve_mesh(mesh, a, arrays[1:])
+    found = _context.find_mesh(mesh, a, arrays[1:])
     if found is None and stack is not None:
-        found = stack.mesh or _layout.context_mesh()
+        found = stack.mesh or _context.context_mesh()
     route = _routes.choose(family, backend, found, a.shape, a.dtype, stacked=0 if stack is None else stack.size)
     common: dict[str, Any] = dict(shape=tuple(a.shape), dtype=np.dtype(a.dtype), natural=natural,
                                   backend=native.BACKEND if route == _routes.DISTRIBUTED else local.BACKEND)
@@ -280,8 +281,12 @@ def resolve(family: str, context: Context, *, matrices: Sequence[tuple], rhs: Se
         assert stack is not None, "the batch route runs over a stack"
         return Plan(family, route, found, None, None, (), 1, stack_spec=stack.home, **common), arrays
     if route == _routes.DISTRIBUTED:
+        assert found is not None, "the distributed route runs on a known mesh"
         named = [(x, name) for (name, _), x in zip(matrices, arrays)]
-        layout = _layout.resolve(found, matrix_specs, named, num_rhs=max(len(rhs), num_rhs), rhs=arrays[count:])
+        for x, name in named:
+            _context.check_reachable(x, name, found)
+        layout = _layout.resolve(found, matrix_specs, named, _context.caller_spec(a, found),
+                                 num_rhs=max(len(rhs), num_rhs))
         tile = T_A if T_A is not None else _layout.auto_tile(a.shape, layout.grid)
         plan = Plan(family, route, found, layout.grid, layout.out_spec, layout.rhs_specs, int(tile), **common)
     else:
@@ -297,9 +302,9 @@ def _local_specs(mesh, matrix_specs, matrices, arrays, num_rhs: int):
     if mesh is None:
         return None, ()
     for (name, _), x in zip(matrices, arrays):
-        _layout.check_reachable(x, name, mesh)
+        _context.check_reachable(x, name, mesh)
     specs = _layout.split_specs(matrix_specs, len(matrices) + num_rhs)
-    spec = specs[0] if specs[0] is not None else _layout.caller_spec(arrays[0], mesh)
+    spec = specs[0] if specs[0] is not None else _context.caller_spec(arrays[0], mesh)
     if spec is None and len(mesh.axis_names) <= 2:  # not known: the mesh's axes in order (rule 4)
         default = _layout.default_spec(mesh)
         spec = default if all(_layout.divides(x.shape, default, mesh) for x in arrays[:len(matrices)]) else None
@@ -319,7 +324,7 @@ def module_plan(plan: Plan, arrays) -> Plan:
     if plan.mesh is None or isinstance(plan.mesh, Mesh):
         return plan
     for x in arrays:
-        found = _layout.mesh_of(x)
+        found = _context.mesh_of(x)
         if isinstance(found, Mesh) and found.abstract_mesh == plan.mesh:
             grid = None if plan.grid is None else dataclasses.replace(plan.grid, mesh=found)
             return dataclasses.replace(plan, mesh=found, grid=grid)

@@ -24,7 +24,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 import jax
-import jax.core
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
@@ -174,8 +173,8 @@ def _place(x, spec: P, mesh) -> jax.Array:
     """Inside a trace: give ``x`` layout ``spec``."""
     if not explicit(mesh):
         return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
-    current = jax.typeof(x).sharding if isinstance(x, jax.core.Tracer) else None
-    if current is not None and not current.mesh.empty and current.spec == padded_spec(spec, x.ndim):
+    current = jax.typeof(x).sharding
+    if isinstance(current, NamedSharding) and not current.mesh.empty and current.spec == padded_spec(spec, x.ndim):
         return x
     return jax.sharding.reshard(x, spec)
 

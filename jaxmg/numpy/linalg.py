@@ -36,17 +36,15 @@ import operator
 from typing import Literal, Union, overload
 
 import jax
-import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as _P
 
 from .. import functional as _f
+from .._context import is_tracer as _is_tracer
 from .._dense import (
     adjoint as _H,
     columns as _columns,
-    in_layout as _in_layout,
-    in_layout_of as _in_layout_of,
     matmul as _matmul,
     spec_of as _spec_of,
     triu as _triu,
@@ -56,6 +54,8 @@ from . import _det
 from ._results import EighResult, QRResult, SlogdetResult, SVDResult
 from ._util import (
     herm_input as _herm_input,
+    in_layout as _in_layout,
+    in_layout_of as _in_layout_of,
     inexact as _inexact,
     map_batch as _map_batch,
     square as _square,
@@ -339,7 +339,7 @@ def _lstsq(a, b, rcond, numpy_resid):
 
 
 def _concrete(value, name):
-    if isinstance(value, jax.core.Tracer):
+    if _is_tracer(value):
         raise ValueError(f"{name} needs the rank as a Python value, which inside jax.jit is not known: "
                          f"call it outside jax.jit, or use numpy_resid=False (residuals always returned).")
     return int(value)

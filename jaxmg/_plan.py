@@ -281,18 +281,26 @@ def resolve(family: str, context: Context, *, matrices: Sequence[tuple], rhs: Se
         assert stack is not None, "the batch route runs over a stack"
         return Plan(family, route, found, None, None, (), 1, stack_spec=stack.home, **common), arrays
     if route == _routes.DISTRIBUTED:
-        assert found is not None, "the distributed route runs on a known mesh"
         named = [(x, name) for (name, _), x in zip(matrices, arrays)]
-        for x, name in named:
-            _context.check_reachable(x, name, found)
-        layout = _layout.resolve(found, matrix_specs, named, _context.caller_spec(a, found),
-                                 num_rhs=max(len(rhs), num_rhs))
+        layout = grid_layout(found, matrix_specs, named, num_rhs=max(len(rhs), num_rhs))
         tile = T_A if T_A is not None else _layout.auto_tile(a.shape, layout.grid)
         plan = Plan(family, route, found, layout.grid, layout.out_spec, layout.rhs_specs, int(tile), **common)
     else:
         spec, rhs_specs = _local_specs(found, matrix_specs, matrices, arrays, max(len(rhs), num_rhs))
         plan = Plan(family, route, found, None, spec, rhs_specs, 1, **common)
     return with_rhs_layouts(plan, arrays[count:]), arrays
+
+
+def grid_layout(mesh, matrix_specs, matrices: Sequence[tuple], num_rhs: int = 0) -> _layout.Layout:
+    """The process grid and layouts of a distributed call of the matrices ``matrices``
+    (``(array, name)`` pairs, ``a`` first) on ``mesh`` (found as every call finds it where None):
+    ``jaxmg._layout.resolve`` given what ``jaxmg._context`` knows of a's layout."""
+    a = matrices[0][0]
+    found = _context.find_mesh(mesh, a, [x for x, _ in matrices[1:]])
+    assert found is not None, "the distributed route runs on a known mesh"
+    for x, name in matrices:
+        _context.check_reachable(x, name, found)
+    return _layout.resolve(found, matrix_specs, matrices, _context.caller_spec(a, found), num_rhs=num_rhs)
 
 
 def _local_specs(mesh, matrix_specs, matrices, arrays, num_rhs: int):
@@ -329,3 +337,16 @@ def module_plan(plan: Plan, arrays) -> Plan:
             grid = None if plan.grid is None else dataclasses.replace(plan.grid, mesh=found)
             return dataclasses.replace(plan, mesh=found, grid=grid)
     return plan
+
+
+def per_shard_tile(family: str, grid: Grid, backend: str, T_A: Optional[int], local_shape, dtype) -> Optional[int]:
+    """The plan of a per-shard call of ``family`` (``jaxmg.ops.local``) on ``grid``'s local blocks
+    of shape ``local_shape``: the native tile where its route is distributed (``backend`` and
+    ``T_A`` checked as everywhere), else None: the device's own solver then runs on the gathered
+    matrix."""
+    _checks.check_backend(backend)
+    _checks.check_tile(T_A)
+    shape = (local_shape[0] * grid.nprow, local_shape[1] * grid.npcol)
+    if _routes.choose(family, backend, grid.mesh, shape, dtype) != _routes.DISTRIBUTED:
+        return None
+    return T_A or _layout.auto_tile(shape, grid)

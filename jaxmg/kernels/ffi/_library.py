@@ -80,10 +80,10 @@ def _preload_cuda_runtime() -> None:
 
 def _native_module():
     try:
-        from ... import _native  # noqa: PLC0415
+        import jaxmg._native as _native  # noqa: PLC0415
     except ImportError:
         _preload_cuda_runtime()
-        from ... import _native  # noqa: PLC0415
+        import jaxmg._native as _native  # noqa: PLC0415
     return _native
 
 

@@ -80,10 +80,10 @@ def _preload_cuda_runtime() -> None:
 
 def _native_module():
     try:
-        import jaxmg._native as _native  # noqa: PLC0415
+        import jaxmg._native as _native  # noqa: PLC0415  # pyright: ignore[reportMissingImports] (built from csrc/)
     except ImportError:
         _preload_cuda_runtime()
-        import jaxmg._native as _native  # noqa: PLC0415
+        import jaxmg._native as _native  # noqa: PLC0415  # pyright: ignore[reportMissingImports] (built from csrc/)
     return _native
 
 

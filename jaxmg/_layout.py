@@ -13,6 +13,10 @@ Rules (the same for every operation):
 4. When the layout of ``a`` is unknown (Auto mesh axes inside ``jax.jit``, or an
    unsharded or replicated ``a``) the default is the mesh axes in order:
    ``P(x, y)`` on two axes, ``P(x, None)`` on one.
+
+This module applies the rules to what is known: the mesh and the layouts that the caller's
+arrays are known to have are read by ``jaxmg._context`` (``find_mesh``, ``caller_spec``) and
+handed in; nothing here reads a tracer or the mesh in context.
 """
 
 from __future__ import annotations

@@ -169,7 +169,7 @@ def place_rhs(plan: Plan, b, name: str = "b", rows: Optional[int] = None, index:
     if plan.distributed:
         assert plan.mesh is not None and plan.grid is not None, "a distributed plan has a mesh and a grid"
         _context.check_reachable(b, name, plan.mesh, target="the factorisation's mesh (a's, else its device's)",
-                                fix="Make the factorisation on b's mesh (shard a there, or pass mesh= to the module)")
+                                 fix="Make the factorisation on b's mesh (shard a there, or pass mesh= to the module)")
         known = given if given is not None else _context.caller_spec(b, plan.mesh)
         spec, own = _layout.resolve_rhs(b, name, plan.grid, known)
         return _placed_rhs(b, spec, own, plan.mesh)

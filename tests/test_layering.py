@@ -37,6 +37,9 @@ LAYERS: tuple = (
     ("jaxmg._nvidia", "jaxmg._native"),
 )
 
+#: Packages whose unit is their ``__init__`` alone (their modules are units of their own).
+FACES = frozenset({"jaxmg", "jaxmg.kernels"})
+
 #: The readers of JAX's tracers, of the meshes in context and of JAX's private modules outside
 #: ``jaxmg._context``, each with the reason it is there; a new one fails the test.
 OTHER_READERS: dict = {
@@ -87,7 +90,7 @@ def imports_of(name: str) -> list:
 def unit_of(name: str) -> tuple:
     """(layer index, unit) of module ``name``: the longest unit that holds it."""
     found = [(len(unit), depth, unit) for depth, layer in enumerate(LAYERS) for unit in layer
-             if name == unit or name.startswith(unit + ".")]
+             if name == unit or (unit not in FACES and name.startswith(unit + "."))]
     assert found, f"{name} is in no layer: add it to LAYERS here and to the layers of docs/processes.md"
     _, depth, unit = max(found)
     return depth, unit

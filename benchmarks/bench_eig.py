@@ -152,6 +152,7 @@ def main(argv=None):
 
     import jaxmg
     from jaxmg.kernels import native
+    from jaxmg.kernels.ffi import _library
 
     jax.config.update("jax_enable_x64", True)
     dtype = np.dtype(args.dtype)
@@ -172,7 +173,7 @@ def main(argv=None):
                 rec = dict(op=op, N=n, dtype=dtype.name, grid=grid, T_A=tile, runs=args.runs)
                 try:
                     fn = jax.jit(functools.partial(calls[op], t=tile))
-                    native._library._native_module().reset_timings()
+                    _library._native_module().reset_timings()
                     times = _timed(lambda: fn(a), args.runs)
                     solver = [t["solver_ms"] / max(t["calls"], 1) for t in native.last_timings()
                               if t["kind"] == "syevd"]

@@ -160,7 +160,7 @@ def bench_inverse(args, n, dtype, mesh, emit, out):
     from _common import generator
 
     from jaxmg.kernels import triangular
-    from jaxmg.kernels.native import gemm
+    from jaxmg.kernels.ffi import gemm
 
     sharding = NamedSharding(mesh, P("x", None))
     a = generator(n, dtype, sharding)()
@@ -226,7 +226,7 @@ def main(argv=None):
     parser.add_argument("--trmm-bases", type=int, nargs="+", default=None,
                         help="with --inverse: the triangular products' base orders to time (default: the library's)")
     parser.add_argument("--leaves", nargs="+", default=None, metavar="INVERSE,TRMM,HERK",
-                        help="with --inverse: leaf orders of the one-GPU inverse (jaxmg.kernels.native.gemm "
+                        help="with --inverse: leaf orders of the one-GPU inverse (jaxmg.kernels.ffi.gemm "
                              "INVERSE_LEAF, TRMM_LEAF, HERK_LEAF) to time, e.g. 512,512,2048 (default: the library's)")
     parser.add_argument("--out", default="benchmarks/results/gp.jsonl")
     args = parser.parse_args(argv)

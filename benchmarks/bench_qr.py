@@ -47,6 +47,7 @@ def main(argv=None):
 
     import jaxmg
     from jaxmg.kernels import native
+    from jaxmg.kernels.ffi import _library
 
     devs = jax.devices()
     mesh = jax.make_mesh((len(devs),), ("x",), axis_types=(AxisType.Auto,), devices=devs)
@@ -73,7 +74,7 @@ def main(argv=None):
             for k in range(args.runs + 1):
                 a = make()
                 a.block_until_ready()
-                native._library._native_module().reset_timings()
+                _library._native_module().reset_timings()
                 t0 = time.perf_counter()
                 out = jax.block_until_ready(fn(a))
                 times.append(time.perf_counter() - t0)

@@ -1,6 +1,6 @@
 // The codes that the native library's handlers and their Python callers share, defined once here:
 // each is a name and a value, declared below as jaxmg::codes::NAME and exported by the native module
-// as jaxmg._native.codes() ({name: value}), which the Python side reads (jaxmg/kernels/native/_codes.py;
+// as jaxmg._native.codes() ({name: value}), which the Python side reads (jaxmg/kernels/ffi/_codes.py;
 // a test checks its copy for processes without the native module against this list).
 #pragma once
 

@@ -1,7 +1,12 @@
-"""What a public call finds itself in: eager or traced, inside a ``shard_map``, under ``jax.vmap``.
+"""What a public call finds itself in: eager or traced, inside a ``shard_map``, under ``jax.vmap``,
+on which mesh, and what is known of its arrays' layouts.
 
-:func:`of` reads it from the call's arrays once, at the public boundary (``jaxmg._dispatch``).
-Everything below the boundary is trace-only and never asks again.
+:func:`of` reads the context from the call's arrays once, at the public boundary
+(``jaxmg._dispatch``); the planner (``jaxmg._plan``) asks here for the call's mesh
+(:func:`find_mesh`) and the arrays' known layouts (:func:`caller_spec`, :func:`known_sharding`).
+This module is jaxmg's only reader of JAX's tracers, of the meshes in context (``jax.set_mesh``,
+``jax.sharding.get_abstract_mesh``) and of JAX's private modules; every layer below the planner
+is trace-only, is given their answers and never asks again.
 
 * **eager**: every array is concrete, or a tracer of a transformation called outside ``jax.jit``
   (``jax.grad``, ``jvp``, ``vmap`` ...) over concrete arrays. The call then runs as one cached
@@ -19,11 +24,17 @@ the call is routed as one matrix (correct, only not spread over the devices).
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Sequence
 from typing import Any, Optional
 
 import jax
 import jax.core
-from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+
+from . import _layout
+from ._layout import AnyMesh
 
 EAGER, TRACED, MANUAL = "eager", "traced", "manual"
 
@@ -58,15 +69,24 @@ class Context:
     """Where a call runs (:data:`EAGER`, :data:`TRACED` or :data:`MANUAL`), the stack it is part
     of under ``jax.vmap`` (None for one matrix), and whether a differentiation trace holds the
     arrays innermost (a batching rule of jaxmg's own must then not be bound: JAX cannot transpose
-    it; JAX's batching of the body runs instead)."""
+    it; JAX's batching of the body runs instead). ``concrete``: every array is concrete (no
+    tracer at all: it may be donated). ``tracing``: a transformation is tracing, so that
+    ``jax.set_mesh`` cannot be entered (an eager ``jax.grad``, ``jax.vmap`` ...)."""
 
     kind: str
     stack: Optional[Stack] = None
     differentiated: bool = False
+    concrete: bool = False
+    tracing: bool = False
 
     @property
     def eager(self) -> bool:
         return self.kind == EAGER
+
+
+def is_tracer(x) -> bool:
+    """Whether ``x`` is a tracer (of any transformation) rather than a concrete value."""
+    return isinstance(x, jax.core.Tracer)
 
 
 def _primal(x):
@@ -148,7 +168,8 @@ def of(matrices, others=()) -> Context:
     stack = next((s for s in map(stack_of, matrices) if s is not None), None)
     differentiated = any(_primal(x) is not None for x in arrays)
     kind = EAGER if is_eager(arrays) else TRACED
-    return Context(kind, stack, differentiated)
+    concrete = not any(is_tracer(x) for x in arrays)
+    return Context(kind, stack, differentiated, concrete, tracing())
 
 
 def tracing() -> bool:
@@ -158,3 +179,156 @@ def tracing() -> bool:
     except ValueError:
         return True
     return False
+
+
+# --- What is known of an array's layout ---
+
+def _array_sharding(x, through_vmap: bool = False) -> Optional[NamedSharding]:
+    """The NamedSharding of ``x`` (of the concrete array beneath eager transformations' tracers,
+    else of its type), or None where it has no mesh."""
+    base = concrete_value(x, through_vmap=through_vmap)
+    x = x if base is None else base
+    sharding = getattr(jax.typeof(x) if is_tracer(x) else x, "sharding", None)
+    return sharding if isinstance(sharding, NamedSharding) and not sharding.mesh.empty else None
+
+
+def known_sharding(x) -> Optional[NamedSharding]:
+    """The NamedSharding of ``x`` if it is known at trace time, else None: that of concrete
+    arrays (and eager transformations' tracers of them), and inside ``jax.jit`` only on Explicit
+    mesh axes."""
+    sharding = _array_sharding(x)
+    if sharding is None or (is_tracer(x) and concrete_value(x) is None and not _layout.all_explicit(sharding.mesh)):
+        return None
+    return sharding
+
+
+def mesh_of(x) -> Optional[AnyMesh]:
+    """The mesh ``x`` is placed on, concrete or abstract, if any (Auto axes included; under eager
+    transformations, that of the concrete array beneath the tracers)."""
+    sharding = _array_sharding(x, through_vmap=True)
+    return None if sharding is None else sharding.mesh
+
+
+def caller_spec(x, mesh: AnyMesh) -> Optional[P]:
+    """The spec of ``x`` on ``mesh`` if known (None when unknown or on another mesh)."""
+    sharding = known_sharding(x)
+    if sharding is None or not _layout.same_mesh(sharding.mesh, mesh):
+        return None
+    return sharding.spec
+
+
+def check_reachable(x, name: str, mesh: AnyMesh, target: str = "mesh=", fix: Optional[str] = None) -> None:
+    """Inside ``jax.jit`` an array cannot move to a mesh of another shape or other axes (eagerly
+    it is transferred): say so, naming ``target`` (where ``mesh`` came from) and ``fix``,
+    instead of JAX's divisibility or device-assignment error."""
+    if not is_tracer(x) or is_eager((x,)):
+        return
+    own = mesh_of(x)
+    if own is None or own.empty:
+        return
+    _layout.check_same_axes(own, mesh, name, target, fix)
+
+
+# --- The mesh of a call ---
+
+def _set_mesh_while_tracing() -> Optional[Mesh]:
+    """The concrete mesh of ``jax.set_mesh`` while an eager transformation traces (when
+    ``jax.sharding.get_mesh`` refuses to run), from JAX's private context (JAX 0.10 - 0.12); None
+    where it moved."""
+    try:
+        from jax._src import mesh as mesh_lib
+
+        found = mesh_lib.get_concrete_mesh()
+    except (ImportError, AttributeError):
+        return None
+    return found if isinstance(found, Mesh) and not found.empty else None
+
+
+def context_mesh(eager: bool = False) -> Optional[AnyMesh]:
+    """The mesh set with ``jax.set_mesh``: concrete when eager, abstract inside jit. ``eager``: the
+    call's arrays are concrete (or eager transformations' tracers of them), so that the concrete
+    mesh is wanted even while those trace."""
+    if not tracing():
+        concrete = jax.sharding.get_mesh()
+    else:
+        concrete = _set_mesh_while_tracing() if eager else None
+    if concrete is not None and not concrete.empty:
+        return concrete
+    abstract = jax.sharding.get_abstract_mesh()
+    if abstract is not None and not abstract.empty:
+        return abstract
+    return None
+
+
+def find_mesh(mesh, a, others: Sequence = ()) -> Optional[AnyMesh]:
+    """The mesh a call runs on: ``mesh`` if given, else a's mesh, else that of another argument
+    (``others``), else the context mesh (``jax.set_mesh``), else the 1 x 1 mesh of a's device where
+    that device is known (eagerly, or in a process with one device); else None: inside
+    ``jax.jit`` on several devices an array without a known layout is on no known mesh."""
+    if mesh is not None:
+        _layout.check_mesh(mesh)
+        return mesh
+    found = mesh_of(a)
+    for x in others:
+        found = found or mesh_of(x)
+    eager = is_eager((a,) + tuple(others))
+    found = found or context_mesh(eager=eager)
+    if found is None and (eager or jax.device_count() == 1):
+        found = device_mesh(a)
+    return found
+
+
+def device_mesh(x) -> Mesh:
+    """The 1 x 1 mesh of the device ``x`` lives on (the default device where unknown): with no
+    mesh anywhere a call runs on that device as a 1 x 1 process grid, as ``jax.scipy.linalg`` would."""
+    base = concrete_value(x, through_vmap=True)
+    devices = getattr(getattr(base, "sharding", None), "device_set", None)
+    device = next(iter(devices)) if devices is not None and len(devices) == 1 else jax.devices()[0]
+    return _one_device_mesh(device)
+
+
+@functools.cache
+def _one_device_mesh(device) -> Mesh:
+    return Mesh(np.array([device]).reshape(1, 1), _layout.DEVICE_AXES,
+                axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+
+# --- Eager calls: the concrete values beneath tracers, and uncommitted outputs ---
+
+def eager_values(x) -> list:
+    """The concrete arrays beneath ``x``: its primal, and the tangents of ``jax.jvp`` that are
+    concrete (none for vmapped values, which the compiled call's batching places)."""
+    if not hasattr(x, "shape"):
+        return []
+    found = []
+    while is_tracer(x):
+        tangent = getattr(x, "tangent", None)
+        if tangent is not None and not is_tracer(tangent) and hasattr(tangent, "sharding"):
+            found.append(tangent)
+        x = getattr(x, "primal", None)
+        if x is None:
+            return []
+    return [x] + found
+
+
+def uncommitted(tree):
+    """``tree`` with each concrete single-device array made uncommitted (no copy), as JAX's own
+    results are when every input was uncommitted: such arrays then meet arrays on any device."""
+    from jax._src.array import ArrayImpl  # the only constructor that takes the commitment
+
+    def release(x):
+        if not isinstance(x, ArrayImpl) or not x.committed or len(x.sharding.device_set) != 1:
+            return x
+        device = next(iter(x.sharding.device_set))
+        return ArrayImpl(x.aval, jax.sharding.SingleDeviceSharding(device), x._arrays, committed=False)
+
+    return jax.tree.map(release, tree)
+
+
+def uncommitted_call(mesh, arrays) -> bool:
+    """Whether an eager call's outputs should be uncommitted: no mesh was given, none is set, and
+    every input array is uncommitted (as with JAX's own operations)."""
+    if mesh is not None or context_mesh(eager=True) is not None:
+        return False
+    leaves = [concrete_value(x) for x in jax.tree.leaves(arrays) if hasattr(x, "shape")]
+    return all(x is not None and not getattr(x, "committed", False) for x in leaves)

@@ -3,7 +3,8 @@
 The conjugate transpose of a matrix, column slices, and
 products whose output layout is stated where the mesh has Explicit axes (where JAX
 cannot infer it from a contraction over a sharded dimension). Every function is plain
-JAX: it works eagerly, under ``jax.jit``, ``jax.vmap`` and differentiation.
+JAX: it works eagerly, under ``jax.jit``, ``jax.vmap`` and differentiation, and reads only
+array types (never whether a value is traced).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 from typing import Optional
 
 import jax
-import jax.core
 import jax.numpy as jnp
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
@@ -48,31 +48,6 @@ def matmul(x, y, spec: Optional[P] = None):
     if mesh is not None:
         sharding = NamedSharding(mesh, spec if spec is not None else P())
     return jnp.matmul(x, y, precision=jax.lax.Precision.HIGHEST, out_sharding=sharding)
-
-
-def in_layout(x, spec: P, like):
-    """``x`` laid out as ``spec`` on like's mesh where it has Explicit axes (elsewhere unchanged;
-    a concrete ``x`` is put there, as an eager reshard outside ``jax.set_mesh`` cannot)."""
-    mesh = _explicit_mesh(like)
-    if mesh is None:
-        return x
-    if not isinstance(x, jax.core.Tracer) and not isinstance(like, jax.core.Tracer):
-        return jax.device_put(x, NamedSharding(like.sharding.mesh, spec))
-    return jax.sharding.reshard(x, NamedSharding(mesh, spec))
-
-
-def in_layout_of(x, like):
-    """``x`` laid out like ``like``: on Explicit mesh axes, and eagerly for a concrete ``like`` on
-    Auto axes (where an eager op between differently laid-out arrays returns a replicated one);
-    elsewhere unchanged."""
-    mesh = _explicit_mesh(like)
-    if mesh is not None:
-        return jax.sharding.reshard(x, NamedSharding(mesh, spec_of(like)))
-    sharding = getattr(like, "sharding", None)
-    if (not isinstance(like, jax.core.Tracer) and not isinstance(x, jax.core.Tracer)
-            and isinstance(sharding, NamedSharding) and x.shape == like.shape):
-        return jax.device_put(x, sharding)
-    return x
 
 
 def triu(x):

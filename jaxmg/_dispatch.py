@@ -24,7 +24,6 @@ import functools
 from collections.abc import Callable, Sequence
 
 import jax
-import jax.core
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from . import _context, _layout, _plan, _routes, _sharded
@@ -54,8 +53,8 @@ def build(body, family: str, matrices, *, rhs=(), T_A=None, mesh=None, matrix_sp
     plan, arrays = _plan.resolve(family, ctx, matrices=matrices, rhs=rhs, T_A=T_A, mesh=mesh,
                                  matrix_specs=matrix_specs, backend=backend, square=square, tall=tall,
                                  num_rhs=num_rhs, natural=natural, flags=flags)
-    keep = not donate or any(isinstance(x, jax.core.Tracer) for x in arrays[:len(matrices)])
-    uncommitted = uncommitted_call(mesh, arrays)
+    keep = not donate or not ctx.concrete
+    uncommitted = _context.uncommitted_call(mesh, arrays)
     if ctx.eager:
         arrays = _on_mesh(tuple(arrays), plan, len(matrices))
     out = run(body, plan, ctx, arrays, matrices=len(matrices), donate=donate and not keep, uncommitted=uncommitted,
@@ -80,8 +79,8 @@ def method(module, body, *args, **static):
     matrices = [x for x in leaves if getattr(x, "ndim", 0) >= 2][:1]
     ctx = context(matrices, (module, args))
     plan = _plan.with_rhs_layouts(_plan.module_plan(module.plan, leaves), [x for x in args if hasattr(x, "ndim")])
-    return run(body, plan, ctx, (module, *args), matrices=0, uncommitted=uncommitted_call(None, (module, args)),
-               **static)
+    uncommitted = _context.uncommitted_call(None, (module, args))
+    return run(body, plan, ctx, (module, *args), matrices=0, uncommitted=uncommitted, **static)
 
 
 def _method_of_one(module, *, body, args, static):
@@ -103,11 +102,10 @@ def run(body: Callable, plan: Plan, ctx: Context, args: Sequence, *, matrices: i
     if not ctx.eager:
         return _traced(body, plan, key, rule)(*args)
     args = _on_mesh(args, plan, matrices)
-    concrete = not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(args))
-    donated = tuple(range(matrices)) if donate and concrete else ()
-    with _entered(plan.mesh):
+    donated = tuple(range(matrices)) if donate and ctx.concrete else ()
+    with _entered(plan.mesh, ctx):
         out = _compiled(body, plan, key, rule, donated)(*args)
-    return _uncommitted(out) if uncommitted and concrete else out
+    return _context.uncommitted(out) if uncommitted and ctx.concrete else out
 
 
 @functools.lru_cache(maxsize=512)
@@ -132,11 +130,11 @@ def _traced(body, plan: Plan, static: tuple, rule: bool) -> Callable:
     return stacked
 
 
-def _entered(mesh):
+def _entered(mesh, ctx: Context):
     """The concrete mesh as the context of an eager call (a no-op while a transformation traces:
     ``jax.set_mesh`` cannot be entered then). Each call runs in its own mesh, whatever mesh the
     caller has set."""
-    if isinstance(mesh, Mesh) and not _context.tracing():
+    if isinstance(mesh, Mesh) and not ctx.tracing:
         return jax.set_mesh(mesh)
     return contextlib.nullcontext()
 
@@ -164,7 +162,7 @@ def _batch(fn, plan: Plan, size: int, in_batched, args):
       the mesh by one all-to-all, and the outputs return to its layout.
     * A stack whose layout is not known while tracing (Auto mesh axes inside ``jax.jit``): the
       body mapped as it is; the device's solvers are split over the batch where XLA places the
-      stack (``jaxmg.kernels.per_matrix``), as ``jax.numpy.linalg`` is.
+      stack (``jaxmg.kernels.ffi.per_matrix``), as ``jax.numpy.linalg`` is.
     """
     in_axes = tuple(jax.tree.map(lambda b: 0 if b else None, flags) for flags in in_batched)
     mapped = jax.vmap(fn, in_axes=in_axes)
@@ -223,7 +221,7 @@ def _on_mesh(args, plan: Plan, matrices: int):
     matrix_spec = layout.spec if layout is not None else P()
 
     def put(x, spec):
-        values = _eager_values(x)
+        values = _context.eager_values(x)
         if not values or all(_on(v, devices) for v in values):
             return x  # on the mesh, or vmapped values (placed by the compiled call's own batching)
         own = getattr(values[0], "sharding", None)
@@ -237,45 +235,6 @@ def _on_mesh(args, plan: Plan, matrices: int):
                  for k, a in enumerate(args))
 
 
-def _eager_values(x) -> list:
-    """The concrete arrays beneath ``x``: its primal, and the tangents of ``jax.jvp`` that are
-    concrete (none for vmapped values, which the compiled call's batching places)."""
-    if not hasattr(x, "shape"):
-        return []
-    found = []
-    while isinstance(x, jax.core.Tracer):
-        tangent = getattr(x, "tangent", None)
-        if tangent is not None and not isinstance(tangent, jax.core.Tracer) and hasattr(tangent, "sharding"):
-            found.append(tangent)
-        x = getattr(x, "primal", None)
-        if x is None:
-            return []
-    return [x] + found
-
-
 def _on(x, devices) -> bool:
     sharding = getattr(x, "sharding", None)
     return sharding is not None and set(sharding.device_set) == devices
-
-
-def _uncommitted(tree):
-    """``tree`` with each concrete single-device array made uncommitted (no copy), as JAX's own
-    results are when every input was uncommitted: such arrays then meet arrays on any device."""
-    from jax._src.array import ArrayImpl  # the only constructor that takes the commitment
-
-    def release(x):
-        if not isinstance(x, ArrayImpl) or not x.committed or len(x.sharding.device_set) != 1:
-            return x
-        device = next(iter(x.sharding.device_set))
-        return ArrayImpl(x.aval, jax.sharding.SingleDeviceSharding(device), x._arrays, committed=False)
-
-    return jax.tree.map(release, tree)
-
-
-def uncommitted_call(mesh, arrays) -> bool:
-    """Whether an eager call's outputs should be uncommitted: no mesh was given, none is set, and
-    every input array is uncommitted (as with JAX's own operations)."""
-    if mesh is not None or _layout.context_mesh(eager=True) is not None:
-        return False
-    leaves = [_context.concrete_value(x) for x in jax.tree.leaves(arrays) if hasattr(x, "shape")]
-    return all(x is not None and not getattr(x, "committed", False) for x in leaves)

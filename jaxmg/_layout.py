@@ -13,23 +13,21 @@ Rules (the same for every operation):
 4. When the layout of ``a`` is unknown (Auto mesh axes inside ``jax.jit``, or an
    unsharded or replicated ``a``) the default is the mesh axes in order:
    ``P(x, y)`` on two axes, ``P(x, None)`` on one.
+
+This module applies the rules to what is known: the mesh and the layouts that the caller's
+arrays are known to have are read by ``jaxmg._context`` (``find_mesh``, ``caller_spec``) and
+handed in; nothing here reads a tracer or the mesh in context.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Sequence
 from typing import Optional, Union
 
 import jax
-import jax.core
-import numpy as np
-from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec as P
-
-from . import _context
-from ._context import concrete_value
+from jax.sharding import AbstractMesh, Mesh, PartitionSpec as P
 
 AnyMesh = Union[Mesh, AbstractMesh]
 Axes = tuple  # tuple[str, ...]
@@ -102,68 +100,9 @@ def entry_axes(entry) -> Axes:
     return () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
 
 
-def _is_tracer(x) -> bool:
-    return isinstance(x, jax.core.Tracer)
-
-
-def _sharding(x, through_vmap: bool = False) -> Optional[NamedSharding]:
-    """The NamedSharding of ``x`` (of the concrete array beneath eager transformations' tracers,
-    else of its type), or None where it has no mesh."""
-    base = concrete_value(x, through_vmap=through_vmap)
-    x = x if base is None else base
-    sharding = getattr(jax.typeof(x) if _is_tracer(x) else x, "sharding", None)
-    return sharding if isinstance(sharding, NamedSharding) and not sharding.mesh.empty else None
-
-
-def known_sharding(x) -> Optional[NamedSharding]:
-    """The NamedSharding of ``x`` if it is known at trace time, else None: that of concrete
-    arrays (and eager transformations' tracers of them), and inside ``jax.jit`` only on Explicit
-    mesh axes."""
-    sharding = _sharding(x)
-    if sharding is None or (_is_tracer(x) and concrete_value(x) is None and not all_explicit(sharding.mesh)):
-        return None
-    return sharding
-
-
 def all_explicit(mesh: AnyMesh) -> bool:
     types = getattr(mesh, "axis_types", ())
     return bool(types) and all(t == jax.sharding.AxisType.Explicit for t in types)
-
-
-def mesh_of(x) -> Optional[AnyMesh]:
-    """The mesh ``x`` is placed on, concrete or abstract, if any (Auto axes included; under eager
-    transformations, that of the concrete array beneath the tracers)."""
-    sharding = _sharding(x, through_vmap=True)
-    return None if sharding is None else sharding.mesh
-
-
-def _set_mesh_while_tracing() -> Optional[Mesh]:
-    """The concrete mesh of ``jax.set_mesh`` while an eager transformation traces (when
-    ``jax.sharding.get_mesh`` refuses to run), from JAX's private context (JAX 0.10 - 0.12); None
-    where it moved."""
-    try:
-        from jax._src import mesh as mesh_lib
-
-        found = mesh_lib.get_concrete_mesh()
-    except (ImportError, AttributeError):
-        return None
-    return found if isinstance(found, Mesh) and not found.empty else None
-
-
-def context_mesh(eager: bool = False) -> Optional[AnyMesh]:
-    """The mesh set with ``jax.set_mesh``: concrete when eager, abstract inside jit. ``eager``: the
-    call's arrays are concrete (or eager transformations' tracers of them), so that the concrete
-    mesh is wanted even while those trace."""
-    if not _context.tracing():
-        concrete = jax.sharding.get_mesh()
-    else:
-        concrete = _set_mesh_while_tracing() if eager else None
-    if concrete is not None and not concrete.empty:
-        return concrete
-    abstract = jax.sharding.get_abstract_mesh()
-    if abstract is not None and not abstract.empty:
-        return abstract
-    return None
 
 
 def check_mesh(mesh) -> None:
@@ -174,41 +113,8 @@ def check_mesh(mesh) -> None:
         raise ValueError("mesh has no axes; pass a mesh made with jax.make_mesh.")
 
 
-def resolve_mesh(mesh, a, others: Sequence = ()) -> Optional[AnyMesh]:
-    """The mesh a call runs on: ``mesh`` if given, else a's mesh, else that of another argument
-    (``others``), else the context mesh (``jax.set_mesh``), else the 1 x 1 mesh of a's device where
-    that device is known (eagerly, or in a process with one device); else None: inside
-    ``jax.jit`` on several devices an array without a known layout is on no known mesh."""
-    if mesh is not None:
-        check_mesh(mesh)
-        return mesh
-    found = mesh_of(a)
-    for x in others:
-        found = found or mesh_of(x)
-    eager = _context.is_eager((a,) + tuple(others))
-    found = found or context_mesh(eager=eager)
-    if found is None and (eager or jax.device_count() == 1):
-        found = device_mesh(a)
-    return found
-
-
 #: The axis names of the 1 x 1 mesh of a call that finds no mesh anywhere.
 DEVICE_AXES = ("rows", "cols")
-
-
-def device_mesh(x) -> Mesh:
-    """The 1 x 1 mesh of the device ``x`` lives on (the default device where unknown): with no
-    mesh anywhere a call runs on that device as a 1 x 1 process grid, as ``jax.scipy.linalg`` would."""
-    base = concrete_value(x, through_vmap=True)
-    devices = getattr(getattr(base, "sharding", None), "device_set", None)
-    device = next(iter(devices)) if devices is not None and len(devices) == 1 else jax.devices()[0]
-    return _one_device_mesh(device)
-
-
-@functools.cache
-def _one_device_mesh(device) -> Mesh:
-    return Mesh(np.array([device]).reshape(1, 1), DEVICE_AXES,
-                axis_types=(jax.sharding.AxisType.Auto,) * 2)
 
 
 def split_specs(matrix_specs, count: int) -> tuple:
@@ -279,17 +185,10 @@ def _abstract(mesh: AnyMesh) -> AbstractMesh:
     return mesh if isinstance(mesh, AbstractMesh) else mesh.abstract_mesh
 
 
-def _same_mesh(m1: AnyMesh, m2: AnyMesh) -> bool:
+def same_mesh(m1: AnyMesh, m2: AnyMesh) -> bool:
+    """Whether ``m1`` and ``m2`` are one mesh (abstract meshes: the same axes and types)."""
     both_concrete = isinstance(m1, Mesh) and isinstance(m2, Mesh)
     return _abstract(m1) == _abstract(m2) and (not both_concrete or m1 == m2)
-
-
-def caller_spec(x, mesh: AnyMesh) -> Optional[P]:
-    """The spec of ``x`` on ``mesh`` if known (None when unknown or on another mesh)."""
-    sharding = known_sharding(x)
-    if sharding is None or not _same_mesh(sharding.mesh, mesh):
-        return None
-    return sharding.spec
 
 
 def _is_replicated(spec: P) -> bool:
@@ -310,23 +209,18 @@ class Layout:
     rhs_specs: tuple = ()
 
 
-def resolve(mesh, matrix_specs, matrices: Sequence[tuple], num_rhs: int = 0, rhs: Sequence = ()) -> Layout:
-    """Resolve the mesh and the layout of the matrix arguments of a call.
+def resolve(mesh: AnyMesh, matrix_specs, matrices: Sequence[tuple], given: Optional[P], num_rhs: int = 0) -> Layout:
+    """The layout of the matrix arguments of a call on ``mesh``.
 
     ``matrices`` are ``(array, name)`` pairs laid out on the grid (``a`` first; all
     share its spec). ``matrix_specs`` is a PartitionSpec for ``a`` or a list with one
-    spec per argument: matrices first, then ``num_rhs`` right-hand sides. ``rhs`` are the
-    right-hand sides given now (their mesh serves when the matrices have none).
+    spec per argument: matrices first, then ``num_rhs`` right-hand sides. ``given`` is the
+    layout in which the caller holds ``a`` where it is known (``jaxmg._context.caller_spec``).
     """
-    a, a_name = matrices[0]
-    mesh = resolve_mesh(mesh, a, [x for x, _ in matrices[1:]] + list(rhs))
-    assert mesh is not None, "the distributed route runs on a known mesh"
-    for x, name in matrices:
-        check_reachable(x, name, mesh)
+    a_name = matrices[0][1]
     specs = split_specs(matrix_specs, len(matrices) + num_rhs)
 
     spec_a = specs[0]
-    given = caller_spec(a, mesh)
     if spec_a is None:
         spec_a = given if given is not None and not _is_replicated(given) else default_spec(mesh)
     grid = Grid.from_spec(mesh, spec_a, a_name)
@@ -340,15 +234,10 @@ def resolve(mesh, matrix_specs, matrices: Sequence[tuple], num_rhs: int = 0, rhs
     return Layout(grid, out_spec, tuple(specs[len(matrices):]))
 
 
-def check_reachable(x, name: str, mesh: AnyMesh, target: str = "mesh=", fix: Optional[str] = None) -> None:
-    """Inside ``jax.jit`` an array cannot move to a mesh of another shape or other axes (eagerly
-    it is transferred): say so, naming ``target`` (where ``mesh`` came from) and ``fix``,
+def check_same_axes(own: AnyMesh, mesh: AnyMesh, name: str, target: str = "mesh=", fix: Optional[str] = None) -> None:
+    """An array ``name`` traced on mesh ``own`` cannot move to ``mesh`` of another shape or other
+    axes inside ``jax.jit``: say so, naming ``target`` (where ``mesh`` came from) and ``fix``,
     instead of JAX's divisibility or device-assignment error."""
-    if not _is_tracer(x) or _context.is_eager((x,)):
-        return
-    own = mesh_of(x)
-    if own is None or own.empty:
-        return
     theirs, wanted = _abstract(own), _abstract(mesh)
     if (theirs.axis_names, theirs.axis_sizes) != (wanted.axis_names, wanted.axis_sizes):
         fix = fix or f"Pass {name}'s own mesh (or mesh=None)"
@@ -361,11 +250,9 @@ def check_reachable(x, name: str, mesh: AnyMesh, target: str = "mesh=", fix: Opt
 
 def resolve_rhs(x, name: str, grid: Grid, spec: Optional[P] = None) -> tuple:
     """(solved, home): the layout in which right-hand side ``x`` is solved, and the one its
-    solution goes back to, or None where that is the same. The layout is ``spec`` if given (in
-    ``matrix_specs``), else x's own, else a's rows; one that splits x's columns is solved with
-    the columns whole, and is the solution's home."""
-    if spec is None:
-        spec = caller_spec(x, grid.mesh)
+    solution goes back to, or None where that is the same. The layout is ``spec`` (given in
+    ``matrix_specs``, else x's own where it is known), else a's rows; one that splits x's columns
+    is solved with the columns whole, and is the solution's home."""
     if spec is None:
         spec = grid.rows_spec(x.ndim)
     entries = validate_spec(spec, grid.mesh, name, x.ndim)

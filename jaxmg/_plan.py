@@ -25,9 +25,11 @@ from typing import Any, Optional
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from . import _checks, _layout, _routes, _sharded
+from . import _checks, _context, _layout, _routes, _sharded
 from ._context import MANUAL, Context, concrete_value
 from ._layout import AnyMesh, Grid
+from .kernels import local, native
+from .kernels.families import Backend
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +48,9 @@ class Plan:
     natural: native Cholesky only: keep the factor in a's order, so that L can be read.
     stack_spec: batch route: the layout of the stack's batch axis that outputs return to (None
       where it is not known).
+    backend: the kernels of the route (``jaxmg.kernels.families.Backend``): ``kernels.native``'s on
+      the distributed route, ``kernels.local``'s on the others; ``plan.backend.cholesky(plan)``
+      runs the Cholesky family's kernels for this plan.
     """
 
     family: str
@@ -59,6 +64,7 @@ class Plan:
     dtype: np.dtype
     natural: bool = False
     stack_spec: Optional[P] = None
+    backend: Backend = dataclasses.field(kw_only=True)
 
     @property
     def distributed(self) -> bool:
@@ -68,15 +74,6 @@ class Plan:
     def local(self) -> bool:
         """The local route: one matrix with the device's own solver (not a stack)."""
         return self.route == _routes.LOCAL
-
-    @property
-    def kernels(self):
-        """The backend of the route, whose family classes (``Cholesky``, ``LU``, ``QR``,
-        ``Decompositions``) implement ``jaxmg.kernels.families``' protocols: ``kernels.native``
-        on the distributed route, ``kernels.local`` elsewhere."""
-        from .kernels import local, native
-
-        return native if self.distributed else local
 
     @property
     def layout(self) -> Optional[NamedSharding]:
@@ -150,7 +147,7 @@ def with_rhs_layouts(plan: Plan, rhs) -> Plan:
     specs = list(plan.rhs_specs) + [None] * (len(rhs) - len(plan.rhs_specs))
     for k, b in enumerate(rhs):
         if specs[k] is None and hasattr(b, "ndim"):
-            known = _layout.caller_spec(b, plan.mesh)
+            known = _context.caller_spec(b, plan.mesh)
             if known is None and concrete_value(b) is not None:
                 known = P()  # a concrete array off the mesh (NumPy, one device): placed whole
             specs[k] = None if known is None else _layout.padded_spec(known, b.ndim)
@@ -171,14 +168,15 @@ def place_rhs(plan: Plan, b, name: str = "b", rows: Optional[int] = None, index:
     given = plan.rhs_specs[index] if index < len(plan.rhs_specs) else None
     if plan.distributed:
         assert plan.mesh is not None and plan.grid is not None, "a distributed plan has a mesh and a grid"
-        _layout.check_reachable(b, name, plan.mesh, target="the factorisation's mesh (a's, else its device's)",
-                                fix="Make the factorisation on b's mesh (shard a there, or pass mesh= to the module)")
-        spec, own = _layout.resolve_rhs(b, name, plan.grid, given)
+        _context.check_reachable(b, name, plan.mesh, target="the factorisation's mesh (a's, else its device's)",
+                                 fix="Make the factorisation on b's mesh (shard a there, or pass mesh= to the module)")
+        known = given if given is not None else _context.caller_spec(b, plan.mesh)
+        spec, own = _layout.resolve_rhs(b, name, plan.grid, known)
         return _placed_rhs(b, spec, own, plan.mesh)
     mesh = plan.mesh if plan.layout is not None else _explicit_mesh_of(b)
     if mesh is None:
         return b, None, _same
-    own = given if given is not None else _layout.caller_spec(b, mesh)
+    own = given if given is not None else _context.caller_spec(b, mesh)
     if own is None and plan.layout is not None:
         own = _default_rows(plan, b)
     if own is not None:
@@ -204,7 +202,7 @@ def _default_rows(plan: Plan, b) -> Optional[P]:
 def _explicit_mesh_of(x):
     """The mesh of ``x`` where it is split over Explicit axes (the device's own solver cannot take
     it so: it is gathered), else None."""
-    sharding = _layout.known_sharding(x)
+    sharding = _context.known_sharding(x)
     if sharding is None or not any(_layout.entry_axes(e) for e in sharding.spec):
         return None
     return sharding.mesh if _layout.all_explicit(sharding.mesh) else None
@@ -270,25 +268,39 @@ def resolve(family: str, context: Context, *, matrices: Sequence[tuple], rhs: Se
     a, count = arrays[0], len(matrices)
     if context.kind == MANUAL:
         _routes.choose(family, backend, None, a.shape, a.dtype, manual=True)
-        return Plan(family, _routes.LOCAL, None, None, None, (), 1, tuple(a.shape), np.dtype(a.dtype)), arrays
+        return Plan(family, _routes.LOCAL, None, None, None, (), 1, tuple(a.shape), np.dtype(a.dtype),
+                    backend=local.BACKEND), arrays
     stack = context.stack
-    found = _layout.resolve_mesh(mesh, a, arrays[1:])
+    found = _context.find_mesh(mesh, a, arrays[1:])
     if found is None and stack is not None:
-        found = stack.mesh or _layout.context_mesh()
+        found = stack.mesh or _context.context_mesh()
     route = _routes.choose(family, backend, found, a.shape, a.dtype, stacked=0 if stack is None else stack.size)
-    common: dict[str, Any] = dict(shape=tuple(a.shape), dtype=np.dtype(a.dtype), natural=natural)
+    common: dict[str, Any] = dict(shape=tuple(a.shape), dtype=np.dtype(a.dtype), natural=natural,
+                                  backend=native.BACKEND if route == _routes.DISTRIBUTED else local.BACKEND)
     if route == _routes.BATCH:
         assert stack is not None, "the batch route runs over a stack"
         return Plan(family, route, found, None, None, (), 1, stack_spec=stack.home, **common), arrays
     if route == _routes.DISTRIBUTED:
         named = [(x, name) for (name, _), x in zip(matrices, arrays)]
-        layout = _layout.resolve(found, matrix_specs, named, num_rhs=max(len(rhs), num_rhs), rhs=arrays[count:])
+        layout = grid_layout(found, matrix_specs, named, num_rhs=max(len(rhs), num_rhs))
         tile = T_A if T_A is not None else _layout.auto_tile(a.shape, layout.grid)
         plan = Plan(family, route, found, layout.grid, layout.out_spec, layout.rhs_specs, int(tile), **common)
     else:
         spec, rhs_specs = _local_specs(found, matrix_specs, matrices, arrays, max(len(rhs), num_rhs))
         plan = Plan(family, route, found, None, spec, rhs_specs, 1, **common)
     return with_rhs_layouts(plan, arrays[count:]), arrays
+
+
+def grid_layout(mesh, matrix_specs, matrices: Sequence[tuple], num_rhs: int = 0) -> _layout.Layout:
+    """The process grid and layouts of a distributed call of the matrices ``matrices``
+    (``(array, name)`` pairs, ``a`` first) on ``mesh`` (found as every call finds it where None):
+    ``jaxmg._layout.resolve`` given what ``jaxmg._context`` knows of a's layout."""
+    a = matrices[0][0]
+    found = _context.find_mesh(mesh, a, [x for x, _ in matrices[1:]])
+    assert found is not None, "the distributed route runs on a known mesh"
+    for x, name in matrices:
+        _context.check_reachable(x, name, found)
+    return _layout.resolve(found, matrix_specs, matrices, _context.caller_spec(a, found), num_rhs=num_rhs)
 
 
 def _local_specs(mesh, matrix_specs, matrices, arrays, num_rhs: int):
@@ -298,9 +310,9 @@ def _local_specs(mesh, matrix_specs, matrices, arrays, num_rhs: int):
     if mesh is None:
         return None, ()
     for (name, _), x in zip(matrices, arrays):
-        _layout.check_reachable(x, name, mesh)
+        _context.check_reachable(x, name, mesh)
     specs = _layout.split_specs(matrix_specs, len(matrices) + num_rhs)
-    spec = specs[0] if specs[0] is not None else _layout.caller_spec(arrays[0], mesh)
+    spec = specs[0] if specs[0] is not None else _context.caller_spec(arrays[0], mesh)
     if spec is None and len(mesh.axis_names) <= 2:  # not known: the mesh's axes in order (rule 4)
         default = _layout.default_spec(mesh)
         spec = default if all(_layout.divides(x.shape, default, mesh) for x in arrays[:len(matrices)]) else None
@@ -320,8 +332,21 @@ def module_plan(plan: Plan, arrays) -> Plan:
     if plan.mesh is None or isinstance(plan.mesh, Mesh):
         return plan
     for x in arrays:
-        found = _layout.mesh_of(x)
+        found = _context.mesh_of(x)
         if isinstance(found, Mesh) and found.abstract_mesh == plan.mesh:
             grid = None if plan.grid is None else dataclasses.replace(plan.grid, mesh=found)
             return dataclasses.replace(plan, mesh=found, grid=grid)
     return plan
+
+
+def per_shard_tile(family: str, grid: Grid, backend: str, T_A: Optional[int], local_shape, dtype) -> Optional[int]:
+    """The plan of a per-shard call of ``family`` (``jaxmg.ops.local``) on ``grid``'s local blocks
+    of shape ``local_shape``: the native tile where its route is distributed (``backend`` and
+    ``T_A`` checked as everywhere), else None: the device's own solver then runs on the gathered
+    matrix."""
+    _checks.check_backend(backend)
+    _checks.check_tile(T_A)
+    shape = (local_shape[0] * grid.nprow, local_shape[1] * grid.npcol)
+    if _routes.choose(family, backend, grid.mesh, shape, dtype) != _routes.DISTRIBUTED:
+        return None
+    return T_A or _layout.auto_tile(shape, grid)

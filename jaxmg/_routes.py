@@ -12,9 +12,9 @@ Routes (docs/routes.md):
 * ``distributed``: one matrix over the process grid, through cuSOLVERMp (the ``native``
   backend); a stack of matrices too large for one device runs one such call after another.
 
-:func:`choose` is the only reader of :data:`CROSSOVERS`, :func:`polar_eigh` of
-:data:`POLAR_EIGH_ABOVE` (how the local and batch routes compute SVDs and polar factors);
-``jaxmg.info`` reports what they decide.
+:func:`choose` is the only reader of :data:`CROSSOVERS`; ``jaxmg.info`` reports what it decides
+(and what ``jaxmg.kernels.qdwh.polar_eigh`` decides: how the local and batch routes compute SVDs
+and polar factors).
 """
 
 from __future__ import annotations
@@ -66,14 +66,6 @@ CROSSOVERS: dict = {
     "eigh": (Crossover(copies=5),),
     "sygvd": (Crossover(copies=7),),
 }
-#: The local and batch routes' SVD and polar method, by the platform compiled for: the order
-#: (min(M, N)) above which svd, svdvals, pinv, lstsq and polar run through QDWH polar + batched
-#: eigh (``jaxmg.kernels.qdwh``) instead of the platform's own SVD; None: at no order. On NVIDIA
-#: GPUs cuSOLVER's batched Jacobi SVD serves orders up to 32 (a stack of 512 float32 matrices of
-#: order 32 in 0.8 ms on an H200, against 0.41 s at order 33, where JAX runs one gesvd after
-#: another); the order where QDWH + eigh overtakes it is to be measured (bench_eigen.py;
-#: docs/eigen.md). On CPUs LAPACK's divide-and-conquer SVD stays.
-POLAR_EIGH_ABOVE: dict = {"cuda": 32, "rocm": 32, "cpu": None}
 #: Copies one device holds where a family has no crossover (for the batch route's "fits").
 DEFAULT_COPIES = 6
 
@@ -143,19 +135,6 @@ def device_solver_faster(fam: str, devices: int, shape, dtype, mesh) -> bool:
         if rule.copies * _bytes(shape, dtype) <= limit:
             return True
     return False
-
-
-def polar_eigh_above(platform: str) -> Optional[int]:
-    """:data:`POLAR_EIGH_ABOVE`'s order for ``platform`` ("gpu", as JAX's devices name NVIDIA
-    GPUs, is "cuda")."""
-    return POLAR_EIGH_ABOVE.get({"gpu": "cuda"}.get(platform, platform))
-
-
-def polar_eigh(platform: str, shape) -> bool:
-    """Whether the local and batch routes compute the SVD or polar decomposition of a matrix of
-    ``shape`` (M, N) through QDWH polar + eigh on ``platform`` (:data:`POLAR_EIGH_ABOVE`)."""
-    above = polar_eigh_above(platform)
-    return above is not None and min(shape[-2:]) > above
 
 
 def choose(fam: str, backend: str, mesh, shape, dtype, *, stacked: int = 0, manual: bool = False) -> str:

@@ -21,10 +21,9 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable, Sequence
-from typing import Optional
+from typing import Any, Optional
 
 import jax
-import jax.core
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
@@ -174,13 +173,13 @@ def _place(x, spec: P, mesh) -> jax.Array:
     """Inside a trace: give ``x`` layout ``spec``."""
     if not explicit(mesh):
         return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
-    current = jax.typeof(x).sharding if isinstance(x, jax.core.Tracer) else None
-    if current is not None and not current.mesh.empty and current.spec == padded_spec(spec, x.ndim):
+    current = jax.typeof(x).sharding
+    if isinstance(current, NamedSharding) and not current.mesh.empty and current.spec == padded_spec(spec, x.ndim):
         return x
     return jax.sharding.reshard(x, spec)
 
 
-def whole(fn: Callable, args: Sequence, grid: Grid, **static):
+def whole(fn: Callable, args: Sequence, grid: Grid, **static) -> Any:
     """``fn(*args, **static)`` on whole matrices in the grid layout (trace-only).
 
     ``fn`` is written for whole (global) arrays; XLA's partitioner splits its products and slices

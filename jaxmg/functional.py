@@ -123,7 +123,7 @@ def cholesky(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_sp
 
 def _lower(plan, a, *, keep, return_status, check):
     state, status, operator = _cholesky.factored(plan, a, keep=keep)
-    lower = plan.leave(decompositions.cholesky_lower(plan.kernels.Cholesky(plan), operator, state))
+    lower = plan.leave(decompositions.cholesky_lower(plan.backend.cholesky(plan), operator, state))
     rebuilt = lambda r: _check.product(plan, lower, _check.product(plan, lower, r, "C"))  # noqa: E731
     status = _check.verified(plan, status, lambda: _check.factorisation(
         _check.hermitian(plan, a), rebuilt, plan.shape[-1], plan.dtype), check=check, keep=keep)

@@ -48,7 +48,7 @@ def report(n: int = 4096, dtype: str = "float64") -> dict:
     import jaxmg
 
     from . import _native_check, _nvidia, _routes
-    from .kernels import native
+    from .kernels import native, qdwh
 
     out = {
         "jaxmg": {"version": jaxmg.__version__, "path": jaxmg.__path__[0]},
@@ -79,8 +79,8 @@ def report(n: int = 4096, dtype: str = "float64") -> dict:
         for op in OPERATIONS
     }
     kind = devices[0].platform
-    out["local_svd"] = {"platform": kind, "polar_eigh_above": _routes.polar_eigh_above(kind),
-                        "polar_eigh": _routes.polar_eigh(kind, shape)}
+    out["local_svd"] = {"platform": kind, "polar_eigh_above": qdwh.polar_eigh_above(kind),
+                        "polar_eigh": qdwh.polar_eigh(kind, shape)}
     return out
 
 
@@ -120,7 +120,7 @@ def format_report(info: dict) -> str:
         method = "the platform's own SVD at every order" if above is None else \
             f"QDWH polar + eigh above order {above}, the platform's own SVD up to it"
         lines.append(f"svd and polar on the local and batch routes ({svd['platform']}): {method} "
-                     f"(jaxmg/_routes.py POLAR_EIGH_ABOVE)")
+                     f"(jaxmg/kernels/qdwh.py POLAR_EIGH_ABOVE)")
     return "\n".join(lines)
 
 

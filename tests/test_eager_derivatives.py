@@ -378,7 +378,7 @@ def test_eager_grad_reuses_its_compiled_calls():
 
 def _count(jaxpr, name: str) -> int:
     """Factorisations ``name`` ("potrf", "getrf") in a jaxpr and every jaxpr nested in it: the
-    device solver's handler calls (``jaxmg.kernels.solver``), counted by their LAPACK branch (each
+    device solver's handler calls (``jaxmg.kernels.ffi.solver``), counted by their LAPACK branch (each
     call has one branch per platform)."""
     total = 0
     for eqn in jaxpr.eqns:

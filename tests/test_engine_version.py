@@ -72,7 +72,7 @@ class _FakeNative:
     (_FakeNative(), None),
 ])
 def test_engine_version_is_read_from_the_library(fake, expected, monkeypatch):
-    from jaxmg.kernels.native import _library
+    from jaxmg.kernels.ffi import _library
 
     monkeypatch.setattr(_engine, "_cache", {})
     monkeypatch.setattr(_library, "unavailable_reason", lambda: None)
@@ -86,7 +86,7 @@ def test_engine_version_from_the_wheel_that_holds_the_library(tmp_path, monkeypa
     """Where the library cannot say, the nvidia-cusolvermp wheel whose file was loaded does."""
     import importlib.metadata
 
-    from jaxmg.kernels.native import _library
+    from jaxmg.kernels.ffi import _library
 
     lib = tmp_path / "nvidia" / "cu13" / "lib" / "libcusolverMp.so.0"
     lib.parent.mkdir(parents=True)
@@ -114,7 +114,7 @@ def test_engine_version_from_the_wheel_that_holds_the_library(tmp_path, monkeypa
 
 
 def test_no_library_no_version(monkeypatch):
-    from jaxmg.kernels.native import _library
+    from jaxmg.kernels.ffi import _library
 
     monkeypatch.setattr(_engine, "_cache", {})
     monkeypatch.setattr(_library, "unavailable_reason", lambda: "not built")
@@ -129,12 +129,12 @@ def test_no_library_no_version(monkeypatch):
 def test_info_reports_the_engine_and_its_guards(code, engine, guards, monkeypatch):
     """jaxmg.kernels.native.info() (printed by python -m jaxmg.info) names the engine's version
     and the guards in force."""
-    from jaxmg.kernels.native import _library
+    from jaxmg.kernels.ffi import _library
 
     monkeypatch.setattr(_engine, "_cache", {})
     monkeypatch.setattr(_library, "unavailable_reason", lambda: None)
     monkeypatch.setattr(_library, "_native_module", lambda: _FakeNative(cached=code))
-    out = _library.info()
+    out = _engine.info()
     assert out["engine"] == engine
     assert guards in out["engine_guards"]
     assert ("2-D process grids are refused" in out["engine_guards"]) == (code < 901)

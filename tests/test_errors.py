@@ -7,7 +7,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import jaxmg
-from jaxmg import _layout
+from jaxmg import _layout, _plan
 from helpers import make_mesh, put, spd_matrix
 
 N = 32
@@ -83,7 +83,7 @@ def test_spec_with_more_than_two_axes():
     with pytest.raises(ValueError, match=r"uses 3 mesh axes.*at most two"):
         jaxmg.potrs(A, B, mesh=mesh3, matrix_specs=P(("x", "y"), "z"))
     with pytest.raises(ValueError, match=r"mesh has 3 axes.*matrix_specs"):
-        _layout.resolve(mesh3, None, [(jnp.asarray(A), "a")])
+        _plan.grid_layout(mesh3, None, [(jnp.asarray(A), "a")])
     np.testing.assert_allclose(np.asarray(A) @ np.asarray(jaxmg.potrs(A, B, mesh=mesh3)), np.asarray(B), atol=1e-8)
 
 
@@ -98,7 +98,7 @@ def test_shape_not_divided_by_mesh(mesh):
     a30 = spd_matrix(np.random.default_rng(1), 30, np.float64)
     match = r"a \(shape \(30, 30\)\) has 30 rows, which the 4 devices of mesh axes \('x',\) do not divide"
     with pytest.raises(ValueError, match=match):
-        _layout.resolve(mesh, None, [(jnp.asarray(a30), "a")])
+        _plan.grid_layout(mesh, None, [(jnp.asarray(a30), "a")])
     with pytest.raises(ValueError, match=match):
         jaxmg.potrs(a30, np.ones(30), mesh=mesh, matrix_specs=P("x", "y"))
     np.testing.assert_allclose(a30 @ np.asarray(jaxmg.potrs(a30, np.ones(30), mesh=mesh)), np.ones(30), atol=1e-8)

@@ -14,12 +14,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.linalg
+from helpers import ORDERS, make_mesh, put, random_matrix, spd_matrix
 from jax.sharding import AxisType, PartitionSpec as P
 from jax.test_util import check_grads
 
 import jaxmg
-from jaxmg.kernels import per_matrix, triangular
-from helpers import ORDERS, make_mesh, put, random_matrix, spd_matrix
+from jaxmg.kernels import triangular
+from jaxmg.kernels.ffi import per_matrix
 
 N = 8
 
@@ -60,6 +61,7 @@ def test_cyclic_order_inverse_matches_lapack(shape, dtype):
     """The recursion in the cyclic order of a process grid (``jaxmg.kernels.cyclic``: local
     slices, one grid product at a time) gives LAPACK's inverse, from either triangle."""
     from jax.sharding import NamedSharding
+
     from jaxmg._layout import Grid
     from jaxmg.kernels import cyclic
 
@@ -154,10 +156,10 @@ def test_hermitian_inverse_through_a_one_call_engine():
 
 
 def test_one_gpu_potri_derivative_rule(monkeypatch):
-    """The derivative rule of jaxmg.kernels.native.gemm.hermitian_inverse (A^-1 from L, A = L L^H,
+    """The derivative rule of jaxmg.kernels.ffi.gemm.hermitian_inverse (A^-1 from L, A = L L^H,
     L read from the lower triangle), checked with check_grads around the handler's contract: the
     handler itself (``jaxmg_potri``) runs on GPUs only, so here a reference stands in for it."""
-    from jaxmg.kernels.native import gemm
+    from jaxmg.kernels.ffi import gemm
 
     real_ffi_call = jax.ffi.ffi_call
 
@@ -338,7 +340,7 @@ _PER_MATRIX_CALL = per_matrix.call
 
 
 def _emulated_per_matrix_call(target, shapes, *, column_major=False, input_output_aliases=None, **attributes):
-    """``jaxmg.kernels.per_matrix.call`` for the one-GPU factorisations: cuSOLVER's ``potrf`` and
+    """``jaxmg.kernels.ffi.per_matrix.call`` for the one-GPU factorisations: cuSOLVER's ``potrf`` and
     ``getrf`` are LAPACK's, with the same layouts; ``jaxmg_relayout`` rearranges a row-major
     matrix as its ``mode`` says."""
     if target in ("cusolver_potrf_ffi", "cusolver_getrf_ffi"):
@@ -352,7 +354,7 @@ def _emulated_per_matrix_call(target, shapes, *, column_major=False, input_outpu
 
         return solver
     if target == "jaxmg_relayout":
-        from jaxmg.kernels.native import relayout
+        from jaxmg.kernels.ffi import relayout
 
         return lambda x: (relayout.reference(jnp.asarray(np.asarray(x)), int(attributes["mode"])),)
     return _PER_MATRIX_CALL(target, shapes, column_major=column_major, input_output_aliases=input_output_aliases,
@@ -371,7 +373,7 @@ def test_one_gpu_inverses_read_their_handlers_buffers_in_the_right_order(monkeyp
     Python side passes the factor's bytes in the order the handler reads and returns A^-1 itself
     (not its transpose or conjugate)."""
     from jaxmg.kernels import local
-    from jaxmg.kernels.native import _library, gemm
+    from jaxmg.kernels.ffi import _library, gemm
 
     monkeypatch.setattr(local, "_one_gpu_library", lambda mesh: True)
     monkeypatch.setattr(_library, "register", lambda: None)
@@ -394,7 +396,7 @@ def test_one_gpu_factorisations_read_the_relayout_buffers_in_the_right_order(mon
     and every handler emulated from its memory contract, each result is that of the matrix given
     (whose upper triangle is not a's mirror: potrs reads the lower one)."""
     from jaxmg.kernels import local
-    from jaxmg.kernels.native import _library, relayout
+    from jaxmg.kernels.ffi import _library, relayout
 
     def gpu_branch(*args, cuda=None, **_):
         return cuda(*args)
@@ -427,7 +429,7 @@ def test_relayout_reference_modes(dtype):
     """The three rearrangements the one-GPU factorisations rely on, for a stack: a's transpose;
     the matrix whose transpose's lower triangle is a's lower triangle (what potrf reads); and the
     lower triangle of a column-major factor read row-major."""
-    from jaxmg.kernels.native import relayout
+    from jaxmg.kernels.ffi import relayout
 
     x = random_matrix(np.random.default_rng(5), (3, 5, 5), dtype)
     t = np.swapaxes(x, -1, -2)

@@ -7,7 +7,7 @@ import pytest
 from jax.sharding import AxisType, Mesh, PartitionSpec as P
 
 import jaxmg
-from jaxmg import _layout
+from jaxmg import _layout, _plan
 from helpers import make_mesh, put, random_matrix, same_spec, spd_matrix
 
 N = 32
@@ -26,7 +26,7 @@ def close(x, expected=X):
 def test_rule1_any_axis_names_and_grid_shapes(shape):
     mesh = make_mesh(shape, ("rows", "cols"))
     a = put(A, mesh, P("rows", "cols"))
-    grid = _layout.resolve(None, None, [(a, "a")]).grid
+    grid = _plan.grid_layout(None, None, [(a, "a")]).grid
     assert (grid.nprow, grid.npcol) == shape
     assert grid.row_axes == ("rows",) and grid.col_axes == ("cols",)
     assert close(jaxmg.potrs(a, put(B, mesh, P("rows"))))
@@ -133,7 +133,7 @@ def test_rule3_abstract_mesh_inside_jit():
 
     @jax.jit
     def solve(a, b):
-        grid = _layout.resolve(None, None, [(a, "a")]).grid
+        grid = _plan.grid_layout(None, None, [(a, "a")]).grid
         assert not isinstance(grid.mesh, Mesh)  # only the abstract mesh exists here
         return jaxmg.potrs(a, b)
 
@@ -147,8 +147,8 @@ def test_rule4_auto_axes_default_and_explicit_specs():
 
     @jax.jit
     def solve(a, b):
-        seen["default"] = _layout.resolve(None, None, [(a, "a")]).grid.spec
-        seen["chosen"] = _layout.resolve(None, P(None, "x"), [(a, "a")]).grid.spec
+        seen["default"] = _plan.grid_layout(None, None, [(a, "a")]).grid.spec
+        seen["chosen"] = _plan.grid_layout(None, P(None, "x"), [(a, "a")]).grid.spec
         return jaxmg.potrs(a, b), jaxmg.potrs(a, b, matrix_specs=[P(None, "x"), P("x")])
 
     with jax.set_mesh(mesh):

@@ -40,7 +40,8 @@ def _opaque_ffi_call(target, results, operands, boot=(), aliases=None, **attrs):
 def opaque_native(monkeypatch):
     """The native backend offered on CPU, every FFI handler an opaque callback."""
     from jaxmg import _routes
-    from jaxmg.kernels.native import _grid, _library
+    from jaxmg.kernels.ffi import _library
+    from jaxmg.kernels.native import _grid
 
     monkeypatch.setattr(_routes, "native_unavailable", lambda op, mesh: None)
     monkeypatch.setattr(_library, "check_one_gpu_per_process", lambda: None)

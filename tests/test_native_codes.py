@@ -5,7 +5,8 @@ for processes without it is csrc/codes.h's list."""
 import pathlib
 import re
 
-from jaxmg.kernels.native import _codes, cholesky, gemm, relayout
+from jaxmg.kernels.ffi import _codes, gemm, relayout
+from jaxmg.kernels.native import cholesky
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CSRC = ROOT / "csrc"

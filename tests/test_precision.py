@@ -2,7 +2,7 @@
 
 On GPUs, float32 and complex64 products at JAX's default precision run in TF32 (about 1e-3
 relative error): a least-squares solution computed so was off by 1.4e-3 on an H200.
-The kernels multiply with ``jaxmg.kernels.local.matmul`` (precision HIGHEST; QDWH's products
+The kernels multiply with ``jaxmg.kernels.algebra.matmul`` (precision HIGHEST; QDWH's products
 are traced under ``jax.default_matmul_precision("highest")``), also when called directly in a
 shard_map (``jaxmg.ops.local``), so every ``dot_general`` of an operation and of its derivatives
 carries ``precision = [HIGHEST, HIGHEST]``. Checked on the

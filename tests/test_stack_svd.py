@@ -1,6 +1,6 @@
 """SVD and polar of stacks on the local and batch routes through QDWH polar + batched eigh.
 
-On a GPU, ``jaxmg._routes.POLAR_EIGH_ABOVE`` sends matrices above order 32 there; on a CPU
+On a GPU, ``jaxmg.qdwh.POLAR_EIGH_ABOVE`` sends matrices above order 32 there; on a CPU
 LAPACK's SVD stays. Here the CPU entry is set to 32 for the module, so the QDWH + eigh path runs
 (and the first test checks that it does). Accuracy is held to LAPACK's test ratios on stacks of 4
 matrices, one of each kind (random, rank-deficient, clustered, graded), square, tall and wide,
@@ -20,7 +20,8 @@ from jax.test_util import check_grads
 import jaxmg
 import jaxmg.numpy.linalg as la
 import jaxmg.scipy.linalg as sla
-from jaxmg import _dispatch, _routes
+from jaxmg import _dispatch
+from jaxmg.kernels import qdwh
 
 from helpers import DTYPES, eps, make_mesh, put, random_matrix
 
@@ -36,11 +37,11 @@ def _clear():
 def _polar_eigh_on_cpu():
     """The CPU's entry of the table set as a GPU's for this module (compiled calls cleared, so that
     calls of the other modules' shapes are traced again both ways)."""
-    saved = _routes.POLAR_EIGH_ABOVE.get("cpu")
-    _routes.POLAR_EIGH_ABOVE["cpu"] = 32
+    saved = qdwh.POLAR_EIGH_ABOVE.get("cpu")
+    qdwh.POLAR_EIGH_ABOVE["cpu"] = 32
     _clear()
     yield
-    _routes.POLAR_EIGH_ABOVE["cpu"] = saved
+    qdwh.POLAR_EIGH_ABOVE["cpu"] = saved
     _clear()
 
 
@@ -81,9 +82,9 @@ def _check(a, u, s, vh, dtype):
 
 
 def test_table_decides_by_platform_and_order():
-    assert _routes.polar_eigh("cuda", (33, 33)) and _routes.polar_eigh("gpu", (64, 40))
-    assert not _routes.polar_eigh("cuda", (32, 32)) and not _routes.polar_eigh("cuda", (4096, 32))
-    assert _routes.POLAR_EIGH_ABOVE["cpu"] == 32  # this module's setting; None outside it
+    assert qdwh.polar_eigh("cuda", (33, 33)) and qdwh.polar_eigh("gpu", (64, 40))
+    assert not qdwh.polar_eigh("cuda", (32, 32)) and not qdwh.polar_eigh("cuda", (4096, 32))
+    assert qdwh.POLAR_EIGH_ABOVE["cpu"] == 32  # this module's setting; None outside it
 
 
 def _primitives(fn, *args):
@@ -104,7 +105,7 @@ def test_path_above_the_order_is_polar_and_eigh():
 
 def test_cpu_table_entry_none_compiles_lapack_beside_the_gpu_branch(monkeypatch):
     """With the CPU's own entry (None) the call holds both branches, and a CPU runs LAPACK's."""
-    monkeypatch.setitem(_routes.POLAR_EIGH_ABOVE, "cpu", None)
+    monkeypatch.setitem(qdwh.POLAR_EIGH_ABOVE, "cpu", None)
     _clear()
     try:
         a = _stack(36, 36, np.float64, seed=13)

@@ -5,10 +5,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import hermitian_matrix, lower_read, make_mesh, put, random_matrix, spd_matrix
 from jax.sharding import AxisType, PartitionSpec as P
 
 import jaxmg
-from helpers import hermitian_matrix, lower_read, make_mesh, put, random_matrix, spd_matrix
 
 N, M, BATCH = 16, 32, 3
 RNG = np.random.default_rng(0)
@@ -128,7 +128,7 @@ def test_one_gpu_inverses_keep_the_shard_map_axes(auto_mesh, monkeypatch):
     with that path forced (not run: a CPU has no such handler), their results vary as each
     block does, so that the function and its gradient trace with check_vma on."""
     from jaxmg.kernels import local
-    from jaxmg.kernels.native import _library
+    from jaxmg.kernels.ffi import _library
 
     monkeypatch.setattr(local, "_one_gpu_library", lambda mesh: True)
     monkeypatch.setattr(_library, "register", lambda: None)

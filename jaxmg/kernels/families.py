@@ -1,6 +1,7 @@
-"""The kernel contract of each family: typed factor states and the protocol that both backends
+"""The kernel contract of each family: typed factor states, the protocol that both backends
 implement (``jaxmg.kernels.local`` on whole matrices, ``jaxmg.kernels.native`` over the process
-grid; a plan's ``kernels`` is the backend of its route).
+grid), and :class:`Backend`, the typed value that each of them exports as ``BACKEND`` and that a
+call's plan holds (chosen once, by ``jaxmg._plan.resolve``).
 
 Every method is trace-only and takes and returns global arrays: on the native backend matrices
 in the grid layout (or the caller's, where a method says so), right-hand sides in the layout
@@ -10,6 +11,8 @@ scalars (``jaxmg.kernels.status``); every floating output is NaN where the statu
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple, Optional, Protocol
 
 import jax
@@ -65,8 +68,10 @@ class QRState(NamedTuple):
 
 
 class CholeskyKernels(Protocol):
-    lower_readable: bool  # lower() can read L from this backend's state
-    hermitian: bool  # True: the factored matrix is Hermitian (its inverse too)
+    @property
+    def lower_readable(self) -> bool: ...  # lower() can read L from this backend's state
+    @property
+    def hermitian(self) -> bool: ...  # True: the factored matrix is Hermitian (its inverse too)
 
     def factor(self, a) -> tuple[CholeskyState, jax.Array]: ...
     def solve(self, state: CholeskyState, b, spec) -> jax.Array: ...
@@ -76,7 +81,8 @@ class CholeskyKernels(Protocol):
 
 
 class LUKernels(Protocol):
-    hermitian: bool  # False
+    @property
+    def hermitian(self) -> bool: ...  # False
     def factor(self, a) -> tuple[LUState, jax.Array]: ...
     def packed(self, state: LUState) -> jax.Array: ...
     def solve(self, state: LUState, b, spec, trans: str = "N") -> jax.Array: ...
@@ -97,5 +103,24 @@ class DecompositionKernels(Protocol):
     def syevd(self, a) -> tuple[jax.Array, jax.Array, jax.Array]: ...
     def sygvd(self, a, b) -> tuple[jax.Array, jax.Array, jax.Array]: ...
     def gesvd(self, a, full_matrices: bool,
-              compute_uv: bool = True) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]: ...
+              compute_uv: bool = True) -> tuple[Optional[jax.Array], jax.Array, Optional[jax.Array], jax.Array]: ...
     def polar(self, a) -> tuple[jax.Array, jax.Array, jax.Array]: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    """A backend: for each family, the class whose instance for a call's plan runs that family's
+    kernels (``backend.cholesky(plan).factor(a)``). Each field is typed with its family's
+    protocol, so that the type checker proves that a backend's classes implement the contract
+    (``jaxmg.kernels.local.BACKEND``, ``jaxmg.kernels.native.BACKEND``). Frozen and hashable: it is
+    part of the plan, a static argument of the compiled calls and the derivative rules.
+
+    name: "local" (a device's own solver on whole matrices) or "native" (cuSOLVERMp over the
+      process grid).
+    """
+
+    name: str
+    cholesky: Callable[[KernelPlan], CholeskyKernels]
+    lu: Callable[[KernelPlan], LUKernels]
+    qr: Callable[[KernelPlan], QRKernels]
+    decompositions: Callable[[KernelPlan], DecompositionKernels]

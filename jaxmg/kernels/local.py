@@ -8,7 +8,7 @@ native backend (``jaxmg.kernels.families``): only the lower triangle of a Hermit
 read; status 0 on success, else LAPACK's ``info``, or -1 for a result that is not finite.
 
 On one NVIDIA GPU with the native library loaded, inverses from a factor are the library's
-cuBLAS calls (``jaxmg.kernels.native.gemm``: LAPACK's potri and getri, one call each, in the
+cuBLAS calls (``jaxmg.kernels.ffi.gemm``: LAPACK's potri and getri, one call each, in the
 factor's buffer); else they are solves against the identity, as ``jnp.linalg.inv`` does.
 """
 
@@ -16,26 +16,22 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.scipy.linalg import solve_triangular
 
-from .. import _layout, _routes
+from .. import _layout
 from .._dense import adjoint
 from . import qdwh, status as _status
-from .families import CholeskyState, KernelPlan, LUState, QRState
-from .native import relayout
-from .solver import getrf, potrf
+from .algebra import matmul, slogdet_of
+from .families import Backend, CholeskyState, KernelPlan, LUState, QRState
+from .ffi import gemm, relayout
+from .ffi.solver import getrf, potrf
 
 _TRANS = {"N": 0, "T": 1, "C": 2}
-
-
-def matmul(x, y):
-    """``x @ y`` at full precision: float32 and complex64 products at JAX's default precision run
-    in TF32 on GPUs (about 1e-3 relative error)."""
-    return jnp.matmul(x, y, precision=lax.Precision.HIGHEST)
 
 
 def _as_matrix(b):
@@ -67,8 +63,6 @@ class _Local:
 def _one_gpu_library(mesh) -> bool:
     if _layout.platform(mesh) not in ("gpu", "cuda"):
         return False
-    from .native import gemm
-
     return gemm.available()
 
 
@@ -105,8 +99,6 @@ class Cholesky(_Local):
 
     def inverse(self, state):
         if self.cublas:
-            from .native import gemm
-
             return gemm.hermitian_inverse(_factor(state.factor), column_major=True)  # from potrf's layout, row-major
         return self.solve(state, _eye_like(state.factor))  # two triangular solves in the identity's buffer
 
@@ -134,8 +126,6 @@ class LU(_Local):
 
     def inverse(self, state):
         if self.cublas:
-            from .native import gemm
-
             perm = lax.linalg.lu_pivots_to_permutation(state.pivots, state.lu.shape[-1])
             return gemm.lu_inverse(self.packed(state), perm)  # getri in the factor's buffer (getrf's layout)
         return self.solve(state, _eye_like(state.lu))
@@ -147,26 +137,13 @@ class LU(_Local):
 def lower_of(factor):
     """``tril(factor)`` (..., n, n), row-major, from the column-major factor that potrf leaves: on
     an NVIDIA GPU with the native library loaded, moved in the factor's own buffer
-    (:mod:`.native.relayout`), where XLA would transpose it into a second matrix."""
+    (:mod:`.ffi.relayout`), where XLA would transpose it into a second matrix."""
     def moved(f):
         if not relayout.available():
             return jnp.tril(f)
         return relayout.relayout(jnp.swapaxes(f, -1, -2), relayout.LOWER_OF_TRANSPOSE)  # row-major: the same bytes
 
     return lax.platform_dependent(factor, cuda=moved, default=jnp.tril)
-
-
-def slogdet_of(diagonal, pivots, parity):
-    """(sign, log|det A|) from U's diagonal, the row pivots and the sign ``parity`` of any other
-    permutation of the factored matrix: det A = parity * (-1)^swaps * prod(diag U). A zero pivot
-    is a singular A, not a failure: (0, -inf)."""
-    n = diagonal.shape[-1]
-    swaps = jnp.sum(pivots != jnp.arange(n, dtype=pivots.dtype))
-    magnitude = jnp.abs(diagonal)
-    singular = jnp.any(magnitude == 0)
-    phases = diagonal / jnp.where(magnitude == 0, jnp.ones((), magnitude.dtype), magnitude).astype(diagonal.dtype)
-    sign = ((1 - 2 * (swaps % 2)) * parity).astype(diagonal.dtype) * jnp.prod(phases)
-    return jnp.where(singular, jnp.zeros((), sign.dtype), sign), jnp.sum(jnp.log(magnitude))
 
 
 class QR(_Local):
@@ -214,7 +191,7 @@ class Decompositions(_Local):
 
     def gesvd(self, a, full_matrices: bool, compute_uv: bool = True):
         """(u, s, vh, status); u, vh None without ``compute_uv``. Above the order of
-        ``jaxmg._routes.POLAR_EIGH_ABOVE`` for the platform compiled for, by QDWH polar + eigh
+        ``jaxmg.kernels.qdwh.POLAR_EIGH_ABOVE`` for the platform compiled for, by QDWH polar + eigh
         (:mod:`.qdwh`), else by the platform's own SVD."""
         if not compute_uv:
             return _by_platform(a, _svdvals_polar_eigh, _svdvals_own)
@@ -229,11 +206,15 @@ class Decompositions(_Local):
         return _by_platform(a, qdwh.polar_local, _polar_own)
 
 
-def _by_platform(a, polar_eigh, own):
-    """``polar_eigh(a)`` on the platforms where ``jaxmg._routes.polar_eigh`` says so for a's shape,
+#: The local backend (``jaxmg.kernels.families.Backend``): the local and batch routes' kernels.
+BACKEND = Backend("local", cholesky=Cholesky, lu=LU, qr=QR, decompositions=Decompositions)
+
+
+def _by_platform(a, polar_eigh, own) -> Any:
+    """``polar_eigh(a)`` on the platforms where ``jaxmg.kernels.qdwh.polar_eigh`` says so for a's shape,
     ``own(a)`` on the others (decided when compiled for the platform, so it holds under vmap)."""
     platforms = ("cuda", "rocm", "cpu")
-    pick = {p: polar_eigh if _routes.polar_eigh(p, a.shape) else own for p in platforms}
+    pick = {p: polar_eigh if qdwh.polar_eigh(p, a.shape) else own for p in platforms}
     if len(set(pick.values())) == 1:
         return pick["cpu"](a)
     return lax.platform_dependent(a, cuda=pick["cuda"], rocm=pick["rocm"], default=pick["cpu"])

@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -73,21 +74,36 @@ from jax.sharding import AbstractMesh
 
 from .._layout import Grid
 from .._sharded import axis_name as _axes_name, gather_block, local_block
+from .algebra import full_precision
+
+#: The local and batch routes' SVD and polar method, by the platform compiled for: the order
+#: (min(M, N)) above which svd, svdvals, pinv, lstsq and polar run through QDWH polar + batched
+#: eigh (this module) instead of the platform's own SVD; None: at no order. On NVIDIA
+#: GPUs cuSOLVER's batched Jacobi SVD serves orders up to 32 (a stack of 512 float32 matrices of
+#: order 32 in 0.8 ms on an H200, against 0.41 s at order 33, where JAX runs one gesvd after
+#: another; QDWH + eigh takes 45.9 ms for 512 of order 256 where JAX takes 3.29 s:
+#: docs/eigen.md). On CPUs LAPACK's divide-and-conquer SVD stays.
+POLAR_EIGH_ABOVE: dict = {"cuda": 32, "rocm": 32, "cpu": None}
+
+
+def polar_eigh_above(platform: str) -> Optional[int]:
+    """:data:`POLAR_EIGH_ABOVE`'s order for ``platform`` ("gpu", as JAX's devices name NVIDIA
+    GPUs, is "cuda")."""
+    return POLAR_EIGH_ABOVE.get({"gpu": "cuda"}.get(platform, platform))
+
+
+def polar_eigh(platform: str, shape) -> bool:
+    """Whether the local and batch routes compute the SVD or polar decomposition of a matrix of
+    ``shape`` (M, N) through QDWH polar + eigh on ``platform`` (:data:`POLAR_EIGH_ABOVE`)."""
+    above = polar_eigh_above(platform)
+    return above is not None and min(shape[-2:]) > above
+
 
 #: The grid of a whole matrix on one device (the local and batch routes): no mesh axes.
 WHOLE = Grid(AbstractMesh((), ()), (), ())
 
 #: The QR form is used while c_k exceeds this (Nakatsukasa and Higham 2013).
 QR_ABOVE = 100.0
-
-
-def _full_precision(kernel):
-    """``kernel`` with its matrix products traced at full precision (no TF32 on GPUs)."""
-    @functools.wraps(kernel)
-    def traced(*args, **kwargs):
-        with jax.default_matmul_precision("highest"):
-            return kernel(*args, **kwargs)
-    return traced
 
 
 def schedule(dtype) -> list[tuple[float, float, float]]:
@@ -326,11 +342,11 @@ def svdvals_local(a):
     return _failed_nan(_finite(s), s)
 
 
-polar_local = _full_precision(polar_local)
-svdvals_local = _full_precision(svdvals_local)
+polar_local = full_precision(polar_local)
+svdvals_local = full_precision(svdvals_local)
 
 
-@_full_precision
+@full_precision
 def polar(a, *, grid, **unused):
     """(U_p: a's local block, H: local block of the N x N layout, status) of A = U_p H, M >= N;
     U_p's columns are orthonormal for rank-deficient A too (:func:`_complete_polar`)."""
@@ -340,7 +356,7 @@ def polar(a, *, grid, **unused):
     return _failed_nan(_finite(x, h), u_p, h)  # x and h are the same on every device of the grid
 
 
-@_full_precision
+@full_precision
 def gesvd(a, *, grid, full_matrices, syevd, local: bool = False, **unused):
     """(U: a's block, M x N or M x M; s: N descending, whole; V^H: block of N x N; status), with
     ``syevd(h_block, grid=grid) -> (w, v_block, status)`` the backend's eigensolver; ``local``: a

@@ -101,7 +101,7 @@ def products_through(product, trmm=None, inverse=None):
     ``trmm(t, x, lower=, adj=, unit=, left=)`` (``op(T) @ x`` or ``x @ op(T)``, T the stored
     triangle ``lower`` of ``t``, unit diagonal where ``unit``); where ``inverse`` is given,
     :func:`hermitian_inverse` is one call ``inverse(l)`` (A^-1, both triangles, for A = L L^H with
-    L the lower triangle of ``l``). For example cuBLAS on one GPU (``jaxmg.kernels.native.gemm``).
+    L the lower triangle of ``l``). For example cuBLAS on one GPU (``jaxmg.kernels.ffi.gemm``).
     None: XLA's dots, which XLA partitions over a mesh."""
     token = _ENGINE.set((product, trmm, inverse))
     try:

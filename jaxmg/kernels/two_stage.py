@@ -39,6 +39,8 @@ matrix products and the memory-bound work is confined to a band.
 from __future__ import annotations
 
 import functools
+import typing
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -46,7 +48,7 @@ import numpy as np
 from jax import lax
 from jax.scipy.linalg import solve_triangular
 
-from .qdwh import _full_precision
+from .algebra import full_precision
 
 _DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
 #: Panel groups of stage 1 (each one ``fori_loop`` on a static trailing window).
@@ -175,7 +177,7 @@ def _band_step(w: jax.Array, j, b: int):
 
 
 @functools.partial(jax.jit, static_argnames=("band", "reflectors", "segments"))
-@_full_precision
+@full_precision
 def _reduce(a, band: int, reflectors: bool, segments: int):
     n, b = a.shape[-1], band
     panels = panel_count(n, b)
@@ -197,6 +199,12 @@ def _reduce(a, band: int, reflectors: bool, segments: int):
     return hermitian_from_lower(a), ys, ts
 
 
+@typing.overload
+def reduce_to_band(a: jax.Array, band: int, *, reflectors: Literal[False] = False,
+                   segments: int = SEGMENTS) -> jax.Array: ...
+@typing.overload
+def reduce_to_band(a: jax.Array, band: int, *, reflectors: Literal[True],
+                   segments: int = SEGMENTS) -> tuple[jax.Array, jax.Array, jax.Array]: ...
 def reduce_to_band(a: jax.Array, band: int, *, reflectors: bool = False, segments: int = SEGMENTS):
     """Stage 1: ``B = Q^H A Q`` Hermitian with half-bandwidth ``band`` (zero where |i - j| >
     band), A the Hermitian matrix of ``a``'s lower triangle. a: (N, N), float32 to complex128.
@@ -295,14 +303,15 @@ def _chase(ab, tasks, vectors: bool):
     q = jnp.eye(n + pad, dtype=ab.dtype) if vectors else None
 
     def task(k, carry):
-        return _chase_task(*carry, tasks[k, 0], tasks[k, 1], band)
+        a_k, q_k = carry
+        return _chase_task(a_k, q_k, tasks[k, 0], tasks[k, 1], band)
 
     if tasks.shape[0]:
         a, q = lax.fori_loop(0, tasks.shape[0], task, (a, q))
     idx = jnp.arange(n)
     d = jnp.real(a[idx, idx])
     e = a[idx[1:], idx[:-1]]
-    return (d, e, q[:n, :n]) if vectors else (d, e)
+    return (d, e) if q is None else (d, e, q[:n, :n])
 
 
 def band_to_tridiagonal_reference(ab: jax.Array, *, vectors: bool = False, lag: int | None = None):
@@ -327,7 +336,7 @@ def band_to_tridiagonal_reference(ab: jax.Array, *, vectors: bool = False, lag: 
 def _sterf_host(d, e):
     from scipy.linalg import lapack
 
-    sterf = lapack.get_lapack_funcs("sterf", (np.asarray(d),))
+    (sterf,) = lapack.get_lapack_funcs(("sterf",), (np.asarray(d),))
     w, info = sterf(np.array(d), np.array(e))
     return np.asarray(w if info == 0 else np.full_like(w, np.nan), dtype=d.dtype)
 
@@ -345,7 +354,7 @@ def tridiagonal_eigvalsh(d: jax.Array, e: jax.Array, *, method: str = "sterf") -
     if method == "bisection":
         return jax.scipy.linalg.eigh_tridiagonal(d, e, eigvals_only=True)
     if method == "native":
-        from .native import band as native_band
+        from .ffi import band as native_band
         return native_band.tridiagonal_eigvalsh(d, e)
     out = jax.ShapeDtypeStruct(d.shape, d.dtype)
     return jax.pure_callback(_sterf_host, out, d, e, vmap_method="sequential")
@@ -354,7 +363,7 @@ def tridiagonal_eigvalsh(d: jax.Array, e: jax.Array, *, method: str = "sterf") -
 # --- composition -------------------------------------------------------------------------------
 
 def _default_stage2() -> str:
-    from .native import band as native_band
+    from .ffi import band as native_band
     return "native" if jax.default_backend() == "gpu" and native_band.available() else "reference"
 
 
@@ -383,7 +392,7 @@ def band_eigvalsh(ab: jax.Array, *, stage2: str | None = None, stage3: str | Non
 
     def one(ab):
         if stage2 == "native":
-            from .native import band as native_band
+            from .ffi import band as native_band
             d, e = native_band.band_to_tridiagonal(ab)
         else:
             d, e = band_to_tridiagonal_reference(ab)

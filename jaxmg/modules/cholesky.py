@@ -80,7 +80,7 @@ class Cholesky(Factorisation):
         Read from the saved factor where it holds L (``natural=True``, the local and batch
         routes); else computed by factoring the kept ``a`` once more in natural order.
         """
-        if not self.plan.kernels.Cholesky(self.plan).lower_readable and self.operator is None:
+        if not self.plan.backend.cholesky(self.plan).lower_readable and self.operator is None:
             raise ValueError(
                 "Cholesky(a, donate=True).factor: the donated a was factored in cuSOLVERMp's permuted "
                 "layout, from which L cannot be read, and a is gone; use Cholesky(a, natural=True, "
@@ -90,18 +90,18 @@ class Cholesky(Factorisation):
 
 def factored(plan, a, *, keep: bool):
     """(state, status, operator) of the factorisation of ``a`` (trace-only)."""
-    state, status = plan.kernels.Cholesky(plan).factor(jax.lax.stop_gradient(plan.enter(a)))
+    state, status = plan.backend.cholesky(plan).factor(jax.lax.stop_gradient(plan.enter(a)))
     return jax.lax.stop_gradient(state), status, a if keep else None
 
 
 def _made(plan, a, *, keep: bool, check: bool):
-    return _check.factored_checked(plan, factored(plan, a, keep=keep), plan.kernels.Cholesky(plan),
+    return _check.factored_checked(plan, factored(plan, a, keep=keep), plan.backend.cholesky(plan),
                                    lambda: _check.hermitian(plan, a), check=check, keep=keep)
 
 
 def solved(plan, operator, state, status, b):
     """x with ``a x = b`` from the saved factor, NaN where the status is not 0 (trace-only)."""
-    kernels = plan.kernels.Cholesky(plan)
+    kernels = plan.backend.cholesky(plan)
     b, spec, home = _plan.place_rhs(plan, b)
     solve = lambda r: kernels.solve(state, r, spec)  # noqa: E731
     # the operator read from a's lower triangle is Hermitian: symmetric for real dtypes (one solve
@@ -114,7 +114,7 @@ def solved(plan, operator, state, status, b):
 
 def log_determinant(plan, operator, state, status):
     """log det a from the saved factor (trace-only)."""
-    return _status.masked(status, logdet.logdet(plan.kernels.Cholesky(plan), operator, state))
+    return _status.masked(status, logdet.logdet(plan.backend.cholesky(plan), operator, state))
 
 
 def _solve(plan, module, b):
@@ -126,14 +126,14 @@ def _logdet(plan, module):
 
 
 def _inverse(plan, module):
-    inverse = logdet.inverse(plan.kernels.Cholesky(plan), module.operator, module.state)
+    inverse = logdet.inverse(plan.backend.cholesky(plan), module.operator, module.state)
     return module._masked(plan.leave(inverse, "the inverse"))
 
 
 def _lower(plan, module):
     state = module.state
-    if not plan.kernels.Cholesky(plan).lower_readable:
+    if not plan.backend.cholesky(plan).lower_readable:
         plan = dataclasses.replace(plan, natural=True)
         state, _, _ = factored(plan, module.operator, keep=False)
     return module._masked(plan.leave(
-        decompositions.cholesky_lower(plan.kernels.Cholesky(plan), module.operator, state)))
+        decompositions.cholesky_lower(plan.backend.cholesky(plan), module.operator, state)))

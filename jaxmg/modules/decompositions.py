@@ -129,7 +129,7 @@ class Polar(Factorisation):
 
 def eigen(plan, a, b=None, *, keep: bool, check: bool = True):
     """(w, v, status) of ``a v = v diag(w)``, or of ``a v = b v diag(w)`` (trace-only)."""
-    kernels = plan.kernels.Decompositions(plan)
+    kernels = plan.backend.decompositions(plan)
     if b is None:
         w, v, status = rules.syevd(kernels, a)
     else:
@@ -150,7 +150,7 @@ def eigen(plan, a, b=None, *, keep: bool, check: bool = True):
 def singular(plan, a, *, keep: bool, full_matrices: bool, compute_uv: bool, check: bool = True):
     """(u, s, vh, status) of ``a = u diag(s) vh``; a wide ``a`` through a^H (trace-only)."""
     kplan = plan.adjoint() if plan.wide else plan
-    kernels = kplan.kernels.Decompositions(kplan)
+    kernels = kplan.backend.decompositions(kplan)
     x = adjoint(a) if plan.wide else a
     if compute_uv:
         u, s, vh, status = rules.gesvd(kernels, full_matrices, x)
@@ -168,7 +168,7 @@ def singular(plan, a, *, keep: bool, full_matrices: bool, compute_uv: bool, chec
 
 def polar_factors(plan, a, *, keep: bool, check: bool = True):
     """(u_p, h, status) of ``a = u_p h`` (trace-only)."""
-    u_p, h, status = rules.polar_decomposition(plan.kernels.Decompositions(plan), a)
+    u_p, h, status = rules.polar_decomposition(plan.backend.decompositions(plan), a)
     u_p, h = plan.leave(u_p, "u_p"), plan.leave(h, "h")
 
     def tests():

@@ -53,7 +53,7 @@ class LU(Factorisation):
         """The packed factor: on the local and batch routes LAPACK's (L's strict lower triangle, U's
         upper one, as ``jax.scipy.linalg.lu_factor`` gives it); on the distributed route
         cuSOLVERMp's, in the grid layout."""
-        return self.plan.kernels.LU(self.plan).packed(self.state)
+        return self.plan.backend.lu(self.plan).packed(self.state)
 
     @property
     def pivots(self) -> jax.Array:
@@ -89,18 +89,18 @@ class LU(Factorisation):
 
 def factored(plan, a, *, keep: bool):
     """(state, status, operator) of the LU factorisation of ``a`` (trace-only)."""
-    state, status = plan.kernels.LU(plan).factor(jax.lax.stop_gradient(plan.enter(a)))
+    state, status = plan.backend.lu(plan).factor(jax.lax.stop_gradient(plan.enter(a)))
     return jax.lax.stop_gradient(state), status, a if keep else None
 
 
 def _made(plan, a, *, keep: bool, check: bool):
-    return _check.factored_checked(plan, factored(plan, a, keep=keep), plan.kernels.LU(plan),
+    return _check.factored_checked(plan, factored(plan, a, keep=keep), plan.backend.lu(plan),
                                    lambda: _check.general(plan, a), check=check, keep=keep)
 
 
 def solved(plan, operator, state, status, b, trans: str = "N"):
     """x with ``op(a) x = b`` from the saved factor, NaN where the status is not 0 (trace-only)."""
-    kernels = plan.kernels.LU(plan)
+    kernels = plan.backend.lu(plan)
     b, spec, home = _plan.place_rhs(plan, b)
     transposed, conjugate = _TRANSPOSE[trans]
 
@@ -120,10 +120,10 @@ def _solve(plan, module, b, *, trans):
 
 def _inverse(plan, module):
     """a^-1 in a's layout from the saved factor (trace-only)."""
-    inverse = logdet.inverse(plan.kernels.LU(plan), module.operator, module.state)
+    inverse = logdet.inverse(plan.backend.lu(plan), module.operator, module.state)
     return module._masked(plan.leave(inverse, "the inverse"))
 
 
 def _slogdet(plan, module):
     """(sign, log|det a|) from the saved factor (trace-only)."""
-    return logdet.slogdet(plan.kernels.LU(plan), module.operator, module.state)
+    return logdet.slogdet(plan.backend.lu(plan), module.operator, module.state)

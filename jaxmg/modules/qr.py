@@ -112,14 +112,14 @@ def factored(plan, a, *, keep: bool):
     """(state, status, operator) of the QR factorisation of ``a`` (of a^H for a wide a)."""
     kplan = kernel_plan(plan)
     factor_of = adjoint(a) if plan.wide else a
-    state, status = kplan.kernels.QR(kplan).factor(jax.lax.stop_gradient(kplan.enter(factor_of)))
+    state, status = kplan.backend.qr(kplan).factor(jax.lax.stop_gradient(kplan.enter(factor_of)))
     return jax.lax.stop_gradient(state), status, a if keep else None
 
 
 def _made(plan, a, *, keep: bool, check: bool):
     state, status, _ = factored(plan, a, keep=keep)
     kplan = kernel_plan(plan)
-    solve = kplan.kernels.QR(kplan).normal_solve
+    solve = kplan.backend.qr(kplan).normal_solve
     status = _check.verified(plan, status, lambda: _check.normal_solve(
         kplan, _check.general(kplan, adjoint(a) if plan.wide else a), lambda r, spec: solve(state, r, spec)),
         check=check, keep=keep)
@@ -129,7 +129,7 @@ def _made(plan, a, *, keep: bool, check: bool):
 def solved(plan, operator, state, status, b):
     """The least-squares (or, for a wide a, minimum-norm) solution from the saved factor."""
     kplan = kernel_plan(plan)
-    kernels = kplan.kernels.QR(kplan)
+    kernels = kplan.backend.qr(kplan)
     b, spec, home = _plan.place_rhs(kplan, b, rows=plan.shape[0])
     if not plan.wide:
         x = decompositions.least_squares(kernels, spec, operator, state, b)
@@ -179,7 +179,7 @@ def rank_status(plan, state, status, rcond: Optional[float]):
     None for max(M, N) eps, negative for eps; trace-only)."""
     kplan = kernel_plan(plan)
     threshold = _status.rcond_threshold(rcond, plan.shape, plan.dtype)
-    return _status.either(status, _status.rank_deficient(kplan.kernels.QR(kplan).diagonal(state), threshold))
+    return _status.either(status, _status.rank_deficient(kplan.backend.qr(kplan).diagonal(state), threshold))
 
 
 def _rank_status(plan, module, *, rcond):
@@ -193,7 +193,7 @@ def _solve(plan, module, b, *, rcond):
 
 def factors(plan, operator, state, status):
     """(q, r) in a's layout from the saved factor of a tall ``a`` (trace-only)."""
-    q, r = decompositions.qr_outputs(plan.kernels.QR(plan), operator, state)
+    q, r = decompositions.qr_outputs(plan.backend.qr(plan), operator, state)
     return _status.masked(status, plan.leave(q, "q"), plan.leave(r, "r"))
 
 

@@ -22,9 +22,9 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.linalg import solve_triangular
 
-from .._dense import in_layout_of
 from .._routes import DISTRIBUTED
 from ..modules import LU
+from ._util import in_layout_of
 
 
 def _value(factor: LU) -> jax.Array:

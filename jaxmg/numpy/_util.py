@@ -4,11 +4,11 @@ promotion, shape checks, the Hermitian input convention and leading batch dimens
 from __future__ import annotations
 
 import jax
-import jax.core
 import jax.numpy as jnp
-from jax.sharding import NamedSharding
+from jax.sharding import NamedSharding, PartitionSpec as P
 
-from .._dense import _explicit_mesh, adjoint, in_layout_of, spec_of
+from .._context import is_tracer
+from .._dense import _explicit_mesh, adjoint, spec_of
 
 
 def inexact(*arrays):
@@ -26,6 +26,31 @@ def square(a, name: str) -> None:
     if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
         raise ValueError(f"{name}: a must be a square matrix or a batch of them (..., N, N), "
                          f"got shape {tuple(a.shape)}.")
+
+
+def in_layout(x, spec: P, like):
+    """``x`` laid out as ``spec`` on like's mesh where it has Explicit axes (elsewhere unchanged;
+    a concrete ``x`` is put there, as an eager reshard outside ``jax.set_mesh`` cannot)."""
+    mesh = _explicit_mesh(like)
+    if mesh is None:
+        return x
+    if not is_tracer(x) and not is_tracer(like):
+        return jax.device_put(x, NamedSharding(like.sharding.mesh, spec))
+    return jax.sharding.reshard(x, NamedSharding(mesh, spec))
+
+
+def in_layout_of(x, like):
+    """``x`` laid out like ``like``: on Explicit mesh axes, and eagerly for a concrete ``like`` on
+    Auto axes (where an eager op between differently laid-out arrays returns a replicated one);
+    elsewhere unchanged."""
+    mesh = _explicit_mesh(like)
+    if mesh is not None:
+        return jax.sharding.reshard(x, NamedSharding(mesh, spec_of(like)))
+    sharding = getattr(like, "sharding", None)
+    if (not is_tracer(like) and not is_tracer(x)
+            and isinstance(sharding, NamedSharding) and x.shape == like.shape):
+        return jax.device_put(x, sharding)
+    return x
 
 
 def herm_input(a, symmetrize: bool, lower: bool):
@@ -65,11 +90,11 @@ def _in_matrix_layout(out, a):
     ``jax.vmap`` return them replicated, and products on Auto mesh axes (pinv, a wide R) where
     XLA put them. A no-op for outputs already there."""
     sharding = getattr(a, "sharding", None)
-    if isinstance(a, jax.core.Tracer) or not isinstance(sharding, NamedSharding):
+    if is_tracer(a) or not isinstance(sharding, NamedSharding):
         return out
 
     def place(x):
-        if getattr(x, "ndim", None) != a.ndim or isinstance(x, jax.core.Tracer):
+        if getattr(x, "ndim", None) != a.ndim or is_tracer(x):
             return x
         try:
             return jax.device_put(x, sharding)

@@ -36,23 +36,21 @@ import operator
 from typing import Literal, Union, overload
 
 import jax
-import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as _P
 
 from .. import functional as _f
+from .._context import is_tracer as _is_tracer
 from .._dense import (
     adjoint as _H,
     columns as _columns,
-    in_layout as _in_layout,
-    in_layout_of as _in_layout_of,
     matmul as _matmul,
     spec_of as _spec_of,
     triu as _triu,
 )
 from ..modules import LU as _LU
-from . import _det
+from . import _det, _util
 from ._results import EighResult, QRResult, SlogdetResult, SVDResult
 from ._util import (
     herm_input as _herm_input,
@@ -165,7 +163,7 @@ def cholesky(a, *, upper=False, symmetrize_input=True):
     _square(a, "cholesky")
     a = _herm_input(a, symmetrize_input, lower=True)
     factor = _map_batch(_f.cholesky, (a,), (2,))
-    return _in_layout_of(_H(factor), factor) if upper else factor
+    return _util.in_layout_of(_H(factor), factor) if upper else factor
 
 
 # --- Hermitian eigenproblems ---------------------------------------------------------------------
@@ -277,19 +275,20 @@ def _complete_qr(a):
     a's; r = triu(q^H a)."""
     m, n = a.shape
     if n == 0:  # no columns to keep: Q is the identity, as LAPACK's (and JAX's) Householder Q
-        return _in_layout_of(jnp.eye(m, dtype=a.dtype), a), jnp.zeros((m, 0), a.dtype)
+        return _util.in_layout_of(jnp.eye(m, dtype=a.dtype), a), jnp.zeros((m, 0), a.dtype)
     g = np.random.default_rng(0).standard_normal((m, m - n))
     if jnp.issubdtype(a.dtype, jnp.complexfloating):
         g = g + 1j * np.random.default_rng(1).standard_normal((m, m - n))
     rows = _P(_spec_of(a)[0], None)  # both blocks with a's rows split and their columns whole
-    q, _ = _f.qr(jnp.concatenate([_in_layout(a, rows, a), _in_layout(jnp.asarray(g, a.dtype), rows, a)], axis=1))
+    blocks = [_util.in_layout(a, rows, a), _util.in_layout(jnp.asarray(g, a.dtype), rows, a)]
+    q, _ = _f.qr(jnp.concatenate(blocks, axis=1))
     return q, _triu(_matmul(_H(q), a, _spec_of(a)))
 
 
 def _qr(a, *, mode):
     m, n = a.shape
     if mode == "complete" and m > n == 0:
-        q, r = _in_layout_of(jnp.eye(m, dtype=a.dtype), a), a  # no column to reflect: Q = I
+        q, r = _util.in_layout_of(jnp.eye(m, dtype=a.dtype), a), a  # no column to reflect: Q = I
     elif mode == "complete" and m > n:
         q, r = _complete_qr(a)
     else:
@@ -339,7 +338,7 @@ def _lstsq(a, b, rcond, numpy_resid):
 
 
 def _concrete(value, name):
-    if isinstance(value, jax.core.Tracer):
+    if _is_tracer(value):
         raise ValueError(f"{name} needs the rank as a Python value, which inside jax.jit is not known: "
                          f"call it outside jax.jit, or use numpy_resid=False (residuals always returned).")
     return int(value)

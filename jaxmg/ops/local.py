@@ -27,9 +27,9 @@ For example, on a (4, 2) mesh of 8 devices::
 call cuSOLVERMp), so shard_map cannot infer which outputs are replicated over which axes.
 
 These calls carry no derivative rules of their own: differentiate the global API
-(``jaxmg.potrs``, the modules) instead. The route is chosen as everywhere else
-(``jaxmg._routes``): the native kernels where it says distributed, else the device's own solver
-on the gathered matrix.
+(``jaxmg.potrs``, the modules) instead. The route is planned as everywhere else
+(``jaxmg._plan.per_shard_tile``): the native kernels where it is distributed, else the device's
+own solver on the gathered matrix.
 """
 
 from __future__ import annotations
@@ -38,22 +38,10 @@ from typing import Optional
 
 from jax.sharding import PartitionSpec as P
 
-from .. import _checks, _layout, _routes
+from .. import _plan
 from .._layout import Grid
 from .._sharded import gather_block, gather_rows, local_block, local_rows
 from ..kernels import local, native, status as _status
-
-
-def _native(family: str, grid: Grid, backend: str, T_A: Optional[int], local_shape, dtype) -> Optional[int]:
-    """The native tile where the native kernels run (``backend``, checked as everywhere), else None:
-    the device's own solver then runs on the gathered matrix."""
-    _checks.check_backend(backend)
-    _checks.check_tile(T_A)
-    shape = (local_shape[0] * grid.nprow, local_shape[1] * grid.npcol)
-    route = _routes.choose(family, backend, grid.mesh, shape, dtype)
-    if route != _routes.DISTRIBUTED:
-        return None
-    return T_A or _layout.auto_tile(shape, grid)
 
 
 def _rhs(b, grid: Grid, rhs_spec: Optional[P]):
@@ -71,7 +59,7 @@ def potrs(a, b, *, grid: Grid, rhs_spec: Optional[P] = None, backend: str = "aut
 
     Natively, factor and solve are one handler call, in place in cuSOLVERMp's layout, with no
     redistribution of the matrix; else the device's own solver factors the gathered matrix."""
-    tile = _native("cholesky", grid, backend, T_A, a.shape, a.dtype)
+    tile = _plan.per_shard_tile("cholesky", grid, backend, T_A, a.shape, a.dtype)
     b, spec = _rhs(b, grid, rhs_spec)
     if tile is not None:
         x, logdet, status = native.potrs(a, b, grid=grid, tile=tile)
@@ -84,7 +72,7 @@ def potrs(a, b, *, grid: Grid, rhs_spec: Optional[P] = None, backend: str = "aut
 
 def cholesky(a, *, grid: Grid, backend: str = "auto", T_A=None):
     """(L block, status) with A = L L^H."""
-    tile = _native("cholesky", grid, backend, T_A, a.shape, a.dtype)
+    tile = _plan.per_shard_tile("cholesky", grid, backend, T_A, a.shape, a.dtype)
     if tile is not None:
         state, status = native.cholesky_factor(a, grid=grid, tile=tile, natural=True)
         (lower,) = native.cholesky_lower(state, grid=grid, tile=tile, natural=True)
@@ -96,7 +84,7 @@ def cholesky(a, *, grid: Grid, backend: str = "auto", T_A=None):
 
 def lu_solve(a, b, *, grid: Grid, rhs_spec: Optional[P] = None, backend: str = "auto", T_A=None):
     """(x rows, status) for general square A."""
-    tile = _native("lu", grid, backend, T_A, a.shape, a.dtype)
+    tile = _plan.per_shard_tile("lu", grid, backend, T_A, a.shape, a.dtype)
     b, spec = _rhs(b, grid, rhs_spec)
     if tile is not None:
         lu, piv, status = native.lu_factor(a, grid=grid, tile=tile)
@@ -113,7 +101,7 @@ def least_squares(a, b, *, grid: Grid, rhs_spec: Optional[P] = None, rcond: Opti
     diagonal entry of R below ``rcond * max|R_ii|``, ``rcond`` as in ``jaxmg.least_squares``)
     gives that entry's 1-based index as the status and NaN rows."""
     rcond = _status.checked_rcond(rcond)
-    tile = _native("qr", grid, backend, T_A, a.shape, a.dtype)
+    tile = _plan.per_shard_tile("qr", grid, backend, T_A, a.shape, a.dtype)
     b, spec = _rhs(b, grid, rhs_spec)
     if tile is not None:
         f, tau, status = native.qr_factor(a, grid=grid, tile=tile)
@@ -130,7 +118,7 @@ def least_squares(a, b, *, grid: Grid, rhs_spec: Optional[P] = None, rcond: Opti
 
 def syevd(a, *, grid: Grid, backend: str = "auto", T_A=None):
     """(w whole, v block, status) of Hermitian A."""
-    tile = _native("eigh", grid, backend, T_A, a.shape, a.dtype)
+    tile = _plan.per_shard_tile("eigh", grid, backend, T_A, a.shape, a.dtype)
     if tile is not None:
         return native.syevd(a, grid=grid, tile=tile)
     w, v, status = _device(local.Decompositions).syevd(gather_block(a, grid))
@@ -139,7 +127,7 @@ def syevd(a, *, grid: Grid, backend: str = "auto", T_A=None):
 
 def gesvd(a, *, grid: Grid, full_matrices: bool = False, backend: str = "auto", T_A=None):
     """(u block, s whole, vh block, status)."""
-    tile = _native("svd", grid, backend, T_A, a.shape, a.dtype)
+    tile = _plan.per_shard_tile("svd", grid, backend, T_A, a.shape, a.dtype)
     if tile is not None:
         return native.gesvd(a, grid=grid, full_matrices=full_matrices, tile=tile)
     u, s, vh, status = _device(local.Decompositions).gesvd(gather_block(a, grid), full_matrices)
@@ -149,7 +137,7 @@ def gesvd(a, *, grid: Grid, full_matrices: bool = False, backend: str = "auto", 
 
 def polar(a, *, grid: Grid, backend: str = "auto", T_A=None):
     """(u_p block, h block, status)."""
-    tile = _native("polar", grid, backend, T_A, a.shape, a.dtype)
+    tile = _plan.per_shard_tile("polar", grid, backend, T_A, a.shape, a.dtype)
     if tile is not None:
         return native.polar(a, grid=grid, tile=tile)
     u_p, h, status = _device(local.Decompositions).polar(gather_block(a, grid))

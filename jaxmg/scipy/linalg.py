@@ -22,25 +22,25 @@ from __future__ import annotations
 import functools
 
 import jax
-import jax.core
 import jax.numpy as jnp
 import jax.scipy.linalg as _jsl
 from jax.sharding import NamedSharding as _NamedSharding, PartitionSpec as _P
 
 from .. import _sharded, functional as _f
+from .._context import is_tracer as _is_tracer
 from .._dense import (
     _explicit_mesh,
     adjoint as _H,
-    in_layout as _in_layout,
-    in_layout_of as _in_layout_of,
     spec_of as _spec_of,
 )
 from ..kernels import triangular as _triangular
-from ..kernels.solver import getrf as _getrf
+from ..kernels.ffi.solver import getrf as _getrf
 from ..modules import LU as _LU, Cholesky as _Cholesky
 from ..numpy import linalg as _np
 from ..numpy._util import (
     herm_input as _herm_input,
+    in_layout as _in_layout,
+    in_layout_of as _in_layout_of,
     inexact as _inexact,
     map_batch as _map_batch,
     square as _square,
@@ -339,7 +339,7 @@ def _whole_rows(x):
         spec[-2] = None
         return jax.sharding.reshard(x, _NamedSharding(mesh, _P(*spec)))
     sharding = getattr(x, "sharding", None)
-    if isinstance(x, jax.core.Tracer) or not isinstance(sharding, _NamedSharding):
+    if _is_tracer(x) or not isinstance(sharding, _NamedSharding):
         return x
     spec = list(sharding.spec) + [None] * (x.ndim - len(sharding.spec))
     if spec[-2] is None:
@@ -353,7 +353,7 @@ def _spread(a) -> bool:
     or by its placement eagerly (inside ``jax.jit`` on Auto axes its layout is XLA's to choose)."""
     mesh = _explicit_mesh(a)
     sharding = jax.typeof(a).sharding if mesh is not None else getattr(a, "sharding", None)
-    if isinstance(a, jax.core.Tracer) and mesh is None:
+    if _is_tracer(a) and mesh is None:
         return False
     spec = getattr(sharding, "spec", None)
     if spec is None or sharding is None:

@@ -5,16 +5,16 @@ installed by ``patch`` in place of ``jaxmg.kernels.native._grid.ffi_call``, the 
 through which every native kernel calls a handler), and the test matrices."""
 from __future__ import annotations
 
+import importlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax._src.lax import linalg as _linalg  # geqrf and householder_product: LAPACK's, for the QR emulation
 from jax.sharding import PartitionSpec as P
 
-import importlib
-
-from jax._src.lax import linalg as _linalg  # geqrf and householder_product: LAPACK's, for the QR emulation
-
-from jaxmg.kernels.native import _engine, _grid, _library
+from jaxmg.kernels.ffi import _library
+from jaxmg.kernels.native import _engine, _grid
 
 cholesky_kernels = importlib.import_module("jaxmg.kernels.native.cholesky")
 

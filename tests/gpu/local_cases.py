@@ -4,7 +4,7 @@
 
 Prints one ``CASE <name> PASS|FAIL <detail>`` line per check and exits 1 if any failed. The
 Cholesky and LU families factor through cuSOLVER's potrf and getrf called directly
-(``jaxmg.kernels.solver``): statuses are compared with LAPACK's info (SciPy), results with NumPy,
+(``jaxmg.kernels.ffi.solver``): statuses are compared with LAPACK's info (SciPy), results with NumPy,
 for all four dtypes, one matrix and stacks (vmap), eagerly and in jit, with derivatives
 (``jax.test_util.check_grads``); LU inverses by the one-call getri against NumPy for every dtype,
 order and leaf size; the compiled memory of potrs, cholesky, lu_solve, the LU inverse and the
@@ -23,7 +23,7 @@ from scipy.linalg import lapack
 
 import jaxmg
 from _harness import RESULTS, case
-from jaxmg.kernels.solver import potrf
+from jaxmg.kernels.ffi.solver import potrf
 from jaxmg.kernels.status import cholesky_status
 
 jax.config.update("jax_enable_x64", True)
@@ -134,8 +134,8 @@ for dtype in DTYPES:
 
 @case("lu-inverse-getri-every-dtype-order-and-leaves")
 def _():
-    from jaxmg.kernels.native import gemm
-    from jaxmg.kernels.solver import getrf
+    from jaxmg.kernels.ffi import gemm
+    from jaxmg.kernels.ffi.solver import getrf
 
     if not gemm.available():
         return "skipped: the native library is not loaded (no GPU here)"
@@ -181,7 +181,7 @@ def _():
 
 @case("relayout-every-mode-dtype-and-shape")
 def _():
-    from jaxmg.kernels.native import relayout
+    from jaxmg.kernels.ffi import relayout
 
     if not relayout.available():
         return "skipped: the native library is not loaded (no GPU here)"
@@ -232,7 +232,7 @@ def _():
 def _():
     """XLA's temporaries (N x N matrices) of the one-GPU paths that change layout in place, and
     the donated Cholesky inverse."""
-    from jaxmg.kernels.native import relayout
+    from jaxmg.kernels.ffi import relayout
 
     if not relayout.available():
         return "skipped: the native library is not loaded (no GPU here)"

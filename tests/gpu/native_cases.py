@@ -803,7 +803,7 @@ if _harness.PUBLIC_API and "polar" in native.FAMILIES:
 
 @case("gemm-cublas-products-every-dtype-and-op")
 def _():
-    from jaxmg.kernels.native import gemm
+    from jaxmg.kernels.ffi import gemm
     assert gemm.available(), "the native library has no cuBLAS product (capability gemm)"
     rng = np.random.default_rng(11)
     worst = 0.0
@@ -834,7 +834,7 @@ def _():
 
 @case("trmm-cublas-triangular-products-every-dtype-and-flag")
 def _():
-    from jaxmg.kernels.native import gemm
+    from jaxmg.kernels.ffi import gemm
     rng = np.random.default_rng(12)
     worst, count = 0.0, 0
     for dtype in DTYPES:
@@ -868,7 +868,7 @@ def _():
 if _harness.PUBLIC_API and NPROC == 1:
     @case("inverse-one-gpu-cublas-products-match-xla-dots")
     def _():
-        from jaxmg.kernels.native import gemm
+        from jaxmg.kernels.ffi import gemm
         n = 1500  # two recursion levels below the base 1024, an odd order
         a_in, a = spd(n, np.float64, 3)
         g = np.random.default_rng(4).standard_normal((n, n)) + n ** 0.5 * np.eye(n)

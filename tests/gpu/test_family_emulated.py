@@ -292,7 +292,7 @@ def test_unused_native_kernel_leaves_no_empty_manual_computation(monkeypatch):
     from jaxmg import _routes
 
     monkeypatch.setattr(_routes, "native_unavailable", lambda op, mesh: None)
-    from jaxmg.kernels.native import _library
+    from jaxmg.kernels.ffi import _library
     monkeypatch.setattr(_library, "check_one_gpu_per_process", lambda: None)
     monkeypatch.setattr(_library, "register", lambda: None)
     mesh = _mesh((2, 1), False)

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import hard_matrices as hm  # noqa: E402
 from _harness import RESULTS, case  # noqa: E402
 from jaxmg.kernels import two_stage as ts  # noqa: E402
-from jaxmg.kernels.native import band as native_band  # noqa: E402
+from jaxmg.kernels.ffi import band as native_band  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 DTYPES = (np.float32, np.float64, np.complex64, np.complex128)

@@ -13,8 +13,10 @@ over the grid; outputs are NaN whenever status != 0, and the grid stays usable.
 
 from __future__ import annotations
 
+from ..families import Backend
+from ..ffi._library import abort_communicators, last_timings, library_candidates, unavailable_reason
+from ._engine import info
 from ._grid import family_tile
-from ._library import abort_communicators, info, last_timings, library_candidates, unavailable_reason
 from .cholesky import (
     Cholesky,
     cholesky_factor,
@@ -32,12 +34,15 @@ from .lu import LU, lu_factor, lu_factor_order, lu_solve, lu_triangles
 from .polar import Decompositions, gesvd, polar
 from .qr import QR, qr_diagonal, qr_factor, qr_normal_solve, qr_q, qr_r, qr_solve
 
+#: The native backend (``jaxmg.kernels.families.Backend``): the distributed route's kernels.
+BACKEND = Backend("native", cholesky=Cholesky, lu=LU, qr=QR, decompositions=Decompositions)
+
 #: Kernel families with native kernels: those whose GPU cases (tests/gpu/native_cases.py) have
 #: passed.
 FAMILIES: frozenset = frozenset({"cholesky", "lu", "qr", "eigh", "sygvd", "polar", "svd"})
 
 __all__ = [
-    "FAMILIES", "Cholesky", "Decompositions", "LU", "QR", "abort_communicators", "cholesky_factor",
+    "BACKEND", "FAMILIES", "Cholesky", "Decompositions", "LU", "QR", "abort_communicators", "cholesky_factor",
     "cholesky_logdet", "cholesky_lower", "cholesky_solve", "cholesky_state_is_lower", "cholesky_to_a_order",
     "cholesky_triangle", "cholesky_triangle_kind", "family_tile", "gesvd", "info", "last_timings",
     "library_candidates", "lu_factor", "lu_factor_order", "lu_solve", "lu_triangles", "polar", "potrs", "qr_diagonal",

@@ -27,7 +27,7 @@ import importlib.metadata
 import os
 from typing import Optional
 
-from . import _library
+from ..ffi import _library
 
 #: The first cuSOLVERMp version without the STEDC defect and the wrong eigenvectors.
 FIXED: tuple = (0, 9, 1)
@@ -151,3 +151,24 @@ def guards(version: Optional[tuple]) -> list:
         return []
     return [f"syevd/sygvd (eigh, eigvalsh, svd, Eigh, SVD): T_A must be a power of two (below {text(FIXED)})",
             f"syevd/sygvd: 2-D process grids are refused (below {text(FIXED)})"]
+
+
+def info() -> dict:
+    """Versions, library paths and capabilities of the native backend (for bug reports)."""
+    reason = _library.unavailable_reason()
+    out = {"available": reason is None, "reason": reason}
+    if reason is None or "could not be loaded" in (reason or ""):
+        native = _library._native_module()
+        if reason is None:
+            version = engine_version()
+            out.update(engine=f"cuSOLVERMp {text(version)}",
+                       engine_guards="; ".join(guards(version)) or "none (nothing is refused)")
+        out.update(header_versions=native.header_versions(), cuda_runtime=native.cuda_runtime_version(),
+                   nccl_version=native.nccl_version(), cusolvermp_version=native.cusolvermp_version(),
+                   libraries=native.library_paths(), capabilities=native.capabilities(), cache=native.cache_info(),
+                   watchdog={"timeout_s": native.native_timeout(), "aborts": native.aborts()})
+    try:
+        out["cusolvermp_wheel"] = importlib.metadata.version("nvidia-cusolvermp-cu13")
+    except Exception:  # noqa: BLE001
+        out["cusolvermp_wheel"] = None
+    return out

@@ -31,7 +31,7 @@ import numpy as np
 from ... import _sharded
 from ..._sharded import axis_index as index, axis_name as name  # noqa: F401 (the kernels' names)
 from ..families import KernelPlan
-from . import _library
+from ..ffi import _library
 
 # --- Grid geometry and bootstrap ---
 

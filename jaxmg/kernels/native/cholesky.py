@@ -54,8 +54,9 @@ import jax.numpy as jnp
 from ..._sharded import Block, Replicated, Rows, whole
 from .. import cyclic, triangular
 from ..families import CholeskyState
-from . import _grid, gemm
-from ._codes import CODES
+from ..ffi import gemm
+from ..ffi._codes import CODES
+from . import _grid
 
 # The handlers' ``uplo`` and ``mode`` (csrc/codes.h).
 _UPLO_LOWER = CODES["uplo_lower"]

@@ -34,8 +34,8 @@ import jax.numpy as jnp
 
 from ..._sharded import Block, Replicated, Rows, whole
 from .. import triangular
+from ..algebra import matmul, slogdet_of
 from ..families import LUState
-from ..local import matmul, slogdet_of
 from . import _grid
 from .cholesky import cholesky_triangle, products_on
 

@@ -44,8 +44,8 @@ import jax
 import jax.numpy as jnp
 
 from ..._sharded import Block, Replicated, Rows
+from ..algebra import matmul
 from ..families import QRState
-from ..local import matmul
 from ..status import first_bad_pivot
 from . import _grid
 

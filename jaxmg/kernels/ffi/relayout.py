@@ -15,9 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import per_matrix
 from ..varying import varying_like
-from . import _library
+from . import _library, per_matrix
 from ._codes import CODES
 
 #: ``x`` becomes ``x^T``.

@@ -8,7 +8,7 @@ needs no second pass over the matrix; and no masking pass over the factor, which
 second matrix. Each factor overwrites ``a``'s buffer wherever ``a`` is not used afterwards, in
 the column-major layout that the triangular solves that follow read. On an NVIDIA GPU with the
 native library loaded, ``a``'s row-major buffer is rearranged in place for the handler
-(:mod:`.native.relayout`), so that a donated ``a``, or one that is not used afterwards, is
+(:mod:`.relayout`), so that a donated ``a``, or one that is not used afterwards, is
 factored with no second matrix, and a kept one in the one copy XLA makes of it; elsewhere XLA
 transposes ``a`` into that copy (or lays it out column-major where it makes it).
 
@@ -23,11 +23,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import SUPPORTED_DTYPES
-from .._dense import adjoint
-from . import per_matrix, status as _status
-from .native import relayout
-from .varying import varying_like
+from ..._checks import SUPPORTED_DTYPES
+from ..._dense import adjoint
+from .. import status as _status
+from ..varying import varying_like
+from . import per_matrix, relayout
 
 
 @jax.custom_jvp
@@ -103,7 +103,7 @@ def _factorization(name: str, a: jax.Array, out: tuple, cpu=None, gpu=None,
 
     The handlers read ``a`` column-major. On an NVIDIA GPU with the native library loaded, the
     row-major ``a`` is first rearranged in its own buffer by ``relayout(a, in_place)``
-    (:mod:`.native.relayout`), whose transpose the handler then reads as the same bytes:
+    (:mod:`.relayout`), whose transpose the handler then reads as the same bytes:
     ``TRANSPOSE`` for a handler that reads the whole matrix, ``SYMMETRIC_FROM_LOWER`` for one
     that reads its lower triangle. Elsewhere XLA transposes ``a`` into the copy it makes."""
     if jnp.dtype(a.dtype) not in SUPPORTED_DTYPES:

@@ -80,10 +80,10 @@ def _preload_cuda_runtime() -> None:
 
 def _native_module():
     try:
-        from ... import _native  # noqa: PLC0415
+        import jaxmg._native as _native  # noqa: PLC0415  # pyright: ignore[reportMissingImports] (built from csrc/)
     except ImportError:
         _preload_cuda_runtime()
-        from ... import _native  # noqa: PLC0415
+        import jaxmg._native as _native  # noqa: PLC0415  # pyright: ignore[reportMissingImports] (built from csrc/)
     return _native
 
 
@@ -124,31 +124,6 @@ def capabilities() -> dict:
     if "capabilities" not in _state:
         _state["capabilities"] = _native_module().capabilities() if unavailable_reason() is None else {}
     return _state["capabilities"]
-
-
-def info() -> dict:
-    """Versions, library paths and capabilities of the native backend (for bug reports)."""
-    reason = unavailable_reason()
-    out = {"available": reason is None, "reason": reason}
-    if reason is None or "could not be loaded" in (reason or ""):
-        native = _native_module()
-        if reason is None:
-            from . import _engine  # noqa: PLC0415
-
-            version = _engine.engine_version()
-            out.update(engine=f"cuSOLVERMp {_engine.text(version)}",
-                       engine_guards="; ".join(_engine.guards(version)) or "none (nothing is refused)")
-        out.update(header_versions=native.header_versions(), cuda_runtime=native.cuda_runtime_version(),
-                   nccl_version=native.nccl_version(), cusolvermp_version=native.cusolvermp_version(),
-                   libraries=native.library_paths(), capabilities=native.capabilities(), cache=native.cache_info(),
-                   watchdog={"timeout_s": native.native_timeout(), "aborts": native.aborts()})
-    try:
-        from importlib.metadata import version
-
-        out["cusolvermp_wheel"] = version("nvidia-cusolvermp-cu13")
-    except Exception:  # noqa: BLE001
-        out["cusolvermp_wheel"] = None
-    return out
 
 
 def abort_communicators(reason: str) -> None:

@@ -11,8 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .. import per_matrix
-from . import _library
+from . import _library, per_matrix
 
 
 def available() -> bool:

@@ -95,8 +95,8 @@ def factored(plan, a, *, keep: bool):
 
 
 def _made(plan, a, *, keep: bool, check: bool):
-    return _check.factored_checked(plan, factored(plan, a, keep=keep), plan.kernels.Cholesky(plan),
-                                   lambda: _check.hermitian(plan, a), check=check, keep=keep)
+    (a,), probes = _check.probed(plan, (a,), lambda: _check.solution_probes(_check.hermitian(plan, a)), check=check)
+    return _check.factored_checked(plan, factored(plan, a, keep=keep), plan.kernels.Cholesky(plan), probes)
 
 
 def solved(plan, operator, state, status, b):

@@ -8,14 +8,14 @@ the matrix (or a copy of it) alive past the factorisation nor moves the products
 After the engine returns, each result is tested with those vectors and products with its own
 outputs only:
 
-* a solve ``a x = b`` (potrs, lu_solve): the residual along two unit probes ``q``,
-  ``|(A^H q)^H (x s) - q^H (b s)| = |q^H (A x s - b s)| <= T N eps ||A|| ||x s||``, with ``s`` a
-  probe over the right-hand sides; ``A^H q`` is computed before the factorisation;
+* a solve ``a x = b`` (potrs, lu_solve): the residual's projection on k = 4 orthonormal probes
+  ``Q``, ``||(A^H Q)^H (x s) - Q^H (b s)|| = ||Q^H (A x s - b s)|| <= T N eps ||A|| ||x s||``,
+  with ``s`` a probe over the right-hand sides; ``A^H Q`` is computed before the factorisation;
 * least squares: the normal-equation residual along a probe ``q``,
   ``|(A^H A q)^H (x s) - (A q)^H (b s)| <= T N eps ||A|| (||A|| ||x s|| + ||b s||) ||q||``;
 * a factorisation whose factor cannot be read in natural order (the modules Cholesky and LU,
   whose factor is cuSOLVERMp's own): one solve with it, ``y = F^-1 r``, tested as a solution of
-  ``A y = r`` (that is ``q^H (A - F) y``); QR: ``z = (R^H R)^-1 r`` and
+  ``A y = r`` (that is ``Q^H (A - F) y``); QR: ``z = (R^H R)^-1 r`` and
   ``|(A^H A q)^H z - q^H r| <= T N eps ||A||^2 ||z|| ||q||``;
 * factors that are returned, against ``A r`` computed before: ``||L (L^H r) - A r||``
   (Cholesky), ``||Q (R r) - A r||`` (QR), ``||U (H r) - A r||`` (polar),
@@ -32,13 +32,16 @@ LAPACK's), N the larger dimension, eps the dtype's machine epsilon and T = :data
 Power: a wrong result leaves a non-zero error E (a vector, or a matrix E applied to the
 probe), and a fixed non-zero E is orthogonal to a random Gaussian probe with probability 0, so
 one probe detects every wrong result in exact arithmetic. In floating point the tests of
-returned factors measure ``||E r||`` whole (``E r`` has the size of ``||E||_F`` on average);
-those along unit probes ``q`` see ``|q^H e|``, about ``||e|| / sqrt(N)`` times a standard normal
-variable, and two probes are used so that a small value of both is unlikely (below
-``t ||e|| / sqrt(N)`` with probability about ``0.64 t^2``). ``|q^H e| <= ||e||``, so a projection
-never exceeds the whole residual: a result that passes the whole-residual test passes these.
-A relative error of 1e-6 in float64 is flagged at every N up to 10^6 (the bound is
-``30 N eps ||A|| ||x||``; the projection of such an error is ``1e-6 ||A|| ||x|| / sqrt(N)``).
+returned factors measure ``||E r||`` whole (``E r`` has the size of ``||E||_F`` on average). A
+solve's test sees ``||Q^H e||`` for the residual ``e``: never more than ``||e||`` (so it flags no
+result that the whole-residual test, LAPACK's, passes) and about ``sqrt(k / N) ||e||`` (a
+chi variable with k degrees of freedom: below ``t sqrt(k / N) ||e||`` with probability about
+``2 t^4`` for small t, k = 4), so it flags residuals from about ``sqrt(N / k)`` times the bound
+up. With ``||A||_F <= sqrt(N) ||A||_2``, a relative error d in ``x`` is flagged once
+``d >~ 30 N^2 eps / sqrt(k)`` in the worst case (a flat spectrum; ``30 N^1.5 eps / sqrt(k)`` for
+a matrix dominated by a few singular values): every 1e-6 error at N = 32 in float64 (the tests),
+at N = 16,384 errors above about 1e-6 to 1e-8, and every error of the size of the result itself
+at any N. The least-squares and QR-module tests project on one probe the same way.
 
 A result that fails a test gets the status :data:`jaxmg.kernels.status.CHECK_FAILED` and NaN
 outputs, like every other failure; one that already failed keeps its status. The check is
@@ -172,10 +175,11 @@ def _norm(x) -> jax.Array:
     return jnp.sqrt(jnp.sum(jnp.abs(x) ** 2))
 
 
-def general(plan, a) -> Operator:
-    """The operator of matrix ``a`` (the caller's, placed in the computation's layout)."""
+def general(plan, a, *, by_columns: bool = False) -> Operator:
+    """The operator of matrix ``a`` (the caller's, placed in the computation's layout); its norm
+    summed over columns where ``by_columns`` (with products ``A^H v``: one pass), else rows."""
     a = jax.lax.stop_gradient(plan.enter(a))
-    return _operator(plan, a, a.shape, hermitian=False)
+    return _operator(plan, a, a.shape, hermitian=False, norm_axis=0 if by_columns else -1)
 
 
 def hermitian(plan, a) -> Operator:
@@ -191,19 +195,23 @@ def hermitian(plan, a) -> Operator:
     return _operator(plan, b, a.shape, hermitian=True)
 
 
-def _operator(plan, b, shape: tuple, *, hermitian: bool) -> Operator:
-    """The operator of B (``hermitian``: of B + B^H), applied by sums over B's rows (B v) and
-    columns (B^H v) of its elementwise products with the vectors: XLA fuses the masking that
-    makes B into them, so no matrix is written."""
+def _operator(plan, b, shape: tuple, *, hermitian: bool, norm_axis: int = -1) -> Operator:
+    """The operator of B (``hermitian``: of B + B^H), applied to a vector or to the k columns of
+    an (n, k) array by sums over B's rows (B v) and columns (B^H v) of its elementwise products
+    with them: XLA fuses the masking that makes B into them, so no matrix is written, and the
+    sums in one direction (the norm's too, over ``norm_axis``) into one pass over B."""
     place = functools.partial(_replicated, plan)
 
+    def each(v, one):  # a sum per column: sums of (n, n, k) products would be written out
+        return place(one(v) if v.ndim == 1 else jnp.stack([one(v[:, j]) for j in range(v.shape[1])], axis=1))
+
     def rows(v):
-        return place(jnp.sum(b * v[None, :], axis=-1))
+        return each(v, lambda u: jnp.sum(b * u[None, :], axis=1))
 
     def columns(v):
-        return place(jnp.sum(jnp.conj(b) * v[:, None], axis=0))
+        return each(v, lambda u: jnp.sum(jnp.conj(b) * u[:, None], axis=0))
 
-    norm = jnp.sqrt(jnp.sum(jnp.sum(jnp.abs(b) ** 2, axis=-1)))  # by rows, as the products
+    norm = jnp.sqrt(jnp.sum(jnp.sum(jnp.abs(b) ** 2, axis=norm_axis)))  # in the products' direction
     if hermitian:
         apply = lambda v: rows(v) + columns(v)  # noqa: E731
         return Operator(apply, apply, 2 * norm, shape, b.dtype)
@@ -248,11 +256,16 @@ def _unit(v):
 # --------------------------------------------------------------------------- before the factorisation
 
 
+#: How many orthonormal probes a solution's residual is projected on (:func:`solution_probes`).
+SOLUTION_PROBES = 4
+
+
 def solution_probes(op: Operator) -> Probes:
-    """For the test of solutions of ``A x = b`` (:func:`solution`): two unit probes ``q`` over
-    A's rows and ``A^H q``."""
-    qs = tuple(_unit(probe(op.shape[0], op.dtype, salt)) for salt in (3, 4))
-    return Probes((op.norm,), qs + tuple(op.adjoint(q) for q in qs))
+    """For the test of solutions of ``A x = b`` (:func:`solution`): the (n, k) orthonormal
+    probes ``Q`` over A's rows (k = :data:`SOLUTION_PROBES`) and ``A^H Q``, in one pass over A."""
+    gaussian = jnp.stack([probe(op.shape[0], op.dtype, salt) for salt in range(3, 3 + SOLUTION_PROBES)], axis=1)
+    q = jnp.linalg.qr(gaussian)[0]
+    return Probes((op.norm,), (q, op.adjoint(q)))
 
 
 def normal_probes(op: Operator) -> Probes:
@@ -272,17 +285,35 @@ def factorisation_probes(op: Operator, pencil: Optional[Operator] = None) -> Pro
     return Probes((op.norm, pencil.norm), (r, op.apply(r), pencil.apply(r)))
 
 
+def before(plan, a, test: str, *, lower_read: bool = False, check: bool):
+    """``(a, probes)`` of :func:`probed` for one matrix ``a``: the products that ``test`` needs
+    ("solution": :func:`solution_probes`, "normal": :func:`normal_probes`, "factors":
+    :func:`factorisation_probes`) of the matrix read from a's lower triangle (``lower_read``) or
+    of ``a`` itself."""
+    def products():
+        if lower_read:
+            return _PROBES[test](hermitian(plan, a))
+        return _PROBES[test](general(plan, a, by_columns=test == "solution"))
+
+    (a,), probes = probed(plan, (a,), products, check=check)
+    return a, probes
+
+
+_PROBES = {"solution": solution_probes, "normal": normal_probes, "factors": factorisation_probes}
+
+
 # --------------------------------------------------------------------------- after it
 
 
 def solution(plan, probes: Probes, x, b) -> list:
-    """The test of a solution ``x`` of ``A x = b``: ``|(A^H q)^H x s - q^H b s|`` against
-    ``||A|| ||x s||`` for each unit probe ``q`` (at most ``||A x s - b s||``: never above the
-    bound where the whole residual is not)."""
-    (norm,), (q1, q2, u1, u2) = probes
+    """The test of a solution ``x`` of ``A x = b``: the residual's projection on the orthonormal
+    probes ``Q``, ``||(A^H Q)^H x s - Q^H b s|| = ||Q^H (A x s - b s)||``, against
+    ``||A|| ||x s||`` (at most ``||A x s - b s||``: never above the bound where the whole residual
+    is not)."""
+    (norm,), (q, a_q) = probes
     xs, bs = _columns_probe(plan, x), _columns_probe(plan, b)
-    scale = norm * _norm(xs)
-    return [(jnp.abs(_inner(u, xs) - _inner(q, bs)), scale) for q, u in ((q1, u1), (q2, u2))]
+    residual = jnp.sum(jnp.conj(a_q) * xs[:, None], axis=0) - jnp.sum(jnp.conj(q) * bs[:, None], axis=0)
+    return [(_norm(residual), norm * _norm(xs))]
 
 
 def least_squares(plan, probes: Probes, x, b) -> list:

@@ -95,7 +95,7 @@ def factored(plan, a, *, keep: bool):
 
 
 def _made(plan, a, *, keep: bool, check: bool):
-    (a,), probes = _check.probed(plan, (a,), lambda: _check.solution_probes(_check.hermitian(plan, a)), check=check)
+    a, probes = _check.before(plan, a, "solution", lower_read=True, check=check)
     return _check.factored_checked(plan, factored(plan, a, keep=keep), plan.kernels.Cholesky(plan), probes)
 
 

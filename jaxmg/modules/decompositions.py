@@ -150,8 +150,7 @@ def singular(plan, a, *, keep: bool, full_matrices: bool, compute_uv: bool, chec
     """(u, s, vh, status) of ``a = u diag(s) vh``; a wide ``a`` through a^H (trace-only)."""
     kplan = plan.adjoint() if plan.wide else plan
     kernels = kplan.kernels.Decompositions(kplan)
-    (a,), probes = _check.probed(plan, (a,), lambda: _check.factorisation_probes(_check.general(plan, a)),
-                                 check=check and compute_uv)
+    a, probes = _check.before(plan, a, "factors", check=check and compute_uv)
     x = adjoint(a) if plan.wide else a
     if compute_uv:
         u, s, vh, status = rules.gesvd(kernels, full_matrices, x)
@@ -168,8 +167,7 @@ def singular(plan, a, *, keep: bool, full_matrices: bool, compute_uv: bool, chec
 
 def polar_factors(plan, a, *, keep: bool, check: bool = True):
     """(u_p, h, status) of ``a = u_p h`` (trace-only)."""
-    (a,), probes = _check.probed(plan, (a,), lambda: _check.factorisation_probes(_check.general(plan, a)),
-                                 check=check)
+    a, probes = _check.before(plan, a, "factors", check=check)
     u_p, h, status = rules.polar_decomposition(plan.kernels.Decompositions(plan), a)
     u_p, h = plan.leave(u_p, "u_p"), plan.leave(h, "h")
     rebuilt = lambda r: _check.product(plan, u_p, _check.product(plan, h, r))  # noqa: E731

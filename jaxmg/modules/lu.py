@@ -94,7 +94,7 @@ def factored(plan, a, *, keep: bool):
 
 
 def _made(plan, a, *, keep: bool, check: bool):
-    (a,), probes = _check.probed(plan, (a,), lambda: _check.solution_probes(_check.general(plan, a)), check=check)
+    a, probes = _check.before(plan, a, "solution", check=check)
     return _check.factored_checked(plan, factored(plan, a, keep=keep), plan.kernels.LU(plan), probes)
 
 

@@ -283,3 +283,29 @@ def test_derivatives_are_unchanged(grid_mesh, native_backend):
     for g, h in zip(with_check, without):
         np.testing.assert_array_equal(np.asarray(g), np.asarray(h))
     check_grads(loss(True), (a, b), order=1, modes=("fwd", "rev"), atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_solution_test_is_a_projection_of_the_whole_residual(dtype):
+    """The solve test measures the residual's projection on orthonormal probes: never above the
+    whole residual ||A x - b|| (so it flags nothing the whole-residual test passes), and about
+    sqrt(k / N) of it for a residual that does not favour the probes (k = SOLUTION_PROBES)."""
+    import types
+
+    plan = types.SimpleNamespace(mesh=None)
+    rng = np.random.default_rng(4)
+    n = 256
+    a = jnp.asarray(_gaussian(rng, (n, n), dtype))
+    op = _check._operator(plan, a, a.shape, hermitian=False, norm_axis=0)
+    probes = _check.solution_probes(op)
+    q = np.asarray(probes.vectors[0])
+    np.testing.assert_allclose(q.conj().T @ q, np.eye(_check.SOLUTION_PROBES), atol=1e-12)
+    ratios = []
+    for seed in range(20):
+        draw = np.random.default_rng(10 + seed)
+        x, b = (jnp.asarray(_gaussian(draw, (n,), dtype)) for _ in range(2))
+        (residual, _), = _check.solution(plan, probes, x, b)
+        whole = np.linalg.norm(np.asarray(a) @ np.asarray(x) - np.asarray(b))
+        assert 0 < float(residual) <= whole * (1 + 1e-12)
+        ratios.append(float(residual) / whole)
+    assert 0.3 * np.sqrt(_check.SOLUTION_PROBES / n) < np.median(ratios) < 3 * np.sqrt(_check.SOLUTION_PROBES / n)

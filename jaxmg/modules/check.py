@@ -8,7 +8,7 @@ the matrix (or a copy of it) alive past the factorisation nor moves the products
 After the engine returns, each result is tested with those vectors and products with its own
 outputs only:
 
-* a solve ``a x = b`` (potrs, lu_solve): the residual's projection on k = 4 orthonormal probes
+* a solve ``a x = b`` (potrs, lu_solve): the residual's projection on k = 2 orthonormal probes
   ``Q``, ``||(A^H Q)^H (x s) - Q^H (b s)|| = ||Q^H (A x s - b s)|| <= T N eps ||A|| ||x s||``,
   with ``s`` a probe over the right-hand sides; ``A^H Q`` is computed before the factorisation;
 * least squares: the normal-equation residual along a probe ``q``,
@@ -36,11 +36,11 @@ returned factors measure ``||E r||`` whole (``E r`` has the size of ``||E||_F`` 
 solve's test sees ``||Q^H e||`` for the residual ``e``: never more than ``||e||`` (so it flags no
 result that the whole-residual test, LAPACK's, passes) and about ``sqrt(k / N) ||e||`` (a
 chi variable with k degrees of freedom: below ``t sqrt(k / N) ||e||`` with probability about
-``2 t^4`` for small t, k = 4), so it flags residuals from about ``sqrt(N / k)`` times the bound
+``t^2`` for small t, k = 2), so it flags residuals from about ``sqrt(N / k)`` times the bound
 up. With ``||A||_F <= sqrt(N) ||A||_2``, a relative error d in ``x`` is flagged once
 ``d >~ 30 N^2 eps / sqrt(k)`` in the worst case (a flat spectrum; ``30 N^1.5 eps / sqrt(k)`` for
 a matrix dominated by a few singular values): every 1e-6 error at N = 32 in float64 (the tests),
-at N = 16,384 errors above about 1e-6 to 1e-8, and every error of the size of the result itself
+at N = 16,384 errors above about 1e-6 to 1e-8 (30 N^2 eps / sqrt(2) = 1.3e-6), and every error of the size of the result itself
 at any N. The least-squares and QR-module tests project on one probe the same way.
 
 A result that fails a test gets the status :data:`jaxmg.kernels.status.CHECK_FAILED` and NaN
@@ -256,8 +256,10 @@ def _unit(v):
 # --------------------------------------------------------------------------- before the factorisation
 
 
-#: How many orthonormal probes a solution's residual is projected on (:func:`solution_probes`).
-SOLUTION_PROBES = 4
+#: How many orthonormal probes a solution's residual is projected on (:func:`solution_probes`):
+#: each costs one pass over the matrix on a GPU (XLA's GPU compiler fuses the sums over rows of
+#: several products into one pass, not those over columns that A^H q needs).
+SOLUTION_PROBES = 2
 
 
 def solution_probes(op: Operator) -> Probes:

@@ -2,7 +2,7 @@
 
 cuSOLVERMp factors a matrix in its own buffer, so everything the check needs of the matrix is
 computed *before* the factorisation: a few products of the matrix with fixed pseudo-random
-probe vectors and its norm (O(N^2) work, one or two passes over the matrix), tied ahead of the
+probe vectors and its norm (O(N^2) work, one to three passes over the matrix), tied ahead of the
 factorisation by ``jax.lax.optimization_barrier`` (:func:`probed`), so that XLA neither keeps
 the matrix (or a copy of it) alive past the factorisation nor moves the products after it.
 After the engine returns, each result is tested with those vectors and products with its own
@@ -40,8 +40,9 @@ chi variable with k degrees of freedom: below ``t sqrt(k / N) ||e||`` with proba
 up. With ``||A||_F <= sqrt(N) ||A||_2``, a relative error d in ``x`` is flagged once
 ``d >~ 30 N^2 eps / sqrt(k)`` in the worst case (a flat spectrum; ``30 N^1.5 eps / sqrt(k)`` for
 a matrix dominated by a few singular values): every 1e-6 error at N = 32 in float64 (the tests),
-at N = 16,384 errors above about 1e-6 to 1e-8 (30 N^2 eps / sqrt(2) = 1.3e-6), and every error of the size of the result itself
-at any N. The least-squares and QR-module tests project on one probe the same way.
+at N = 16,384 errors above about 1e-6 to 1e-8 (30 N^2 eps / sqrt(2) = 1.3e-6), and every
+error of the size of the result itself at any N. The least-squares and QR-module tests project
+on one probe the same way.
 
 A result that fails a test gets the status :data:`jaxmg.kernels.status.CHECK_FAILED` and NaN
 outputs, like every other failure; one that already failed keeps its status. The check is
@@ -99,8 +100,8 @@ def enabled(check: Optional[bool]) -> bool:
 
 class Operator(NamedTuple):
     """A matrix as the check applies it before the factorisation: ``apply(v)`` = A v,
-    ``adjoint(v)`` = A^H v (each a replicated vector), ``norm`` = ||A||_F (or an upper bound of
-    it), ``shape`` and ``dtype``: A's."""
+    ``adjoint(v)`` = A^H v (for a vector or the columns of an (n, k) array; replicated), ``norm`` =
+    ||A||_F (or an upper bound of it), ``shape`` and ``dtype``: A's."""
 
     apply: Callable
     adjoint: Callable

@@ -7,12 +7,12 @@ Runs in this process on one device: a 1 x 1 grid, ``backend="native"`` on an NVI
 distributed route, where the check runs), ``"portable"`` elsewhere (8 simulated CPU devices:
 the smoke run, where the call itself is not checked). For each operation (potrs, lu_solve,
 least_squares, syevd) and N, one JSON line: op, N, dtype, backend, runs, the medians of
-``--runs`` jitted calls with the check and without it (``check=False``), taken in turn after
-a warm-up (checked_ms, unchecked_ms; overhead = checked / unchecked - 1), and the check alone
-(check_ms: the same tests of ``jaxmg.modules.check`` on the call's outputs, jitted by
-themselves; ratio = check_ms / unchecked_ms), the route, and test_ratios (each test's residual
-/ (N eps bound), flagged above 30), or ``error``. Inputs are not donated (a donated
-matrix is not checked). The matrix is generated on the device: a_ij = s_ij / (1 + |i - j|) +
+``--runs`` jitted calls as users make them (the check on: the default) and with ``check=False``,
+taken in turn after a warm-up (checked_ms, unchecked_ms; overhead = checked / unchecked - 1), and
+the check alone (check_ms: the same products of ``jaxmg.modules.check`` with the matrix and
+tests on the call's outputs, jitted by themselves; ratio = check_ms / unchecked_ms), the route,
+and test_ratios (each test's residual / (N eps bound), flagged above 30), or ``error``. Inputs
+are not donated. The matrix is generated on the device: a_ij = s_ij / (1 + |i - j|) +
 N delta_ij (symmetric positive definite for potrs and syevd, not symmetric otherwise); b is a
 vector.
 """
@@ -44,20 +44,20 @@ def _args(argv=None):
 
 def _operation(op: str, kw: dict):
     """(the call of ``op`` on (a, b) with keyword ``check``, the module whose plan it runs, the
-    check's tests on (plan, a, b, outputs))."""
+    check's products with ``a`` and tests on (plan, a, b, outputs))."""
     import jaxmg
     from jaxmg.modules import check as c
 
     calls = {
         "potrs": (lambda a, b, check: jaxmg.potrs(a, b, check=check, **kw), jaxmg.Cholesky,
-                  lambda plan, a, b, x: c.solution(c.hermitian(plan, a), x, b)),
+                  lambda plan, a, b, x: c.solution(plan, c.solution_probes(c.hermitian(plan, a)), x, b)),
         "lu_solve": (lambda a, b, check: jaxmg.lu_solve(a, b, check=check, **kw), jaxmg.LU,
-                     lambda plan, a, b, x: c.solution(c.general(plan, a), x, b)),
+                     lambda plan, a, b, x: c.solution(plan, c.solution_probes(c.general(plan, a)), x, b)),
         "least_squares": (lambda a, b, check: jaxmg.least_squares(a, b, check=check, **kw), jaxmg.QR,
-                          lambda plan, a, b, x: c.least_squares(c.general(plan, a), x, b)),
+                          lambda plan, a, b, x: c.least_squares(plan, c.normal_probes(c.general(plan, a)), x, b)),
         # the check reads only the plan's layout: a Cholesky factorisation's (seconds cheaper)
         "syevd": (lambda a, b, check: jaxmg.syevd(a, check=check, **kw), jaxmg.Cholesky,
-                  lambda plan, a, b, wv: c.eigenvectors(plan, c.hermitian(plan, a), *wv)),
+                  lambda plan, a, b, wv: c.eigenvectors(plan, c.factorisation_probes(c.hermitian(plan, a)), *wv)),
     }
     return calls[op]
 
@@ -77,7 +77,7 @@ def _measure(op: str, n: int, a, b, mesh, backend: str, runs: int, warmup: int, 
 
     kw = dict(mesh=mesh, backend=backend, T_A=tile)
     call, module, tests = _operation(op, kw)
-    checked = jax.jit(lambda a, b: call(a, b, True))
+    checked = jax.jit(lambda a, b: call(a, b, None))  # the default: checked on the distributed route
     unchecked = jax.jit(lambda a, b: call(a, b, False))
     plan = module(a, **kw).plan
     check_alone = jax.jit(lambda a, b, out: [r / s for r, s in tests(plan, a, b, out)])

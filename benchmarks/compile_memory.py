@@ -10,6 +10,9 @@ or ``--target-config FILE``, a ``GpuTargetConfigProto`` in text). XLA's memory a
 compiled program is recorded, one JSON line per case (``--out``): temp_bytes, the buffers XLA
 allocates beyond the arguments and outputs (on a GPU the program's peak beyond them: the
 measured peaks of bench_memory.py match it to 0.1%), and temp_matrices, over one N x N matrix.
+The ``*_grid`` cases are jaxmg's distributed route (cuSOLVERMp's kernels on a 1 x 1 process
+grid, ``a`` laid out ``P("x", "y")``), as called by default (the result check on) and, with
+``_unchecked``, with ``check=False``.
 
 Nothing runs. jaxmg's own handlers (the native library's FFI targets, which XLA looks up while
 it compiles) are registered as placeholders that do nothing, compiled here with ``g++`` from
@@ -40,7 +43,11 @@ os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")  # the CUDA librar
 
 import bench_memory  # noqa: E402
 
-CASES = tuple(c for c in bench_memory.CASES if c not in bench_memory.DONATED + ("cholesky_inverse_donated", "gp_vg_eager"))
+#: The distributed route's cases (jaxmg only): the default call, and ``_unchecked`` with check=False.
+GRID_CASES = tuple(f"{op}_grid{how}" for op in ("potrs", "lu_solve", "cholesky", "cholesky_inverse", "gp_vg")
+                   for how in ("", "_unchecked"))
+CASES = tuple(c for c in bench_memory.CASES
+              if c not in bench_memory.DONATED + ("cholesky_inverse_donated", "gp_vg_eager")) + GRID_CASES
 
 _PLACEHOLDER = r"""
 #include "xla/ffi/api/ffi.h"
@@ -128,6 +135,8 @@ def arguments(case, impl, n, dtype, device):
     from jax.sharding import NamedSharding, PartitionSpec as P
 
     mesh = jax.sharding.Mesh([[device]], ("x", "y"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    if case in GRID_CASES:
+        return grid_arguments(case, mesh, n, dtype)
     if case.startswith("gp_vg"):
         import bench_gp
 
@@ -142,6 +151,29 @@ def arguments(case, impl, n, dtype, device):
     b = jax.ShapeDtypeStruct((n,), dtype, sharding=one)
     fn, takes_b = bench_memory.matrix_case(case, impl)
     return fn, ((a, b) if takes_b else (a,))
+
+
+def grid_arguments(case, mesh, n, dtype):
+    """(function of (a, b), abstract (a, b)) of a distributed-route case on the 1 x 1 ``mesh``."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    import jaxmg
+
+    op, _, how = case.partition("_grid")
+    kw = dict(backend="native", T_A=min(1024, n), check=False if how == "_unchecked" else None)
+
+    def gp(a, b):
+        x, logdet = jaxmg.potrs(a, b, return_logdet=True, **kw)
+        return jnp.vdot(b, x) + logdet
+
+    calls = {"potrs": lambda a, b: jaxmg.potrs(a, b, **kw), "lu_solve": lambda a, b: jaxmg.lu_solve(a, b, **kw),
+             "cholesky": lambda a, b: jaxmg.cholesky(a, **kw),
+             "cholesky_inverse": lambda a, b: jaxmg.Cholesky(a, **kw).inverse(), "gp_vg": jax.value_and_grad(gp)}
+    a = jax.ShapeDtypeStruct((n, n), dtype, sharding=NamedSharding(mesh, P("x", "y")))
+    b = jax.ShapeDtypeStruct((n,), dtype, sharding=NamedSharding(mesh, P("x")))
+    return calls[op], (a, b)
 
 
 def record(case, impl, n, dtype, device, device_name) -> dict:
@@ -178,7 +210,7 @@ def main(argv=None):
         for dtype in args.dtypes:
             for case in args.cases:
                 for impl in args.impls:
-                    if impl == "jax" and case in bench_memory.ONLY_JAXMG:
+                    if impl == "jax" and (case in bench_memory.ONLY_JAXMG or case in GRID_CASES):
                         continue
                     emit(out, record(case, impl, n, dtype, device, device_name))
 

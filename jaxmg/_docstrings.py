@@ -55,10 +55,11 @@ ARGUMENTS: dict = {
         'raises RuntimeError where it cannot run, saying why).'
     ),
     "check": (
-        'check the result on the distributed route (docs/usage.md, "The result check"): one probe '
-        'vector and a few products with the matrix (O(N^2)); a wrong result gets status -2 and NaN '
+        'check the result on the distributed route (docs/usage.md, "The result check"): probe '
+        'vectors and a few products with the matrix (O(N^2)), made before the factorisation (no '
+        'memory beyond vectors; donated matrices too); a wrong result gets status -2 and NaN '
         'outputs. None (default): on, unless the environment variable ``JAXMG_RESULT_CHECK`` is '
-        '``0``. A donated matrix is not checked (the factorisation consumed it).'
+        '``0``; False: off. The local and batch routes are not checked.'
     ),
 }
 

@@ -87,9 +87,10 @@ def potrs(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, matr
 def _potrs(plan, a, b, *, keep, return_logdet, return_status, check):
     """potrs's outputs, and the factor state when donating (so that XLA can give it a's donated
     buffer; the caller drops it)."""
+    a, probes = _check.before(plan, a, "solution", lower_read=True, check=check)
     state, status, operator = _cholesky.factored(plan, a, keep=keep)
-    x, status = _checked_solution(plan, _check.hermitian, a, b, keep, check,
-                                  *_status.solved(status, _cholesky.solved(plan, operator, state, status, b)))
+    solved = _status.solved(status, _cholesky.solved(plan, operator, state, status, b))
+    x, status = _checked_solution(plan, probes, b, *solved)
     logdet = _status.masked(status, _cholesky.log_determinant(plan, operator, state, status)) if return_logdet else None
     return pick((x, logdet, status), (True, return_logdet, return_status)), None if keep else state
 
@@ -122,18 +123,18 @@ def cholesky(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_sp
 
 
 def _lower(plan, a, *, keep, return_status, check):
+    a, probes = _check.before(plan, a, "factors", lower_read=True, check=check)
     state, status, operator = _cholesky.factored(plan, a, keep=keep)
     lower = plan.leave(decompositions.cholesky_lower(plan.backend.cholesky(plan), operator, state))
     rebuilt = lambda r: _check.product(plan, lower, _check.product(plan, lower, r, "C"))  # noqa: E731
-    status = _check.verified(plan, status, lambda: _check.factorisation(
-        _check.hermitian(plan, a), rebuilt, plan.shape[-1], plan.dtype), check=check, keep=keep)
+    status = _check.verified(plan, status, probes, lambda p: _check.factorisation(p, rebuilt))
     return pick((_status.masked(status, lower), status), (True, return_status))
 
 
-def _checked_solution(plan, operator, a, b, keep, check, x, status, tests=_check.solution):
+def _checked_solution(plan, probes, b, x, status, tests=_check.solution):
     """(x, status) of a solve after the result check ``tests`` (:mod:`jaxmg.modules.check`) of
-    ``x`` against ``b`` with ``operator(plan, a)``: x NaN where it fails."""
-    status = _check.verified(plan, status, lambda: tests(operator(plan, a), x, b), check=check, keep=keep)
+    ``x`` against ``b`` with the matrix's ``probes``: x NaN where it fails."""
+    status = _check.verified(plan, status, probes, lambda p: tests(plan, p, x, b))
     return _status.masked(status, x), status
 
 
@@ -168,9 +169,10 @@ def lu_solve(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, m
 def _lu_solve(plan, a, b, *, keep, return_status, check):
     """lu_solve's outputs, and the factor when donating (so that XLA can give it a's donated
     buffer; the caller drops it)."""
+    a, probes = _check.before(plan, a, "solution", check=check)
     state, status, operator = _lu.factored(plan, a, keep=keep)
-    x, status = _checked_solution(plan, _check.general, a, b, keep, check,
-                                  *_status.solved(status, _lu.solved(plan, operator, state, status, b)))
+    solved = _status.solved(status, _lu.solved(plan, operator, state, status, b))
+    x, status = _checked_solution(plan, probes, b, *solved)
     return pick((x, status), (True, return_status)), None if keep else state
 
 
@@ -216,11 +218,11 @@ def least_squares(a: Matrix, b: TallRhs, T_A: Tile = None, mesh: MeshLike = None
 
 
 def _least_squares(plan, a, b, *, keep, rcond, return_status, check):
+    a, probes = _check.before(plan, a, "normal", check=check)
     state, status, operator = _qr.factored(plan, a, keep=keep or plan.wide)
     status = _qr.rank_status(plan, state, status, rcond)
-    x, status = _checked_solution(plan, _check.general, a, b, keep, check,
-                                  *_status.solved(status, _qr.solved(plan, operator, state, status, b)),
-                                  tests=_check.least_squares)
+    solved = _status.solved(status, _qr.solved(plan, operator, state, status, b))
+    x, status = _checked_solution(plan, probes, b, *solved, tests=_check.least_squares)
     return pick((x, status), (True, return_status))
 
 
@@ -253,15 +255,15 @@ def qr(a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs =
 
 
 def _qr_factors(plan, a, *, keep, return_status, check):
+    a, probes = _check.before(plan, a, "factors", check=check)
     if plan.wide:  # a's first M columns, then q^H a
         q, r, status = _qr.wide_factors(plan, a)
     else:
         state, status, operator = _qr.factored(plan, a, keep=keep)
         q, r = _qr.factors(plan, operator, state, status)
     rebuilt = lambda v: _check.product(plan, q, _check.product(plan, r, v))  # noqa: E731
-    status = _check.verified(plan, status, lambda: _check.factorisation(
-        _check.general(plan, a), rebuilt, plan.shape[-1], plan.dtype) + _check.orthonormal(plan, q),
-        check=check, keep=keep)
+    status = _check.verified(plan, status, probes,
+                             lambda p: _check.factorisation(p, rebuilt) + _check.orthonormal(plan, q))
     return pick((*_status.masked(status, q, r), status), (True, True, return_status))
 
 

@@ -7,6 +7,11 @@ The FFI handlers cannot run on CPU; each is replaced by an opaque ``jax.pure_cal
 same results. XLA cannot alias a callback's output to its input, so a handler that factors its
 operand in place holds one more block here than on the GPUs (the emulation's artefact, counted
 in every bound below).
+
+Every call runs with its default, the result check on (jaxmg.modules.check): its products with
+the matrix are made before the factorisation, so a checked call holds what an unchecked one
+does, and the bounds (0.1 block above each unchecked program's) fail if the check kept a copy
+of the matrix, wrote out a masked one, or gathered a factor.
 """
 
 import jax
@@ -65,9 +70,14 @@ def _blocks(mesh, fn, *args) -> float:
     return compiled.memory_analysis().temp_size_in_bytes / (N * N * 8 / mesh.size)
 
 
-def _gp(a, b):
-    x, logdet = jaxmg.potrs(a, b, return_logdet=True, backend="native", T_A=T_A)
+def _gp(a, b, check=None):
+    x, logdet = jaxmg.potrs(a, b, return_logdet=True, backend="native", T_A=T_A, check=check)
     return jnp.vdot(b, x) + logdet
+
+
+@pytest.fixture(autouse=True)
+def _default_check(monkeypatch):
+    monkeypatch.delenv("JAXMG_RESULT_CHECK", raising=False)
 
 
 def test_potrs_grid(opaque_native, grid_system):
@@ -99,3 +109,22 @@ def test_gp_value_and_grad_grid(opaque_native, grid_system):
     blocks)."""
     mesh, a, b = grid_system
     assert _blocks(mesh, jax.value_and_grad(_gp), a, b) <= GP_BLOCKS + SLACK
+
+
+@pytest.mark.parametrize("case", ["potrs", "cholesky", "inverse", "gp", "lu_solve", "LU"])
+def test_checked_calls_hold_what_unchecked_ones_do(case, opaque_native, grid_system):
+    """The default (checked) program holds no more than the same call with check=False (within
+    0.05 block: vectors): the check's products are made while the matrix is whole, before the
+    factorisation, and its products with outputs are summed where the outputs lie."""
+    mesh, a, b = grid_system
+    kw = dict(backend="native", T_A=T_A)
+    calls = {
+        "potrs": (lambda check: lambda a, b: jaxmg.potrs(a, b, check=check, **kw), (a, b)),
+        "cholesky": (lambda check: lambda a: jaxmg.cholesky(a, check=check, **kw), (a,)),
+        "inverse": (lambda check: lambda a: jaxmg.Cholesky(a, check=check, **kw).inverse(), (a,)),
+        "gp": (lambda check: jax.value_and_grad(lambda a, b: _gp(a, b, check)), (a, b)),
+        "lu_solve": (lambda check: lambda a, b: jaxmg.lu_solve(a, b, check=check, **kw), (a, b)),
+        "LU": (lambda check: lambda a, b: jaxmg.LU(a, check=check, **kw).solve(b), (a, b)),
+    }
+    call, args = calls[case]
+    assert _blocks(mesh, call(None), *args) <= _blocks(mesh, call(False), *args) + 0.05

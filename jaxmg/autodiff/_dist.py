@@ -408,13 +408,24 @@ def placed_tangent(a, a_dot, layout: NamedSharding | None):
 def matvec(a, x, layout: NamedSharding | None, trans: str = "N"):
     """``op(a) @ x`` for a matrix ``a`` in any layout and ``x`` (a vector or a few columns) in
     ``layout``, the product in ``layout`` (None: as XLA places it); op by ``trans`` ("N", "T"
-    or "C"). Linear in both, so JAX transposes it."""
-    if trans != "N":
-        a = jnp.swapaxes(a, -1, -2)
-        a = jnp.conj(a) if trans == "C" else a
+    or "C"). Linear in both, so JAX transposes it.
+
+    ``op(a) = a^T`` and ``a^H`` contract ``a``'s first axis (``x^T a``, with ``x`` and the
+    product conjugated for "C"): no transposed or conjugated copy of ``a`` is made, so a sharded
+    ``a`` is never laid out anew (a transposed copy of a sharded matrix is, gathered)."""
+    if trans not in ("N", "T", "C"):
+        raise ValueError(f"trans must be 'N', 'T' or 'C', got {trans!r}")
+    if trans == "C":
+        return jnp.conj(matvec(a, jnp.conj(x), layout, "T"))
+    if trans == "N" or jnp.ndim(a) != 2:
+        a = a if trans == "N" else jnp.swapaxes(a, -1, -2)  # a stack: batched products
+        product = functools.partial(jnp.matmul, a, x, precision=_HIGHEST)
+    else:
+        numbers = (((0,), (0,)), ((), ()))
+        product = functools.partial(jax.lax.dot_general, a, x, numbers, precision=_HIGHEST)
     if layout is not None and _explicit(layout):
-        return jnp.matmul(a, x, precision=_HIGHEST, out_sharding=_rhs_target(layout, jnp.ndim(x)))
-    return _in_layout(jnp.matmul(a, x, precision=_HIGHEST), layout)
+        return product(out_sharding=_rhs_target(layout, jnp.ndim(x)))
+    return _in_layout(product(), layout)
 
 
 def lower_read_matvec(a, x, like, layout: NamedSharding | None, few: int = 16):

@@ -95,8 +95,8 @@ def factored(plan, a, *, keep: bool):
 
 
 def _made(plan, a, *, keep: bool, check: bool):
-    return _check.factored_checked(plan, factored(plan, a, keep=keep), plan.backend.cholesky(plan),
-                                   lambda: _check.hermitian(plan, a), check=check, keep=keep)
+    a, probes = _check.before(plan, a, "solution", lower_read=True, check=check)
+    return _check.factored_checked(plan, factored(plan, a, keep=keep), plan.backend.cholesky(plan), probes)
 
 
 def solved(plan, operator, state, status, b):

@@ -130,19 +130,18 @@ class Polar(Factorisation):
 def eigen(plan, a, b=None, *, keep: bool, check: bool = True):
     """(w, v, status) of ``a v = v diag(w)``, or of ``a v = b v diag(w)`` (trace-only)."""
     kernels = plan.backend.decompositions(plan)
+
+    def products():
+        pencil = None if b is None else _check.hermitian(plan, b)
+        return _check.factorisation_probes(_check.hermitian(plan, a), pencil)
+
+    matrices, probes = _check.probed(plan, (a,) if b is None else (a, b), products, check=check)
     if b is None:
-        w, v, status = rules.syevd(kernels, a)
+        (w, v, status), tests = rules.syevd(kernels, *matrices), _check.eigenvectors
     else:
-        w, v, status = rules.sygvd(kernels, a, b)
+        (w, v, status), tests = rules.sygvd(kernels, *matrices), _check.generalised
     v = plan.leave(v, "v")
-
-    def tests():
-        op = _check.hermitian(plan, a)
-        if b is None:
-            return _check.eigenvectors(plan, op, w, v)
-        return _check.generalised(plan, op, _check.hermitian(plan, b), w, v)
-
-    status = _check.verified(plan, status, tests, check=check, keep=keep)
+    status = _check.verified(plan, status, probes, lambda p: tests(plan, p, w, v))
     w, v = _status.masked(status, w, v)
     return w, v, status
 
@@ -151,6 +150,7 @@ def singular(plan, a, *, keep: bool, full_matrices: bool, compute_uv: bool, chec
     """(u, s, vh, status) of ``a = u diag(s) vh``; a wide ``a`` through a^H (trace-only)."""
     kplan = plan.adjoint() if plan.wide else plan
     kernels = kplan.backend.decompositions(kplan)
+    a, probes = _check.before(plan, a, "factors", check=check and compute_uv)
     x = adjoint(a) if plan.wide else a
     if compute_uv:
         u, s, vh, status = rules.gesvd(kernels, full_matrices, x)
@@ -160,22 +160,18 @@ def singular(plan, a, *, keep: bool, full_matrices: bool, compute_uv: bool, chec
         u, vh = adjoint(vh), adjoint(u)
     if compute_uv:
         u, vh = plan.leave(u, "u"), plan.leave(vh, "vh")
-        status = _check.verified(plan, status, lambda: _check.singular(plan, _check.general(plan, a), u, s, vh),
-                                 check=check, keep=keep)
+        status = _check.verified(plan, status, probes, lambda p: _check.singular(plan, p, u, s, vh))
     u, s, vh = _status.masked(status, u, s, vh)
     return u, s, vh, status
 
 
 def polar_factors(plan, a, *, keep: bool, check: bool = True):
     """(u_p, h, status) of ``a = u_p h`` (trace-only)."""
+    a, probes = _check.before(plan, a, "factors", check=check)
     u_p, h, status = rules.polar_decomposition(plan.backend.decompositions(plan), a)
     u_p, h = plan.leave(u_p, "u_p"), plan.leave(h, "h")
-
-    def tests():
-        rebuilt = lambda r: _check.product(plan, u_p, _check.product(plan, h, r))  # noqa: E731
-        return (_check.factorisation(_check.general(plan, a), rebuilt, h.shape[-1], h.dtype)
-                + _check.orthonormal(plan, u_p))
-
-    status = _check.verified(plan, status, tests, check=check, keep=keep)
+    rebuilt = lambda r: _check.product(plan, u_p, _check.product(plan, h, r))  # noqa: E731
+    status = _check.verified(plan, status, probes,
+                             lambda p: _check.factorisation(p, rebuilt) + _check.orthonormal(plan, u_p))
     u_p, h = _status.masked(status, u_p, h)
     return u_p, h, status

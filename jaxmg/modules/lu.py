@@ -94,8 +94,8 @@ def factored(plan, a, *, keep: bool):
 
 
 def _made(plan, a, *, keep: bool, check: bool):
-    return _check.factored_checked(plan, factored(plan, a, keep=keep), plan.backend.lu(plan),
-                                   lambda: _check.general(plan, a), check=check, keep=keep)
+    a, probes = _check.before(plan, a, "solution", check=check)
+    return _check.factored_checked(plan, factored(plan, a, keep=keep), plan.backend.lu(plan), probes)
 
 
 def solved(plan, operator, state, status, b, trans: str = "N"):

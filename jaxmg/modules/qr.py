@@ -117,12 +117,16 @@ def factored(plan, a, *, keep: bool):
 
 
 def _made(plan, a, *, keep: bool, check: bool):
+    def products():  # of the factored matrix: a, or a^H for a wide a (no transposed copy of a)
+        op = _check.general(plan, a)
+        return _check.normal_probes(op.adjointed() if plan.wide else op)
+
+    (a,), probes = _check.probed(plan, (a,), products, check=check)
     state, status, _ = factored(plan, a, keep=keep)
     kplan = kernel_plan(plan)
     solve = kplan.backend.qr(kplan).normal_solve
-    status = _check.verified(plan, status, lambda: _check.normal_solve(
-        kplan, _check.general(kplan, adjoint(a) if plan.wide else a), lambda r, spec: solve(state, r, spec)),
-        check=check, keep=keep)
+    status = _check.verified(plan, status, probes,
+                             lambda p: _check.normal_solve(kplan, p, lambda r, spec: solve(state, r, spec)))
     return state, status
 
 

@@ -1,6 +1,7 @@
 """The distributed route's result check (jaxmg.modules.check), on CPU through the emulated
 native backend: a wrong result that the engine returns with status 0 is flagged
-(``CHECK_FAILED``, NaN outputs), correct results on hard matrices are not, ``check=False`` and
+(``CHECK_FAILED``, NaN outputs), correct results on hard matrices are not, it is on by default
+(donated matrices too: its products are made before the factorisation), ``check=False`` and
 ``JAXMG_RESULT_CHECK=0`` turn it off, and it works eagerly, under ``jax.jit`` and ``jax.vmap``
 (one status per matrix) without changing derivatives."""
 from __future__ import annotations
@@ -61,9 +62,9 @@ def matrices(kind, n=N, seed=0, dtype=np.float64, cond=1e10):
 
 
 @pytest.fixture(autouse=True)
-def _checked_by_default(monkeypatch):
-    """Every call here is checked unless it says otherwise (the check is off by default)."""
-    monkeypatch.setenv(_check.ENVIRONMENT, "1")
+def _default_environment(monkeypatch):
+    """Every call here runs with the default (checked) unless it says otherwise."""
+    monkeypatch.delenv(_check.ENVIRONMENT, raising=False)
 
 
 def _placed(mesh, x, spec):
@@ -201,13 +202,42 @@ def test_check_can_be_turned_off(op, how, grid_mesh, native_backend, monkeypatch
     assert all(np.isfinite(v).all() for v in values)
 
 
-def test_check_is_off_by_default(grid_mesh, native_backend, monkeypatch):
-    """Without check= and without JAXMG_RESULT_CHECK the engine's result is returned as it is."""
+def test_check_is_on_by_default(grid_mesh, native_backend, monkeypatch):
+    """Without check= and without JAXMG_RESULT_CHECK the distributed route's result is checked
+    ("1" says the same)."""
     _inject(monkeypatch, "potrs")
-    monkeypatch.delenv(_check.ENVIRONMENT)
-    status, values = _status_and_outputs(_calls(grid_mesh)["potrs"](*_inputs(grid_mesh, "well", "well")))
-    assert status == 0 and all(np.isfinite(v).all() for v in values)
-    assert _check.enabled(None) is False and _check.enabled(True) is True
+    assert _check.enabled(None) is True and _check.enabled(False) is False
+    for value in (None, "1"):
+        if value is not None:
+            monkeypatch.setenv(_check.ENVIRONMENT, value)
+        status, values = _status_and_outputs(_calls(grid_mesh)["potrs"](*_inputs(grid_mesh, "well", "well")))
+        assert status == FAILED and all(np.isnan(v).all() for v in values)
+
+
+def test_environment_value_is_checked(monkeypatch):
+    monkeypatch.setenv(_check.ENVIRONMENT, "maybe")
+    with pytest.raises(ValueError, match="JAXMG_RESULT_CHECK='maybe': set it to 0"):
+        _check.enabled(None)
+
+
+@pytest.mark.parametrize("op", ["potrs", "lu_solve", "cholesky", "Cholesky", "syevd"])
+def test_donated_matrix_is_checked(op, grid_mesh, native_backend, monkeypatch):
+    """A donated matrix is checked too: the check's products are made before the factorisation
+    takes the matrix's buffer (a wrong result flagged, a correct one not)."""
+    kw = dict(T_A=TILE, mesh=grid_mesh, backend="native", donate=True)
+    calls = {
+        "potrs": lambda a, b: jaxmg.potrs(a, b, return_status=True, **kw),
+        "lu_solve": lambda a, b: jaxmg.lu_solve(a, b, return_status=True, **kw),
+        "cholesky": lambda a, b: jaxmg.cholesky(a, return_status=True, **kw),
+        "Cholesky": lambda a, b: _module(jaxmg.Cholesky(a, **kw), "factor"),
+        "syevd": lambda a, b: jaxmg.syevd(a, return_status=True, **kw),
+    }
+    a, b, _ = _inputs(grid_mesh, "well", "well")
+    assert _status_and_outputs(calls[op](jnp.copy(a), b))[0] == 0
+    _inject(monkeypatch, op)
+    _dispatch._compiled.cache_clear()
+    status, values = _status_and_outputs(calls[op](jnp.copy(a), b))
+    assert status == FAILED and all(np.isnan(v).all() for v in values)
 
 
 def test_check_argument_is_checked(grid_mesh):
@@ -253,3 +283,29 @@ def test_derivatives_are_unchanged(grid_mesh, native_backend):
     for g, h in zip(with_check, without):
         np.testing.assert_array_equal(np.asarray(g), np.asarray(h))
     check_grads(loss(True), (a, b), order=1, modes=("fwd", "rev"), atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_solution_test_is_a_projection_of_the_whole_residual(dtype):
+    """The solve test measures the residual's projection on orthonormal probes: never above the
+    whole residual ||A x - b|| (so it flags nothing the whole-residual test passes), and about
+    sqrt(k / N) of it for a residual that does not favour the probes (k = SOLUTION_PROBES)."""
+    import types
+
+    plan = types.SimpleNamespace(mesh=None)
+    rng = np.random.default_rng(4)
+    n = 256
+    a = jnp.asarray(_gaussian(rng, (n, n), dtype))
+    op = _check._operator(plan, a, a.shape, hermitian=False, norm_axis=0)
+    probes = _check.solution_probes(op)
+    q = np.asarray(probes.vectors[0])
+    np.testing.assert_allclose(q.conj().T @ q, np.eye(_check.SOLUTION_PROBES), atol=1e-12)
+    ratios = []
+    for seed in range(20):
+        draw = np.random.default_rng(10 + seed)
+        x, b = (jnp.asarray(_gaussian(draw, (n,), dtype)) for _ in range(2))
+        (residual, _), = _check.solution(plan, probes, x, b)
+        whole = np.linalg.norm(np.asarray(a) @ np.asarray(x) - np.asarray(b))
+        assert 0 < float(residual) <= whole * (1 + 1e-12)
+        ratios.append(float(residual) / whole)
+    assert 0.3 * np.sqrt(_check.SOLUTION_PROBES / n) < np.median(ratios) < 3 * np.sqrt(_check.SOLUTION_PROBES / n)

@@ -244,13 +244,14 @@ def test_public_module_layouts(shape, spec, native_backend, monkeypatch):
     _dispatch._compiled.cache_clear()  # calls are recorded when traced: trace afresh
     jax.clear_caches()
 
-    fac = jaxmg.Cholesky(ag, T_A=tile, mesh=mesh, backend="native")
+    jaxmg.Cholesky(ag, T_A=tile, mesh=mesh, backend="native", check=False)
     assert [c[:2] for c in emu.calls] == [("potrf", cholesky_kernels._MODE_INPLACE)]
     emu.calls.clear()
     _dispatch._compiled.cache_clear()
     jax.clear_caches()
-    jaxmg.Cholesky(ag, T_A=tile, mesh=mesh, backend="native", check=True)
-    # with the result check: the factorisation, and the one solve with its factor the check makes
+    fac = jaxmg.Cholesky(ag, T_A=tile, mesh=mesh, backend="native")
+    # with the result check (the default): the factorisation, and the one solve with its factor
+    # that the check makes
     assert [c[:2] for c in emu.calls] == [("potrf", cholesky_kernels._MODE_INPLACE),
                                           ("potrs", cholesky_kernels._MODE_INPLACE)]
     emu.calls.clear()

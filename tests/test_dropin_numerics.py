@@ -81,6 +81,39 @@ def test_empty_rectangular(shape):
     _same(mla.matrix_norm(a, ord=2), jnp.linalg.matrix_norm(a, ord=2))
 
 
+# derivatives on empty matrices, alone and stacked (JAX's testCholesky takes a (1000, 0, 0) stack)
+EMPTY_DERIVATIVES = {
+    "cholesky": mla.cholesky,
+    "eigvalsh": mla.eigvalsh,
+    "eigh": lambda a: mla.eigh(a)[1],
+    "svdvals": mla.svdvals,
+    "det": mla.det,
+    "inv": mla.inv,
+}
+
+
+def _empty_det(a):
+    """det of empty matrices, 1, and its derivative tr(adj(a) da), 0 (JAX's own det has no
+    derivative there: IndexError)."""
+    return jnp.ones(a.shape[:-2], a.dtype) + jnp.sum(a, axis=(-2, -1))
+
+
+@pytest.mark.parametrize("shape", [(0, 0), (3, 0, 0)])
+@pytest.mark.parametrize("name", sorted(EMPTY_DERIVATIVES))
+def test_empty_matrices_derivatives(name, shape):
+    """jvp (and for cholesky check_grads to second order, as JAX's testCholesky) of empty matrices:
+    tangents of the primal's shape and dtype, as JAX's."""
+    fn = EMPTY_DERIVATIVES[name]
+    a = jnp.zeros(shape, jnp.complex128)
+    value, tangent = jax.jvp(fn, (a,), (a,))
+    want_value, want_tangent = jax.jvp({"cholesky": jnp.linalg.cholesky, "eigvalsh": jnp.linalg.eigvalsh,
+                                        "eigh": lambda a: jnp.linalg.eigh(a)[1], "svdvals": jnp.linalg.svdvals,
+                                        "det": _empty_det, "inv": jnp.linalg.inv}[name], (a,), (a,))
+    _same((value, tangent), (want_value, want_tangent))
+    if name == "cholesky":
+        check_grads(fn, (a,), 2)
+
+
 def test_empty_functional_api_and_modules():
     """jaxmg's own functions and modules answer as JAX does on empty matrices, not with an error."""
     a, b = jnp.zeros((0, 0)), jnp.zeros((0, 2))

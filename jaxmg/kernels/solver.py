@@ -109,7 +109,7 @@ def _factorization(name: str, a: jax.Array, out: tuple, cpu=None, gpu=None,
     if jnp.dtype(a.dtype) not in SUPPORTED_DTYPES:
         raise TypeError(f"a must be float32, float64, complex64 or complex128 for {name}; got {a.dtype}.")
     if a.shape[-1] == 0:  # an empty factor: nothing to compute (LAPACK's handlers would divide by n)
-        return tuple(varying_like(a, jnp.zeros(o.shape, o.dtype)) for o in out)
+        return tuple(varying_like(a, _empty_result(a, o)) for o in out)
 
     def call(target, attributes):  # split over the devices where the stack lies (per_matrix)
         return per_matrix.call(target, out, column_major=True, input_output_aliases={0: 0}, **(attributes or {}))
@@ -127,6 +127,14 @@ def _factorization(name: str, a: jax.Array, out: tuple, cpu=None, gpu=None,
     own = {"potrf": own_potrf, "getrf": own_getrf}[name]
     results = by_platform(a, cpu=lapack, cuda=cusolver, rocm=call(f"hipsolver_{name}_ffi", gpu), default=own)
     return tuple(varying_like(a, x) for x in results)
+
+
+def _empty_result(a: jax.Array, out: jax.ShapeDtypeStruct) -> jax.Array:
+    """The zeros ``out`` (shape ``a.shape[:-2] + ...``) of an empty ``a`` made from ``a`` (a sum
+    over none of its entries), so that under ``jax.vmap`` it is batched where ``a`` is, as the
+    tangents that the derivative rules compute from ``a``'s tangent are."""
+    zero = jnp.sum(jnp.real(a), axis=(-2, -1)).astype(out.dtype)
+    return jnp.broadcast_to(zero.reshape(zero.shape + (1,) * (len(out.shape) - zero.ndim)), out.shape)
 
 
 def by_platform(x: jax.Array, **branches):

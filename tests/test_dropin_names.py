@@ -229,3 +229,26 @@ def test_lu_and_triangular_solves_under_jaxs_test_configuration(monkeypatch):
     np.testing.assert_allclose(np.asarray(p) @ np.asarray(l) @ np.asarray(u), a, atol=1e-12)
     np.testing.assert_allclose(a.T @ np.asarray(x), np.ones(8), atol=1e-12)
     np.testing.assert_allclose(np.tril(a).T @ np.asarray(y), np.ones((8, 2)), atol=1e-12)
+
+
+# JAX's own wording (its tests match it) and jaxmg's: the argument and the conversion
+FLOAT16 = {
+    "lu": (mla.inv, msla.inv, mla.det, lambda a: mla.solve(a, a), msla.lu_factor, msla.lu),
+    "cholesky": (mla.cholesky, msla.cholesky, lambda a: msla.cho_factor(a)),
+    "eigh": (mla.eigh, mla.eigvalsh, msla.eigh),
+    "svd": (mla.svd, mla.svdvals, mla.pinv),
+    "qr": (mla.qr, msla.qr),
+}
+
+
+@pytest.mark.parametrize("family", sorted(FLOAT16))
+def test_float16_errors_say_what_jax_and_jaxmg_say(family):
+    """A float16 matrix is refused with JAX's "<operation> does not accept dtype float16" and the
+    argument with its conversion; so are jaxmg's own functions."""
+    x = jnp.ones((3, 3), jnp.float16)
+    for fn in FLOAT16[family]:
+        with pytest.raises(TypeError, match=f"{family} does not accept dtype float16") as error:
+            fn(x)
+        assert "(argument a)" in str(error.value) and "a.astype(jnp.float32)" in str(error.value)
+    with pytest.raises(TypeError, match=r"cholesky does not accept dtype float16 \(argument a\); convert it"):
+        jaxmg.cholesky(x)

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import SUPPORTED_DTYPES
+from .._checks import check_dtype
 from .._dense import adjoint
 from . import per_matrix, status as _status
 from .native import relayout
@@ -106,8 +106,7 @@ def _factorization(name: str, a: jax.Array, out: tuple, cpu=None, gpu=None,
     (:mod:`.native.relayout`), whose transpose the handler then reads as the same bytes:
     ``TRANSPOSE`` for a handler that reads the whole matrix, ``SYMMETRIC_FROM_LOWER`` for one
     that reads its lower triangle. Elsewhere XLA transposes ``a`` into the copy it makes."""
-    if jnp.dtype(a.dtype) not in SUPPORTED_DTYPES:
-        raise TypeError(f"a must be float32, float64, complex64 or complex128 for {name}; got {a.dtype}.")
+    check_dtype(a, "a", name)
     if a.shape[-1] == 0:  # an empty factor: nothing to compute (LAPACK's handlers would divide by n)
         return tuple(varying_like(a, _empty_result(a, o)) for o in out)
 

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as _jsl
 from jax.sharding import NamedSharding as _NamedSharding, PartitionSpec as _P
 
-from .. import _sharded, functional as _f
+from .. import _checks, _sharded, functional as _f
 from .._dense import (
     _explicit_mesh,
     adjoint as _H,
@@ -110,6 +110,7 @@ def _square_lu(a, name: str, square, rectangular):
     """``square`` of each matrix of ``a`` (..., N, N) mapped over its batch; JAX's
     ``rectangular`` of a rectangular ``a`` (jaxmg's LU is of square matrices)."""
     (a,) = _inexact(a)
+    _checks.check_dtype(a, "a", "lu")
     if a.ndim < 2:
         raise ValueError(f"{name}: a must be a matrix or a batch of them (..., M, N), got shape {a.shape}.")
     if a.shape[-1] != a.shape[-2]:

@@ -163,6 +163,19 @@ def test_lu_factor_and_lu_are_jaxs_arrays(axis_type, dtype):
         np.testing.assert_allclose(x, y)
 
 
+def test_row_swaps_are_lapacks():
+    """The row swaps that bring rows into an order are LAPACK's (lu_factor's piv from a
+    distributed factor): JAX's own pivots from JAX's own permutation, and back."""
+    from jaxmg.scipy._lu import row_swaps
+
+    rng = np.random.default_rng(8)
+    for n in (1, 2, 7, 33):
+        _, want, order = jax.lax.linalg.lu(jnp.asarray(random_matrix(rng, (n, n), np.float64)))
+        np.testing.assert_array_equal(row_swaps(order), want)
+        order = jnp.asarray(rng.permutation(n), jnp.int32)
+        np.testing.assert_array_equal(jax.lax.linalg.lu_pivots_to_permutation(row_swaps(order), n), order)
+
+
 def test_lu_derivatives_equal_jaxs():
     rng = np.random.default_rng(4)
     a = random_matrix(rng, (6, 6), np.float64) + 3 * np.eye(6)
@@ -213,6 +226,22 @@ def test_qr_modes_and_slogdet_methods_as_jaxs():
     check_grads(lambda a: mla.slogdet(a, method="qr")[1], (sq,), order=1, modes=("rev",))
     with pytest.raises(ValueError, match="method"):
         mla.slogdet(sq, method="cholesky")
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex64])
+def test_complete_qr_is_jaxs_where_one_device_factors(dtype):
+    """mode="complete" of tall matrices on the local and batch routes (one matrix, a stack, one
+    split over a mesh without the native backend): Q's last M - N columns are LAPACK's
+    Householder completion, as JAX's (whose tests compare all M columns with NumPy's)."""
+    rng = np.random.default_rng(9)
+    stack = random_matrix(rng, (4, 16, 5), dtype)
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Explicit)
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+    for a in (stack, stack[0], put(stack[0], mesh, P("x"))):
+        want = jnp.linalg.qr(np.asarray(a), mode="complete")
+        for got in (mla.qr(a, mode="complete"), msla.qr(a)):
+            for x, y in zip(got, want):
+                np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=tol, atol=tol)
 
 
 def test_lu_and_triangular_solves_under_jaxs_test_configuration(monkeypatch):

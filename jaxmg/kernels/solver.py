@@ -84,11 +84,22 @@ def _getrf_jvp(primals, tangents):
     n = a.shape[-1]
     permutation = jax.lax.linalg.lu_pivots_to_permutation(pivots, n)
     permuted = jnp.take_along_axis(a_dot, permutation[..., :, None], axis=-2)  # P a'
-    x = _solve(lu, _solve(lu, permuted, lower=True, unit=True), lower=False, right=True)  # L^-1 P a' U^-1
-    hi = jax.lax.Precision.HIGHEST
-    unit_lower = jnp.tril(lu, -1) + jnp.eye(n, dtype=lu.dtype)
-    lu_dot = jnp.matmul(unit_lower, jnp.tril(x, -1), precision=hi) + jnp.matmul(jnp.triu(x), jnp.triu(lu), precision=hi)
-    return (lu, pivots), (lu_dot, jax.custom_derivatives.zero_from_primal(pivots))
+    return (lu, pivots), (packed_lu_tangent(lu, permuted), jax.custom_derivatives.zero_from_primal(pivots))
+
+
+def _matmul(x, y):
+    return jnp.matmul(x, y, precision=jax.lax.Precision.HIGHEST)
+
+
+def packed_lu_tangent(lu: jax.Array, permuted: jax.Array, solve=_solve, matmul=_matmul) -> jax.Array:
+    """The tangent of the packed factor ``lu`` of ``P a = L U`` (L unit lower, U upper) given
+    ``permuted = P a'``: with ``X = L^-1 P a' U^-1``, ``L' = L stril(X)`` and ``U' = triu(X) U``,
+    packed. ``solve(t, b, lower=, unit=, right=)`` solves with a triangle of ``t`` (on the left,
+    or on the right where ``right``) and ``matmul`` multiplies: one device's by default, over a
+    mesh where the factor is distributed."""
+    x = solve(lu, solve(lu, permuted, lower=True, unit=True), lower=False, right=True)  # L^-1 P a' U^-1
+    unit_lower = jnp.tril(lu, -1) + jnp.eye(lu.shape[-1], dtype=lu.dtype)
+    return matmul(unit_lower, jnp.tril(x, -1)) + matmul(jnp.triu(x), jnp.triu(lu))
 
 
 def _diagonal_of(x: jax.Array) -> jax.Array:

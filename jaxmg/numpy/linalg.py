@@ -55,6 +55,7 @@ from ..modules import LU as _LU
 from . import _det
 from ._results import EighResult, QRResult, SlogdetResult, SVDResult
 from ._util import (
+    distributed_mesh as _distributed_mesh,
     herm_input as _herm_input,
     inexact as _inexact,
     map_batch as _map_batch,
@@ -272,12 +273,17 @@ def svdvals(x, /):
 # --- QR --------------------------------------------------------------------------------------------
 
 def _complete_qr(a):
-    """q (M x M) and r (M x N) of a tall ``a``: the QR of ``[a, g]`` with a fixed random
-    M x (M - N) block g (nonsingular with probability one), whose first N columns of Q are
-    a's; r = triu(q^H a)."""
+    """q (M x M) and r (M x N) of a tall ``a``. Where jaxmg's QR takes the distributed route: the
+    QR of ``[a, g]`` with a fixed random M x (M - N) block g (nonsingular with probability one),
+    whose first N columns of Q are a's, and r = triu(q^H a). Elsewhere (one device's solver, the
+    local and batch routes): the device's Householder QR, whose last M - N columns of Q are
+    LAPACK's completion (H_1 ... H_N applied to the last columns of I), as JAX's."""
     m, n = a.shape
     if n == 0:  # no columns to keep: Q is the identity, as LAPACK's (and JAX's) Householder Q
         return _in_layout_of(jnp.eye(m, dtype=a.dtype), a), jnp.zeros((m, 0), a.dtype)
+    if _distributed_mesh(a, "qr") is None:
+        q, r = jnp.linalg.qr(_in_layout(a, _P(), a), mode="complete")
+        return _in_layout_of(q, a), _in_layout_of(r, a)
     g = np.random.default_rng(0).standard_normal((m, m - n))
     if jnp.issubdtype(a.dtype, jnp.complexfloating):
         g = g + 1j * np.random.default_rng(1).standard_normal((m, m - n))

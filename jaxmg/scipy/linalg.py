@@ -46,7 +46,7 @@ from ..numpy._util import (
     square as _square,
     take_rows as _take_rows,
 )
-from . import _cho
+from . import _cho, _lu
 
 
 def _one_square_matrix(a, name: str, module: str):
@@ -119,8 +119,20 @@ def _square_lu(a, name: str, square, rectangular):
 
 
 def _packed_lu(a):
-    """(lu, piv) of one square matrix by the device's getrf, on a gathered copy of ``a``."""
-    return _getrf(_in_layout(a, _P(), a))
+    """(lu, piv) of one square matrix: from jaxmg's distributed LU where ``jaxmg.LU`` takes the
+    distributed route for it (:mod:`._lu`, a never gathered), else by the device's getrf on a
+    gathered copy of ``a``."""
+    mesh = _lu.distributed_mesh(a)
+    if mesh is None:
+        return _getrf(_in_layout(a, _P(), a))
+    return _lu.packed(a, mesh, _mesh_solve)
+
+
+def _mesh_solve(t, b, *, lower: bool, unit: bool = False, right: bool = False):
+    """``T^-1 b`` (or ``b T^-1`` where ``right``) with a triangle of ``t`` over its mesh."""
+    if right:  # b T^-1 = (T^-T b^T)^T
+        return _triangular_solve(t, jnp.swapaxes(b, -1, -2), trans="T", lower=lower, unit=unit).swapaxes(-1, -2)
+    return _triangular_solve(t, b, trans="N", lower=lower, unit=unit)
 
 
 _TRANS = {0: "N", 1: "T", 2: "C", "N": "N", "T": "T", "C": "C"}

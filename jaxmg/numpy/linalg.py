@@ -307,7 +307,9 @@ def qr(a, mode="reduced"):
     """The QR decomposition of ``a`` (..., M, N), tall, square or wide, by distributed QR.
 
     ``mode="reduced"`` (default, and its NumPy alias ``"full"``): ``QRResult(Q, R)``, Q (M, K)
-    and R (K, N), K = min(M, N); ``"complete"``: Q (M, M) and R (M, N); ``"r"``: R alone (as
+    and R (K, N), K = min(M, N); ``"complete"``: Q (M, M) and R (M, N) (Q's last M - N columns of
+    a tall ``a``: LAPACK's Householder completion, as JAX's, except on the distributed route, where
+    they are another orthonormal basis of the complement); ``"r"``: R alone (as
     reduced). Both in a's layout. A wide ``a`` is factored as Q R of its first M columns with
     ``R[:, M:] = Q^H a[:, M:]``. ``"raw"`` is JAX's own: ``QRResult(h, tau)``, LAPACK's
     Householder reflectors (h (..., N, M), transposed as NumPy's) from one device's geqrf.

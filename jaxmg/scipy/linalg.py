@@ -10,9 +10,9 @@ ignored, as JAX ignores them. Leading batch dimensions are mapped with ``jax.vma
 (the distributed factor, not JAX's array with the factor in one triangle); :func:`cho_solve`
 solves with it without refactoring, and given JAX's array factor solves with that factor itself
 (two triangular solves). ``lu_factor(a)`` returns JAX's arrays ``(lu, piv)``
-(LAPACK's packed factor and row swaps), which :func:`lu_solve` and :func:`lu` read as JAX's
-do; for a factor that stays distributed use :class:`jaxmg.LU`, which :func:`lu_solve` takes
-too. Every other name of ``jax.scipy.linalg`` is present: :func:`solve_triangular` runs as
+(LAPACK's packed factor and row swaps, from the distributed LU where it runs), which
+:func:`lu_solve` and :func:`lu` read as JAX's do; a factor kept in cuSOLVERMp's own layout is
+:class:`jaxmg.LU`, which :func:`lu_solve` takes too. Every other name of ``jax.scipy.linalg`` is present: :func:`solve_triangular` runs as
 products over the mesh (``jaxmg.kernels.triangular.trsm``), the rest are JAX's own
 functions (docs/numpy.md lists which).
 """
@@ -97,10 +97,12 @@ def lu_factor(a, overwrite_a=False, check_finite=True):
     lower, strict lower triangle of ``lu``) and U (upper triangle of ``lu``) packed as LAPACK's
     getrf leaves them, ``piv`` (..., N) int32 the 0-based row swaps. ``lu`` is in a's layout.
 
-    Computed by jaxmg's LU on one device's solver (the local route, a sharded ``a`` gathered):
-    JAX's packed arrays are one matrix. For a factor that stays distributed, solve with
-    :class:`jaxmg.LU` (``jaxmg.LU(a).solve(b)``); :func:`lu_solve` takes ``(jaxmg.LU(a), None)``
-    too. Differentiable as JAX's (the packed factor's tangent). A rectangular ``a`` is JAX's own
+    Where :class:`jaxmg.LU` takes the distributed route for one matrix split over a mesh, the
+    arrays come from the distributed LU, ``a`` never gathered (:mod:`jaxmg.scipy._lu`; an exactly
+    singular ``a`` then gives a NaN factor); elsewhere from the device's getrf, a sharded ``a``
+    gathered. A factor kept in cuSOLVERMp's own layout is :class:`jaxmg.LU`
+    (``jaxmg.LU(a).solve(b)``), which :func:`lu_solve` takes as ``(jaxmg.LU(a), None)`` too.
+    Differentiable as JAX's (the packed factor's tangent). A rectangular ``a`` is JAX's own
     ``jax.scipy.linalg.lu_factor``."""
     del overwrite_a, check_finite
     return _square_lu(a, "lu_factor", _packed_lu, _jsl.lu_factor)

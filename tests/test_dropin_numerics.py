@@ -340,6 +340,19 @@ def test_strict_promotion(strict_promotion, name, dtype):
     assert grad.dtype == a.dtype and np.all(np.isfinite(np.asarray(grad)))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.complex128])
+def test_strict_promotion_above_the_polar_eigh_order(strict_promotion, dtype):
+    """SVDs and polar factors of matrices above POLAR_EIGH_ABOVE's order for GPUs (32), whose
+    QDWH branch is traced on every platform (on GPUs it runs; float32 iterates in float64 where
+    x64 is on), under JAX's strict dtype and rank promotion: values and derivatives."""
+    a = jnp.asarray(random_matrix(np.random.default_rng(11), (40, 36), dtype))
+    u, s, vh = mla.svd(a, full_matrices=False)
+    np.testing.assert_allclose(np.asarray(s), np.linalg.svd(np.asarray(a), compute_uv=False), rtol=1e-4)
+    assert int(mla.matrix_rank(a)) == 36 and msla.polar(a)[0].shape == (40, 36)
+    grad = jax.grad(lambda a: jnp.sum(mla.svdvals(a)) + jnp.real(jnp.sum(msla.polar(a)[1])))(a)
+    assert grad.dtype == a.dtype and np.all(np.isfinite(np.asarray(grad)))
+
+
 # --- 5. pinv's derivative of a wide matrix --------------------------------------------------------
 
 def _largest_intermediate(fn, *args) -> int:

@@ -29,13 +29,15 @@ def as_array(value, name: str):
         raise TypeError(f"{name} must be an array, got {type(value).__name__}.") from err
 
 
-def check_dtype(x, name: str) -> None:
-    """``x`` must be float32, float64, complex64 or complex128."""
+def check_dtype(x, name: str, operation: str | None = None) -> None:
+    """``x`` must be float32, float64, complex64 or complex128. With ``operation`` (the
+    factorisation's family: "cholesky", "lu", "eigh", ...) the message begins as JAX's own
+    ("cholesky does not accept dtype float16"), then names the argument and the conversion."""
     if np.dtype(x.dtype) not in SUPPORTED_DTYPES:
-        raise TypeError(
-            f"{name} has dtype {x.dtype}, which jaxmg does not support; convert it with "
-            f"{name}.astype(jnp.float32) (or float64, complex64, complex128)."
-        )
+        fix = f"convert it with {name}.astype(jnp.float32) (or float64, complex64, complex128)."
+        if operation is None:
+            raise TypeError(f"{name} has dtype {x.dtype}, which jaxmg does not support; {fix}")
+        raise TypeError(f"{operation} does not accept dtype {x.dtype} (argument {name}); {fix}")
 
 
 def check_same_dtype(x, name: str, ref, ref_name: str) -> None:

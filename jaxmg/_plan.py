@@ -230,8 +230,9 @@ def _placed_rhs(b, spec, own, mesh):
 
 
 def check(matrices: Sequence[tuple], rhs: Sequence[tuple], *, square: bool, T_A, backend, flags,
-          tall: bool = True) -> list:
-    """The arguments' checks (names, dtypes, ranks and shapes, flags); returns them as arrays."""
+          tall: bool = True, family: Optional[str] = None) -> list:
+    """The arguments' checks (names, dtypes, ranks and shapes, flags); returns them as arrays.
+    A dtype error names ``family`` as JAX's does ("cholesky does not accept dtype float16")."""
     for name, value in (flags or {}).items():
         _checks.check_flag(value, name)
     _checks.check_backend(backend)
@@ -241,7 +242,7 @@ def check(matrices: Sequence[tuple], rhs: Sequence[tuple], *, square: bool, T_A,
     arrays = [_checks.as_array(value, name) for name, value in named]
     a = arrays[0]
     for (name, _), x in zip(named, arrays):
-        _checks.check_dtype(x, name)
+        _checks.check_dtype(x, name, family)
         if x is not a:
             _checks.check_same_dtype(x, name, a, a_name)
     for (name, _), x in zip(matrices, arrays):
@@ -264,7 +265,7 @@ def resolve(family: str, context: Context, *, matrices: Sequence[tuple], rhs: Se
     all of a's dtype. ``num_rhs`` right-hand sides given later (``module.solve(b)``) may have
     specs in ``matrix_specs``. Returns the plan and the arguments as arrays (matrices first).
     """
-    arrays = check(matrices, rhs, square=square, tall=tall, T_A=T_A, backend=backend, flags=flags)
+    arrays = check(matrices, rhs, square=square, tall=tall, T_A=T_A, backend=backend, flags=flags, family=family)
     a, count = arrays[0], len(matrices)
     if context.kind == MANUAL:
         _routes.choose(family, backend, None, a.shape, a.dtype, manual=True)

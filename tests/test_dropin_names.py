@@ -163,6 +163,19 @@ def test_lu_factor_and_lu_are_jaxs_arrays(axis_type, dtype):
         np.testing.assert_allclose(x, y)
 
 
+def test_row_swaps_are_lapacks():
+    """The row swaps that bring rows into an order are LAPACK's (lu_factor's piv from a
+    distributed factor): JAX's own pivots from JAX's own permutation, and back."""
+    from jaxmg.scipy._lu import row_swaps
+
+    rng = np.random.default_rng(8)
+    for n in (1, 2, 7, 33):
+        _, want, order = jax.lax.linalg.lu(jnp.asarray(random_matrix(rng, (n, n), np.float64)))
+        np.testing.assert_array_equal(row_swaps(order), want)
+        order = jnp.asarray(rng.permutation(n), jnp.int32)
+        np.testing.assert_array_equal(jax.lax.linalg.lu_pivots_to_permutation(row_swaps(order), n), order)
+
+
 def test_lu_derivatives_equal_jaxs():
     rng = np.random.default_rng(4)
     a = random_matrix(rng, (6, 6), np.float64) + 3 * np.eye(6)
@@ -215,6 +228,22 @@ def test_qr_modes_and_slogdet_methods_as_jaxs():
         mla.slogdet(sq, method="cholesky")
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.complex64])
+def test_complete_qr_is_jaxs_where_one_device_factors(dtype):
+    """mode="complete" of tall matrices on the local and batch routes (one matrix, a stack, one
+    split over a mesh without the native backend): Q's last M - N columns are LAPACK's
+    Householder completion, as JAX's (whose tests compare all M columns with NumPy's)."""
+    rng = np.random.default_rng(9)
+    stack = random_matrix(rng, (4, 16, 5), dtype)
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Explicit)
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+    for a in (stack, stack[0], put(stack[0], mesh, P("x"))):
+        want = jnp.linalg.qr(np.asarray(a), mode="complete")
+        for got in (mla.qr(a, mode="complete"), msla.qr(a)):
+            for x, y in zip(got, want):
+                np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=tol, atol=tol)
+
+
 def test_lu_and_triangular_solves_under_jaxs_test_configuration(monkeypatch):
     """Strict dtype promotion and rank promotion raising (JAX's own test configuration), with
     64-bit integers the default: lu, lu_factor, lu_solve and solve_triangular (the recursion too)."""
@@ -229,3 +258,26 @@ def test_lu_and_triangular_solves_under_jaxs_test_configuration(monkeypatch):
     np.testing.assert_allclose(np.asarray(p) @ np.asarray(l) @ np.asarray(u), a, atol=1e-12)
     np.testing.assert_allclose(a.T @ np.asarray(x), np.ones(8), atol=1e-12)
     np.testing.assert_allclose(np.tril(a).T @ np.asarray(y), np.ones((8, 2)), atol=1e-12)
+
+
+# JAX's own wording (its tests match it) and jaxmg's: the argument and the conversion
+FLOAT16 = {
+    "lu": (mla.inv, msla.inv, mla.det, lambda a: mla.solve(a, a), msla.lu_factor, msla.lu),
+    "cholesky": (mla.cholesky, msla.cholesky, lambda a: msla.cho_factor(a)),
+    "eigh": (mla.eigh, mla.eigvalsh, msla.eigh),
+    "svd": (mla.svd, mla.svdvals, mla.pinv),
+    "qr": (mla.qr, msla.qr),
+}
+
+
+@pytest.mark.parametrize("family", sorted(FLOAT16))
+def test_float16_errors_say_what_jax_and_jaxmg_say(family):
+    """A float16 matrix is refused with JAX's "<operation> does not accept dtype float16" and the
+    argument with its conversion; so are jaxmg's own functions."""
+    x = jnp.ones((3, 3), jnp.float16)
+    for fn in FLOAT16[family]:
+        with pytest.raises(TypeError, match=f"{family} does not accept dtype float16") as error:
+            fn(x)
+        assert "(argument a)" in str(error.value) and "a.astype(jnp.float32)" in str(error.value)
+    with pytest.raises(TypeError, match=r"cholesky does not accept dtype float16 \(argument a\); convert it"):
+        jaxmg.cholesky(x)

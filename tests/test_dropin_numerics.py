@@ -81,6 +81,39 @@ def test_empty_rectangular(shape):
     _same(mla.matrix_norm(a, ord=2), jnp.linalg.matrix_norm(a, ord=2))
 
 
+# derivatives on empty matrices, alone and stacked (JAX's testCholesky takes a (1000, 0, 0) stack)
+EMPTY_DERIVATIVES = {
+    "cholesky": mla.cholesky,
+    "eigvalsh": mla.eigvalsh,
+    "eigh": lambda a: mla.eigh(a)[1],
+    "svdvals": mla.svdvals,
+    "det": mla.det,
+    "inv": mla.inv,
+}
+
+
+def _empty_det(a):
+    """det of empty matrices, 1, and its derivative tr(adj(a) da), 0 (JAX's own det has no
+    derivative there: IndexError)."""
+    return jnp.ones(a.shape[:-2], a.dtype) + jnp.sum(a, axis=(-2, -1))
+
+
+@pytest.mark.parametrize("shape", [(0, 0), (3, 0, 0)])
+@pytest.mark.parametrize("name", sorted(EMPTY_DERIVATIVES))
+def test_empty_matrices_derivatives(name, shape):
+    """jvp (and for cholesky check_grads to second order, as JAX's testCholesky) of empty matrices:
+    tangents of the primal's shape and dtype, as JAX's."""
+    fn = EMPTY_DERIVATIVES[name]
+    a = jnp.zeros(shape, jnp.complex128)
+    value, tangent = jax.jvp(fn, (a,), (a,))
+    want_value, want_tangent = jax.jvp({"cholesky": jnp.linalg.cholesky, "eigvalsh": jnp.linalg.eigvalsh,
+                                        "eigh": lambda a: jnp.linalg.eigh(a)[1], "svdvals": jnp.linalg.svdvals,
+                                        "det": _empty_det, "inv": jnp.linalg.inv}[name], (a,), (a,))
+    _same((value, tangent), (want_value, want_tangent))
+    if name == "cholesky":
+        check_grads(fn, (a,), 2)
+
+
 def test_empty_functional_api_and_modules():
     """jaxmg's own functions and modules answer as JAX does on empty matrices, not with an error."""
     a, b = jnp.zeros((0, 0)), jnp.zeros((0, 2))
@@ -304,6 +337,19 @@ def test_strict_promotion(strict_promotion, name, dtype):
     value = fn(a)
     assert np.all(np.isfinite(np.asarray(value)))
     grad = jax.grad(lambda a: jnp.real(jnp.sum(fn(a))))(a)
+    assert grad.dtype == a.dtype and np.all(np.isfinite(np.asarray(grad)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.complex128])
+def test_strict_promotion_above_the_polar_eigh_order(strict_promotion, dtype):
+    """SVDs and polar factors of matrices above POLAR_EIGH_ABOVE's order for GPUs (32), whose
+    QDWH branch is traced on every platform (on GPUs it runs; float32 iterates in float64 where
+    x64 is on), under JAX's strict dtype and rank promotion: values and derivatives."""
+    a = jnp.asarray(random_matrix(np.random.default_rng(11), (40, 36), dtype))
+    u, s, vh = mla.svd(a, full_matrices=False)
+    np.testing.assert_allclose(np.asarray(s), np.linalg.svd(np.asarray(a), compute_uv=False), rtol=1e-4)
+    assert int(mla.matrix_rank(a)) == 36 and msla.polar(a)[0].shape == (40, 36)
+    grad = jax.grad(lambda a: jnp.sum(mla.svdvals(a)) + jnp.real(jnp.sum(msla.polar(a)[1])))(a)
     assert grad.dtype == a.dtype and np.all(np.isfinite(np.asarray(grad)))
 
 

@@ -132,6 +132,23 @@ def test_one_matrix_routes_compile_to_what_they_report(axis_type, set_mesh, opaq
         assert _normal(local(a, b).sharding.spec, mesh) == ("x",)
 
 
+@pytest.mark.parametrize("axis_type", AXES)
+def test_lu_factor_of_a_split_matrix_comes_from_the_distributed_lu(axis_type, request):
+    """jax.scipy.linalg.lu_factor (and lu) of one matrix split over a (4, 2) mesh: on the local
+    route (no native backend here) the matrix is gathered whole onto each device's getrf; where
+    jaxmg.LU takes the distributed route (the native backend, its handlers opaque) the arrays come
+    from that factor, and the matrix is never gathered."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=axis_type)
+    a = jax.device_put(GEN[0], NamedSharding(mesh, P("x", "y")))
+    with jax.set_mesh(mesh):
+        assert jaxmg.route("LU", (N, N), "float64", mesh) == "local"
+        assert (N, N) in _gathered(jax.jit(lambda a: sla.lu_factor(a)), a)
+        request.getfixturevalue("opaque_native")
+        assert jaxmg.route("LU", (N, N), "float64", mesh) == "distributed"
+        for fn in (lambda a: sla.lu_factor(a), lambda a: sla.lu(a)):
+            assert (N, N) not in _gathered(jax.jit(fn), a)
+
+
 # --- outputs keep the caller's layout ---
 
 def _cases(a, g, t, s, b, bt):

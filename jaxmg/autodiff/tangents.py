@@ -69,7 +69,7 @@ def _inverse_gaps(w, sh, rtol, squared=False):
     diagonal and wherever ``|w_j - w_i| <= rtol * max|w|`` (degenerate pairs dropped)."""
     n = w.shape[0]
     wi, wj = _rows(w, n, sh), _cols(w, n, sh)
-    tol = rtol * jnp.max(jnp.abs(_replicate(w, sh)))
+    tol = rtol * jnp.max(jnp.abs(_replicate(w, sh)), initial=0)
     keep = jnp.abs(wj - wi) > tol
     gap = (wj * wj - wi * wi) if squared else (wj - wi)
     return jnp.where(keep, 1 / jnp.where(keep, gap, jnp.ones((), gap.dtype)), jnp.zeros((), gap.dtype))

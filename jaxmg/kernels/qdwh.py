@@ -135,7 +135,7 @@ def _frobenius(x, grid):
     big = jnp.max(jnp.abs(x), initial=0.0)
     big = jax.lax.pmax(big, _axes_name(grid.row_axes)) if grid.row_axes else big
     safe = jnp.where(big > 0, big, 1)
-    return safe * jnp.sqrt(_psum_rows(jnp.sum(jnp.abs(x / safe) ** 2), grid))
+    return safe * jnp.sqrt(_psum_rows(jnp.sum((jnp.abs(x) / safe) ** 2), grid))
 
 
 def _gram(x, grid):
@@ -196,7 +196,7 @@ def _cholqr_step(x, grid, a, b, c):
     for k, shifted in enumerate(_shifted_passes(math.sqrt(1 + c * n), delta, eps) + [False, False]):
         if k:
             gram = _gram(top, grid) + jnp.conj(bottom).T @ bottom
-        shift = delta * jnp.real(jnp.trace(gram)) if shifted else 0
+        shift = (delta * jnp.real(jnp.trace(gram))).astype(x.dtype) if shifted else 0
         w = jax.lax.linalg.cholesky(_hermitian_part(gram) + shift * eye, symmetrize_input=False)
         top, bottom = _right_solve(top, w), _right_solve(bottom, w)
     return (b / c) * x + ((a - b / c) / math.sqrt(c)) * (top @ jnp.conj(bottom).T)
@@ -219,7 +219,7 @@ def _iteration_dtype(dtype, local: bool):
     """The dtype the iteration runs in: float32 and complex64 in float64 and complex128 on the
     local route where JAX has them (x64), else ``dtype``."""
     if local and jax.config.jax_enable_x64:
-        return jnp.promote_types(dtype, jnp.float64)
+        return jnp.dtype(jnp.complex128 if jnp.issubdtype(dtype, jnp.complexfloating) else jnp.float64)
     return jnp.dtype(dtype)
 
 
@@ -289,7 +289,7 @@ def _orthonormal_columns(u, grid=WHOLE):
     set."""
     q, _, r = _tsqr(u, grid)
     d = jnp.diagonal(r)
-    return q * jnp.where(jnp.real(d) < 0, -1, 1).astype(q.dtype)
+    return q * jnp.where(jnp.real(d) < 0, -1, 1).astype(q.dtype)[None, :]
 
 
 def _at_most_once(needed, repair, x):

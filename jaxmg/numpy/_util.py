@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from .. import _context, _routes
 from .._context import is_tracer
 from .._dense import _explicit_mesh, adjoint, spec_of
 
@@ -117,3 +118,16 @@ def take_rows(x, order):
     if mesh is None:
         return x[order]
     return x.at[order].get(out_sharding=NamedSharding(mesh, spec_of(x)))
+
+
+def distributed_mesh(a, op: str):
+    """The mesh on which jaxmg's ``op`` ("LU", "qr", ...) of one matrix ``a`` takes the
+    distributed route (docs/routes.md); None where it does not: on one device, for a stack under
+    ``jax.vmap``, inside ``jax.shard_map``, inside ``jax.jit`` where a's layout is not known, and
+    where the device's own solver takes it (the local route)."""
+    if a.ndim != 2 or _context.manual() or _context.stack_of(a) is not None:
+        return None
+    mesh = _context.find_mesh(None, a, ())
+    if mesh is None or _routes.route(op, a.shape, a.dtype, mesh) != _routes.DISTRIBUTED:
+        return None
+    return mesh

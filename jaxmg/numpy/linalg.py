@@ -53,6 +53,7 @@ from ..modules import LU as _LU
 from . import _det, _util
 from ._results import EighResult, QRResult, SlogdetResult, SVDResult
 from ._util import (
+    distributed_mesh as _distributed_mesh,
     herm_input as _herm_input,
     inexact as _inexact,
     map_batch as _map_batch,
@@ -270,12 +271,17 @@ def svdvals(x, /):
 # --- QR --------------------------------------------------------------------------------------------
 
 def _complete_qr(a):
-    """q (M x M) and r (M x N) of a tall ``a``: the QR of ``[a, g]`` with a fixed random
-    M x (M - N) block g (nonsingular with probability one), whose first N columns of Q are
-    a's; r = triu(q^H a)."""
+    """q (M x M) and r (M x N) of a tall ``a``. Where jaxmg's QR takes the distributed route: the
+    QR of ``[a, g]`` with a fixed random M x (M - N) block g (nonsingular with probability one),
+    whose first N columns of Q are a's, and r = triu(q^H a). Elsewhere (one device's solver, the
+    local and batch routes): the device's Householder QR, whose last M - N columns of Q are
+    LAPACK's completion (H_1 ... H_N applied to the last columns of I), as JAX's."""
     m, n = a.shape
     if n == 0:  # no columns to keep: Q is the identity, as LAPACK's (and JAX's) Householder Q
         return _util.in_layout_of(jnp.eye(m, dtype=a.dtype), a), jnp.zeros((m, 0), a.dtype)
+    if _distributed_mesh(a, "qr") is None:
+        q, r = jnp.linalg.qr(_util.in_layout(a, _P(), a), mode="complete")
+        return _util.in_layout_of(q, a), _util.in_layout_of(r, a)
     g = np.random.default_rng(0).standard_normal((m, m - n))
     if jnp.issubdtype(a.dtype, jnp.complexfloating):
         g = g + 1j * np.random.default_rng(1).standard_normal((m, m - n))
@@ -300,7 +306,9 @@ def qr(a, mode="reduced"):
     """The QR decomposition of ``a`` (..., M, N), tall, square or wide, by distributed QR.
 
     ``mode="reduced"`` (default, and its NumPy alias ``"full"``): ``QRResult(Q, R)``, Q (M, K)
-    and R (K, N), K = min(M, N); ``"complete"``: Q (M, M) and R (M, N); ``"r"``: R alone (as
+    and R (K, N), K = min(M, N); ``"complete"``: Q (M, M) and R (M, N) (Q's last M - N columns of
+    a tall ``a``: LAPACK's Householder completion, as JAX's, except on the distributed route, where
+    they are another orthonormal basis of the complement); ``"r"``: R alone (as
     reduced). Both in a's layout. A wide ``a`` is factored as Q R of its first M columns with
     ``R[:, M:] = Q^H a[:, M:]``. ``"raw"`` is JAX's own: ``QRResult(h, tau)``, LAPACK's
     Householder reflectors (h (..., N, M), transposed as NumPy's) from one device's geqrf.

@@ -10,11 +10,11 @@ ignored, as JAX ignores them. Leading batch dimensions are mapped with ``jax.vma
 (the distributed factor, not JAX's array with the factor in one triangle); :func:`cho_solve`
 solves with it without refactoring, and given JAX's array factor solves with that factor itself
 (two triangular solves). ``lu_factor(a)`` returns JAX's arrays ``(lu, piv)``
-(LAPACK's packed factor and row swaps), which :func:`lu_solve` and :func:`lu` read as JAX's
-do; for a factor that stays distributed use :class:`jaxmg.LU`, which :func:`lu_solve` takes
-too. Every other name of ``jax.scipy.linalg`` is present: :func:`solve_triangular` runs as
-products over the mesh (``jaxmg.kernels.triangular.trsm``), the rest are JAX's own
-functions (docs/numpy.md lists which).
+(LAPACK's packed factor and row swaps, from the distributed LU where it runs), which
+:func:`lu_solve` and :func:`lu` read as JAX's do; a factor kept in cuSOLVERMp's own layout is
+:class:`jaxmg.LU`, which :func:`lu_solve` takes too. Every other name of ``jax.scipy.linalg``
+is present: :func:`solve_triangular` runs as products over the mesh
+(``jaxmg.kernels.triangular.trsm``), the rest are JAX's own functions (docs/numpy.md lists which).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as _jsl
 from jax.sharding import NamedSharding as _NamedSharding, PartitionSpec as _P
 
-from .. import _sharded, functional as _f
+from .. import _checks, _sharded, functional as _f
 from .._context import is_tracer as _is_tracer
 from .._dense import (
     _explicit_mesh,
@@ -46,7 +46,7 @@ from ..numpy._util import (
     square as _square,
     take_rows as _take_rows,
 )
-from . import _cho
+from . import _cho, _lu
 
 
 def _one_square_matrix(a, name: str, module: str):
@@ -97,10 +97,12 @@ def lu_factor(a, overwrite_a=False, check_finite=True):
     lower, strict lower triangle of ``lu``) and U (upper triangle of ``lu``) packed as LAPACK's
     getrf leaves them, ``piv`` (..., N) int32 the 0-based row swaps. ``lu`` is in a's layout.
 
-    Computed by jaxmg's LU on one device's solver (the local route, a sharded ``a`` gathered):
-    JAX's packed arrays are one matrix. For a factor that stays distributed, solve with
-    :class:`jaxmg.LU` (``jaxmg.LU(a).solve(b)``); :func:`lu_solve` takes ``(jaxmg.LU(a), None)``
-    too. Differentiable as JAX's (the packed factor's tangent). A rectangular ``a`` is JAX's own
+    Where :class:`jaxmg.LU` takes the distributed route for one matrix split over a mesh, the
+    arrays come from the distributed LU, ``a`` never gathered (:mod:`jaxmg.scipy._lu`; an exactly
+    singular ``a`` then gives a NaN factor); elsewhere from the device's getrf, a sharded ``a``
+    gathered. A factor kept in cuSOLVERMp's own layout is :class:`jaxmg.LU`
+    (``jaxmg.LU(a).solve(b)``), which :func:`lu_solve` takes as ``(jaxmg.LU(a), None)`` too.
+    Differentiable as JAX's (the packed factor's tangent). A rectangular ``a`` is JAX's own
     ``jax.scipy.linalg.lu_factor``."""
     del overwrite_a, check_finite
     return _square_lu(a, "lu_factor", _packed_lu, _jsl.lu_factor)
@@ -110,6 +112,7 @@ def _square_lu(a, name: str, square, rectangular):
     """``square`` of each matrix of ``a`` (..., N, N) mapped over its batch; JAX's
     ``rectangular`` of a rectangular ``a`` (jaxmg's LU is of square matrices)."""
     (a,) = _inexact(a)
+    _checks.check_dtype(a, "a", "lu")
     if a.ndim < 2:
         raise ValueError(f"{name}: a must be a matrix or a batch of them (..., M, N), got shape {a.shape}.")
     if a.shape[-1] != a.shape[-2]:
@@ -118,8 +121,20 @@ def _square_lu(a, name: str, square, rectangular):
 
 
 def _packed_lu(a):
-    """(lu, piv) of one square matrix by the device's getrf, on a gathered copy of ``a``."""
-    return _getrf(_in_layout(a, _P(), a))
+    """(lu, piv) of one square matrix: from jaxmg's distributed LU where ``jaxmg.LU`` takes the
+    distributed route for it (:mod:`._lu`, a never gathered), else by the device's getrf on a
+    gathered copy of ``a``."""
+    mesh = _lu.distributed_mesh(a)
+    if mesh is None:
+        return _getrf(_in_layout(a, _P(), a))
+    return _lu.packed(a, mesh, _mesh_solve)
+
+
+def _mesh_solve(t, b, *, lower: bool, unit: bool = False, right: bool = False):
+    """``T^-1 b`` (or ``b T^-1`` where ``right``) with a triangle of ``t`` over its mesh."""
+    if right:  # b T^-1 = (T^-T b^T)^T
+        return _triangular_solve(t, jnp.swapaxes(b, -1, -2), trans="T", lower=lower, unit=unit).swapaxes(-1, -2)
+    return _triangular_solve(t, b, trans="N", lower=lower, unit=unit)
 
 
 _TRANS = {0: "N", 1: "T", 2: "C", "N": "N", "T": "T", "C": "C"}

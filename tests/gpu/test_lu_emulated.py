@@ -225,3 +225,51 @@ def test_ops_local_lu_solve(native_backend):
     assert [c[0] for c in native_backend.calls] == ["getrf"]  # A x = b: no getrs (module docstring)
 
 
+
+
+# --------------------------------------------------------------------------------------------
+# jax.scipy.linalg.lu_factor's arrays from the distributed factor (jaxmg.scipy.linalg)
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape,spec,reverse,explicit,dtype", [
+    ((4, 2), P("x", "y"), False, False, np.float64),
+    ((4, 2), P("x", "y"), True, True, np.complex128),
+    ((2, 2), P("x", None), False, True, np.float32),
+])
+def test_scipy_lu_factor_from_the_distributed_lu(shape, spec, reverse, explicit, dtype, native_backend):
+    """lu_factor of a matrix split over the mesh is JAX's (lu, piv) (LAPACK's packed factor and
+    row swaps), from the distributed LU (getrf on the grid): eagerly and in jit, with JAX's
+    derivative of the packed factor; lu and lu_solve read it as JAX's arrays."""
+    import jaxmg
+    import jaxmg.scipy.linalg as sla
+
+    n = 48
+    mesh = _mesh(shape, reverse, explicit)
+    a = _general(n, dtype)
+    a[[0, 5]] = a[[5, 0]] * 0.1  # pivoting needed from the first column on
+    t = _general(n, dtype, seed=3)
+    sharding = NamedSharding(mesh, spec)
+    ag, tg = jax.device_put(a, sharding), jax.device_put(t, sharding)
+    assert jaxmg.route("LU", (n, n), dtype, mesh) == "distributed"
+    want_lu, want_piv = jax.scipy.linalg.lu_factor(a)
+    tol = _tol(dtype)
+    with jax.set_mesh(mesh):
+        jitted = jax.jit(sla.lu_factor)(ag)
+        _, lu_dot = jax.jvp(lambda a: sla.lu_factor(a)[0], (ag,), (tg,))
+        grad = jax.jit(jax.grad(lambda a: jnp.real(jnp.sum(tg * sla.lu_factor(a)[0]))))(ag)
+    for lu, piv in (sla.lu_factor(ag), jitted):
+        np.testing.assert_allclose(np.asarray(lu), np.asarray(want_lu), **tol)
+        np.testing.assert_array_equal(np.asarray(piv), np.asarray(want_piv))
+        assert piv.dtype == want_piv.dtype
+    assert sla.lu_factor(ag)[0].sharding.spec == sharding.spec  # in a's layout (in jit on Auto axes: XLA's)
+    if explicit:
+        assert jitted[0].sharding.spec == sharding.spec
+    _, want_dot = jax.jvp(lambda a: jax.scipy.linalg.lu_factor(a)[0], (a,), (t,))
+    want_grad = jax.grad(lambda a: jnp.real(jnp.sum(t * jax.scipy.linalg.lu_factor(a)[0])))(a)
+    for got, want in ((lu_dot, want_dot), (grad, want_grad)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=100 * tol["rtol"], atol=100 * tol["atol"])
+    p, l, u = sla.lu(ag)
+    np.testing.assert_allclose(np.asarray(p) @ np.asarray(l) @ np.asarray(u), a, **tol)
+    b = _rhs(n, 2, dtype)
+    np.testing.assert_allclose(np.asarray(sla.lu_solve(sla.lu_factor(ag), b)), np.linalg.solve(a, b), **tol)
+    assert {c[0] for c in native_backend.calls} == {"getrf"}

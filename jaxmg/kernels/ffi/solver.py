@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..._checks import SUPPORTED_DTYPES
+from ..._checks import check_dtype
 from ..._dense import adjoint
 from .. import status as _status
 from ..varying import varying_like
@@ -84,11 +84,22 @@ def _getrf_jvp(primals, tangents):
     n = a.shape[-1]
     permutation = jax.lax.linalg.lu_pivots_to_permutation(pivots, n)
     permuted = jnp.take_along_axis(a_dot, permutation[..., :, None], axis=-2)  # P a'
-    x = _solve(lu, _solve(lu, permuted, lower=True, unit=True), lower=False, right=True)  # L^-1 P a' U^-1
-    hi = jax.lax.Precision.HIGHEST
-    unit_lower = jnp.tril(lu, -1) + jnp.eye(n, dtype=lu.dtype)
-    lu_dot = jnp.matmul(unit_lower, jnp.tril(x, -1), precision=hi) + jnp.matmul(jnp.triu(x), jnp.triu(lu), precision=hi)
-    return (lu, pivots), (lu_dot, jax.custom_derivatives.zero_from_primal(pivots))
+    return (lu, pivots), (packed_lu_tangent(lu, permuted), jax.custom_derivatives.zero_from_primal(pivots))
+
+
+def _matmul(x, y):
+    return jnp.matmul(x, y, precision=jax.lax.Precision.HIGHEST)
+
+
+def packed_lu_tangent(lu: jax.Array, permuted: jax.Array, solve=_solve, matmul=_matmul) -> jax.Array:
+    """The tangent of the packed factor ``lu`` of ``P a = L U`` (L unit lower, U upper) given
+    ``permuted = P a'``: with ``X = L^-1 P a' U^-1``, ``L' = L stril(X)`` and ``U' = triu(X) U``,
+    packed. ``solve(t, b, lower=, unit=, right=)`` solves with a triangle of ``t`` (on the left,
+    or on the right where ``right``) and ``matmul`` multiplies: one device's by default, over a
+    mesh where the factor is distributed."""
+    x = solve(lu, solve(lu, permuted, lower=True, unit=True), lower=False, right=True)  # L^-1 P a' U^-1
+    unit_lower = jnp.tril(lu, -1) + jnp.eye(lu.shape[-1], dtype=lu.dtype)
+    return matmul(unit_lower, jnp.tril(x, -1)) + matmul(jnp.triu(x), jnp.triu(lu))
 
 
 def _diagonal_of(x: jax.Array) -> jax.Array:
@@ -106,10 +117,9 @@ def _factorization(name: str, a: jax.Array, out: tuple, cpu=None, gpu=None,
     (:mod:`.relayout`), whose transpose the handler then reads as the same bytes:
     ``TRANSPOSE`` for a handler that reads the whole matrix, ``SYMMETRIC_FROM_LOWER`` for one
     that reads its lower triangle. Elsewhere XLA transposes ``a`` into the copy it makes."""
-    if jnp.dtype(a.dtype) not in SUPPORTED_DTYPES:
-        raise TypeError(f"a must be float32, float64, complex64 or complex128 for {name}; got {a.dtype}.")
+    check_dtype(a, "a", name)
     if a.shape[-1] == 0:  # an empty factor: nothing to compute (LAPACK's handlers would divide by n)
-        return tuple(varying_like(a, jnp.zeros(o.shape, o.dtype)) for o in out)
+        return tuple(varying_like(a, _empty_result(a, o)) for o in out)
 
     def call(target, attributes):  # split over the devices where the stack lies (per_matrix)
         return per_matrix.call(target, out, column_major=True, input_output_aliases={0: 0}, **(attributes or {}))
@@ -127,6 +137,14 @@ def _factorization(name: str, a: jax.Array, out: tuple, cpu=None, gpu=None,
     own = {"potrf": own_potrf, "getrf": own_getrf}[name]
     results = by_platform(a, cpu=lapack, cuda=cusolver, rocm=call(f"hipsolver_{name}_ffi", gpu), default=own)
     return tuple(varying_like(a, x) for x in results)
+
+
+def _empty_result(a: jax.Array, out: jax.ShapeDtypeStruct) -> jax.Array:
+    """The zeros ``out`` (shape ``a.shape[:-2] + ...``) of an empty ``a`` made from ``a`` (a sum
+    over none of its entries), so that under ``jax.vmap`` it is batched where ``a`` is, as the
+    tangents that the derivative rules compute from ``a``'s tangent are."""
+    zero = jnp.sum(jnp.real(a), axis=(-2, -1)).astype(out.dtype)
+    return jnp.broadcast_to(zero.reshape(zero.shape + (1,) * (len(out.shape) - zero.ndim)), out.shape)
 
 
 def by_platform(x: jax.Array, **branches):

@@ -183,6 +183,12 @@ class LU(_grid.GridKernels):
         return self.run(lu_solve, [*state, b], [Block(), Replicated(), Rows(spec)], [Rows(spec)],
                          trans=_TRANS[trans])[0]
 
+    def transposed_factor(self, state):
+        """The packed factor of ``M'`` transposed, in natural order, in the grid layout, and how it
+        relates to A (:func:`lu_factor_order`): what ``jax.scipy.linalg.lu_factor``'s arrays of a
+        distributed matrix are read from (``jaxmg.scipy.linalg``)."""
+        return self._triangles(state)
+
     def _triangles(self, state):
         """The packed factor in the grid layout, and how it relates to A (:func:`lu_factor_order`)."""
         (factor,) = self.run(lu_triangles, [state.lu], [Block()], [Block()])

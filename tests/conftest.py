@@ -2,7 +2,8 @@
 
 import os
 
-if "JAXMG_PROCESS_ID" not in os.environ and "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+_FLAGS = os.environ.get("XLA_FLAGS", "")
+if "JAXMG_PROCESS_ID" not in os.environ and "xla_force_host_platform_device_count" not in _FLAGS:
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 # The tests' matrices are tiny and most of their time is XLA compiling: LLVM's cheaper
 # optimisation level compiles about 15% faster with the same results (unless XLA_FLAGS sets it).

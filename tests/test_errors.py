@@ -7,8 +7,8 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import jaxmg
-from jaxmg import _layout, _plan
 from helpers import make_mesh, put, spd_matrix
+from jaxmg import _layout, _plan
 
 N = 32
 A = spd_matrix(np.random.default_rng(0), N, np.float64)

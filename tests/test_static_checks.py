@@ -1,6 +1,7 @@
-"""The package's source passes ruff's lint rules and pyright's type checks with the settings in
-pyproject.toml ([tool.ruff], [tool.pyright]); each check is skipped, with the reason, where its
-tool is not installed (the ``test`` extra installs both)."""
+"""The Python code (the package, its tests, benchmarks, examples and scripts) passes ruff's lint
+rules, and the package pyright's type checks, with the settings in pyproject.toml ([tool.ruff],
+[tool.pyright]); each check is skipped, with the reason, where its tool is not installed (the
+``test`` extra installs them)."""
 
 import pathlib
 import re
@@ -26,9 +27,13 @@ def run(command: list, timeout: float) -> subprocess.CompletedProcess:
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
 
 
-def test_ruff_lint_finds_nothing_in_the_package():
-    result = run([tool("ruff"), "check", "--no-cache", "--output-format", "concise", "jaxmg"], timeout=120)
-    assert result.returncode == 0, f"ruff check jaxmg:\n{result.stdout}{result.stderr}"
+#: The folders of Python code that ruff lints (the pre-commit hook's too).
+PYTHON_FOLDERS = ("jaxmg", "tests", "benchmarks", "examples", "scripts")
+
+
+def test_ruff_lint_finds_nothing_in_the_python_code():
+    result = run([tool("ruff"), "check", "--no-cache", "--output-format", "concise", *PYTHON_FOLDERS], timeout=120)
+    assert result.returncode == 0, f"ruff check {' '.join(PYTHON_FOLDERS)}:\n{result.stdout}{result.stderr}"
 
 
 def test_pyright_finds_no_error_in_the_package():

@@ -4,9 +4,8 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
-
 import typing
+from pathlib import Path
 
 import jaxmg
 

@@ -1,4 +1,5 @@
-"""jaxtyping signatures, checked at run time with beartype when JAXMG_TYPECHECK=1."""
+"""jaxtyping signatures, checked at run time with beartype when JAXMG_TYPECHECK=1, and on every call
+that the test suite makes (pyproject.toml's pytest options: jaxtyping's import hook)."""
 
 import os
 import subprocess
@@ -6,6 +7,10 @@ import sys
 import textwrap
 import typing
 from pathlib import Path
+
+import jaxtyping
+import numpy as np
+import pytest
 
 import jaxmg
 
@@ -123,3 +128,11 @@ def test_every_public_signature_accepts_what_the_call_accepts():
     assert len([line for line in lines if line.startswith("accepted")]) == 60, lines
     rejected = [line for line in lines if line.startswith("rejected rank 3")]
     assert len(rejected) == 20 and all("TypeCheckError" in line for line in rejected), lines
+
+
+def test_the_suite_checks_jaxmg_against_its_annotations():
+    """pyproject.toml's pytest options have jaxtyping instrument jaxmg as it is imported: a call
+    whose right-hand side disagrees with a's order fails jaxtyping's check before the operation's
+    own (without the instrumentation, the operation's ValueError)."""
+    with pytest.raises(jaxtyping.TypeCheckError, match="parameter 'b'"):
+        jaxmg.potrs(np.eye(4), np.ones(3))

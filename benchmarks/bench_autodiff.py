@@ -29,10 +29,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
 
-from bench_potrs import _emit, _generator, _rhs  # noqa: E402  (shared generators and output)
-
-from jaxmg.launch import simulate_cpu_devices_without_gpu  # noqa: E402  (imports no JAX backend)
 from _common import results_path  # noqa: E402
+from bench_potrs import _emit, _generator, _rhs  # noqa: E402  (shared generators and output)
+from jaxmg.launch import simulate_cpu_devices_without_gpu  # noqa: E402  (imports no JAX backend)
 
 
 def _args(argv=None):

@@ -119,7 +119,7 @@ def run_stacks(args, base):
         route = jaxmg.route(op, (args.n, args.n), "float64", mesh, stacked=args.batch)
         reference = None
         for impl, fn in (("jax", jax.jit(theirs)), ("jaxmg", jax.jit(ours))):
-            median, times = _median_time(lambda: fn(a, b), args.runs)
+            median, times = _median_time(lambda fn=fn: fn(a, b), args.runs)
             emit_timing(args.out, base, median, times, reference, op=op, impl=impl, N=args.n, batch=args.batch,
                         layout=args.layout, route=route if impl == "jaxmg" else None,
                         residual=float(residual(a, b, fn(a, b))), collectives=_collectives(fn, a, b))
@@ -157,7 +157,7 @@ def run_distributed_stack(args, base):
     solve = lambda m, r: jaxmg.potrs(m, r, backend="native")  # noqa: E731
     cases = (("stack", jax.jit(jax.vmap(solve, in_axes=(0, None))), stack), ("one", jax.jit(solve), one))
     for case, fn, operand in cases:  # the stack first: the device's peak is then its own
-        median, times = _median_time(lambda: fn(operand, b), args.runs)
+        median, times = _median_time(lambda fn=fn, operand=operand: fn(operand, b), args.runs)
         memory = _memory(fn, operand, b)
         emit_timing(args.out, base, median, times, op="potrs", impl="jaxmg", case=case, N=n,
                     batch=args.stack if case == "stack" else 1, layout="distributed", route="distributed",

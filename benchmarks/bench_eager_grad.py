@@ -29,9 +29,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
 
+from _common import emit_timing, grid_shape, results_path, run_on_local_devices  # noqa: E402
 from bench_autodiff import _median_time  # noqa: E402  (warm-up, then the median of runs)
 from bench_potrs import _generator, _rhs  # noqa: E402  (shared generators)
-from _common import emit_timing, grid_shape, results_path, run_on_local_devices  # noqa: E402
 
 
 def _args(argv=None):
@@ -71,20 +71,20 @@ def run(args):
         for n in args.sizes:
             a = _generator(n, dtype, NamedSharding(mesh, P("x", "y")))()
             b = jax.device_put(_rhs(n, 0, dtype), NamedSharding(mesh, P("x")))
-            jvp = lambda: jax.jvp(lambda a, b: jaxmg.potrs(a, b), (a, b), (a, b))  # noqa: E731
+            jvp = lambda a=a, b=b: jax.jvp(lambda a, b: jaxmg.potrs(a, b), (a, b), (a, b))  # noqa: E731
 
-            def emit(case, median, times, reference=None):
+            def emit(case, median, times, reference=None, n=n):
                 emit_timing(args.out, base, median, times, reference, case=case, N=n,
                             route=jaxmg.route("potrs", (n, n), dtype, mesh))
 
             start = time.perf_counter()
             jax.block_until_ready(grad(a, b))
             first = time.perf_counter() - start
-            t_jit, times = _median_time(lambda: jitted(a, b), args.runs)
+            t_jit, times = _median_time(lambda a=a, b=b: jitted(a, b), args.runs)
             emit("jit_grad", t_jit, times)
             emit("first_eager_grad", first, [first], t_jit)
-            for case, fn in (("eager_grad", lambda: grad(a, b)), ("eager_grad_b", lambda: grad_b(a, b)),
-                             ("eager_jvp", jvp)):
+            eager = (("eager_grad", lambda a=a, b=b: grad(a, b)), ("eager_grad_b", lambda a=a, b=b: grad_b(a, b)))
+            for case, fn in (*eager, ("eager_jvp", jvp)):
                 t, times = _median_time(fn, args.runs)
                 emit(case, t, times, t_jit)
 

@@ -6,13 +6,13 @@
 
 Every process runs this file (one GPU each; jax.distributed is initialised by the launcher when
 there are several). Each (op, N, T_A) writes one JSON line from process 0: op ("syevd", "polar", "gesvd",
-or JAX's own on one GPU: "jnp.linalg.eigh", "jnp.linalg.svd"), N, dtype, grid, T_A, runs, median_s (of ``--runs`` timed calls after one
-warm-up call), times_s, syevd_ms (GPU time inside cuSOLVERMp from the handler's CUDA events,
+or JAX's own on one GPU: "jnp.linalg.eigh", "jnp.linalg.svd"), N, dtype, grid, T_A, runs, median_s (of ``--runs``
+timed calls after one warm-up call), times_s, syevd_ms (GPU time inside cuSOLVERMp from the handler's CUDA events,
 median), and the scaled residual ``||A V - V diag(w)||_1 / (||A||_1 N eps)`` at N <= 8192, or
 ``error``. With ``--conds``, polar also runs once per condition number on Q1 diag(s) Q2^T
-(op "polar-accuracy": seconds, orthogonality, backward_error). Compare with the engine's own syevd from C++ (benchmarks/engine/engine_ops.sh "one 1 1 N T
-syevd"; scripts/gpu/steps.sh step eigengine) in the same run: its matrix is
-1/(1+|i-j|) + N on the diagonal, the one generated here.
+(op "polar-accuracy": seconds, orthogonality, backward_error). Compare with the engine's own syevd from C++
+(benchmarks/engine/engine_ops.sh "one 1 1 N T syevd"; scripts/gpu/steps.sh step eigengine) in the same run: its
+matrix is 1/(1+|i-j|) + N on the diagonal, the one generated here.
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import os
 import statistics
 import time
 from pathlib import Path
+
 from _common import results_path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -174,13 +175,13 @@ def main(argv=None):
                 try:
                     fn = jax.jit(functools.partial(calls[op], t=tile))
                     _library._native_module().reset_timings()
-                    times = _timed(lambda: fn(a), args.runs)
+                    times = _timed(lambda fn=fn, a=a: fn(a), args.runs)
                     solver = [t["solver_ms"] / max(t["calls"], 1) for t in native.last_timings()
                               if t["kind"] == "syevd"]
                     rec.update(median_s=statistics.median(times), times_s=times,
                                syevd_ms=statistics.median(solver) if solver else None)
                     if args.profile:
-                        _traced(lambda: fn(a), os.path.join(args.profile, f"{op}-n{n}-t{tile}"))
+                        _traced(lambda fn=fn, a=a: fn(a), os.path.join(args.profile, f"{op}-n{n}-t{tile}"))
                     if op == "syevd" and n <= 8192 and jax.process_count() == 1:
                         w, v = fn(a)
                         rec["residual"] = _residual(a, w, v, dtype)
@@ -196,7 +197,7 @@ def main(argv=None):
                 try:
                     one = jax.device_put(a, devs[0])
                     fn = jax.jit(ref)
-                    times = _timed(lambda: fn(one), args.runs)
+                    times = _timed(lambda fn=fn, one=one: fn(one), args.runs)
                     rec.update(median_s=statistics.median(times), times_s=times)
                 except Exception as e:  # noqa: BLE001
                     rec["error"] = f"{type(e).__name__}: {str(e)[:400]}"

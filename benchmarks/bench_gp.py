@@ -126,16 +126,16 @@ def bench_loss(args, n, dtype, mesh, emit, out):
                    device_kind=jax.devices()[0].device_kind, date=time.strftime("%Y-%m-%d"))
         try:
             vg = jax.jit(jax.value_and_grad(loss))
-            (value, grad), rec["first_call_s"] = _timed_once(lambda: vg(theta, xs, ys))
-            rec["value_and_grad_s"] = _median_time(lambda: vg(theta, xs, ys), args.runs)
+            (value, grad), rec["first_call_s"] = _timed_once(lambda vg=vg, xs=xs, ys=ys: vg(theta, xs, ys))
+            rec["value_and_grad_s"] = _median_time(lambda vg=vg, xs=xs, ys=ys: vg(theta, xs, ys), args.runs)
             forward = jax.jit(loss)
-            rec["forward_s"] = _median_time(lambda: forward(theta, xs, ys), args.runs)
+            rec["forward_s"] = _median_time(lambda f=forward, xs=xs, ys=ys: f(theta, xs, ys), args.runs)
             rec["ratio_to_forward"] = rec["value_and_grad_s"] / rec["forward_s"]
             if args.eager:
                 try:
                     eager = jax.value_and_grad(loss)
                     jax.block_until_ready(eager(theta, xs, ys))
-                    _, rec["eager_value_and_grad_s"] = _timed_once(lambda: eager(theta, xs, ys))
+                    _, rec["eager_value_and_grad_s"] = _timed_once(lambda f=eager, xs=xs, ys=ys: f(theta, xs, ys))
                 except Exception as e:  # out of memory, for plain JAX at the largest sizes
                     rec["eager_error"] = f"{type(e).__name__}: {str(e)[:200]}"
             if reference is None:
@@ -158,7 +158,6 @@ def bench_inverse(args, n, dtype, mesh, emit, out):
 
     import jaxmg
     from _common import generator
-
     from jaxmg.kernels import triangular
     from jaxmg.kernels.ffi import gemm
 
@@ -176,19 +175,19 @@ def bench_inverse(args, n, dtype, mesh, emit, out):
                    devices=jax.device_count(), device_kind=jax.devices()[0].device_kind,
                    date=time.strftime("%Y-%m-%d"), base=base, trmm_base=trmm_base, one_gpu_leaves=list(leaves))
         try:
-            factor = jax.jit(lambda m: jaxmg.Cholesky(m, backend=backend).state)
-            inverse = jax.jit(lambda m: jaxmg.Cholesky(m, backend=backend).inverse())
-            rec["factor_s"] = _median_time(lambda: factor(a), args.runs)
-            rec["factor_and_inverse_s"] = _median_time(lambda: inverse(a), args.runs)
+            factor = jax.jit(lambda m, backend=backend: jaxmg.Cholesky(m, backend=backend).state)
+            inverse = jax.jit(lambda m, backend=backend: jaxmg.Cholesky(m, backend=backend).inverse())
+            rec["factor_s"] = _median_time(lambda f=factor: f(a), args.runs)
+            rec["factor_and_inverse_s"] = _median_time(lambda f=inverse: f(a), args.runs)
             rec["inverse_s"] = rec["factor_and_inverse_s"] - rec["factor_s"]
             rec["inverse_over_factor"] = rec["inverse_s"] / rec["factor_s"]
             check = jax.jit(lambda m, w: jnp.linalg.norm(jnp.matmul(m, w, precision="highest")
                                                          - jnp.eye(n, dtype=dtype)) / jnp.sqrt(n))
             rec["residual_rms"] = float(check(a, inverse(a)))
-            lu_factor = jax.jit(lambda m: jaxmg.LU(m, backend=backend).lu)
-            lu_inverse = jax.jit(lambda m: jaxmg.LU(m, backend=backend).inverse())
-            rec["lu_factor_s"] = _median_time(lambda: lu_factor(a), args.runs)
-            rec["lu_inverse_s"] = _median_time(lambda: lu_inverse(a), args.runs) - rec["lu_factor_s"]
+            lu_factor = jax.jit(lambda m, backend=backend: jaxmg.LU(m, backend=backend).lu)
+            lu_inverse = jax.jit(lambda m, backend=backend: jaxmg.LU(m, backend=backend).inverse())
+            rec["lu_factor_s"] = _median_time(lambda f=lu_factor: f(a), args.runs)
+            rec["lu_inverse_s"] = _median_time(lambda f=lu_inverse: f(a), args.runs) - rec["lu_factor_s"]
             rec["lu_residual_rms"] = float(check(a, lu_inverse(a)))
         except Exception as e:
             rec["error"] = f"{type(e).__name__}: {str(e)[:300]}"
@@ -202,7 +201,7 @@ def bench_inverse(args, n, dtype, mesh, emit, out):
             factor = jax.jit(lambda m: jsl.cho_factor(m)[0])
             solved = jax.jit(lambda m: jsl.cho_solve(jsl.cho_factor(m), jnp.eye(n, dtype=dtype)))
             inv = jax.jit(jnp.linalg.inv)
-            rec["factor_s"] = _median_time(lambda: factor(a), args.runs)
+            rec["factor_s"] = _median_time(lambda f=factor: f(a), args.runs)
             rec["cho_solve_identity_s"] = _median_time(lambda: solved(a), args.runs) - rec["factor_s"]
             rec["jnp_linalg_inv_s"] = _median_time(lambda: inv(a), args.runs)
         except Exception as e:

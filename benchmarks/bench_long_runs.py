@@ -47,10 +47,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
 
-from bench_potrs import _emit  # noqa: E402  (shared JSON-lines output)
-
-from jaxmg.launch import simulate_cpu_devices_without_gpu  # noqa: E402  (imports no JAX backend)
 from _common import results_path  # noqa: E402
+from bench_potrs import _emit  # noqa: E402  (shared JSON-lines output)
+from jaxmg.launch import simulate_cpu_devices_without_gpu  # noqa: E402  (imports no JAX backend)
 
 #: (module, attribute) of each functools.lru_cache of compiled functions in jaxmg.
 CACHES = {
@@ -123,10 +122,10 @@ def native_cache():
 
 def cases(n: int, backend: str, inputs: str = "device") -> dict:
     """name -> a function of nothing that runs one eager call on freshly placed inputs."""
-    import numpy as np
     import jax
     import jax.numpy as jnp
     import jax.scipy.linalg
+    import numpy as np
     from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
     import jaxmg

@@ -44,12 +44,12 @@ def _args(argv=None):
 
 
 def worker(a):
-    import numpy as np
-
-    import jaxmg  # initializes jax.distributed under jaxmg.launch
     import jax
     import jax.numpy as jnp
+    import numpy as np
     from jax.sharding import NamedSharding, PartitionSpec as P
+
+    import jaxmg  # initializes jax.distributed under jaxmg.launch
     from jaxmg import _native
     from jaxmg.kernels import native
 

@@ -109,9 +109,10 @@ def _operation(op, impl):
 
 
 def _gp(impl, checkpoint=False):
-    import bench_gp
     import jax
     from jax.sharding import NamedSharding, PartitionSpec as P
+
+    import bench_gp
 
     mesh = jax.make_mesh((1, 1), ("x", "y"), devices=jax.devices()[:1], axis_types=(jax.sharding.AxisType.Auto,) * 2)
     sharding = NamedSharding(mesh, P("x", None))
@@ -221,7 +222,8 @@ def child(case, impl, n, dtype):
         rec["first_run_s"] = time.perf_counter() - start
         peak = (device.memory_stats() or {}).get("peak_bytes_in_use")
         if peak is not None:
-            rec.update(peak_bytes=int(peak), peak_matrices=peak / matrix, beyond_input_matrices=(peak - inputs) / matrix)
+            rec.update(peak_bytes=int(peak), peak_matrices=peak / matrix,
+                       beyond_input_matrices=(peak - inputs) / matrix)
     except Exception as e:  # out of memory, an unsupported size: recorded, never hidden
         rec["error"] = f"{type(e).__name__}: {str(e)[:1000]}"
     print("RECORD " + json.dumps(rec), flush=True)

@@ -33,8 +33,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
 
-from bench_autodiff import _median_time  # noqa: E402  (warm-up, then the median of runs)
 from _common import emit_timing, grid_shape, run_on_local_devices  # noqa: E402
+from bench_autodiff import _median_time  # noqa: E402  (warm-up, then the median of runs)
 from bench_potrs import _emit, _generator, _rhs  # noqa: E402  (shared generators and output)
 
 NUMPY_FUNCTIONS = ("solve", "inv", "slogdet", "slogdet_grad", "eigh", "svd", "lstsq",
@@ -98,9 +98,8 @@ def _definite_partner(a):
 def run(args):
     import jax
     import jax.numpy as jnp
-    from jax.sharding import AxisType, NamedSharding, PartitionSpec as P, SingleDeviceSharding
-
     import jax.scipy.linalg as jsla
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec as P, SingleDeviceSharding
 
     import jaxmg.numpy.linalg as mla
     import jaxmg.scipy.linalg as msla
@@ -128,7 +127,7 @@ def run(args):
                     a1 = _generator(n, dtype, SingleDeviceSharding(one))()  # the same matrix, on one device
                     b1 = jax.device_put(_rhs(n, 0, dtype), one)
                     fn = jax.jit(theirs[name])
-                    reference, times = _median_time(lambda: fn(a1, b1), args.runs)
+                    reference, times = _median_time(lambda fn=fn, a1=a1, b1=b1: fn(a1, b1), args.runs)
                     del a1, b1
                     emit_timing(args.out, base, reference, times, function=name, impl="jax", N=n)
                 except Exception as err:  # noqa: BLE001 (recorded: e.g. out of memory on one device)
@@ -138,7 +137,7 @@ def run(args):
                                              error=f"{type(err).__name__}: {err}"[:300]))
             with jax.set_mesh(mesh):
                 fn = jax.jit(ours[name])
-                median, times = _median_time(lambda: fn(a, b), args.runs)
+                median, times = _median_time(lambda fn=fn, a=a, b=b: fn(a, b), args.runs)
             emit_timing(args.out, base, median, times, reference, function=name, impl="jaxmg", N=n)
 
 

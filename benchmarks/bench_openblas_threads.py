@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
 from _common import results_path  # noqa: E402
 
 HERE = Path(__file__).resolve()

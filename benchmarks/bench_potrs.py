@@ -89,6 +89,7 @@ def worker_native(a):
     import jax
     import jax.numpy as jnp
     from jax.sharding import NamedSharding, PartitionSpec as P
+
     from jaxmg import _layout, _native
 
     use_api = a.api and _harness.PUBLIC_API
@@ -173,10 +174,9 @@ def worker_native(a):
 
 
 def worker_single(a):
-    import numpy as np
-
     import jax
     import jax.numpy as jnp
+    import numpy as np
 
     jax.config.update("jax_enable_x64", True)
     dtype = jnp.dtype(a.dtype)
@@ -226,7 +226,8 @@ def main(argv=None):
     nprow, npcol = (int(v) for v in a.grid.split(","))
     nproc = a.nproc or nprow * npcol
     passthrough = [x for x in (argv if argv is not None else sys.argv[1:])]
-    rc = subprocess.call([sys.executable, str(ROOT / "scripts" / "gpu" / "launch.py"), "-n", str(nproc), "--timeout", str(a.timeout),
+    rc = subprocess.call([sys.executable, str(ROOT / "scripts" / "gpu" / "launch.py"), "-n", str(nproc),
+                          "--timeout", str(a.timeout),
                           str(HERE), *passthrough, "--worker", "native"], env=env, cwd=ROOT)
     if not a.no_single:
         env1 = dict(env, CUDA_VISIBLE_DEVICES=env.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0])

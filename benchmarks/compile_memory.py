@@ -188,7 +188,8 @@ def record(case, impl, n, dtype, device, device_name) -> dict:
         with jax.set_mesh(args[0].sharding.mesh):
             analysis = jax.jit(fn).trace(*args).lower().compile().memory_analysis()
         rec.update(temp_bytes=int(analysis.temp_size_in_bytes), output_bytes=int(analysis.output_size_in_bytes),
-                   argument_bytes=int(analysis.argument_size_in_bytes), temp_matrices=analysis.temp_size_in_bytes / matrix,
+                   argument_bytes=int(analysis.argument_size_in_bytes),
+                   temp_matrices=analysis.temp_size_in_bytes / matrix,
                    compile_s=time.perf_counter() - start)
     except Exception as e:  # a case that does not compile is recorded, never hidden
         rec["error"] = f"{type(e).__name__}: {str(e)[:1000]}"

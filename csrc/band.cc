@@ -56,12 +56,14 @@ ffi::Error Sb2stImpl(cudaStream_t stream, ffi::AnyBuffer ab, ffi::Result<ffi::An
 ffi::Error BisectionImpl(cudaStream_t stream, ffi::AnyBuffer de, ffi::Result<ffi::AnyBuffer> w) {
   auto dims = de.dimensions();
   if (dims.size() < 2 || dims[dims.size() - 2] != 2)
-    return ffi::Error::InvalidArgument("jaxmg_tridiagonal_bisection: de must be (..., 2, n): the diagonal and off-diagonal");
+    return ffi::Error::InvalidArgument(
+        "jaxmg_tridiagonal_bisection: de must be (..., 2, n): the diagonal and off-diagonal");
   if (de.element_type() != ffi::DataType::F32 && de.element_type() != ffi::DataType::F64)
     return ffi::Error::InvalidArgument("jaxmg_tridiagonal_bisection: de must be float32 or float64");
   const int64_t n = dims[dims.size() - 1], batch = batch_of(dims, 2);
   if ((int64_t)w->element_count() != batch * n || w->element_type() != de.element_type())
-    return ffi::Error::InvalidArgument(cat("jaxmg_tridiagonal_bisection: w must hold ", batch * n, " elements of de's dtype"));
+    return ffi::Error::InvalidArgument(
+        cat("jaxmg_tridiagonal_bisection: w must hold ", batch * n, " elements of de's dtype"));
   const int rsize = de.element_type() == ffi::DataType::F32 ? 4 : 8;
   try {
     for (int64_t k = 0; k < batch; ++k)

@@ -55,11 +55,17 @@ __device__ __forceinline__ double im(cuDoubleComplex x) { return cuCimag(x); }
 template <typename T>
 __device__ __forceinline__ T make(typename RealOf<T>::type r, typename RealOf<T>::type i);
 template <>
-__device__ __forceinline__ float make<float>(float r, float) { return r; }
+__device__ __forceinline__ float make<float>(float r, float) {
+  return r;
+}
 template <>
-__device__ __forceinline__ double make<double>(double r, double) { return r; }
+__device__ __forceinline__ double make<double>(double r, double) {
+  return r;
+}
 template <>
-__device__ __forceinline__ cuFloatComplex make<cuFloatComplex>(float r, float i) { return make_cuFloatComplex(r, i); }
+__device__ __forceinline__ cuFloatComplex make<cuFloatComplex>(float r, float i) {
+  return make_cuFloatComplex(r, i);
+}
 template <>
 __device__ __forceinline__ cuDoubleComplex make<cuDoubleComplex>(double r, double i) {
   return make_cuDoubleComplex(r, i);
@@ -140,10 +146,10 @@ struct Band {
 // The shared arrays of one task.
 template <typename T>
 struct TaskShared {
-  T* x;  // b: the column to annihilate
-  T* v;  // b: the reflector (v[0] = 1)
-  T* p;  // 3b: tau A_win v
-  T* w;  // 3b: p - 1/2 s v
+  T* x;                           // b: the column to annihilate
+  T* v;                           // b: the reflector (v[0] = 1)
+  T* p;                           // 3b: tau A_win v
+  T* w;                           // 3b: p - 1/2 s v
   typename RealOf<T>::type* red;  // blockDim: reductions
   T* scalars;                     // tau, beta, 1 / (alpha - beta), s
 };
@@ -178,8 +184,7 @@ __device__ void larfg(const TaskShared<T>& sh, int b) {
     }
   }
   __syncthreads();
-  for (int k = threadIdx.x; k < b; k += blockDim.x)
-    sh.v[k] = k == 0 ? make<T>(1, 0) : mul(sh.x[k], sh.scalars[2]);
+  for (int k = threadIdx.x; k < b; k += blockDim.x) sh.v[k] = k == 0 ? make<T>(1, 0) : mul(sh.x[k], sh.scalars[2]);
   __syncthreads();
 }
 
@@ -384,7 +389,8 @@ cudaError_t tridiagonal_bisection(const void* de, int64_t n, int real_bytes, voi
   if (real_bytes == 4)
     bisection_kernel<float><<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(de), n, static_cast<float*>(w));
   else
-    bisection_kernel<double><<<blocks, kThreads, 0, stream>>>(static_cast<const double*>(de), n, static_cast<double*>(w));
+    bisection_kernel<double>
+        <<<blocks, kThreads, 0, stream>>>(static_cast<const double*>(de), n, static_cast<double*>(w));
   return cudaGetLastError();
 }
 

@@ -185,7 +185,8 @@ void lay_out(GridCall& g, CholeskyCache& cc, const Problem& pb, char* a) {
     throw Failure(cat("jaxmg native: the in-place layout needs a square or 1-D grid, got ", pr, "x", pc));
   Context& ctx = *g.ctx;
   const int64_t npeers = std::max<int64_t>(1, pr * pc - 1);
-  const int64_t scratch_elems = std::max<int64_t>(std::min<int64_t>(mat, (int64_t)32 << 20), 2 * npeers * pb.tile * pb.tile);
+  const int64_t scratch_elems =
+      std::max<int64_t>(std::min<int64_t>(mat, (int64_t)32 << 20), 2 * npeers * pb.tile * pb.tile);
   ctx.scratch.ensure((size_t)scratch_elems * elem, "cudaMalloc(layout scratch)");
   auto& slot = cc.plans[cat(pr, "x", pc, ":", pb.n, ":", pb.tile, ":", pb.mloc, ":", scratch_elems)];
   if (!slot) slot = make_sym_plan(pb.n, pb.tile, pr, pc, pb.mloc, pb.nloc, g.rank, scratch_elems, g.stream);
@@ -195,11 +196,11 @@ void lay_out(GridCall& g, CholeskyCache& cc, const Problem& pb, char* a) {
     run_sym_plan(*slot, ctx.comm, ak, pb.mloc, pb.tile, pb.dtype, static_cast<char*>(ctx.scratch.ptr), g.stream);
     JAXMG_TRACE("symmetrized (", slot->rounds.size(), " exchange rounds)");
     if (reorder) {
-      cudaError_t e = (pr == 1) ? permute_row_tiles(ak, elem, pb.nloc, pb.mloc, pb.tile,
-                                                    static_cast<const int32_t*>(slot->cycles.ptr), slot->cycles_len,
-                                                    g.stream)
-                                : reorder_col_tiles(ak, elem, pb.mloc, pb.nloc, pb.mloc, pb.tile, pr, ctx.scratch.ptr,
-                                                    scratch_elems, g.stream);
+      cudaError_t e = (pr == 1)
+                          ? permute_row_tiles(ak, elem, pb.nloc, pb.mloc, pb.tile,
+                                              static_cast<const int32_t*>(slot->cycles.ptr), slot->cycles_len, g.stream)
+                          : reorder_col_tiles(ak, elem, pb.mloc, pb.nloc, pb.mloc, pb.tile, pr, ctx.scratch.ptr,
+                                              scratch_elems, g.stream);
       check_cuda(e, "local tile reorder");
     }
   }
@@ -218,12 +219,11 @@ bool use_tiled_solve(const Problem& pb, cublasFillMode_t fill) {
 // it) is agreed over the grid, so that every member skips or runs potrs alike. Returns whether
 // it failed; a failed factor is then NaN everywhere (all-ones bytes are a NaN in every floating
 // type), so whatever consumes it (solves, log det) gives NaN, not a partial factor's numbers.
-bool factor_entry(GridCall& g, const Problem& pb, cublasFillMode_t fill, cusolverMpMatrixDescriptor_t desc_a,
-                  char* ak, int32_t* status) {
+bool factor_entry(GridCall& g, const Problem& pb, cublasFillMode_t fill, cusolverMpMatrixDescriptor_t desc_a, char* ak,
+                  int32_t* status) {
   Context& ctx = *g.ctx;
-  cusolverStatus_t st = api().cusolverMpPotrf(ctx.handle, fill, pb.n, ak, 1, 1, desc_a, cuda_type(pb.dtype),
-                                              g.work, g.work_bytes, ctx.host_work.data(),
-                                              ctx.host_work.size(), status);
+  cusolverStatus_t st = api().cusolverMpPotrf(ctx.handle, fill, pb.n, ak, 1, 1, desc_a, cuda_type(pb.dtype), g.work,
+                                              g.work_bytes, ctx.host_work.data(), ctx.host_work.size(), status);
   JAXMG_TRACE("potrf returned ", (int)st);
   // cuSOLVERMp 0.8 reports a matrix that is not positive definite as an internal error (and
   // info > 0): that is a result (status != 0, NaN outputs), not an exception.
@@ -250,8 +250,8 @@ void size_workspace(GridCall& g, const Problem& pb, cublasFillMode_t fill, cusol
   }
   if (pb.solve && !tiled) {
     size_t d2 = 0, h2 = 0;
-    check_mp(api().cusolverMpPotrs_bufferSize(ctx.handle, fill, pb.n, pb.nrhs, a, 1, 1, desc_a, x, 1, 1, desc_b,
-                                              dtype, &d2, &h2),
+    check_mp(api().cusolverMpPotrs_bufferSize(ctx.handle, fill, pb.n, pb.nrhs, a, 1, 1, desc_a, x, 1, 1, desc_b, dtype,
+                                              &d2, &h2),
              "cusolverMpPotrs_bufferSize");
     dwork = std::max(dwork, d2);
     hwork = std::max(hwork, h2);
@@ -328,18 +328,20 @@ ffi::Error check_problem(Problem& pb, const ffi::AnyBuffer& a, const ffi::AnyBuf
   const ffi::DataType real = real_bytes(pb.dtype) == 4 ? ffi::DataType::F32 : ffi::DataType::F64;
   if ((int64_t)logdet.element_count() != pb.batch || logdet.element_type() != real ||
       (int64_t)status.element_count() != pb.batch)
-    return ffi::Error::InvalidArgument(cat(who, ": one log det of the matrix's real type and one status per batch "
-                                                "entry expected, got ", logdet.element_count(), " and ",
-                                           status.element_count(), " for ", pb.batch, " entries"));
+    return ffi::Error::InvalidArgument(cat(who,
+                                           ": one log det of the matrix's real type and one status per batch "
+                                           "entry expected, got ",
+                                           logdet.element_count(), " and ", status.element_count(), " for ", pb.batch,
+                                           " entries"));
   return ffi::Error::Success();
 }
 
 // potrf (and potrs) in place: a -> factor, b -> x.
-ffi::Error PotrfDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank,
-                         ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> factor,
-                         ffi::Result<ffi::AnyBuffer> x, ffi::Result<ffi::AnyBuffer> logdet,
-                         ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n, int64_t tile, int64_t pr, int64_t pc,
-                         int64_t mloc, int64_t nloc, int64_t nrhs, int64_t mode, int64_t solve, int64_t uplo) {
+ffi::Error PotrfDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank, ffi::AnyBuffer a, ffi::AnyBuffer b,
+                         ffi::Result<ffi::AnyBuffer> factor, ffi::Result<ffi::AnyBuffer> x,
+                         ffi::Result<ffi::AnyBuffer> logdet, ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n,
+                         int64_t tile, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc, int64_t nrhs, int64_t mode,
+                         int64_t solve, int64_t uplo) {
   Problem pb{{n, n, tile, pr, pc, mloc, nloc}, nrhs, mode, solve, uplo};
   if (ffi::Error e = check_problem(pb, a, b, *logdet, *status, "jaxmg_potrf"); e.failure()) return e;
   return on_grid(stream, members, id, rank, pr, pc, [&](GridCall& g) {
@@ -353,11 +355,10 @@ ffi::Error PotrfDispatch(cudaStream_t stream, Members members, NcclId id, Rank r
 }
 
 // potrs (and log det) with a factor made by jaxmg_potrf: the factor is only read.
-ffi::Error PotrsDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank,
-                         ffi::AnyBuffer f, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> x,
-                         ffi::Result<ffi::AnyBuffer> logdet, ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n,
-                         int64_t tile, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc, int64_t nrhs, int64_t mode,
-                         int64_t solve, int64_t uplo) {
+ffi::Error PotrsDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank, ffi::AnyBuffer f, ffi::AnyBuffer b,
+                         ffi::Result<ffi::AnyBuffer> x, ffi::Result<ffi::AnyBuffer> logdet,
+                         ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n, int64_t tile, int64_t pr, int64_t pc,
+                         int64_t mloc, int64_t nloc, int64_t nrhs, int64_t mode, int64_t solve, int64_t uplo) {
   Problem pb{{n, n, tile, pr, pc, mloc, nloc}, nrhs, mode, solve, uplo};
   if (ffi::Error e = check_problem(pb, f, b, *logdet, *status, "jaxmg_potrs"); e.failure()) return e;
   return on_grid(stream, members, id, rank, pr, pc, [&](GridCall& g) {
@@ -373,29 +374,29 @@ ffi::Error PotrsDispatch(cudaStream_t stream, Members members, NcclId id, Rank r
 template <typename B>
 auto cholesky_attrs(B&& bind) {
   return layout_attrs(std::forward<B>(bind))
-      .template Attr<int64_t>("nrhs")      // right-hand sides
-      .template Attr<int64_t>("mode")      // 0: natural block-cyclic, 1: in-place block layout
-      .template Attr<int64_t>("solve")     // 1: solve with b
-      .template Attr<int64_t>("uplo");     // 0: lower, 1: upper
+      .template Attr<int64_t>("nrhs")   // right-hand sides
+      .template Attr<int64_t>("mode")   // 0: natural block-cyclic, 1: in-place block layout
+      .template Attr<int64_t>("solve")  // 1: solve with b
+      .template Attr<int64_t>("uplo");  // 0: lower, 1: upper
 }
 
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_potrf, PotrfDispatch,
                               cholesky_attrs(grid_bind()
-                                                 .Arg<ffi::AnyBuffer>()               // a: local block (batched)
-                                                 .Arg<ffi::AnyBuffer>()               // b: local rhs rows
-                                                 .Ret<ffi::AnyBuffer>()               // factor (aliases a)
-                                                 .Ret<ffi::AnyBuffer>()               // x (aliases b)
-                                                 .Ret<ffi::AnyBuffer>()               // local part of log det
-                                                 .Ret<ffi::Buffer<ffi::S32>>()));     // status, agreed
+                                                 .Arg<ffi::AnyBuffer>()            // a: local block (batched)
+                                                 .Arg<ffi::AnyBuffer>()            // b: local rhs rows
+                                                 .Ret<ffi::AnyBuffer>()            // factor (aliases a)
+                                                 .Ret<ffi::AnyBuffer>()            // x (aliases b)
+                                                 .Ret<ffi::AnyBuffer>()            // local part of log det
+                                                 .Ret<ffi::Buffer<ffi::S32>>()));  // status, agreed
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_potrs, PotrsDispatch,
                               cholesky_attrs(grid_bind()
-                                                 .Arg<ffi::AnyBuffer>()               // factor (read only)
-                                                 .Arg<ffi::AnyBuffer>()               // b: local rhs rows
-                                                 .Ret<ffi::AnyBuffer>()               // x (aliases b)
-                                                 .Ret<ffi::AnyBuffer>()               // local part of log det
-                                                 .Ret<ffi::Buffer<ffi::S32>>()));     // status: 0
+                                                 .Arg<ffi::AnyBuffer>()            // factor (read only)
+                                                 .Arg<ffi::AnyBuffer>()            // b: local rhs rows
+                                                 .Ret<ffi::AnyBuffer>()            // x (aliases b)
+                                                 .Ret<ffi::AnyBuffer>()            // local part of log det
+                                                 .Ret<ffi::Buffer<ffi::S32>>()));  // status: 0
 
 }  // namespace jaxmg

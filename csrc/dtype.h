@@ -18,10 +18,14 @@ constexpr int elem_bytes(DType t) { return real_bytes(t) * (is_complex(t) ? 2 : 
 // The CUDA data type of an element type (cuSOLVERMp's descriptors and calls).
 constexpr cudaDataType cuda_type(DType t) {
   switch (t) {
-    case DType::F32: return CUDA_R_32F;
-    case DType::F64: return CUDA_R_64F;
-    case DType::C64: return CUDA_C_32F;
-    case DType::C128: break;
+    case DType::F32:
+      return CUDA_R_32F;
+    case DType::F64:
+      return CUDA_R_64F;
+    case DType::C64:
+      return CUDA_C_32F;
+    case DType::C128:
+      break;
   }
   return CUDA_C_64F;
 }
@@ -30,10 +34,14 @@ constexpr cudaDataType cuda_type(DType t) {
 template <typename Fn>
 decltype(auto) with_elem_type(DType t, Fn&& fn) {
   switch (t) {
-    case DType::F32: return fn(float{});
-    case DType::F64: return fn(double{});
-    case DType::C64: return fn(cuComplex{});
-    case DType::C128: break;
+    case DType::F32:
+      return fn(float{});
+    case DType::F64:
+      return fn(double{});
+    case DType::C64:
+      return fn(cuComplex{});
+    case DType::C128:
+      break;
   }
   return fn(cuDoubleComplex{});
 }

@@ -153,15 +153,18 @@ bool load(const std::vector<std::string>& deps, const std::vector<std::string>& 
   open_dependencies(deps, a);
   void* nccl_lib = open_first(nccl, &a.nccl_path, &a.log);
   if (!nccl_lib) {
-    a.error = "NCCL (libnccl.so.2) could not be loaded; install nvidia-nccl-cu13 (tried: " +
-              std::to_string(nccl.size()) + " candidate paths)";
+    a.error =
+        "NCCL (libnccl.so.2) could not be loaded; install nvidia-nccl-cu13 (tried: " + std::to_string(nccl.size()) +
+        " candidate paths)";
     return false;
   }
   void* mp_lib = open_first(cusolvermp, &a.cusolvermp_path, &a.log);
   if (!mp_lib) {
     std::string last = a.log.empty() ? "" : a.log.back();
-    a.error = "cuSOLVERMp (libcusolverMp.so.0) could not be loaded; install nvidia-cusolvermp-cu13 "
-              "(pip install nvidia-cusolvermp-cu13). Last attempt: " + last;
+    a.error =
+        "cuSOLVERMp (libcusolverMp.so.0) could not be loaded; install nvidia-cusolvermp-cu13 "
+        "(pip install nvidia-cusolvermp-cu13). Last attempt: " +
+        last;
     return false;
   }
   std::string missing;

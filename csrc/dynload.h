@@ -77,7 +77,7 @@ struct Api {
   ncclGetUniqueId_fn ncclGetUniqueId = nullptr;
   ncclCommInitRank_fn ncclCommInitRank = nullptr;
   ncclCommDestroy_fn ncclCommDestroy = nullptr;
-  ncclCommAbort_fn ncclCommAbort = nullptr;                  // the watchdog's (watchdog.h)
+  ncclCommAbort_fn ncclCommAbort = nullptr;  // the watchdog's (watchdog.h)
   ncclCommGetAsyncError_fn ncclCommGetAsyncError = nullptr;
   ncclGetErrorString_fn ncclGetErrorString = nullptr;
   ncclGetVersion_fn ncclGetVersion = nullptr;
@@ -136,12 +136,12 @@ struct Api {
   cublasDsyrk_fn cublasDsyrk = nullptr;
   cublasCherk_fn cublasCherk = nullptr;
   cublasZherk_fn cublasZherk = nullptr;
-  bool blas = false;             // every cuBLAS entry point above was found
+  bool blas = false;  // every cuBLAS entry point above was found
   std::string cublas_path;
 
   bool loaded = false;
-  std::string error;             // why loading failed (empty when loaded)
-  std::string cusolvermp_path;   // the file that was loaded
+  std::string error;            // why loading failed (empty when loaded)
+  std::string cusolvermp_path;  // the file that was loaded
   std::string nccl_path;
   std::vector<std::string> log;  // what was tried
 };

@@ -25,8 +25,8 @@ using Problem = GridMatrix;  // m = n
 ffi::Error check_problem(Problem& pb, const ffi::AnyBuffer& a, const ffi::AnyBuffer& w, const char* who) {
   if (ffi::Error e = pb.check(who, a); e.failure()) return e;
   if ((int64_t)w.element_count() != pb.batch * pb.n)
-    return ffi::Error::InvalidArgument(cat(who, ": the eigenvalues have ", w.element_count(), " entries, expected ",
-                                           pb.batch * pb.n));
+    return ffi::Error::InvalidArgument(
+        cat(who, ": the eigenvalues have ", w.element_count(), " entries, expected ", pb.batch * pb.n));
   return ffi::Error::Success();
 }
 
@@ -55,15 +55,15 @@ void syevd(GridCall& g, const Problem& pb, char* a, char* w, char* z, int32_t* s
   cusolverMpMatrixDescriptor_t desc = pb.desc(ctx, /*row_major=*/true);
   char compz[] = "V";
   size_t dwork = 0, hwork = 0;
-  check_mp(api().cusolverMpSyevd_bufferSize(ctx.handle, compz, CUBLAS_FILL_MODE_LOWER, n, a, 1, 1, desc, w, z, 1,
-                                            1, desc, dtype, &dwork, &hwork),
+  check_mp(api().cusolverMpSyevd_bufferSize(ctx.handle, compz, CUBLAS_FILL_MODE_LOWER, n, a, 1, 1, desc, w, z, 1, 1,
+                                            desc, dtype, &dwork, &hwork),
            "cusolverMpSyevd_bufferSize");
   // the layout step is the kernel layer's (natural block-cyclic)
   timed_batch(g, "syevd", pb.batch, dwork, hwork, /*factors=*/true, [&](int64_t k) {
     char *ak = a + k * entry, *wk = w + k * wsz, *zk = z + k * entry;
-    cusolverStatus_t st = api().cusolverMpSyevd(ctx.handle, compz, CUBLAS_FILL_MODE_LOWER, n, ak, 1, 1, desc, wk,
-                                                zk, 1, 1, desc, dtype, g.work, g.work_bytes,
-                                                ctx.host_work.data(), ctx.host_work.size(), status + k);
+    cusolverStatus_t st =
+        api().cusolverMpSyevd(ctx.handle, compz, CUBLAS_FILL_MODE_LOWER, n, ak, 1, 1, desc, wk, zk, 1, 1, desc, dtype,
+                              g.work, g.work_bytes, ctx.host_work.data(), ctx.host_work.size(), status + k);
     JAXMG_TRACE("syevd returned ", (int)st);
     finish_entry(g, pb, st, /*minor_above=*/false, status + k, wk, zk);
   });
@@ -82,19 +82,18 @@ void sygvd(GridCall& g, const Problem& pb, char* a, char* b, char* w, char* z, i
            "cusolverMpSygvd_bufferSize");
   timed_batch(g, "sygvd", pb.batch, dwork, hwork, /*factors=*/true, [&](int64_t k) {
     char *ak = a + k * entry, *bk = b + k * entry, *wk = w + k * wsz, *zk = z + k * entry;
-    cusolverStatus_t st = api().cusolverMpSygvd(ctx.handle, CUSOLVER_EIG_TYPE_1, CUSOLVER_EIG_MODE_VECTOR,
-                                                CUBLAS_FILL_MODE_LOWER, n, ak, 1, 1, desc, bk, 1, 1, desc, wk, zk,
-                                                1, 1, desc, dtype, g.work, g.work_bytes,
-                                                ctx.host_work.data(), ctx.host_work.size(), status + k);
+    cusolverStatus_t st = api().cusolverMpSygvd(
+        ctx.handle, CUSOLVER_EIG_TYPE_1, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, n, ak, 1, 1, desc, bk, 1, 1,
+        desc, wk, zk, 1, 1, desc, dtype, g.work, g.work_bytes, ctx.host_work.data(), ctx.host_work.size(), status + k);
     JAXMG_TRACE("sygvd returned ", (int)st);
     finish_entry(g, pb, st, /*minor_above=*/true, status + k, wk, zk);
   });
 }
 
-ffi::Error SyevdDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank,
-                         ffi::AnyBuffer a, ffi::Result<ffi::AnyBuffer> work, ffi::Result<ffi::AnyBuffer> w,
-                         ffi::Result<ffi::AnyBuffer> z, ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n,
-                         int64_t tile, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc) {
+ffi::Error SyevdDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank, ffi::AnyBuffer a,
+                         ffi::Result<ffi::AnyBuffer> work, ffi::Result<ffi::AnyBuffer> w, ffi::Result<ffi::AnyBuffer> z,
+                         ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n, int64_t tile, int64_t pr, int64_t pc,
+                         int64_t mloc, int64_t nloc) {
   Problem pb{n, n, tile, pr, pc, mloc, nloc};
   if (ffi::Error e = check_problem(pb, a, *w, "jaxmg_syevd"); e.failure()) return e;
   if ((int64_t)status->element_count() != pb.batch || z->element_count() != a.element_count())
@@ -107,11 +106,11 @@ ffi::Error SyevdDispatch(cudaStream_t stream, Members members, NcclId id, Rank r
   });
 }
 
-ffi::Error SygvdDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank,
-                         ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> work_a,
-                         ffi::Result<ffi::AnyBuffer> work_b, ffi::Result<ffi::AnyBuffer> w,
-                         ffi::Result<ffi::AnyBuffer> z, ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n,
-                         int64_t tile, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc) {
+ffi::Error SygvdDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank, ffi::AnyBuffer a, ffi::AnyBuffer b,
+                         ffi::Result<ffi::AnyBuffer> work_a, ffi::Result<ffi::AnyBuffer> work_b,
+                         ffi::Result<ffi::AnyBuffer> w, ffi::Result<ffi::AnyBuffer> z,
+                         ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n, int64_t tile, int64_t pr, int64_t pc,
+                         int64_t mloc, int64_t nloc) {
   Problem pb{n, n, tile, pr, pc, mloc, nloc};
   if (ffi::Error e = check_problem(pb, a, *w, "jaxmg_sygvd"); e.failure()) return e;
   if (b.element_count() != a.element_count() || b.element_type() != a.element_type() ||
@@ -130,20 +129,20 @@ ffi::Error SygvdDispatch(cudaStream_t stream, Members members, NcclId id, Rank r
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_syevd, SyevdDispatch,
                               layout_attrs(grid_bind()
-                                            .Arg<ffi::AnyBuffer>()            // a: local block (batched)
-                                            .Ret<ffi::AnyBuffer>()            // work (aliases a; destroyed)
-                                            .Ret<ffi::AnyBuffer>()            // w: n real eigenvalues
-                                            .Ret<ffi::AnyBuffer>()            // z: eigenvectors, like a
-                                            .Ret<ffi::Buffer<ffi::S32>>()));  // status, agreed
+                                               .Arg<ffi::AnyBuffer>()            // a: local block (batched)
+                                               .Ret<ffi::AnyBuffer>()            // work (aliases a; destroyed)
+                                               .Ret<ffi::AnyBuffer>()            // w: n real eigenvalues
+                                               .Ret<ffi::AnyBuffer>()            // z: eigenvectors, like a
+                                               .Ret<ffi::Buffer<ffi::S32>>()));  // status, agreed
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_sygvd, SygvdDispatch,
                               layout_attrs(grid_bind()
-                                            .Arg<ffi::AnyBuffer>()            // a
-                                            .Arg<ffi::AnyBuffer>()            // b (Hermitian positive definite)
-                                            .Ret<ffi::AnyBuffer>()            // work a (aliases a)
-                                            .Ret<ffi::AnyBuffer>()            // work b (aliases b: B's factor)
-                                            .Ret<ffi::AnyBuffer>()            // w
-                                            .Ret<ffi::AnyBuffer>()            // z, z^H B z = I
-                                            .Ret<ffi::Buffer<ffi::S32>>()));  // status, agreed
+                                               .Arg<ffi::AnyBuffer>()            // a
+                                               .Arg<ffi::AnyBuffer>()            // b (Hermitian positive definite)
+                                               .Ret<ffi::AnyBuffer>()            // work a (aliases a)
+                                               .Ret<ffi::AnyBuffer>()            // work b (aliases b: B's factor)
+                                               .Ret<ffi::AnyBuffer>()            // w
+                                               .Ret<ffi::AnyBuffer>()            // z, z^H B z = I
+                                               .Ret<ffi::Buffer<ffi::S32>>()));  // status, agreed
 
 }  // namespace jaxmg

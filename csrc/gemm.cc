@@ -45,28 +45,26 @@ cuDoubleComplex scalar<cuDoubleComplex>(double v) {
 
 // cuBLAS's gemm, trmm, trsm and herk (syrk for real types) of each element type: trmm and trsm
 // with alpha = 1, gemm and herk with the given real alpha (``scale``) and beta (``keep``).
-#define JAXMG_GEMM_TRMM(T, R, GEMM, TRMM, TRSM, HERK)                                                        \
-  cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,      \
-                      const T* a, int lda, const T* b, int ldb, T* c, int ldc, double scale = 1.0,            \
-                      double keep = 0.0) {                                                                   \
-    const T alpha = scalar<T>(scale), beta = scalar<T>(keep);                                                \
-    return api().GEMM(h, ta, tb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc);                            \
-  }                                                                                                          \
-  cublasStatus_t trmm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t op,   \
-                      cublasDiagType_t diag, int m, int n, const T* t, int ldt, const T* x, int ldx, T* c,    \
-                      int ldc) {                                                                             \
-    const T alpha = scalar<T>(1.0);                                                                          \
-    return api().TRMM(h, side, uplo, op, diag, m, n, &alpha, t, ldt, x, ldx, c, ldc);                        \
-  }                                                                                                          \
-  cublasStatus_t trsm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t op,   \
-                      cublasDiagType_t diag, int m, int n, const T* t, int ldt, T* b, int ldb) {              \
-    const T alpha = scalar<T>(1.0);                                                                          \
-    return api().TRSM(h, side, uplo, op, diag, m, n, &alpha, t, ldt, b, ldb);                                \
-  }                                                                                                          \
-  cublasStatus_t herk(cublasHandle_t h, cublasFillMode_t uplo, int n, int k, double scale, const T* a, int lda, \
-                      double keep, T* c, int ldc) {                                                          \
-    const R alpha = static_cast<R>(scale), beta = static_cast<R>(keep);                                      \
-    return api().HERK(h, uplo, CUBLAS_OP_N, n, k, &alpha, a, lda, &beta, c, ldc);                            \
+#define JAXMG_GEMM_TRMM(T, R, GEMM, TRMM, TRSM, HERK)                                                                 \
+  cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const T* a,  \
+                      int lda, const T* b, int ldb, T* c, int ldc, double scale = 1.0, double keep = 0.0) {           \
+    const T alpha = scalar<T>(scale), beta = scalar<T>(keep);                                                         \
+    return api().GEMM(h, ta, tb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc);                                     \
+  }                                                                                                                   \
+  cublasStatus_t trmm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t op,           \
+                      cublasDiagType_t diag, int m, int n, const T* t, int ldt, const T* x, int ldx, T* c, int ldc) { \
+    const T alpha = scalar<T>(1.0);                                                                                   \
+    return api().TRMM(h, side, uplo, op, diag, m, n, &alpha, t, ldt, x, ldx, c, ldc);                                 \
+  }                                                                                                                   \
+  cublasStatus_t trsm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t op,           \
+                      cublasDiagType_t diag, int m, int n, const T* t, int ldt, T* b, int ldb) {                      \
+    const T alpha = scalar<T>(1.0);                                                                                   \
+    return api().TRSM(h, side, uplo, op, diag, m, n, &alpha, t, ldt, b, ldb);                                         \
+  }                                                                                                                   \
+  cublasStatus_t herk(cublasHandle_t h, cublasFillMode_t uplo, int n, int k, double scale, const T* a, int lda,       \
+                      double keep, T* c, int ldc) {                                                                   \
+    const R alpha = static_cast<R>(scale), beta = static_cast<R>(keep);                                               \
+    return api().HERK(h, uplo, CUBLAS_OP_N, n, k, &alpha, a, lda, &beta, c, ldc);                                     \
   }
 
 JAXMG_GEMM_TRMM(float, float, cublasSgemm, cublasStrmm, cublasStrsm, cublasSsyrk)
@@ -77,10 +75,14 @@ JAXMG_GEMM_TRMM(cuDoubleComplex, double, cublasZgemm, cublasZtrmm, cublasZtrsm, 
 
 cublasOperation_t op_of(int64_t code) {
   switch (code) {
-    case codes::op_n: return CUBLAS_OP_N;
-    case codes::op_t: return CUBLAS_OP_T;
-    case codes::op_c: return CUBLAS_OP_C;
-    default: throw Failure(cat("jaxmg_gemm: op code ", code, " is not 0 (N), 1 (T) or 2 (C)"));
+    case codes::op_n:
+      return CUBLAS_OP_N;
+    case codes::op_t:
+      return CUBLAS_OP_T;
+    case codes::op_c:
+      return CUBLAS_OP_C;
+    default:
+      throw Failure(cat("jaxmg_gemm: op code ", code, " is not 0 (N), 1 (T) or 2 (C)"));
   }
 }
 
@@ -90,8 +92,7 @@ void product(cublasHandle_t h, const T* x, int64_t p, int64_t q, int64_t op_x, c
              int64_t op_y, T* c) {
   const bool tx = op_x != codes::op_n, ty = op_y != codes::op_n;
   const int64_t m = tx ? q : p, k = tx ? p : q, n = ty ? r : s;
-  check_blas(gemm(h, op_of(op_y), op_of(op_x), (int)n, (int)m, (int)k, y, (int)s, x, (int)q, c, (int)n),
-             "cublas gemm");
+  check_blas(gemm(h, op_of(op_y), op_of(op_x), (int)n, (int)m, (int)k, y, (int)s, x, (int)q, c, (int)n), "cublas gemm");
 }
 
 // Row-major triangular t (n x n, its stored triangle the lower one where `lower`) and x (r x s):
@@ -100,10 +101,10 @@ void product(cublasHandle_t h, const T* x, int64_t p, int64_t q, int64_t op_x, c
 template <typename T>
 void triangular_product(cublasHandle_t h, const T* t, int64_t n, bool lower, int64_t op, bool unit, const T* x,
                         int64_t r, int64_t s, bool left, T* c) {
-  check_blas(trmm(h, left ? CUBLAS_SIDE_RIGHT : CUBLAS_SIDE_LEFT, lower ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER,
-                  op_of(op), unit ? CUBLAS_DIAG_UNIT : CUBLAS_DIAG_NON_UNIT, (int)s, (int)r, t, (int)n, x, (int)s, c,
-                  (int)s),
-             "cublas trmm");
+  check_blas(
+      trmm(h, left ? CUBLAS_SIDE_RIGHT : CUBLAS_SIDE_LEFT, lower ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER,
+           op_of(op), unit ? CUBLAS_DIAG_UNIT : CUBLAS_DIAG_NON_UNIT, (int)s, (int)r, t, (int)n, x, (int)s, c, (int)s),
+      "cublas trmm");
 }
 
 // Where to halve an order-n problem: a multiple of 128 where n is large (as
@@ -141,8 +142,8 @@ struct InPlaceInverse {
   T* a;
   int64_t lda;
   const T* eye;
-  T* scratch;     // leaf x leaf
-  T* operand;     // min(trmm_leaf, lda) x chunk: a part of the operand of a leaf triangular product
+  T* scratch;  // leaf x leaf
+  T* operand;  // min(trmm_leaf, lda) x chunk: a part of the operand of a leaf triangular product
   int64_t leaf, trmm_leaf, herk_leaf;
   int64_t chunk;  // a leaf triangular product runs over this many columns (left) or rows (right) of x at a time
 
@@ -175,8 +176,7 @@ struct InPlaceInverse {
 };
 
 template <typename T>
-void InPlaceInverse<T>::copy(T* dst, int64_t ld_dst, const T* src, int64_t ld_src, int64_t rows,
-                               int64_t cols) const {
+void InPlaceInverse<T>::copy(T* dst, int64_t ld_dst, const T* src, int64_t ld_src, int64_t rows, int64_t cols) const {
   check_cuda(cudaMemcpy2DAsync(dst, ld_dst * sizeof(T), src, ld_src * sizeof(T), rows * sizeof(T), cols,
                                cudaMemcpyDeviceToDevice, stream),
              "cudaMemcpy2DAsync(potri)");
@@ -184,14 +184,14 @@ void InPlaceInverse<T>::copy(T* dst, int64_t ld_dst, const T* src, int64_t ld_sr
 
 template <typename T>
 void InPlaceInverse<T>::accumulate(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n, int64_t k,
-                                     double alpha, const T* x, const T* y, T* c) const {
+                                   double alpha, const T* x, const T* y, T* c) const {
   check_blas(gemm(h, op_a, op_b, (int)m, (int)n, (int)k, x, (int)lda, y, (int)lda, c, (int)lda, alpha, 1.0),
              "cublas gemm (potri)");
 }
 
 template <typename T>
 void InPlaceInverse<T>::trmm_in_place(bool left, cublasOperation_t op, const T* t, int64_t n, T* x, int64_t m,
-                                        double alpha) const {
+                                      double alpha) const {
   if (n <= trmm_leaf) {  // x := alpha op(t) x by gemms with the whole block t (zero below), each on
                          // `chunk` columns (left) or rows (right) of x copied into the operand scratch
     for (int64_t s = 0; s < m; s += chunk) {
@@ -199,15 +199,15 @@ void InPlaceInverse<T>::trmm_in_place(bool left, cublasOperation_t op, const T* 
       if (left) {  // x (n x m): columns s..s+w
         T* xs = x + s * lda;
         copy(operand, n, xs, lda, n, w);
-        check_blas(gemm(h, op, CUBLAS_OP_N, (int)n, (int)w, (int)n, t, (int)lda, operand, (int)n, xs, (int)lda,
-                        alpha, 0.0),
-                   "cublas gemm (potri)");
+        check_blas(
+            gemm(h, op, CUBLAS_OP_N, (int)n, (int)w, (int)n, t, (int)lda, operand, (int)n, xs, (int)lda, alpha, 0.0),
+            "cublas gemm (potri)");
       } else {  // x (m x n): rows s..s+w
         T* xs = x + s;
         copy(operand, w, xs, lda, w, n);
-        check_blas(gemm(h, CUBLAS_OP_N, op, (int)w, (int)n, (int)n, operand, (int)w, t, (int)lda, xs, (int)lda,
-                        alpha, 0.0),
-                   "cublas gemm (potri)");
+        check_blas(
+            gemm(h, CUBLAS_OP_N, op, (int)w, (int)n, (int)n, operand, (int)w, t, (int)lda, xs, (int)lda, alpha, 0.0),
+            "cublas gemm (potri)");
       }
     }
     return;
@@ -216,15 +216,19 @@ void InPlaceInverse<T>::trmm_in_place(bool left, cublasOperation_t op, const T* 
   const T *t11 = t, *t12 = t + n1 * lda, *t22 = t + n1 + n1 * lda;
   const bool plain = op == CUBLAS_OP_N;
   T *x1 = x, *x2 = left ? x + n1 : x + n1 * lda;  // rows (left) or columns (right) n1..n
-  if (left == plain) {  // x1 first: it reads x2 as it was
+  if (left == plain) {                            // x1 first: it reads x2 as it was
     trmm_in_place(left, op, t11, n1, x1, m, alpha);
-    if (left) accumulate(CUBLAS_OP_N, CUBLAS_OP_N, n1, m, n2, alpha, t12, x2, x1);
-    else accumulate(CUBLAS_OP_N, op, m, n1, n2, alpha, x2, t12, x1);
+    if (left)
+      accumulate(CUBLAS_OP_N, CUBLAS_OP_N, n1, m, n2, alpha, t12, x2, x1);
+    else
+      accumulate(CUBLAS_OP_N, op, m, n1, n2, alpha, x2, t12, x1);
     trmm_in_place(left, op, t22, n2, x2, m, alpha);
   } else {  // x2 first: it reads x1 as it was
     trmm_in_place(left, op, t22, n2, x2, m, alpha);
-    if (left) accumulate(op, CUBLAS_OP_N, n2, m, n1, alpha, t12, x1, x2);
-    else accumulate(CUBLAS_OP_N, CUBLAS_OP_N, m, n2, n1, alpha, x1, t12, x2);
+    if (left)
+      accumulate(op, CUBLAS_OP_N, n2, m, n1, alpha, t12, x1, x2);
+    else
+      accumulate(CUBLAS_OP_N, CUBLAS_OP_N, m, n2, n1, alpha, x1, t12, x2);
     trmm_in_place(left, op, t11, n1, x1, m, alpha);
   }
 }
@@ -310,18 +314,21 @@ void lu_inverse_in_place(const InPlaceInverse<T>& run, const int32_t* perm, T* w
   const int64_t n = run.lda, lda = run.lda;
   const int elem = (int)sizeof(T);
   leaf_diagonal_blocks(0, n, panel, [&](int64_t o, int64_t m) {
-    check_cuda(move_strict_lower(run.at(o, o), lda, m, m, work + o, n, false, elem, run.stream), "move_strict_lower(getri)");
+    check_cuda(move_strict_lower(run.at(o, o), lda, m, m, work + o, n, false, elem, run.stream),
+               "move_strict_lower(getri)");
   });
   run.trtri(0, n);
   leaf_diagonal_blocks(0, n, panel, [&](int64_t o, int64_t m) {
-    check_cuda(move_strict_lower(work + o, n, m, m, run.at(o, o), lda, false, elem, run.stream), "move_strict_lower(getri)");
+    check_cuda(move_strict_lower(work + o, n, m, m, run.at(o, o), lda, false, elem, run.stream),
+               "move_strict_lower(getri)");
   });
   for (int64_t j = ((n - 1) / panel) * panel; j >= 0; j -= panel) {
     const int64_t jb = std::min(panel, n - j), rest = n - j - jb;
-    check_cuda(move_strict_lower(run.at(j, j), lda, n - j, jb, work, n, true, elem, run.stream), "move_strict_lower(getri)");
+    check_cuda(move_strict_lower(run.at(j, j), lda, n - j, jb, work, n, true, elem, run.stream),
+               "move_strict_lower(getri)");
     if (rest > 0)
-      check_blas(gemm(run.h, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)jb, (int)rest, run.at(0, j + jb), (int)lda, work + jb,
-                      (int)n, run.at(0, j), (int)lda, -1.0, 1.0),
+      check_blas(gemm(run.h, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)jb, (int)rest, run.at(0, j + jb), (int)lda,
+                      work + jb, (int)n, run.at(0, j), (int)lda, -1.0, 1.0),
                  "cublas gemm (getri)");
     check_blas(trsm(run.h, CUBLAS_SIDE_RIGHT, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, CUBLAS_DIAG_UNIT, (int)n, (int)jb,
                     work, (int)n, run.at(0, j), (int)lda),
@@ -329,7 +336,8 @@ void lu_inverse_in_place(const InPlaceInverse<T>& run, const int32_t* perm, T* w
   }
   for (int64_t r = 0; r < n; r += panel) {
     const int64_t rows = std::min(panel, n - r);
-    check_cuda(scatter_columns(run.at(r, 0), lda, rows, n, perm, work, rows, elem, run.stream), "scatter_columns(getri)");
+    check_cuda(scatter_columns(run.at(r, 0), lda, rows, n, perm, work, rows, elem, run.stream),
+               "scatter_columns(getri)");
     run.copy(run.at(r, 0), lda, work, rows, rows, n);
   }
 }
@@ -404,8 +412,8 @@ ffi::Error GemmImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer y, ffi
 template <typename Body>
 ffi::Error in_place_inverse(const char* name, cudaStream_t stream, ffi::AnyBuffer factor, ffi::AnyBuffer eye,
                             ffi::Result<ffi::AnyBuffer>& inverse, ffi::Result<ffi::AnyBuffer>& scratch,
-                            ffi::Result<ffi::AnyBuffer>& operand, int64_t trmm_leaf, int64_t herk_leaf,
-                            bool others_fit, Body&& body) {
+                            ffi::Result<ffi::AnyBuffer>& operand, int64_t trmm_leaf, int64_t herk_leaf, bool others_fit,
+                            Body&& body) {
   auto fd = factor.dimensions(), ed = eye.dimensions(), id = inverse->dimensions(), sd = scratch->dimensions();
   auto od = operand->dimensions();
   if (fd.size() != 2 || fd[0] != fd[1] || ed.size() != 2 || ed[0] != ed[1] || id.size() != 2 || sd.size() != 2)
@@ -413,11 +421,10 @@ ffi::Error in_place_inverse(const char* name, cudaStream_t stream, ffi::AnyBuffe
   const int64_t n = fd[0], leaf = ed[0];
   if (id[0] != n || id[1] != n || sd[0] != leaf || sd[1] != leaf || leaf < 1 || trmm_leaf < 1 || herk_leaf < 1 ||
       od.size() != 2 || od[0] != std::min(trmm_leaf, n) || od[1] < std::min<int64_t>(1, n) || od[1] > n || !others_fit)
-    return ffi::Error::InvalidArgument(cat(name, ": the factor is ", n, "x", n, ", the identity ", leaf, "x", leaf,
-                                           ", the results ", id[0], "x", id[1], ", ", sd[0], "x", sd[1], " and ",
-                                           od.size() == 2 ? od[0] : -1, "x", od.size() == 2 ? od[1] : -1,
-                                           ", the leaves ", trmm_leaf, " and ", herk_leaf,
-                                           others_fit ? "" : "; the other operands do not fit them"));
+    return ffi::Error::InvalidArgument(
+        cat(name, ": the factor is ", n, "x", n, ", the identity ", leaf, "x", leaf, ", the results ", id[0], "x",
+            id[1], ", ", sd[0], "x", sd[1], " and ", od.size() == 2 ? od[0] : -1, "x", od.size() == 2 ? od[1] : -1,
+            ", the leaves ", trmm_leaf, " and ", herk_leaf, others_fit ? "" : "; the other operands do not fit them"));
   const auto type = factor.element_type();
   if (eye.element_type() != type || inverse->element_type() != type || scratch->element_type() != type ||
       operand->element_type() != type)
@@ -431,9 +438,17 @@ ffi::Error in_place_inverse(const char* name, cudaStream_t stream, ffi::AnyBuffe
     cublasHandle_t h = blas_handle(stream);
     with_elem_type(dtype, [&](auto zero) {
       using T = decltype(zero);
-      InPlaceInverse<T> run{h, stream, static_cast<T*>(inverse->untyped_data()), n,
-                            static_cast<const T*>(eye.untyped_data()), static_cast<T*>(scratch->untyped_data()),
-                            static_cast<T*>(operand->untyped_data()), leaf, trmm_leaf, herk_leaf, od[1]};
+      InPlaceInverse<T> run{h,
+                            stream,
+                            static_cast<T*>(inverse->untyped_data()),
+                            n,
+                            static_cast<const T*>(eye.untyped_data()),
+                            static_cast<T*>(scratch->untyped_data()),
+                            static_cast<T*>(operand->untyped_data()),
+                            leaf,
+                            trmm_leaf,
+                            herk_leaf,
+                            od[1]};
       body(run, dtype);
     });
     return ffi::Error::Success();
@@ -444,8 +459,7 @@ ffi::Error in_place_inverse(const char* name, cudaStream_t stream, ffi::AnyBuffe
 
 ffi::Error PotriImpl(cudaStream_t stream, ffi::AnyBuffer factor, ffi::AnyBuffer eye,
                      ffi::Result<ffi::AnyBuffer> inverse, ffi::Result<ffi::AnyBuffer> scratch,
-                     ffi::Result<ffi::AnyBuffer> operand, int64_t trmm_leaf, int64_t herk_leaf,
-                     int64_t column_major) {
+                     ffi::Result<ffi::AnyBuffer> operand, int64_t trmm_leaf, int64_t herk_leaf, int64_t column_major) {
   return in_place_inverse("jaxmg_potri", stream, factor, eye, inverse, scratch, operand, trmm_leaf, herk_leaf, true,
                           [&](auto& run, DType dtype) {
                             if (column_major)  // L column-major: its upper triangle becomes U = L^H, as the
@@ -465,12 +479,11 @@ ffi::Error GetriImpl(cudaStream_t stream, ffi::AnyBuffer lu, ffi::Buffer<ffi::S3
   const int64_t panel = wd.size() == 2 ? wd[0] : -1;  // at least both leaves: trtri writes within them
   const bool fit = pd.size() == 1 && pd[0] == n && wd.size() == 2 && wd[1] == n && panel >= 1 &&
                    panel >= std::min(std::max(leaf, trmm_leaf), n) && work->element_type() == lu.element_type();
-  return in_place_inverse("jaxmg_getri", stream, lu, eye, inverse, scratch, operand, trmm_leaf, trmm_leaf, fit,
-                          [&](auto& run, DType) {
-                            using T = std::remove_reference_t<decltype(*run.a)>;
-                            lu_inverse_in_place(run, permutation.typed_data(), static_cast<T*>(work->untyped_data()),
-                                                panel);
-                          });
+  return in_place_inverse(
+      "jaxmg_getri", stream, lu, eye, inverse, scratch, operand, trmm_leaf, trmm_leaf, fit, [&](auto& run, DType) {
+        using T = std::remove_reference_t<decltype(*run.a)>;
+        lu_inverse_in_place(run, permutation.typed_data(), static_cast<T*>(work->untyped_data()), panel);
+      });
 }
 
 }  // namespace
@@ -478,45 +491,45 @@ ffi::Error GetriImpl(cudaStream_t stream, ffi::AnyBuffer lu, ffi::Buffer<ffi::S3
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_potri, PotriImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<ffi::AnyBuffer>()   // L in its lower triangle (the other is not read)
-                                  .Arg<ffi::AnyBuffer>()   // the identity of the leaf order
-                                  .Ret<ffi::AnyBuffer>()   // A^-1, both triangles, in L's layout (aliases L)
-                                  .Ret<ffi::AnyBuffer>()   // leaf x leaf scratch
-                                  .Ret<ffi::AnyBuffer>()   // min(trmm_leaf, n) x chunk scratch, chunk <= n
-                                  .Attr<int64_t>("trmm_leaf")   // triangular products by one gemm up to this order
-                                  .Attr<int64_t>("herk_leaf")   // rank-k updates by one herk up to this order
-                                  .Attr<int64_t>("column_major")); // 1: L and A^-1 column-major, 0: row-major
+                                  .Arg<ffi::AnyBuffer>()            // L in its lower triangle (the other is not read)
+                                  .Arg<ffi::AnyBuffer>()            // the identity of the leaf order
+                                  .Ret<ffi::AnyBuffer>()            // A^-1, both triangles, in L's layout (aliases L)
+                                  .Ret<ffi::AnyBuffer>()            // leaf x leaf scratch
+                                  .Ret<ffi::AnyBuffer>()            // min(trmm_leaf, n) x chunk scratch, chunk <= n
+                                  .Attr<int64_t>("trmm_leaf")       // triangular products by one gemm up to this order
+                                  .Attr<int64_t>("herk_leaf")       // rank-k updates by one herk up to this order
+                                  .Attr<int64_t>("column_major"));  // 1: L and A^-1 column-major, 0: row-major
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_getri, GetriImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<ffi::AnyBuffer>()          // the packed L and U of P A = L U, column-major
-                                  .Arg<ffi::Buffer<ffi::S32>>()   // perm: row perm[k] of A is row k of P A
-                                  .Arg<ffi::AnyBuffer>()          // the identity of the leaf order
-                                  .Ret<ffi::AnyBuffer>()          // A^-1, column-major (aliases the factor)
-                                  .Ret<ffi::AnyBuffer>()          // leaf x leaf scratch
-                                  .Ret<ffi::AnyBuffer>()          // min(trmm_leaf, n) x chunk scratch, chunk <= n
-                                  .Ret<ffi::AnyBuffer>()          // panel x n scratch (panel >= both leaves)
-                                  .Attr<int64_t>("trmm_leaf"));   // triangular products by one gemm up to this order
+                                  .Arg<ffi::AnyBuffer>()         // the packed L and U of P A = L U, column-major
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // perm: row perm[k] of A is row k of P A
+                                  .Arg<ffi::AnyBuffer>()         // the identity of the leaf order
+                                  .Ret<ffi::AnyBuffer>()         // A^-1, column-major (aliases the factor)
+                                  .Ret<ffi::AnyBuffer>()         // leaf x leaf scratch
+                                  .Ret<ffi::AnyBuffer>()         // min(trmm_leaf, n) x chunk scratch, chunk <= n
+                                  .Ret<ffi::AnyBuffer>()         // panel x n scratch (panel >= both leaves)
+                                  .Attr<int64_t>("trmm_leaf"));  // triangular products by one gemm up to this order
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_gemm, GemmImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<ffi::AnyBuffer>()   // x, row-major
-                                  .Arg<ffi::AnyBuffer>()   // y, row-major
-                                  .Ret<ffi::AnyBuffer>()   // op(x) op(y), row-major
-                                  .Attr<int64_t>("op_x")   // 0: x, 1: x^T, 2: x^H
+                                  .Arg<ffi::AnyBuffer>()  // x, row-major
+                                  .Arg<ffi::AnyBuffer>()  // y, row-major
+                                  .Ret<ffi::AnyBuffer>()  // op(x) op(y), row-major
+                                  .Attr<int64_t>("op_x")  // 0: x, 1: x^T, 2: x^H
                                   .Attr<int64_t>("op_y"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_trmm, TrmmImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<ffi::AnyBuffer>()   // t, row-major, square
-                                  .Arg<ffi::AnyBuffer>()   // x, row-major
-                                  .Ret<ffi::AnyBuffer>()   // op(t) x or x op(t), row-major
-                                  .Attr<int64_t>("left")   // 1: op(t) x, 0: x op(t)
-                                  .Attr<int64_t>("lower")  // 1: t's stored triangle is its lower one
-                                  .Attr<int64_t>("op")     // 0: t, 1: t^T, 2: t^H
-                                  .Attr<int64_t>("unit")); // 1: t's diagonal is taken as ones
+                                  .Arg<ffi::AnyBuffer>()    // t, row-major, square
+                                  .Arg<ffi::AnyBuffer>()    // x, row-major
+                                  .Ret<ffi::AnyBuffer>()    // op(t) x or x op(t), row-major
+                                  .Attr<int64_t>("left")    // 1: op(t) x, 0: x op(t)
+                                  .Attr<int64_t>("lower")   // 1: t's stored triangle is its lower one
+                                  .Attr<int64_t>("op")      // 0: t, 1: t^T, 2: t^H
+                                  .Attr<int64_t>("unit"));  // 1: t's diagonal is taken as ones
 
 }  // namespace jaxmg

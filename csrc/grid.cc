@@ -25,7 +25,7 @@ struct DeviceState {
 // guard in `creating`), and inserted only where the key has none.
 struct Cache {
   std::mutex mu;
-  std::map<std::string, std::shared_ptr<Context>> contexts;      // key: device + members
+  std::map<std::string, std::shared_ptr<Context>> contexts;     // key: device + members
   std::map<std::string, std::shared_ptr<std::mutex>> creating;  // per key: held while one is created
   std::map<int, DeviceState> devices;
 };
@@ -37,15 +37,24 @@ Cache& cache() {
 
 const char* cusolver_status_name(cusolverStatus_t s) {
   switch (s) {
-    case CUSOLVER_STATUS_SUCCESS: return "CUSOLVER_STATUS_SUCCESS";
-    case CUSOLVER_STATUS_NOT_INITIALIZED: return "CUSOLVER_STATUS_NOT_INITIALIZED";
-    case CUSOLVER_STATUS_ALLOC_FAILED: return "CUSOLVER_STATUS_ALLOC_FAILED";
-    case CUSOLVER_STATUS_INVALID_VALUE: return "CUSOLVER_STATUS_INVALID_VALUE";
-    case CUSOLVER_STATUS_ARCH_MISMATCH: return "CUSOLVER_STATUS_ARCH_MISMATCH";
-    case CUSOLVER_STATUS_EXECUTION_FAILED: return "CUSOLVER_STATUS_EXECUTION_FAILED";
-    case CUSOLVER_STATUS_INTERNAL_ERROR: return "CUSOLVER_STATUS_INTERNAL_ERROR";
-    case CUSOLVER_STATUS_NOT_SUPPORTED: return "CUSOLVER_STATUS_NOT_SUPPORTED";
-    default: return "cusolverStatus";
+    case CUSOLVER_STATUS_SUCCESS:
+      return "CUSOLVER_STATUS_SUCCESS";
+    case CUSOLVER_STATUS_NOT_INITIALIZED:
+      return "CUSOLVER_STATUS_NOT_INITIALIZED";
+    case CUSOLVER_STATUS_ALLOC_FAILED:
+      return "CUSOLVER_STATUS_ALLOC_FAILED";
+    case CUSOLVER_STATUS_INVALID_VALUE:
+      return "CUSOLVER_STATUS_INVALID_VALUE";
+    case CUSOLVER_STATUS_ARCH_MISMATCH:
+      return "CUSOLVER_STATUS_ARCH_MISMATCH";
+    case CUSOLVER_STATUS_EXECUTION_FAILED:
+      return "CUSOLVER_STATUS_EXECUTION_FAILED";
+    case CUSOLVER_STATUS_INTERNAL_ERROR:
+      return "CUSOLVER_STATUS_INTERNAL_ERROR";
+    case CUSOLVER_STATUS_NOT_SUPPORTED:
+      return "CUSOLVER_STATUS_NOT_SUPPORTED";
+    default:
+      return "cusolverStatus";
   }
 }
 
@@ -144,7 +153,8 @@ ffi::Error IdentityImpl(cudaStream_t stream, ffi::Result<ffi::Buffer<ffi::S32>> 
   try {
     JAXMG_TRACE("identity handler");
     int dev = stream_device(stream);
-    check_cuda(fill_int32(out->typed_data(), (int64_t)out->element_count(), g_process_index * codes::process_stride + dev, stream),
+    check_cuda(fill_int32(out->typed_data(), (int64_t)out->element_count(),
+                          g_process_index * codes::process_stride + dev, stream),
                "fill identity");
     return ffi::Error::Success();
   } catch (const std::exception& e) {
@@ -177,9 +187,9 @@ ffi::Error NcclIdImpl(cudaStream_t stream, Members members_buf, Rank rank_buf, f
       std::memcpy(words.data(), &id, sizeof(id));
     }
     size_t count = std::min<size_t>(out->element_count(), 32);
-    check_cuda(cudaMemcpyAsync(out->typed_data(), words.data(), count * sizeof(int32_t), cudaMemcpyHostToDevice,
-                               stream),
-               "cudaMemcpyAsync(host to device)");
+    check_cuda(
+        cudaMemcpyAsync(out->typed_data(), words.data(), count * sizeof(int32_t), cudaMemcpyHostToDevice, stream),
+        "cudaMemcpyAsync(host to device)");
     check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     return ffi::Error::Success();
   } catch (const std::exception& e) {
@@ -237,11 +247,16 @@ ffi::Error to_error(const std::exception& e) {
 
 std::optional<DType> dtype_of(ffi::DataType t) {
   switch (t) {
-    case ffi::DataType::F32: return DType::F32;
-    case ffi::DataType::F64: return DType::F64;
-    case ffi::DataType::C64: return DType::C64;
-    case ffi::DataType::C128: return DType::C128;
-    default: return std::nullopt;
+    case ffi::DataType::F32:
+      return DType::F32;
+    case ffi::DataType::F64:
+      return DType::F64;
+    case ffi::DataType::C64:
+      return DType::C64;
+    case ffi::DataType::C128:
+      return DType::C128;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -263,10 +278,10 @@ ffi::Error check_batch(const char* who, const ffi::AnyBuffer& a, int64_t mloc, i
 
 ffi::Error check_extents(const char* who, int64_t m, int64_t n, int64_t tile, int64_t pr, int64_t pc, int64_t mloc,
                          int64_t nloc) {
-  if (tile <= 0 || pr <= 0 || pc <= 0 || mloc <= 0 || nloc <= 0 || mloc * pr != m || nloc * pc != n ||
-      mloc % tile || nloc % tile)
-    return ffi::Error::InvalidArgument(cat(who, ": local extents ", mloc, "x", nloc, " are not ", m, "x", n,
-                                           " / grid ", pr, "x", pc, " in whole tiles of ", tile));
+  if (tile <= 0 || pr <= 0 || pc <= 0 || mloc <= 0 || nloc <= 0 || mloc * pr != m || nloc * pc != n || mloc % tile ||
+      nloc % tile)
+    return ffi::Error::InvalidArgument(cat(who, ": local extents ", mloc, "x", nloc, " are not ", m, "x", n, " / grid ",
+                                           pr, "x", pc, " in whole tiles of ", tile));
   return ffi::Error::Success();
 }
 
@@ -279,8 +294,8 @@ ffi::Error GridMatrix::check(const char* who, const ffi::AnyBuffer& a) {
 void copy_unless_aliased(ffi::AnyBuffer out, const ffi::AnyBuffer& in, cudaStream_t stream, const char* what) {
   if (out.untyped_data() == in.untyped_data()) return;
   if (out.size_bytes() != in.size_bytes())
-    throw Failure(cat("jaxmg native: ", what, ": the output has ", out.size_bytes(), " bytes, the input ",
-                      in.size_bytes()));
+    throw Failure(
+        cat("jaxmg native: ", what, ": the output has ", out.size_bytes(), " bytes, the input ", in.size_bytes()));
   check_cuda(cudaMemcpyAsync(out.untyped_data(), in.untyped_data(), in.size_bytes(), cudaMemcpyDeviceToDevice, stream),
              what);
 }
@@ -340,8 +355,8 @@ cusolverMpGrid_t Context::grid(int pr, int pc, bool row_major) {
   return g;
 }
 
-cusolverMpMatrixDescriptor_t Context::matrix_desc(int pr, int pc, cudaDataType dtype, int64_t m, int64_t n,
-                                                  int64_t mb, int64_t nb, int64_t lld, bool row_major) {
+cusolverMpMatrixDescriptor_t Context::matrix_desc(int pr, int pc, cudaDataType dtype, int64_t m, int64_t n, int64_t mb,
+                                                  int64_t nb, int64_t lld, bool row_major) {
   const std::string key =
       cat(pr, "x", pc, row_major ? "r" : "", ":", (int)dtype, ":", m, "x", n, ":", mb, "x", nb, ":", lld);
   auto& d = descs[key];
@@ -363,8 +378,8 @@ void GridCall::ensure_workspace(size_t device_bytes, size_t host_bytes) {
   JAXMG_TRACE("workspace device ", device_bytes, " host ", host_bytes);
 }
 
-GridCall open_grid(cudaStream_t stream, const Members& members_buf,
-                   const NcclId& id_buf, const Rank& rank_buf, int64_t pr, int64_t pc) {
+GridCall open_grid(cudaStream_t stream, const Members& members_buf, const NcclId& id_buf, const Rank& rank_buf,
+                   int64_t pr, int64_t pc) {
   require_loaded();
   GridCall g;
   g.stream = stream;
@@ -461,7 +476,8 @@ std::vector<Timing> last_timings() {
       }
       t.calls += 1;
       float a = 0, b = 0, f = 0;
-      if (cudaEventSynchronize(c->t2.ev) == cudaSuccess && cudaEventElapsedTime(&a, c->t0.ev, c->t1.ev) == cudaSuccess &&
+      if (cudaEventSynchronize(c->t2.ev) == cudaSuccess &&
+          cudaEventElapsedTime(&a, c->t0.ev, c->t1.ev) == cudaSuccess &&
           cudaEventElapsedTime(&b, c->t1.ev, c->t2.ev) == cudaSuccess &&
           (!c->factored || cudaEventElapsedTime(&f, c->t1.ev, c->tf.ev) == cudaSuccess)) {
         t.layout_ms += a;
@@ -526,16 +542,15 @@ void clear_cache() {
   dropped.swap(cache().contexts);
 }
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_identity, IdentityImpl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Ret<ffi::Buffer<ffi::S32>>());  // this device's identity
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    jaxmg_identity, IdentityImpl,
+    ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>().Ret<ffi::Buffer<ffi::S32>>());  // this device's identity
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_nccl_id, NcclIdImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<Members>()  // members in rank order
-                                  .Arg<Rank>()     // this member's rank
+                                  .Arg<Members>()                  // members in rank order
+                                  .Arg<Rank>()                     // this member's rank
                                   .Ret<ffi::Buffer<ffi::S32>>());  // ncclUniqueId words, or zeros
 
 }  // namespace jaxmg

@@ -49,13 +49,13 @@ std::string& where();
 // JAXMG_NATIVE_DEBUG=1 traces every step of a native call to stderr.
 bool debug_enabled();
 
-#define JAXMG_TRACE(...)                                                                \
-  do {                                                                                  \
-    if (::jaxmg::debug_enabled()) {                                                     \
+#define JAXMG_TRACE(...)                                                                          \
+  do {                                                                                            \
+    if (::jaxmg::debug_enabled()) {                                                               \
       std::string _m = ::jaxmg::cat("[jaxmg native ", ::jaxmg::where(), "] ", __VA_ARGS__, "\n"); \
-      std::fputs(_m.c_str(), stderr);                                                   \
-      std::fflush(stderr);                                                              \
-    }                                                                                   \
+      std::fputs(_m.c_str(), stderr);                                                             \
+      std::fflush(stderr);                                                                        \
+    }                                                                                             \
   } while (0)
 
 [[noreturn]] void fail(const std::string& call, const std::string& status);
@@ -144,8 +144,8 @@ struct Context : Watched {  // device, rank, communicator and abort state (watch
   std::map<std::string, cusolverMpMatrixDescriptor_t> descs;
   std::map<std::string, std::unique_ptr<FamilyCache>> families;
   DeviceBuffer work, scratch, info;  // cuSOLVERMp's device workspace, layout scratch, status words
-  std::vector<char> host_work;  // cuSOLVERMp's host workspace
-  std::mutex calls;  // held by the call that uses the context (GridCall::busy): one at a time
+  std::vector<char> host_work;       // cuSOLVERMp's host workspace
+  std::mutex calls;                  // held by the call that uses the context (GridCall::busy): one at a time
   Context() = default;
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
@@ -240,14 +240,14 @@ struct GridCall {
 // The call's grid: its cached context (created on first use), held and locked for the call, the
 // handle bound to `stream`, and a watch on the communicator (watchdog.h). Fails where the
 // communicator was aborted.
-GridCall open_grid(cudaStream_t stream, const Members& members, const NcclId& id,
-                   const Rank& rank, int64_t pr, int64_t pc);
+GridCall open_grid(cudaStream_t stream, const Members& members, const NcclId& id, const Rank& rank, int64_t pr,
+                   int64_t pc);
 
 // A family handler's work once its checks have passed: the call's grid (open_grid), then
 // `work(g)`; a Failure (or any other exception) becomes the handler's error (to_error).
 template <typename Work>
-ffi::Error on_grid(cudaStream_t stream, const Members& members, const NcclId& id,
-                   const Rank& rank, int64_t pr, int64_t pc, Work&& work) {
+ffi::Error on_grid(cudaStream_t stream, const Members& members, const NcclId& id, const Rank& rank, int64_t pr,
+                   int64_t pc, Work&& work) {
   try {
     GridCall g = open_grid(stream, members, id, rank, pr, pc);
     work(g);

@@ -7,20 +7,32 @@
 namespace jaxmg {
 namespace {
 
-struct alignas(16) Elem16 { uint64_t lo, hi; };
+struct alignas(16) Elem16 {
+  uint64_t lo, hi;
+};
 
-template <int B> struct ElemOf;
-template <> struct ElemOf<4> { using type = uint32_t; };
-template <> struct ElemOf<8> { using type = uint64_t; };
-template <> struct ElemOf<16> { using type = Elem16; };
+template <int B>
+struct ElemOf;
+template <>
+struct ElemOf<4> {
+  using type = uint32_t;
+};
+template <>
+struct ElemOf<8> {
+  using type = uint64_t;
+};
+template <>
+struct ElemOf<16> {
+  using type = Elem16;
+};
 
 __device__ __forceinline__ int64_t sigma(int64_t g, int64_t K, int64_t P) { return (g % P) * (K / P) + g / P; }
 
 // Column blockIdx.x, rows t (mod tile) of every row tile: new tile g(i) = old tile g(i+1) along
 // each cycle, through one register.
 template <typename E>
-__global__ void permute_row_tiles_kernel(E* __restrict__ a, int64_t ld, int64_t tile, const int32_t* __restrict__ cycles,
-                                         int64_t cycles_len) {
+__global__ void permute_row_tiles_kernel(E* __restrict__ a, int64_t ld, int64_t tile,
+                                         const int32_t* __restrict__ cycles, int64_t cycles_len) {
   E* col = a + (int64_t)blockIdx.x * ld;
   for (int64_t t = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; t < tile; t += (int64_t)gridDim.y * blockDim.x) {
     for (int64_t i = 0; i < cycles_len;) {
@@ -74,9 +86,18 @@ cudaError_t reorder_cols_impl(E* a, int64_t rows, int64_t cols, int64_t ld, int6
   return cudaSuccess;
 }
 
-template <typename T> __device__ __forceinline__ double real_part(const T& x) { return (double)x; }
-template <> __device__ __forceinline__ double real_part<cuFloatComplex>(const cuFloatComplex& x) { return cuCrealf(x); }
-template <> __device__ __forceinline__ double real_part<cuDoubleComplex>(const cuDoubleComplex& x) { return cuCreal(x); }
+template <typename T>
+__device__ __forceinline__ double real_part(const T& x) {
+  return (double)x;
+}
+template <>
+__device__ __forceinline__ double real_part<cuFloatComplex>(const cuFloatComplex& x) {
+  return cuCrealf(x);
+}
+template <>
+__device__ __forceinline__ double real_part<cuDoubleComplex>(const cuDoubleComplex& x) {
+  return cuCreal(x);
+}
 
 template <typename T, typename R>
 __global__ void logdet_kernel(const T* __restrict__ a, int64_t ld, int64_t n_global, int64_t tile, int64_t Pr,
@@ -127,10 +148,17 @@ cudaError_t permute_row_tiles(void* a, int elem_bytes, int64_t cols, int64_t ld,
   if (cols <= 0 || cycles_len <= 0) return cudaSuccess;
   dim3 grid((unsigned)cols, (unsigned)std::max<int64_t>(1, std::min<int64_t>((tile + 255) / 256, 64)));
   switch (elem_bytes) {
-    case 4: permute_row_tiles_kernel<uint32_t><<<grid, 256, 0, stream>>>((uint32_t*)a, ld, tile, cycles, cycles_len); break;
-    case 8: permute_row_tiles_kernel<uint64_t><<<grid, 256, 0, stream>>>((uint64_t*)a, ld, tile, cycles, cycles_len); break;
-    case 16: permute_row_tiles_kernel<Elem16><<<grid, 256, 0, stream>>>((Elem16*)a, ld, tile, cycles, cycles_len); break;
-    default: return cudaErrorInvalidValue;
+    case 4:
+      permute_row_tiles_kernel<uint32_t><<<grid, 256, 0, stream>>>((uint32_t*)a, ld, tile, cycles, cycles_len);
+      break;
+    case 8:
+      permute_row_tiles_kernel<uint64_t><<<grid, 256, 0, stream>>>((uint64_t*)a, ld, tile, cycles, cycles_len);
+      break;
+    case 16:
+      permute_row_tiles_kernel<Elem16><<<grid, 256, 0, stream>>>((Elem16*)a, ld, tile, cycles, cycles_len);
+      break;
+    default:
+      return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }
@@ -138,15 +166,18 @@ cudaError_t permute_row_tiles(void* a, int elem_bytes, int64_t cols, int64_t ld,
 cudaError_t reorder_col_tiles(void* a, int elem_bytes, int64_t rows, int64_t cols, int64_t ld, int64_t tile, int64_t P,
                               void* scratch, int64_t scratch_elems, cudaStream_t stream) {
   switch (elem_bytes) {
-    case 4: return reorder_cols_impl((uint32_t*)a, rows, cols, ld, tile, P, (uint32_t*)scratch, scratch_elems, stream);
-    case 8: return reorder_cols_impl((uint64_t*)a, rows, cols, ld, tile, P, (uint64_t*)scratch, scratch_elems, stream);
-    case 16: return reorder_cols_impl((Elem16*)a, rows, cols, ld, tile, P, (Elem16*)scratch, scratch_elems, stream);
+    case 4:
+      return reorder_cols_impl((uint32_t*)a, rows, cols, ld, tile, P, (uint32_t*)scratch, scratch_elems, stream);
+    case 8:
+      return reorder_cols_impl((uint64_t*)a, rows, cols, ld, tile, P, (uint64_t*)scratch, scratch_elems, stream);
+    case 16:
+      return reorder_cols_impl((Elem16*)a, rows, cols, ld, tile, P, (Elem16*)scratch, scratch_elems, stream);
   }
   return cudaErrorInvalidValue;
 }
 
-cudaError_t local_logdet(const void* a, DType dtype, int64_t ld, int64_t n_global, int64_t tile, int64_t Pr,
-                         int64_t Pc, int64_t p, int64_t q, void* out, cudaStream_t stream) {
+cudaError_t local_logdet(const void* a, DType dtype, int64_t ld, int64_t n_global, int64_t tile, int64_t Pr, int64_t Pc,
+                         int64_t p, int64_t q, void* out, cudaStream_t stream) {
   with_elem_type(dtype, [&](auto zero) {
     using T = decltype(zero);
     using R = typename RealOf<T>::type;
@@ -181,10 +212,17 @@ __global__ void scatter_columns_kernel(const E* __restrict__ src, int64_t ld_src
 template <typename F>
 cudaError_t with_elem_bytes(int elem_bytes, F&& run) {
   switch (elem_bytes) {
-    case 4: run(uint32_t{}); break;
-    case 8: run(uint64_t{}); break;
-    case 16: run(Elem16{}); break;
-    default: return cudaErrorInvalidValue;
+    case 4:
+      run(uint32_t{});
+      break;
+    case 8:
+      run(uint64_t{});
+      break;
+    case 16:
+      run(Elem16{});
+      break;
+    default:
+      return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }
@@ -195,8 +233,8 @@ cudaError_t move_strict_lower(void* src, int64_t ld_src, int64_t rows, int64_t c
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   return with_elem_bytes(elem_bytes, [&](auto zero) {
     using E = decltype(zero);
-    move_strict_lower_kernel<E><<<blocks_for(rows * cols), 256, 0, stream>>>((E*)src, ld_src, rows, cols, (E*)dst,
-                                                                              ld_dst, zero_source);
+    move_strict_lower_kernel<E>
+        <<<blocks_for(rows * cols), 256, 0, stream>>>((E*)src, ld_src, rows, cols, (E*)dst, ld_dst, zero_source);
   });
 }
 
@@ -205,8 +243,8 @@ cudaError_t scatter_columns(const void* src, int64_t ld_src, int64_t rows, int64
   if (rows <= 0 || n <= 0) return cudaSuccess;
   return with_elem_bytes(elem_bytes, [&](auto zero) {
     using E = decltype(zero);
-    scatter_columns_kernel<E><<<blocks_for(rows * n), 256, 0, stream>>>((const E*)src, ld_src, rows, n, perm, (E*)dst,
-                                                                         ld_dst);
+    scatter_columns_kernel<E>
+        <<<blocks_for(rows * n), 256, 0, stream>>>((const E*)src, ld_src, rows, n, perm, (E*)dst, ld_dst);
   });
 }
 
@@ -240,9 +278,18 @@ cudaError_t pivots_to_int64(const int32_t* src, int64_t* dst, int64_t count, cud
 namespace jaxmg {
 namespace {
 
-template <typename T> __device__ __forceinline__ T conj_of(const T& x) { return x; }
-template <> __device__ __forceinline__ cuFloatComplex conj_of<cuFloatComplex>(const cuFloatComplex& x) { return cuConjf(x); }
-template <> __device__ __forceinline__ cuDoubleComplex conj_of<cuDoubleComplex>(const cuDoubleComplex& x) { return cuConj(x); }
+template <typename T>
+__device__ __forceinline__ T conj_of(const T& x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ cuFloatComplex conj_of<cuFloatComplex>(const cuFloatComplex& x) {
+  return cuConjf(x);
+}
+template <>
+__device__ __forceinline__ cuDoubleComplex conj_of<cuDoubleComplex>(const cuDoubleComplex& x) {
+  return cuConj(x);
+}
 
 template <typename E, bool TC>
 __global__ void copy_tiles_kernel(const E* __restrict__ src, int64_t sld, E* __restrict__ dst, int64_t dld,
@@ -306,7 +353,8 @@ __global__ void reflect_kernel(E* base, int64_t n, int64_t ld, int64_t batch, in
     __syncthreads();
     for (int k = 0; k < 32; k += 8) {
       int64_t r = bi * 32 + tx, c = bj * 32 + ty + k;  // (r, c) = op((c, r))
-      if (r < n && c < n && (to_lower ? r > c : r < c)) a[r + c * ld] = conj ? conj_of<E>(buf[tx][ty + k]) : buf[tx][ty + k];
+      if (r < n && c < n && (to_lower ? r > c : r < c))
+        a[r + c * ld] = conj ? conj_of<E>(buf[tx][ty + k]) : buf[tx][ty + k];
       if (zero) {
         int64_t sr = bj * 32 + tx, sc = bi * 32 + ty + k;  // the source tile's own elements, read above
         if (sr < n && sc < n && (to_lower ? sr < sc : sr > sc)) a[sr + sc * ld] = E{};
@@ -375,8 +423,8 @@ cudaError_t copy_tiles(const void* src_base, int64_t src_ld, void* dst_base, int
   });
 }
 
-cudaError_t symmetrize_diag_tiles(void* a, int64_t ld, const int64_t* offs, int64_t ntiles, int64_t tile,
-                                  DType dtype, cudaStream_t stream) {
+cudaError_t symmetrize_diag_tiles(void* a, int64_t ld, const int64_t* offs, int64_t ntiles, int64_t tile, DType dtype,
+                                  cudaStream_t stream) {
   if (ntiles <= 0) return cudaSuccess;
   dim3 grid((unsigned)std::min<int64_t>((tile * tile + 255) / 256, 4096), (unsigned)std::min<int64_t>(ntiles, 65535));
   with_elem_type(dtype, [&](auto zero) {
@@ -392,8 +440,8 @@ cudaError_t reflect(void* a, int64_t n, int64_t ld, int64_t batch, int64_t strid
   const TilePairs shape(n, batch);
   with_elem_type(dtype, [&](auto zero) {
     using T = decltype(zero);
-    reflect_kernel<T><<<shape.grid, shape.block, 0, stream>>>((T*)a, n, ld, batch, stride, to_lower, conjugate,
-                                                              zero_source);
+    reflect_kernel<T>
+        <<<shape.grid, shape.block, 0, stream>>>((T*)a, n, ld, batch, stride, to_lower, conjugate, zero_source);
   });
   return cudaGetLastError();
 }

@@ -21,19 +21,18 @@ std::vector<int32_t> sigma_cycles(int64_t K, int64_t P);
 // In place, in one pass (each element read and written once): a column-major (K*tile x cols,
 // leading dimension ld) matrix gets its row tiles reordered, new row tile g = old row tile
 // sigma(g), following `cycles` (sigma_cycles, on the device, cycles_len entries).
-cudaError_t permute_row_tiles(void* a, int elem_bytes, int64_t cols, int64_t ld, int64_t tile,
-                              const int32_t* cycles, int64_t cycles_len, cudaStream_t stream);
+cudaError_t permute_row_tiles(void* a, int elem_bytes, int64_t cols, int64_t ld, int64_t tile, const int32_t* cycles,
+                              int64_t cycles_len, cudaStream_t stream);
 
 // In place: new column tile g = old column tile sigma(g), rows processed in batches through scratch.
-cudaError_t reorder_col_tiles(void* a, int elem_bytes, int64_t rows, int64_t cols, int64_t ld,
-                              int64_t tile, int64_t P, void* scratch, int64_t scratch_elems,
-                              cudaStream_t stream);
+cudaError_t reorder_col_tiles(void* a, int elem_bytes, int64_t rows, int64_t cols, int64_t ld, int64_t tile, int64_t P,
+                              void* scratch, int64_t scratch_elems, cudaStream_t stream);
 
 // out[0] = sum of log(real(diag)) over the global diagonal entries this process owns in a
 // block-cyclic (tile x tile, Pr x Pc grid, this process at (p, q)) column-major local matrix.
 // out is of a's real type (float for F32 and C64, double for F64 and C128).
-cudaError_t local_logdet(const void* a, DType dtype, int64_t ld, int64_t n_global, int64_t tile,
-                         int64_t Pr, int64_t Pc, int64_t p, int64_t q, void* out, cudaStream_t stream);
+cudaError_t local_logdet(const void* a, DType dtype, int64_t ld, int64_t n_global, int64_t tile, int64_t Pr, int64_t Pc,
+                         int64_t p, int64_t q, void* out, cudaStream_t stream);
 
 // dst[0..count) = value (int32), on the stream.
 cudaError_t fill_int32(int32_t* dst, int64_t count, int32_t value, cudaStream_t stream);
@@ -53,8 +52,8 @@ cudaError_t copy_tiles(const void* src_base, int64_t src_ld, void* dst_base, int
 
 // For each tile at a + offs[2t] (leading dimension ld): its strictly lower part becomes the
 // conjugate transpose of its strictly upper part.
-cudaError_t symmetrize_diag_tiles(void* a, int64_t ld, const int64_t* offs, int64_t ntiles, int64_t tile,
-                                  DType dtype, cudaStream_t stream);
+cudaError_t symmetrize_diag_tiles(void* a, int64_t ld, const int64_t* offs, int64_t ntiles, int64_t tile, DType dtype,
+                                  cudaStream_t stream);
 
 // Column-major n x n matrices (leading dimension ld), `batch` of them `stride` elements apart, in
 // place: the strictly lower triangle becomes the transpose of the strictly upper one (to_lower),

@@ -28,8 +28,8 @@ struct Problem : GridMatrix {  // m = n
 ffi::Error check_matrix(Problem& pb, const ffi::AnyBuffer& a, int64_t pivots_count, const char* who) {
   if (ffi::Error e = pb.check(who, a); e.failure()) return e;
   if (pivots_count != pb.batch * pb.mloc)
-    return ffi::Error::InvalidArgument(cat(who, ": the pivots have ", pivots_count, " entries, expected ",
-                                           pb.batch * pb.mloc));
+    return ffi::Error::InvalidArgument(
+        cat(who, ": the pivots have ", pivots_count, " entries, expected ", pb.batch * pb.mloc));
   return ffi::Error::Success();
 }
 
@@ -54,9 +54,8 @@ void getrf(GridCall& g, const Problem& pb, char* a, int32_t* pivots, int32_t* st
   // no layout step: the block layout is read as it is
   timed_batch(g, "getrf", pb.batch, dwork, hwork, /*factors=*/true, [&](int64_t k) {
     char* ak = a + k * entry;
-    cusolverStatus_t st = api().cusolverMpGetrf(ctx.handle, n, n, ak, 1, 1, desc, ipiv, dtype, g.work,
-                                                g.work_bytes, ctx.host_work.data(), ctx.host_work.size(),
-                                                status + k);
+    cusolverStatus_t st = api().cusolverMpGetrf(ctx.handle, n, n, ak, 1, 1, desc, ipiv, dtype, g.work, g.work_bytes,
+                                                ctx.host_work.data(), ctx.host_work.size(), status + k);
     JAXMG_TRACE("getrf returned ", (int)st);
     // A singular matrix is a result (status = info, NaN outputs), not an exception, also where
     // cuSOLVERMp reports it as a failed execution (then n + 1 where info is not set).
@@ -81,23 +80,23 @@ void getrs(GridCall& g, const Problem& pb, const char* f, const int32_t* pivots,
       ctx.matrix_desc((int)pb.pr, (int)pb.pc, dtype, n, pb.nrhs, pb.tile, pb.nrhs, pb.mloc);
   int64_t* ipiv = pivot_buffer(g, pb);
   size_t dwork = 0, hwork = 0;
-  check_mp(api().cusolverMpGetrs_bufferSize(ctx.handle, CUBLAS_OP_N, n, pb.nrhs, f, 1, 1, desc_a, ipiv, x, 1, 1,
-                                            desc_b, dtype, &dwork, &hwork),
+  check_mp(api().cusolverMpGetrs_bufferSize(ctx.handle, CUBLAS_OP_N, n, pb.nrhs, f, 1, 1, desc_a, ipiv, x, 1, 1, desc_b,
+                                            dtype, &dwork, &hwork),
            "cusolverMpGetrs_bufferSize");
   timed_batch(g, "getrs", pb.batch, dwork, hwork, /*factors=*/false, [&](int64_t k) {
     check_cuda(pivots_to_int64(pivots + k * pb.mloc, ipiv, pb.mloc, g.stream), "pivots to int64");
     check_mp(api().cusolverMpGetrs(ctx.handle, CUBLAS_OP_N, n, pb.nrhs, f + k * pb.entry_bytes(), 1, 1, desc_a, ipiv,
-                                   x + k * bsz * elem, 1, 1, desc_b, dtype, g.work, g.work_bytes,
-                                   ctx.host_work.data(), ctx.host_work.size(), static_cast<int32_t*>(ctx.info.ptr)),
+                                   x + k * bsz * elem, 1, 1, desc_b, dtype, g.work, g.work_bytes, ctx.host_work.data(),
+                                   ctx.host_work.size(), static_cast<int32_t*>(ctx.info.ptr)),
              "cusolverMpGetrs");
     JAXMG_TRACE("getrs issued");
   });
 }
 
-ffi::Error GetrfDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank,
-                         ffi::AnyBuffer a, ffi::Result<ffi::AnyBuffer> factor,
-                         ffi::Result<ffi::Buffer<ffi::S32>> pivots, ffi::Result<ffi::Buffer<ffi::S32>> status,
-                         int64_t n, int64_t tile, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc) {
+ffi::Error GetrfDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank, ffi::AnyBuffer a,
+                         ffi::Result<ffi::AnyBuffer> factor, ffi::Result<ffi::Buffer<ffi::S32>> pivots,
+                         ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t n, int64_t tile, int64_t pr, int64_t pc,
+                         int64_t mloc, int64_t nloc) {
   Problem pb{{n, n, tile, pr, pc, mloc, nloc}, 1};
   if (ffi::Error e = check_matrix(pb, a, (int64_t)pivots->element_count(), "jaxmg_getrf"); e.failure()) return e;
   if ((int64_t)status->element_count() != pb.batch)
@@ -109,10 +108,9 @@ ffi::Error GetrfDispatch(cudaStream_t stream, Members members, NcclId id, Rank r
   });
 }
 
-ffi::Error GetrsDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank,
-                         ffi::AnyBuffer f, ffi::Buffer<ffi::S32> pivots, ffi::AnyBuffer b,
-                         ffi::Result<ffi::AnyBuffer> x, int64_t n, int64_t tile, int64_t pr, int64_t pc, int64_t mloc,
-                         int64_t nloc, int64_t nrhs) {
+ffi::Error GetrsDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank, ffi::AnyBuffer f,
+                         ffi::Buffer<ffi::S32> pivots, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> x, int64_t n,
+                         int64_t tile, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc, int64_t nrhs) {
   Problem pb{{n, n, tile, pr, pc, mloc, nloc}, nrhs};
   if (ffi::Error e = check_matrix(pb, f, (int64_t)pivots.element_count(), "jaxmg_getrs"); e.failure()) return e;
   if ((int64_t)b.element_count() != pb.batch * mloc * nrhs || b.element_type() != f.element_type())
@@ -130,17 +128,17 @@ ffi::Error GetrsDispatch(cudaStream_t stream, Members members, NcclId id, Rank r
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_getrf, GetrfDispatch,
                               layout_attrs(grid_bind()
-                                           .Arg<ffi::AnyBuffer>()             // a: local block (batched)
-                                           .Ret<ffi::AnyBuffer>()             // factor (aliases a)
-                                           .Ret<ffi::Buffer<ffi::S32>>()      // pivots: mloc per entry
-                                           .Ret<ffi::Buffer<ffi::S32>>()));   // status (info), agreed
+                                               .Arg<ffi::AnyBuffer>()            // a: local block (batched)
+                                               .Ret<ffi::AnyBuffer>()            // factor (aliases a)
+                                               .Ret<ffi::Buffer<ffi::S32>>()     // pivots: mloc per entry
+                                               .Ret<ffi::Buffer<ffi::S32>>()));  // status (info), agreed
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_getrs, GetrsDispatch,
                               layout_attrs(grid_bind()
-                                           .Arg<ffi::AnyBuffer>()             // factor (read only)
-                                           .Arg<ffi::Buffer<ffi::S32>>()      // pivots from jaxmg_getrf
-                                           .Arg<ffi::AnyBuffer>()             // b: local rhs rows
-                                           .Ret<ffi::AnyBuffer>())            // x (aliases b)
+                                               .Arg<ffi::AnyBuffer>()         // factor (read only)
+                                               .Arg<ffi::Buffer<ffi::S32>>()  // pivots from jaxmg_getrf
+                                               .Arg<ffi::AnyBuffer>()         // b: local rhs rows
+                                               .Ret<ffi::AnyBuffer>())        // x (aliases b)
                                   .Attr<int64_t>("nrhs"));                    // right-hand sides
 
 }  // namespace jaxmg

@@ -42,9 +42,9 @@ void geqrf(GridCall& g, const Problem& pb, char* a, char* tau, int32_t* status) 
   timed_batch(g, "geqrf", pb.batch, dwork, hwork, /*factors=*/true, [&](int64_t k) {
     char* ak = a + k * entry;
     check_cuda(cudaMemsetAsync(status + k, 0, sizeof(int32_t), g.stream), "cudaMemsetAsync(status)");
-    cusolverStatus_t st = api().cusolverMpGeqrf(ctx.handle, pb.m, pb.n, ak, 1, 1, desc, tau + k * tau_bytes(pb),
-                                                dtype, g.work, g.work_bytes, ctx.host_work.data(),
-                                                ctx.host_work.size(), status + k);
+    cusolverStatus_t st =
+        api().cusolverMpGeqrf(ctx.handle, pb.m, pb.n, ak, 1, 1, desc, tau + k * tau_bytes(pb), dtype, g.work,
+                              g.work_bytes, ctx.host_work.data(), ctx.host_work.size(), status + k);
     JAXMG_TRACE("geqrf returned ", (int)st);
     // A failed execution is a result (status n + 1, NaN outputs), not an exception, so that every
     // member takes the same path.
@@ -66,15 +66,15 @@ void orgqr(GridCall& g, const Problem& pb, const char* tau, char* q) {
            "cusolverMpOrgqr_bufferSize");
   timed_batch(g, "orgqr", pb.batch, dwork, hwork, /*factors=*/false, [&](int64_t k) {
     check_mp(api().cusolverMpOrgqr(ctx.handle, pb.m, pb.n, pb.n, q + k * pb.entry_bytes(), 1, 1, desc,
-                                   tau + k * tau_bytes(pb), dtype, g.work, g.work_bytes,
-                                   ctx.host_work.data(), ctx.host_work.size(), static_cast<int32_t*>(ctx.info.ptr)),
+                                   tau + k * tau_bytes(pb), dtype, g.work, g.work_bytes, ctx.host_work.data(),
+                                   ctx.host_work.size(), static_cast<int32_t*>(ctx.info.ptr)),
              "cusolverMpOrgqr");
     JAXMG_TRACE("orgqr issued");
   });
 }
 
-ffi::Error GeqrfDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank,
-                         ffi::AnyBuffer a, ffi::Result<ffi::AnyBuffer> factor, ffi::Result<ffi::AnyBuffer> tau,
+ffi::Error GeqrfDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank, ffi::AnyBuffer a,
+                         ffi::Result<ffi::AnyBuffer> factor, ffi::Result<ffi::AnyBuffer> tau,
                          ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t m, int64_t n, int64_t tile, int64_t pr,
                          int64_t pc, int64_t mloc, int64_t nloc) {
   Problem pb{m, n, tile, pr, pc, mloc, nloc};
@@ -89,9 +89,9 @@ ffi::Error GeqrfDispatch(cudaStream_t stream, Members members, NcclId id, Rank r
   });
 }
 
-ffi::Error OrgqrDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank,
-                         ffi::AnyBuffer f, ffi::AnyBuffer tau, ffi::Result<ffi::AnyBuffer> q, int64_t m, int64_t n,
-                         int64_t tile, int64_t pr, int64_t pc, int64_t mloc, int64_t nloc) {
+ffi::Error OrgqrDispatch(cudaStream_t stream, Members members, NcclId id, Rank rank, ffi::AnyBuffer f,
+                         ffi::AnyBuffer tau, ffi::Result<ffi::AnyBuffer> q, int64_t m, int64_t n, int64_t tile,
+                         int64_t pr, int64_t pc, int64_t mloc, int64_t nloc) {
   Problem pb{m, n, tile, pr, pc, mloc, nloc};
   if (ffi::Error e = check_factor(pb, f, (int64_t)tau.element_count(), "jaxmg_orgqr"); e.failure()) return e;
   return on_grid(stream, members, id, rank, pr, pc, [&](GridCall& g) {
@@ -111,15 +111,15 @@ auto qr_attrs(B&& bind) {
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_geqrf, GeqrfDispatch,
                               qr_attrs(grid_bind()
-                                           .Arg<ffi::AnyBuffer>()             // a: local block (batched)
-                                           .Ret<ffi::AnyBuffer>()             // factor (aliases a)
-                                           .Ret<ffi::AnyBuffer>()             // tau: nloc per entry
-                                           .Ret<ffi::Buffer<ffi::S32>>()));   // status (info), agreed
+                                           .Arg<ffi::AnyBuffer>()            // a: local block (batched)
+                                           .Ret<ffi::AnyBuffer>()            // factor (aliases a)
+                                           .Ret<ffi::AnyBuffer>()            // tau: nloc per entry
+                                           .Ret<ffi::Buffer<ffi::S32>>()));  // status (info), agreed
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_orgqr, OrgqrDispatch,
                               qr_attrs(grid_bind()
-                                           .Arg<ffi::AnyBuffer>()             // factor (read only)
-                                           .Arg<ffi::AnyBuffer>()             // tau from jaxmg_geqrf
-                                           .Ret<ffi::AnyBuffer>()));          // q: the explicit Q
+                                           .Arg<ffi::AnyBuffer>()     // factor (read only)
+                                           .Arg<ffi::AnyBuffer>()     // tau from jaxmg_geqrf
+                                           .Ret<ffi::AnyBuffer>()));  // q: the explicit Q
 
 }  // namespace jaxmg

@@ -20,7 +20,8 @@ ffi::Error RelayoutImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::
   auto xd = x.dimensions(), od = out->dimensions();
   if (xd.size() < 2 || xd[xd.size() - 1] != xd[xd.size() - 2])
     return ffi::Error::InvalidArgument("jaxmg_relayout: the operand must be a square matrix or a stack of them");
-  if (od.size() != xd.size() || !std::equal(xd.begin(), xd.end(), od.begin()) || out->element_type() != x.element_type())
+  if (od.size() != xd.size() || !std::equal(xd.begin(), xd.end(), od.begin()) ||
+      out->element_type() != x.element_type())
     return ffi::Error::InvalidArgument("jaxmg_relayout: the result must have the operand's shape and dtype");
   if (mode != codes::relayout_transpose && mode != codes::relayout_symmetric_from_lower &&
       mode != codes::relayout_lower_of_transpose)
@@ -37,9 +38,10 @@ ffi::Error RelayoutImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::
     if (mode == codes::relayout_transpose)
       check_cuda(transpose_square(a, n, n, batch, n * n, dtype, stream), "transpose_square");
     else
-      check_cuda(reflect(a, n, n, batch, n * n, /*to_lower=*/mode == codes::relayout_symmetric_from_lower, /*conjugate=*/false,
-                         /*zero_source=*/mode == codes::relayout_lower_of_transpose, dtype, stream),
-                 "reflect");
+      check_cuda(
+          reflect(a, n, n, batch, n * n, /*to_lower=*/mode == codes::relayout_symmetric_from_lower, /*conjugate=*/false,
+                  /*zero_source=*/mode == codes::relayout_lower_of_transpose, dtype, stream),
+          "reflect");
     return ffi::Error::Success();
   } catch (const std::exception& e) {
     return to_error(e);

@@ -17,23 +17,23 @@ namespace {
 template <typename T>
 struct Ops;
 
-#define JAXMG_BLAS_OPS(T, NCCL, REALS, ADJ, ONE, MINUS_ONE, TRSM, GEMM)                                      \
-  template <>                                                                                                \
-  struct Ops<T> {                                                                                            \
-    static constexpr ncclDataType_t nccl = NCCL;                                                             \
-    static constexpr int reals = REALS;                                                                      \
-    static constexpr cublasOperation_t adjoint = ADJ;                                                        \
-    static T one() { return ONE; }                                                                           \
-    static T minus_one() { return MINUS_ONE; }                                                               \
-    static cublasStatus_t trsm(cublasHandle_t h, cublasOperation_t op, int m, int nrhs, const T* alpha,      \
-                               const T* l, int ldl, T* b, int ldb) {                                        \
-      return api().TRSM(h, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, op, CUBLAS_DIAG_NON_UNIT, m, nrhs, alpha, \
-                        l, ldl, b, ldb);                                                                     \
-    }                                                                                                        \
-    static cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t op, int m, int nrhs, int k, const T* alpha, \
-                               const T* a, int lda, const T* b, int ldb, const T* beta, T* c, int ldc) {     \
-      return api().GEMM(h, op, CUBLAS_OP_N, m, nrhs, k, alpha, a, lda, b, ldb, beta, c, ldc);               \
-    }                                                                                                        \
+#define JAXMG_BLAS_OPS(T, NCCL, REALS, ADJ, ONE, MINUS_ONE, TRSM, GEMM)                                                \
+  template <>                                                                                                          \
+  struct Ops<T> {                                                                                                      \
+    static constexpr ncclDataType_t nccl = NCCL;                                                                       \
+    static constexpr int reals = REALS;                                                                                \
+    static constexpr cublasOperation_t adjoint = ADJ;                                                                  \
+    static T one() { return ONE; }                                                                                     \
+    static T minus_one() { return MINUS_ONE; }                                                                         \
+    static cublasStatus_t trsm(cublasHandle_t h, cublasOperation_t op, int m, int nrhs, const T* alpha, const T* l,    \
+                               int ldl, T* b, int ldb) {                                                               \
+      return api().TRSM(h, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, op, CUBLAS_DIAG_NON_UNIT, m, nrhs, alpha, l, ldl, \
+                        b, ldb);                                                                                       \
+    }                                                                                                                  \
+    static cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t op, int m, int nrhs, int k, const T* alpha,         \
+                               const T* a, int lda, const T* b, int ldb, const T* beta, T* c, int ldc) {               \
+      return api().GEMM(h, op, CUBLAS_OP_N, m, nrhs, k, alpha, a, lda, b, ldb, beta, c, ldc);                          \
+    }                                                                                                                  \
   };
 
 JAXMG_BLAS_OPS(float, ncclFloat, 1, CUBLAS_OP_T, 1.0f, -1.0f, cublasStrsm, cublasSgemm)
@@ -83,7 +83,8 @@ void solve(TiledSolve& ts, ncclComm_t comm, const T* a, T* x, int64_t n, int64_t
     T* xg = x + g * tile;
     if (nproc > 1) {
       copy_tile(send, tile_pitch, partial + g * tile, pitch);
-      check_nccl(api().ncclReduce(send, recv, count, O::nccl, ncclSum, owner, comm, stream), "ncclReduce(partial sums)");
+      check_nccl(api().ncclReduce(send, recv, count, O::nccl, ncclSum, owner, comm, stream),
+                 "ncclReduce(partial sums)");
       if (rank == owner) copy_tile(xg, pitch, recv, tile_pitch);
     } else {
       copy_tile(xg, pitch, partial + g * tile, pitch);
@@ -109,7 +110,8 @@ void solve(TiledSolve& ts, ncclComm_t comm, const T* a, T* x, int64_t n, int64_t
         check_blas(O::gemm(h, O::adjoint, (int)tile, (int)nrhs, (int)below, &minus_one, lg + (g + 1) * tile, ld,
                            x + (g + 1) * tile, ld, &one, xg, ld),
                    "cublas gemm (backward update)");
-      check_blas(O::trsm(h, O::adjoint, (int)tile, (int)nrhs, &one, lg + g * tile, ld, xg, ld), "cublas trsm (backward)");
+      check_blas(O::trsm(h, O::adjoint, (int)tile, (int)nrhs, &one, lg + g * tile, ld, xg, ld),
+                 "cublas trsm (backward)");
     }
     if (nproc > 1) {
       if (rank == owner) copy_tile(send, tile_pitch, xg, pitch);

@@ -37,7 +37,7 @@ bool tiled_solve_available();
 // partial sums below it); backward substitution fans out (the owner of tile g subtracts its
 // column's contribution, solves, and broadcasts X's tile g). Throws std::runtime_error naming the
 // failed call.
-void tiled_potrs(TiledSolve& ts, ncclComm_t comm, DType dtype, const void* a, void* x, int64_t n,
-                 int64_t tile, int nproc, int rank, int64_t nrhs, cudaStream_t stream);
+void tiled_potrs(TiledSolve& ts, ncclComm_t comm, DType dtype, const void* a, void* x, int64_t n, int64_t tile,
+                 int nproc, int rank, int64_t nrhs, cudaStream_t stream);
 
 }  // namespace jaxmg

@@ -78,11 +78,13 @@ bool finished(Watchdog& d, WatchEntry& e, double limit, Clock::time_point now) {
   ncclResult_t async = ncclSuccess;
   if (api().ncclCommGetAsyncError && api().ncclCommGetAsyncError(ctx->comm, &async) == ncclSuccess &&
       async != ncclSuccess && async != ncclInProgress)
-    abort_locked(d, ctx, cat("NCCL reported an asynchronous error, ", nccl_error_name(async),
-                             " (a peer process may have died)"));
+    abort_locked(
+        d, ctx,
+        cat("NCCL reported an asynchronous error, ", nccl_error_name(async), " (a peer process may have died)"));
   else if (limit > 0 && std::chrono::duration<double>(now - e.start).count() > limit)
-    abort_locked(d, ctx, cat("a native call has not finished after ", limit,
-                             " s (JAXMG_NATIVE_TIMEOUT): a peer process has probably died or stopped"));
+    abort_locked(d, ctx,
+                 cat("a native call has not finished after ", limit,
+                     " s (JAXMG_NATIVE_TIMEOUT): a peer process has probably died or stopped"));
   return false;
 }
 

@@ -2,7 +2,8 @@
 
 import os
 
-if "JAXMG_PROCESS_ID" not in os.environ and "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+_FLAGS = os.environ.get("XLA_FLAGS", "")
+if "JAXMG_PROCESS_ID" not in os.environ and "xla_force_host_platform_device_count" not in _FLAGS:
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 # The tests' matrices are tiny and most of their time is XLA compiling: LLVM's cheaper
 # optimisation level compiles about 15% faster with the same results (unless XLA_FLAGS sets it).
@@ -15,5 +16,19 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import jax  # noqa: E402
+import jaxtyping  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
+
+
+@pytest.fixture
+def library_errors():
+    """For tests of jaxmg's own errors on input that its annotations reject as well: the run-time
+    annotation checks of the suite (jaxtyping's, pyproject.toml's pytest options) off for the test,
+    so that the error raised is jaxmg's, with its message that names the argument and the fix
+    (what users see: they run without those checks)."""
+    before = jaxtyping.config.jaxtyping_disable
+    jaxtyping.config.update("jaxtyping_disable", True)
+    yield
+    jaxtyping.config.update("jaxtyping_disable", before)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
-import jax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]

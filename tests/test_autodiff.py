@@ -9,8 +9,8 @@ from jax.sharding import AxisType, PartitionSpec as P
 from jax.test_util import check_grads
 
 import jaxmg
-from jaxmg.kernels import local
 from helpers import ORDERS, hermitian_matrix, lower_read, make_mesh, put, random_matrix, spd_matrix
+from jaxmg.kernels import local
 
 N = 16
 M = 32

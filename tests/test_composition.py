@@ -140,7 +140,7 @@ def test_inside_shard_map_with_grad(group, per_matrix):
     got = fn(*(put(x, mesh, P("d")) for x in (SPD, GEN, TALL, RHS, RHS_TALL)))
     for name in names:
         for k in range(2):
-            _close(jax.tree.map(lambda x: np.asarray(x)[k], got[name]), per_matrix[name][k])
+            _close(jax.tree.map(lambda x, k=k: np.asarray(x)[k], got[name]), per_matrix[name][k])
 
 
 #: The losses that take a right-hand side.

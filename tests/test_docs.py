@@ -143,7 +143,8 @@ def test_readme_example_runs(tmp_path):
     """The README's short example runs as written on 8 simulated CPU devices."""
     script = tmp_path / "example.py"
     script.write_text('import jax\njax.config.update("jax_enable_x64", True)\n' + _example()
-                      + "\nimport numpy as np\nnp.testing.assert_allclose(np.asarray(a) @ np.asarray(x), 1.0, rtol=1e-10)"
+                      + "\nimport numpy as np"
+                      + "\nnp.testing.assert_allclose(np.asarray(a) @ np.asarray(x), 1.0, rtol=1e-10)"
                       + "\nprint('OK', g.sharding.spec)\n")
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(jaxmg_path()).parent), env.get("PYTHONPATH")]))

@@ -7,8 +7,12 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import jaxmg
-from jaxmg import _layout, _plan
 from helpers import make_mesh, put, spd_matrix
+from jaxmg import _layout, _plan
+
+# Each test here checks jaxmg's own message for bad input (which jaxmg's annotations mostly reject
+# too: tests/conftest.py's library_errors turns the suite's annotation checks off for them).
+pytestmark = pytest.mark.usefixtures("library_errors")
 
 N = 32
 A = spd_matrix(np.random.default_rng(0), N, np.float64)

@@ -16,7 +16,6 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 from jax.test_util import check_grads
 
 import jaxmg
-from jaxmg import _layout
 from helpers import lower_read, make_mesh, random_matrix, spd_matrix
 
 N = 8

@@ -18,11 +18,19 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
+import hard_matrices as hm
 import jaxmg
 import jaxmg.numpy.linalg as mla
-import hard_matrices as hm
-from hard_matrices import (backward_error, factor_error, hermitian_of_lower, norm1, orthogonality, ratio,
-                           value_error, wide)
+from hard_matrices import (
+    backward_error,
+    factor_error,
+    hermitian_of_lower,
+    norm1,
+    orthogonality,
+    ratio,
+    value_error,
+    wide,
+)
 from helpers import DTYPES, make_mesh, put
 
 N, M = 32, 48  # square order; a tall matrix is (M, N), a wide one (N, M)
@@ -136,7 +144,8 @@ def pencil_error(a, b, w, z, dtype) -> dict:
     n = a.shape[0]
     scale = (norm1(a) + norm1(b) * float(np.max(np.abs(w), initial=0.0))) * norm1(z)
     return {"residual": ratio(norm1(a @ z - (b @ z) * w), scale, n, dtype),
-            "b-orthogonality": ratio(norm1(np.conj(z).T @ b @ z - np.eye(n)), (norm1(b) * norm1(z)) * norm1(z), n, dtype)}
+            "b-orthogonality": ratio(norm1(np.conj(z).T @ b @ z - np.eye(n)), (norm1(b) * norm1(z)) * norm1(z), n,
+                                     dtype)}
 
 
 def pinv_error(a, x, dtype) -> dict:
@@ -241,17 +250,21 @@ def _det_check(i, o, d):
 
 
 OPS = {
-    "potrs": Op("spd", "square", lambda a, b, r, kw: _split(jaxmg.potrs(a, r, return_logdet=True, return_status=True, **kw)),
-                lambda i, o, d: {"backward": backward_error(i[0], o[0], i[2], d), "logdet": _logdet_check(o[1], i[0], d)},
+    "potrs": Op("spd", "square",
+                lambda a, b, r, kw: _split(jaxmg.potrs(a, r, return_logdet=True, return_status=True, **kw)),
+                lambda i, o, d: {"backward": backward_error(i[0], o[0], i[2], d),
+                                 "logdet": _logdet_check(o[1], i[0], d)},
                 reads="lower"),
     "cholesky": Op("spd", "square", lambda a, b, r, kw: _pair(jaxmg.cholesky(a, return_status=True, **kw)),
                    lambda i, o, d: {"factor": factor_error(i[0], wide(o[0]) @ np.conj(wide(o[0])).T, d),
                                     "triangular": triangle_error(o[0], lower=True)}, reads="lower"),
     "lu_solve": Op("general", "square", lambda a, b, r, kw: _pair(jaxmg.lu_solve(a, r, return_status=True, **kw)),
                    lambda i, o, d: {"backward": backward_error(i[0], o[0], i[2], d)}),
-    "least_squares-tall": Op("general", "tall", lambda a, b, r, kw: _pair(jaxmg.least_squares(a, r, return_status=True, **kw)),
+    "least_squares-tall": Op("general", "tall",
+                             lambda a, b, r, kw: _pair(jaxmg.least_squares(a, r, return_status=True, **kw)),
                              lambda i, o, d: _least_squares_checks(i, o, d, rcond=False)),
-    "least_squares-wide": Op("general", "wide", lambda a, b, r, kw: _pair(jaxmg.least_squares(a, r, return_status=True, **kw)),
+    "least_squares-wide": Op("general", "wide",
+                             lambda a, b, r, kw: _pair(jaxmg.least_squares(a, r, return_status=True, **kw)),
                              lambda i, o, d: _least_squares_checks(i, o, d, rcond=False)),
     "qr-tall": Op("general", "tall", lambda a, b, r, kw: _split(jaxmg.qr(a, return_status=True, **kw)),
                   lambda i, o, d: qr_error(i[0], o[0], o[1], d)),
@@ -268,9 +281,11 @@ OPS = {
     "polar": Op("general", "tall", lambda a, b, r, kw: _split(jaxmg.polar(a, return_status=True, **kw)),
                 lambda i, o, d: polar_error(i[0], o[0], o[1], d)),
     "Cholesky": Op("spd", "square", _cholesky_module,
-                   lambda i, o, d: {"solve": backward_error(i[0], o[0], i[2], d), "logdet": _logdet_check(o[1], i[0], d),
+                   lambda i, o, d: {"solve": backward_error(i[0], o[0], i[2], d),
+                                    "logdet": _logdet_check(o[1], i[0], d),
                                     "inverse": inverse_error(i[0], o[2], d),
-                                    "factor": factor_error(i[0], wide(o[3]) @ np.conj(wide(o[3])).T, d)}, reads="lower"),
+                                    "factor": factor_error(i[0], wide(o[3]) @ np.conj(wide(o[3])).T, d)},
+                   reads="lower"),
     "LU": Op("general", "square", _lu_module,
              lambda i, o, d: {"solve": backward_error(i[0], o[0], i[2], d),
                               "solve-C": backward_error(np.conj(wide(i[0])).T, o[1], i[2], d),
@@ -298,17 +313,19 @@ OPS = {
                  lambda i, o, d: svd_error(i[0], *o, d)),
     "np.lstsq-tall": Op("general", "tall", _lstsq_numpy, lambda i, o, d: _least_squares_checks(i, o, d, rcond=True)),
     "np.lstsq-wide": Op("general", "wide", _lstsq_numpy, lambda i, o, d: _least_squares_checks(i, o, d, rcond=True)),
-    "np.pinv": Op("general", "tall", lambda a, b, r, kw: ((mla.pinv(a),), None), lambda i, o, d: pinv_error(i[0], o[0], d)),
+    "np.pinv": Op("general", "tall", lambda a, b, r, kw: ((mla.pinv(a),), None),
+                  lambda i, o, d: pinv_error(i[0], o[0], d)),
     "np.cholesky": Op("spd", "square", lambda a, b, r, kw: ((mla.cholesky(a),), None),
                       lambda i, o, d: {"factor": factor_error(i[0], wide(o[0]) @ np.conj(wide(o[0])).T, d),
                                        "triangular": triangle_error(o[0], lower=True)}, reads="symmetrized"),
-    "np.qr": Op("general", "tall", lambda a, b, r, kw: (tuple(mla.qr(a)), None), lambda i, o, d: qr_error(i[0], o[0], o[1], d)),
+    "np.qr": Op("general", "tall", lambda a, b, r, kw: (tuple(mla.qr(a)), None),
+                lambda i, o, d: qr_error(i[0], o[0], o[1], d)),
 }
 
 
 # --- inputs, the three routes, one compile each -----------------------------------------------
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def inputs(name: str, kind: str, dtype) -> tuple:
     """(a, b, rhs) as passed to the call, and (a, b, rhs, kind) as the operation reads them.
 
@@ -337,7 +354,7 @@ def _host(tree):
     return jax.tree.map(lambda x: None if x is None else np.asarray(x), tree, is_leaf=lambda x: x is None)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _mesh():
     return make_mesh((4, 2), ("x", "y"))
 
@@ -377,10 +394,10 @@ def _run_batch(names: tuple, dtype) -> dict:
     kinds = list(hm.KINDS)
     stacked = jax.tree.map(lambda *xs: np.stack(xs), *({n: inputs(n, k, dtype)[0] for n in names} for k in kinds))
     found = _host(jax.jit(jax.vmap(_calls(names, {})))(jax.device_put(stacked, jax.devices()[0])))
-    return {k: jax.tree.map(lambda x: x[i], found) for i, k in enumerate(kinds)}
+    return {k: jax.tree.map(lambda x, i=i: x[i], found) for i, k in enumerate(kinds)}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _group_results(names: tuple, dtype, route: str) -> dict:
     """run_group on a route: "local" (one device), "batch" (``jax.vmap`` over all kinds) or
     "mesh" (a (4, 2) mesh, backend="portable")."""

@@ -161,7 +161,8 @@ def test_build_requires_follow_the_gpus(backend, monkeypatch, tmp_path):
 
 
 def _fake_wheel(path: Path, files: dict) -> Path:
-    wheel = "Wheel-Version: 1.0\nGenerator: scikit-build-core\nRoot-Is-Purelib: false\n\nTag: cp312-cp312-linux_x86_64\n"
+    wheel = ("Wheel-Version: 1.0\nGenerator: scikit-build-core\nRoot-Is-Purelib: false\n\n"
+             "Tag: cp312-cp312-linux_x86_64\n")
     files = {**files, "jaxmg-0.1.0.dist-info/WHEEL": wheel.encode()}
     record = [f"{n},sha256=x,{len(d)}" for n, d in files.items()] + ["jaxmg-0.1.0.dist-info/RECORD,,"]
     files["jaxmg-0.1.0.dist-info/RECORD"] = "\n".join(record).encode()

@@ -14,11 +14,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.linalg
-from helpers import ORDERS, make_mesh, put, random_matrix, spd_matrix
 from jax.sharding import AxisType, PartitionSpec as P
 from jax.test_util import check_grads
 
 import jaxmg
+from helpers import ORDERS, make_mesh, put, random_matrix, spd_matrix
 from jaxmg.kernels import triangular
 from jaxmg.kernels.ffi import per_matrix
 
@@ -373,7 +373,7 @@ def test_one_gpu_inverses_read_their_handlers_buffers_in_the_right_order(monkeyp
     Python side passes the factor's bytes in the order the handler reads and returns A^-1 itself
     (not its transpose or conjugate)."""
     from jaxmg.kernels import local
-    from jaxmg.kernels.ffi import _library, gemm
+    from jaxmg.kernels.ffi import _library
 
     monkeypatch.setattr(local, "_one_gpu_library", lambda mesh: True)
     monkeypatch.setattr(_library, "register", lambda: None)

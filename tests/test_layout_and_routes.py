@@ -115,7 +115,8 @@ def _gathered(fn, *args) -> list:
 
 @pytest.mark.parametrize("set_mesh", [False, True], ids=["no-set-mesh", "set-mesh"])
 @pytest.mark.parametrize("axis_type", AXES)
-def test_one_matrix_routes_compile_to_what_they_report(axis_type, set_mesh, opaque_native):
+@pytest.mark.usefixtures("opaque_native")
+def test_one_matrix_routes_compile_to_what_they_report(axis_type, set_mesh):
     """One matrix split over a (4, 2) mesh: the local route (backend="portable") gathers it
     whole onto each device's solver; the distributed route (backend="native", its handlers
     opaque) never gathers it, only the right-hand side. The solution keeps b's layout."""

@@ -7,8 +7,8 @@ import pytest
 from jax.sharding import AxisType, Mesh, PartitionSpec as P
 
 import jaxmg
-from jaxmg import _layout, _plan
 from helpers import make_mesh, put, random_matrix, same_spec, spd_matrix
+from jaxmg import _layout, _plan
 
 N = 32
 RNG = np.random.default_rng(11)

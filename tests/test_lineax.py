@@ -231,7 +231,8 @@ def test_vmap_over_operators_and_vectors():
     As = np.stack([spd_matrix(rng, 8, np.float64) for _ in range(3)])
     bs = rng.standard_normal((3, 8))
     for solver in (jl.Auto(), jl.LU()):
-        solve = jax.vmap(lambda a, b: lx.linear_solve(lx.MatrixLinearOperator(a, PSD), b, solver=solver).value)
+        solve = jax.vmap(lambda a, b, solver=solver: lx.linear_solve(lx.MatrixLinearOperator(a, PSD), b,
+                                                                     solver=solver).value)
         _close(solve(As, bs), np.linalg.solve(As, bs[..., None])[..., 0])
         _close(jax.jit(solve)(As, bs), np.linalg.solve(As, bs[..., None])[..., 0])
     # vmap over vectors with one operator, and grad of a vmapped solve

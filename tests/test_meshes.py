@@ -6,13 +6,13 @@ and a factorisation made on one mesh still solves after calls on the others. The
 version, (2, 1) and (1, 2) through jaxmg.launch, is tests/launch_scripts/two_meshes.py.
 """
 
+import jax
 import numpy as np
 import pytest
-import jax
 from jax.sharding import AxisType, PartitionSpec as P
 
 import jaxmg
-from helpers import make_mesh, put, spd_matrix, hermitian_matrix, random_matrix
+from helpers import hermitian_matrix, make_mesh, put, random_matrix, spd_matrix
 
 N = 16
 SHAPES = [(8, 1), (4, 2), (2, 4)]

@@ -96,7 +96,8 @@ def test_donated_module_differentiates_eagerly_and_keeps_the_callers_array(name,
         _, tangent = jax.jvp(loss, (a,), (put(direction, mesh, P("x", "y")),))
     assert not a.is_deleted()
     eps = 1e-6
-    numeric = (np.sum(reference(matrix + eps * direction, rhs)) - np.sum(reference(matrix - eps * direction, rhs))) / (2 * eps)
+    numeric = (np.sum(reference(matrix + eps * direction, rhs))
+               - np.sum(reference(matrix - eps * direction, rhs))) / (2 * eps)
     np.testing.assert_allclose(float(tangent), numeric, rtol=1e-6)
     np.testing.assert_allclose(float(np.sum(np.asarray(grad) * direction)), numeric, rtol=1e-6)
     consumed = put(matrix, mesh, P("x", "y"))

@@ -122,7 +122,7 @@ def _check_all(mla_fns, p, placed, dtype, jit):
     _close(w, la.eigvalsh(spd), dtype, 10)
     _close(np.asarray(v) * np.asarray(w) @ np.asarray(v).conj().T, spd, dtype, 10)
     _close(out["eigvalsh"], la.eigvalsh(spd, UPLO="U"), dtype, 10)
-    for key, a, k in (("svd_tall", tall, 8), ("svd_wide", wide, 16)):
+    for key, a in (("svd_tall", tall), ("svd_wide", wide)):
         u, s, vh = out[key]
         assert u.shape == (a.shape[0], min(a.shape) if key == "svd_tall" else a.shape[0])
         assert vh.shape == ((8, 8) if key == "svd_tall" else (16, 16))
@@ -280,7 +280,8 @@ def test_scipy_linalg_against_jax(mesh_name, dtype):
         _close(msla.cholesky(placed["spd"]), jsl.cholesky(spd), dtype, 10)
         _close(msla.eigh(placed["square"], eigvals_only=True), jsl.eigh(sq, eigvals_only=True), dtype, 10)
         w, v = msla.eigh(placed["spd"], placed["spd"] + 0 * placed["spd"] + put(np.eye(8, dtype=dtype), mesh, spec))
-        _close(w, scipy.linalg.eigh(spd, spd + np.eye(8, dtype=dtype), eigvals_only=True), dtype, 10)  # JAX < 0.12: no b
+        # JAX < 0.12: no b
+        _close(w, scipy.linalg.eigh(spd, spd + np.eye(8, dtype=dtype), eigvals_only=True), dtype, 10)
         u, s, vh = msla.svd(placed["wide"])
         assert u.shape == (8, 8) and vh.shape == (16, 16)
         _close(s, jsl.svd(wide, compute_uv=False), dtype, 10)
@@ -391,7 +392,8 @@ def test_complete_qr_of_a_tall_sharded_matrix_inside_set_mesh(dtype):
             q, r = np.asarray(q), np.asarray(r)
             assert q.shape[-2:] == (24, 24) and r.shape[-2:] == (24, 16)
             np.testing.assert_allclose(q @ r, want, atol=tol * 10)
-            np.testing.assert_allclose(np.swapaxes(q.conj(), -1, -2) @ q, np.broadcast_to(np.eye(24), q.shape), atol=tol)
+            np.testing.assert_allclose(np.swapaxes(q.conj(), -1, -2) @ q, np.broadcast_to(np.eye(24), q.shape),
+                                       atol=tol)
 
 
 @pytest.mark.parametrize("b_shape", [(8,), (8, 3), (2, 8, 3), (1, 8, 3), (8, 8)])

@@ -9,8 +9,19 @@ import pytest
 from jax.sharding import AxisType
 
 import jaxmg
-from helpers import (DTYPES, LAYOUTS, hermitian_matrix, make_mesh, norm, put, random_matrix,
-                     rows_spec, same_spec, scaled, spd_matrix)
+from helpers import (
+    DTYPES,
+    LAYOUTS,
+    hermitian_matrix,
+    make_mesh,
+    norm,
+    put,
+    random_matrix,
+    rows_spec,
+    same_spec,
+    scaled,
+    spd_matrix,
+)
 
 N = 32  # divisible by every mesh axis
 M = 64  # rows of tall matrices

@@ -9,12 +9,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import eps, make_mesh, norm, put, scaled, spd_matrix
 from jax.sharding import PartitionSpec as P
 from jax.test_util import check_grads
 
 import jaxmg
 import jaxmg.numpy.linalg as mla
+from helpers import eps, make_mesh, norm, put, scaled, spd_matrix
 from jaxmg.kernels.ffi import solver
 
 N = 12

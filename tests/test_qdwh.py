@@ -6,17 +6,15 @@ geometric from 1 to 1/cond), on several grids and both device orders.
 """
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
-
-import jax
 from jax.sharding import AxisType, PartitionSpec as P
 
+from helpers import conditioned
 from jaxmg import _layout
 from jaxmg._sharded import gather_block, local_block
 from jaxmg.kernels import local, qdwh
-
-from helpers import conditioned
 
 
 def _syevd(a, *, grid):

@@ -48,7 +48,7 @@ def _lstsq_ratio(a, x, b) -> float:
                                 + np.linalg.norm(a, 2) * np.linalg.norm(b) * max(a.shape) * eps(np.float64))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _solvers(axis_type):
     mesh = make_mesh((4, 2), ("x", "y"), axis_types=axis_type)
     solve = lambda a, b: jaxmg.least_squares(a, b, return_status=True)  # noqa: E731

@@ -62,7 +62,8 @@ def test_records_carry_no_absolute_machine_paths():
         for number, line in enumerate(text.splitlines(), 1):
             match = ABSOLUTE_PATH.search(line)
             if match:
-                found.append(f"{path.relative_to(ROOT)}:{number}: ...{line[max(0, match.start() - 40):match.end() + 60]}...")
+                context = line[max(0, match.start() - 40):match.end() + 60]
+                found.append(f"{path.relative_to(ROOT)}:{number}: ...{context}...")
     assert not found, (f"{len(found)} lines name a machine's absolute path; write what it stands for "
                        "(<site-packages>, a path relative to the repository, ...):\n" + "\n".join(found[:60]))
 

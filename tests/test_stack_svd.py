@@ -9,21 +9,19 @@ and ||A - U S V^H|| / (N eps ||A||) at most 30.
 """
 from __future__ import annotations
 
-import numpy as np
-import pytest
-
 import jax
 import jax.numpy as jnp
+import numpy as np
+import pytest
 from jax.sharding import AxisType, PartitionSpec as P
 from jax.test_util import check_grads
 
 import jaxmg
 import jaxmg.numpy.linalg as la
 import jaxmg.scipy.linalg as sla
+from helpers import DTYPES, eps, make_mesh, put, random_matrix
 from jaxmg import _dispatch
 from jaxmg.kernels import qdwh
-
-from helpers import DTYPES, eps, make_mesh, put, random_matrix
 
 LIMIT = 30.0
 
@@ -46,7 +44,8 @@ def _polar_eigh_on_cpu():
 
 
 def _with_singular_values(rng, m, n, s, dtype):
-    q1 = np.linalg.qr(random_matrix(rng, (m, n), np.complex128 if np.iscomplexobj(np.zeros(1, dtype)) else np.float64))[0]
+    wide_dtype = np.complex128 if np.iscomplexobj(np.zeros(1, dtype)) else np.float64
+    q1 = np.linalg.qr(random_matrix(rng, (m, n), wide_dtype))[0]
     q2 = np.linalg.qr(random_matrix(rng, (n, n), q1.dtype))[0]
     return ((q1 * s) @ q2.conj().T).astype(dtype)
 

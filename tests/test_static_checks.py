@@ -1,6 +1,8 @@
-"""The package's source passes ruff's lint rules and pyright's type checks with the settings in
-pyproject.toml ([tool.ruff], [tool.pyright]); each check is skipped, with the reason, where its
-tool is not installed (the ``test`` extra installs both)."""
+"""The Python code (the package, its tests, benchmarks, examples and scripts) passes ruff's lint
+rules, and the package pyright's type checks, with the settings in pyproject.toml ([tool.ruff],
+[tool.pyright]); the native module's C++ and CUDA sources (csrc/) are as clang-format writes them
+with csrc/.clang-format. Each check is skipped, with the reason, where its tool is not installed
+(the ``test`` extra installs them all, at the versions that pre-commit runs)."""
 
 import pathlib
 import re
@@ -26,9 +28,13 @@ def run(command: list, timeout: float) -> subprocess.CompletedProcess:
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
 
 
-def test_ruff_lint_finds_nothing_in_the_package():
-    result = run([tool("ruff"), "check", "--no-cache", "--output-format", "concise", "jaxmg"], timeout=120)
-    assert result.returncode == 0, f"ruff check jaxmg:\n{result.stdout}{result.stderr}"
+#: The folders of Python code that ruff lints (the pre-commit hook's too).
+PYTHON_FOLDERS = ("jaxmg", "tests", "benchmarks", "examples", "scripts")
+
+
+def test_ruff_lint_finds_nothing_in_the_python_code():
+    result = run([tool("ruff"), "check", "--no-cache", "--output-format", "concise", *PYTHON_FOLDERS], timeout=120)
+    assert result.returncode == 0, f"ruff check {' '.join(PYTHON_FOLDERS)}:\n{result.stdout}{result.stderr}"
 
 
 def test_pyright_finds_no_error_in_the_package():
@@ -37,3 +43,11 @@ def test_pyright_finds_no_error_in_the_package():
     result = run([tool("pyright"), "--pythonpath", sys.executable], timeout=600)
     clean = result.returncode == 0 and re.search(r"^0 errors", result.stdout, re.M)
     assert clean, f"pyright:\n{result.stdout}{result.stderr}"
+
+
+def test_clang_format_leaves_the_native_sources_as_they_are():
+    # --dry-run --Werror: a file that clang-format would change is an error naming the lines.
+    sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc").iterdir() if p.suffix in (".cc", ".h", ".cu"))
+    assert sources, "no C++ or CUDA sources found in csrc/"
+    result = run([tool("clang-format"), "--dry-run", "--Werror", *sources], timeout=120)
+    assert result.returncode == 0, f"clang-format --dry-run --Werror csrc/ (csrc/.clang-format):\n{result.stderr}"

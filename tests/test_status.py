@@ -10,8 +10,8 @@ from jax.sharding import AxisType, PartitionSpec as P
 from scipy.linalg import lapack
 
 import jaxmg
-from jaxmg.kernels import status
 from helpers import make_mesh, put, spd_matrix
+from jaxmg.kernels import status
 
 N = 32
 FAILING = [1, 6, 21, 32]

@@ -5,10 +5,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import hermitian_matrix, lower_read, make_mesh, put, random_matrix, spd_matrix
 from jax.sharding import AxisType, PartitionSpec as P
 
 import jaxmg
+from helpers import hermitian_matrix, lower_read, make_mesh, put, random_matrix, spd_matrix
 
 N, M, BATCH = 16, 32, 3
 RNG = np.random.default_rng(0)

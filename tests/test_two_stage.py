@@ -23,7 +23,7 @@ def _wide(x):
     return hm.wide(np.asarray(x))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _stage1(n, band, dtype):
     return jax.jit(lambda a: ts.reduce_to_band(a, band, reflectors=True))
 
@@ -54,7 +54,7 @@ def test_stage1_is_an_orthogonal_similarity_onto_the_band(dtype):
     assert hm.factor_error(ah, q @ _wide(b_mat) @ np.conj(q).T, dtype) <= hm.THRESHOLD
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _stage2(vectors):
     return jax.jit(functools.partial(ts.band_to_tridiagonal_reference, vectors=vectors))
 

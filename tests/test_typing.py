@@ -1,12 +1,16 @@
-"""jaxtyping signatures, checked at run time with beartype when JAXMG_TYPECHECK=1."""
+"""jaxtyping signatures, checked at run time with beartype when JAXMG_TYPECHECK=1, and on every call
+that the test suite makes when run with jaxtyping's pytest option (its import hook)."""
 
 import os
 import subprocess
 import sys
 import textwrap
+import typing
 from pathlib import Path
 
-import typing
+import jaxtyping
+import numpy as np
+import pytest
 
 import jaxmg
 
@@ -124,3 +128,19 @@ def test_every_public_signature_accepts_what_the_call_accepts():
     assert len([line for line in lines if line.startswith("accepted")]) == 60, lines
     rejected = [line for line in lines if line.startswith("rejected rank 3")]
     assert len(rejected) == 20 and all("TypeCheckError" in line for line in rejected), lines
+
+
+#: The pytest option that checks every function and class of jaxmg against its annotations at run
+#: time (jaxtyping's pytest plugin, beartype checking every element of a container), as Equinox
+#: runs its tests: ``bash tests/run.sh "--jaxtyping-packages=$JAXTYPING"`` (docs/processes.md).
+JAXTYPING = "jaxmg,beartype.beartype(conf=beartype.BeartypeConf(strategy=beartype.BeartypeStrategy.On))"
+
+
+def test_the_suite_checks_jaxmg_against_its_annotations(request):
+    """With ``--jaxtyping-packages=jaxmg,...`` jaxtyping instruments jaxmg as it is imported: a call
+    whose right-hand side disagrees with a's order fails jaxtyping's check before the operation's
+    own (without the instrumentation, the operation's ValueError)."""
+    if "jaxmg" not in (request.config.getoption("jaxtyping_packages") or "").split(","):
+        pytest.skip("the suite runs without jaxtyping's checks of jaxmg (--jaxtyping-packages=jaxmg,... runs them)")
+    with pytest.raises(jaxtyping.TypeCheckError, match="parameter 'b'"):
+        jaxmg.potrs(np.eye(4), np.ones(3))

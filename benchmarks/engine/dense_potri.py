@@ -48,15 +48,18 @@ h = ctypes.c_void_p()
 assert solver.cusolverDnCreate(ctypes.byref(h)) == 0
 
 
-for n in args.sizes:
+def measure(n: int) -> dict:
+    """One JSON record for order n; the arrays of order n are freed when it returns."""
     x = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float64)
-    a = (x @ x.T) / n + 2 * jnp.eye(n)
-    a.block_until_ready(); del x
+    a = ((x @ x.T) / n + 2 * jnp.eye(n)).block_until_ready()
+    del x
     chol = jax.jit(jnp.linalg.cholesky)
     t_chol, _ = _median_time(lambda: chol(a), 5)
     L = chol(a).block_until_ready()
     lwork = ctypes.c_int()
-    assert solver.cusolverDnDpotri_bufferSize(h, 1, n, ctypes.c_void_p(L.unsafe_buffer_pointer()), n, ctypes.byref(lwork)) == 0
+    status = solver.cusolverDnDpotri_bufferSize(h, 1, n, ctypes.c_void_p(L.unsafe_buffer_pointer()), n,
+                                                ctypes.byref(lwork))
+    assert status == 0, status
     work = jnp.zeros((max(lwork.value, 1),), jnp.float64).block_until_ready()
     info = jnp.zeros((1,), jnp.int32).block_until_ready()
     copy = jax.jit(lambda v: v + 0.0)
@@ -71,7 +74,7 @@ for n in args.sizes:
         assert st == 0, st
         return time.perf_counter() - t, c
     potri()
-    ts = sorted(potri()[0] for _ in range(5)); t_potri = ts[2]
+    t_potri = sorted(potri()[0] for _ in range(5))[2]
     _, c = potri()
     inv_ref = jnp.tril(c) + jnp.tril(c, -1).T
     resid = float(jnp.sqrt(jnp.mean((a @ inv_ref - jnp.eye(n)) ** 2)))
@@ -79,11 +82,14 @@ for n in args.sizes:
     fac_only = jax.jit(lambda a: jaxmg.Cholesky(a).factor)
     t_fac, _ = _median_time(lambda: fac_only(a), 3)
     t_both, _ = _median_time(lambda: inv(a), 3)
-    rec = dict(n=n, jax_cholesky_s=t_chol, cusolver_potri_s=t_potri, potri_over_cholesky=t_potri / t_chol,
-               potri_residual_rms=resid, jaxmg_factor_s=t_fac, jaxmg_factor_and_inverse_s=t_both,
-               jaxmg_inverse_over_factor=(t_both - t_fac) / t_fac)
+    return dict(n=n, jax_cholesky_s=t_chol, cusolver_potri_s=t_potri, potri_over_cholesky=t_potri / t_chol,
+                potri_residual_rms=resid, jaxmg_factor_s=t_fac, jaxmg_factor_and_inverse_s=t_both,
+                jaxmg_inverse_over_factor=(t_both - t_fac) / t_fac)
+
+
+for n in args.sizes:
+    rec = measure(n)
     print("RESULT", json.dumps(rec), flush=True)
     if args.out:
         with open(args.out, "a") as f:
             f.write(json.dumps(rec) + "\n")
-    del a, L, c, work, inv_ref

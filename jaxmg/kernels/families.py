@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple, Optional, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Optional, Protocol, runtime_checkable
 
 import jax
 from jax.sharding import PartitionSpec as P
@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # types only: the kernels read a plan, they do not build one
     from .._layout import AnyMesh, Grid
 
 
+@runtime_checkable  # annotations that a run-time type checker can check
 class KernelPlan(Protocol):
     """What the kernels read from a call's plan (``jaxmg._plan.Plan``): where it runs, a's shape,
     the native tile and Cholesky order, and the caller's layout of ``a``."""
@@ -67,6 +68,7 @@ class QRState(NamedTuple):
     aux: jax.Array
 
 
+@runtime_checkable  # annotations that a run-time type checker can check
 class CholeskyKernels(Protocol):
     @property
     def lower_readable(self) -> bool: ...  # lower() can read L from this backend's state
@@ -80,6 +82,7 @@ class CholeskyKernels(Protocol):
     def lower(self, state: CholeskyState) -> jax.Array: ...
 
 
+@runtime_checkable  # annotations that a run-time type checker can check
 class LUKernels(Protocol):
     @property
     def hermitian(self) -> bool: ...  # False
@@ -90,6 +93,7 @@ class LUKernels(Protocol):
     def slogdet(self, state: LUState) -> tuple[jax.Array, jax.Array]: ...
 
 
+@runtime_checkable  # annotations that a run-time type checker can check
 class QRKernels(Protocol):
     def factor(self, a) -> tuple[QRState, jax.Array]: ...
     def q(self, state: QRState) -> jax.Array: ...
@@ -99,6 +103,7 @@ class QRKernels(Protocol):
     def normal_solve(self, state: QRState, y, spec) -> jax.Array: ...
 
 
+@runtime_checkable  # annotations that a run-time type checker can check
 class DecompositionKernels(Protocol):
     def syevd(self, a) -> tuple[jax.Array, jax.Array, jax.Array]: ...
     def sygvd(self, a, b) -> tuple[jax.Array, jax.Array, jax.Array]: ...

@@ -52,7 +52,8 @@ def main() -> int:
     loss = lambda a, b: jnp.sum(jnp.sin(lx.linear_solve(lx.MatrixLinearOperator(a, lx.positive_semidefinite_tag),  # noqa: E731
                                                         b, solver=jl.Cholesky()).value))
     ga, gb = jax.grad(loss, argnums=(0, 1))(a, jnp.asarray(b))
-    ra, rb = jax.grad(lambda a, b: jnp.sum(jnp.sin(jnp.linalg.solve(a, b))), argnums=(0, 1))(jnp.asarray(A), jnp.asarray(b))
+    ra, rb = jax.grad(lambda a, b: jnp.sum(jnp.sin(jnp.linalg.solve(a, b))), argnums=(0, 1))(
+        jnp.asarray(A), jnp.asarray(b))
     err_b = float(jnp.max(jnp.abs(gb - rb)) / jnp.max(jnp.abs(rb)))
     sym = lambda m: (m + m.T) / 2  # noqa: E731
     err_a = float(jnp.max(jnp.abs(sym(ga) - sym(ra))) / jnp.max(jnp.abs(ra)))

@@ -98,7 +98,7 @@ def grid_of(mesh, spec):
     return Grid(mesh, ent(entries[0]), ent(entries[1]))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled(kernel, grid, tile, kinds, outs, donate):
     import jax
     from jax.sharding import PartitionSpec as P

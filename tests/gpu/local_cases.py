@@ -85,7 +85,8 @@ for dtype in DTYPES:
         bad = a.copy()
         bad[20, 20] = -1.0
         stack = np.stack([a, bad, a]).astype(dtype)
-        xs, sts = jax.jit(jax.vmap(lambda a, b: jaxmg.potrs(a, b, return_status=True)))(put(stack), put(np.ones((3, 128), dtype)))
+        xs, sts = jax.jit(jax.vmap(lambda a, b: jaxmg.potrs(a, b, return_status=True)))(
+            put(stack), put(np.ones((3, 128), dtype)))
         assert list(np.asarray(sts)) == [0, 21, 0], np.asarray(sts)
         assert np.all(np.isnan(np.asarray(xs[1]))) and np.all(np.isfinite(np.asarray(xs[0])))
         nan = a.copy()
@@ -172,8 +173,8 @@ def _():
         _, a = spd(24, dtype, seed=4)
         b = np.random.default_rng(5).standard_normal(24).astype(dtype)
         check_grads(lambda a, b: jaxmg.potrs(a, b), (put(a), put(b)), order=2, modes=["fwd", "rev"])
-        check_grads(lambda a: jaxmg.potrs(a, jnp.ones(24, dtype), return_logdet=True)[1], (put(a),), order=2,
-                    modes=["fwd", "rev"])
+        check_grads(lambda a, dtype=dtype: jaxmg.potrs(a, jnp.ones(24, dtype), return_logdet=True)[1], (put(a),),
+                    order=2, modes=["fwd", "rev"])
         check_grads(lambda a: jaxmg.cholesky(a), (put(a),), order=1, modes=["fwd", "rev"])
         check_grads(lambda a, b: jaxmg.lu_solve(a, b), (put(a + 0.3 * np.tril(a, -1)), put(b)), order=1,
                     modes=["fwd", "rev"])
@@ -217,7 +218,8 @@ def _():
              "cholesky": (lambda a, b: jaxmg.cholesky(a), lambda a, b: jnp.linalg.cholesky(a)),
              "lu_solve": (jaxmg.lu_solve, jnp.linalg.solve),
              "lu_inverse": (lambda a, b: jaxmg.LU(a).inverse(), lambda a, b: jnp.linalg.inv(a)),
-             "gp_grad": (jax.grad(lambda a, b: jnp.vdot(b, jaxmg.potrs(a, b)) + jaxmg.potrs(a, b, return_logdet=True)[1]),
+             "gp_grad": (jax.grad(lambda a, b: jnp.vdot(b, jaxmg.potrs(a, b))
+                                  + jaxmg.potrs(a, b, return_logdet=True)[1]),
                          jax.grad(lambda a, b: jnp.vdot(b, jsl.cho_solve(jsl.cho_factor(a, lower=True), b))
                                   + 2 * jnp.sum(jnp.log(jnp.diagonal(jnp.linalg.cholesky(a))))))}
     out = []

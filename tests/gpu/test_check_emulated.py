@@ -8,20 +8,18 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
-import pytest
-
 import jax
 import jax.numpy as jnp
-from jax.test_util import check_grads
+import numpy as np
+import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.test_util import check_grads
 
 import jaxmg
+from _emulation import mesh as _mesh, require_cpu_devices
 from jaxmg import _dispatch
 from jaxmg.kernels import native, status as _status
 from jaxmg.modules import check as _check
-
-from _emulation import mesh as _mesh, require_cpu_devices
 
 require_cpu_devices(4)
 

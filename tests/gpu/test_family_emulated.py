@@ -1,8 +1,8 @@
 """The native Cholesky family kernels, checked on CPU against an emulated cuSOLVERMp.
 
 ``cholesky_factor`` / ``cholesky_solve`` / ``cholesky_logdet`` / ``cholesky_lower`` /
-``cholesky_triangle``/``cholesky_to_a_order`` (the inverse) of ``jaxmg.kernels.native`` redistribute in JAX and call two FFI handlers
-(csrc/cholesky.cc): ``jaxmg_potrf`` (natural mode: potrf with ``uplo=UPPER`` on the
+``cholesky_triangle``/``cholesky_to_a_order`` (the inverse) of ``jaxmg.kernels.native`` redistribute in JAX and
+call two FFI handlers (csrc/cholesky.cc): ``jaxmg_potrf`` (natural mode: potrf with ``uplo=UPPER`` on the
 column-major view, in place, no layout step) and ``jaxmg_potrs`` (potrs and the local log det
 with that factor, read only; status 0).
 Both are replaced by the pure-JAX emulation in tests/gpu/_emulation.py (``Emulator``) of what
@@ -23,17 +23,23 @@ Runs on CPU with 4 of the simulated devices.
 """
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
-
-import jax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from _emulation import (
+    cholesky_kernels,
+    hermitian_with_junk as _matrix,
+    kernel_layouts,
+    mesh as _mesh,
+    patch as _patch,
+    require_cpu_devices,
+    rhs as _rhs,
+    solve_gradients,
+)
 from jaxmg import _layout
 from jaxmg.kernels import native, triangular
-
-from _emulation import (cholesky_kernels, kernel_layouts, hermitian_with_junk as _matrix, mesh as _mesh, patch as _patch,
-                        require_cpu_devices, rhs as _rhs, solve_gradients)
 
 require_cpu_devices(4)
 
@@ -273,13 +279,14 @@ def test_public_module_layouts(shape, spec, native_backend, monkeypatch):
         m.setattr(native.Cholesky, "factor", lambda *args, **kw: pytest.fail("natural=True refactored"))
         np.testing.assert_allclose(np.asarray(nat.factor), np.linalg.cholesky(a), rtol=1e-10, atol=1e-10)
         np.testing.assert_allclose(np.asarray(nat.solve(b)), np.linalg.solve(a, b), rtol=1e-10, atol=1e-10)
-    assert {c[:2] for c in emu.calls} <= {("potrf", cholesky_kernels._MODE_NATURAL), ("potrs", cholesky_kernels._MODE_NATURAL)}
+    natural = cholesky_kernels._MODE_NATURAL
+    assert {c[:2] for c in emu.calls} <= {("potrf", natural), ("potrs", natural)}
 
     donated = jaxmg.Cholesky(jax.device_put(a_in, NamedSharding(mesh, spec)), T_A=tile, mesh=mesh, donate=True,
                              backend="native")
     np.testing.assert_allclose(np.asarray(donated.solve(b)), np.linalg.solve(a, b), rtol=1e-10, atol=1e-10)
     with pytest.raises(ValueError, match="natural=True"):
-        donated.factor
+        _ = donated.factor
 
 
 def test_unused_native_kernel_leaves_no_empty_manual_computation(monkeypatch):

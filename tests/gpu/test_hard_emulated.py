@@ -24,7 +24,7 @@ from helpers import make_mesh, put  # noqa: E402
 DTYPES = [np.float64, np.complex64]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _results(names: tuple, dtype, emulator) -> tuple:
     """The group's results on the emulated native backend, and whether the native kernels ran."""
     mesh = make_mesh((2, 2), ("x", "y"), axis_types=AxisType.Explicit)

@@ -14,10 +14,9 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
-from jaxmg.kernels import cyclic
-from jaxmg import _layout
-
 from _emulation import hermitian_with_junk, require_cpu_devices
+from jaxmg import _layout
+from jaxmg.kernels import cyclic
 
 require_cpu_devices(8)
 

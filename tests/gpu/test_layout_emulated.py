@@ -2,24 +2,22 @@
 
 ``jaxmg.kernels.native`` prepares the local blocks, the right-hand side and the FFI attributes
 in JAX, and the FFI handler (csrc/cholesky.cc) reorders tiles and calls cuSOLVERMp. Here the FFI
-calls are replaced by the pure-JAX emulation in tests/gpu/_emulation.py of exactly what the handler and cuSOLVERMp do with the
-buffers (the in-place symmetrization and tile reorder of csrc, the block-cyclic descriptors,
+calls are replaced by the pure-JAX emulation in tests/gpu/_emulation.py of exactly what the handler and cuSOLVERMp
+do with the buffers (the in-place symmetrization and tile reorder of csrc, the block-cyclic descriptors,
 potrf/potrs with uplo=LOWER (in-place mode) or UPPER (natural mode) on the column-major view),
 so that every grid, padding and permutation rule, and the kernel contract seen from the public
 API, is checked without a GPU. Runs on CPU with 4 of the simulated devices.
 """
 from __future__ import annotations
 
+import jax  # noqa: E402
 import numpy as np
 import pytest
-
-import jax  # noqa: E402
 from jax.sharding import AxisType, PartitionSpec as P  # noqa: E402
 
+from _emulation import hermitian_with_junk as _matrix, patch  # noqa: E402
 from jaxmg import _layout  # noqa: E402
 from jaxmg.kernels import native  # noqa: E402
-
-from _emulation import hermitian_with_junk as _matrix, patch  # noqa: E402
 
 if jax.default_backend() != "cpu" or len(jax.devices()) < 4:
     pytest.skip("needs 4 CPU devices (tests/conftest.py sets up 8)",

@@ -12,18 +12,23 @@ Runs on CPU with 4 of the simulated devices.
 """
 from __future__ import annotations
 
-import numpy as np
-import pytest
-
 import jax
 import jax.numpy as jnp
+import numpy as np
+import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from _emulation import (
+    PUBLIC_LAYOUTS,
+    kernel_layouts,
+    mesh as _mesh,
+    patch as _patch,
+    require_cpu_devices,
+    rhs as _rhs,
+    solve_gradients,
+)
 from jaxmg import _layout
 from jaxmg.kernels import native
-
-from _emulation import (PUBLIC_LAYOUTS, kernel_layouts, mesh as _mesh, patch as _patch, require_cpu_devices,
-                        rhs as _rhs, solve_gradients)
 
 require_cpu_devices(4)
 

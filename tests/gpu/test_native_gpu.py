@@ -48,7 +48,8 @@ def _launch(nproc: int) -> subprocess.CompletedProcess:
     env.pop("XLA_FLAGS", None)  # the CPU test set-up's simulated devices
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
-    cmd = [sys.executable, str(ROOT / "scripts" / "gpu" / "launch.py"), "-n", str(nproc), "--timeout", "900", str(CASES)]
+    cmd = [sys.executable, str(ROOT / "scripts" / "gpu" / "launch.py"), "-n", str(nproc), "--timeout", "900",
+           str(CASES)]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1000)
 
 

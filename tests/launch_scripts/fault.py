@@ -68,8 +68,9 @@ if mode == "raise-early" and rank == failing:
 if mode == "kill-in-solve":
     # Every rank solves with jaxmg.potrs (N = FAULT_N, default 64) again and again; after the
     # third solve FAILING_RANK dies of SIGKILL while the others are in the fourth.
-    import jaxmg
     from jax.sharding import AxisType
+
+    import jaxmg
 
     size = int(os.environ.get("FAULT_N", "64"))
     grid = jax.make_mesh((n, 1), ("x", "y"), axis_types=(AxisType.Auto,) * 2)

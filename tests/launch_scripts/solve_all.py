@@ -4,13 +4,12 @@ Started by tests/test_multiprocess.py as ``python -m jaxmg.launch -n 4 solve_all
 CPU device per process, so every collective crosses processes.
 """
 
-import numpy as np
-
-import jaxmg  # joins the other processes first
-
 import jax
+import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+import jaxmg  # joins the other processes first
 
 jax.config.update("jax_enable_x64", True)
 

@@ -5,13 +5,12 @@ CPU device per process, so every collective crosses processes. Each pass solves 
 meshes (eagerly and in jit) and with a Cholesky module factored on each mesh in pass 0.
 """
 
-import numpy as np
-
-import jaxmg  # joins the other processes first
-
 import jax
+import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+import jaxmg  # joins the other processes first
 
 jax.config.update("jax_enable_x64", True)
 

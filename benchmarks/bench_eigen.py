@@ -56,30 +56,20 @@ from _common import emit, results_path, worker_env  # noqa: E402
 
 CASES = ("eigvalsh", "eigh", "sygvd", "svd", "svdvals", "polar")
 IMPLS = ("jax", "jaxmg", "jax.scipy", "jaxmg.two_stage")
-STACKS = (
-    "512x32:float32",
-    "512x64:float32",
-    "512x128:float32",
-    "512x256:float32",
-    "512x512:float32",
-    "1024x256:float64",
-)
+STACKS = ("512x32:float32", "512x64:float32", "512x128:float32", "512x256:float32", "512x512:float32",
+          "1024x256:float64")
 
 
 def _args(argv=None):
-    p = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0],
-        epilog="\n".join(__doc__.splitlines()[1:]),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog="\n".join(__doc__.splitlines()[1:]),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
     p.add_argument("--sizes", type=int, nargs="*", default=[8192, 16384, 32768], help="orders of one matrix")
     p.add_argument("--stacks", nargs="*", default=list(STACKS), help="COUNTxORDER[:DTYPE] stacks")
     p.add_argument("--dtypes", nargs="+", default=["float64", "float32"])
     p.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS)
-    p.add_argument(
-        "--bands", type=int, nargs="+", default=[32, 64, 128], help="half-bandwidths of jaxmg.two_stage (eigvalsh)"
-    )
+    p.add_argument("--bands", type=int, nargs="+", default=[32, 64, 128],
+                   help="half-bandwidths of jaxmg.two_stage (eigvalsh)")
     p.add_argument("--runs", type=int, default=5, help="timed calls after the first (median reported)")
     p.add_argument("--timeout", type=int, default=600, help="seconds for one case's process")
     p.add_argument("--out", default=str(results_path("eigen.jsonl")))
@@ -110,30 +100,17 @@ def _functions(case: str, impl: str, band: int = 64):
     if impl == "jaxmg":
         import jaxmg.numpy.linalg as la
         import jaxmg.scipy.linalg as sla
-
-        table = {
-            "eigvalsh": la.eigvalsh,
-            "eigh": la.eigh,
-            "sygvd": sla.eigh,
-            "svdvals": la.svdvals,
-            "svd": lambda a: la.svd(a, full_matrices=False),
-            "polar": sla.polar,
-        }
+        table = {"eigvalsh": la.eigvalsh, "eigh": la.eigh, "sygvd": sla.eigh, "svdvals": la.svdvals,
+                 "svd": lambda a: la.svd(a, full_matrices=False), "polar": sla.polar}
     elif impl == "jax":
-
         def polar_by_svd(a):
             u, s, vh = jnp.linalg.svd(a, full_matrices=False)
             vh_h = jnp.conj(jnp.swapaxes(vh, -1, -2))
             return u @ vh, (vh_h * s[..., None, :].astype(a.dtype)) @ vh
 
-        table = {
-            "eigvalsh": jnp.linalg.eigvalsh,
-            "eigh": jnp.linalg.eigh,
-            "sygvd": jax.scipy.linalg.eigh,
-            "svdvals": jnp.linalg.svdvals,
-            "svd": lambda a: jnp.linalg.svd(a, full_matrices=False),
-            "polar": polar_by_svd,
-        }
+        table = {"eigvalsh": jnp.linalg.eigvalsh, "eigh": jnp.linalg.eigh, "sygvd": jax.scipy.linalg.eigh,
+                 "svdvals": jnp.linalg.svdvals, "svd": lambda a: jnp.linalg.svd(a, full_matrices=False),
+                 "polar": polar_by_svd}
     elif case == "polar" and impl == "jax.scipy":
         return jax.scipy.linalg.polar, False
     else:
@@ -210,11 +187,8 @@ def _two_stage_parts(call, a, band: int, dtype: str, runs: int) -> dict:
     stage1 = jax.jit(jnp.vectorize(stage1, signature="(n,n)->(k,n)"))
     stage23 = jax.jit(two_stage.band_eigvalsh)
     ab = stage1(a)
-    out = {
-        "band": band,
-        "stage1_s": statistics.median(_timed(stage1, (a,), runs)[1]),
-        "stage23_s": statistics.median(_timed(stage23, (ab,), runs)[1]),
-    }
+    out = {"band": band, "stage1_s": statistics.median(_timed(stage1, (a,), runs)[1]),
+           "stage23_s": statistics.median(_timed(stage23, (ab,), runs)[1])}
     w, ref = call(a), jax.jit(jnp.linalg.eigvalsh)(a)
     scale = jnp.max(jnp.abs(ref)) * a.shape[-1] * float(jnp.finfo(dtype).eps)
     out["value_error"] = float(jnp.max(jnp.abs(w - ref)) / scale)
@@ -228,18 +202,8 @@ def child(case: str, impl: str, count: str, n: str, dtype: str, runs: int, band:
     jax.config.update("jax_enable_x64", True)
     device = jax.devices()[0]
     count, n = int(count), int(n)
-    rec = dict(
-        bench="eigen",
-        case=case,
-        impl=impl,
-        N=n,
-        count=count,
-        dtype=dtype,
-        device_kind=device.device_kind,
-        platform=device.platform,
-        jax=jax.__version__,
-        date=time.strftime("%Y-%m-%d"),
-    )
+    rec = dict(bench="eigen", case=case, impl=impl, N=n, count=count, dtype=dtype, device_kind=device.device_kind,
+               platform=device.platform, jax=jax.__version__, date=time.strftime("%Y-%m-%d"))
     try:
         fn, needs_b = _functions(case, impl, band)
         a, b = _inputs(count, n, dtype, case)
@@ -265,14 +229,13 @@ def _run_child(args, case, impl, count, n, dtype, band=None) -> dict:
         command += ["--band", str(band)]
         base["band"] = band
     try:
-        proc = subprocess.run(
-            command, capture_output=True, text=True, env=worker_env(HERE.parents[1]), timeout=args.timeout
-        )
+        proc = subprocess.run(command, capture_output=True, text=True, env=worker_env(HERE.parents[1]),
+                              timeout=args.timeout)
     except subprocess.TimeoutExpired:
         return dict(base, error=f"timeout after {args.timeout} s")
     for line in proc.stdout.splitlines():
         if line.startswith("RECORD "):
-            return json.loads(line[len("RECORD ") :])
+            return json.loads(line[len("RECORD "):])
     return dict(base, error=f"exit {proc.returncode}: {proc.stderr.strip()[-1000:]}")
 
 

@@ -47,7 +47,6 @@ def __getattr__(name):
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'jaxmg' has no attribute {name!r}")
 
-
 __all__ = [
     "Cholesky",
     "Eigh",

@@ -36,13 +36,8 @@ def _opaque_ffi_call(target, results, operands, boot=(), aliases=None, **attrs):
     compiles around it is the kernels' own program."""
     single = not isinstance(results, (tuple, list))
     shapes = (results,) if single else tuple(results)
-    out = jax.pure_callback(
-        lambda *args: tuple(np.zeros(r.shape, r.dtype) for r in shapes),
-        shapes,
-        *boot,
-        *operands,
-        vmap_method="expand_dims",
-    )
+    out = jax.pure_callback(lambda *args: tuple(np.zeros(r.shape, r.dtype) for r in shapes), shapes, *boot,
+                            *operands, vmap_method="expand_dims")
     return out[0] if single else out
 
 

@@ -37,13 +37,6 @@ def test_ruff_lint_finds_nothing_in_the_python_code():
     assert result.returncode == 0, f"ruff check {' '.join(PYTHON_FOLDERS)}:\n{result.stdout}{result.stderr}"
 
 
-def test_ruff_format_leaves_the_python_code_as_it_is():
-    result = run([tool("ruff"), "format", "--check", "--no-cache", *PYTHON_FOLDERS], timeout=120)
-    assert result.returncode == 0, (
-        f"ruff format --check {' '.join(PYTHON_FOLDERS)} (run ruff format on these):\n{result.stdout}{result.stderr}"
-    )
-
-
 def test_pyright_finds_no_error_in_the_package():
     # pyright reads [tool.pyright] (include = ["jaxmg"]) and resolves imports in this Python's
     # environment: jax, equinox, lineax as installed. One run: about 20 s of one core.

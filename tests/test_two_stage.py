@@ -3,7 +3,6 @@ test ratios: stage 1 (dense -> band) and stage 2 (band -> tridiagonal, the refer
 csrc/band.cu) as orthogonal similarities with exact zeros outside the band, the eigenvalues
 within 30 N eps ||A|| of LAPACK's on random, clustered, graded, repeated and rank-deficient
 spectra, under jit and vmap. The CUDA kernels' arithmetic runs in tests/gpu/two_stage_cases.py."""
-
 from __future__ import annotations
 
 import functools
@@ -60,11 +59,8 @@ def _stage2(vectors):
     return jax.jit(functools.partial(ts.band_to_tridiagonal_reference, vectors=vectors))
 
 
-@pytest.mark.parametrize(
-    "dtype,n,band",
-    [(d, 33, 8) for d in DTYPES] + [(np.float64, N, BAND)],
-    ids=lambda x: np.dtype(x).name if isinstance(x, type) else str(x),
-)
+@pytest.mark.parametrize("dtype,n,band", [(d, 33, 8) for d in DTYPES] + [(np.float64, N, BAND)],
+                         ids=lambda x: np.dtype(x).name if isinstance(x, type) else str(x))
 def test_stage2_is_an_orthogonal_similarity_onto_a_tridiagonal(dtype, n, band):
     b_mat = hm.hermitian_band(n, band, dtype)
     d, e, q = _stage2(True)(ts.lower_band(jnp.asarray(b_mat), band))
@@ -89,16 +85,8 @@ def _eigvalsh(band, stage3="sterf"):
     return functools.partial(ts.eigvalsh, band=band, stage3=stage3)  # compiled once per shape
 
 
-KINDS = [
-    "geometric-1e2",
-    "geometric-1e15",
-    "clustered-small",
-    "clustered-large",
-    "repeated",
-    "rank-deficient",
-    "graded-rows",
-    "zero",
-]
+KINDS = ["geometric-1e2", "geometric-1e15", "clustered-small", "clustered-large", "repeated", "rank-deficient",
+         "graded-rows", "zero"]
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.complex64], ids=lambda d: np.dtype(d).name)
@@ -151,9 +139,8 @@ def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="one matrix"):
         ts.reduce_to_band(np.ones((2, 4, 4)), 2)
     lower_only = np.tril(hm.hermitian_band(5, 5, np.float64)) + np.triu(np.full((5, 5), 7.0), 1)
-    np.testing.assert_allclose(
-        ts.eigvalsh(lower_only, 2, symmetrize_input=False), np.linalg.eigvalsh(lower_only, UPLO="L"), atol=1e-13
-    )
+    np.testing.assert_allclose(ts.eigvalsh(lower_only, 2, symmetrize_input=False),
+                               np.linalg.eigvalsh(lower_only, UPLO="L"), atol=1e-13)
     with pytest.raises(TypeError, match="no derivative"):
         jax.grad(lambda a: ts.eigvalsh(a, 2)[0])(np.eye(4))
     w = ts.eigvalsh(np.diag(np.arange(4)), 2)  # integers as float, as jnp.linalg.eigvalsh
@@ -186,31 +173,10 @@ def test_bench_eigen_records_the_two_stage_stages(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(root))
     env.pop("XLA_FLAGS", None)
     out = tmp_path / "eigen.jsonl"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(root / "benchmarks" / "bench_eigen.py"),
-            "--cases",
-            "eigvalsh",
-            "--impls",
-            "jaxmg.two_stage",
-            "--sizes",
-            "20",
-            "--stacks",
-            "--dtypes",
-            "float64",
-            "--bands",
-            "3",
-            "--runs",
-            "1",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_eigen.py"), "--cases", "eigvalsh",
+                           "--impls", "jaxmg.two_stage", "--sizes", "20", "--stacks", "--dtypes", "float64",
+                           "--bands", "3", "--runs", "1", "--out", str(out)],
+                          capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (rec,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert "error" not in rec, rec

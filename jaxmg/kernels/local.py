@@ -138,7 +138,6 @@ def lower_of(factor):
     """``tril(factor)`` (..., n, n), row-major, from the column-major factor that potrf leaves: on
     an NVIDIA GPU with the native library loaded, moved in the factor's own buffer
     (:mod:`.ffi.relayout`), where XLA would transpose it into a second matrix."""
-
     def moved(f):
         if not relayout.available():
             return jnp.tril(f)
@@ -196,11 +195,8 @@ class Decompositions(_Local):
         (:mod:`.qdwh`), else by the platform's own SVD."""
         if not compute_uv:
             return _by_platform(a, _svdvals_polar_eigh, _svdvals_own)
-        return _by_platform(
-            a,
-            functools.partial(_gesvd_polar_eigh, full_matrices=full_matrices),
-            functools.partial(_gesvd_own, full_matrices=full_matrices),
-        )
+        return _by_platform(a, functools.partial(_gesvd_polar_eigh, full_matrices=full_matrices),
+                            functools.partial(_gesvd_own, full_matrices=full_matrices))
 
     def polar(self, a):
         """(u_p, h, status), M >= N: by QDWH (:mod:`.qdwh`) where ``gesvd`` takes QDWH polar +

@@ -59,7 +59,6 @@ STAGE3_METHODS = ("sterf", "bisection", "native")
 
 # --- shared pieces ---------------------------------------------------------------------------
 
-
 def _ct(x):
     return jnp.conj(jnp.swapaxes(x, -1, -2))
 
@@ -124,7 +123,6 @@ def _check_band(band, n: int, name: str) -> int:
 
 
 # --- stage 1: dense -> band ------------------------------------------------------------------
-
 
 def panel_count(n: int, band: int) -> int:
     """How many panels stage 1 reduces: those with an entry beyond the band (N - k - b >= 2)."""
@@ -202,13 +200,11 @@ def _reduce(a, band: int, reflectors: bool, segments: int):
 
 
 @typing.overload
-def reduce_to_band(
-    a: jax.Array, band: int, *, reflectors: Literal[False] = False, segments: int = SEGMENTS
-) -> jax.Array: ...
+def reduce_to_band(a: jax.Array, band: int, *, reflectors: Literal[False] = False,
+                   segments: int = SEGMENTS) -> jax.Array: ...
 @typing.overload
-def reduce_to_band(
-    a: jax.Array, band: int, *, reflectors: Literal[True], segments: int = SEGMENTS
-) -> tuple[jax.Array, jax.Array, jax.Array]: ...
+def reduce_to_band(a: jax.Array, band: int, *, reflectors: Literal[True],
+                   segments: int = SEGMENTS) -> tuple[jax.Array, jax.Array, jax.Array]: ...
 def reduce_to_band(a: jax.Array, band: int, *, reflectors: bool = False, segments: int = SEGMENTS):
     """Stage 1: ``B = Q^H A Q`` Hermitian with half-bandwidth ``band`` (zero where |i - j| >
     band), A the Hermitian matrix of ``a``'s lower triangle. a: (N, N), float32 to complex128.
@@ -272,11 +268,8 @@ def task_order(n: int, band: int, lag: int | None = None) -> np.ndarray:
         return np.array(order, dtype=np.int32).reshape(-1, 2)
     done, order = [0] * sweeps, []
     while any(done[i] < counts[i] for i in range(sweeps)):
-        ready = [
-            i
-            for i in range(sweeps)
-            if done[i] < counts[i] and (i == 0 or done[i - 1] >= min(done[i] + lag, counts[i - 1]))
-        ]
+        ready = [i for i in range(sweeps) if done[i] < counts[i]
+                 and (i == 0 or done[i - 1] >= min(done[i] + lag, counts[i - 1]))]
         for i in reversed(ready):
             order.append(task_window(i, done[i], band))
             done[i] += 1
@@ -331,16 +324,14 @@ def band_to_tridiagonal_reference(ab: jax.Array, *, vectors: bool = False, lag: 
     small matrices, not for speed."""
     ab = jnp.asarray(ab)
     if ab.ndim != 2 or ab.shape[0] < 1:
-        raise ValueError(
-            f"band_to_tridiagonal_reference: ab must be lower band storage (band + 1, N); got shape {ab.shape}"
-        )
+        raise ValueError("band_to_tridiagonal_reference: ab must be lower band storage (band + 1, N); "
+                         f"got shape {ab.shape}")
     if ab.dtype not in _DTYPES:
         raise ValueError(f"band_to_tridiagonal_reference: ab's dtype must be float32 to complex128; got {ab.dtype}")
     return _chase(ab, jnp.asarray(task_order(ab.shape[1], ab.shape[0] - 1, lag)), vectors)
 
 
 # --- stage 3: tridiagonal eigenvalues ----------------------------------------------------------
-
 
 def _sterf_host(d, e):
     from scipy.linalg import lapack
@@ -364,7 +355,6 @@ def tridiagonal_eigvalsh(d: jax.Array, e: jax.Array, *, method: str = "sterf") -
         return jax.scipy.linalg.eigh_tridiagonal(d, e, eigvals_only=True)
     if method == "native":
         from .ffi import band as native_band
-
         return native_band.tridiagonal_eigvalsh(d, e)
     out = jax.ShapeDtypeStruct(d.shape, d.dtype)
     return jax.pure_callback(_sterf_host, out, d, e, vmap_method="sequential")
@@ -372,10 +362,8 @@ def tridiagonal_eigvalsh(d: jax.Array, e: jax.Array, *, method: str = "sterf") -
 
 # --- composition -------------------------------------------------------------------------------
 
-
 def _default_stage2() -> str:
     from .ffi import band as native_band
-
     return "native" if jax.default_backend() == "gpu" and native_band.available() else "reference"
 
 
@@ -405,7 +393,6 @@ def band_eigvalsh(ab: jax.Array, *, stage2: str | None = None, stage3: str | Non
     def one(ab):
         if stage2 == "native":
             from .ffi import band as native_band
-
             d, e = native_band.band_to_tridiagonal(ab)
         else:
             d, e = band_to_tridiagonal_reference(ab)
@@ -414,9 +401,8 @@ def band_eigvalsh(ab: jax.Array, *, stage2: str | None = None, stage3: str | Non
     return jnp.vectorize(one, signature="(k,n)->(n)")(jnp.asarray(ab))
 
 
-def eigvalsh(
-    a: jax.Array, band: int = 64, *, symmetrize_input: bool = True, stage2: str | None = None, stage3: str | None = None
-) -> jax.Array:
+def eigvalsh(a: jax.Array, band: int = 64, *, symmetrize_input: bool = True, stage2: str | None = None,
+             stage3: str | None = None) -> jax.Array:
     """The eigenvalues, ascending, of ``(a + a^H) / 2`` (``symmetrize_input``, as
     ``jnp.linalg.eigvalsh``) or of the Hermitian matrix of ``a``'s lower triangle, by the two
     stages: a (..., N, N), float32 to complex128 (integers as float); returns (..., N) real.
@@ -436,10 +422,8 @@ def _values(a, band: int, symmetrize_input: bool, stage2: str, stage3: str):
 
 @_values.defjvp
 def _values_jvp(band, symmetrize_input, stage2, stage3, primals, tangents):
-    raise TypeError(
-        "jaxmg.kernels.two_stage.eigvalsh has no derivative (it computes no eigenvectors): "
-        "differentiate jaxmg.numpy.linalg.eigvalsh or jnp.linalg.eigvalsh instead"
-    )
+    raise TypeError("jaxmg.kernels.two_stage.eigvalsh has no derivative (it computes no eigenvectors): "
+                    "differentiate jaxmg.numpy.linalg.eigvalsh or jnp.linalg.eigvalsh instead")
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))

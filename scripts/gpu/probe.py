@@ -1,8 +1,7 @@
 """One small native potrs on one GPU, no launcher (for debuggers):
 
-CUDA_VISIBLE_DEVICES=0 python3 scripts/gpu/probe.py
+    CUDA_VISIBLE_DEVICES=0 python3 scripts/gpu/probe.py
 """
-
 import sys
 from pathlib import Path
 

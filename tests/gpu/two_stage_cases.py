@@ -9,7 +9,6 @@ Prints one ``CASE <name> PASS|FAIL <detail>`` line per check and exits 1 if any 
 spectra, for all four dtypes, one matrix and stacks (vmap), by LAPACK's ratio: eigenvalues
 within 30 N eps ||A|| of ``numpy.linalg.eigvalsh``'s in double precision.
 """
-
 from __future__ import annotations
 
 import sys
@@ -44,7 +43,6 @@ if not native_band.available():
 
 for dtype in DTYPES:
     for n, band in ((7, 3), (200, 8), (515, 32), (1000, 64)):
-
         @case(f"sb2st_{np.dtype(dtype).name}_n{n}_b{band}")
         def _(n=n, band=band, dtype=dtype):
             b_mat = hm.hermitian_band(n, band, dtype, seed=n)
@@ -56,9 +54,7 @@ for dtype in DTYPES:
             assert ratio <= hm.THRESHOLD, ratio
             return f"eigenvalue ratio {ratio:.2f}, max |d - d_reference| / ||B|| {diff:.1e}"
 
-
 for dtype in (np.float32, np.float64):
-
     @case(f"bisection_{np.dtype(dtype).name}")
     def _(dtype=dtype):
         rng = np.random.default_rng(1)
@@ -73,9 +69,7 @@ for dtype in (np.float32, np.float64):
         assert ratio <= hm.THRESHOLD, ratio
         return f"ratio {ratio:.2f}"
 
-
 for dtype in DTYPES:
-
     @case(f"eigvalsh_hard_{np.dtype(dtype).name}")
     def _(dtype=dtype):
         n, out = 384, []
@@ -93,10 +87,8 @@ for dtype in DTYPES:
 def _():
     a = np.stack([hm.matrix(k, 256, 256, np.float32, structure="hermitian") for k in ("geometric-1e2", "repeated")])
     w = jax.jit(jax.vmap(lambda m: ts.eigvalsh(m, 16)))(a)
-    ratios = [
-        hm.value_error(w[k], np.linalg.eigvalsh(hm.wide(a[k])), np.linalg.norm(hm.wide(a[k]), 2), 256, np.float32)
-        for k in range(2)
-    ]
+    ratios = [hm.value_error(w[k], np.linalg.eigvalsh(hm.wide(a[k])), np.linalg.norm(hm.wide(a[k]), 2), 256, np.float32)
+              for k in range(2)]
     assert max(ratios) <= hm.THRESHOLD, ratios
     return f"ratios {ratios}"
 

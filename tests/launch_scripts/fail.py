@@ -2,7 +2,6 @@
 
 argv: PID_DIR [--ignore-sigterm]
 """
-
 import os
 import signal
 import sys

@@ -1,5 +1,4 @@
 """Every rank records its pid, says it is ready, and sleeps.  argv: PID_DIR"""
-
 import os
 import sys
 import time

@@ -27,14 +27,9 @@ def band_to_tridiagonal(ab: jax.Array) -> tuple[jax.Array, jax.Array]:
     b, n = ab.shape[-2] - 1, ab.shape[-1]
     real = jnp.finfo(ab.dtype).dtype
     scratch = _library._native_module().sb2st_scratch_bytes(n, b, jnp.dtype(ab.dtype).itemsize)
-    d, e, _ = per_matrix.call(
-        "jaxmg_sb2st",
-        [
-            jax.ShapeDtypeStruct((n,), real),
-            jax.ShapeDtypeStruct((max(n - 1, 0),), ab.dtype),
-            jax.ShapeDtypeStruct((scratch,), jnp.uint8),
-        ],
-    )(ab)
+    d, e, _ = per_matrix.call("jaxmg_sb2st", [jax.ShapeDtypeStruct((n,), real),
+                                              jax.ShapeDtypeStruct((max(n - 1, 0),), ab.dtype),
+                                              jax.ShapeDtypeStruct((scratch,), jnp.uint8)])(ab)
     return d, e
 
 
@@ -43,5 +38,5 @@ def tridiagonal_eigvalsh(d: jax.Array, e: jax.Array) -> jax.Array:
     real, float32 or float64), by bisection on Sturm counts, one GPU thread per eigenvalue."""
     _library.register()
     de = jnp.stack([d, jnp.pad(e, [(0, 0)] * (e.ndim - 1) + [(0, 1)])], axis=-2)
-    (w,) = per_matrix.call("jaxmg_tridiagonal_bisection", [jax.ShapeDtypeStruct(d.shape[-1:], d.dtype)])(de)
+    w, = per_matrix.call("jaxmg_tridiagonal_bisection", [jax.ShapeDtypeStruct(d.shape[-1:], d.dtype)])(de)
     return w

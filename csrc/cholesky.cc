@@ -222,8 +222,9 @@ bool use_tiled_solve(const Problem& pb, cublasFillMode_t fill) {
 bool factor_entry(GridCall& g, const Problem& pb, cublasFillMode_t fill, cusolverMpMatrixDescriptor_t desc_a, char* ak,
                   int32_t* status) {
   Context& ctx = *g.ctx;
-  cusolverStatus_t st = api().cusolverMpPotrf(ctx.handle, fill, pb.n, ak, 1, 1, desc_a, cuda_type(pb.dtype), g.work,
-                                              g.work_bytes, ctx.host_work.data(), ctx.host_work.size(), status);
+  cusolverStatus_t st =
+      api().cusolverMpPotrf(ctx.handle, fill, pb.n, ak, 1, 1, desc_a, cuda_type(pb.dtype), ctx.work.ptr, ctx.work.bytes,
+                            ctx.host_work.data(), ctx.host_work.size(), status);
   JAXMG_TRACE("potrf returned ", (int)st);
   // cuSOLVERMp 0.8 reports a matrix that is not positive definite as an internal error (and
   // info > 0): that is a result (status != 0, NaN outputs), not an exception.
@@ -256,7 +257,7 @@ void size_workspace(GridCall& g, const Problem& pb, cublasFillMode_t fill, cusol
     dwork = std::max(dwork, d2);
     hwork = std::max(hwork, h2);
   }
-  g.ensure_workspace(dwork, hwork);
+  g.ctx->ensure_workspace(dwork, hwork);
 }
 
 // The one implementation behind both handlers:
@@ -295,7 +296,7 @@ void potrf_potrs(GridCall& g, const Problem& pb, char* a, char* x, void* logdet,
       JAXMG_TRACE("tiled potrs issued");
     } else if (pb.solve && !failed) {
       check_mp(api().cusolverMpPotrs(ctx.handle, fill, n, pb.nrhs, ak, 1, 1, desc_a, x + k * bsz * elem, 1, 1, desc_b,
-                                     dtype, g.work, g.work_bytes, ctx.host_work.data(), ctx.host_work.size(),
+                                     dtype, ctx.work.ptr, ctx.work.bytes, ctx.host_work.data(), ctx.host_work.size(),
                                      static_cast<int32_t*>(ctx.info.ptr)),
                "cusolverMpPotrs");
       JAXMG_TRACE("potrs issued");

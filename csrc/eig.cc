@@ -63,7 +63,7 @@ void syevd(GridCall& g, const Problem& pb, char* a, char* w, char* z, int32_t* s
     char *ak = a + k * entry, *wk = w + k * wsz, *zk = z + k * entry;
     cusolverStatus_t st =
         api().cusolverMpSyevd(ctx.handle, compz, CUBLAS_FILL_MODE_LOWER, n, ak, 1, 1, desc, wk, zk, 1, 1, desc, dtype,
-                              g.work, g.work_bytes, ctx.host_work.data(), ctx.host_work.size(), status + k);
+                              ctx.work.ptr, ctx.work.bytes, ctx.host_work.data(), ctx.host_work.size(), status + k);
     JAXMG_TRACE("syevd returned ", (int)st);
     finish_entry(g, pb, st, /*minor_above=*/false, status + k, wk, zk);
   });
@@ -82,9 +82,10 @@ void sygvd(GridCall& g, const Problem& pb, char* a, char* b, char* w, char* z, i
            "cusolverMpSygvd_bufferSize");
   timed_batch(g, "sygvd", pb.batch, dwork, hwork, /*factors=*/true, [&](int64_t k) {
     char *ak = a + k * entry, *bk = b + k * entry, *wk = w + k * wsz, *zk = z + k * entry;
-    cusolverStatus_t st = api().cusolverMpSygvd(
-        ctx.handle, CUSOLVER_EIG_TYPE_1, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, n, ak, 1, 1, desc, bk, 1, 1,
-        desc, wk, zk, 1, 1, desc, dtype, g.work, g.work_bytes, ctx.host_work.data(), ctx.host_work.size(), status + k);
+    cusolverStatus_t st =
+        api().cusolverMpSygvd(ctx.handle, CUSOLVER_EIG_TYPE_1, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, n, ak,
+                              1, 1, desc, bk, 1, 1, desc, wk, zk, 1, 1, desc, dtype, ctx.work.ptr, ctx.work.bytes,
+                              ctx.host_work.data(), ctx.host_work.size(), status + k);
     JAXMG_TRACE("sygvd returned ", (int)st);
     finish_entry(g, pb, st, /*minor_above=*/true, status + k, wk, zk);
   });

@@ -368,13 +368,10 @@ cusolverMpMatrixDescriptor_t Context::matrix_desc(int pr, int pc, cudaDataType d
   return d;
 }
 
-void GridCall::ensure_workspace(size_t device_bytes, size_t host_bytes) {
-  ctx->work.ensure(std::max<size_t>(device_bytes, 256), "cudaMalloc(cuSOLVERMp workspace)");
-  work = ctx->work.ptr;
-  work_bytes = ctx->work.bytes;
-  std::vector<char>& host = ctx->host_work;
-  if (host.size() < std::max<size_t>(host_bytes, 1)) host.resize(std::max<size_t>(host_bytes, 1));
-  ctx->info.ensure(sizeof(int32_t) * 4, "cudaMalloc(info)");
+void Context::ensure_workspace(size_t device_bytes, size_t host_bytes) {
+  work.ensure(std::max<size_t>(device_bytes, 256), "cudaMalloc(cuSOLVERMp workspace)");
+  if (host_work.size() < std::max<size_t>(host_bytes, 1)) host_work.resize(std::max<size_t>(host_bytes, 1));
+  info.ensure(sizeof(int32_t) * 4, "cudaMalloc(info)");
   JAXMG_TRACE("workspace device ", device_bytes, " host ", host_bytes);
 }
 

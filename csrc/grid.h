@@ -154,6 +154,10 @@ struct Context : Watched {  // device, rank, communicator and abort state (watch
   // The pr x pc cuSOLVERMp grid, created once: column-major rank mapping (rank = p + q * pr), or
   // row-major (rank = p * pc + q) where `row_major` (the eigensolvers, csrc/eig.cc).
   cusolverMpGrid_t grid(int pr, int pc, bool row_major = false);
+  // cuSOLVERMp's device workspace (`work`) of at least `device_bytes`, grown with cudaMalloc
+  // outside XLA's pool and kept for later calls (a call holds the context's lock), the host
+  // workspace of at least `host_bytes`, and the status words.
+  void ensure_workspace(size_t device_bytes, size_t host_bytes);
   // The descriptor of an m x n matrix in mb x nb tiles on the pr x pc grid (local leading
   // dimension lld), created once per key.
   cusolverMpMatrixDescriptor_t matrix_desc(int pr, int pc, cudaDataType dtype, int64_t m, int64_t n, int64_t mb,
@@ -229,13 +233,6 @@ struct GridCall {
   std::shared_ptr<Context> ctx;          // held for the call: clear_cache() never destroys it under it
   std::unique_lock<std::mutex> busy;     // ctx->calls: one call at a time uses a context
   std::unique_ptr<Watch> watch;          // the communicator is watched while this call's work runs
-  void* work = nullptr;                  // cuSOLVERMp's device workspace for this call (the context's)
-  size_t work_bytes = 0;
-
-  // cuSOLVERMp's device workspace of at least `device_bytes` for this call (the context's own,
-  // grown with cudaMalloc outside XLA's pool and kept for later calls on the context, which
-  // holds it under its call lock), and the context's host workspace and status words.
-  void ensure_workspace(size_t device_bytes, size_t host_bytes);
 };
 // The call's grid: its cached context (created on first use), held and locked for the call, the
 // handle bound to `stream`, and a watch on the communicator (watchdog.h). Fails where the
@@ -295,7 +292,7 @@ void record_timing(int device, std::unique_ptr<TimedCall> call, cudaStream_t str
 template <typename Entry>
 void timed_batch(GridCall& g, const char* kind, int64_t batch, size_t dwork, size_t hwork, bool factors,
                  Entry&& entry) {
-  g.ensure_workspace(dwork, hwork);
+  g.ctx->ensure_workspace(dwork, hwork);
   auto timed = std::make_unique<TimedCall>(kind);
   timed->start(g.stream);
   timed->laid_out(g.stream);

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "scalar.cuh"
+
 namespace jaxmg {
 namespace {
 
@@ -86,19 +88,6 @@ cudaError_t reorder_cols_impl(E* a, int64_t rows, int64_t cols, int64_t ld, int6
   return cudaSuccess;
 }
 
-template <typename T>
-__device__ __forceinline__ double real_part(const T& x) {
-  return (double)x;
-}
-template <>
-__device__ __forceinline__ double real_part<cuFloatComplex>(const cuFloatComplex& x) {
-  return cuCrealf(x);
-}
-template <>
-__device__ __forceinline__ double real_part<cuDoubleComplex>(const cuDoubleComplex& x) {
-  return cuCreal(x);
-}
-
 template <typename T, typename R>
 __global__ void logdet_kernel(const T* __restrict__ a, int64_t ld, int64_t n_global, int64_t tile, int64_t Pr,
                               int64_t Pc, int64_t p, int64_t q, R* out) {
@@ -108,7 +97,7 @@ __global__ void logdet_kernel(const T* __restrict__ a, int64_t ld, int64_t n_glo
     int64_t g = i / tile, t = i % tile;
     if (g % Pr != p || g % Pc != q) continue;
     int64_t r = (g / Pr) * tile + t, c = (g / Pc) * tile + t;
-    s += log(real_part<T>(a[c * ld + r]));
+    s += log((double)scalar::re(a[c * ld + r]));
   }
   part[threadIdx.x] = s;
   __syncthreads();
@@ -278,19 +267,6 @@ cudaError_t pivots_to_int64(const int32_t* src, int64_t* dst, int64_t count, cud
 namespace jaxmg {
 namespace {
 
-template <typename T>
-__device__ __forceinline__ T conj_of(const T& x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ cuFloatComplex conj_of<cuFloatComplex>(const cuFloatComplex& x) {
-  return cuConjf(x);
-}
-template <>
-__device__ __forceinline__ cuDoubleComplex conj_of<cuDoubleComplex>(const cuDoubleComplex& x) {
-  return cuConj(x);
-}
-
 template <typename E, bool TC>
 __global__ void copy_tiles_kernel(const E* __restrict__ src, int64_t sld, E* __restrict__ dst, int64_t dld,
                                   const int64_t* __restrict__ offs, int64_t ntiles, int64_t T) {
@@ -309,7 +285,7 @@ __global__ void copy_tiles_kernel(const E* __restrict__ src, int64_t sld, E* __r
     for (int k = 0; k < 32; k += 8) {
       if (TC) {
         int64_t r = bj * 32 + tx, c = bi * 32 + ty + k;  // dest (r, c) = conj(src(c, r))
-        if (r < T && c < T) d[r + c * dld] = conj_of<E>(buf[tx][ty + k]);
+        if (r < T && c < T) d[r + c * dld] = scalar::cj(buf[tx][ty + k]);
       } else {
         int64_t r = bi * 32 + tx, c = bj * 32 + ty + k;
         if (r < T && c < T) d[r + c * dld] = buf[ty + k][tx];
@@ -325,7 +301,7 @@ __global__ void sym_diag_kernel(E* a, int64_t ld, const int64_t* __restrict__ of
     E* d = a + offs[2 * t];
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < T * T; i += (int64_t)gridDim.x * blockDim.x) {
       int64_t r = i % T, c = i / T;
-      if (r > c) d[r + c * ld] = conj_of<E>(d[c + r * ld]);
+      if (r > c) d[r + c * ld] = scalar::cj(d[c + r * ld]);
     }
   }
 }
@@ -354,7 +330,7 @@ __global__ void reflect_kernel(E* base, int64_t n, int64_t ld, int64_t batch, in
     for (int k = 0; k < 32; k += 8) {
       int64_t r = bi * 32 + tx, c = bj * 32 + ty + k;  // (r, c) = op((c, r))
       if (r < n && c < n && (to_lower ? r > c : r < c))
-        a[r + c * ld] = conj ? conj_of<E>(buf[tx][ty + k]) : buf[tx][ty + k];
+        a[r + c * ld] = conj ? scalar::cj(buf[tx][ty + k]) : buf[tx][ty + k];
       if (zero) {
         int64_t sr = bj * 32 + tx, sc = bi * 32 + ty + k;  // the source tile's own elements, read above
         if (sr < n && sc < n && (to_lower ? sr < sc : sr > sc)) a[sr + sc * ld] = E{};

@@ -54,8 +54,8 @@ void getrf(GridCall& g, const Problem& pb, char* a, int32_t* pivots, int32_t* st
   // no layout step: the block layout is read as it is
   timed_batch(g, "getrf", pb.batch, dwork, hwork, /*factors=*/true, [&](int64_t k) {
     char* ak = a + k * entry;
-    cusolverStatus_t st = api().cusolverMpGetrf(ctx.handle, n, n, ak, 1, 1, desc, ipiv, dtype, g.work, g.work_bytes,
-                                                ctx.host_work.data(), ctx.host_work.size(), status + k);
+    cusolverStatus_t st = api().cusolverMpGetrf(ctx.handle, n, n, ak, 1, 1, desc, ipiv, dtype, ctx.work.ptr,
+                                                ctx.work.bytes, ctx.host_work.data(), ctx.host_work.size(), status + k);
     JAXMG_TRACE("getrf returned ", (int)st);
     // A singular matrix is a result (status = info, NaN outputs), not an exception, also where
     // cuSOLVERMp reports it as a failed execution (then n + 1 where info is not set).
@@ -86,8 +86,8 @@ void getrs(GridCall& g, const Problem& pb, const char* f, const int32_t* pivots,
   timed_batch(g, "getrs", pb.batch, dwork, hwork, /*factors=*/false, [&](int64_t k) {
     check_cuda(pivots_to_int64(pivots + k * pb.mloc, ipiv, pb.mloc, g.stream), "pivots to int64");
     check_mp(api().cusolverMpGetrs(ctx.handle, CUBLAS_OP_N, n, pb.nrhs, f + k * pb.entry_bytes(), 1, 1, desc_a, ipiv,
-                                   x + k * bsz * elem, 1, 1, desc_b, dtype, g.work, g.work_bytes, ctx.host_work.data(),
-                                   ctx.host_work.size(), static_cast<int32_t*>(ctx.info.ptr)),
+                                   x + k * bsz * elem, 1, 1, desc_b, dtype, ctx.work.ptr, ctx.work.bytes,
+                                   ctx.host_work.data(), ctx.host_work.size(), static_cast<int32_t*>(ctx.info.ptr)),
              "cusolverMpGetrs");
     JAXMG_TRACE("getrs issued");
   });

@@ -43,8 +43,8 @@ void geqrf(GridCall& g, const Problem& pb, char* a, char* tau, int32_t* status) 
     char* ak = a + k * entry;
     check_cuda(cudaMemsetAsync(status + k, 0, sizeof(int32_t), g.stream), "cudaMemsetAsync(status)");
     cusolverStatus_t st =
-        api().cusolverMpGeqrf(ctx.handle, pb.m, pb.n, ak, 1, 1, desc, tau + k * tau_bytes(pb), dtype, g.work,
-                              g.work_bytes, ctx.host_work.data(), ctx.host_work.size(), status + k);
+        api().cusolverMpGeqrf(ctx.handle, pb.m, pb.n, ak, 1, 1, desc, tau + k * tau_bytes(pb), dtype, ctx.work.ptr,
+                              ctx.work.bytes, ctx.host_work.data(), ctx.host_work.size(), status + k);
     JAXMG_TRACE("geqrf returned ", (int)st);
     // A failed execution is a result (status n + 1, NaN outputs), not an exception, so that every
     // member takes the same path.
@@ -66,7 +66,7 @@ void orgqr(GridCall& g, const Problem& pb, const char* tau, char* q) {
            "cusolverMpOrgqr_bufferSize");
   timed_batch(g, "orgqr", pb.batch, dwork, hwork, /*factors=*/false, [&](int64_t k) {
     check_mp(api().cusolverMpOrgqr(ctx.handle, pb.m, pb.n, pb.n, q + k * pb.entry_bytes(), 1, 1, desc,
-                                   tau + k * tau_bytes(pb), dtype, g.work, g.work_bytes, ctx.host_work.data(),
+                                   tau + k * tau_bytes(pb), dtype, ctx.work.ptr, ctx.work.bytes, ctx.host_work.data(),
                                    ctx.host_work.size(), static_cast<int32_t*>(ctx.info.ptr)),
              "cusolverMpOrgqr");
     JAXMG_TRACE("orgqr issued");

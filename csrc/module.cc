@@ -145,8 +145,6 @@ void def_codes(nb::module_& m) {
       "The codes that the handlers and their Python callers share (csrc/codes.h), {name: value}.");
   m.def("sb2st_scratch_bytes", &jaxmg::sb2st_scratch_bytes, nb::arg("n"), nb::arg("b"), nb::arg("elem_size"),
         "Bytes of device scratch jaxmg_sb2st needs per matrix (order n, half-bandwidth b).");
-  m.def("sb2st_tasks", &jaxmg::sb2st_tasks, nb::arg("n"), nb::arg("b"),
-        "The most tasks of one sweep of jaxmg_sb2st, K = (n - 3) // b + 1 (0 where n < 3 or b < 1).");
 }
 
 // The process index, timings, the grid cache and the communicator watchdog.

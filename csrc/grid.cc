@@ -81,6 +81,9 @@ void check_one_gpu_per_process(const std::vector<int32_t>& members) {
                       "); launch one process per GPU with `python -m jaxmg.launch -n NGPUS script.py`");
 }
 
+// The identity of CUDA device `dev` of this process: process_index * codes::process_stride + dev.
+int32_t identity_of(int dev) { return (int32_t)(g_process_index * codes::process_stride + dev); }
+
 void set_where(int rank, size_t nranks, int dev) {
   where() = cat("rank ", rank, " of ", nranks, " (device ", dev, ")");
 }
@@ -163,9 +166,7 @@ ffi::Error IdentityImpl(cudaStream_t stream, ffi::Result<ffi::Buffer<ffi::S32>> 
   try {
     JAXMG_TRACE("identity handler");
     int dev = stream_device(stream);
-    check_cuda(fill_int32(out->typed_data(), (int64_t)out->element_count(),
-                          g_process_index * codes::process_stride + dev, stream),
-               "fill identity");
+    check_cuda(fill_int32(out->typed_data(), (int64_t)out->element_count(), identity_of(dev), stream), "fill identity");
     return ffi::Error::Success();
   } catch (const std::exception& e) {
     return to_error(e);
@@ -423,7 +424,7 @@ GridCall open_local(cudaStream_t stream) {
   g.stream = stream;
   g.device = stream_device(stream);
   set_where(0, 1, g.device);
-  const std::vector<int32_t> members{g_process_index * codes::process_stride + g.device};
+  const std::vector<int32_t> members{identity_of(g.device)};
   g.ctx = get_context(
       g.device, members, 0,
       [] {

@@ -178,6 +178,27 @@ def _():
     return f"worst ratio {max(max(r.values()) for r in ratios):.2f}"
 
 
+@case("stedc_tiles_float64")
+def _():
+    # every power-of-two tile gives the same answer (n = 1000: a partial last tile for most), and
+    # the time of each at n = 8192 (the default STEDC_TILE comes from this measurement)
+    out = []
+    for n, tiles in ((1000, (8, 64, 256, 1024)), (8192, (64, 128, 256, 512, 1024))):
+        d, e = (jnp.asarray(x) for x in tridiagonal_of("random", n, np.float64))
+        for tile in tiles:
+            f = jax.jit(lambda d, e, tile=tile: native_band.stedc(d, e, tile=tile))
+            w, z, status = jax.block_until_ready(f(d, e))
+            t0 = time.perf_counter()
+            jax.block_until_ready(f(d, e))
+            seconds = time.perf_counter() - t0
+            assert int(status) == 0, (n, tile, int(status))
+            if n <= 1000:
+                ratios = eigh_ratios(d, e, w, z, np.float64)
+                assert max(ratios.values()) <= hm.THRESHOLD, (n, tile, ratios)
+            out.append(f"n={n} tile={tile}: {seconds:.3f}s")
+    return "; ".join(out)
+
+
 @case("stedc_16384_float64_timing")
 def _():
     n = 16384

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import jaxmg
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,6 +25,7 @@ def _bench(script: str, out, *args: str) -> list:
     return [json.loads(line) for line in out.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_bench_autodiff_writes_every_case(tmp_path):
     records = _bench("bench_autodiff.py", tmp_path / "autodiff.jsonl", "--n", "128", "--vmap-n", "64", "--runs", "2")
     assert [r["case"] for r in records] == ["potrs", "grad", "factor+8solves", "potrs@vmap-n", "vmap4"]
@@ -31,6 +34,7 @@ def test_bench_autodiff_writes_every_case(tmp_path):
     assert all("ratio" in r for r in records if r["case"] not in ("potrs", "potrs@vmap-n"))
 
 
+@pytest.mark.slow
 def test_bench_eager_grad_writes_every_case(tmp_path):
     records = _bench("bench_eager_grad.py", tmp_path / "eager_grad.jsonl", "--sizes", "64", "--runs", "2")
     assert [r["case"] for r in records] == ["jit_grad", "first_eager_grad", "eager_grad", "eager_grad_b", "eager_jvp"]
@@ -38,6 +42,7 @@ def test_bench_eager_grad_writes_every_case(tmp_path):
     assert all("ratio" in r for r in records if r["case"] != "jit_grad")
 
 
+@pytest.mark.slow
 def test_bench_numpy_linalg_writes_every_function(tmp_path):
     records = _bench("bench_numpy_linalg.py", tmp_path / "numpy_linalg.jsonl", "--sizes", "32", "--runs", "1")
     functions = ["solve", "inv", "slogdet", "slogdet_grad", "eigh", "svd", "lstsq",
@@ -53,6 +58,7 @@ def test_bench_numpy_linalg_writes_every_function(tmp_path):
     assert {"solve", "inv", "eigh", "svd", "scipy.cho_solve"} <= jax_ran
 
 
+@pytest.mark.slow
 def test_bench_eigen_writes_every_case_beside_jax(tmp_path):
     records = _bench("bench_eigen.py", tmp_path / "eigen.jsonl", "--cases", "polar", "--sizes", "48",
                      "--stacks", "4x40", "--dtypes", "float32", "--runs", "1")
@@ -65,6 +71,7 @@ def test_bench_eigen_writes_every_case_beside_jax(tmp_path):
         assert ("ratio" in record) == (record["impl"] != "jax") and ("per_matrix_s" in record) == (record["count"] > 0)
 
 
+@pytest.mark.slow
 def test_bench_crossover_writes_every_path(tmp_path):
     """On CPU the native path cannot run: its record says why, and the others are timed."""
     ops = ["potrs", "qr", "least_squares", "lu_solve", "syevd"]
@@ -77,6 +84,7 @@ def test_bench_crossover_writes_every_path(tmp_path):
     assert all(r["plain_jax_ms"] > 0 for r in records if r["op"] != "least_squares")
 
 
+@pytest.mark.slow
 def test_bench_check_writes_every_operation(tmp_path):
     """On CPU the call takes the portable route (not checked); the check alone is timed, and its
     test ratios on the benchmark's matrices are far below the threshold."""
@@ -110,6 +118,7 @@ def test_trace_summary_merges_events_by_name_per_track(tmp_path):
     assert "copy" in lines[2] and "1.000 ms" in lines[2] and "2x" in lines[2]
 
 
+@pytest.mark.slow
 def test_bench_gp_writes_the_loss_and_the_inverses(tmp_path):
     """The GP loss (plain JAX, then jaxmg) and the inverses (jaxmg's, then plain JAX's); the
     gradient equals plain JAX's."""
@@ -125,6 +134,7 @@ def test_bench_gp_writes_the_loss_and_the_inverses(tmp_path):
     assert records[2]["residual_rms"] < 1e-12 and records[2]["lu_residual_rms"] < 1e-12
 
 
+@pytest.mark.slow
 def test_bench_batch_writes_every_op(tmp_path):
     """jaxmg and JAX on a batch-sharded stack: the batch route, no data moved between devices."""
     records = _bench("bench_batch.py", tmp_path / "batch.jsonl", "--n", "16", "--batch", "8", "--runs", "1")
@@ -136,6 +146,7 @@ def test_bench_batch_writes_every_op(tmp_path):
                for r in records if r["impl"] == "jaxmg")
 
 
+@pytest.mark.slow
 def test_bench_memory_writes_every_case(tmp_path):
     """Each case in its own process: XLA's memory analysis in N x N matrices, beside plain JAX's."""
     cases = ["potrs", "cholesky_inverse_donated", "gp_vg"]

@@ -56,7 +56,8 @@ def test_recursive_inverses_match_lapack(n, base, dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128], ids=["d", "z"])
-@pytest.mark.parametrize("shape", [(4, 2), (2, 4), (8, 1), (1, 2)], ids=str)
+@pytest.mark.parametrize("shape", [(4, 2), (2, 4), pytest.param((8, 1), marks=pytest.mark.slow),
+                                   pytest.param((1, 2), marks=pytest.mark.slow)], ids=str)
 def test_cyclic_order_inverse_matches_lapack(shape, dtype):
     """The recursion in the cyclic order of a process grid (``jaxmg.kernels.cyclic``: local
     slices, one grid product at a time) gives LAPACK's inverse, from either triangle."""

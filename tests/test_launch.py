@@ -151,6 +151,7 @@ def test_first_failure_stops_every_rank(tmp_path, mode, rank, status, cause):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_timeout_stops_ranks_blocked_in_a_collective(tmp_path):
     # Rank 1 sleeps while rank 0 waits for it in an all-reduce (--timeout 15 took
     # 21 s, since JAX's preemption service swallowed SIGTERM and only SIGKILL after the

@@ -15,6 +15,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 import jaxmg
 
 CASE_LIMIT_S = 30.0
@@ -69,6 +71,7 @@ CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_failed_sharded_solve_raises_promptly_on_every_mesh():
     env = dict(os.environ)
     env.pop("XLA_FLAGS", None)

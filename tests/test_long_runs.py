@@ -16,6 +16,9 @@ import pytest
 
 import jaxmg
 
+#: Every test here runs the repeated-call benchmark (a minute of calls): CI runs them (tests/run.sh --slow).
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 CALLS = 200
 RSS_BOUND_MIB = 20.0

@@ -111,7 +111,8 @@ def test_gp_value_and_grad_grid(opaque_native, grid_system):
     assert _blocks(mesh, jax.value_and_grad(_gp), a, b) <= GP_BLOCKS + SLACK
 
 
-@pytest.mark.parametrize("case", ["potrs", "cholesky", "inverse", "gp", "lu_solve", "LU"])
+@pytest.mark.parametrize("case", ["potrs", "cholesky", pytest.param("inverse", marks=pytest.mark.slow),
+                                  pytest.param("gp", marks=pytest.mark.slow), "lu_solve", "LU"])
 def test_checked_calls_hold_what_unchecked_ones_do(case, opaque_native, grid_system):
     """The default (checked) program holds no more than the same call with check=False (within
     0.05 block: vectors): the check's products are made while the matrix is whole, before the

@@ -255,29 +255,41 @@ def task_window(sweep: int, task: int, band: int) -> tuple[int, int]:
     return (sweep, 1) if task == 0 else (sweep + 1 + (task - 1) * band, band)
 
 
+def _task_indices(n: int, band: int, lag: int | None) -> list[tuple[int, int]]:
+    """The tasks' (sweep, task) in the order they run (see :func:`task_order`)."""
+    sweeps = max(n - 2, 0) if band > 1 else 0
+    counts = [sweep_tasks(n, band, i) for i in range(sweeps)]
+    if lag is None:
+        return [(i, t) for i in range(sweeps) for t in range(counts[i])]
+    done, order = [0] * sweeps, []
+    while any(done[i] < counts[i] for i in range(sweeps)):
+        ready = [i for i in range(sweeps) if done[i] < counts[i]
+                 and (i == 0 or done[i - 1] >= min(done[i] + lag, counts[i - 1]))]
+        for i in reversed(ready):
+            order.append((i, done[i]))
+            done[i] += 1
+    return order
+
+
 def task_order(n: int, band: int, lag: int | None = None) -> np.ndarray:
     """The tasks' (c, d) (T x 2) in the order they run: sweep after sweep (``lag`` None,
     LAPACK's sequential order), or as csrc/band.cu's kernel may run them, every sweep on its own
     thread block: in rounds, each sweep whose next task t has sweep i - 1's tasks up to
     ``t + lag - 1`` completed (all of them, near its end) runs it, the later sweeps of a round
     first."""
-    sweeps = max(n - 2, 0) if band > 1 else 0
-    counts = [sweep_tasks(n, band, i) for i in range(sweeps)]
-    if lag is None:
-        order = [task_window(i, t, band) for i in range(sweeps) for t in range(counts[i])]
-        return np.array(order, dtype=np.int32).reshape(-1, 2)
-    done, order = [0] * sweeps, []
-    while any(done[i] < counts[i] for i in range(sweeps)):
-        ready = [i for i in range(sweeps) if done[i] < counts[i]
-                 and (i == 0 or done[i - 1] >= min(done[i] + lag, counts[i - 1]))]
-        for i in reversed(ready):
-            order.append(task_window(i, done[i], band))
-            done[i] += 1
+    order = [task_window(i, t, band) for i, t in _task_indices(n, band, lag)]
     return np.array(order, dtype=np.int32).reshape(-1, 2)
 
 
-def _chase_task(a, q, c, d, band: int):
-    """One bulge-chasing task on the padded dense matrix a (and the accumulated q, or None)."""
+def reflector_shape(n: int, band: int) -> tuple[int, int, int]:
+    """(S, K, b) of stage 2's reflectors: S = max(N - 2, 0) sweeps, at most K = (N - 3) // b + 1
+    tasks a sweep (0 when N < 3), reflectors of length b."""
+    sweeps = max(n - 2, 0)
+    return sweeps, (sweep_tasks(n, band, 0) if sweeps and band else 0), band
+
+
+def _chase_task(a, c, d, band: int):
+    """One bulge-chasing task on the padded dense matrix a: (a, v, tau) with the task's reflector."""
     size = 3 * band
     win = lax.dynamic_slice(a, (c, c), (size, size))
     v, tau, beta = householder(lax.dynamic_slice_in_dim(win[:, 0], d, band))
@@ -288,47 +300,186 @@ def _chase_task(a, q, c, d, band: int):
     win = win - jnp.outer(w, jnp.conj(vw)) - jnp.outer(vw, jnp.conj(w))
     col = lax.dynamic_update_slice_in_dim(win[:, 0], jnp.zeros(band, a.dtype).at[0].set(beta), d, 0)
     win = win.at[:, 0].set(col).at[0, :].set(jnp.conj(col))
-    a = lax.dynamic_update_slice(a, win, (c, c))
-    if q is not None:
-        qs = lax.dynamic_slice_in_dim(q, c + d, band, axis=1)
-        q = lax.dynamic_update_slice_in_dim(q, qs - jnp.outer(qs @ v, tau * jnp.conj(v)), c + d, axis=1)
-    return a, q
+    return lax.dynamic_update_slice(a, win, (c, c)), v, tau
 
 
-@functools.partial(jax.jit, static_argnames=("vectors",))
-def _chase(ab, tasks, vectors: bool):
+@functools.partial(jax.jit, static_argnames=("reflectors",))
+def _chase(ab, tasks, reflectors: bool):
     band, n = ab.shape[0] - 1, ab.shape[1]
     pad = 3 * band
     a = jnp.pad(dense_from_lower_band(ab), ((0, pad), (0, pad)))
-    q = jnp.eye(n + pad, dtype=ab.dtype) if vectors else None
+    sweeps, k, _ = reflector_shape(n, band)
+    vs = jnp.zeros((sweeps, k, band), ab.dtype) if reflectors else None
+    taus = jnp.zeros((sweeps, k), ab.dtype) if reflectors else None
 
-    def task(k, carry):
-        a_k, q_k = carry
-        return _chase_task(a_k, q_k, tasks[k, 0], tasks[k, 1], band)
+    def task(j, carry):
+        a_j, vs_j, taus_j = carry
+        c, d, i, t = tasks[j, 0], tasks[j, 1], tasks[j, 2], tasks[j, 3]
+        a_j, v, tau = _chase_task(a_j, c, d, band)
+        if vs_j is not None:
+            vs_j, taus_j = vs_j.at[i, t].set(v), taus_j.at[i, t].set(tau)
+        return a_j, vs_j, taus_j
 
     if tasks.shape[0]:
-        a, q = lax.fori_loop(0, tasks.shape[0], task, (a, q))
+        a, vs, taus = lax.fori_loop(0, tasks.shape[0], task, (a, vs, taus))
     idx = jnp.arange(n)
     d = jnp.real(a[idx, idx])
     e = a[idx[1:], idx[:-1]]
-    return (d, e) if q is None else (d, e, q[:n, :n])
+    return (d, e, vs, taus) if reflectors else (d, e)
 
 
-def band_to_tridiagonal_reference(ab: jax.Array, *, vectors: bool = False, lag: int | None = None):
+def band_to_tridiagonal_reference(ab: jax.Array, *, reflectors: bool = False, lag: int | None = None):
     """Stage 2 in XLA's operations, task for task as ``csrc/band.cu``: the Hermitian band matrix
     B in lower band storage ab ((b + 1, N), :func:`lower_band`) reduced to a Hermitian
-    tridiagonal ``T = Q^H B Q`` by bulge chasing. Returns ``(d, e)`` (d: N real, the diagonal;
-    e: N - 1, the subdiagonal, complex for complex B), and Q (N, N) with ``vectors``. The tasks
-    run in :func:`task_order` (``lag``: the pipelined order of the CUDA kernel, which gives the
-    same result bit for bit). One task after another on a dense copy: a reference for tests and
-    small matrices, not for speed."""
+    tridiagonal ``T = Q2^H B Q2`` by bulge chasing. Returns ``(d, e)`` (d: N real, the diagonal;
+    e: N - 1, the subdiagonal, complex for complex B), and with ``reflectors`` ``(d, e, v, tau)``,
+    Q2's reflectors in the layout ``csrc/band.cu`` writes too:
+
+    - S = max(N - 2, 0) sweeps and at most K = (N - 3) // b + 1 tasks a sweep (K = 0 when
+      N < 3; :func:`reflector_shape`); ``v`` (S, K, b) in ab's dtype, ``tau`` (S, K);
+    - task t of sweep i has the reflector ``I - tau[i, t] v[i, t] v[i, t]^H`` acting on rows
+      ``i + 1 + t b + k`` for k = 0 .. b - 1, with ``v[i, t, 0] = 1`` (entries for rows past
+      N - 1 are zero); tasks a sweep does not have (t >= :func:`sweep_tasks`), and every task
+      when b = 1 (B is tridiagonal already), are zero (tau = 0, v = 0);
+    - ``Q2 = prod over (i, t) in lexicographic order of (I - tau[i, t] v[i, t] v[i, t]^H)``.
+
+    :func:`apply_q2` applies Q2. The tasks run in :func:`task_order` (``lag``: the pipelined order
+    of the CUDA kernel, which gives the same result bit for bit). One task after another on a
+    dense copy: a reference for tests and small matrices, not for speed."""
     ab = jnp.asarray(ab)
     if ab.ndim != 2 or ab.shape[0] < 1:
         raise ValueError("band_to_tridiagonal_reference: ab must be lower band storage (band + 1, N); "
                          f"got shape {ab.shape}")
     if ab.dtype not in _DTYPES:
         raise ValueError(f"band_to_tridiagonal_reference: ab's dtype must be float32 to complex128; got {ab.dtype}")
-    return _chase(ab, jnp.asarray(task_order(ab.shape[1], ab.shape[0] - 1, lag)), vectors)
+    n, band = ab.shape[1], ab.shape[0] - 1
+    tasks = [(*task_window(i, t, band), i, t) for i, t in _task_indices(n, band, lag)]
+    return _chase(ab, jnp.asarray(np.array(tasks, dtype=np.int32).reshape(-1, 4)), bool(reflectors))
+
+
+# --- back-transformations: Q2 and Q1 applied as matrix products ------------------------------
+
+def q2_schedule(n: int, band: int, group: int) -> tuple[np.ndarray, np.ndarray]:
+    """The wavefront of :func:`apply_q2`: ``(blocks, rows)`` (steps x slots), the block index
+    ``g K + t`` (K: tasks a sweep, :func:`reflector_shape`) and first row ``g G + 1 + t b`` of
+    every block (g, t) applied at each step; unused slots hold block index ``groups K`` (the
+    zero block) and row 0.
+
+    Block (g, t) gathers task t of the G sweeps ``g G .. g G + G - 1``. A reflector of a later
+    sweep overlaps those of earlier sweeps at the same task and the next (sweep i' > i at task t'
+    meets sweep i's task t' when i' - i < b, and task t' + 1 when i' - i < 2b), and Q2's product
+    runs over the sweeps in order, so Q2 z applies the later one first: block (g, t) after
+    (g + 1, t), (g + 1, t - 1) and (g, t - 1) (the sweeps of one group overlap at the previous
+    task). Step ``t + groups - 1 - g`` satisfies all three; blocks of one step, (g, t) and
+    (g + 1, t + 1), start ``G + b`` rows apart and span ``b + G - 1``: disjoint."""
+    sweeps, k, _ = reflector_shape(n, band)
+    groups = -(-sweeps // group)
+    steps = groups + k - 1 if sweeps else 0
+    per_step = [[(g * k + t, g * group + 1 + t * band)
+                 for g in range(groups) for t in [s - (groups - 1 - g)]
+                 if 0 <= t < sweep_tasks(n, band, g * group)] for s in range(steps)]
+    slots = max((len(x) for x in per_step), default=0)
+    blocks = np.full((steps, slots), groups * k, np.int32)
+    rows = np.zeros((steps, slots), np.int32)
+    for s, step in enumerate(per_step):
+        for j, (blk, row) in enumerate(step):
+            blocks[s, j], rows[s, j] = blk, row
+    return blocks, rows
+
+
+def _q2_blocks(v: jax.Array, tau: jax.Array, group: int) -> tuple[jax.Array, jax.Array]:
+    """(Y, Y T) of every block (g, t) ((groups K + 1, b + G - 1, G), the last block zero): Y's
+    column k is sweep ``g G + k``'s reflector at task t, on the block's rows k .. k + b - 1, so
+    that ``I - Y T Y^H`` is the reflectors' product in sweep order (:func:`compact_wy`)."""
+    sweeps, k, b = v.shape
+    groups = -(-sweeps // group)
+    m = b + group - 1
+    pad = groups * group - sweeps
+    tau = jnp.pad(tau, ((0, pad), (0, 0)))
+    y = jnp.where(tau[..., None] == 0, 0, jnp.pad(v, ((0, pad), (0, 0), (0, 0))))
+    y = jnp.swapaxes(y.reshape(groups, group, k, b), 1, 2)  # (groups, K, G, b)
+    cols = jnp.arange(group)[None, :]
+    offset = jnp.arange(m)[:, None] - cols
+    inside = (offset >= 0) & (offset < b)
+    y = jnp.where(inside, y[:, :, cols, jnp.clip(offset, 0, b - 1)], 0).reshape(groups * k, m, group)
+    taus = jnp.swapaxes(tau.reshape(groups, group, k), 1, 2).reshape(groups * k, group)
+    t = jax.vmap(compact_wy)(y, taus)
+    zero = jnp.zeros((1, m, group), v.dtype)
+    return jnp.concatenate([y, zero]), jnp.concatenate([y @ t, zero])
+
+
+@functools.partial(jax.jit, static_argnames=("group",))
+@full_precision
+def _apply_q2(v, tau, z, group: int):
+    n = z.shape[0]
+    blocks, rows = q2_schedule(n, v.shape[-1], group)
+    if blocks.size == 0:
+        return z
+    y, yt = _q2_blocks(v, tau, group)
+    m = y.shape[1]
+    blocks, rows = jnp.asarray(blocks), jnp.asarray(rows)
+
+    def step(s, zp):
+        idx = rows[s][:, None] + jnp.arange(m)[None, :]
+        w = _ct(y[blocks[s]]) @ zp[idx]  # (slots, G, columns)
+        return zp.at[idx].add(-(yt[blocks[s]] @ w))
+
+    zp = lax.fori_loop(0, blocks.shape[0], step, jnp.pad(z, ((0, m), (0, 0))))
+    return zp[:n]
+
+
+def apply_q2(v: jax.Array, tau: jax.Array, z: jax.Array, *, group: int | None = None) -> jax.Array:
+    """``Q2 z`` for stage 2's reflectors ``(v, tau)`` (:func:`band_to_tridiagonal_reference`'s
+    layout: v (S, K, b), tau (S, K)) and z (N, M), as batched matrix products.
+
+    The reflectors of ``group`` = G consecutive sweeps (default b; at most b) at one task make
+    one compact-WY block ``I - Y T Y^H`` on b + G - 1 rows; the blocks run in the wavefront of
+    :func:`q2_schedule`: about N/G + N/b steps (one ``lax.fori_loop``), each one batched product
+    over the blocks of the step, which act on disjoint rows (gathered and scattered at dynamic
+    row offsets). Flops: ``4 (b + G - 1) G M`` a block and about ``N^2 / (2 G b)`` blocks, so
+    ``2 N^2 M (b + G - 1) / b``: 4 N^3 for M = N and G = b (LAPACK's ``dormtr`` after a one-stage
+    reduction: 2 N^3), and the steps' slots padded to the busiest step's count add about a third."""
+    v, tau, z = jnp.asarray(v), jnp.asarray(tau), jnp.asarray(z)
+    if v.ndim != 3 or tau.shape != v.shape[:2] or z.ndim != 2 or v.shape[:2] != reflector_shape(z.shape[0], v.shape[2])[:2]:
+        raise ValueError("apply_q2: v must be (S, K, b), tau (S, K) and z (N, M) with S = max(N - 2, 0) and "
+                         f"K = (N - 3) // b + 1 (reflector_shape); got {v.shape}, {tau.shape}, {z.shape}")
+    b = v.shape[2]
+    group = b if group is None else group
+    if isinstance(group, bool) or not isinstance(group, (int, np.integer)) or not 1 <= group <= max(b, 1):
+        raise ValueError(f"apply_q2: group must be an int in 1 .. b = {b}; got {group!r}")
+    dtype = jnp.result_type(v.dtype, z.dtype)
+    return _apply_q2(v.astype(dtype), tau.astype(dtype), z.astype(dtype), int(group))
+
+
+@jax.jit
+@full_precision
+def _apply_q1(ys, ts, z):
+    panels, _, b = ys.shape
+    for p0, p1 in reversed(_segments(panels, SEGMENTS)):
+        r0 = p0 * b
+
+        def body(j, zw, p0=p0, p1=p1, r0=r0):
+            p = p1 - 1 - j + p0
+            y = lax.dynamic_index_in_dim(ys, p, keepdims=False)[r0:]
+            t = lax.dynamic_index_in_dim(ts, p, keepdims=False)
+            return zw - y @ (t @ (_ct(y) @ zw))
+
+        z = z.at[r0:].set(lax.fori_loop(p0, p1, body, z[r0:]))
+    return z
+
+
+def apply_q1(ys: jax.Array, ts: jax.Array, z: jax.Array) -> jax.Array:
+    """``Q1 z`` for stage 1's reflectors (:func:`reduce_to_band` with ``reflectors``: Y (P, N, b),
+    T (P, b, b), ``Q1 = prod_p (I - Y_p T_p Y_p^H)``, panel 0 first) and z (N, M): the panels'
+    compact-WY blocks in reverse panel order, ``z -= Y (T (Y^H z))``, on the trailing rows of
+    stage 1's panel groups (static windows). Flops: ``4 m b M`` a panel on m rows, about
+    ``2 N^2 M (S + 1) / S`` in all for S = :data:`SEGMENTS` groups (2.25 N^3 for M = N)."""
+    ys, ts, z = jnp.asarray(ys), jnp.asarray(ts), jnp.asarray(z)
+    if ys.ndim != 3 or ts.shape != (ys.shape[0], ys.shape[2], ys.shape[2]) or z.ndim != 2 or z.shape[0] != ys.shape[1]:
+        raise ValueError("apply_q1: ys must be (P, N, b), ts (P, b, b) and z (N, M); "
+                         f"got {ys.shape}, {ts.shape}, {z.shape}")
+    dtype = jnp.result_type(ys.dtype, z.dtype)
+    return _apply_q1(ys.astype(dtype), ts.astype(dtype), z.astype(dtype))
 
 
 # --- stage 3: tridiagonal eigenvalues ----------------------------------------------------------
@@ -360,6 +511,59 @@ def tridiagonal_eigvalsh(d: jax.Array, e: jax.Array, *, method: str = "sterf") -
     return jax.pure_callback(_sterf_host, out, d, e, vmap_method="sequential")
 
 
+#: Stage-3 methods with eigenvectors: LAPACK's divide and conquer on the host, cuSOLVERMp's
+#: stedc, or the device's own dense eigensolver on the tridiagonal.
+STAGE3_VECTOR_METHODS = ("stedc", "native", "dense")
+
+
+def _stevd_host(d, e):
+    from scipy.linalg import lapack
+
+    (stevd,) = lapack.get_lapack_funcs(("stevd",), (np.asarray(d),))
+    w, z, info = stevd(np.array(d), np.array(e))
+    if info != 0:
+        w, z = np.full_like(w, np.nan), np.full_like(z, np.nan)
+    return np.asarray(w, dtype=d.dtype), np.asarray(z, dtype=d.dtype)
+
+
+def tridiagonal_phases(e: jax.Array) -> jax.Array:
+    """The unitary diagonal D (its N entries, e's dtype) with ``D^H T D`` real, ``|e|`` below the
+    diagonal, for the Hermitian tridiagonal T with subdiagonal e (N - 1): ``D_0 = 1``,
+    ``D_{j+1} = D_j e_j / |e_j|`` (1 where e_j = 0); +-1 for real e."""
+    mag = jnp.abs(e)
+    unit = jnp.where(mag == 0, 1, e / jnp.where(mag == 0, 1, mag).astype(e.dtype)).astype(e.dtype)
+    phases = jnp.cumprod(jnp.concatenate([jnp.ones(1, e.dtype), unit]))
+    return phases / jnp.abs(phases).astype(e.dtype) if jnp.iscomplexobj(e) else phases
+
+
+def tridiagonal_eigh(d: jax.Array, e: jax.Array, *, method: str = "stedc") -> tuple[jax.Array, jax.Array]:
+    """``(w, v)`` of the Hermitian tridiagonal T with diagonal d (N, real) and subdiagonal e
+    (N - 1, real or complex): w ascending (N, d's dtype), v (N, N, e's dtype) with orthonormal
+    columns and ``T v = v diag(w)``. The real tridiagonal ``D^H T D`` (:func:`tridiagonal_phases`)
+    is solved and its eigenvectors Z give ``v = D Z``. ``method``: "stedc" (LAPACK's divide and
+    conquer, ``?stevd``, which runs ``?stedc``, through a host callback: SciPy exposes ``?stevd``,
+    not ``?stedc``; NaN where it fails to converge), "native" (cuSOLVERMp's stedc,
+    ``jaxmg.kernels.ffi.band.tridiagonal_eigh``), "dense" (the device's own ``jnp.linalg.eigh`` of
+    the dense real tridiagonal: O(N^3))."""
+    if method not in STAGE3_VECTOR_METHODS:
+        raise ValueError(f"tridiagonal_eigh: method must be one of {STAGE3_VECTOR_METHODS}; got {method!r}")
+    d, e = jnp.asarray(d), jnp.asarray(e)
+    n = d.shape[-1]
+    if n <= 1:
+        return d, jnp.ones((n, n), e.dtype)
+    phases = tridiagonal_phases(e)
+    mag = jnp.abs(e).astype(d.dtype)
+    if method == "native":
+        from .ffi import band as native_band
+        w, z = native_band.tridiagonal_eigh(d, mag)
+    elif method == "dense":
+        w, z = jnp.linalg.eigh(jnp.diag(d) + jnp.diag(mag, -1) + jnp.diag(mag, 1))
+    else:
+        out = (jax.ShapeDtypeStruct((n,), d.dtype), jax.ShapeDtypeStruct((n, n), d.dtype))
+        w, z = jax.pure_callback(_stevd_host, out, d, mag, vmap_method="sequential")
+    return w, phases[:, None] * z.astype(e.dtype)
+
+
 # --- composition -------------------------------------------------------------------------------
 
 def _default_stage2() -> str:
@@ -367,18 +571,21 @@ def _default_stage2() -> str:
     return "native" if jax.default_backend() == "gpu" and native_band.available() else "reference"
 
 
-def _default_stage3() -> str:
+def _default_stage3(vectors: bool = False) -> str:
     if _default_stage2() == "native":
         return "native"
-    return "sterf" if jax.default_backend() == "cpu" else "bisection"
+    if jax.default_backend() == "cpu":
+        return "stedc" if vectors else "sterf"
+    return "dense" if vectors else "bisection"
 
 
-def _checked_stages(stage2: str | None, stage3: str | None, who: str) -> tuple[str, str]:
-    stage2, stage3 = stage2 or _default_stage2(), stage3 or _default_stage3()
+def _checked_stages(stage2: str | None, stage3: str | None, who: str, vectors: bool = False) -> tuple[str, str]:
+    stage2, stage3 = stage2 or _default_stage2(), stage3 or _default_stage3(vectors)
+    methods = STAGE3_VECTOR_METHODS if vectors else STAGE3_METHODS
     if stage2 not in ("native", "reference"):
         raise ValueError(f"{who}: stage2 must be 'native' or 'reference'; got {stage2!r}")
-    if stage3 not in STAGE3_METHODS:
-        raise ValueError(f"{who}: stage3 must be one of {STAGE3_METHODS}; got {stage3!r}")
+    if stage3 not in methods:
+        raise ValueError(f"{who}: stage3 must be one of {methods}; got {stage3!r}")
     return stage2, stage3
 
 
@@ -437,3 +644,68 @@ def _eigvalsh(a, band: int, symmetrize_input: bool, stage2: str, stage3: str):
         return band_eigvalsh(lower_band(reduce_to_band(m, band), band), stage2=stage2, stage3=stage3)
 
     return jnp.vectorize(one, signature="(n,n)->(n)")(a)
+
+
+# --- with eigenvectors ---------------------------------------------------------------------------
+
+def _band_reflectors(ab, stage2: str):
+    """Stage 2 with its reflectors: (d, e, v, tau), :func:`band_to_tridiagonal_reference`'s layout."""
+    if stage2 == "native":
+        from .ffi import band as native_band
+        return native_band.band_to_tridiagonal(ab, reflectors=True)
+    return band_to_tridiagonal_reference(ab, reflectors=True)
+
+
+def _eigh_one(a, band: int, stage2: str, stage3: str):
+    """(w, v) of the Hermitian matrix of one matrix's lower triangle: Q1 (Q2 (D Z))."""
+    b_mat, ys, ts = reduce_to_band(a, band, reflectors=True)
+    d, e, v, tau = _band_reflectors(lower_band(b_mat, band), stage2)
+    w, z = tridiagonal_eigh(d, e, method=stage3)
+    return w, apply_q1(ys, ts, apply_q2(v, tau, z))
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def _eigh(a, band: int, stage2: str, stage3: str):
+    if a.shape[-1] == 0:
+        return jnp.zeros(a.shape[:-1], jnp.real(a).dtype), jnp.zeros(a.shape, a.dtype)
+    one = functools.partial(_eigh_one, band=band, stage2=stage2, stage3=stage3)
+    return jnp.vectorize(one, signature="(n,n)->(n),(n,n)")(a)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3))
+def _vectors(a, band: int, stage2: str, stage3: str):
+    return _eigh(a, band, stage2, stage3)
+
+
+@_vectors.defjvp
+def _vectors_jvp(band, stage2, stage3, primals, tangents_in):
+    """jaxmg's eigh rule (:func:`jaxmg.autodiff.tangents.eigh_jvp`) matrix by matrix: the exact
+    derivative of the eigendecomposition of the Hermitian matrix read from the lower triangle."""
+    from ..autodiff import tangents
+
+    (a,), (a_dot,) = primals, tangents_in
+    w, v = _vectors(a, band, stage2, stage3)
+    rule = functools.partial(tangents.eigh_jvp, sh=None)
+    w_dot, v_dot = jnp.vectorize(rule, signature="(n),(n,n),(n,n)->(n),(n,n)")(w, v, a_dot)
+    return (w, v), (w_dot, v_dot)
+
+
+def eigh(a: jax.Array, band: int = 64, *, symmetrize_input: bool = True, stage2: str | None = None,
+         stage3: str | None = None) -> tuple[jax.Array, jax.Array]:
+    """``(w, v)`` as ``jnp.linalg.eigh``: the eigenvalues w (..., N), ascending and real, and
+    eigenvectors v (..., N, N) (orthonormal columns, ``A v = v diag(w)``) of ``A = (a + a^H) / 2``
+    (``symmetrize_input``) or of the Hermitian matrix of ``a``'s lower triangle, by the two stages
+    with their back-transformations: ``v = Q1 (Q2 (D Z))``, Q1 from stage 1
+    (:func:`reduce_to_band`, :func:`apply_q1`), Q2 from stage 2's reflectors
+    (:func:`apply_q2`), D Z the tridiagonal's eigenvectors (:func:`tridiagonal_eigh`).
+    a (..., N, N), float32 to complex128 (integers as float); a stack runs matrix by matrix.
+    ``band``: stage 1's half-bandwidth; ``stage2``: see :func:`band_eigvalsh`; ``stage3``: a
+    method of :func:`tridiagonal_eigh`, by default "native" on a GPU with the native library,
+    "stedc" on CPUs, "dense" elsewhere. Differentiable (forward and reverse, every order) by
+    jaxmg's eigh rule; eigenvectors are fixed up to a phase each, as JAX's."""
+    a = _check_square(a, "eigh")
+    band = _check_band(band, a.shape[-1], "eigh")
+    stage2, stage3 = _checked_stages(stage2, stage3, "eigh", vectors=True)
+    if symmetrize_input:
+        a = (a + _ct(a)) / 2
+    return _vectors(a, band, stage2, stage3)

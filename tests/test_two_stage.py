@@ -256,7 +256,7 @@ def test_pipelined_task_order_of_the_cuda_kernel_gives_the_same_tridiagonal(dtyp
         np.testing.assert_array_equal(x, y)
 
 
-def test_bench_eigen_records_the_two_stage_stages(tmp_path):
+def test_bench_eigen_records_the_two_stage_stages_and_vectors(tmp_path):
     import json
     import os
     import subprocess
@@ -267,28 +267,26 @@ def test_bench_eigen_records_the_two_stage_stages(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(root))
     env.pop("XLA_FLAGS", None)
     out = tmp_path / "eigen.jsonl"
-    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_eigen.py"), "--cases", "eigvalsh",
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_eigen.py"), "--cases", "eigvalsh", "eigh",
                            "--impls", "jaxmg.two_stage", "--sizes", "20", "--stacks", "--dtypes", "float64",
                            "--bands", "3", "--runs", "1", "--out", str(out)],
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (rec,) = [json.loads(line) for line in out.read_text().splitlines()]
-    assert "error" not in rec, rec
-    assert rec["impl"] == "jaxmg.two_stage" and rec["band"] == 3 and rec["N"] == 20
-    assert rec["median_s"] > 0 and rec["stage1_s"] > 0 and rec["stage23_s"] > 0
-    assert 0 <= rec["value_error"] <= hm.THRESHOLD
+    values, vectors = [json.loads(line) for line in out.read_text().splitlines()]
+    for rec in (values, vectors):
+        assert "error" not in rec, rec
+        assert rec["impl"] == "jaxmg.two_stage" and rec["band"] == 3 and rec["N"] == 20
+        assert rec["median_s"] > 0 and rec["stage1_s"] > 0 and 0 <= rec["value_error"] <= hm.THRESHOLD
+    assert values["case"] == "eigvalsh" and values["stage23_s"] > 0
+    assert vectors["case"] == "eigh" and min(vectors[k] for k in ("stage2_s", "stage3_s", "backtransform_s")) > 0
+    assert 0 <= vectors["orthogonality"] <= hm.THRESHOLD and 0 <= vectors["residual"] <= hm.THRESHOLD
 
 
 # --- eigh: eigenvectors through both back-transformations -----------------------------------
 
-@functools.cache
-def _eigh(band, symmetrize_input=True):
-    return jax.jit(functools.partial(ts.eigh, band=band, symmetrize_input=symmetrize_input))
-
-
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_eigh_vectors_by_lapack_ratios_on_hard_spectra(dtype):
-    f, failures = _eigh(BAND), []
+    f, failures = functools.partial(ts.eigh, band=BAND), []  # eagerly (compiled once per shape)
     for kind in ("clustered-small", "clustered-large", "graded-rows", "repeated", "geometric-1e15"):
         a = hm.matrix(kind, N, N, dtype, structure="hermitian")
         a = a + (1e-3 * np.max(np.abs(a)) * np.tril(hm.rhs(N, N, dtype), -1)).astype(dtype)  # not Hermitian
@@ -303,7 +301,7 @@ def test_eigh_vectors_by_lapack_ratios_on_hard_spectra(dtype):
 
 def test_eigh_eagerly_in_jit_and_under_vmap_as_jnp():
     a = hm.rhs(3 * N, N, np.complex64).reshape(3, N, N)  # general matrices: (a + a^H) / 2, as jnp
-    w, v = jax.jit(jax.vmap(_eigh(BAND)))(a)
+    w, v = jax.jit(jax.vmap(functools.partial(ts.eigh, band=BAND)))(a)
     assert w.shape == (3, N) and v.shape == (3, N, N)
     w_stack, v_stack = ts.eigh(a, BAND)  # a stack, eagerly
     for k in range(3):
@@ -311,7 +309,7 @@ def test_eigh_eagerly_in_jit_and_under_vmap_as_jnp():
         _assert_eigenpairs(sym, w[k], v[k], np.complex64)
         _assert_eigenpairs(sym, w_stack[k], v_stack[k], np.complex64)
     lower_only = np.tril(a[0]) + np.triu(np.full((N, N), 7.0, np.complex64), 1)
-    w, v = _eigh(BAND, False)(lower_only)  # the lower triangle, as jnp.linalg.eigh(symmetrize_input=False)
+    w, v = ts.eigh(lower_only, BAND, symmetrize_input=False)  # the lower triangle, as jnp.linalg.eigh's
     _assert_eigenpairs(hm.hermitian_of_lower(lower_only), w, v, np.complex64)
 
 

@@ -536,7 +536,7 @@ def tridiagonal_phases(e: jax.Array) -> jax.Array:
     return phases / jnp.abs(phases).astype(e.dtype) if jnp.iscomplexobj(e) else phases
 
 
-def tridiagonal_eigh(d: jax.Array, e: jax.Array, *, method: str = "stedc") -> tuple[jax.Array, jax.Array]:
+def tridiagonal_eigh(d: jax.Array, e: jax.Array, *, method: str | None = None) -> tuple[jax.Array, jax.Array]:
     """``(w, v)`` of the Hermitian tridiagonal T with diagonal d (N, real) and subdiagonal e
     (N - 1, real or complex): w ascending (N, d's dtype), v (N, N, e's dtype) with orthonormal
     columns and ``T v = v diag(w)``. The real tridiagonal ``D^H T D`` (:func:`tridiagonal_phases`)
@@ -544,7 +544,9 @@ def tridiagonal_eigh(d: jax.Array, e: jax.Array, *, method: str = "stedc") -> tu
     conquer, ``?stevd``, which runs ``?stedc``, through a host callback: SciPy exposes ``?stevd``,
     not ``?stedc``; NaN where it fails to converge), "native" (cuSOLVERMp's stedc,
     ``jaxmg.kernels.ffi.band.tridiagonal_eigh``), "dense" (the device's own ``jnp.linalg.eigh`` of
-    the dense real tridiagonal: O(N^3))."""
+    the dense real tridiagonal: O(N^3)); by default native on a GPU with the native library,
+    stedc on CPUs, dense elsewhere."""
+    method = method or _default_stage3(vectors=True)
     if method not in STAGE3_VECTOR_METHODS:
         raise ValueError(f"tridiagonal_eigh: method must be one of {STAGE3_VECTOR_METHODS}; got {method!r}")
     d, e = jnp.asarray(d), jnp.asarray(e)
@@ -589,6 +591,17 @@ def _checked_stages(stage2: str | None, stage3: str | None, who: str, vectors: b
     return stage2, stage3
 
 
+def band_to_tridiagonal(ab: jax.Array, *, stage2: str | None = None, reflectors: bool = False):
+    """Stage 2 of one band matrix (lower band storage ab, (b + 1, N)): ``(d, e)``, and with
+    ``reflectors`` ``(d, e, v, tau)`` in :func:`band_to_tridiagonal_reference`'s layout, by
+    ``stage2``: "native" (csrc/band.cu) or "reference", by default native where it can run."""
+    stage2, _ = _checked_stages(stage2, None, "band_to_tridiagonal")
+    if stage2 == "native":
+        from .ffi import band as native_band
+        return native_band.band_to_tridiagonal(ab, reflectors=True) if reflectors else native_band.band_to_tridiagonal(ab)
+    return band_to_tridiagonal_reference(ab, reflectors=reflectors)
+
+
 def band_eigvalsh(ab: jax.Array, *, stage2: str | None = None, stage3: str | None = None) -> jax.Array:
     """Stages 2 and 3: the eigenvalues, ascending, of the Hermitian band matrix in lower band
     storage ab ((..., b + 1, N), :func:`lower_band`). ``stage2``: "native" (csrc/band.cu, on an
@@ -598,12 +611,7 @@ def band_eigvalsh(ab: jax.Array, *, stage2: str | None = None, stage3: str | Non
     stage2, stage3 = _checked_stages(stage2, stage3, "band_eigvalsh")
 
     def one(ab):
-        if stage2 == "native":
-            from .ffi import band as native_band
-            d, e = native_band.band_to_tridiagonal(ab)
-        else:
-            d, e = band_to_tridiagonal_reference(ab)
-        return tridiagonal_eigvalsh(d, e, method=stage3)
+        return tridiagonal_eigvalsh(*band_to_tridiagonal(ab, stage2=stage2), method=stage3)
 
     return jnp.vectorize(one, signature="(k,n)->(n)")(jnp.asarray(ab))
 
@@ -648,18 +656,10 @@ def _eigvalsh(a, band: int, symmetrize_input: bool, stage2: str, stage3: str):
 
 # --- with eigenvectors ---------------------------------------------------------------------------
 
-def _band_reflectors(ab, stage2: str):
-    """Stage 2 with its reflectors: (d, e, v, tau), :func:`band_to_tridiagonal_reference`'s layout."""
-    if stage2 == "native":
-        from .ffi import band as native_band
-        return native_band.band_to_tridiagonal(ab, reflectors=True)
-    return band_to_tridiagonal_reference(ab, reflectors=True)
-
-
 def _eigh_one(a, band: int, stage2: str, stage3: str):
     """(w, v) of the Hermitian matrix of one matrix's lower triangle: Q1 (Q2 (D Z))."""
     b_mat, ys, ts = reduce_to_band(a, band, reflectors=True)
-    d, e, v, tau = _band_reflectors(lower_band(b_mat, band), stage2)
+    d, e, v, tau = band_to_tridiagonal(lower_band(b_mat, band), stage2=stage2, reflectors=True)
     w, z = tridiagonal_eigh(d, e, method=stage3)
     return w, apply_q1(ys, ts, apply_q2(v, tau, z))
 

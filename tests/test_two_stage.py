@@ -129,16 +129,20 @@ def test_apply_q2_is_the_product_of_the_reflectors(dtype, band):
         assert hm.factor_error(q @ _wide(z), ts.apply_q2(v, tau, z, group=3), dtype) <= hm.THRESHOLD
 
 
-def test_q2_wavefront_applies_every_block_once_on_disjoint_rows():
-    n, band, group = 40, 4, 4
+@pytest.mark.parametrize("n,band,group", [(40, 4, 4), (45, 4, 3), (50, 3, 1)])
+def test_q2_wavefront_applies_every_block_once_after_the_blocks_it_overlaps(n, band, group):
     blocks, rows = ts.q2_schedule(n, band, group)
     sweeps, tasks, _ = ts.reflector_shape(n, band)
     groups = -(-sweeps // group)
     real = blocks[blocks < groups * tasks]
     assert len(real) == len(set(real.tolist())) == sum(ts.sweep_tasks(n, band, g * group) for g in range(groups))
+    when = {divmod(int(blk), tasks): s for s, product in enumerate(blocks) for blk in product if blk < groups * tasks}
+    for (g, t), s in when.items():  # after (g + 1, t), (g + 1, t - 1) and (g, t - 1)
+        before = [when.get(pair) for pair in ((g + 1, t), (g + 1, t - 1), (g, t - 1))]
+        assert all(x is None or x < s for x in before), (g, t)
     m = band + group - 1
-    for step_blocks, step_rows in zip(blocks, rows):
-        spans = sorted((r, r + m) for blk, r in zip(step_blocks, step_rows) if blk < groups * tasks)
+    for product, starts in zip(blocks, rows):
+        spans = sorted((r, r + m) for blk, r in zip(product, starts) if blk < groups * tasks)
         assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
 
 

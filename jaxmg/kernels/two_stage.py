@@ -359,11 +359,16 @@ def band_to_tridiagonal_reference(ab: jax.Array, *, reflectors: bool = False, la
 
 # --- back-transformations: Q2 and Q1 applied as matrix products ------------------------------
 
+#: :func:`apply_q2` splits the wavefront's steps into products of at most a 1/Q2_CHUNKS-th of the
+#: busiest step's blocks (padding every step to the busiest would double the flops).
+Q2_CHUNKS = 4
+
+
 def q2_schedule(n: int, band: int, group: int) -> tuple[np.ndarray, np.ndarray]:
-    """The wavefront of :func:`apply_q2`: ``(blocks, rows)`` (steps x slots), the block index
+    """The wavefront of :func:`apply_q2`: ``(blocks, rows)`` (products x slots), the block index
     ``g K + t`` (K: tasks a sweep, :func:`reflector_shape`) and first row ``g G + 1 + t b`` of
-    every block (g, t) applied at each step; unused slots hold block index ``groups K`` (the
-    zero block) and row 0.
+    every block (g, t) of each batched product, in the order they run; unused slots hold block
+    index ``groups K`` (the zero block) and row 0.
 
     Block (g, t) gathers task t of the G sweeps ``g G .. g G + G - 1``. A reflector of a later
     sweep overlaps those of earlier sweeps at the same task and the next (sweep i' > i at task t'
@@ -371,18 +376,20 @@ def q2_schedule(n: int, band: int, group: int) -> tuple[np.ndarray, np.ndarray]:
     runs over the sweeps in order, so Q2 z applies the later one first: block (g, t) after
     (g + 1, t), (g + 1, t - 1) and (g, t - 1) (the sweeps of one group overlap at the previous
     task). Step ``t + groups - 1 - g`` satisfies all three; blocks of one step, (g, t) and
-    (g + 1, t + 1), start ``G + b`` rows apart and span ``b + G - 1``: disjoint."""
+    (g + 1, t + 1), start ``G + b`` rows apart and span ``b + G - 1``: disjoint, so a step's
+    blocks run in any order, here in products of ``ceil(busiest / Q2_CHUNKS)`` blocks."""
     sweeps, k, _ = reflector_shape(n, band)
     groups = -(-sweeps // group)
     steps = groups + k - 1 if sweeps else 0
     per_step = [[(g * k + t, g * group + 1 + t * band)
                  for g in range(groups) for t in [s - (groups - 1 - g)]
                  if 0 <= t < sweep_tasks(n, band, g * group)] for s in range(steps)]
-    slots = max((len(x) for x in per_step), default=0)
-    blocks = np.full((steps, slots), groups * k, np.int32)
-    rows = np.zeros((steps, slots), np.int32)
-    for s, step in enumerate(per_step):
-        for j, (blk, row) in enumerate(step):
+    slots = -(-max((len(x) for x in per_step), default=0) // Q2_CHUNKS)
+    products = [step[j:j + slots] for step in per_step for j in range(0, len(step), slots)]
+    blocks = np.full((len(products), slots), groups * k, np.int32)
+    rows = np.zeros((len(products), slots), np.int32)
+    for s, product in enumerate(products):
+        for j, (blk, row) in enumerate(product):
             blocks[s, j], rows[s, j] = blk, row
     return blocks, rows
 
@@ -433,12 +440,13 @@ def apply_q2(v: jax.Array, tau: jax.Array, z: jax.Array, *, group: int | None = 
     layout: v (S, K, b), tau (S, K)) and z (N, M), as batched matrix products.
 
     The reflectors of ``group`` = G consecutive sweeps (default b; at most b) at one task make
-    one compact-WY block ``I - Y T Y^H`` on b + G - 1 rows; the blocks run in the wavefront of
-    :func:`q2_schedule`: about N/G + N/b steps (one ``lax.fori_loop``), each one batched product
-    over the blocks of the step, which act on disjoint rows (gathered and scattered at dynamic
-    row offsets). Flops: ``4 (b + G - 1) G M`` a block and about ``N^2 / (2 G b)`` blocks, so
-    ``2 N^2 M (b + G - 1) / b``: 4 N^3 for M = N and G = b (LAPACK's ``dormtr`` after a one-stage
-    reduction: 2 N^3), and the steps' slots padded to the busiest step's count add about a third."""
+    one compact-WY block ``I - Y T Y^H`` on b + G - 1 rows (Y T formed once, for all blocks);
+    the blocks run in the wavefront of :func:`q2_schedule`: N/G + N/b steps, each split into
+    batched products over blocks on disjoint rows (gathered and scattered at dynamic row
+    offsets), one ``lax.fori_loop`` over the products. Flops: ``4 (b + G - 1) G M`` a block and
+    about ``N^2 / (2 G b)`` blocks, so ``2 N^2 M (b + G - 1) / b``: 4 N^3 for M = N and G = b
+    (``dormtr`` after LAPACK's one-stage reduction: 2 N^3); the products' padding to a fixed
+    block count adds about a quarter (4.9 N^3 at N = 16,384, b = 64)."""
     v, tau, z = jnp.asarray(v), jnp.asarray(tau), jnp.asarray(z)
     if v.ndim != 3 or tau.shape != v.shape[:2] or z.ndim != 2 or v.shape[:2] != reflector_shape(z.shape[0], v.shape[2])[:2]:
         raise ValueError("apply_q2: v must be (S, K, b), tau (S, K) and z (N, M) with S = max(N - 2, 0) and "

@@ -1,4 +1,4 @@
-"""Hermitian eigenvalues in two stages on one device: dense -> band -> tridiagonal -> eigenvalues.
+"""Hermitian eigenvalues and eigenvectors in two stages on one device: dense -> band -> tridiagonal.
 
 The design of LAPACK's ``dsytrd_2stage``/``dsyevd_2stage`` (and MAGMA's, ELPA2's): the one-stage
 tridiagonal reduction of ``syevd`` is bound by matrix-vector products; here the dense work is
@@ -31,9 +31,16 @@ matrix products and the memory-bound work is confined to a band.
 3. **Tridiagonal eigenvalues** (:func:`tridiagonal_eigvalsh`) in O(N^2): LAPACK's ``sterf``
    through a host callback, or bisection (JAX's ``eigh_tridiagonal``, or the CUDA kernel of
    ``csrc/band.cu``). A Hermitian tridiagonal has the eigenvalues of the real one with ``|e|``.
+   With eigenvectors (:func:`tridiagonal_eigh`): a unitary diagonal D makes ``D^H T D`` real,
+   whose eigenvectors Z (LAPACK's divide and conquer, or cuSOLVERMp's stedc) give ``D Z``.
 
-:func:`eigvalsh` composes them. ``auto`` does not run it: the crossover against cuSOLVER's
-``syevd`` comes from measurement (``benchmarks/bench_eigen.py``, impl ``jaxmg.two_stage``).
+:func:`eigvalsh` composes them; :func:`eigh` also keeps both stages' reflectors (stage 1's
+compact-WY panels, stage 2's one reflector a task, :func:`band_to_tridiagonal_reference`) and
+back-transforms ``v = Q1 (Q2 (D Z))`` as matrix products (:func:`apply_q2`: the reflectors of b
+sweeps at one task as one block, blocks on disjoint rows batched in a wavefront;
+:func:`apply_q1`: the panels in reverse). ``auto`` runs neither: the crossover against
+cuSOLVER's ``syevd`` comes from measurement (``benchmarks/bench_eigen.py``, impl
+``jaxmg.two_stage``).
 """
 
 from __future__ import annotations

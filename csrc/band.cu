@@ -22,6 +22,11 @@
 // Progress is one int per sweep (tasks completed), published after a __threadfence(); the band
 // is read through L2 (ld.global.cg), never from a stale L1 line.
 //
+// With reflectors, each task also writes its v (b entries, v[0] = 1) and tau to global memory at
+// (sweep i, task t): Q = prod over (i, t) in lexicographic order of (I - tau v v^H), T = Q^H B Q.
+// The outputs are zeroed first, so the tasks a sweep does not have are identities (tau = 0), and
+// so are all of them where b = 1 (the band is already tridiagonal).
+//
 // The band lives in a working copy, lower band storage with 3b + 1 rows per column (the window
 // of a task spans |i - j| <= 3b - 1) and 3b zero columns past the end, so that no task checks
 // bounds (the reference pads its dense copy alike).
@@ -184,8 +189,26 @@ __device__ void chase_task(const Band<T>& A, const TaskShared<T>& sh, int64_t c,
 
 __device__ __forceinline__ int sweep_tasks(int64_t n, int b, int64_t i) { return (int)((n - 3 - i) / b + 1); }
 
+// Where a task's reflector goes (v and tau null: nowhere): task t of sweep i at v[(i K + t) b ..]
+// and tau[i K + t], K = the most tasks of a sweep (sb2st_tasks).
 template <typename T>
-__global__ void chase_kernel(Band<T> A, int64_t n, int b, int* counter, int* progress) {
+struct Reflectors {
+  T* v;
+  T* tau;
+  int64_t tasks;
+};
+
+// The reflector of the task just run (sh.v, sh.scalars[0]) written to its place.
+template <typename T>
+__device__ void store_reflector(const Reflectors<T>& out, const TaskShared<T>& sh, int64_t i, int t, int b) {
+  if (!out.v) return;
+  const int64_t at = i * out.tasks + t;
+  for (int k = threadIdx.x; k < b; k += blockDim.x) out.v[at * b + k] = sh.v[k];
+  if (threadIdx.x == 0) out.tau[at] = sh.scalars[0];
+}
+
+template <typename T>
+__global__ void chase_kernel(Band<T> A, int64_t n, int b, int* counter, int* progress, Reflectors<T> out) {
   using R = typename RealOf<T>::type;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* base = reinterpret_cast<T*>(smem_raw);
@@ -209,6 +232,7 @@ __global__ void chase_kernel(Band<T> A, int64_t n, int b, int* counter, int* pro
       __syncthreads();
       const int64_t c = t == 0 ? i : i + 1 + (int64_t)(t - 1) * b;
       chase_task(A, sh, c, t == 0 ? 1 : b, b);
+      store_reflector(out, sh, i, t, b);
       __threadfence();  // every thread's writes of the task, before the flag that publishes them
       __syncthreads();
       if (threadIdx.x == 0) atomicExch(progress + i, t + 1);
@@ -235,8 +259,8 @@ __global__ void store_tridiagonal(Band<T> A, int64_t n, typename RealOf<T>::type
 }
 
 template <typename T>
-cudaError_t sb2st_typed(const T* ab, int64_t n, int64_t b, typename RealOf<T>::type* d, T* e, void* scratch,
-                        cudaStream_t stream) {
+cudaError_t sb2st_typed(const T* ab, int64_t n, int64_t b, typename RealOf<T>::type* d, T* e, Reflectors<T> out,
+                        void* scratch, cudaStream_t stream) {
   using R = typename RealOf<T>::type;
   const int64_t ld = 3 * b + 1, cols = n + 3 * b;
   Band<T> A{reinterpret_cast<T*>(scratch), ld};
@@ -245,6 +269,10 @@ cudaError_t sb2st_typed(const T* ab, int64_t n, int64_t b, typename RealOf<T>::t
   int* progress = counter + 1;
   const int64_t sweeps = n > 2 ? n - 2 : 0;
   cudaError_t err = cudaMemsetAsync(scratch, 0, band_bytes + (1 + sweeps) * sizeof(int), stream);
+  if (err == cudaSuccess && out.v && sweeps > 0)
+    err = cudaMemsetAsync(out.v, 0, sweeps * out.tasks * b * sizeof(T), stream);
+  if (err == cudaSuccess && out.tau && sweeps > 0)
+    err = cudaMemsetAsync(out.tau, 0, sweeps * out.tasks * sizeof(T), stream);
   if (err != cudaSuccess) return err;
   const int64_t blocks = (n + kThreads - 1) / kThreads;
   if (n == 0) return cudaSuccess;
@@ -255,7 +283,7 @@ cudaError_t sb2st_typed(const T* ab, int64_t n, int64_t b, typename RealOf<T>::t
     if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return err;
     const size_t smem = 8 * b * sizeof(T) + 4 * sizeof(T) + kThreads * sizeof(R);
     const int64_t grid = sweeps < 2 * (int64_t)sms ? sweeps : 2 * (int64_t)sms;
-    chase_kernel<T><<<(unsigned)grid, kThreads, smem, stream>>>(A, n, (int)b, counter, progress);
+    chase_kernel<T><<<(unsigned)grid, kThreads, smem, stream>>>(A, n, (int)b, counter, progress, out);
   }
   store_tridiagonal<T><<<blocks, kThreads, 0, stream>>>(A, n, d, e);
   return cudaGetLastError();
@@ -320,12 +348,16 @@ int64_t sb2st_scratch_bytes(int64_t n, int64_t b, int64_t elem_size) {
   return ((band + 255) / 256) * 256 + (1 + (n > 2 ? n - 2 : 0)) * (int64_t)sizeof(int);
 }
 
-cudaError_t sb2st(const void* ab, int64_t n, int64_t b, DType dtype, void* d, void* e, void* scratch,
-                  cudaStream_t stream) {
+int64_t sb2st_tasks(int64_t n, int64_t b) { return n < 3 || b < 1 ? 0 : (n - 3) / b + 1; }
+
+cudaError_t sb2st(const void* ab, int64_t n, int64_t b, DType dtype, void* d, void* e, void* v, void* tau,
+                  void* scratch, cudaStream_t stream) {
   return with_elem_type(dtype, [&](auto zero) {
     using T = decltype(zero);
     using R = typename RealOf<T>::type;
-    return sb2st_typed<T>(static_cast<const T*>(ab), n, b, static_cast<R*>(d), static_cast<T*>(e), scratch, stream);
+    const Reflectors<T> out{static_cast<T*>(v), static_cast<T*>(tau), sb2st_tasks(n, b)};
+    return sb2st_typed<T>(static_cast<const T*>(ab), n, b, static_cast<R*>(d), static_cast<T*>(e), out, scratch,
+                          stream);
   });
 }
 

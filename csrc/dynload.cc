@@ -97,7 +97,10 @@ void resolve_required(void* nccl_lib, void* mp_lib, Api& a, std::string* missing
   sym(mp_lib, "cusolverMpSyevd", &a.cusolverMpSyevd, missing);
   sym(mp_lib, "cusolverMpSygvd_bufferSize", &a.cusolverMpSygvd_bufferSize, missing);
   sym(mp_lib, "cusolverMpSygvd", &a.cusolverMpSygvd, missing);
-  // Optional (0.9+): probe, never require.
+  // Optional: probe, never require.
+  a.cusolverMpStedc_bufferSize =
+      reinterpret_cast<cusolverMpStedc_bufferSize_fn>(dlsym(mp_lib, "cusolverMpStedc_bufferSize"));
+  a.cusolverMpStedc = reinterpret_cast<cusolverMpStedc_fn>(dlsym(mp_lib, "cusolverMpStedc"));
   a.cusolverMpGesvd = dlsym(mp_lib, "cusolverMpGesvd");
   a.cusolverMpPolar = dlsym(mp_lib, "cusolverMpPolar");
   if (!a.cusolverMpPolar) a.cusolverMpPolar = dlsym(mp_lib, "cusolverMpPolarDecomposition");

@@ -48,6 +48,8 @@ using cusolverMpSyevd_bufferSize_fn = decltype(&::cusolverMpSyevd_bufferSize);
 using cusolverMpSyevd_fn = decltype(&::cusolverMpSyevd);
 using cusolverMpSygvd_bufferSize_fn = decltype(&::cusolverMpSygvd_bufferSize);
 using cusolverMpSygvd_fn = decltype(&::cusolverMpSygvd);
+using cusolverMpStedc_bufferSize_fn = decltype(&::cusolverMpStedc_bufferSize);
+using cusolverMpStedc_fn = decltype(&::cusolverMpStedc);
 
 // cuBLAS (loaded with cuSOLVERMp, which needs it): the tiled triangular solves of potrs, and
 // the one-GPU products of the triangular inverses (gemm.cc).
@@ -113,7 +115,10 @@ struct Api {
   cusolverMpSyevd_fn cusolverMpSyevd = nullptr;
   cusolverMpSygvd_bufferSize_fn cusolverMpSygvd_bufferSize = nullptr;
   cusolverMpSygvd_fn cusolverMpSygvd = nullptr;
-  // Optional entry points, probed: present in cuSOLVERMp 0.9+, absent in 0.8.
+  // Optional entry points, probed: the tridiagonal divide and conquer (band.cc's stedc, on one GPU);
+  cusolverMpStedc_bufferSize_fn cusolverMpStedc_bufferSize = nullptr;
+  cusolverMpStedc_fn cusolverMpStedc = nullptr;
+  // present in cuSOLVERMp 0.9+, absent in 0.8.
   void* cusolverMpGesvd = nullptr;
   void* cusolverMpPolar = nullptr;
   // cuBLAS (optional: without it, potrs is cuSOLVERMp's own).

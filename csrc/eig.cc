@@ -35,12 +35,8 @@ ffi::Error check_problem(Problem& pb, const ffi::AnyBuffer& a, const ffi::AnyBuf
 // over the grid, and NaN in its outputs w (n real eigenvalues) and z (like a) where it failed.
 void finish_entry(GridCall& g, const Problem& pb, cusolverStatus_t st, bool minor_above, int32_t* status, char* w,
                   char* z) {
-  if (st != CUSOLVER_STATUS_SUCCESS && !failed_execution(st)) check_mp(st, "cuSOLVERMp eigensolver");
-  const int32_t info = read_int32(status, 1, g.stream)[0];
-  int32_t v = info;
-  if (minor_above && v > pb.n) v -= (int32_t)pb.n;
-  if (st != CUSOLVER_STATUS_SUCCESS && v == 0) v = -1;
-  if (v != info) set_status(g, status, v);
+  const int32_t v = entry_status(g, st, status, "cuSOLVERMp eigensolver");
+  if (minor_above && v > pb.n) set_status(g, status, v - (int32_t)pb.n);
   if (agree_status(g, status) == 0) return;
   check_cuda(cudaMemsetAsync(w, 0xFF, (size_t)(pb.n * real_bytes(pb.dtype)), g.stream),
              "cudaMemsetAsync(failed outputs)");

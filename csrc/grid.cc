@@ -81,16 +81,16 @@ void check_one_gpu_per_process(const std::vector<int32_t>& members) {
                       "); launch one process per GPU with `python -m jaxmg.launch -n NGPUS script.py`");
 }
 
+// The identity of CUDA device `dev` of this process: process_index * codes::process_stride + dev.
+int32_t identity_of(int dev) { return (int32_t)(g_process_index * codes::process_stride + dev); }
+
 void set_where(int rank, size_t nranks, int dev) {
   where() = cat("rank ", rank, " of ", nranks, " (device ", dev, ")");
 }
 
-// A new context for these members on `dev`: the communicator from the id the grid's first
-// member made (collective over the grid), and a cuSOLVERMp handle.
-std::shared_ptr<Context> create_context(int dev, const std::vector<int32_t>& members, int rank, const void* id_dptr,
-                                        cudaStream_t stream) {
-  check_one_gpu_per_process(members);
-  JAXMG_TRACE("creating communicator of ", members.size(), " members");
+// The grid's communicator id, as the grid's first member made it (device words, summed over
+// the grid by the caller).
+ncclUniqueId grid_id(const void* id_dptr, cudaStream_t stream) {
   std::vector<int32_t> words = read_int32(id_dptr, 32, stream);
   ncclUniqueId id;
   std::memcpy(&id, words.data(), sizeof(id));
@@ -100,6 +100,17 @@ std::shared_ptr<Context> create_context(int dev, const std::vector<int32_t>& mem
     throw Failure("jaxmg native: the grid's communicator id is empty on " + where() +
                   " (the first member found its communicator cached but this member did not; "
                   "were the processes' jaxmg calls out of step?)");
+  return id;
+}
+
+// A new context for these members on `dev`: the communicator from the id `make_id()` gives
+// (the grid's first member's: collective over the grid), and a cuSOLVERMp handle.
+template <typename MakeId>
+std::shared_ptr<Context> create_context(int dev, const std::vector<int32_t>& members, int rank, MakeId&& make_id,
+                                        cudaStream_t stream) {
+  check_one_gpu_per_process(members);
+  JAXMG_TRACE("creating communicator of ", members.size(), " members");
+  const ncclUniqueId id = make_id();
   auto ctx = std::make_shared<Context>();
   ctx->device = dev;
   ctx->nranks = (int)members.size();
@@ -120,9 +131,11 @@ std::shared_ptr<Context> cached(Cache& c, const std::string& key) {
   return it == c.contexts.end() ? nullptr : it->second;
 }
 
-// The cached context of these members on `dev`, created on first use: by one thread, under the
-// key's guard, while any other thread that needs it waits and then takes the same one.
-std::shared_ptr<Context> get_context(int dev, const std::vector<int32_t>& members, int rank, const void* id_dptr,
+// The cached context of these members on `dev`, created on first use (with the id `make_id()`
+// gives): by one thread, under the key's guard, while any other thread that needs it waits and
+// then takes the same one.
+template <typename MakeId>
+std::shared_ptr<Context> get_context(int dev, const std::vector<int32_t>& members, int rank, MakeId&& make_id,
                                      cudaStream_t stream) {
   Cache& c = cache();
   const std::string key = members_key(dev, members);
@@ -139,7 +152,7 @@ std::shared_ptr<Context> get_context(int dev, const std::vector<int32_t>& member
     std::lock_guard<std::mutex> lock(c.mu);
     if (auto ctx = cached(c, key)) return ctx;  // created while this thread waited
   }
-  std::shared_ptr<Context> made = create_context(dev, members, rank, id_dptr, stream);
+  std::shared_ptr<Context> made = create_context(dev, members, rank, make_id, stream);
   std::lock_guard<std::mutex> lock(c.mu);
   return c.contexts.try_emplace(key, made).first->second;  // an existing entry is kept, never replaced
 }
@@ -153,9 +166,7 @@ ffi::Error IdentityImpl(cudaStream_t stream, ffi::Result<ffi::Buffer<ffi::S32>> 
   try {
     JAXMG_TRACE("identity handler");
     int dev = stream_device(stream);
-    check_cuda(fill_int32(out->typed_data(), (int64_t)out->element_count(),
-                          g_process_index * codes::process_stride + dev, stream),
-               "fill identity");
+    check_cuda(fill_int32(out->typed_data(), (int64_t)out->element_count(), identity_of(dev), stream), "fill identity");
     return ffi::Error::Success();
   } catch (const std::exception& e) {
     return to_error(e);
@@ -375,6 +386,21 @@ void Context::ensure_workspace(size_t device_bytes, size_t host_bytes) {
   JAXMG_TRACE("workspace device ", device_bytes, " host ", host_bytes);
 }
 
+namespace {
+
+// The end of open_grid and open_local once g.ctx is known: the context's lock, the abort check,
+// the watch and the handle's stream.
+void hold_context(GridCall& g) {
+  g.busy = std::unique_lock<std::mutex>(g.ctx->calls);
+  if (g.ctx->comm_aborted)
+    throw Failure("jaxmg native: this grid's NCCL communicator was aborted earlier (" + abort_reason(*g.ctx) +
+                  "); it cannot be used again: restart the processes");
+  g.watch = std::make_unique<Watch>(g.ctx, g.stream);
+  check_mp(api().cusolverMpSetStream(g.ctx->handle, g.stream), "cusolverMpSetStream");
+}
+
+}  // namespace
+
 GridCall open_grid(cudaStream_t stream, const Members& members_buf, const NcclId& id_buf, const Rank& rank_buf,
                    int64_t pr, int64_t pc) {
   require_loaded();
@@ -387,13 +413,27 @@ GridCall open_grid(cudaStream_t stream, const Members& members_buf, const NcclId
   set_where(g.rank, nmembers, g.device);
   if ((int64_t)nmembers != pr * pc) throw Failure("jaxmg native: grid size mismatch on " + where());
   g.pr = pr, g.pc = pc, g.p = g.rank % pr, g.q = g.rank / pr;
-  g.ctx = get_context(g.device, members, g.rank, id_buf.typed_data(), stream);
-  g.busy = std::unique_lock<std::mutex>(g.ctx->calls);
-  if (g.ctx->comm_aborted)
-    throw Failure("jaxmg native: this grid's NCCL communicator was aborted earlier (" + abort_reason(*g.ctx) +
-                  "); it cannot be used again: restart the processes");
-  g.watch = std::make_unique<Watch>(g.ctx, stream);
-  check_mp(api().cusolverMpSetStream(g.ctx->handle, stream), "cusolverMpSetStream");
+  g.ctx = get_context(g.device, members, g.rank, [&] { return grid_id(id_buf.typed_data(), stream); }, stream);
+  hold_context(g);
+  return g;
+}
+
+GridCall open_local(cudaStream_t stream) {
+  require_loaded();
+  GridCall g;
+  g.stream = stream;
+  g.device = stream_device(stream);
+  set_where(0, 1, g.device);
+  const std::vector<int32_t> members{identity_of(g.device)};
+  g.ctx = get_context(
+      g.device, members, 0,
+      [] {
+        ncclUniqueId id;
+        check_nccl(api().ncclGetUniqueId(&id), "ncclGetUniqueId");
+        return id;
+      },
+      stream);
+  hold_context(g);
   return g;
 }
 
@@ -409,6 +449,14 @@ int32_t agree_status(GridCall& g, int32_t* status) {
   check_cuda(cudaMemcpyAsync(status, flag, sizeof(int32_t), cudaMemcpyDeviceToDevice, g.stream),
              "cudaMemcpyAsync(status)");
   return agreed;
+}
+
+int32_t entry_status(GridCall& g, cusolverStatus_t st, int32_t* status, const char* call) {
+  if (st != CUSOLVER_STATUS_SUCCESS && !failed_execution(st)) check_mp(st, call);
+  const int32_t info = read_int32(status, 1, g.stream)[0];
+  const int32_t v = st != CUSOLVER_STATUS_SUCCESS && info == 0 ? -1 : info;
+  if (v != info) set_status(g, status, v);
+  return v;
 }
 
 void set_status(GridCall& g, int32_t* status, int32_t v) {

@@ -240,6 +240,12 @@ struct GridCall {
 GridCall open_grid(cudaStream_t stream, const Members& members, const NcclId& id, const Rank& rank, int64_t pr,
                    int64_t pc);
 
+// A one-GPU handler's cuSOLVERMp work (band.cc's stedc) on the calling GPU's own one-rank grid:
+// the context of the one-member grid of this device (the same one a 1 x 1 grid of this device
+// uses: a one-rank NCCL communicator whose id this process makes, no grid arguments), held,
+// locked, watched and bound to `stream` as open_grid's.
+GridCall open_local(cudaStream_t stream);
+
 // A family handler's work once its checks have passed: the call's grid (open_grid), then
 // `work(g)`; a Failure (or any other exception) becomes the handler's error (to_error).
 template <typename Work>
@@ -253,6 +259,24 @@ ffi::Error on_grid(cudaStream_t stream, const Members& members, const NcclId& id
     return to_error(e);
   }
 }
+
+// A one-GPU handler's work once its checks have passed: the calling GPU's one-rank grid
+// (open_local), then `work(g)`; failures as on_grid's.
+template <typename Work>
+ffi::Error on_local(cudaStream_t stream, Work&& work) {
+  try {
+    GridCall g = open_local(stream);
+    work(g);
+    return ffi::Error::Success();
+  } catch (const std::exception& e) {
+    return to_error(e);
+  }
+}
+
+// The status of one cuSOLVERMp call `call` that returned `st` and wrote its info to `status`:
+// a failure other than a failed execution throws (check_mp); otherwise the info, or -1 where the
+// call failed without one, written back to `status` (on this member only: not agreed).
+int32_t entry_status(GridCall& g, cusolverStatus_t st, int32_t* status, const char* call);
 
 // Agree on a status over the grid: the maximum of every member's `status` (device int32),
 // written back to `status`; returns it (synchronizes).

@@ -34,8 +34,9 @@ XLA_FFI_Handler jaxmg_gemm, jaxmg_trmm, jaxmg_potri, jaxmg_getri;
 // one triangle moved into the other, for the one-GPU factorisations.
 XLA_FFI_Handler jaxmg_relayout;
 // Stages 2 and 3 of the two-stage Hermitian eigensolver on the calling GPU (band.cc): band ->
-// tridiagonal by bulge chasing; the eigenvalues of a real tridiagonal by bisection.
-XLA_FFI_Handler jaxmg_sb2st, jaxmg_tridiagonal_bisection;
+// tridiagonal by bulge chasing (and its reflectors); the eigenvalues of a real tridiagonal by
+// bisection; its eigenvalues and eigenvectors by cuSOLVERMp's divide and conquer.
+XLA_FFI_Handler jaxmg_sb2st, jaxmg_tridiagonal_bisection, jaxmg_stedc;
 }
 
 void set_process_index(int index);

@@ -41,6 +41,7 @@ const std::pair<const char*, XLA_FFI_Handler*> kHandlers[] = {
     {"jaxmg_relayout", jaxmg::jaxmg_relayout},
     {"jaxmg_sb2st", jaxmg::jaxmg_sb2st},
     {"jaxmg_tridiagonal_bisection", jaxmg::jaxmg_tridiagonal_bisection},
+    {"jaxmg_stedc", jaxmg::jaxmg_stedc},
 };
 
 // The handler capsules by target name.
@@ -123,6 +124,8 @@ void def_versions(nb::module_& m) {
         d["gemm"] = a.loaded && a.blas;         // cuBLAS found: one-GPU products without autotuning
         d["relayout"] = a.loaded;               // one-GPU in-place transposes (CUDA runtime only)
         d["band"] = a.loaded;  // two-stage eigenvalues' bulge chasing and bisection (CUDA runtime only)
+        // the tridiagonal eigenvectors of the two-stage eigensolver (jaxmg_stedc, on one GPU)
+        d["stedc"] = a.loaded && a.cusolverMpStedc != nullptr && a.cusolverMpStedc_bufferSize != nullptr;
         return d;
       },
       "Which cuSOLVERMp entry points the loaded library has (optional ones are probed).");

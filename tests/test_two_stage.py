@@ -4,7 +4,9 @@ csrc/band.cu) as orthogonal similarities with exact zeros outside the band, the 
 within 30 N eps ||A|| of LAPACK's on random, clustered, graded, repeated and rank-deficient
 spectra, under jit and vmap; the back-transformations (apply_q1, apply_q2) against the dense
 products of their reflectors, the tridiagonal's eigenvectors, and eigh's vectors by LAPACK's
-ratios and derivatives. The CUDA kernels' arithmetic runs in tests/gpu/two_stage_cases.py."""
+ratios and derivatives; the native wrappers (jaxmg.kernels.ffi.band) by their results' shapes
+(a stack's leading dimensions, the reflectors' extents against the reference's tasks) and their
+argument checks. The CUDA kernels' arithmetic runs in tests/gpu/two_stage_cases.py."""
 from __future__ import annotations
 
 import functools
@@ -354,3 +356,89 @@ def test_eigh_bad_arguments_are_named():
         ts.apply_q2(v, tau, np.ones((11, 2)), group=3)
     with pytest.raises(ValueError, match="apply_q1: ys must be"):
         ts.apply_q1(np.ones((2, 5, 2)), np.ones((2, 2, 2)), np.ones((4, 1)))
+
+
+# --- the native wrappers (jaxmg.kernels.ffi.band): their contract's shapes and argument checks;
+# --- their arithmetic runs in tests/gpu/two_stage_cases.py
+
+@pytest.fixture
+def traced_without_gpu(monkeypatch):
+    """The native wrappers traced (jax.eval_shape: nothing is lowered) where the native library
+    is not built: registration skipped, sb2st's scratch size a stand-in."""
+    from types import SimpleNamespace
+
+    from jaxmg.kernels.ffi import _library
+
+    monkeypatch.setattr(_library, "register", lambda: None)
+    monkeypatch.setattr(_library, "_native_module", lambda: SimpleNamespace(sb2st_scratch_bytes=lambda n, b, s: 64))
+
+
+@pytest.mark.parametrize("n,band", [(2, 3), (3, 1), (3, 2), (10, 3), (11, 3), (33, 8)])
+def test_sb2st_reflector_extents_cover_the_reference_tasks(n, band):
+    # the native kernel writes task t of sweep i at v[i, t]; its reflector starts at row i + 1 + t b
+    from jaxmg.kernels.ffi import band as native_band
+
+    sweeps, tasks = native_band.reflector_extents(n, band)
+    assert sweeps == max(n - 2, 0)
+    order = ts.task_order(n, band)
+    counts = [ts.sweep_tasks(n, band, i) for i in range(sweeps)] if band > 1 else [0] * sweeps
+    assert len(order) == sum(counts) and all(c <= tasks for c in counts)
+    if band > 1 and counts:
+        assert tasks == counts[0] == max(counts)
+    k = 0
+    for i, count in enumerate(counts):
+        for t in range(count):
+            c, d = order[k]
+            assert c + d == i + 1 + t * band and c + d <= n - 2
+            k += 1
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.complex128], ids=lambda d: np.dtype(d).name)
+def test_band_to_tridiagonal_shapes(traced_without_gpu, dtype):
+    from jaxmg.kernels.ffi import band as native_band
+
+    n, band = 11, 3
+    ab = jax.ShapeDtypeStruct((2, band + 1, n), dtype)
+    real = hm.real_dtype(dtype)
+    d, e, v, tau = jax.eval_shape(lambda x: native_band.band_to_tridiagonal(x, reflectors=True), ab)
+    assert (d.shape, d.dtype, e.shape, e.dtype) == ((2, n), real, (2, n - 1), dtype)
+    assert (v.shape, v.dtype, tau.shape, tau.dtype) == ((2, n - 2, 3, band), dtype, (2, n - 2, 3), dtype)
+    d, e = jax.eval_shape(jax.vmap(native_band.band_to_tridiagonal), ab)
+    assert d.shape == (2, n) and e.shape == (2, n - 1)
+    vm = jax.eval_shape(jax.vmap(lambda x: native_band.band_to_tridiagonal(x, reflectors=True)), ab)
+    assert [x.shape for x in vm] == [(2, n), (2, n - 1), (2, n - 2, 3, band), (2, n - 2, 3)]
+
+
+def test_tridiagonal_eigh_shapes(traced_without_gpu):
+    from jaxmg.kernels.ffi import band as native_band
+
+    d, e = jax.ShapeDtypeStruct((3, 5), np.float32), jax.ShapeDtypeStruct((3, 4), np.float32)
+    w, z, status = jax.eval_shape(native_band.stedc, d, e)
+    assert (w.shape, w.dtype, z.shape, z.dtype) == ((3, 5), np.float32, (3, 5, 5), np.float32)
+    assert (status.shape, status.dtype) == ((3,), np.int32)
+    w, z = jax.eval_shape(jax.vmap(native_band.tridiagonal_eigh), d, e)
+    assert w.shape == (3, 5) and z.shape == (3, 5, 5)
+    w = jax.eval_shape(native_band.tridiagonal_eigvalsh, d, e)
+    assert w.shape == (3, 5)
+    w, z = native_band.tridiagonal_eigh(jnp.zeros((2, 0)), jnp.zeros((2, 0)))  # order 0: nothing to call
+    assert w.shape == (2, 0) and z.shape == (2, 0, 0)
+
+
+def test_native_wrappers_name_bad_arguments():
+    from jaxmg.kernels.ffi import band as native_band
+
+    with pytest.raises(ValueError, match=r"ab must be lower band storage .* got shape \(5,\)"):
+        native_band.band_to_tridiagonal(jnp.ones(5))
+    with pytest.raises(ValueError, match="ab's dtype must be"):
+        native_band.band_to_tridiagonal(jnp.ones((2, 5), jnp.int32))
+    with pytest.raises(ValueError, match="d must be float32 or float64 .* pass |e|"):
+        native_band.tridiagonal_eigh(jnp.ones(4, jnp.complex64), jnp.ones(3, jnp.complex64))
+    with pytest.raises(ValueError, match=r"e must be the off-diagonal of shape \(4,\) .* got \(5,\)"):
+        native_band.tridiagonal_eigh(jnp.ones(5), jnp.ones(5))
+    with pytest.raises(ValueError, match="one dtype"):
+        native_band.tridiagonal_eigh(jnp.ones(5, jnp.float32), jnp.ones(4, jnp.float64))
+    for tile in (0, 3, 48, True, 2.0):
+        with pytest.raises(ValueError, match="tile must be a positive power of two"):
+            native_band.tridiagonal_eigh(jnp.ones(5), jnp.ones(4), tile=tile)
+    with pytest.raises(ValueError, match=r"e must be the off-diagonal of shape \(2, 3\)"):
+        native_band.tridiagonal_eigvalsh(jnp.ones((2, 4)), jnp.ones(3))

@@ -559,8 +559,8 @@ def tridiagonal_eigh(d: jax.Array, e: jax.Array, *, method: str | None = None) -
     conquer, ``?stevd``, which runs ``?stedc``, through a host callback: SciPy exposes ``?stevd``,
     not ``?stedc``; NaN where it fails to converge), "native" (cuSOLVERMp's stedc,
     ``jaxmg.kernels.ffi.band.tridiagonal_eigh``), "dense" (the device's own ``jnp.linalg.eigh`` of
-    the dense real tridiagonal: O(N^3)); by default native on a GPU with the native library,
-    stedc on CPUs, dense elsewhere."""
+    the dense real tridiagonal: O(N^3)); by default native on a GPU with the native library and
+    a cuSOLVERMp with stedc, stedc on CPUs, dense elsewhere."""
     method = method or _default_stage3(vectors=True)
     if method not in STAGE3_VECTOR_METHODS:
         raise ValueError(f"tridiagonal_eigh: method must be one of {STAGE3_VECTOR_METHODS}; got {method!r}")
@@ -590,7 +590,9 @@ def _default_stage2() -> str:
 
 def _default_stage3(vectors: bool = False) -> str:
     if _default_stage2() == "native":
-        return "native"
+        from .ffi import band as native_band
+        if not vectors or native_band.stedc_available():
+            return "native"
     if jax.default_backend() == "cpu":
         return "stedc" if vectors else "sterf"
     return "dense" if vectors else "bisection"
@@ -715,8 +717,8 @@ def eigh(a: jax.Array, band: int = 64, *, symmetrize_input: bool = True, stage2:
     (:func:`apply_q2`), D Z the tridiagonal's eigenvectors (:func:`tridiagonal_eigh`).
     a (..., N, N), float32 to complex128 (integers as float); a stack runs matrix by matrix.
     ``band``: stage 1's half-bandwidth; ``stage2``: see :func:`band_eigvalsh`; ``stage3``: a
-    method of :func:`tridiagonal_eigh`, by default "native" on a GPU with the native library,
-    "stedc" on CPUs, "dense" elsewhere. Differentiable (forward and reverse, every order) by
+    method of :func:`tridiagonal_eigh`, by default "native" on a GPU with the native library and
+    a cuSOLVERMp with stedc, "stedc" on CPUs, "dense" elsewhere. Differentiable (forward and reverse, every order) by
     jaxmg's eigh rule; eigenvectors are fixed up to a phase each, as JAX's."""
     a = _check_square(a, "eigh")
     band = _check_band(band, a.shape[-1], "eigh")

@@ -231,11 +231,8 @@ def _two_stage_vector_parts(a, band: int, runs: int) -> dict:
     def stage2(ab):
         return two_stage.band_to_tridiagonal(ab, reflectors=True)
 
-    def back(ys, ts, v, tau, z):
-        return two_stage.apply_q1(ys, ts, two_stage.apply_q2(v, tau, z))
-
     parts = [(stage1, "(n,n)->(k,n),(p,n,b),(p,b,b)"), (stage2, "(k,n)->(n),(m),(s,t,b),(s,t)"),
-             (two_stage.tridiagonal_eigh, "(n),(m)->(n),(n,n)"), (back, "(p,n,b),(p,b,b),(s,t,b),(s,t),(n,n)->(n,n)")]
+             (two_stage.tridiagonal_eigh, "(n),(m)->(n),(n,n)"), (two_stage.back_transform, "(p,n,b),(p,b,b),(s,t,b),(s,t),(n,n)->(n,n)")]
     stage1, stage2, stage3, back = (jax.jit(jnp.vectorize(f, signature=sig)) for f, sig in parts)
     ab, ys, ts = stage1(a)
     d, e, v, tau = stage2(ab)

@@ -56,6 +56,7 @@ from jax import lax
 from jax.scipy.linalg import solve_triangular
 
 from .algebra import full_precision
+from .varying import varying_like
 
 _DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
 #: Panel groups of stage 1 (each one ``fori_loop`` on a static trailing window).
@@ -109,7 +110,17 @@ def compact_wy(y: jax.Array, tau: jax.Array) -> jax.Array:
     b = tau.shape[-1]
     inv_tau = jnp.where(tau == 0, 1, 1 / jnp.where(tau == 0, 1, tau))
     t_inv = jnp.triu(_ct(y) @ y, 1) + jnp.diag(inv_tau)
-    return solve_triangular(t_inv, jnp.eye(b, dtype=y.dtype), lower=False)
+    eye = 0 * t_inv + jnp.eye(b, dtype=y.dtype)  # batched and laid out as t_inv (a stack under vmap)
+    return solve_triangular(t_inv, eye, lower=False)
+
+
+def zeros_as(a: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """Zeros of ``shape`` in a's dtype that vary and are laid out as ``a``: over the axes of a
+    ``jax.shard_map`` that ``a`` varies over, and, under ``jax.vmap`` of a stack split over a
+    mesh's Explicit axes, batched as ``a`` (a constant would be neither, and a loop carry or a
+    scatter into it would then disagree with the values written into it)."""
+    scalar = 0 * jnp.sum(a[..., :1, :1])  # a's batch axes and layout (jnp.zeros_like drops the layout)
+    return varying_like(a, jnp.broadcast_to(scalar, shape))
 
 
 def _check_square(a, name: str) -> jax.Array:
@@ -188,8 +199,8 @@ def _band_step(w: jax.Array, j, b: int):
 def _reduce(a, band: int, reflectors: bool, segments: int):
     n, b = a.shape[-1], band
     panels = panel_count(n, b)
-    ys = jnp.zeros((panels, n, b), a.dtype) if reflectors else None
-    ts = jnp.zeros((panels, b, b), a.dtype) if reflectors else None
+    ys = zeros_as(a, (panels, n, b)) if reflectors else None
+    ts = zeros_as(a, (panels, b, b)) if reflectors else None
     for p0, p1 in _segments(panels, segments):
         r0 = p0 * b
 
@@ -300,12 +311,12 @@ def _chase_task(a, c, d, band: int):
     size = 3 * band
     win = lax.dynamic_slice(a, (c, c), (size, size))
     v, tau, beta = householder(lax.dynamic_slice_in_dim(win[:, 0], d, band))
-    vw = lax.dynamic_update_slice_in_dim(jnp.zeros(size, a.dtype), v, d, 0)
+    vw = jnp.roll(jnp.pad(v, (0, size - band)), d)  # v on the window's rows d .. d + band - 1
     p = tau * (win @ vw)
     s = jnp.conj(tau) * jnp.vdot(vw, p)
     w = p - 0.5 * s * vw
     win = win - jnp.outer(w, jnp.conj(vw)) - jnp.outer(vw, jnp.conj(w))
-    col = lax.dynamic_update_slice_in_dim(win[:, 0], jnp.zeros(band, a.dtype).at[0].set(beta), d, 0)
+    col = lax.dynamic_update_slice_in_dim(win[:, 0], jnp.where(jnp.arange(band) == 0, beta, 0).astype(a.dtype), d, 0)
     win = win.at[:, 0].set(col).at[0, :].set(jnp.conj(col))
     return lax.dynamic_update_slice(a, win, (c, c)), v, tau
 
@@ -316,8 +327,8 @@ def _chase(ab, tasks, reflectors: bool):
     pad = 3 * band
     a = jnp.pad(dense_from_lower_band(ab), ((0, pad), (0, pad)))
     sweeps, k, _ = reflector_shape(n, band)
-    vs = jnp.zeros((sweeps, k, band), ab.dtype) if reflectors else None
-    taus = jnp.zeros((sweeps, k), ab.dtype) if reflectors else None
+    vs = zeros_as(ab, (sweeps, k, band)) if reflectors else None
+    taus = zeros_as(ab, (sweeps, k)) if reflectors else None
 
     def task(j, carry):
         a_j, vs_j, taus_j = carry
@@ -375,7 +386,7 @@ def q2_schedule(n: int, band: int, group: int) -> tuple[np.ndarray, np.ndarray]:
     """The wavefront of :func:`apply_q2`: ``(blocks, rows)`` (products x slots), the block index
     ``g K + t`` (K: tasks a sweep, :func:`reflector_shape`) and first row ``g G + 1 + t b`` of
     every block (g, t) of each batched product, in the order they run; unused slots hold block
-    index ``groups K`` (the zero block) and row 0.
+    index ``groups K`` (none) and row 0.
 
     Block (g, t) gathers task t of the G sweeps ``g G .. g G + G - 1``. A reflector of a later
     sweep overlaps those of earlier sweeps at the same task and the next (sweep i' > i at task t'
@@ -402,7 +413,7 @@ def q2_schedule(n: int, band: int, group: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _q2_blocks(v: jax.Array, tau: jax.Array, group: int) -> tuple[jax.Array, jax.Array]:
-    """(Y, Y T) of every block (g, t) ((groups K + 1, b + G - 1, G), the last block zero): Y's
+    """(Y, Y T) of every block (g, t) ((groups K, b + G - 1, G), block g K + t): Y's
     column k is sweep ``g G + k``'s reflector at task t, on the block's rows k .. k + b - 1, so
     that ``I - Y T Y^H`` is the reflectors' product in sweep order (:func:`compact_wy`)."""
     sweeps, k, b = v.shape
@@ -417,9 +428,7 @@ def _q2_blocks(v: jax.Array, tau: jax.Array, group: int) -> tuple[jax.Array, jax
     inside = (offset >= 0) & (offset < b)
     y = jnp.where(inside, y[:, :, cols, jnp.clip(offset, 0, b - 1)], 0).reshape(groups * k, m, group)
     taus = jnp.swapaxes(tau.reshape(groups, group, k), 1, 2).reshape(groups * k, group)
-    t = jax.vmap(compact_wy)(y, taus)
-    zero = jnp.zeros((1, m, group), v.dtype)
-    return jnp.concatenate([y, zero]), jnp.concatenate([y @ t, zero])
+    return y, y @ jax.vmap(compact_wy)(y, taus)
 
 
 @functools.partial(jax.jit, static_argnames=("group",))
@@ -431,12 +440,13 @@ def _apply_q2(v, tau, z, group: int):
         return z
     y, yt = _q2_blocks(v, tau, group)
     m = y.shape[1]
-    blocks, rows = jnp.asarray(blocks), jnp.asarray(rows)
+    used = jnp.asarray(blocks < y.shape[0])[:, :, None, None]  # unused slots add nothing
+    blocks, rows = jnp.asarray(np.minimum(blocks, y.shape[0] - 1)), jnp.asarray(rows)
 
     def step(s, zp):
         idx = rows[s][:, None] + jnp.arange(m)[None, :]
         w = _ct(y[blocks[s]]) @ zp[idx]  # (slots, G, columns)
-        return zp.at[idx].add(-(yt[blocks[s]] @ w))
+        return zp.at[idx].add(jnp.where(used[s], -(yt[blocks[s]] @ w), 0))
 
     zp = lax.fori_loop(0, blocks.shape[0], step, jnp.pad(z, ((0, m), (0, 0))))
     return zp[:n]
@@ -499,12 +509,27 @@ def apply_q1(ys: jax.Array, ts: jax.Array, z: jax.Array) -> jax.Array:
 
 # --- stage 3: tridiagonal eigenvalues ----------------------------------------------------------
 
-def _sterf_host(d, e):
-    from scipy.linalg import lapack
+def _lapack_tridiagonal(routine: str, d: jax.Array, e: jax.Array, shapes) -> tuple[jax.Array, ...]:
+    """LAPACK's ``?<routine>`` (``sterf``, ``stevd``) of the real symmetric tridiagonals (d, e)
+    (..., N) and (..., N - 1) through a host callback, one call per matrix (a stack's batch axes,
+    ``jax.vmap``'s too, come whole to the host): its results of ``shapes`` (per matrix, d's
+    dtype), NaN where LAPACK's info is not 0."""
 
-    (sterf,) = lapack.get_lapack_funcs(("sterf",), (np.asarray(d),))
-    w, info = sterf(np.array(d), np.array(e))
-    return np.asarray(w if info == 0 else np.full_like(w, np.nan), dtype=d.dtype)
+    def host(d, e):
+        from scipy.linalg import lapack
+
+        batch = np.broadcast_shapes(d.shape[:-1], e.shape[:-1])
+        d, e = np.broadcast_to(d, batch + d.shape[-1:]), np.broadcast_to(e, batch + e.shape[-1:])
+        (routine_fn,) = lapack.get_lapack_funcs((routine,), (d,))
+        outs = [np.empty(batch + shape, d.dtype) for shape in shapes]
+        for idx in np.ndindex(batch):
+            *results, info = routine_fn(np.array(d[idx]), np.array(e[idx]))
+            for out, result in zip(outs, results):
+                out[idx] = result if info == 0 else np.nan
+        return tuple(outs)
+
+    out = tuple(jax.ShapeDtypeStruct(d.shape[:-1] + shape, d.dtype) for shape in shapes)
+    return tuple(varying_like(d, x) for x in jax.pure_callback(host, out, d, e, vmap_method="expand_dims"))
 
 
 def tridiagonal_eigvalsh(d: jax.Array, e: jax.Array, *, method: str = "sterf") -> jax.Array:
@@ -522,8 +547,7 @@ def tridiagonal_eigvalsh(d: jax.Array, e: jax.Array, *, method: str = "sterf") -
     if method == "native":
         from .ffi import band as native_band
         return native_band.tridiagonal_eigvalsh(d, e)
-    out = jax.ShapeDtypeStruct(d.shape, d.dtype)
-    return jax.pure_callback(_sterf_host, out, d, e, vmap_method="sequential")
+    return _lapack_tridiagonal("sterf", d, e, [d.shape[-1:]])[0]
 
 
 #: Stage-3 methods with eigenvectors: LAPACK's divide and conquer on the host, cuSOLVERMp's
@@ -531,30 +555,20 @@ def tridiagonal_eigvalsh(d: jax.Array, e: jax.Array, *, method: str = "sterf") -
 STAGE3_VECTOR_METHODS = ("stedc", "native", "dense")
 
 
-def _stevd_host(d, e):
-    from scipy.linalg import lapack
-
-    (stevd,) = lapack.get_lapack_funcs(("stevd",), (np.asarray(d),))
-    w, z, info = stevd(np.array(d), np.array(e))
-    if info != 0:
-        w, z = np.full_like(w, np.nan), np.full_like(z, np.nan)
-    return np.asarray(w, dtype=d.dtype), np.asarray(z, dtype=d.dtype)
-
-
 def tridiagonal_phases(e: jax.Array) -> jax.Array:
     """The unitary diagonal D (its N entries, e's dtype) with ``D^H T D`` real, ``|e|`` below the
-    diagonal, for the Hermitian tridiagonal T with subdiagonal e (N - 1): ``D_0 = 1``,
+    diagonal, for the Hermitian tridiagonal T with subdiagonal e (..., N - 1): ``D_0 = 1``,
     ``D_{j+1} = D_j e_j / |e_j|`` (1 where e_j = 0); +-1 for real e."""
     mag = jnp.abs(e)
     unit = jnp.where(mag == 0, 1, e / jnp.where(mag == 0, 1, mag).astype(e.dtype)).astype(e.dtype)
-    phases = jnp.cumprod(jnp.concatenate([jnp.ones(1, e.dtype), unit]))
+    phases = jnp.pad(jnp.cumprod(unit, axis=-1), [(0, 0)] * (e.ndim - 1) + [(1, 0)], constant_values=1)
     return phases / jnp.abs(phases).astype(e.dtype) if jnp.iscomplexobj(e) else phases
 
 
 def tridiagonal_eigh(d: jax.Array, e: jax.Array, *, method: str | None = None) -> tuple[jax.Array, jax.Array]:
-    """``(w, v)`` of the Hermitian tridiagonal T with diagonal d (N, real) and subdiagonal e
-    (N - 1, real or complex): w ascending (N, d's dtype), v (N, N, e's dtype) with orthonormal
-    columns and ``T v = v diag(w)``. The real tridiagonal ``D^H T D`` (:func:`tridiagonal_phases`)
+    """``(w, v)`` of the Hermitian tridiagonal T with diagonal d (..., N, real) and subdiagonal e
+    (..., N - 1, real or complex): w ascending (..., N, d's dtype), v (..., N, N, e's dtype) with
+    orthonormal columns and ``T v = v diag(w)``; a stack in one call. The real tridiagonal ``D^H T D`` (:func:`tridiagonal_phases`)
     is solved and its eigenvectors Z give ``v = D Z``. ``method``: "stedc" (LAPACK's divide and
     conquer, ``?stevd``, which runs ``?stedc``, through a host callback: SciPy exposes ``?stevd``,
     not ``?stedc``; NaN where it fails to converge), "native" (cuSOLVERMp's stedc,
@@ -567,18 +581,18 @@ def tridiagonal_eigh(d: jax.Array, e: jax.Array, *, method: str | None = None) -
     d, e = jnp.asarray(d), jnp.asarray(e)
     n = d.shape[-1]
     if n <= 1:
-        return d, jnp.ones((n, n), e.dtype)
+        return d, jnp.ones(d.shape + (n,), e.dtype)
     phases = tridiagonal_phases(e)
     mag = jnp.abs(e).astype(d.dtype)
     if method == "native":
         from .ffi import band as native_band
         w, z = native_band.tridiagonal_eigh(d, mag)
     elif method == "dense":
-        w, z = jnp.linalg.eigh(jnp.diag(d) + jnp.diag(mag, -1) + jnp.diag(mag, 1))
+        dense = jnp.vectorize(lambda d, m: jnp.diag(d) + jnp.diag(m, -1) + jnp.diag(m, 1), signature="(n),(m)->(n,n)")
+        w, z = jnp.linalg.eigh(dense(d, mag))
     else:
-        out = (jax.ShapeDtypeStruct((n,), d.dtype), jax.ShapeDtypeStruct((n, n), d.dtype))
-        w, z = jax.pure_callback(_stevd_host, out, d, mag, vmap_method="sequential")
-    return w, phases[:, None] * z.astype(e.dtype)
+        w, z = _lapack_tridiagonal("stevd", d, mag, [(n,), (n, n)])
+    return w, phases[..., :, None] * z.astype(e.dtype)
 
 
 # --- composition -------------------------------------------------------------------------------
@@ -673,20 +687,28 @@ def _eigvalsh(a, band: int, symmetrize_input: bool, stage2: str, stage3: str):
 
 # --- with eigenvectors ---------------------------------------------------------------------------
 
-def _eigh_one(a, band: int, stage2: str, stage3: str):
-    """(w, v) of the Hermitian matrix of one matrix's lower triangle: Q1 (Q2 (D Z))."""
+def back_transform(ys: jax.Array, ts: jax.Array, v: jax.Array, tau: jax.Array, z: jax.Array) -> jax.Array:
+    """``Q1 (Q2 z)`` (:func:`apply_q1` of :func:`apply_q2`): the eigenvectors of the Hermitian
+    matrix from its tridiagonal's, z (N, M), for stage 1's reflectors (ys, ts) and stage 2's
+    (v, tau)."""
+    return apply_q1(ys, ts, apply_q2(v, tau, z))
+
+
+def _reduce_with_reflectors(a, band: int, stage2: str):
+    """Stages 1 and 2 of one matrix, reflectors kept: (d, e, v, tau, ys, ts)."""
     b_mat, ys, ts = reduce_to_band(a, band, reflectors=True)
-    d, e, v, tau = band_to_tridiagonal(lower_band(b_mat, band), stage2=stage2, reflectors=True)
-    w, z = tridiagonal_eigh(d, e, method=stage3)
-    return w, apply_q1(ys, ts, apply_q2(v, tau, z))
+    return (*band_to_tridiagonal(lower_band(b_mat, band), stage2=stage2, reflectors=True), ys, ts)
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3))
 def _eigh(a, band: int, stage2: str, stage3: str):
     if a.shape[-1] == 0:
         return jnp.zeros(a.shape[:-1], jnp.real(a).dtype), jnp.zeros(a.shape, a.dtype)
-    one = functools.partial(_eigh_one, band=band, stage2=stage2, stage3=stage3)
-    return jnp.vectorize(one, signature="(n,n)->(n),(n,n)")(a)
+    reduce = functools.partial(_reduce_with_reflectors, band=band, stage2=stage2)
+    d, e, v, tau, ys, ts = jnp.vectorize(reduce, signature="(n,n)->(n),(m),(s,t,b),(s,t),(p,n,b),(p,b,b)")(a)
+    w, z = tridiagonal_eigh(d, e, method=stage3)  # a stack in one call
+    back = jnp.vectorize(back_transform, signature="(p,n,b),(p,b,b),(s,t,b),(s,t),(n,n)->(n,n)")
+    return w, back(ys, ts, v, tau, z)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3))

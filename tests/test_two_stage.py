@@ -442,3 +442,24 @@ def test_native_wrappers_name_bad_arguments():
             native_band.tridiagonal_eigh(jnp.ones(5), jnp.ones(4), tile=tile)
     with pytest.raises(ValueError, match=r"e must be the off-diagonal of shape \(2, 3\)"):
         native_band.tridiagonal_eigvalsh(jnp.ones((2, 4)), jnp.ones(3))
+
+
+@pytest.mark.parametrize("axis_type", ["Explicit", "Auto"])
+def test_eigh_of_a_stack_split_over_a_mesh_and_in_shard_map(axis_type):
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    count, n = len(jax.devices()), 12
+    mesh = jax.make_mesh((count,), ("x",), axis_types=(getattr(jax.sharding.AxisType, axis_type),))
+    a = hm.rhs(count * n, n, np.float64).reshape(count, n, n)
+    x = jax.device_put(a, NamedSharding(mesh, P("x")))
+    f = functools.partial(ts.eigh, band=3)
+    results = [jax.jit(f)(x)]
+    if axis_type == "Explicit":
+        results.append(jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P("x"), out_specs=(P("x"), P("x"))))(x))
+        w = jax.jit(functools.partial(ts.eigvalsh, band=3))(x)
+        assert hm.value_error(w, np.linalg.eigvalsh((a + a.transpose(0, 2, 1)) / 2), 10.0, n, np.float64) <= 30
+    for w, v in results:
+        w, v = np.asarray(w), np.asarray(v)
+        for k in range(count):
+            _assert_eigenpairs((a[k] + a[k].T) / 2, w[k], v[k], np.float64)

@@ -232,8 +232,9 @@ def _two_stage_vector_parts(a, band: int, runs: int) -> dict:
         return two_stage.band_to_tridiagonal(ab, reflectors=True)
 
     parts = [(stage1, "(n,n)->(k,n),(p,n,b),(p,b,b)"), (stage2, "(k,n)->(n),(m),(s,t,b),(s,t)"),
-             (two_stage.tridiagonal_eigh, "(n),(m)->(n),(n,n)"), (two_stage.back_transform, "(p,n,b),(p,b,b),(s,t,b),(s,t),(n,n)->(n,n)")]
-    stage1, stage2, stage3, back = (jax.jit(jnp.vectorize(f, signature=sig)) for f, sig in parts)
+             (two_stage.back_transform, "(p,n,b),(p,b,b),(s,t,b),(s,t),(n,n)->(n,n)")]
+    stage1, stage2, back = (jax.jit(jnp.vectorize(f, signature=sig)) for f, sig in parts)
+    stage3 = jax.jit(two_stage.tridiagonal_eigh)  # a stack in one call
     ab, ys, ts = stage1(a)
     d, e, v, tau = stage2(ab)
     z = stage3(d, e)[1]

@@ -465,7 +465,8 @@ def apply_q2(v: jax.Array, tau: jax.Array, z: jax.Array, *, group: int | None = 
     (``dormtr`` after LAPACK's one-stage reduction: 2 N^3); the products' padding to a fixed
     block count adds about a quarter (4.9 N^3 at N = 16,384, b = 64)."""
     v, tau, z = jnp.asarray(v), jnp.asarray(tau), jnp.asarray(z)
-    if v.ndim != 3 or tau.shape != v.shape[:2] or z.ndim != 2 or v.shape[:2] != reflector_shape(z.shape[0], v.shape[2])[:2]:
+    shape_ok = v.ndim == 3 and z.ndim == 2 and tau.shape == v.shape[:2]
+    if not shape_ok or v.shape[:2] != reflector_shape(z.shape[0], v.shape[2])[:2]:
         raise ValueError("apply_q2: v must be (S, K, b), tau (S, K) and z (N, M) with S = max(N - 2, 0) and "
                          f"K = (N - 3) // b + 1 (reflector_shape); got {v.shape}, {tau.shape}, {z.shape}")
     b = v.shape[2]
@@ -568,8 +569,8 @@ def tridiagonal_phases(e: jax.Array) -> jax.Array:
 def tridiagonal_eigh(d: jax.Array, e: jax.Array, *, method: str | None = None) -> tuple[jax.Array, jax.Array]:
     """``(w, v)`` of the Hermitian tridiagonal T with diagonal d (..., N, real) and subdiagonal e
     (..., N - 1, real or complex): w ascending (..., N, d's dtype), v (..., N, N, e's dtype) with
-    orthonormal columns and ``T v = v diag(w)``; a stack in one call. The real tridiagonal ``D^H T D`` (:func:`tridiagonal_phases`)
-    is solved and its eigenvectors Z give ``v = D Z``. ``method``: "stedc" (LAPACK's divide and
+    orthonormal columns and ``T v = v diag(w)``; a stack in one call. The real tridiagonal
+    ``D^H T D`` (:func:`tridiagonal_phases`) is solved and its eigenvectors Z give ``v = D Z``. ``method``: "stedc" (LAPACK's divide and
     conquer, ``?stevd``, which runs ``?stedc``, through a host callback: SciPy exposes ``?stevd``,
     not ``?stedc``; NaN where it fails to converge), "native" (cuSOLVERMp's stedc,
     ``jaxmg.kernels.ffi.band.tridiagonal_eigh``), "dense" (the device's own ``jnp.linalg.eigh`` of
@@ -629,7 +630,7 @@ def band_to_tridiagonal(ab: jax.Array, *, stage2: str | None = None, reflectors:
     stage2, _ = _checked_stages(stage2, None, "band_to_tridiagonal")
     if stage2 == "native":
         from .ffi import band as native_band
-        return native_band.band_to_tridiagonal(ab, reflectors=True) if reflectors else native_band.band_to_tridiagonal(ab)
+        return native_band.band_to_tridiagonal(ab, reflectors=reflectors)
     return band_to_tridiagonal_reference(ab, reflectors=reflectors)
 
 

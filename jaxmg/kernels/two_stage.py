@@ -412,41 +412,41 @@ def q2_schedule(n: int, band: int, group: int) -> tuple[np.ndarray, np.ndarray]:
     return blocks, rows
 
 
-def _q2_blocks(v: jax.Array, tau: jax.Array, group: int) -> tuple[jax.Array, jax.Array]:
-    """(Y, Y T) of every block (g, t) ((groups K, b + G - 1, G), block g K + t): Y's
-    column k is sweep ``g G + k``'s reflector at task t, on the block's rows k .. k + b - 1, so
-    that ``I - Y T Y^H`` is the reflectors' product in sweep order (:func:`compact_wy`)."""
-    sweeps, k, b = v.shape
-    groups = -(-sweeps // group)
+def _q2_blocks(v: jax.Array, tau: jax.Array, blocks: jax.Array, group: int) -> tuple[jax.Array, jax.Array]:
+    """(Y, Y T) ((len(blocks), b + G - 1, G)) of the blocks ``blocks`` (indices g K + t; v, tau
+    padded to a multiple of G sweeps): Y's column k is sweep ``g G + k``'s reflector at task t,
+    on the block's rows k .. k + b - 1, so that ``I - Y T Y^H`` is the reflectors' product in
+    sweep order (:func:`compact_wy`)."""
+    _, k, b = v.shape
     m = b + group - 1
-    pad = groups * group - sweeps
-    tau = jnp.pad(tau, ((0, pad), (0, 0)))
-    y = jnp.where(tau[..., None] == 0, 0, jnp.pad(v, ((0, pad), (0, 0), (0, 0))))
-    y = jnp.swapaxes(y.reshape(groups, group, k, b), 1, 2)  # (groups, K, G, b)
-    cols = jnp.arange(group)[None, :]
-    offset = jnp.arange(m)[:, None] - cols
+    sweeps = (blocks // k)[:, None] * group + jnp.arange(group)[None, :]  # (blocks, G)
+    tasks = (blocks % k)[:, None]
+    taus = tau[sweeps, tasks]
+    cols = jnp.where(taus[..., None] == 0, 0, v[sweeps, tasks])  # (blocks, G, b)
+    offset = jnp.arange(m)[:, None] - jnp.arange(group)[None, :]
     inside = (offset >= 0) & (offset < b)
-    y = jnp.where(inside, y[:, :, cols, jnp.clip(offset, 0, b - 1)], 0).reshape(groups * k, m, group)
-    taus = jnp.swapaxes(tau.reshape(groups, group, k), 1, 2).reshape(groups * k, group)
+    y = jnp.where(inside, cols[:, jnp.arange(group)[None, :], jnp.clip(offset, 0, b - 1)], 0)
     return y, y @ jax.vmap(compact_wy)(y, taus)
 
 
 @functools.partial(jax.jit, static_argnames=("group",))
 @full_precision
 def _apply_q2(v, tau, z, group: int):
-    n = z.shape[0]
-    blocks, rows = q2_schedule(n, v.shape[-1], group)
+    n, (sweeps, k, b) = z.shape[0], v.shape
+    blocks, rows = q2_schedule(n, b, group)
     if blocks.size == 0:
         return z
-    y, yt = _q2_blocks(v, tau, group)
-    m = y.shape[1]
-    used = jnp.asarray(blocks < y.shape[0])[:, :, None, None]  # unused slots add nothing
-    blocks, rows = jnp.asarray(np.minimum(blocks, y.shape[0] - 1)), jnp.asarray(rows)
+    pad = -sweeps % group
+    v, tau = jnp.pad(v, ((0, pad), (0, 0), (0, 0))), jnp.pad(tau, ((0, pad), (0, 0)))
+    m, count = b + group - 1, (sweeps + pad) // group * k
+    used = jnp.asarray(blocks < count)[:, :, None, None]  # unused slots add nothing
+    blocks, rows = jnp.asarray(np.minimum(blocks, count - 1)), jnp.asarray(rows)
 
     def step(s, zp):
+        y, yt = _q2_blocks(v, tau, blocks[s], group)  # formed where used: O(slots b G) memory
         idx = rows[s][:, None] + jnp.arange(m)[None, :]
-        w = _ct(y[blocks[s]]) @ zp[idx]  # (slots, G, columns)
-        return zp.at[idx].add(jnp.where(used[s], -(yt[blocks[s]] @ w), 0))
+        w = _ct(y) @ zp[idx]  # (slots, G, columns)
+        return zp.at[idx].add(jnp.where(used[s], -(yt @ w), 0))
 
     zp = lax.fori_loop(0, blocks.shape[0], step, jnp.pad(z, ((0, m), (0, 0))))
     return zp[:n]
@@ -457,7 +457,8 @@ def apply_q2(v: jax.Array, tau: jax.Array, z: jax.Array, *, group: int | None = 
     layout: v (S, K, b), tau (S, K)) and z (N, M), as batched matrix products.
 
     The reflectors of ``group`` = G consecutive sweeps (default b; at most b) at one task make
-    one compact-WY block ``I - Y T Y^H`` on b + G - 1 rows (Y T formed once, for all blocks);
+    one compact-WY block ``I - Y T Y^H`` on b + G - 1 rows (Y and Y T formed in the step that
+    applies them: no memory beyond v, tau, z and one step's blocks);
     the blocks run in the wavefront of :func:`q2_schedule`: N/G + N/b steps, each split into
     batched products over blocks on disjoint rows (gathered and scattered at dynamic row
     offsets), one ``lax.fori_loop`` over the products. Flops: ``4 (b + G - 1) G M`` a block and

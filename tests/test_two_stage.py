@@ -349,6 +349,8 @@ def test_eigh_bad_arguments_are_named():
         ts.eigh(np.eye(4), 2, stage3="sterf")
     with pytest.raises(ValueError, match="method must be one of"):
         ts.tridiagonal_eigh(jnp.ones(3), jnp.ones(2), method="qr")
+    with pytest.raises(ValueError, match="subdiagonal"):
+        ts.tridiagonal_eigh(jnp.ones(3), jnp.ones(3))
     v, tau = _reflectors(11, 2, np.float64)
     with pytest.raises(ValueError, match="apply_q2: v must be"):
         ts.apply_q2(v, tau, np.ones((12, 2)))

@@ -581,7 +581,8 @@ def tridiagonal_eigh(d: jax.Array, e: jax.Array, *, method: str | None = None) -
     if method not in STAGE3_VECTOR_METHODS:
         raise ValueError(f"tridiagonal_eigh: method must be one of {STAGE3_VECTOR_METHODS}; got {method!r}")
     d, e = jnp.asarray(d), jnp.asarray(e)
-    if d.ndim < 1 or d.dtype not in (np.float32, np.float64) or e.shape != d.shape[:-1] + (max(d.shape[-1] - 1, 0),):
+    real = d.ndim >= 1 and d.dtype in (np.float32, np.float64)
+    if not real or e.shape != d.shape[:-1] + (max(d.shape[-1] - 1, 0),):
         raise ValueError("tridiagonal_eigh: d must be the real diagonal (..., N), float32 or float64, and e the "
                          f"subdiagonal (..., N - 1); got d {d.shape} {d.dtype} and e {e.shape}")
     n = d.shape[-1]

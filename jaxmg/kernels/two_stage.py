@@ -571,9 +571,10 @@ def tridiagonal_eigh(d: jax.Array, e: jax.Array, *, method: str | None = None) -
     """``(w, v)`` of the Hermitian tridiagonal T with diagonal d (..., N, real) and subdiagonal e
     (..., N - 1, real or complex): w ascending (..., N, d's dtype), v (..., N, N, e's dtype) with
     orthonormal columns and ``T v = v diag(w)``; a stack in one call. The real tridiagonal
-    ``D^H T D`` (:func:`tridiagonal_phases`) is solved and its eigenvectors Z give ``v = D Z``. ``method``: "stedc" (LAPACK's divide and
-    conquer, ``?stevd``, which runs ``?stedc``, through a host callback: SciPy exposes ``?stevd``,
-    not ``?stedc``; NaN where it fails to converge), "native" (cuSOLVERMp's stedc,
+    ``D^H T D`` (:func:`tridiagonal_phases`) is solved and its eigenvectors Z give ``v = D Z``.
+    ``method``: "stedc" (LAPACK's divide and conquer, ``?stevd``, which runs ``?stedc``, through
+    a host callback: SciPy exposes ``?stevd``, not ``?stedc``; NaN where it fails to converge),
+    "native" (cuSOLVERMp's stedc,
     ``jaxmg.kernels.ffi.band.tridiagonal_eigh``), "dense" (the device's own ``jnp.linalg.eigh`` of
     the dense real tridiagonal: O(N^3)); by default native on a GPU with the native library and
     a cuSOLVERMp with stedc, stedc on CPUs, dense elsewhere."""

@@ -574,9 +574,8 @@ def tridiagonal_eigh(d: jax.Array, e: jax.Array, *, method: str | None = None) -
     ``D^H T D`` (:func:`tridiagonal_phases`) is solved and its eigenvectors Z give ``v = D Z``.
     ``method``: "stedc" (LAPACK's divide and conquer, ``?stevd``, which runs ``?stedc``, through
     a host callback: SciPy exposes ``?stevd``, not ``?stedc``; NaN where it fails to converge),
-    "native" (cuSOLVERMp's stedc,
-    ``jaxmg.kernels.ffi.band.tridiagonal_eigh``), "dense" (the device's own ``jnp.linalg.eigh`` of
-    the dense real tridiagonal: O(N^3)); by default native on a GPU with the native library and
+    "native" (cuSOLVERMp's stedc, ``jaxmg.kernels.ffi.band.tridiagonal_eigh``), "dense" (the
+    device's own ``jnp.linalg.eigh`` of the dense real tridiagonal: O(N^3)); by default native on a GPU with the native library and
     a cuSOLVERMp with stedc, stedc on CPUs, dense elsewhere."""
     method = method or _default_stage3(vectors=True)
     if method not in STAGE3_VECTOR_METHODS:

@@ -718,21 +718,12 @@ def _eigh(a, band: int, stage2: str, stage3: str):
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3))
-def _vectors(a, band: int, stage2: str, stage3: str):
+def eigh_of_lower(a: jax.Array, band: int, stage2: str, stage3: str) -> tuple[jax.Array, jax.Array]:
+    """:func:`eigh`'s ``(w, v)`` of the Hermitian matrices read from the lower triangles of ``a``
+    (..., N, N), with checked arguments. Its derivative rule is jaxmg's eigh rule
+    (``jaxmg.autodiff.tangents.eigh_jvp``), which ``jaxmg.autodiff.decompositions``, the layer of
+    every derivative rule, attaches (importing this module imports jaxmg, and with it that)."""
     return _eigh(a, band, stage2, stage3)
-
-
-@_vectors.defjvp
-def _vectors_jvp(band, stage2, stage3, primals, tangents_in):
-    """jaxmg's eigh rule (:func:`jaxmg.autodiff.tangents.eigh_jvp`) matrix by matrix: the exact
-    derivative of the eigendecomposition of the Hermitian matrix read from the lower triangle."""
-    from ..autodiff import tangents
-
-    (a,), (a_dot,) = primals, tangents_in
-    w, v = _vectors(a, band, stage2, stage3)
-    rule = functools.partial(tangents.eigh_jvp, sh=None)
-    w_dot, v_dot = jnp.vectorize(rule, signature="(n),(n,n),(n,n)->(n),(n,n)")(w, v, a_dot)
-    return (w, v), (w_dot, v_dot)
 
 
 def eigh(a: jax.Array, band: int = 64, *, symmetrize_input: bool = True, stage2: str | None = None,
@@ -753,4 +744,4 @@ def eigh(a: jax.Array, band: int = 64, *, symmetrize_input: bool = True, stage2:
     stage2, stage3 = _checked_stages(stage2, stage3, "eigh", vectors=True)
     if symmetrize_input:
         a = (a + _ct(a)) / 2
-    return _vectors(a, band, stage2, stage3)
+    return eigh_of_lower(a, band, stage2, stage3)

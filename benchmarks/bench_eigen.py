@@ -4,7 +4,7 @@
     python benchmarks/bench_eigen.py --cases svd polar --sizes --stacks 512x256 1024x256:float64
     python benchmarks/bench_eigen.py --cases eigvalsh eigh --sizes 8192 16384 --stacks --dtypes float64
     python benchmarks/bench_eigen.py --sizes 64 --stacks 8x48 --runs 2   # tiny, on CPU
-    python benchmarks/bench_eigen.py --cases eigvalsh --impls jax jaxmg.two_stage --sizes 8192 16384 \
+    python benchmarks/bench_eigen.py --cases eigvalsh eigh --impls jax jaxmg.two_stage --sizes 8192 16384 \
         --stacks --bands 32 64 128                                       # the two-stage solver's stages
 
 Cases, each with jaxmg's function as users call it (``jaxmg.numpy.linalg`` and
@@ -21,6 +21,10 @@ Cases, each with jaxmg's function as users call it (``jaxmg.numpy.linalg`` and
       band: ``stage1_s``), of stages 2 and 3 (band -> tridiagonal -> eigenvalues: ``stage23_s``),
       and ``value_error``: the largest |w - w_jax| / (N eps max |w_jax|) against
       ``jnp.linalg.eigvalsh`` in the same process.
+  eigh also with impl "jaxmg.two_stage": ``jaxmg.kernels.two_stage.eigh(a, band)`` per band, with
+      the time of stage 1 (``stage1_s``, its reflectors kept), stage 2 (bulge chasing, its
+      reflectors kept: ``stage2_s``), stage 3 (the tridiagonal's eigenvectors: ``stage3_s``) and
+      the back-transformation Q1 (Q2 Z) (``backtransform_s``), and ``value_error``.
 
 Problems: one N x N matrix per ``--sizes`` entry and ``--dtypes`` dtype, and stacks
 ``COUNTxORDER[:DTYPE]`` (``--stacks``; without a dtype, one stack per ``--dtypes`` entry) of
@@ -33,9 +37,11 @@ a time-out is recorded and the run goes on): it compiles and times the first cal
 (``first_call_s``), then ``--runs`` calls (``median_s``, ``times_s``). One JSON line per record
 (``--out``, default benchmarks/results/MACHINE/DATE/eigen.jsonl): bench, case, impl, N, count (0 for
 one matrix), dtype, device_kind, platform, jax, first_call_s, median_s, times_s, runs, per_matrix_s
-(stacks), band, stage1_s, stage23_s and value_error (jaxmg.two_stage), orthogonality and
-backward_error (svd and polar: the largest over the problem's matrices of ||U^H U - I||_F / (N eps)
-and ||A - U S V^H||_F / (||A||_F N eps), LAPACK's ratios, which its tests hold to 30), ratio (over
+(stacks), band, stage1_s, stage23_s (eigvalsh) or stage2_s, stage3_s, backtransform_s (eigh) and
+value_error (jaxmg.two_stage), orthogonality and backward_error (svd and polar: the largest over
+the problem's matrices of ||U^H U - I||_F / (N eps) and ||A - U S V^H||_F / (||A||_F N eps),
+LAPACK's ratios, which its tests hold to 30), orthogonality and residual (eigh, every impl:
+||V^H V - I||_F / (N eps) and ||A V - V diag(w)||_F / (||A||_F N eps)), ratio (over
 JAX's time for the same case and problem, on jaxmg's and "jax.scipy"'s records, where JAX's ran), or
 error.
 """
@@ -69,7 +75,7 @@ def _args(argv=None):
     p.add_argument("--dtypes", nargs="+", default=["float64", "float32"])
     p.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS)
     p.add_argument("--bands", type=int, nargs="+", default=[32, 64, 128],
-                   help="half-bandwidths of jaxmg.two_stage (eigvalsh)")
+                   help="half-bandwidths of jaxmg.two_stage (eigvalsh, eigh)")
     p.add_argument("--runs", type=int, default=5, help="timed calls after the first (median reported)")
     p.add_argument("--timeout", type=int, default=600, help="seconds for one case's process")
     p.add_argument("--out", default=str(results_path("eigen.jsonl")))
@@ -93,10 +99,10 @@ def _functions(case: str, impl: str, band: int = 64):
     import jax
     import jax.numpy as jnp
 
-    if impl == "jaxmg.two_stage" and case == "eigvalsh":
+    if impl == "jaxmg.two_stage" and case in ("eigvalsh", "eigh"):
         from jaxmg.kernels import two_stage
 
-        return (lambda a: two_stage.eigvalsh(a, band)), False
+        return (lambda a: getattr(two_stage, case)(a, band)), False
     if impl == "jaxmg":
         import jaxmg.numpy.linalg as la
         import jaxmg.scipy.linalg as sla
@@ -140,22 +146,28 @@ def _inputs(count: int, n: int, dtype: str, case: str):
 def _accuracy(case: str, a, out, dtype: str) -> dict:
     """The largest over the problem's matrices of LAPACK's ratios (Frobenius norms, in float64):
     orthogonality ||U^H U - I|| / (N eps) and backward error ||A - U S V^H|| / (||A|| N eps) (svd;
-    U_p and U_p H for polar)."""
+    U_p and U_p H for polar); for eigh, ||V^H V - I|| / (N eps) and the residual
+    ||A V - V diag(w)|| / (||A|| N eps)."""
     import jax
     import jax.numpy as jnp
 
     def ratios(a, out):
         a = a.astype(jnp.promote_types(a.dtype, jnp.float64))
-        u = out[0].astype(a.dtype)
-        back = (u * out[1].astype(a.dtype)[..., None, :]) @ out[2].astype(a.dtype) if case == "svd" else u @ out[1]
+        out = [x.astype(a.dtype) for x in out]
+        if case == "eigh":
+            u = out[1]
+            error = a @ u - u * out[0][..., None, :]
+        else:
+            u = out[0]
+            error = a - ((u * out[1][..., None, :]) @ out[2] if case == "svd" else u @ out[1])
         n = a.shape[-1]
         eps = float(jnp.finfo(dtype).eps)
         gram = jnp.conj(jnp.swapaxes(u, -1, -2)) @ u - jnp.eye(u.shape[-1], dtype=a.dtype)
         fro = lambda x: jnp.sqrt(jnp.sum(jnp.abs(x) ** 2, axis=(-2, -1)))  # noqa: E731
-        return jnp.max(fro(gram)) / (n * eps), jnp.max(fro(a - back) / fro(a)) / (n * eps)
+        return jnp.max(fro(gram)) / (n * eps), jnp.max(fro(error) / fro(a)) / (n * eps)
 
-    orth, back = jax.jit(ratios)(a, tuple(out))
-    return {"orthogonality": float(orth), "backward_error": float(back)}
+    orth, error = jax.jit(ratios)(a, tuple(out))
+    return {"orthogonality": float(orth), ("residual" if case == "eigh" else "backward_error"): float(error)}
 
 
 def _timed(call, args, runs: int) -> tuple[float, list]:
@@ -173,26 +185,62 @@ def _timed(call, args, runs: int) -> tuple[float, list]:
     return first, times
 
 
-def _two_stage_parts(call, a, band: int, dtype: str, runs: int) -> dict:
-    """jaxmg.two_stage's stages timed on their own (stage 1; stages 2 and 3 on its band), and
-    the eigenvalues of ``call`` (the whole, compiled)'s distance to ``jnp.linalg.eigvalsh``'s."""
+def _median_time(f, args, runs: int) -> float:
+    return statistics.median(_timed(f, args, runs)[1])
+
+
+def _two_stage_parts(case: str, call, a, band: int, dtype: str, runs: int) -> dict:
+    """jaxmg.two_stage's stages timed on their own (eigvalsh: stage 1, then stages 2 and 3 on its
+    band; eigh: :func:`_two_stage_vector_parts`), and the eigenvalues of ``call`` (the whole,
+    compiled)'s distance to ``jnp.linalg.eigvalsh``'s."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxmg.kernels import two_stage
+
+    if case == "eigh":
+        out = _two_stage_vector_parts(a, band, runs)
+        w = call(a)[0]
+    else:
+        def stage1(m):
+            return two_stage.lower_band(two_stage.reduce_to_band(m, band), band)
+
+        stage1 = jax.jit(jnp.vectorize(stage1, signature="(n,n)->(k,n)"))
+        out = {"band": band, "stage1_s": _median_time(stage1, (a,), runs),
+               "stage23_s": _median_time(jax.jit(two_stage.band_eigvalsh), (stage1(a),), runs)}
+        w = call(a)
+    ref = jax.jit(jnp.linalg.eigvalsh)(a)
+    scale = jnp.max(jnp.abs(ref)) * a.shape[-1] * float(jnp.finfo(dtype).eps)
+    out["value_error"] = float(jnp.max(jnp.abs(w - ref)) / scale)
+    return out
+
+
+def _two_stage_vector_parts(a, band: int, runs: int) -> dict:
+    """two_stage.eigh's stages timed on their own, each on the previous one's outputs: stage 1
+    with its reflectors, stage 2 with its reflectors, stage 3's eigenvectors, and the
+    back-transformation Q1 (Q2 Z)."""
     import jax
     import jax.numpy as jnp
 
     from jaxmg.kernels import two_stage
 
     def stage1(m):
-        return two_stage.lower_band(two_stage.reduce_to_band(m, band), band)
+        b_mat, ys, ts = two_stage.reduce_to_band(m, band, reflectors=True)
+        return two_stage.lower_band(b_mat, band), ys, ts
 
-    stage1 = jax.jit(jnp.vectorize(stage1, signature="(n,n)->(k,n)"))
-    stage23 = jax.jit(two_stage.band_eigvalsh)
-    ab = stage1(a)
-    out = {"band": band, "stage1_s": statistics.median(_timed(stage1, (a,), runs)[1]),
-           "stage23_s": statistics.median(_timed(stage23, (ab,), runs)[1])}
-    w, ref = call(a), jax.jit(jnp.linalg.eigvalsh)(a)
-    scale = jnp.max(jnp.abs(ref)) * a.shape[-1] * float(jnp.finfo(dtype).eps)
-    out["value_error"] = float(jnp.max(jnp.abs(w - ref)) / scale)
-    return out
+    def stage2(ab):
+        return two_stage.band_to_tridiagonal(ab, reflectors=True)
+
+    parts = [(stage1, "(n,n)->(k,n),(p,n,b),(p,b,b)"), (stage2, "(k,n)->(n),(m),(s,t,b),(s,t)"),
+             (two_stage.back_transform, "(p,n,b),(p,b,b),(s,t,b),(s,t),(n,n)->(n,n)")]
+    stage1, stage2, back = (jax.jit(jnp.vectorize(f, signature=sig)) for f, sig in parts)
+    stage3 = jax.jit(two_stage.tridiagonal_eigh)  # a stack in one call
+    ab, ys, ts = stage1(a)
+    d, e, v, tau = stage2(ab)
+    z = stage3(d, e)[1]
+    return {"band": band, "stage1_s": _median_time(stage1, (a,), runs), "stage2_s": _median_time(stage2, (ab,), runs),
+            "stage3_s": _median_time(stage3, (d, e), runs),
+            "backtransform_s": _median_time(back, (ys, ts, v, tau, z), runs)}
 
 
 def child(case: str, impl: str, count: str, n: str, dtype: str, runs: int, band: int = 64) -> None:
@@ -213,10 +261,10 @@ def child(case: str, impl: str, count: str, n: str, dtype: str, runs: int, band:
         rec.update(median_s=statistics.median(times), times_s=times, runs=len(times))
         if count:
             rec["per_matrix_s"] = rec["median_s"] / count
-        if case in ("svd", "polar"):
+        if case in ("svd", "polar", "eigh"):
             rec.update(_accuracy(case, a, call(a), dtype))
         if impl == "jaxmg.two_stage":
-            rec.update(_two_stage_parts(call, a, band, dtype, runs))
+            rec.update(_two_stage_parts(case, call, a, band, dtype, runs))
     except Exception as e:  # out of memory, a function this JAX lacks: recorded, never hidden
         rec["error"] = f"{type(e).__name__}: {str(e)[:1000]}"
     print("RECORD " + json.dumps(rec), flush=True)
@@ -258,12 +306,12 @@ def main(argv=None):
 
 
 def _runs(order, case: str, bands) -> list:
-    """(impl, band) of a case's runs: jax.scipy for polar only, jaxmg.two_stage for eigvalsh
-    only (once per band), the others once (band None)."""
+    """(impl, band) of a case's runs: jax.scipy for polar only, jaxmg.two_stage for eigvalsh and
+    eigh only (once per band), the others once (band None)."""
     out = []
     for impl in order:
         if impl == "jaxmg.two_stage":
-            out += [(impl, band) for band in bands] if case == "eigvalsh" else []
+            out += [(impl, band) for band in bands] if case in ("eigvalsh", "eigh") else []
         elif impl != "jax.scipy" or case == "polar":
             out.append((impl, None))
     return out

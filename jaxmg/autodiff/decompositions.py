@@ -16,6 +16,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from ..kernels import two_stage
 from . import _dist, logdet, solves, tangents
 
 
@@ -104,6 +105,17 @@ def _polar_formula(kernels, outputs, dots):
     u_p, h, _ = outputs
     sig, vv, _ = syevd(kernels, h)
     return tangents.polar_jvp(u_p, sig, vv, dots[0], kernels.plan.outputs)
+
+
+@two_stage.eigh_of_lower.defjvp
+def _two_stage_eigh_jvp(band, stage2, stage3, primals, tangents_in):
+    """The two-stage eigensolver's derivative (``jaxmg.kernels.two_stage.eigh``): the eigh rule,
+    matrix by matrix of a stack, the exact derivative of the eigendecomposition of the Hermitian
+    matrix read from the lower triangle."""
+    (a,), (a_dot,) = primals, tangents_in
+    w, v = two_stage.eigh_of_lower(a, band, stage2, stage3)
+    rule = functools.partial(tangents.eigh_jvp, sh=None)
+    return (w, v), jnp.vectorize(rule, signature="(n),(n,n),(n,n)->(n),(n,n)")(w, v, a_dot)
 
 
 def _entered(method):

@@ -1,4 +1,4 @@
-"""Hermitian eigenvalues in two stages on one device: dense -> band -> tridiagonal -> eigenvalues.
+"""Hermitian eigenvalues and eigenvectors in two stages on one device: dense -> band -> tridiagonal.
 
 The design of LAPACK's ``dsytrd_2stage``/``dsyevd_2stage`` (and MAGMA's, ELPA2's): the one-stage
 tridiagonal reduction of ``syevd`` is bound by matrix-vector products; here the dense work is
@@ -31,9 +31,16 @@ matrix products and the memory-bound work is confined to a band.
 3. **Tridiagonal eigenvalues** (:func:`tridiagonal_eigvalsh`) in O(N^2): LAPACK's ``sterf``
    through a host callback, or bisection (JAX's ``eigh_tridiagonal``, or the CUDA kernel of
    ``csrc/band.cu``). A Hermitian tridiagonal has the eigenvalues of the real one with ``|e|``.
+   With eigenvectors (:func:`tridiagonal_eigh`): a unitary diagonal D makes ``D^H T D`` real,
+   whose eigenvectors Z (LAPACK's divide and conquer, or cuSOLVERMp's stedc) give ``D Z``.
 
-:func:`eigvalsh` composes them. ``auto`` does not run it: the crossover against cuSOLVER's
-``syevd`` comes from measurement (``benchmarks/bench_eigen.py``, impl ``jaxmg.two_stage``).
+:func:`eigvalsh` composes them; :func:`eigh` also keeps both stages' reflectors (stage 1's
+compact-WY panels, stage 2's one reflector a task, :func:`band_to_tridiagonal_reference`) and
+back-transforms ``v = Q1 (Q2 (D Z))`` as matrix products (:func:`apply_q2`: the reflectors of b
+sweeps at one task as one block, blocks on disjoint rows batched in a wavefront;
+:func:`apply_q1`: the panels in reverse). ``auto`` runs neither: the crossover against
+cuSOLVER's ``syevd`` comes from measurement (``benchmarks/bench_eigen.py``, impl
+``jaxmg.two_stage``).
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from jax import lax
 from jax.scipy.linalg import solve_triangular
 
 from .algebra import full_precision
+from .varying import varying_like
 
 _DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
 #: Panel groups of stage 1 (each one ``fori_loop`` on a static trailing window).
@@ -102,7 +110,17 @@ def compact_wy(y: jax.Array, tau: jax.Array) -> jax.Array:
     b = tau.shape[-1]
     inv_tau = jnp.where(tau == 0, 1, 1 / jnp.where(tau == 0, 1, tau))
     t_inv = jnp.triu(_ct(y) @ y, 1) + jnp.diag(inv_tau)
-    return solve_triangular(t_inv, jnp.eye(b, dtype=y.dtype), lower=False)
+    eye = 0 * t_inv + jnp.eye(b, dtype=y.dtype)  # batched and laid out as t_inv (a stack under vmap)
+    return solve_triangular(t_inv, eye, lower=False)
+
+
+def zeros_as(a: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """Zeros of ``shape`` in a's dtype that vary and are laid out as ``a``: over the axes of a
+    ``jax.shard_map`` that ``a`` varies over, and, under ``jax.vmap`` of a stack split over a
+    mesh's Explicit axes, batched as ``a`` (a constant would be neither, and a loop carry or a
+    scatter into it would then disagree with the values written into it)."""
+    scalar = 0 * jnp.sum(a[..., :1, :1])  # a's batch axes and layout (jnp.zeros_like drops the layout)
+    return varying_like(a, jnp.broadcast_to(scalar, shape))
 
 
 def _check_square(a, name: str) -> jax.Array:
@@ -181,8 +199,8 @@ def _band_step(w: jax.Array, j, b: int):
 def _reduce(a, band: int, reflectors: bool, segments: int):
     n, b = a.shape[-1], band
     panels = panel_count(n, b)
-    ys = jnp.zeros((panels, n, b), a.dtype) if reflectors else None
-    ts = jnp.zeros((panels, b, b), a.dtype) if reflectors else None
+    ys = zeros_as(a, (panels, n, b)) if reflectors else None
+    ts = zeros_as(a, (panels, b, b)) if reflectors else None
     for p0, p1 in _segments(panels, segments):
         r0 = p0 * b
 
@@ -255,90 +273,265 @@ def task_window(sweep: int, task: int, band: int) -> tuple[int, int]:
     return (sweep, 1) if task == 0 else (sweep + 1 + (task - 1) * band, band)
 
 
+def _task_indices(n: int, band: int, lag: int | None) -> list[tuple[int, int]]:
+    """The tasks' (sweep, task) in the order they run (see :func:`task_order`)."""
+    sweeps = max(n - 2, 0) if band > 1 else 0
+    counts = [sweep_tasks(n, band, i) for i in range(sweeps)]
+    if lag is None:
+        return [(i, t) for i in range(sweeps) for t in range(counts[i])]
+    done, order = [0] * sweeps, []
+    while any(done[i] < counts[i] for i in range(sweeps)):
+        ready = [i for i in range(sweeps) if done[i] < counts[i]
+                 and (i == 0 or done[i - 1] >= min(done[i] + lag, counts[i - 1]))]
+        for i in reversed(ready):
+            order.append((i, done[i]))
+            done[i] += 1
+    return order
+
+
 def task_order(n: int, band: int, lag: int | None = None) -> np.ndarray:
     """The tasks' (c, d) (T x 2) in the order they run: sweep after sweep (``lag`` None,
     LAPACK's sequential order), or as csrc/band.cu's kernel may run them, every sweep on its own
     thread block: in rounds, each sweep whose next task t has sweep i - 1's tasks up to
     ``t + lag - 1`` completed (all of them, near its end) runs it, the later sweeps of a round
     first."""
-    sweeps = max(n - 2, 0) if band > 1 else 0
-    counts = [sweep_tasks(n, band, i) for i in range(sweeps)]
-    if lag is None:
-        order = [task_window(i, t, band) for i in range(sweeps) for t in range(counts[i])]
-        return np.array(order, dtype=np.int32).reshape(-1, 2)
-    done, order = [0] * sweeps, []
-    while any(done[i] < counts[i] for i in range(sweeps)):
-        ready = [i for i in range(sweeps) if done[i] < counts[i]
-                 and (i == 0 or done[i - 1] >= min(done[i] + lag, counts[i - 1]))]
-        for i in reversed(ready):
-            order.append(task_window(i, done[i], band))
-            done[i] += 1
+    order = [task_window(i, t, band) for i, t in _task_indices(n, band, lag)]
     return np.array(order, dtype=np.int32).reshape(-1, 2)
 
 
-def _chase_task(a, q, c, d, band: int):
-    """One bulge-chasing task on the padded dense matrix a (and the accumulated q, or None)."""
+def reflector_shape(n: int, band: int) -> tuple[int, int, int]:
+    """(S, K, b) of stage 2's reflectors: S = max(N - 2, 0) sweeps, at most K = (N - 3) // b + 1
+    tasks a sweep (0 when N < 3), reflectors of length b."""
+    sweeps = max(n - 2, 0)
+    return sweeps, (sweep_tasks(n, band, 0) if sweeps and band else 0), band
+
+
+def _chase_task(a, c, d, band: int):
+    """One bulge-chasing task on the padded dense matrix a: (a, v, tau) with the task's reflector."""
     size = 3 * band
     win = lax.dynamic_slice(a, (c, c), (size, size))
     v, tau, beta = householder(lax.dynamic_slice_in_dim(win[:, 0], d, band))
-    vw = lax.dynamic_update_slice_in_dim(jnp.zeros(size, a.dtype), v, d, 0)
+    vw = jnp.roll(jnp.pad(v, (0, size - band)), d)  # v on the window's rows d .. d + band - 1
     p = tau * (win @ vw)
     s = jnp.conj(tau) * jnp.vdot(vw, p)
     w = p - 0.5 * s * vw
     win = win - jnp.outer(w, jnp.conj(vw)) - jnp.outer(vw, jnp.conj(w))
-    col = lax.dynamic_update_slice_in_dim(win[:, 0], jnp.zeros(band, a.dtype).at[0].set(beta), d, 0)
+    col = lax.dynamic_update_slice_in_dim(win[:, 0], jnp.where(jnp.arange(band) == 0, beta, 0).astype(a.dtype), d, 0)
     win = win.at[:, 0].set(col).at[0, :].set(jnp.conj(col))
-    a = lax.dynamic_update_slice(a, win, (c, c))
-    if q is not None:
-        qs = lax.dynamic_slice_in_dim(q, c + d, band, axis=1)
-        q = lax.dynamic_update_slice_in_dim(q, qs - jnp.outer(qs @ v, tau * jnp.conj(v)), c + d, axis=1)
-    return a, q
+    return lax.dynamic_update_slice(a, win, (c, c)), v, tau
 
 
-@functools.partial(jax.jit, static_argnames=("vectors",))
-def _chase(ab, tasks, vectors: bool):
+@functools.partial(jax.jit, static_argnames=("reflectors",))
+def _chase(ab, tasks, reflectors: bool):
     band, n = ab.shape[0] - 1, ab.shape[1]
     pad = 3 * band
     a = jnp.pad(dense_from_lower_band(ab), ((0, pad), (0, pad)))
-    q = jnp.eye(n + pad, dtype=ab.dtype) if vectors else None
+    sweeps, k, _ = reflector_shape(n, band)
+    vs = zeros_as(ab, (sweeps, k, band)) if reflectors else None
+    taus = zeros_as(ab, (sweeps, k)) if reflectors else None
 
-    def task(k, carry):
-        a_k, q_k = carry
-        return _chase_task(a_k, q_k, tasks[k, 0], tasks[k, 1], band)
+    def task(j, carry):
+        a_j, vs_j, taus_j = carry
+        c, d, i, t = tasks[j, 0], tasks[j, 1], tasks[j, 2], tasks[j, 3]
+        a_j, v, tau = _chase_task(a_j, c, d, band)
+        if vs_j is not None:
+            vs_j, taus_j = vs_j.at[i, t].set(v), taus_j.at[i, t].set(tau)
+        return a_j, vs_j, taus_j
 
     if tasks.shape[0]:
-        a, q = lax.fori_loop(0, tasks.shape[0], task, (a, q))
+        a, vs, taus = lax.fori_loop(0, tasks.shape[0], task, (a, vs, taus))
     idx = jnp.arange(n)
     d = jnp.real(a[idx, idx])
     e = a[idx[1:], idx[:-1]]
-    return (d, e) if q is None else (d, e, q[:n, :n])
+    return (d, e, vs, taus) if reflectors else (d, e)
 
 
-def band_to_tridiagonal_reference(ab: jax.Array, *, vectors: bool = False, lag: int | None = None):
+def band_to_tridiagonal_reference(ab: jax.Array, *, reflectors: bool = False, lag: int | None = None):
     """Stage 2 in XLA's operations, task for task as ``csrc/band.cu``: the Hermitian band matrix
     B in lower band storage ab ((b + 1, N), :func:`lower_band`) reduced to a Hermitian
-    tridiagonal ``T = Q^H B Q`` by bulge chasing. Returns ``(d, e)`` (d: N real, the diagonal;
-    e: N - 1, the subdiagonal, complex for complex B), and Q (N, N) with ``vectors``. The tasks
-    run in :func:`task_order` (``lag``: the pipelined order of the CUDA kernel, which gives the
-    same result bit for bit). One task after another on a dense copy: a reference for tests and
-    small matrices, not for speed."""
+    tridiagonal ``T = Q2^H B Q2`` by bulge chasing. Returns ``(d, e)`` (d: N real, the diagonal;
+    e: N - 1, the subdiagonal, complex for complex B), and with ``reflectors`` ``(d, e, v, tau)``,
+    Q2's reflectors in the layout ``csrc/band.cu`` writes too:
+
+    - S = max(N - 2, 0) sweeps and at most K = (N - 3) // b + 1 tasks a sweep (K = 0 when
+      N < 3; :func:`reflector_shape`); ``v`` (S, K, b) in ab's dtype, ``tau`` (S, K);
+    - task t of sweep i has the reflector ``I - tau[i, t] v[i, t] v[i, t]^H`` acting on rows
+      ``i + 1 + t b + k`` for k = 0 .. b - 1, with ``v[i, t, 0] = 1`` (entries for rows past
+      N - 1 are zero); tasks a sweep does not have (t >= :func:`sweep_tasks`), and every task
+      when b = 1 (B is tridiagonal already), are zero (tau = 0, v = 0);
+    - ``Q2 = prod over (i, t) in lexicographic order of (I - tau[i, t] v[i, t] v[i, t]^H)``.
+
+    :func:`apply_q2` applies Q2. The tasks run in :func:`task_order` (``lag``: the pipelined order
+    of the CUDA kernel, which gives the same result bit for bit). One task after another on a
+    dense copy: a reference for tests and small matrices, not for speed."""
     ab = jnp.asarray(ab)
     if ab.ndim != 2 or ab.shape[0] < 1:
         raise ValueError("band_to_tridiagonal_reference: ab must be lower band storage (band + 1, N); "
                          f"got shape {ab.shape}")
     if ab.dtype not in _DTYPES:
         raise ValueError(f"band_to_tridiagonal_reference: ab's dtype must be float32 to complex128; got {ab.dtype}")
-    return _chase(ab, jnp.asarray(task_order(ab.shape[1], ab.shape[0] - 1, lag)), vectors)
+    n, band = ab.shape[1], ab.shape[0] - 1
+    tasks = [(*task_window(i, t, band), i, t) for i, t in _task_indices(n, band, lag)]
+    return _chase(ab, jnp.asarray(np.array(tasks, dtype=np.int32).reshape(-1, 4)), bool(reflectors))
+
+
+# --- back-transformations: Q2 and Q1 applied as matrix products ------------------------------
+
+#: :func:`apply_q2` splits the wavefront's steps into products of at most a 1/Q2_CHUNKS-th of the
+#: busiest step's blocks (padding every step to the busiest would double the flops).
+Q2_CHUNKS = 4
+
+
+def q2_schedule(n: int, band: int, group: int) -> tuple[np.ndarray, np.ndarray]:
+    """The wavefront of :func:`apply_q2`: ``(blocks, rows)`` (products x slots), the block index
+    ``g K + t`` (K: tasks a sweep, :func:`reflector_shape`) and first row ``g G + 1 + t b`` of
+    every block (g, t) of each batched product, in the order they run; unused slots hold block
+    index ``groups K`` (none) and row 0.
+
+    Block (g, t) gathers task t of the G sweeps ``g G .. g G + G - 1``. A reflector of a later
+    sweep overlaps those of earlier sweeps at the same task and the next (sweep i' > i at task t'
+    meets sweep i's task t' when i' - i < b, and task t' + 1 when i' - i < 2b), and Q2's product
+    runs over the sweeps in order, so Q2 z applies the later one first: block (g, t) after
+    (g + 1, t), (g + 1, t - 1) and (g, t - 1) (the sweeps of one group overlap at the previous
+    task). Step ``t + groups - 1 - g`` satisfies all three; blocks of one step, (g, t) and
+    (g + 1, t + 1), start ``G + b`` rows apart and span ``b + G - 1``: disjoint, so a step's
+    blocks run in any order, here in products of ``ceil(busiest / Q2_CHUNKS)`` blocks."""
+    sweeps, k, _ = reflector_shape(n, band)
+    groups = -(-sweeps // group)
+    steps = groups + k - 1 if sweeps else 0
+    per_step = [[(g * k + t, g * group + 1 + t * band)
+                 for g in range(groups) for t in [s - (groups - 1 - g)]
+                 if 0 <= t < sweep_tasks(n, band, g * group)] for s in range(steps)]
+    slots = -(-max((len(x) for x in per_step), default=0) // Q2_CHUNKS)
+    products = [step[j:j + slots] for step in per_step for j in range(0, len(step), slots)]
+    blocks = np.full((len(products), slots), groups * k, np.int32)
+    rows = np.zeros((len(products), slots), np.int32)
+    for s, product in enumerate(products):
+        for j, (blk, row) in enumerate(product):
+            blocks[s, j], rows[s, j] = blk, row
+    return blocks, rows
+
+
+def _q2_blocks(v: jax.Array, tau: jax.Array, blocks: jax.Array, group: int) -> tuple[jax.Array, jax.Array]:
+    """(Y, Y T) ((len(blocks), b + G - 1, G)) of the blocks ``blocks`` (indices g K + t; v, tau
+    padded to a multiple of G sweeps): Y's column k is sweep ``g G + k``'s reflector at task t,
+    on the block's rows k .. k + b - 1, so that ``I - Y T Y^H`` is the reflectors' product in
+    sweep order (:func:`compact_wy`)."""
+    _, k, b = v.shape
+    m = b + group - 1
+    sweeps = (blocks // k)[:, None] * group + jnp.arange(group)[None, :]  # (blocks, G)
+    tasks = (blocks % k)[:, None]
+    taus = tau[sweeps, tasks]
+    cols = jnp.where(taus[..., None] == 0, 0, v[sweeps, tasks])  # (blocks, G, b)
+    offset = jnp.arange(m)[:, None] - jnp.arange(group)[None, :]
+    inside = (offset >= 0) & (offset < b)
+    y = jnp.where(inside, cols[:, jnp.arange(group)[None, :], jnp.clip(offset, 0, b - 1)], 0)
+    return y, y @ jax.vmap(compact_wy)(y, taus)
+
+
+@functools.partial(jax.jit, static_argnames=("group",))
+@full_precision
+def _apply_q2(v, tau, z, group: int):
+    n, (sweeps, k, b) = z.shape[0], v.shape
+    blocks, rows = q2_schedule(n, b, group)
+    if blocks.size == 0:
+        return z
+    pad = -sweeps % group
+    v, tau = jnp.pad(v, ((0, pad), (0, 0), (0, 0))), jnp.pad(tau, ((0, pad), (0, 0)))
+    m, count = b + group - 1, (sweeps + pad) // group * k
+    used = jnp.asarray(blocks < count)[:, :, None, None]  # unused slots add nothing
+    blocks, rows = jnp.asarray(np.minimum(blocks, count - 1)), jnp.asarray(rows)
+
+    def step(s, zp):
+        y, yt = _q2_blocks(v, tau, blocks[s], group)  # formed where used: O(slots b G) memory
+        idx = rows[s][:, None] + jnp.arange(m)[None, :]
+        w = _ct(y) @ zp[idx]  # (slots, G, columns)
+        return zp.at[idx].add(jnp.where(used[s], -(yt @ w), 0))
+
+    zp = lax.fori_loop(0, blocks.shape[0], step, jnp.pad(z, ((0, m), (0, 0))))
+    return zp[:n]
+
+
+def apply_q2(v: jax.Array, tau: jax.Array, z: jax.Array, *, group: int | None = None) -> jax.Array:
+    """``Q2 z`` for stage 2's reflectors ``(v, tau)`` (:func:`band_to_tridiagonal_reference`'s
+    layout: v (S, K, b), tau (S, K)) and z (N, M), as batched matrix products.
+
+    The reflectors of ``group`` = G consecutive sweeps (default b; at most b) at one task make
+    one compact-WY block ``I - Y T Y^H`` on b + G - 1 rows (Y and Y T formed in the step that
+    applies them: no memory beyond v, tau, z and one step's blocks);
+    the blocks run in the wavefront of :func:`q2_schedule`: N/G + N/b steps, each split into
+    batched products over blocks on disjoint rows (gathered and scattered at dynamic row
+    offsets), one ``lax.fori_loop`` over the products. Flops: ``4 (b + G - 1) G M`` a block and
+    about ``N^2 / (2 G b)`` blocks, so ``2 N^2 M (b + G - 1) / b``: 4 N^3 for M = N and G = b
+    (``dormtr`` after LAPACK's one-stage reduction: 2 N^3); the products' padding to a fixed
+    block count adds about a quarter (4.9 N^3 at N = 16,384, b = 64)."""
+    v, tau, z = jnp.asarray(v), jnp.asarray(tau), jnp.asarray(z)
+    shape_ok = v.ndim == 3 and z.ndim == 2 and tau.shape == v.shape[:2]
+    if not shape_ok or v.shape[:2] != reflector_shape(z.shape[0], v.shape[2])[:2]:
+        raise ValueError("apply_q2: v must be (S, K, b), tau (S, K) and z (N, M) with S = max(N - 2, 0) and "
+                         f"K = (N - 3) // b + 1 (reflector_shape); got {v.shape}, {tau.shape}, {z.shape}")
+    b = v.shape[2]
+    group = b if group is None else group
+    if isinstance(group, bool) or not isinstance(group, (int, np.integer)) or not 1 <= group <= max(b, 1):
+        raise ValueError(f"apply_q2: group must be an int in 1 .. b = {b}; got {group!r}")
+    dtype = jnp.result_type(v.dtype, z.dtype)
+    return _apply_q2(v.astype(dtype), tau.astype(dtype), z.astype(dtype), int(group))
+
+
+@jax.jit
+@full_precision
+def _apply_q1(ys, ts, z):
+    panels, _, b = ys.shape
+    for p0, p1 in reversed(_segments(panels, SEGMENTS)):
+        r0 = p0 * b
+
+        def body(j, zw, p0=p0, p1=p1, r0=r0):
+            p = p1 - 1 - j + p0
+            y = lax.dynamic_index_in_dim(ys, p, keepdims=False)[r0:]
+            t = lax.dynamic_index_in_dim(ts, p, keepdims=False)
+            return zw - y @ (t @ (_ct(y) @ zw))
+
+        z = z.at[r0:].set(lax.fori_loop(p0, p1, body, z[r0:]))
+    return z
+
+
+def apply_q1(ys: jax.Array, ts: jax.Array, z: jax.Array) -> jax.Array:
+    """``Q1 z`` for stage 1's reflectors (:func:`reduce_to_band` with ``reflectors``: Y (P, N, b),
+    T (P, b, b), ``Q1 = prod_p (I - Y_p T_p Y_p^H)``, panel 0 first) and z (N, M): the panels'
+    compact-WY blocks in reverse panel order, ``z -= Y (T (Y^H z))``, on the trailing rows of
+    stage 1's panel groups (static windows). Flops: ``4 m b M`` a panel on m rows, about
+    ``2 N^2 M (S + 1) / S`` in all for S = :data:`SEGMENTS` groups (2.25 N^3 for M = N)."""
+    ys, ts, z = jnp.asarray(ys), jnp.asarray(ts), jnp.asarray(z)
+    if ys.ndim != 3 or ts.shape != (ys.shape[0], ys.shape[2], ys.shape[2]) or z.ndim != 2 or z.shape[0] != ys.shape[1]:
+        raise ValueError("apply_q1: ys must be (P, N, b), ts (P, b, b) and z (N, M); "
+                         f"got {ys.shape}, {ts.shape}, {z.shape}")
+    dtype = jnp.result_type(ys.dtype, z.dtype)
+    return _apply_q1(ys.astype(dtype), ts.astype(dtype), z.astype(dtype))
 
 
 # --- stage 3: tridiagonal eigenvalues ----------------------------------------------------------
 
-def _sterf_host(d, e):
-    from scipy.linalg import lapack
+def _lapack_tridiagonal(routine: str, d: jax.Array, e: jax.Array, shapes) -> tuple[jax.Array, ...]:
+    """LAPACK's ``?<routine>`` (``sterf``, ``stevd``) of the real symmetric tridiagonals (d, e)
+    (..., N) and (..., N - 1) through a host callback, one call per matrix (a stack's batch axes,
+    ``jax.vmap``'s too, come whole to the host): its results of ``shapes`` (per matrix, d's
+    dtype), NaN where LAPACK's info is not 0."""
 
-    (sterf,) = lapack.get_lapack_funcs(("sterf",), (np.asarray(d),))
-    w, info = sterf(np.array(d), np.array(e))
-    return np.asarray(w if info == 0 else np.full_like(w, np.nan), dtype=d.dtype)
+    def host(d, e):
+        from scipy.linalg import lapack
+
+        batch = np.broadcast_shapes(d.shape[:-1], e.shape[:-1])
+        d, e = np.broadcast_to(d, batch + d.shape[-1:]), np.broadcast_to(e, batch + e.shape[-1:])
+        (routine_fn,) = lapack.get_lapack_funcs((routine,), (d,))
+        outs = [np.empty(batch + shape, d.dtype) for shape in shapes]
+        for idx in np.ndindex(batch):
+            *results, info = routine_fn(np.array(d[idx]), np.array(e[idx]))
+            for out, result in zip(outs, results):
+                out[idx] = result if info == 0 else np.nan
+        return tuple(outs)
+
+    out = tuple(jax.ShapeDtypeStruct(d.shape[:-1] + shape, d.dtype) for shape in shapes)
+    return tuple(varying_like(d, x) for x in jax.pure_callback(host, out, d, e, vmap_method="expand_dims"))
 
 
 def tridiagonal_eigvalsh(d: jax.Array, e: jax.Array, *, method: str = "sterf") -> jax.Array:
@@ -356,8 +549,56 @@ def tridiagonal_eigvalsh(d: jax.Array, e: jax.Array, *, method: str = "sterf") -
     if method == "native":
         from .ffi import band as native_band
         return native_band.tridiagonal_eigvalsh(d, e)
-    out = jax.ShapeDtypeStruct(d.shape, d.dtype)
-    return jax.pure_callback(_sterf_host, out, d, e, vmap_method="sequential")
+    return _lapack_tridiagonal("sterf", d, e, [d.shape[-1:]])[0]
+
+
+#: Stage-3 methods with eigenvectors: LAPACK's divide and conquer on the host, cuSOLVERMp's
+#: stedc, or the device's own dense eigensolver on the tridiagonal.
+STAGE3_VECTOR_METHODS = ("stedc", "native", "dense")
+
+
+def tridiagonal_phases(e: jax.Array) -> jax.Array:
+    """The unitary diagonal D (its N entries, e's dtype) with ``D^H T D`` real, ``|e|`` below the
+    diagonal, for the Hermitian tridiagonal T with subdiagonal e (..., N - 1): ``D_0 = 1``,
+    ``D_{j+1} = D_j e_j / |e_j|`` (1 where e_j = 0); +-1 for real e."""
+    mag = jnp.abs(e)
+    unit = jnp.where(mag == 0, 1, e / jnp.where(mag == 0, 1, mag).astype(e.dtype)).astype(e.dtype)
+    phases = jnp.pad(jnp.cumprod(unit, axis=-1), [(0, 0)] * (e.ndim - 1) + [(1, 0)], constant_values=1)
+    return phases / jnp.abs(phases).astype(e.dtype) if jnp.iscomplexobj(e) else phases
+
+
+def tridiagonal_eigh(d: jax.Array, e: jax.Array, *, method: str | None = None) -> tuple[jax.Array, jax.Array]:
+    """``(w, v)`` of the Hermitian tridiagonal T with diagonal d (..., N, real) and subdiagonal e
+    (..., N - 1, real or complex): w ascending (..., N, d's dtype), v (..., N, N, e's dtype) with
+    orthonormal columns and ``T v = v diag(w)``; a stack in one call. The real tridiagonal
+    ``D^H T D`` (:func:`tridiagonal_phases`) is solved and its eigenvectors Z give ``v = D Z``.
+    ``method``: "stedc" (LAPACK's divide and conquer, ``?stevd``, which runs ``?stedc``, through
+    a host callback: SciPy exposes ``?stevd``, not ``?stedc``; NaN where it fails to converge),
+    "native" (cuSOLVERMp's stedc, ``jaxmg.kernels.ffi.band.tridiagonal_eigh``), "dense" (the
+    device's own ``jnp.linalg.eigh`` of the dense real tridiagonal: O(N^3)); by default native on a GPU with the native library and
+    a cuSOLVERMp with stedc, stedc on CPUs, dense elsewhere."""
+    method = method or _default_stage3(vectors=True)
+    if method not in STAGE3_VECTOR_METHODS:
+        raise ValueError(f"tridiagonal_eigh: method must be one of {STAGE3_VECTOR_METHODS}; got {method!r}")
+    d, e = jnp.asarray(d), jnp.asarray(e)
+    real = d.ndim >= 1 and d.dtype in (np.float32, np.float64)
+    if not real or e.shape != d.shape[:-1] + (max(d.shape[-1] - 1, 0),):
+        raise ValueError("tridiagonal_eigh: d must be the real diagonal (..., N), float32 or float64, and e the "
+                         f"subdiagonal (..., N - 1); got d {d.shape} {d.dtype} and e {e.shape}")
+    n = d.shape[-1]
+    if n <= 1:
+        return d, jnp.ones(d.shape + (n,), e.dtype)
+    phases = tridiagonal_phases(e)
+    mag = jnp.abs(e).astype(d.dtype)
+    if method == "native":
+        from .ffi import band as native_band
+        w, z = native_band.tridiagonal_eigh(d, mag)
+    elif method == "dense":
+        dense = jnp.vectorize(lambda d, m: jnp.diag(d) + jnp.diag(m, -1) + jnp.diag(m, 1), signature="(n),(m)->(n,n)")
+        w, z = jnp.linalg.eigh(dense(d, mag))
+    else:
+        w, z = _lapack_tridiagonal("stevd", d, mag, [(n,), (n, n)])
+    return w, phases[..., :, None] * z.astype(e.dtype)
 
 
 # --- composition -------------------------------------------------------------------------------
@@ -367,19 +608,35 @@ def _default_stage2() -> str:
     return "native" if jax.default_backend() == "gpu" and native_band.available() else "reference"
 
 
-def _default_stage3() -> str:
+def _default_stage3(vectors: bool = False) -> str:
     if _default_stage2() == "native":
-        return "native"
-    return "sterf" if jax.default_backend() == "cpu" else "bisection"
+        from .ffi import band as native_band
+        if not vectors or native_band.stedc_available():
+            return "native"
+    if jax.default_backend() == "cpu":
+        return "stedc" if vectors else "sterf"
+    return "dense" if vectors else "bisection"
 
 
-def _checked_stages(stage2: str | None, stage3: str | None, who: str) -> tuple[str, str]:
-    stage2, stage3 = stage2 or _default_stage2(), stage3 or _default_stage3()
+def _checked_stages(stage2: str | None, stage3: str | None, who: str, vectors: bool = False) -> tuple[str, str]:
+    stage2, stage3 = stage2 or _default_stage2(), stage3 or _default_stage3(vectors)
+    methods = STAGE3_VECTOR_METHODS if vectors else STAGE3_METHODS
     if stage2 not in ("native", "reference"):
         raise ValueError(f"{who}: stage2 must be 'native' or 'reference'; got {stage2!r}")
-    if stage3 not in STAGE3_METHODS:
-        raise ValueError(f"{who}: stage3 must be one of {STAGE3_METHODS}; got {stage3!r}")
+    if stage3 not in methods:
+        raise ValueError(f"{who}: stage3 must be one of {methods}; got {stage3!r}")
     return stage2, stage3
+
+
+def band_to_tridiagonal(ab: jax.Array, *, stage2: str | None = None, reflectors: bool = False):
+    """Stage 2 of one band matrix (lower band storage ab, (b + 1, N)): ``(d, e)``, and with
+    ``reflectors`` ``(d, e, v, tau)`` in :func:`band_to_tridiagonal_reference`'s layout, by
+    ``stage2``: "native" (csrc/band.cu) or "reference", by default native where it can run."""
+    stage2, _ = _checked_stages(stage2, None, "band_to_tridiagonal")
+    if stage2 == "native":
+        from .ffi import band as native_band
+        return native_band.band_to_tridiagonal(ab, reflectors=reflectors)
+    return band_to_tridiagonal_reference(ab, reflectors=reflectors)
 
 
 def band_eigvalsh(ab: jax.Array, *, stage2: str | None = None, stage3: str | None = None) -> jax.Array:
@@ -391,12 +648,7 @@ def band_eigvalsh(ab: jax.Array, *, stage2: str | None = None, stage3: str | Non
     stage2, stage3 = _checked_stages(stage2, stage3, "band_eigvalsh")
 
     def one(ab):
-        if stage2 == "native":
-            from .ffi import band as native_band
-            d, e = native_band.band_to_tridiagonal(ab)
-        else:
-            d, e = band_to_tridiagonal_reference(ab)
-        return tridiagonal_eigvalsh(d, e, method=stage3)
+        return tridiagonal_eigvalsh(*band_to_tridiagonal(ab, stage2=stage2), method=stage3)
 
     return jnp.vectorize(one, signature="(k,n)->(n)")(jnp.asarray(ab))
 
@@ -437,3 +689,59 @@ def _eigvalsh(a, band: int, symmetrize_input: bool, stage2: str, stage3: str):
         return band_eigvalsh(lower_band(reduce_to_band(m, band), band), stage2=stage2, stage3=stage3)
 
     return jnp.vectorize(one, signature="(n,n)->(n)")(a)
+
+
+# --- with eigenvectors ---------------------------------------------------------------------------
+
+def back_transform(ys: jax.Array, ts: jax.Array, v: jax.Array, tau: jax.Array, z: jax.Array) -> jax.Array:
+    """``Q1 (Q2 z)`` (:func:`apply_q1` of :func:`apply_q2`): the eigenvectors of the Hermitian
+    matrix from its tridiagonal's, z (N, M), for stage 1's reflectors (ys, ts) and stage 2's
+    (v, tau)."""
+    return apply_q1(ys, ts, apply_q2(v, tau, z))
+
+
+def _reduce_with_reflectors(a, band: int, stage2: str):
+    """Stages 1 and 2 of one matrix, reflectors kept: (d, e, v, tau, ys, ts)."""
+    b_mat, ys, ts = reduce_to_band(a, band, reflectors=True)
+    return (*band_to_tridiagonal(lower_band(b_mat, band), stage2=stage2, reflectors=True), ys, ts)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def _eigh(a, band: int, stage2: str, stage3: str):
+    if a.shape[-1] == 0:
+        return jnp.zeros(a.shape[:-1], jnp.real(a).dtype), jnp.zeros(a.shape, a.dtype)
+    reduce = functools.partial(_reduce_with_reflectors, band=band, stage2=stage2)
+    d, e, v, tau, ys, ts = jnp.vectorize(reduce, signature="(n,n)->(n),(m),(s,t,b),(s,t),(p,n,b),(p,b,b)")(a)
+    w, z = tridiagonal_eigh(d, e, method=stage3)  # a stack in one call
+    back = jnp.vectorize(back_transform, signature="(p,n,b),(p,b,b),(s,t,b),(s,t),(n,n)->(n,n)")
+    return w, back(ys, ts, v, tau, z)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3))
+def eigh_of_lower(a: jax.Array, band: int, stage2: str, stage3: str) -> tuple[jax.Array, jax.Array]:
+    """:func:`eigh`'s ``(w, v)`` of the Hermitian matrices read from the lower triangles of ``a``
+    (..., N, N), with checked arguments. Its derivative rule is jaxmg's eigh rule
+    (``jaxmg.autodiff.tangents.eigh_jvp``), which ``jaxmg.autodiff.decompositions``, the layer of
+    every derivative rule, attaches (importing this module imports jaxmg, and with it that)."""
+    return _eigh(a, band, stage2, stage3)
+
+
+def eigh(a: jax.Array, band: int = 64, *, symmetrize_input: bool = True, stage2: str | None = None,
+         stage3: str | None = None) -> tuple[jax.Array, jax.Array]:
+    """``(w, v)`` as ``jnp.linalg.eigh``: the eigenvalues w (..., N), ascending and real, and
+    eigenvectors v (..., N, N) (orthonormal columns, ``A v = v diag(w)``) of ``A = (a + a^H) / 2``
+    (``symmetrize_input``) or of the Hermitian matrix of ``a``'s lower triangle, by the two stages
+    with their back-transformations: ``v = Q1 (Q2 (D Z))``, Q1 from stage 1
+    (:func:`reduce_to_band`, :func:`apply_q1`), Q2 from stage 2's reflectors
+    (:func:`apply_q2`), D Z the tridiagonal's eigenvectors (:func:`tridiagonal_eigh`).
+    a (..., N, N), float32 to complex128 (integers as float); a stack runs matrix by matrix.
+    ``band``: stage 1's half-bandwidth; ``stage2``: see :func:`band_eigvalsh`; ``stage3``: a
+    method of :func:`tridiagonal_eigh`, by default "native" on a GPU with the native library and
+    a cuSOLVERMp with stedc, "stedc" on CPUs, "dense" elsewhere. Differentiable (forward and reverse, every order) by
+    jaxmg's eigh rule; eigenvectors are fixed up to a phase each, as JAX's."""
+    a = _check_square(a, "eigh")
+    band = _check_band(band, a.shape[-1], "eigh")
+    stage2, stage3 = _checked_stages(stage2, stage3, "eigh", vectors=True)
+    if symmetrize_input:
+        a = (a + _ct(a)) / 2
+    return eigh_of_lower(a, band, stage2, stage3)

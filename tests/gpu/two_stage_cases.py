@@ -11,7 +11,9 @@ conquer) by LAPACK's ratios ``||T Z - Z W|| / (N eps ||T||)``, ``||Z^T Z - I|| /
 eigenvalues within 30 N eps ||T|| of LAPACK's, on random, clustered and Wilkinson tridiagonals
 up to N = 4096, timed at 16384; and the whole ``two_stage.eigvalsh`` on hard spectra, for all
 four dtypes, one matrix and stacks (vmap), by LAPACK's ratio: eigenvalues within 30 N eps ||A||
-of ``numpy.linalg.eigvalsh``'s in double precision.
+of ``numpy.linalg.eigvalsh``'s in double precision; ``two_stage.eigh`` (stage 2's reflectors from
+the kernel, cuSOLVERMp's stedc, the back-transformations) by ||A V - V W|| / (N eps ||A||) and
+||V^H V - I|| / (N eps), each at most 30.
 """
 from __future__ import annotations
 
@@ -265,26 +267,80 @@ def _():
     return f"ratios {ratios}"
 
 
-@case("eigvalsh_4096_float64_timing")
-def _():
-    n = 4096
+def timed_per_band(fn, n=4096):
+    """fn(a, band) on a random symmetric float64 matrix of order n for bands 32, 64 and 128: a,
+    the last band's output, and each band's first and second call's times."""
     a = jax.random.normal(jax.random.key(0), (n, n), jnp.float64)
     a = (a + a.T) / 2
     out = []
     for band in (32, 64, 128):
-        f = jax.jit(lambda m, band=band: ts.eigvalsh(m, band))
+        f = jax.jit(lambda m, band=band: fn(m, band))
         t0 = time.perf_counter()
-        w = jax.block_until_ready(f(a))
+        result = jax.block_until_ready(f(a))
         first = time.perf_counter() - t0
         t0 = time.perf_counter()
         jax.block_until_ready(f(a))
         out.append(f"b={band}: first {first:.2f}s, then {time.perf_counter() - t0:.3f}s")
+    return a, result, out
+
+
+@case("eigvalsh_4096_float64_timing")
+def _():
+    n = 4096
+    a, w, out = timed_per_band(ts.eigvalsh, n)
     ref = np.linalg.eigvalsh(np.asarray(a))
     ratio = hm.value_error(w, ref, np.linalg.norm(np.asarray(a), 2), n, np.float64)
     assert ratio <= hm.THRESHOLD, ratio
     t0 = time.perf_counter()
     jax.block_until_ready(jax.jit(jnp.linalg.eigvalsh)(a))
     return "; ".join(out) + f"; ratio {ratio:.2f}; jnp.linalg.eigvalsh first {time.perf_counter() - t0:.2f}s"
+
+
+def eigenpair_ratios(a, w, v, dtype):
+    """LAPACK's ratios of an eigendecomposition, in double precision: ||A V - V W|| / (N eps ||A||)
+    and ||V^H V - I|| / (N eps)."""
+    a, w, v = hm.wide(a), hm.wide(w), hm.wide(v)
+    residual = hm.ratio(hm.norm1(a @ v - v * w[None, :]), hm.norm1(a), a.shape[0], dtype)
+    return residual, hm.orthogonality(v, dtype)
+
+
+for dtype in DTYPES:
+    @case(f"eigh_hard_{np.dtype(dtype).name}")
+    def _(dtype=dtype):
+        # default stages: csrc/band.cu's stage 2 with its reflectors, cuSOLVERMp's stedc
+        n, out = 384, []
+        f = jax.jit(lambda a: ts.eigh(a, 32))
+        for kind in ("geometric-1e2", "geometric-1e15", "clustered-small", "clustered-large", "repeated",
+                     "graded-rows", "rank-deficient"):
+            a = hm.matrix(kind, n, n, dtype, structure="hermitian")
+            w, v = f(a)
+            ratios = eigenpair_ratios(hm.hermitian_of_lower(a), w, v, dtype)
+            out.append(f"{kind} {max(ratios):.2f}")
+            assert max(ratios) <= hm.THRESHOLD, (kind, ratios)
+        return ", ".join(out)
+
+
+@case("eigh_back_transformations_reference_stage2")
+def _():
+    # the XLA back-transformations (apply_q2, apply_q1) on the GPU, whatever the native library has
+    n, dtype = 300, np.complex128
+    a = hm.matrix("geometric-1e7", n, n, dtype, structure="hermitian")
+    w, v = jax.jit(lambda a: ts.eigh(a, 16, stage2="reference", stage3="dense"))(a)
+    ratios = eigenpair_ratios(a, w, v, dtype)
+    assert max(ratios) <= hm.THRESHOLD, ratios
+    return f"residual {ratios[0]:.2f}, orthogonality {ratios[1]:.2f}"
+
+
+@case("eigh_4096_float64_timing")
+def _():
+    a, (w, v), out = timed_per_band(ts.eigh)
+    ratios = eigenpair_ratios(np.asarray(a), w, v, np.float64)
+    assert max(ratios) <= hm.THRESHOLD, ratios
+    f = jax.jit(jnp.linalg.eigh)
+    jax.block_until_ready(f(a))
+    t0 = time.perf_counter()
+    jax.block_until_ready(f(a))
+    return "; ".join(out) + f"; ratios {ratios}; jnp.linalg.eigh {time.perf_counter() - t0:.3f}s"
 
 
 print(f"SUMMARY {sum(RESULTS)}/{len(RESULTS)} passed", flush=True)

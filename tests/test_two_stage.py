@@ -448,8 +448,7 @@ def test_native_wrappers_name_bad_arguments():
 
 @pytest.mark.parametrize("axis_type", ["Explicit", "Auto"])
 def test_eigh_of_a_stack_split_over_a_mesh_and_in_shard_map(axis_type):
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
+    from jax.sharding import NamedSharding, PartitionSpec as P
 
     count, n = len(jax.devices()), 12
     mesh = jax.make_mesh((count,), ("x",), axis_types=(getattr(jax.sharding.AxisType, axis_type),))

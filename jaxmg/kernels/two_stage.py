@@ -575,8 +575,9 @@ def tridiagonal_eigh(d: jax.Array, e: jax.Array, *, method: str | None = None) -
     ``method``: "stedc" (LAPACK's divide and conquer, ``?stevd``, which runs ``?stedc``, through
     a host callback: SciPy exposes ``?stevd``, not ``?stedc``; NaN where it fails to converge),
     "native" (cuSOLVERMp's stedc, ``jaxmg.kernels.ffi.band.tridiagonal_eigh``), "dense" (the
-    device's own ``jnp.linalg.eigh`` of the dense real tridiagonal: O(N^3)); by default native on a GPU with the native library and
-    a cuSOLVERMp with stedc, stedc on CPUs, dense elsewhere."""
+    device's own ``jnp.linalg.eigh`` of the dense real tridiagonal: O(N^3)); by default native
+    on a GPU with the native library and a cuSOLVERMp with stedc, stedc on CPUs, dense
+    elsewhere."""
     method = method or _default_stage3(vectors=True)
     if method not in STAGE3_VECTOR_METHODS:
         raise ValueError(f"tridiagonal_eigh: method must be one of {STAGE3_VECTOR_METHODS}; got {method!r}")

@@ -1,10 +1,12 @@
 """Dense steps that both backends take, on whole matrices (``jaxmg.kernels.local``) or on a
 device's blocks inside the native kernels (``jaxmg.kernels.native``): products at full precision
-(and kernels traced at it), and (sign, log|det|) from a pivoted LU factor's diagonal."""
+(and kernels traced at it), (sign, log|det|) from a pivoted LU factor's diagonal, and the choice of
+a kernel by the platform compiled for."""
 
 from __future__ import annotations
 
 import functools
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -24,6 +26,21 @@ def full_precision(kernel):
         with jax.default_matmul_precision("highest"):
             return kernel(*args, **kwargs)
     return traced
+
+
+#: The platforms a kernel may choose by (:func:`by_platform`); any other takes the CPU's choice.
+PLATFORMS = ("cuda", "rocm", "cpu")
+
+
+def by_platform(operand, choose: Callable[[str], Callable]) -> Any:
+    """``choose(platform)(operand)`` for the platform the call is compiled for ("cuda", "rocm", and
+    "cpu"'s choice on any other), decided when compiled (``jax.lax.platform_dependent``), so it
+    holds eagerly, in ``jax.jit`` and under ``jax.vmap``; a plain call, with no branch, where every
+    platform chooses the same function."""
+    pick = {p: choose(p) for p in PLATFORMS}
+    if len(set(pick.values())) == 1:
+        return pick["cpu"](operand)
+    return lax.platform_dependent(operand, cuda=pick["cuda"], rocm=pick["rocm"], default=pick["cpu"])
 
 
 def slogdet_of(diagonal, pivots, parity):

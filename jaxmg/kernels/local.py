@@ -25,8 +25,8 @@ from jax.scipy.linalg import solve_triangular
 
 from .. import _layout
 from .._dense import adjoint
-from . import qdwh, status as _status
-from .algebra import matmul, slogdet_of
+from . import qdwh, status as _status, two_stage
+from .algebra import by_platform, matmul, slogdet_of
 from .families import Backend, CholeskyState, KernelPlan, LUState, QRState
 from .ffi import gemm, relayout
 from .ffi.solver import getrf, potrf
@@ -173,11 +173,13 @@ class QR(_Local):
 
 
 class Decompositions(_Local):
-    """Eigen-, singular value and polar decompositions."""
+    """Eigen-, singular value and polar decompositions. Every Hermitian eigenproblem (syevd, sygvd
+    after its Cholesky reduction, H's inside the SVD and polar compositions) is solved by the
+    solver that ``jaxmg.kernels.two_stage.TWO_STAGE_ABOVE`` names for the platform compiled for:
+    the two-stage solver above its order, else the platform's own syevd."""
 
     def syevd(self, a):
-        v, w = lax.linalg.eigh(a, lower=True, symmetrize_input=False)
-        return w, v, _status.finite(w)
+        return _syevd(a)
 
     def sygvd(self, a, b):
         """A v = w B v, v^H B v = I, through B = L L^H: the eigenproblem of L^-1 A L^-H."""
@@ -185,7 +187,7 @@ class Decompositions(_Local):
         chol = _factor(state.factor)
         c = solve_triangular(chol, _hermitian_from_lower(a), lower=True)
         c = solve_triangular(chol, adjoint(c), lower=True)
-        v, w = lax.linalg.eigh(c, lower=True, symmetrize_input=True)
+        w, v = two_stage.device_eigh(c, symmetrize_input=True)
         v = solve_triangular(chol, v, lower=True, trans="C")
         return w, v, _status.either(status, _status.finite(w))
 
@@ -203,7 +205,7 @@ class Decompositions(_Local):
         eigh, else from the platform's own SVD a = U S V^H: U_p = U V^H, H = V S V^H."""
         if a.shape[-2] < a.shape[-1]:  # wide (the per-shard kernels take any shape)
             return _polar_own(a)
-        return _by_platform(a, qdwh.polar_local, _polar_own)
+        return _by_platform(a, functools.partial(qdwh.polar_local, eigh=two_stage.device_eigh), _polar_own)
 
 
 #: The local backend (``jaxmg.kernels.families.Backend``): the local and batch routes' kernels.
@@ -213,11 +215,13 @@ BACKEND = Backend("local", cholesky=Cholesky, lu=LU, qr=QR, decompositions=Decom
 def _by_platform(a, polar_eigh, own) -> Any:
     """``polar_eigh(a)`` on the platforms where ``jaxmg.kernels.qdwh.polar_eigh`` says so for a's shape,
     ``own(a)`` on the others (decided when compiled for the platform, so it holds under vmap)."""
-    platforms = ("cuda", "rocm", "cpu")
-    pick = {p: polar_eigh if qdwh.polar_eigh(p, a.shape) else own for p in platforms}
-    if len(set(pick.values())) == 1:
-        return pick["cpu"](a)
-    return lax.platform_dependent(a, cuda=pick["cuda"], rocm=pick["rocm"], default=pick["cpu"])
+    return by_platform(a, lambda p: polar_eigh if qdwh.polar_eigh(p, a.shape) else own)
+
+
+def _syevd(a):
+    """(w, v, status) of the Hermitian matrix of a's lower triangle (``two_stage.device_eigh``)."""
+    w, v = two_stage.device_eigh(a)
+    return w, v, _status.finite(w)
 
 
 def _gesvd_own(a, full_matrices: bool):
@@ -238,8 +242,7 @@ def _polar_own(a):
 
 
 def _eigh_whole(h, grid):
-    v, w = lax.linalg.eigh(h, lower=True, symmetrize_input=False)
-    return w, v, _status.finite(w)
+    return _syevd(h)
 
 
 def _gesvd_polar_eigh(a, full_matrices: bool):
@@ -250,7 +253,8 @@ def _gesvd_polar_eigh(a, full_matrices: bool):
 
 
 def _svdvals_polar_eigh(a):
-    s, status = qdwh.svdvals_local(a if a.shape[-2] >= a.shape[-1] else adjoint(a))
+    eigvalsh = functools.partial(two_stage.device_eigvalsh, symmetrize_input=True)
+    s, status = qdwh.svdvals_local(a if a.shape[-2] >= a.shape[-1] else adjoint(a), eigvalsh=eigvalsh)
     return None, s, None, status
 
 

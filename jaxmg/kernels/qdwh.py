@@ -311,33 +311,34 @@ def _descending(w, v):
     return jnp.abs(w)[order], v[:, order], jnp.where(w[order] < 0, -1, 1).astype(v.dtype)
 
 
-def _complete_polar(x, h, x0, grid):
+def _complete_polar(x, h, x0, grid, eigh):
     """(U_p, H) with U_p's columns orthonormal where A (slab ``x0``) is rank-deficient to working
     precision and the iterate ``x`` only a partial isometry: with H = V diag(w) V^H (the whole H,
-    on every device), U_p = Q V^H for Q the orthonormal columns of X V, the columns of the largest
+    on every device; ``eigh(h) -> (w, v)``), U_p = Q V^H for Q the orthonormal columns of X V, the columns of the largest
     |w| first (so that those of the converged singular values are kept); H = U_p^H A again. Runs
     at most once, only where needed."""
 
     def repair(xh):
-        _, v, _ = _descending(*_eigh(xh[1]))
+        _, v, _ = _descending(*eigh(xh[1]))
         u_p = _orthonormal_columns(x @ v, grid) @ jnp.conj(v).T
         return u_p, _hermitian_part(_psum_rows(jnp.conj(u_p).T @ x0, grid))
 
     return _at_most_once(_partial_isometry(x, grid), repair, (x, h))
 
 
-def polar_local(a):
+def polar_local(a, eigh=_eigh):
     """(U_p, H, status) of a whole M x N matrix on one device, M >= N (vmappable): U_p's columns
-    are orthonormal for rank-deficient A too (U V^H from its SVD where U_p is a partial isometry)."""
-    x, h = _complete_polar(*_polar_slab(a, WHOLE, local=True), WHOLE)
+    are orthonormal for rank-deficient A too (U V^H from its SVD where U_p is a partial isometry;
+    V by ``eigh(h) -> (w, v)``, by default the device's own eigensolver)."""
+    x, h = _complete_polar(*_polar_slab(a, WHOLE, local=True), WHOLE, eigh)
     return _failed_nan(_finite(x, h), x, h)
 
 
-def svdvals_local(a):
+def svdvals_local(a, eigvalsh=jnp.linalg.eigvalsh):
     """(s descending, status) of a whole M x N matrix on one device, M >= N (vmappable): the
-    eigenvalues of H (values only)."""
+    eigenvalues of H (values only, by ``eigvalsh(h)``, by default the device's own)."""
     _, h, _ = _polar_slab(a, WHOLE, local=True)
-    w = jnp.linalg.eigvalsh(h)
+    w = eigvalsh(h)
     s = -jnp.sort(-jnp.abs(w))
     return _failed_nan(_finite(s), s)
 
@@ -347,10 +348,11 @@ svdvals_local = full_precision(svdvals_local)
 
 
 @full_precision
-def polar(a, *, grid, **unused):
+def polar(a, *, grid, eigh=_eigh, **unused):
     """(U_p: a's local block, H: local block of the N x N layout, status) of A = U_p H, M >= N;
-    U_p's columns are orthonormal for rank-deficient A too (:func:`_complete_polar`)."""
-    x, h = _complete_polar(*_polar_slab(a, grid), grid)
+    U_p's columns are orthonormal for rank-deficient A too (:func:`_complete_polar`, with
+    ``eigh(h) -> (w, v)`` of the whole H on every device, by default the device's own)."""
+    x, h = _complete_polar(*_polar_slab(a, grid), grid, eigh)
     u_p = _block_cols(x, grid, a.shape[-1])
     h = local_block(h, grid)
     return _failed_nan(_finite(x, h), u_p, h)  # x and h are the same on every device of the grid

@@ -55,6 +55,7 @@ import numpy as np
 from jax import lax
 from jax.scipy.linalg import solve_triangular
 
+from . import algebra
 from .algebra import full_precision
 from .varying import varying_like
 
@@ -604,17 +605,26 @@ def tridiagonal_eigh(d: jax.Array, e: jax.Array, *, method: str | None = None) -
 
 # --- composition -------------------------------------------------------------------------------
 
-def _default_stage2() -> str:
+def _platform(platform: str | None) -> str:
+    """``platform`` as :data:`TWO_STAGE_ABOVE` names it ("gpu", as JAX names NVIDIA GPUs, is
+    "cuda"), or the default backend's where None."""
+    platform = platform or jax.default_backend()
+    return {"gpu": "cuda"}.get(platform, platform)
+
+
+def _default_stage2(platform: str | None = None) -> str:
+    """Stage 2's method on ``platform`` (None: the default backend's)."""
     from .ffi import band as native_band
-    return "native" if jax.default_backend() == "gpu" and native_band.available() else "reference"
+    return "native" if _platform(platform) == "cuda" and native_band.available() else "reference"
 
 
-def _default_stage3(vectors: bool = False) -> str:
-    if _default_stage2() == "native":
+def _default_stage3(vectors: bool = False, platform: str | None = None) -> str:
+    """Stage 3's method on ``platform`` (None: the default backend's), with or without vectors."""
+    if _default_stage2(platform) == "native":
         from .ffi import band as native_band
         if not vectors or native_band.stedc_available():
             return "native"
-    if jax.default_backend() == "cpu":
+    if _platform(platform) == "cpu":
         return "stedc" if vectors else "sterf"
     return "dense" if vectors else "bisection"
 
@@ -746,3 +756,75 @@ def eigh(a: jax.Array, band: int = 64, *, symmetrize_input: bool = True, stage2:
     if symmetrize_input:
         a = (a + _ct(a)) / 2
     return eigh_of_lower(a, band, stage2, stage3)
+
+
+# --- where it runs: the order per platform, from measurement -------------------------------------
+
+#: The Hermitian eigensolver of one device on the local and batch routes, by the platform compiled
+#: for: the order above which syevd (eigh, eigvalsh, the ``Eigh`` module), sygvd after its Cholesky
+#: reduction, and the eigendecompositions inside the SVD and polar compositions
+#: (``jaxmg.kernels.qdwh``) run this module's two-stage solver instead of the platform's own syevd
+#: (``jax.lax.linalg.eigh``: cuSOLVER on NVIDIA GPUs, LAPACK on CPUs); None: at no order. Each
+#: entry is an order measured against the platform's own syevd (``benchmarks/bench_eigen.py``,
+#: impls ``jax`` and ``jaxmg.two_stage``: docs/eigen.md); None until measured.
+TWO_STAGE_ABOVE: dict = {"cuda": None, "rocm": None, "cpu": None}
+#: Stage 1's half-bandwidth where :data:`TWO_STAGE_ABOVE` runs the two-stage solver, per platform:
+#: 64, :func:`eigh`'s default, until measured (``bench_eigen.py --bands`` times each width).
+BAND: dict = {"cuda": 64, "rocm": 64, "cpu": 64}
+
+
+def two_stage_above(platform: str) -> int | None:
+    """:data:`TWO_STAGE_ABOVE`'s order for ``platform`` ("gpu", as JAX names NVIDIA GPUs, is "cuda")."""
+    return TWO_STAGE_ABOVE.get(_platform(platform))
+
+
+def two_stage_band(platform: str, shape) -> int | None:
+    """The half-bandwidth with which the local and batch routes run the two-stage solver on a
+    Hermitian matrix of ``shape`` (..., N, N) compiled for ``platform``, or None where they run the
+    platform's own syevd (:data:`TWO_STAGE_ABOVE`, :data:`BAND`)."""
+    above = two_stage_above(platform)
+    if above is None or shape[-1] <= above:
+        return None
+    return _check_band(BAND.get(_platform(platform), 64), shape[-1], "two_stage.BAND")
+
+
+def _choice(platform: str, shape, vectors: bool) -> tuple:
+    """(band, stage 2, stage 3) of the two-stage solver on ``platform``, or () for the platform's own."""
+    band = two_stage_band(platform, shape)
+    if band is None:
+        return ()
+    return band, _default_stage2(platform), _default_stage3(vectors, platform)
+
+
+@functools.lru_cache(maxsize=None)
+def _solver(choice: tuple, vectors: bool, symmetrize_input: bool):
+    """The eigensolver of one :func:`_choice` (one function for each, so that platforms which choose
+    alike share it, and :func:`jaxmg.kernels.algebra.by_platform` makes no branch for them)."""
+
+    def own(a):
+        v, w = lax.linalg.eigh(a, lower=True, symmetrize_input=symmetrize_input)
+        return (w, v) if vectors else w
+
+    def two_stage(a):
+        band, stage2, stage3 = choice
+        if not vectors:
+            return _values(a, band, symmetrize_input, stage2, stage3)
+        return eigh_of_lower((a + _ct(a)) / 2 if symmetrize_input else a, band, stage2, stage3)
+
+    return two_stage if choice else own
+
+
+def device_eigh(a: jax.Array, *, symmetrize_input: bool = False) -> tuple[jax.Array, jax.Array]:
+    """``(w, v)``: the eigenvalues (..., N), ascending, and eigenvectors (..., N, N) of the
+    Hermitian matrices of the lower triangles of ``a`` (..., N, N) (of ``(a + a^H) / 2`` with
+    ``symmetrize_input``), by the solver :data:`TWO_STAGE_ABOVE` names for the platform the call is
+    compiled for: :func:`eigh_of_lower` with :func:`two_stage_band`'s band, or the platform's own
+    syevd (``jax.lax.linalg.eigh``). Decided when compiled, so it holds under ``jax.vmap``; the
+    derivative is jaxmg's eigh rule of ``(w, v)`` either way. A failed solve gives NaN."""
+    return algebra.by_platform(a, lambda p: _solver(_choice(p, a.shape, True), True, symmetrize_input))
+
+
+def device_eigvalsh(a: jax.Array, *, symmetrize_input: bool = False) -> jax.Array:
+    """:func:`device_eigh`'s eigenvalues alone: on the two-stage solver, without its eigenvectors
+    (:func:`eigvalsh`, which has no derivative rule: callers take derivatives from the vectors)."""
+    return algebra.by_platform(a, lambda p: _solver(_choice(p, a.shape, False), False, symmetrize_input))

@@ -17,14 +17,16 @@ from __future__ import annotations
 import functools
 
 from ..._sharded import Block, Replicated
-from .. import qdwh
+from .. import qdwh, two_stage
 from . import _grid
 from .eig import syevd, sygvd
 
 
 def polar(a, *, grid, tile):
-    """(U_p: a's local block, H: local block of the N x N layout, status), M >= N, by QDWH."""
-    return qdwh.polar(a, grid=grid)
+    """(U_p: a's local block, H: local block of the N x N layout, status), M >= N, by QDWH; where
+    U_p needs completing, H's eigendecomposition (whole on every device) by the solver of one device
+    that ``jaxmg.kernels.two_stage.TWO_STAGE_ABOVE`` names."""
+    return qdwh.polar(a, grid=grid, eigh=two_stage.device_eigh)
 
 
 def gesvd(a, *, grid, full_matrices, tile):

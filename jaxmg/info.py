@@ -48,7 +48,7 @@ def report(n: int = 4096, dtype: str = "float64") -> dict:
     import jaxmg
 
     from . import _native_check, _nvidia, _routes
-    from .kernels import native, qdwh
+    from .kernels import native, qdwh, two_stage
 
     out = {
         "jaxmg": {"version": jaxmg.__version__, "path": jaxmg.__path__[0]},
@@ -81,6 +81,8 @@ def report(n: int = 4096, dtype: str = "float64") -> dict:
     kind = devices[0].platform
     out["local_svd"] = {"platform": kind, "polar_eigh_above": qdwh.polar_eigh_above(kind),
                         "polar_eigh": qdwh.polar_eigh(kind, shape)}
+    out["local_eigh"] = {"platform": kind, "two_stage_above": two_stage.two_stage_above(kind),
+                         "two_stage_band": two_stage.two_stage_band(kind, shape)}
     return out
 
 
@@ -121,7 +123,17 @@ def format_report(info: dict) -> str:
             f"QDWH polar + eigh above order {above}, the platform's own SVD up to it"
         lines.append(f"svd and polar on the local and batch routes ({svd['platform']}): {method} "
                      f"(jaxmg/kernels/qdwh.py POLAR_EIGH_ABOVE)")
+    eigh = info.get("local_eigh")
+    if eigh:
+        lines.append(f"Hermitian eigensolver on the local and batch routes ({eigh['platform']}): "
+                     f"{_eigh_method(eigh['two_stage_above'])} (jaxmg/kernels/two_stage.py TWO_STAGE_ABOVE)")
     return "\n".join(lines)
+
+
+def _eigh_method(above) -> str:
+    if above is None:
+        return "the platform's own syevd at every order (no order measured for the two-stage solver)"
+    return f"the two-stage solver above order {above}, the platform's own syevd up to it"
 
 
 def main(argv=None) -> int:

@@ -7,27 +7,28 @@ Every surface that solves a Hermitian eigenproblem on one device — ``jaxmg.num
 eigvalsh, svd, svdvals and pinv, ``jaxmg.scipy.linalg``'s eigh (standard and generalized) and
 polar (``jaxmg.polar``), ``jaxmg.syevd``, ``jaxmg.sygvd`` and the ``Eigh`` module — is called
 eagerly on one matrix (the local route) and traced in ``jax.jit`` on a stack under ``jax.vmap``
-(the batch route); each call is shown to run the two-stage solver (a spy on its entries counts
-the calls), and the results meet LAPACK's test ratios (``hard_matrices.THRESHOLD``) on hard
-spectra, eagerly for every surface and in ``jax.jit`` on stacks for a surface of each kernel
-(syevd, sygvd, gesvd, svdvals' eigenvalues alone, polar). Derivatives of eigh through it are
-jaxmg's eigh rule (``jax.test_util.check_grads``), and a failed solve is NaN with a status.
+(the batch route), eigh also inside ``jax.shard_map``; each call is shown to run the two-stage
+solver (a spy on its entries counts the calls), and the results meet LAPACK's test ratios
+(``hard_matrices.THRESHOLD``) on hard spectra: eagerly for every surface, and in ``jax.jit`` on
+stacks for a surface of each kernel (syevd, sygvd, gesvd, svdvals' eigenvalues alone, polar).
+Derivatives of eigh through it are jaxmg's eigh rule (``jax.test_util.check_grads``), and a
+failed solve is NaN with a status.
 With the table's own entry (None) no surface calls it.
 """
 from __future__ import annotations
-
-import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import PartitionSpec as P
 from jax.test_util import check_grads
 
 import hard_matrices as hm
 import jaxmg
 import jaxmg.numpy.linalg as la
 import jaxmg.scipy.linalg as sla
+from helpers import make_mesh, put
 from jaxmg import _dispatch
 from jaxmg.kernels import qdwh, two_stage
 from test_hard_matrices import eigen_error, pencil_error, pinv_error, polar_error, svd_error
@@ -159,12 +160,15 @@ def _inputs(name, dtype, kinds):
     return (_hermitian(n, dtype, kinds),)
 
 
+def _at(x, i: int, stack: bool):
+    return np.asarray(x)[i] if stack else np.asarray(x)
+
+
 def _assert_ratios(name, inputs, outputs, dtype):
     check = SURFACES[name][1]
     stack = np.ndim(inputs[0]) == 3
     for i in range(np.shape(inputs[0])[0] if stack else 1):
-        at = (lambda x: np.asarray(x)[i]) if stack else np.asarray
-        ratios = check([at(x) for x in inputs], [at(x) for x in outputs], dtype)
+        ratios = check([_at(x, i, stack) for x in inputs], [_at(x, i, stack) for x in outputs], dtype)
         bad = {k: v for k, v in ratios.items() if not v <= hm.THRESHOLD}
         assert not bad, f"{name} (matrix {i}): {ratios}"
 
@@ -175,7 +179,7 @@ def test_table_reader_by_platform_and_order():
     assert two_stage.two_stage_band("cpu", (ABOVE + 1, ABOVE + 1)) == BAND
     assert two_stage.two_stage_band("cpu", (2, ABOVE, ABOVE)) is None  # at the order: the platform's own
     assert two_stage.two_stage_band("cpu", (5, 5)) is None
-    assert two_stage.two_stage_band("cpu", (ABOVE + 1, ABOVE + 1)) == BAND
+    assert two_stage.two_stage_band("cpu", (2, 40, 40)) == BAND
     assert two_stage.two_stage_above("gpu") is None and two_stage.two_stage_band("gpu", (4096, 4096)) is None
 
 
@@ -217,6 +221,17 @@ def test_two_stage_in_jit_on_a_stack_under_vmap_meets_lapack_ratios(names, solve
         _assert_ratios(name, inputs[name], outputs[name], dtype)
 
 
+def test_two_stage_inside_shard_map_on_each_devices_matrices(solves):
+    """jaxmg.numpy.linalg.eigh inside a user's jax.shard_map (the local route on each device's
+    own matrices), in jax.jit, on a stack split over an Explicit mesh."""
+    mesh = make_mesh((2,), ("x",), devices=jax.devices()[:2])
+    a = _hermitian(ABOVE + 4, np.complex128, STACK_KINDS)
+    f = jax.jit(jax.shard_map(lambda x: tuple(la.eigh(x)), mesh=mesh, in_specs=P("x"), out_specs=P("x")))
+    outputs = f(put(a, mesh, P("x")))
+    assert solves and set(solves) == {BAND}
+    _assert_ratios("numpy.eigh", (a,), outputs, np.complex128)
+
+
 def _spectral(a):
     """(w, V exp(w) V^H) of jaxmg.numpy.linalg.eigh: invariant to the eigenvectors' phases."""
     w, v = la.eigh(a)
@@ -246,6 +261,15 @@ def test_default_table_runs_the_platforms_own_eigensolver(monkeypatch, solves):
     assert solves == []
     monkeypatch.setitem(two_stage.TWO_STAGE_ABOVE, "cuda", ABOVE)
     a = _hermitian(ABOVE + 2, np.float64)
-    assert "platform_index" in str(jax.make_jaxpr(jaxmg.syevd)(a)) and solves == [min(two_stage.BAND["cuda"], a.shape[-1] - 1)]
+    assert "platform_index" in str(jax.make_jaxpr(jaxmg.syevd)(a))
+    assert solves == [min(two_stage.BAND["cuda"], a.shape[-1] - 1)]  # traced in the branch for NVIDIA GPUs
     assert "lapack_dsyevd" in jax.jit(jaxmg.syevd).lower(a).as_text()
     _clear()
+
+
+def test_info_reports_the_table():
+    from jaxmg import info
+
+    out = info.report(n=ABOVE + 1)
+    assert out["local_eigh"] == {"platform": "cpu", "two_stage_above": ABOVE, "two_stage_band": BAND}
+    assert f"the two-stage solver above order {ABOVE}" in info.format_report(out)

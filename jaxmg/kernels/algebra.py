@@ -6,7 +6,8 @@ a kernel by the platform compiled for."""
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp

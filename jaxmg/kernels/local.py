@@ -1,6 +1,10 @@
 """The local backend: a device's own dense solver on whole matrices (JAX's ``lax.linalg``: cuSOLVER
 on a GPU, LAPACK on a CPU), with jaxmg's status values.
 
+Hermitian eigenproblems are solved by the solver that ``jaxmg.kernels.two_stage.TWO_STAGE_ABOVE``
+names for the platform (``two_stage.device_eigh``: the platform's own syevd, or the two-stage
+solver above a measured order).
+
 It serves the local route (inside a user's ``jax.shard_map``, on one device, or on a matrix
 gathered from a mesh: the ``portable`` backend) and, under ``jax.vmap``, the batch route. The
 arrays are taken as they are: the plan places them (``jaxmg._plan``). Conventions shared with the

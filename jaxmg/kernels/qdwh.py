@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from typing import Optional
 
 import jax
@@ -314,9 +315,9 @@ def _descending(w, v):
 def _complete_polar(x, h, x0, grid, eigh):
     """(U_p, H) with U_p's columns orthonormal where A (slab ``x0``) is rank-deficient to working
     precision and the iterate ``x`` only a partial isometry: with H = V diag(w) V^H (the whole H,
-    on every device; ``eigh(h) -> (w, v)``), U_p = Q V^H for Q the orthonormal columns of X V, the columns of the largest
-    |w| first (so that those of the converged singular values are kept); H = U_p^H A again. Runs
-    at most once, only where needed."""
+    on every device; ``eigh(h) -> (w, v)``), U_p = Q V^H for Q the orthonormal columns of X V,
+    the columns of the largest |w| first (so that those of the converged singular values are
+    kept); H = U_p^H A again. Runs at most once, only where needed."""
 
     def repair(xh):
         _, v, _ = _descending(*eigh(xh[1]))
@@ -334,7 +335,7 @@ def polar_local(a, eigh=_eigh):
     return _failed_nan(_finite(x, h), x, h)
 
 
-def svdvals_local(a, eigvalsh=jnp.linalg.eigvalsh):
+def svdvals_local(a, eigvalsh: Callable[[jax.Array], jax.Array] = jnp.linalg.eigvalsh):
     """(s descending, status) of a whole M x N matrix on one device, M >= N (vmappable): the
     eigenvalues of H (values only, by ``eigvalsh(h)``, by default the device's own)."""
     _, h, _ = _polar_slab(a, WHOLE, local=True)

@@ -38,9 +38,13 @@ matrix products and the memory-bound work is confined to a band.
 compact-WY panels, stage 2's one reflector a task, :func:`band_to_tridiagonal_reference`) and
 back-transforms ``v = Q1 (Q2 (D Z))`` as matrix products (:func:`apply_q2`: the reflectors of b
 sweeps at one task as one block, blocks on disjoint rows batched in a wavefront;
-:func:`apply_q1`: the panels in reverse). ``auto`` runs neither: the crossover against
-cuSOLVER's ``syevd`` comes from measurement (``benchmarks/bench_eigen.py``, impl
-``jaxmg.two_stage``).
+:func:`apply_q1`: the panels in reverse).
+
+Where jaxmg runs it: every Hermitian eigenproblem of the local and batch routes goes through
+:func:`device_eigh` (:func:`device_eigvalsh`), which runs the platform's own syevd, or this
+solver above the order :data:`TWO_STAGE_ABOVE` holds for the platform compiled for, measured
+against cuSOLVER's ``syevd`` (``benchmarks/bench_eigen.py``, impl ``jaxmg.two_stage``); None,
+at no order, until measured.
 """
 
 from __future__ import annotations
@@ -796,7 +800,7 @@ def _choice(platform: str, shape, vectors: bool) -> tuple:
     return band, _default_stage2(platform), _default_stage3(vectors, platform)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _solver(choice: tuple, vectors: bool, symmetrize_input: bool):
     """The eigensolver of one :func:`_choice` (one function for each, so that platforms which choose
     alike share it, and :func:`jaxmg.kernels.algebra.by_platform` makes no branch for them)."""

@@ -343,5 +343,39 @@ def _():
     return "; ".join(out) + f"; ratios {ratios}; jnp.linalg.eigh {time.perf_counter() - t0:.3f}s"
 
 
+@case("routes_run_two_stage_where_the_table_sends_them")
+def _():
+    # TWO_STAGE_ABOVE["cuda"] set to 64 (band 32): jaxmg's eigh, sygvd and svd on the local and batch
+    # routes run the two-stage solver with the native stages (a spy on its entry counts the calls)
+    import jaxmg
+    import jaxmg.numpy.linalg as la
+    from jaxmg import _dispatch
+
+    saved, entry, calls = (ts.TWO_STAGE_ABOVE["cuda"], ts.BAND["cuda"]), ts.eigh_of_lower, []
+    ts.TWO_STAGE_ABOVE["cuda"], ts.BAND["cuda"] = 64, 32
+    ts.eigh_of_lower = lambda a, band, *args: calls.append(band) or entry(a, band, *args)
+    _dispatch._compiled.cache_clear()
+    jax.clear_caches()
+    try:
+        n, dtype, out = 192, np.complex128, []
+        a = np.stack([hm.matrix(k, n, n, dtype, structure="hermitian") for k in ("clustered-small", "graded-rows")])
+        b = np.stack([hm.matrix("geometric-1e2", n, n, dtype, structure="spd")] * 2)
+        w, v = la.eigh(a)
+        out += [max(eigenpair_ratios(a[k], w[k], v[k], dtype)) for k in range(2)]
+        w, v = jax.jit(jax.vmap(jaxmg.sygvd))(a, b)
+        out += [hm.ratio(hm.norm1(hm.wide(a[k]) @ hm.wide(v[k]) - (hm.wide(b[k]) @ hm.wide(v[k])) * hm.wide(w[k])),
+                         hm.norm1(a[k]) + hm.norm1(b[k]) * float(np.max(np.abs(w[k]))), n, dtype) for k in range(2)]
+        g = np.stack([hm.matrix(k, n + 8, n, np.float32) for k in ("rank-deficient", "geometric-1e2")])
+        u, s_, vh = la.svd(g, full_matrices=False)
+        out += [hm.factor_error(g[k], (hm.wide(u[k]) * hm.wide(s_[k])) @ hm.wide(vh[k]), np.float32) for k in range(2)]
+    finally:
+        (ts.TWO_STAGE_ABOVE["cuda"], ts.BAND["cuda"]), ts.eigh_of_lower = saved, entry
+        _dispatch._compiled.cache_clear()
+        jax.clear_caches()
+    assert len(calls) >= 3 and set(calls) == {32}, calls
+    assert max(out) <= hm.THRESHOLD, out
+    return f"two-stage solves traced {len(calls)}; ratios {[round(float(r), 2) for r in out]}"
+
+
 print(f"SUMMARY {sum(RESULTS)}/{len(RESULTS)} passed", flush=True)
 sys.exit(0 if all(RESULTS) else 1)

@@ -24,6 +24,8 @@ import functools
 from collections.abc import Callable, Sequence
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from . import _context, _layout, _plan, _routes, _sharded
@@ -99,13 +101,19 @@ def run(body: Callable, plan: Plan, ctx: Context, args: Sequence, *, matrices: i
     args = tuple(args)
     rule = ctx.stack is not None and not ctx.differentiated and plan.route != _routes.LOCAL
     key = tuple(sorted(static.items()))
-    if not ctx.eager:
-        return _traced(body, plan, key, rule)(*args)
+    if not ctx.eager:  # inline: NumPy arguments become arrays here, as a compiled call's do
+        return _traced(body, plan, key, rule)(*_as_arrays(args))
     args = _on_mesh(args, plan, matrices)
     donated = tuple(range(matrices)) if donate and ctx.concrete else ()
     with _entered(plan.mesh, ctx):
         out = _compiled(body, plan, key, rule, donated)(*args)
     return _context.uncommitted(out) if uncommitted and ctx.concrete else out
+
+
+def _as_arrays(args: tuple) -> tuple:
+    """``args`` with NumPy arrays and scalars as JAX arrays (``jnp.asarray``), as ``jax.jit``
+    converts a compiled call's arguments: the body sees JAX arrays or tracers either way."""
+    return jax.tree.map(lambda x: jnp.asarray(x) if isinstance(x, (np.ndarray, np.generic)) else x, args)
 
 
 @functools.lru_cache(maxsize=512)

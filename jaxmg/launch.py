@@ -126,7 +126,7 @@ _initialized_here = False
 # --- Inside a launched process (and under any other launcher) ---
 
 
-def failure_detection_settings(timeout: float | None = None) -> dict[str, Any]:
+def failure_detection_settings(timeout: float | int | None = None) -> dict[str, Any]:
     """Keyword arguments for ``jax.distributed.initialize`` that bound how long a dead peer goes unnoticed.
 
     JAX's coordination service declares a process dead when it has sent no heartbeat for

@@ -148,8 +148,9 @@ def test_hermitian_inverse_through_a_one_call_engine():
         raise AssertionError("the inverse engine replaces every product")
 
     with triangular.products_through(no_product, no_product, inverse):
-        from_lower = triangular.hermitian_inverse(triangular.Tri(low + np.triu(np.ones_like(low), 1), lower=True))
-        from_upper = triangular.hermitian_inverse(triangular.Tri(np.conj(low).T, lower=False))
+        from_lower = triangular.hermitian_inverse(triangular.Tri(jnp.asarray(low + np.triu(np.ones_like(low), 1)),
+                                                                 lower=True))
+        from_upper = triangular.hermitian_inverse(triangular.Tri(jnp.asarray(np.conj(low).T), lower=False))
     for inv in (from_lower, from_upper):
         np.testing.assert_allclose(np.asarray(inv), np.linalg.inv(a), rtol=1e-12, atol=1e-12)
     for l in got:
@@ -181,10 +182,12 @@ def test_one_gpu_potri_derivative_rule(monkeypatch):
     rng = np.random.default_rng(8)
     for dtype in (np.float64, np.complex128):
         a = spd_matrix(rng, 6, dtype)
-        factor = np.linalg.cholesky(a) + np.triu(random_matrix(rng, (6, 6), dtype), 1)  # junk above: not read
+        junk = np.triu(random_matrix(rng, (6, 6), dtype), 1)  # above the factor: not read
+        factor = jnp.asarray(np.linalg.cholesky(a) + junk)
         np.testing.assert_allclose(np.asarray(gemm.hermitian_inverse(factor)), np.linalg.inv(a), rtol=1e-12,
                                    atol=1e-12)
-        jax.test_util.check_grads(gemm.hermitian_inverse, (factor,), order=2, modes=["fwd", "rev"])
+        jax.test_util.check_grads(lambda f: gemm.hermitian_inverse(jnp.asarray(f)), (factor,), order=2,
+                                  modes=["fwd", "rev"])  # check_grads passes NumPy arrays
 
 MESHES = {
     "explicit-4x2": ((4, 2), AxisType.Explicit, P("x", "y")),
@@ -432,8 +435,8 @@ def test_relayout_reference_modes(dtype):
     lower triangle of a column-major factor read row-major."""
     from jaxmg.kernels.ffi import relayout
 
-    x = random_matrix(np.random.default_rng(5), (3, 5, 5), dtype)
-    t = np.swapaxes(x, -1, -2)
+    x = jnp.asarray(random_matrix(np.random.default_rng(5), (3, 5, 5), dtype))
+    t = jnp.swapaxes(x, -1, -2)
     np.testing.assert_array_equal(relayout.reference(x, relayout.TRANSPOSE), t)
     symmetric = np.asarray(relayout.reference(x, relayout.SYMMETRIC_FROM_LOWER))
     np.testing.assert_array_equal(np.tril(np.swapaxes(symmetric, -1, -2)), np.tril(x))

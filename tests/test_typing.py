@@ -131,9 +131,18 @@ def test_every_public_signature_accepts_what_the_call_accepts():
 
 
 #: The pytest option that checks every function and class of jaxmg against its annotations at run
-#: time (jaxtyping's pytest plugin, beartype checking every element of a container), as Equinox
-#: runs its tests: ``bash tests/run.sh "--jaxtyping-packages=$JAXTYPING"`` (docs/processes.md).
-JAXTYPING = "jaxmg,beartype.beartype(conf=beartype.BeartypeConf(strategy=beartype.BeartypeStrategy.On))"
+#: time (jaxtyping's pytest plugin, with beartype), as Equinox runs its tests: pyproject.toml's
+#: pytest ``addopts`` pass ``--jaxtyping-packages=$JAXTYPING`` to every run (docs/processes.md).
+JAXTYPING = "jaxmg,beartype.beartype"
+
+
+def test_every_run_of_the_suite_has_the_option():
+    """pyproject.toml's pytest options carry the option, so that ``bash tests/run.sh`` (the
+    README's command, which CI calls) runs with jaxtyping's checks of jaxmg on."""
+    import tomllib
+
+    options = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    assert f"--jaxtyping-packages={JAXTYPING}" in options["tool"]["pytest"]["ini_options"]["addopts"]
 
 
 def test_the_suite_checks_jaxmg_against_its_annotations(request):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -53,14 +53,17 @@ def _eye_like(a):
 @dataclasses.dataclass(frozen=True)
 class _Local:
     """What the local families share: the plan (hashable: the kernels are static arguments of
-    the derivative rules)."""
+    the derivative rules), or None for the per-shard layer's device solver on a gathered matrix
+    (``jaxmg.ops.local``), which has no mesh and so no one-GPU cuBLAS calls."""
 
-    plan: KernelPlan
+    plan: Optional[KernelPlan]
 
     @property
     def cublas(self) -> bool:
         """Whether the library's one-GPU cuBLAS calls serve this call: one matrix, not a stack,
-        on an NVIDIA GPU with the native library loaded."""
+        on an NVIDIA GPU with the native library loaded (never without a plan)."""
+        if self.plan is None:
+            return False
         return self.plan.local and _one_gpu_library(self.plan.mesh)
 
 

@@ -58,6 +58,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.scipy.linalg import solve_triangular
+from jax.typing import ArrayLike
 
 from . import algebra
 from .algebra import full_precision
@@ -223,12 +224,12 @@ def _reduce(a, band: int, reflectors: bool, segments: int):
 
 
 @typing.overload
-def reduce_to_band(a: jax.Array, band: int, *, reflectors: Literal[False] = False,
+def reduce_to_band(a: ArrayLike, band: int, *, reflectors: Literal[False] = False,
                    segments: int = SEGMENTS) -> jax.Array: ...
 @typing.overload
-def reduce_to_band(a: jax.Array, band: int, *, reflectors: Literal[True],
+def reduce_to_band(a: ArrayLike, band: int, *, reflectors: Literal[True],
                    segments: int = SEGMENTS) -> tuple[jax.Array, jax.Array, jax.Array]: ...
-def reduce_to_band(a: jax.Array, band: int, *, reflectors: bool = False, segments: int = SEGMENTS):
+def reduce_to_band(a: ArrayLike, band: int, *, reflectors: bool = False, segments: int = SEGMENTS):
     """Stage 1: ``B = Q^H A Q`` Hermitian with half-bandwidth ``band`` (zero where |i - j| >
     band), A the Hermitian matrix of ``a``'s lower triangle. a: (N, N), float32 to complex128.
 
@@ -351,7 +352,7 @@ def _chase(ab, tasks, reflectors: bool):
     return (d, e, vs, taus) if reflectors else (d, e)
 
 
-def band_to_tridiagonal_reference(ab: jax.Array, *, reflectors: bool = False, lag: int | None = None):
+def band_to_tridiagonal_reference(ab: ArrayLike, *, reflectors: bool = False, lag: int | None = None):
     """Stage 2 in XLA's operations, task for task as ``csrc/band.cu``: the Hermitian band matrix
     B in lower band storage ab ((b + 1, N), :func:`lower_band`) reduced to a Hermitian
     tridiagonal ``T = Q2^H B Q2`` by bulge chasing. Returns ``(d, e)`` (d: N real, the diagonal;
@@ -457,7 +458,7 @@ def _apply_q2(v, tau, z, group: int):
     return zp[:n]
 
 
-def apply_q2(v: jax.Array, tau: jax.Array, z: jax.Array, *, group: int | None = None) -> jax.Array:
+def apply_q2(v: ArrayLike, tau: ArrayLike, z: ArrayLike, *, group: int | None = None) -> jax.Array:
     """``Q2 z`` for stage 2's reflectors ``(v, tau)`` (:func:`band_to_tridiagonal_reference`'s
     layout: v (S, K, b), tau (S, K)) and z (N, M), as batched matrix products.
 
@@ -500,7 +501,7 @@ def _apply_q1(ys, ts, z):
     return z
 
 
-def apply_q1(ys: jax.Array, ts: jax.Array, z: jax.Array) -> jax.Array:
+def apply_q1(ys: ArrayLike, ts: ArrayLike, z: ArrayLike) -> jax.Array:
     """``Q1 z`` for stage 1's reflectors (:func:`reduce_to_band` with ``reflectors``: Y (P, N, b),
     T (P, b, b), ``Q1 = prod_p (I - Y_p T_p Y_p^H)``, panel 0 first) and z (N, M): the panels'
     compact-WY blocks in reverse panel order, ``z -= Y (T (Y^H z))``, on the trailing rows of
@@ -572,7 +573,7 @@ def tridiagonal_phases(e: jax.Array) -> jax.Array:
     return phases / jnp.abs(phases).astype(e.dtype) if jnp.iscomplexobj(e) else phases
 
 
-def tridiagonal_eigh(d: jax.Array, e: jax.Array, *, method: str | None = None) -> tuple[jax.Array, jax.Array]:
+def tridiagonal_eigh(d: ArrayLike, e: ArrayLike, *, method: str | None = None) -> tuple[jax.Array, jax.Array]:
     """``(w, v)`` of the Hermitian tridiagonal T with diagonal d (..., N, real) and subdiagonal e
     (..., N - 1, real or complex): w ascending (..., N, d's dtype), v (..., N, N, e's dtype) with
     orthonormal columns and ``T v = v diag(w)``; a stack in one call. The real tridiagonal
@@ -668,7 +669,7 @@ def band_eigvalsh(ab: jax.Array, *, stage2: str | None = None, stage3: str | Non
     return jnp.vectorize(one, signature="(k,n)->(n)")(jnp.asarray(ab))
 
 
-def eigvalsh(a: jax.Array, band: int = 64, *, symmetrize_input: bool = True, stage2: str | None = None,
+def eigvalsh(a: ArrayLike, band: int = 64, *, symmetrize_input: bool = True, stage2: str | None = None,
              stage3: str | None = None) -> jax.Array:
     """The eigenvalues, ascending, of ``(a + a^H) / 2`` (``symmetrize_input``, as
     ``jnp.linalg.eigvalsh``) or of the Hermitian matrix of ``a``'s lower triangle, by the two
@@ -741,7 +742,7 @@ def eigh_of_lower(a: jax.Array, band: int, stage2: str, stage3: str) -> tuple[ja
     return _eigh(a, band, stage2, stage3)
 
 
-def eigh(a: jax.Array, band: int = 64, *, symmetrize_input: bool = True, stage2: str | None = None,
+def eigh(a: ArrayLike, band: int = 64, *, symmetrize_input: bool = True, stage2: str | None = None,
          stage3: str | None = None) -> tuple[jax.Array, jax.Array]:
     """``(w, v)`` as ``jnp.linalg.eigh``: the eigenvalues w (..., N), ascending and real, and
     eigenvectors v (..., N, N) (orthonormal columns, ``A v = v diag(w)``) of ``A = (a + a^H) / 2``

@@ -22,6 +22,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from ..._checks import check_dtype
 from ..._dense import adjoint
@@ -31,7 +32,7 @@ from . import per_matrix, relayout
 
 
 @jax.custom_jvp
-def potrf(a: jax.Array) -> tuple[jax.Array, jax.Array]:
+def potrf(a: ArrayLike) -> tuple[jax.Array, jax.Array]:
     """(factor, info) of the Hermitian matrices ``a`` (..., n, n), of which only the lower
     triangle is read.
 
@@ -40,18 +41,22 @@ def potrf(a: jax.Array) -> tuple[jax.Array, jax.Array]:
     else the order of the first leading minor that is not positive definite; where it is not 0
     the factor's entries are unspecified. Differentiable: L's tangent (lower triangular) from
     the factor, L' = L Phi(L^-1 H(a') L^-H), Phi the lower triangle with half the diagonal.
+    ``a`` may be a NumPy array: JAX evaluates the known primal on host arrays when it linearizes.
     """
+    a = jnp.asarray(a)
     out = (jax.ShapeDtypeStruct(a.shape, a.dtype), jax.ShapeDtypeStruct(a.shape[:-2], jnp.int32))
     return _factorization("potrf", a, out, cpu={"uplo": np.uint8(ord("L"))}, gpu={"lower": True},
                           in_place=relayout.SYMMETRIC_FROM_LOWER)
 
 
 @jax.custom_jvp
-def getrf(a: jax.Array) -> tuple[jax.Array, jax.Array]:
+def getrf(a: ArrayLike) -> tuple[jax.Array, jax.Array]:
     """(lu, pivots) of the square matrices ``a`` (..., n, n): P a = L U with partial pivoting,
     L (unit lower) and U packed in ``lu``; ``pivots`` (int32, (..., n)) 0-based: row i was swapped
     with row ``pivots[i]``. A zero pivot leaves U singular (its diagonal says where).
-    Differentiable: with X = L^-1 P a' U^-1, L' = L stril(X) and U' = triu(X) U, packed."""
+    Differentiable: with X = L^-1 P a' U^-1, L' = L stril(X) and U' = triu(X) U, packed.
+    ``a`` may be a NumPy array, as for :func:`potrf`."""
+    a = jnp.asarray(a)
     out = (jax.ShapeDtypeStruct(a.shape, a.dtype), jax.ShapeDtypeStruct(a.shape[:-1], jnp.int32),
            jax.ShapeDtypeStruct(a.shape[:-2], jnp.int32))
     lu, pivots, _ = _factorization("getrf", a, out, in_place=relayout.TRANSPOSE)

@@ -16,6 +16,9 @@ from jax.test_util import check_grads
 import jaxmg
 from helpers import lower_read, make_mesh, put, spd_matrix
 
+#: Long (eager derivatives of every operation on meshes): CI runs these with tests/run.sh --slow.
+pytestmark = pytest.mark.slow
+
 N = 8
 RNG = np.random.default_rng(20)
 A = spd_matrix(RNG, N, np.float64) + 2 * np.eye(N)

@@ -21,6 +21,10 @@ import hard_matrices as hm  # noqa: E402
 import test_hard_matrices as battery  # noqa: E402
 from helpers import make_mesh, put  # noqa: E402
 
+#: Long (the hard-matrix battery on the emulated native backend; test_hard_matrices.py runs it on the
+#: local and portable routes in every run): CI runs these with tests/run.sh --slow.
+pytestmark = pytest.mark.slow
+
 DTYPES = [np.float64, np.complex64]
 
 

@@ -18,6 +18,9 @@ from _emulation import hermitian_with_junk, require_cpu_devices
 from jaxmg import _layout
 from jaxmg.kernels import cyclic
 
+#: Long (inverses and log-determinant gradients on the emulated native grid): CI runs these with tests/run.sh --slow.
+pytestmark = pytest.mark.slow
+
 require_cpu_devices(8)
 
 N, TILE = 64, 8

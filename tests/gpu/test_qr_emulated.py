@@ -23,6 +23,9 @@ from _emulation import DTYPES, GRIDS, mesh as _mesh, patch as _patch, require_cp
 from jaxmg import _layout
 from jaxmg.kernels import native
 
+#: Long (QR and least squares on the emulated native grid): CI runs these with tests/run.sh --slow.
+pytestmark = pytest.mark.slow
+
 require_cpu_devices(4)
 
 # (M, N, T_A): padded in both extents (M/2 = 24 rows, N = 24 not a multiple of 8 * 2);

@@ -6,8 +6,9 @@
 # tests/test_docs.py; JAXMG_REQUIRE_DOCS=1 makes a missing mkdocs a failure).
 # GPU tests skip here with their reason; run them on GPUs with tests/gpu/run.sh.
 # The tests marked slow (eager check_grads of order 2 of the decompositions, the four-process
-# run of every operation, the benchmark scripts' runs, the repeated-call runs, the time-limit
-# tests of launches and Lineax failures) are left out: `bash tests/run.sh --slow` runs only
+# run of every operation, the eager derivatives on meshes, the emulated native grid's
+# hard-matrix battery, QR and inverse tests, the benchmark scripts' runs, the repeated-call
+# runs, the time-limit tests of launches and Lineax failures) are left out: `bash tests/run.sh --slow` runs only
 # them, and CI (.ci/run) runs both.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -75,7 +75,7 @@ from jax.sharding import AbstractMesh
 
 from .._layout import Grid
 from .._sharded import axis_name as _axes_name, gather_block, local_block
-from .algebra import full_precision
+from .algebra import full_precision, platform_name
 
 #: The local and batch routes' SVD and polar method, by the platform compiled for: the order
 #: (min(M, N)) above which svd, svdvals, pinv, lstsq and polar run through QDWH polar + batched
@@ -90,7 +90,7 @@ POLAR_EIGH_ABOVE: dict = {"cuda": 32, "rocm": 32, "cpu": None}
 def polar_eigh_above(platform: str) -> Optional[int]:
     """:data:`POLAR_EIGH_ABOVE`'s order for ``platform`` ("gpu", as JAX's devices name NVIDIA
     GPUs, is "cuda")."""
-    return POLAR_EIGH_ABOVE.get({"gpu": "cuda"}.get(platform, platform))
+    return POLAR_EIGH_ABOVE.get(platform_name(platform))
 
 
 def polar_eigh(platform: str, shape) -> bool:
@@ -327,17 +327,17 @@ def _complete_polar(x, h, x0, grid, eigh):
     return _at_most_once(_partial_isometry(x, grid), repair, (x, h))
 
 
-def polar_local(a, eigh=_eigh):
+def polar_local(a, eigh: Callable[[jax.Array], tuple[jax.Array, jax.Array]]):
     """(U_p, H, status) of a whole M x N matrix on one device, M >= N (vmappable): U_p's columns
     are orthonormal for rank-deficient A too (U V^H from its SVD where U_p is a partial isometry;
-    V by ``eigh(h) -> (w, v)``, by default the device's own eigensolver)."""
+    V by ``eigh(h) -> (w, v)``, the local route's eigensolver)."""
     x, h = _complete_polar(*_polar_slab(a, WHOLE, local=True), WHOLE, eigh)
     return _failed_nan(_finite(x, h), x, h)
 
 
-def svdvals_local(a, eigvalsh: Callable[[jax.Array], jax.Array] = jnp.linalg.eigvalsh):
+def svdvals_local(a, eigvalsh: Callable[[jax.Array], jax.Array]):
     """(s descending, status) of a whole M x N matrix on one device, M >= N (vmappable): the
-    eigenvalues of H (values only, by ``eigvalsh(h)``, by default the device's own)."""
+    eigenvalues of H (values only, by ``eigvalsh(h)``, the local route's eigensolver)."""
     _, h, _ = _polar_slab(a, WHOLE, local=True)
     w = eigvalsh(h)
     s = -jnp.sort(-jnp.abs(w))

@@ -33,6 +33,11 @@ def full_precision(kernel):
 PLATFORMS = ("cuda", "rocm", "cpu")
 
 
+def platform_name(platform: str) -> str:
+    """``platform`` as :data:`PLATFORMS` names it: "gpu", JAX's name for NVIDIA GPUs, is "cuda"."""
+    return {"gpu": "cuda"}.get(platform, platform)
+
+
 def by_platform(operand, choose: Callable[[str], Callable]) -> Any:
     """``choose(platform)(operand)`` for the platform the call is compiled for ("cuda", "rocm", and
     "cpu"'s choice on any other), decided when compiled (``jax.lax.platform_dependent``), so it

@@ -192,7 +192,7 @@ class Decompositions(_Local):
         """A v = w B v, v^H B v = I, through B = L L^H: the eigenproblem of L^-1 A L^-H."""
         state, status = Cholesky(self.plan).factor(b)
         chol = _factor(state.factor)
-        c = solve_triangular(chol, _hermitian_from_lower(a), lower=True)
+        c = solve_triangular(chol, two_stage.hermitian_from_lower(a), lower=True)
         c = solve_triangular(chol, adjoint(c), lower=True)
         w, v = two_stage.device_eigh(c, symmetrize_input=True)
         v = solve_triangular(chol, v, lower=True, trans="C")
@@ -265,5 +265,3 @@ def _svdvals_polar_eigh(a):
     return None, s, None, status
 
 
-def _hermitian_from_lower(a):
-    return jnp.tril(a) + adjoint(jnp.tril(a, -1))

@@ -60,11 +60,13 @@ from jax import lax
 from jax.scipy.linalg import solve_triangular
 from jax.typing import ArrayLike
 
+from .._checks import SUPPORTED_DTYPES
+from .._dense import adjoint
 from . import algebra
 from .algebra import full_precision
+from .ffi import band as native_band
 from .varying import varying_like
 
-_DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
 #: Panel groups of stage 1 (each one ``fori_loop`` on a static trailing window).
 SEGMENTS = 8
 #: Stage-3 methods: LAPACK sterf on the host, JAX's bisection, or the CUDA kernel.
@@ -73,16 +75,12 @@ STAGE3_METHODS = ("sterf", "bisection", "native")
 
 # --- shared pieces ---------------------------------------------------------------------------
 
-def _ct(x):
-    return jnp.conj(jnp.swapaxes(x, -1, -2))
-
-
 def hermitian_from_lower(a: jax.Array) -> jax.Array:
     """The Hermitian matrix of ``a``'s lower triangle (its diagonal's real part), as
     ``jnp.linalg.eigvalsh`` reads ``a`` (UPLO='L')."""
     low = jnp.tril(a, -1)
     diag = jnp.real(jnp.diagonal(a, axis1=-2, axis2=-1)).astype(a.dtype)
-    return low + _ct(low) + diag[..., None] * jnp.eye(a.shape[-1], dtype=a.dtype)
+    return low + adjoint(low) + diag[..., None] * jnp.eye(a.shape[-1], dtype=a.dtype)
 
 
 def _scaled_norm(x: jax.Array) -> jax.Array:
@@ -115,7 +113,7 @@ def compact_wy(y: jax.Array, tau: jax.Array) -> jax.Array:
     Y)``; columns with tau = 0 must be zero in Y (they are the identity)."""
     b = tau.shape[-1]
     inv_tau = jnp.where(tau == 0, 1, 1 / jnp.where(tau == 0, 1, tau))
-    t_inv = jnp.triu(_ct(y) @ y, 1) + jnp.diag(inv_tau)
+    t_inv = jnp.triu(adjoint(y) @ y, 1) + jnp.diag(inv_tau)
     eye = 0 * t_inv + jnp.eye(b, dtype=y.dtype)  # batched and laid out as t_inv (a stack under vmap)
     return solve_triangular(t_inv, eye, lower=False)
 
@@ -135,7 +133,7 @@ def _check_square(a, name: str) -> jax.Array:
         raise ValueError(f"{name}: a must be a square matrix or a stack of them (..., N, N); got shape {a.shape}")
     if not jnp.issubdtype(a.dtype, jnp.inexact):
         a = a.astype(jnp.result_type(float))
-    if a.dtype not in _DTYPES:
+    if a.dtype not in SUPPORTED_DTYPES:
         raise ValueError(f"{name}: a's dtype must be float32, float64, complex64 or complex128; got {a.dtype}")
     return a
 
@@ -191,12 +189,12 @@ def _band_step(w: jax.Array, j, b: int):
     y, t, r = _panel_qr(cols, start)
     yt = y @ t
     x = w @ yt
-    wv = x - 0.5 * (y @ (_ct(yt) @ x))
-    w = w - jnp.concatenate([y, wv], axis=1) @ _ct(jnp.concatenate([wv, y], axis=1))
+    wv = x - 0.5 * (y @ (adjoint(yt) @ x))
+    w = w - jnp.concatenate([y, wv], axis=1) @ adjoint(jnp.concatenate([wv, y], axis=1))
     rows = jnp.arange(m)[:, None]
     panel = jnp.where(rows >= start, r, lax.dynamic_slice_in_dim(w, j, b, axis=1))
     w = lax.dynamic_update_slice_in_dim(w, panel, j, axis=1)
-    w = lax.dynamic_update_slice_in_dim(w, _ct(panel), j, axis=0)
+    w = lax.dynamic_update_slice_in_dim(w, adjoint(panel), j, axis=0)
     return w, y, t
 
 
@@ -256,7 +254,7 @@ def dense_from_lower_band(ab: jax.Array) -> jax.Array:
     """The Hermitian N x N matrix of lower band storage ab ((band + 1, N)), its diagonal's real part."""
     band, n = ab.shape[-2] - 1, ab.shape[-1]
     low = sum(jnp.diag(ab[d, : n - d], -d) for d in range(1, band + 1)) if band else 0
-    return low + _ct(low) + jnp.diag(jnp.real(ab[0]).astype(ab.dtype))
+    return low + adjoint(low) + jnp.diag(jnp.real(ab[0]).astype(ab.dtype))
 
 
 # --- stage 2: band -> tridiagonal (the reference of csrc/band.cu) -----------------------------
@@ -308,8 +306,7 @@ def task_order(n: int, band: int, lag: int | None = None) -> np.ndarray:
 def reflector_shape(n: int, band: int) -> tuple[int, int, int]:
     """(S, K, b) of stage 2's reflectors: S = max(N - 2, 0) sweeps, at most K = (N - 3) // b + 1
     tasks a sweep (0 when N < 3), reflectors of length b."""
-    sweeps = max(n - 2, 0)
-    return sweeps, (sweep_tasks(n, band, 0) if sweeps and band else 0), band
+    return (*native_band.reflector_extents(n, band), band)
 
 
 def _chase_task(a, c, d, band: int):
@@ -374,7 +371,7 @@ def band_to_tridiagonal_reference(ab: ArrayLike, *, reflectors: bool = False, la
     if ab.ndim != 2 or ab.shape[0] < 1:
         raise ValueError("band_to_tridiagonal_reference: ab must be lower band storage (band + 1, N); "
                          f"got shape {ab.shape}")
-    if ab.dtype not in _DTYPES:
+    if ab.dtype not in SUPPORTED_DTYPES:
         raise ValueError(f"band_to_tridiagonal_reference: ab's dtype must be float32 to complex128; got {ab.dtype}")
     n, band = ab.shape[1], ab.shape[0] - 1
     tasks = [(*task_window(i, t, band), i, t) for i, t in _task_indices(n, band, lag)]
@@ -451,7 +448,7 @@ def _apply_q2(v, tau, z, group: int):
     def step(s, zp):
         y, yt = _q2_blocks(v, tau, blocks[s], group)  # formed where used: O(slots b G) memory
         idx = rows[s][:, None] + jnp.arange(m)[None, :]
-        w = _ct(y) @ zp[idx]  # (slots, G, columns)
+        w = adjoint(y) @ zp[idx]  # (slots, G, columns)
         return zp.at[idx].add(jnp.where(used[s], -(yt @ w), 0))
 
     zp = lax.fori_loop(0, blocks.shape[0], step, jnp.pad(z, ((0, m), (0, 0))))
@@ -495,7 +492,7 @@ def _apply_q1(ys, ts, z):
             p = p1 - 1 - j + p0
             y = lax.dynamic_index_in_dim(ys, p, keepdims=False)[r0:]
             t = lax.dynamic_index_in_dim(ts, p, keepdims=False)
-            return zw - y @ (t @ (_ct(y) @ zw))
+            return zw - y @ (t @ (adjoint(y) @ zw))
 
         z = z.at[r0:].set(lax.fori_loop(p0, p1, body, z[r0:]))
     return z
@@ -553,7 +550,6 @@ def tridiagonal_eigvalsh(d: jax.Array, e: jax.Array, *, method: str = "sterf") -
     if method == "bisection":
         return jax.scipy.linalg.eigh_tridiagonal(d, e, eigvals_only=True)
     if method == "native":
-        from .ffi import band as native_band
         return native_band.tridiagonal_eigvalsh(d, e)
     return _lapack_tridiagonal("sterf", d, e, [d.shape[-1:]])[0]
 
@@ -598,7 +594,6 @@ def tridiagonal_eigh(d: ArrayLike, e: ArrayLike, *, method: str | None = None) -
     phases = tridiagonal_phases(e)
     mag = jnp.abs(e).astype(d.dtype)
     if method == "native":
-        from .ffi import band as native_band
         w, z = native_band.tridiagonal_eigh(d, mag)
     elif method == "dense":
         dense = jnp.vectorize(lambda d, m: jnp.diag(d) + jnp.diag(m, -1) + jnp.diag(m, 1), signature="(n),(m)->(n,n)")
@@ -613,20 +608,17 @@ def tridiagonal_eigh(d: ArrayLike, e: ArrayLike, *, method: str | None = None) -
 def _platform(platform: str | None) -> str:
     """``platform`` as :data:`TWO_STAGE_ABOVE` names it ("gpu", as JAX names NVIDIA GPUs, is
     "cuda"), or the default backend's where None."""
-    platform = platform or jax.default_backend()
-    return {"gpu": "cuda"}.get(platform, platform)
+    return algebra.platform_name(platform or jax.default_backend())
 
 
 def _default_stage2(platform: str | None = None) -> str:
     """Stage 2's method on ``platform`` (None: the default backend's)."""
-    from .ffi import band as native_band
     return "native" if _platform(platform) == "cuda" and native_band.available() else "reference"
 
 
 def _default_stage3(vectors: bool = False, platform: str | None = None) -> str:
     """Stage 3's method on ``platform`` (None: the default backend's), with or without vectors."""
     if _default_stage2(platform) == "native":
-        from .ffi import band as native_band
         if not vectors or native_band.stedc_available():
             return "native"
     if _platform(platform) == "cpu":
@@ -650,7 +642,6 @@ def band_to_tridiagonal(ab: jax.Array, *, stage2: str | None = None, reflectors:
     ``stage2``: "native" (csrc/band.cu) or "reference", by default native where it can run."""
     stage2, _ = _checked_stages(stage2, None, "band_to_tridiagonal")
     if stage2 == "native":
-        from .ffi import band as native_band
         return native_band.band_to_tridiagonal(ab, reflectors=reflectors)
     return band_to_tridiagonal_reference(ab, reflectors=reflectors)
 
@@ -699,7 +690,7 @@ def _eigvalsh(a, band: int, symmetrize_input: bool, stage2: str, stage3: str):
     if a.shape[-1] == 0:
         return jnp.zeros(a.shape[:-1], jnp.real(a).dtype)
     if symmetrize_input:
-        a = (a + _ct(a)) / 2
+        a = (a + adjoint(a)) / 2
 
     def one(m):
         return band_eigvalsh(lower_band(reduce_to_band(m, band), band), stage2=stage2, stage3=stage3)
@@ -759,7 +750,7 @@ def eigh(a: ArrayLike, band: int = 64, *, symmetrize_input: bool = True, stage2:
     band = _check_band(band, a.shape[-1], "eigh")
     stage2, stage3 = _checked_stages(stage2, stage3, "eigh", vectors=True)
     if symmetrize_input:
-        a = (a + _ct(a)) / 2
+        a = (a + adjoint(a)) / 2
     return eigh_of_lower(a, band, stage2, stage3)
 
 
@@ -814,7 +805,7 @@ def _solver(choice: tuple, vectors: bool, symmetrize_input: bool):
         band, stage2, stage3 = choice
         if not vectors:
             return _values(a, band, symmetrize_input, stage2, stage3)
-        return eigh_of_lower((a + _ct(a)) / 2 if symmetrize_input else a, band, stage2, stage3)
+        return eigh_of_lower((a + adjoint(a)) / 2 if symmetrize_input else a, band, stage2, stage3)
 
     return two_stage if choice else own
 

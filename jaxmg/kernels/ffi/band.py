@@ -17,9 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..._checks import SUPPORTED_DTYPES
 from . import _library, per_matrix
 
-_DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
 #: stedc's square tiles (a power of two: cuSOLVERMp 0.4.2 to 0.8.0's stedc may fail or hang with
 #: other block sizes); smaller for matrices of smaller order.
 STEDC_TILE = 256
@@ -47,7 +47,7 @@ def _check_band_storage(ab) -> jax.Array:
     if ab.ndim < 2 or ab.shape[-2] < 1:
         raise ValueError("band_to_tridiagonal: ab must be lower band storage (..., b + 1, N) with b >= 0; "
                          f"got shape {ab.shape}")
-    if ab.dtype not in _DTYPES:
+    if ab.dtype not in SUPPORTED_DTYPES:
         raise ValueError(f"band_to_tridiagonal: ab's dtype must be float32, float64, complex64 or complex128; "
                          f"got {ab.dtype}")
     return ab

@@ -1,5 +1,6 @@
 """What the benchmarks share: JSON-line output and the test matrices, generated on the GPUs
 already sharded (so that the largest sizes fit)."""
+
 from __future__ import annotations
 
 import datetime
@@ -16,8 +17,9 @@ def machine() -> str:
     ``nvidia-smi`` (``h200x2`` for two H200s), or ``cpu`` where there is no NVIDIA GPU."""
     if shutil.which("nvidia-smi"):
         try:
-            names = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                                   capture_output=True, text=True, timeout=30).stdout.split("\n")
+            names = subprocess.run(
+                ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
+            ).stdout.split("\n")
         except (OSError, subprocess.SubprocessError):
             names = []
         names = [n.strip() for n in names if n.strip()]
@@ -109,8 +111,9 @@ def worker_env(root):
     import os
 
     env = dict(os.environ)
-    env.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1",
-               PYTHONUNBUFFERED="1")
+    env.update(
+        NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1", PYTHONUNBUFFERED="1"
+    )
     env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.94")
     env["PYTHONPATH"] = os.pathsep.join([str(root)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))

@@ -71,12 +71,23 @@ def run(args):
     dtype = jnp.dtype(args.dtype)
     mesh = jax.make_mesh((jax.device_count(),), ("x",))
     rows = NamedSharding(mesh, P("x", None))
-    base = {"devices": jax.device_count(), "platform": jax.devices()[0].platform, "dtype": dtype.name,
-            "jax": jax.__version__}
+    base = {
+        "devices": jax.device_count(),
+        "platform": jax.devices()[0].platform,
+        "dtype": dtype.name,
+        "jax": jax.__version__,
+    }
 
     def emit(case, n, median, times, reference=None):
-        record = dict(base, case=case, N=n, route=jaxmg.route("potrs", (n, n), dtype, mesh), median_s=median,
-                      times_s=times, runs=len(times))
+        record = dict(
+            base,
+            case=case,
+            N=n,
+            route=jaxmg.route("potrs", (n, n), dtype, mesh),
+            median_s=median,
+            times_s=times,
+            runs=len(times),
+        )
         if reference:
             record["ratio"] = median / reference
         if jax.process_index() == 0:
@@ -86,8 +97,9 @@ def run(args):
         n = args.n
         a = _generator(n, dtype, rows)()
         b = jax.device_put(_rhs(n, 0, dtype), NamedSharding(mesh, P("x")))
-        bs = jax.device_put(jnp.stack([_rhs(n, 0, dtype) * (k + 1) for k in range(args.solves)]),
-                            NamedSharding(mesh, P(None, "x")))
+        bs = jax.device_put(
+            jnp.stack([_rhs(n, 0, dtype) * (k + 1) for k in range(args.solves)]), NamedSharding(mesh, P(None, "x"))
+        )
 
         forward = jax.jit(lambda a, b: jaxmg.potrs(a, b))
         t_fwd, times = _median_time(lambda: forward(a, b), args.runs)
@@ -110,8 +122,10 @@ def run(args):
         bv = jax.device_put(_rhs(nv, 0, dtype), NamedSharding(mesh, P("x")))
         t_one, times = _median_time(lambda: forward(av, bv), args.runs)
         emit("potrs@vmap-n", nv, t_one, times)
-        batch = jax.jit(lambda a: jnp.stack([a * (1 + 0.01 * k) for k in range(args.batch)]),
-                        out_shardings=NamedSharding(mesh, P(None, "x", None)))(av)
+        batch = jax.jit(
+            lambda a: jnp.stack([a * (1 + 0.01 * k) for k in range(args.batch)]),
+            out_shardings=NamedSharding(mesh, P(None, "x", None)),
+        )(av)
         bb = jax.device_put(jnp.stack([bv] * args.batch), NamedSharding(mesh, P(None, "x")))
         batched = jax.jit(jax.vmap(lambda a, b: jaxmg.potrs(a, b)))
         t, times = _median_time(lambda: batched(batch, bb), args.runs)
@@ -121,9 +135,23 @@ def run(args):
 def main(argv=None):
     args = _args(argv)
     if args.nproc:
-        worker = [str(HERE), "--n", str(args.n), "--vmap-n", str(args.vmap_n), "--batch", str(args.batch),
-                  "--solves", str(args.solves), "--dtype", args.dtype, "--runs", str(args.runs),
-                  "--out", args.out]
+        worker = [
+            str(HERE),
+            "--n",
+            str(args.n),
+            "--vmap-n",
+            str(args.vmap_n),
+            "--batch",
+            str(args.batch),
+            "--solves",
+            str(args.solves),
+            "--dtype",
+            args.dtype,
+            "--runs",
+            str(args.runs),
+            "--out",
+            args.out,
+        ]
         launch = [sys.executable, "-m", "jaxmg.launch", "-n", str(args.nproc), "--timeout", str(args.timeout)]
         raise SystemExit(subprocess.call(launch + worker))
     simulate_cpu_devices_without_gpu()

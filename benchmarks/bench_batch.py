@@ -75,8 +75,11 @@ def _functions():
     return {
         "potrs": (jax.vmap(jaxmg.potrs), jax.vmap(lambda a, b: jsl.cho_solve(jsl.cho_factor(a), b)), solve_residual),
         "eigh": (lambda a, b: mla.eigh(a), lambda a, b: jnp.linalg.eigh(a), eigh_residual),
-        "svd": (lambda a, b: mla.svd(a, full_matrices=False), lambda a, b: jnp.linalg.svd(a, full_matrices=False),
-                svd_residual),
+        "svd": (
+            lambda a, b: mla.svd(a, full_matrices=False),
+            lambda a, b: jnp.linalg.svd(a, full_matrices=False),
+            svd_residual,
+        ),
     }
 
 
@@ -120,16 +123,31 @@ def run_stacks(args, base):
         reference = None
         for impl, fn in (("jax", jax.jit(theirs)), ("jaxmg", jax.jit(ours))):
             median, times = _median_time(lambda fn=fn: fn(a, b), args.runs)
-            emit_timing(args.out, base, median, times, reference, op=op, impl=impl, N=args.n, batch=args.batch,
-                        layout=args.layout, route=route if impl == "jaxmg" else None,
-                        residual=float(residual(a, b, fn(a, b))), collectives=_collectives(fn, a, b))
+            emit_timing(
+                args.out,
+                base,
+                median,
+                times,
+                reference,
+                op=op,
+                impl=impl,
+                N=args.n,
+                batch=args.batch,
+                layout=args.layout,
+                route=route if impl == "jaxmg" else None,
+                residual=float(residual(a, b, fn(a, b))),
+                collectives=_collectives(fn, a, b),
+            )
             reference = median
 
 
 def _memory(fn, *args) -> dict:
     stats = fn.lower(*args).compile().memory_analysis()
-    return {"temp_bytes": int(stats.temp_size_in_bytes), "argument_bytes": int(stats.argument_size_in_bytes),
-            "output_bytes": int(stats.output_size_in_bytes)}
+    return {
+        "temp_bytes": int(stats.temp_size_in_bytes),
+        "argument_bytes": int(stats.argument_size_in_bytes),
+        "output_bytes": int(stats.output_size_in_bytes),
+    }
 
 
 def _peak_bytes():
@@ -159,10 +177,22 @@ def run_distributed_stack(args, base):
     for case, fn, operand in cases:  # the stack first: the device's peak is then its own
         median, times = _median_time(lambda fn=fn, operand=operand: fn(operand, b), args.runs)
         memory = _memory(fn, operand, b)
-        emit_timing(args.out, base, median, times, op="potrs", impl="jaxmg", case=case, N=n,
-                    batch=args.stack if case == "stack" else 1, layout="distributed", route="distributed",
-                    peak_bytes=_peak_bytes(), **memory,
-                    temp_matrices=memory["temp_bytes"] / matrix_bytes)
+        emit_timing(
+            args.out,
+            base,
+            median,
+            times,
+            op="potrs",
+            impl="jaxmg",
+            case=case,
+            N=n,
+            batch=args.stack if case == "stack" else 1,
+            layout="distributed",
+            route="distributed",
+            peak_bytes=_peak_bytes(),
+            **memory,
+            temp_matrices=memory["temp_bytes"] / matrix_bytes,
+        )
 
 
 def run(args):
@@ -170,8 +200,12 @@ def run(args):
 
     jax.config.update("jax_enable_x64", True)
     count = jax.device_count()
-    base = {"devices": count, "platform": jax.devices()[0].platform, "device_kind": jax.devices()[0].device_kind,
-            "jax": jax.__version__}
+    base = {
+        "devices": count,
+        "platform": jax.devices()[0].platform,
+        "device_kind": jax.devices()[0].device_kind,
+        "jax": jax.__version__,
+    }
     if args.stack_n:
         run_distributed_stack(args, base)
     else:

@@ -16,6 +16,7 @@ are not donated. The matrix is generated on the device: a_ij = s_ij / (1 + |i - 
 N delta_ij (symmetric positive definite for potrs and syevd, not symmetric otherwise); b is a
 vector.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,15 +50,27 @@ def _operation(op: str, kw: dict):
     from jaxmg.modules import check as c
 
     calls = {
-        "potrs": (lambda a, b, check: jaxmg.potrs(a, b, check=check, **kw), jaxmg.Cholesky,
-                  lambda plan, a, b, x: c.solution(plan, c.solution_probes(c.hermitian(plan, a)), x, b)),
-        "lu_solve": (lambda a, b, check: jaxmg.lu_solve(a, b, check=check, **kw), jaxmg.LU,
-                     lambda plan, a, b, x: c.solution(plan, c.solution_probes(c.general(plan, a)), x, b)),
-        "least_squares": (lambda a, b, check: jaxmg.least_squares(a, b, check=check, **kw), jaxmg.QR,
-                          lambda plan, a, b, x: c.least_squares(plan, c.normal_probes(c.general(plan, a)), x, b)),
+        "potrs": (
+            lambda a, b, check: jaxmg.potrs(a, b, check=check, **kw),
+            jaxmg.Cholesky,
+            lambda plan, a, b, x: c.solution(plan, c.solution_probes(c.hermitian(plan, a)), x, b),
+        ),
+        "lu_solve": (
+            lambda a, b, check: jaxmg.lu_solve(a, b, check=check, **kw),
+            jaxmg.LU,
+            lambda plan, a, b, x: c.solution(plan, c.solution_probes(c.general(plan, a)), x, b),
+        ),
+        "least_squares": (
+            lambda a, b, check: jaxmg.least_squares(a, b, check=check, **kw),
+            jaxmg.QR,
+            lambda plan, a, b, x: c.least_squares(plan, c.normal_probes(c.general(plan, a)), x, b),
+        ),
         # the check reads only the plan's layout: a Cholesky factorisation's (seconds cheaper)
-        "syevd": (lambda a, b, check: jaxmg.syevd(a, check=check, **kw), jaxmg.Cholesky,
-                  lambda plan, a, b, wv: c.eigenvectors(plan, c.factorisation_probes(c.hermitian(plan, a)), *wv)),
+        "syevd": (
+            lambda a, b, check: jaxmg.syevd(a, check=check, **kw),
+            jaxmg.Cholesky,
+            lambda plan, a, b, wv: c.eigenvectors(plan, c.factorisation_probes(c.hermitian(plan, a)), *wv),
+        ),
     }
     return calls[op]
 
@@ -93,10 +106,16 @@ def _measure(op: str, n: int, a, b, mesh, backend: str, runs: int, warmup: int, 
     med = {k: float(np.median(v)) * 1e3 for k, v in times.items()}
     eps = float(jnp.finfo(plan.dtype).eps)
     ratios = [float(r) / (n * eps) for r in check_alone(a, b, out)]  # flagged above THRESHOLD
-    return dict(checked_ms=med["checked"], unchecked_ms=med["unchecked"], check_ms=med["check"],
-                overhead=med["checked"] / med["unchecked"] - 1, ratio=med["check"] / med["unchecked"],
-                times_ms={k: [t * 1e3 for t in v] for k, v in times.items()}, route=plan.route,
-                test_ratios=ratios)
+    return dict(
+        checked_ms=med["checked"],
+        unchecked_ms=med["unchecked"],
+        check_ms=med["check"],
+        overhead=med["checked"] / med["unchecked"] - 1,
+        ratio=med["check"] / med["unchecked"],
+        times_ms={k: [t * 1e3 for t in v] for k, v in times.items()},
+        route=plan.route,
+        test_ratios=ratios,
+    )
 
 
 def run(args) -> None:
@@ -112,10 +131,19 @@ def run(args) -> None:
         for op in args.ops:
             sharding = NamedSharding(mesh, P("r", "c"))
             a = generator(n, dtype, sharding, lower=1.0 if op in ("potrs", "syevd") else 2.0)()
-            b = jax.device_put(jnp.sin(jnp.arange(n, dtype=jnp.float32) * 0.01).astype(dtype) + 1,
-                               NamedSharding(mesh, P()))
-            rec = dict(kind="jaxmg-check", op=op, N=n, dtype=str(dtype), backend=backend, grid=[1, 1],
-                       devices=1, runs=args.runs)
+            b = jax.device_put(
+                jnp.sin(jnp.arange(n, dtype=jnp.float32) * 0.01).astype(dtype) + 1, NamedSharding(mesh, P())
+            )
+            rec = dict(
+                kind="jaxmg-check",
+                op=op,
+                N=n,
+                dtype=str(dtype),
+                backend=backend,
+                grid=[1, 1],
+                devices=1,
+                runs=args.runs,
+            )
             try:
                 with jax.set_mesh(mesh):
                     rec.update(_measure(op, n, a, b, mesh, backend, args.runs, args.warmup, args.tile))

@@ -14,6 +14,7 @@ Measured on one H200 (benchmarks/results/h200x1/2026-12-02/): polar at N = 16,38
 17.2 s with autotuning and 2.1 s without, and then runs in 4.28 s against 5.89 s; at 32,768,
 gesvd compiles in 133 s with it and polar in 1.8 s without, running 28.9 s against 41.0 s.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,9 @@ def _args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", type=int, default=16384)
     p.add_argument("--tile", type=int, default=1024)
-    p.add_argument("--levels", nargs="+", default=["0", "default"],
-                   help="xla_gpu_autotune_level values, or 'default' (JAX's own)")
+    p.add_argument(
+        "--levels", nargs="+", default=["0", "default"], help="xla_gpu_autotune_level values, or 'default' (JAX's own)"
+    )
     p.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
     p.add_argument("--out", default=str(results_path("compile.jsonl")))
     return p.parse_args(argv)
@@ -58,8 +60,10 @@ def main(argv=None):
     calls = {
         "polar": (args.n, lambda a: jaxmg.polar(a, T_A=t, mesh=mesh, backend="native")),
         "gesvd": (args.n, lambda a: jaxmg.gesvd(a, T_A=t, mesh=mesh, backend="native")),
-        "potrs": (2 * args.n, lambda a: jaxmg.potrs(a, jnp.ones(a.shape[0], a.dtype), T_A=t, mesh=mesh,
-                                                     backend="native")),
+        "potrs": (
+            2 * args.n,
+            lambda a: jaxmg.potrs(a, jnp.ones(a.shape[0], a.dtype), T_A=t, mesh=mesh, backend="native"),
+        ),
     }
     for level in args.levels:
         options = {} if level == "default" else {"xla_gpu_autotune_level": int(level)}

@@ -12,6 +12,7 @@ positive definite), replicated on the process's first device. Run on one GPU (th
 of 2026-12-01, benchmarks/results/h200x1/2026-12-01/*-crossover.txt, were measured with these
 same calls) or, under ``jaxmg.launch``, on several.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,8 +64,9 @@ def _paths(op):
 
     paths = {"native": jaxmg_path("native"), "portable": jaxmg_path("portable")}
     if op == "potrs":
-        paths["plain_jax"] = jax.jit(lambda a, b: jax.scipy.linalg.cho_solve(
-            jax.scipy.linalg.cho_factor(a, lower=True), b))
+        paths["plain_jax"] = jax.jit(
+            lambda a, b: jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(a, lower=True), b)
+        )
     elif op == "qr":
         paths["plain_jax"] = jax.jit(jnp.linalg.qr)
     elif op == "lu_solve":
@@ -93,8 +95,7 @@ def main(argv=None):
     for n in args.sizes:
         for op in args.ops:
             operands = _arguments(op, n, args.dtype)
-            rec = {"op": op, "N": n, "M": operands[0].shape[0], "dtype": args.dtype,
-                   "devices": jax.device_count()}
+            rec = {"op": op, "N": n, "M": operands[0].shape[0], "dtype": args.dtype, "devices": jax.device_count()}
             for path, fn in _paths(op).items():
                 try:
                     rec[f"{path}_ms"] = _median_ms(fn, *operands, runs=args.runs)

@@ -57,8 +57,14 @@ def run(args):
     shape = grid_shape(count)
     kind = AxisType.Explicit if args.mesh == "explicit" else AxisType.Auto
     mesh = jax.make_mesh(shape, ("x", "y"), axis_types=(kind, kind))
-    base = {"devices": count, "platform": jax.devices()[0].platform, "dtype": dtype.name,
-            "mesh": args.mesh, "grid": list(shape), "jax": jax.__version__}
+    base = {
+        "devices": count,
+        "platform": jax.devices()[0].platform,
+        "dtype": dtype.name,
+        "mesh": args.mesh,
+        "grid": list(shape),
+        "jax": jax.__version__,
+    }
 
     def loss(a, b):
         return jnp.sum(jaxmg.potrs(a, b))
@@ -74,8 +80,16 @@ def run(args):
             jvp = lambda a=a, b=b: jax.jvp(lambda a, b: jaxmg.potrs(a, b), (a, b), (a, b))  # noqa: E731
 
             def emit(case, median, times, reference=None, n=n):
-                emit_timing(args.out, base, median, times, reference, case=case, N=n,
-                            route=jaxmg.route("potrs", (n, n), dtype, mesh))
+                emit_timing(
+                    args.out,
+                    base,
+                    median,
+                    times,
+                    reference,
+                    case=case,
+                    N=n,
+                    route=jaxmg.route("potrs", (n, n), dtype, mesh),
+                )
 
             start = time.perf_counter()
             jax.block_until_ready(grad(a, b))

@@ -14,6 +14,7 @@ median), and the scaled residual ``||A V - V diag(w)||_1 / (||A||_1 N eps)`` at 
 (benchmarks/engine/engine_ops.sh "one 1 1 N T syevd"; scripts/gpu/steps.sh step eigengine) in the same run: its
 matrix is 1/(1+|i-j|) + N on the diagonal, the one generated here.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,18 +38,27 @@ def _args(argv=None):
     p.add_argument("--dtype", default="float64")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--no-jnp", action="store_true", help="skip jnp.linalg.eigh on one GPU")
-    p.add_argument("--conds", type=float, nargs="*", default=[],
-                   help="polar's accuracy: also run polar on matrices with singular values geometric "
-                        "from 1 to 1/cond, and report ||U^H U - I||_F/sqrt(N) and ||A - U H||_F/||A||_F")
+    p.add_argument(
+        "--conds",
+        type=float,
+        nargs="*",
+        default=[],
+        help="polar's accuracy: also run polar on matrices with singular values geometric "
+        "from 1 to 1/cond, and report ||U^H U - I||_F/sqrt(N) and ||A - U H||_F/||A||_F",
+    )
     p.add_argument("--out", default=str(results_path("eig.jsonl")))
-    p.add_argument("--profile", default=None,
-                   help="trace one more (untimed) call of each jaxmg case with jax.profiler into this folder "
-                        "(a Perfetto trace per case; summarize it with benchmarks/trace_summary.py)")
+    p.add_argument(
+        "--profile",
+        default=None,
+        help="trace one more (untimed) call of each jaxmg case with jax.profiler into this folder "
+        "(a Perfetto trace per case; summarize it with benchmarks/trace_summary.py)",
+    )
     return p.parse_args(argv)
 
 
 def _emit(out, rec):
     import jax
+
     if jax.process_index() != 0:
         return
     line = json.dumps(rec)
@@ -68,6 +78,7 @@ def _matrix(n, dtype, sharding):
         j = jax.lax.broadcasted_iota(jnp.int32, (n, n), 1)
         a = 1.0 / (1.0 + jnp.abs(i - j).astype(dtype))
         return (a + jnp.where(i == j, n, 0)).astype(dtype)
+
     return jax.jit(make, out_shardings=sharding)()
 
 
@@ -83,6 +94,7 @@ def _conditioned(n, cond, dtype, sharding, seed=0):
         q2 = jnp.linalg.qr(jax.random.normal(k2, (n, n), dtype))[0]
         s = jnp.geomspace(1.0, 1.0 / cond, n).astype(dtype)
         return (q1 * s) @ q2.T
+
     return jax.jit(make, out_shardings=sharding)()
 
 
@@ -96,11 +108,13 @@ def _polar_errors(a, u, h):
         n = a.shape[1]
         gram = jnp.conj(u).T @ u - jnp.eye(n, dtype=u.dtype)
         return (jnp.linalg.norm(gram) / jnp.sqrt(n), jnp.linalg.norm(a - u @ h) / jnp.linalg.norm(a))
+
     return tuple(float(x) for x in errors(a, u, h))
 
 
 def _timed(fn, runs):
     import jax
+
     jax.block_until_ready(fn())  # warm-up (compilation, communicator, workspaces)
     times = []
     for _ in range(runs):
@@ -113,6 +127,7 @@ def _timed(fn, runs):
 def _traced(fn, folder):
     """One more call of ``fn``, traced by jax.profiler into ``folder`` (Perfetto JSON)."""
     import jax
+
     jax.profiler.start_trace(folder, create_perfetto_trace=True)
     try:
         jax.block_until_ready(fn())
@@ -122,6 +137,7 @@ def _traced(fn, folder):
 
 def _residual(a, w, v, dtype):
     import numpy as np
+
     a, w, v = (np.asarray(x, np.float64) for x in (a, w, v))
     n = a.shape[0]
     return float(np.linalg.norm(a @ v - v * w, 1) / (np.linalg.norm(a, 1) * n * np.finfo(dtype).eps))
@@ -161,12 +177,16 @@ def main(argv=None):
     mesh = Mesh(np.array(devs), ("x",), axis_types=(AxisType.Auto,))
     sharding = NamedSharding(mesh, P("x", None))
     grid = f"{len(devs)}x1"
-    calls = {"syevd": lambda a, t: jaxmg.syevd(a, T_A=t, mesh=mesh, backend="native"),
-             "polar": lambda a, t: jaxmg.polar(a, T_A=t, mesh=mesh, backend="native"),
-             "gesvd": lambda a, t: jaxmg.gesvd(a, T_A=t, mesh=mesh, backend="native")}
-    reference = {"syevd": ("jnp.linalg.eigh", jnp.linalg.eigh),
-                 "polar": ("jnp.linalg.svd", lambda a: jnp.linalg.svd(a, full_matrices=False)),
-                 "gesvd": ("jnp.linalg.svd", lambda a: jnp.linalg.svd(a, full_matrices=False))}
+    calls = {
+        "syevd": lambda a, t: jaxmg.syevd(a, T_A=t, mesh=mesh, backend="native"),
+        "polar": lambda a, t: jaxmg.polar(a, T_A=t, mesh=mesh, backend="native"),
+        "gesvd": lambda a, t: jaxmg.gesvd(a, T_A=t, mesh=mesh, backend="native"),
+    }
+    reference = {
+        "syevd": ("jnp.linalg.eigh", jnp.linalg.eigh),
+        "polar": ("jnp.linalg.svd", lambda a: jnp.linalg.svd(a, full_matrices=False)),
+        "gesvd": ("jnp.linalg.svd", lambda a: jnp.linalg.svd(a, full_matrices=False)),
+    }
     for n in args.sizes:
         a = _matrix(n, dtype, sharding)
         for op in args.ops:
@@ -176,10 +196,14 @@ def main(argv=None):
                     fn = jax.jit(functools.partial(calls[op], t=tile))
                     _library._native_module().reset_timings()
                     times = _timed(lambda fn=fn, a=a: fn(a), args.runs)
-                    solver = [t["solver_ms"] / max(t["calls"], 1) for t in native.last_timings()
-                              if t["kind"] == "syevd"]
-                    rec.update(median_s=statistics.median(times), times_s=times,
-                               syevd_ms=statistics.median(solver) if solver else None)
+                    solver = [
+                        t["solver_ms"] / max(t["calls"], 1) for t in native.last_timings() if t["kind"] == "syevd"
+                    ]
+                    rec.update(
+                        median_s=statistics.median(times),
+                        times_s=times,
+                        syevd_ms=statistics.median(solver) if solver else None,
+                    )
                     if args.profile:
                         _traced(lambda fn=fn, a=a: fn(a), os.path.join(args.profile, f"{op}-n{n}-t{tile}"))
                     if op == "syevd" and n <= 8192 and jax.process_count() == 1:

@@ -62,20 +62,34 @@ from _common import emit, results_path, worker_env  # noqa: E402
 
 CASES = ("eigvalsh", "eigh", "sygvd", "svd", "svdvals", "polar")
 IMPLS = ("jax", "jaxmg", "jax.scipy", "jaxmg.two_stage")
-STACKS = ("512x32:float32", "512x64:float32", "512x128:float32", "512x256:float32", "512x512:float32",
-          "1024x256:float64")
+STACKS = (
+    "512x32:float32",
+    "512x64:float32",
+    "512x128:float32",
+    "512x256:float32",
+    "512x512:float32",
+    "1024x256:float64",
+)
 
 
 def _args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog="\n".join(__doc__.splitlines()[1:]),
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog="\n".join(__doc__.splitlines()[1:]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
     p.add_argument("--sizes", type=int, nargs="*", default=[8192, 16384, 32768], help="orders of one matrix")
     p.add_argument("--stacks", nargs="*", default=list(STACKS), help="COUNTxORDER[:DTYPE] stacks")
     p.add_argument("--dtypes", nargs="+", default=["float64", "float32"])
     p.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS)
-    p.add_argument("--bands", type=int, nargs="+", default=[32, 64, 128],
-                   help="half-bandwidths of jaxmg.two_stage (eigvalsh, eigh)")
+    p.add_argument(
+        "--bands",
+        type=int,
+        nargs="+",
+        default=[32, 64, 128],
+        help="half-bandwidths of jaxmg.two_stage (eigvalsh, eigh)",
+    )
     p.add_argument("--runs", type=int, default=5, help="timed calls after the first (median reported)")
     p.add_argument("--timeout", type=int, default=600, help="seconds for one case's process")
     p.add_argument("--out", default=str(results_path("eigen.jsonl")))
@@ -106,17 +120,30 @@ def _functions(case: str, impl: str, band: int = 64):
     if impl == "jaxmg":
         import jaxmg.numpy.linalg as la
         import jaxmg.scipy.linalg as sla
-        table = {"eigvalsh": la.eigvalsh, "eigh": la.eigh, "sygvd": sla.eigh, "svdvals": la.svdvals,
-                 "svd": lambda a: la.svd(a, full_matrices=False), "polar": sla.polar}
+
+        table = {
+            "eigvalsh": la.eigvalsh,
+            "eigh": la.eigh,
+            "sygvd": sla.eigh,
+            "svdvals": la.svdvals,
+            "svd": lambda a: la.svd(a, full_matrices=False),
+            "polar": sla.polar,
+        }
     elif impl == "jax":
+
         def polar_by_svd(a):
             u, s, vh = jnp.linalg.svd(a, full_matrices=False)
             vh_h = jnp.conj(jnp.swapaxes(vh, -1, -2))
             return u @ vh, (vh_h * s[..., None, :].astype(a.dtype)) @ vh
 
-        table = {"eigvalsh": jnp.linalg.eigvalsh, "eigh": jnp.linalg.eigh, "sygvd": jax.scipy.linalg.eigh,
-                 "svdvals": jnp.linalg.svdvals, "svd": lambda a: jnp.linalg.svd(a, full_matrices=False),
-                 "polar": polar_by_svd}
+        table = {
+            "eigvalsh": jnp.linalg.eigvalsh,
+            "eigh": jnp.linalg.eigh,
+            "sygvd": jax.scipy.linalg.eigh,
+            "svdvals": jnp.linalg.svdvals,
+            "svd": lambda a: jnp.linalg.svd(a, full_matrices=False),
+            "polar": polar_by_svd,
+        }
     elif case == "polar" and impl == "jax.scipy":
         return jax.scipy.linalg.polar, False
     else:
@@ -202,12 +229,16 @@ def _two_stage_parts(case: str, call, a, band: int, dtype: str, runs: int) -> di
         out = _two_stage_vector_parts(a, band, runs)
         w = call(a)[0]
     else:
+
         def stage1(m):
             return two_stage.lower_band(two_stage.reduce_to_band(m, band), band)
 
         stage1 = jax.jit(jnp.vectorize(stage1, signature="(n,n)->(k,n)"))
-        out = {"band": band, "stage1_s": _median_time(stage1, (a,), runs),
-               "stage23_s": _median_time(jax.jit(two_stage.band_eigvalsh), (stage1(a),), runs)}
+        out = {
+            "band": band,
+            "stage1_s": _median_time(stage1, (a,), runs),
+            "stage23_s": _median_time(jax.jit(two_stage.band_eigvalsh), (stage1(a),), runs),
+        }
         w = call(a)
     ref = jax.jit(jnp.linalg.eigvalsh)(a)
     scale = jnp.max(jnp.abs(ref)) * a.shape[-1] * float(jnp.finfo(dtype).eps)
@@ -231,16 +262,23 @@ def _two_stage_vector_parts(a, band: int, runs: int) -> dict:
     def stage2(ab):
         return two_stage.band_to_tridiagonal(ab, reflectors=True)
 
-    parts = [(stage1, "(n,n)->(k,n),(p,n,b),(p,b,b)"), (stage2, "(k,n)->(n),(m),(s,t,b),(s,t)"),
-             (two_stage.back_transform, "(p,n,b),(p,b,b),(s,t,b),(s,t),(n,n)->(n,n)")]
+    parts = [
+        (stage1, "(n,n)->(k,n),(p,n,b),(p,b,b)"),
+        (stage2, "(k,n)->(n),(m),(s,t,b),(s,t)"),
+        (two_stage.back_transform, "(p,n,b),(p,b,b),(s,t,b),(s,t),(n,n)->(n,n)"),
+    ]
     stage1, stage2, back = (jax.jit(jnp.vectorize(f, signature=sig)) for f, sig in parts)
     stage3 = jax.jit(two_stage.tridiagonal_eigh)  # a stack in one call
     ab, ys, ts = stage1(a)
     d, e, v, tau = stage2(ab)
     z = stage3(d, e)[1]
-    return {"band": band, "stage1_s": _median_time(stage1, (a,), runs), "stage2_s": _median_time(stage2, (ab,), runs),
-            "stage3_s": _median_time(stage3, (d, e), runs),
-            "backtransform_s": _median_time(back, (ys, ts, v, tau, z), runs)}
+    return {
+        "band": band,
+        "stage1_s": _median_time(stage1, (a,), runs),
+        "stage2_s": _median_time(stage2, (ab,), runs),
+        "stage3_s": _median_time(stage3, (d, e), runs),
+        "backtransform_s": _median_time(back, (ys, ts, v, tau, z), runs),
+    }
 
 
 def child(case: str, impl: str, count: str, n: str, dtype: str, runs: int, band: int = 64) -> None:
@@ -250,8 +288,18 @@ def child(case: str, impl: str, count: str, n: str, dtype: str, runs: int, band:
     jax.config.update("jax_enable_x64", True)
     device = jax.devices()[0]
     count, n = int(count), int(n)
-    rec = dict(bench="eigen", case=case, impl=impl, N=n, count=count, dtype=dtype, device_kind=device.device_kind,
-               platform=device.platform, jax=jax.__version__, date=time.strftime("%Y-%m-%d"))
+    rec = dict(
+        bench="eigen",
+        case=case,
+        impl=impl,
+        N=n,
+        count=count,
+        dtype=dtype,
+        device_kind=device.device_kind,
+        platform=device.platform,
+        jax=jax.__version__,
+        date=time.strftime("%Y-%m-%d"),
+    )
     try:
         fn, needs_b = _functions(case, impl, band)
         a, b = _inputs(count, n, dtype, case)
@@ -277,13 +325,14 @@ def _run_child(args, case, impl, count, n, dtype, band=None) -> dict:
         command += ["--band", str(band)]
         base["band"] = band
     try:
-        proc = subprocess.run(command, capture_output=True, text=True, env=worker_env(HERE.parents[1]),
-                              timeout=args.timeout)
+        proc = subprocess.run(
+            command, capture_output=True, text=True, env=worker_env(HERE.parents[1]), timeout=args.timeout
+        )
     except subprocess.TimeoutExpired:
         return dict(base, error=f"timeout after {args.timeout} s")
     for line in proc.stdout.splitlines():
         if line.startswith("RECORD "):
-            return json.loads(line[len("RECORD "):])
+            return json.loads(line[len("RECORD ") :])
     return dict(base, error=f"exit {proc.returncode}: {proc.stderr.strip()[-1000:]}")
 
 

@@ -19,6 +19,7 @@ Several GPUs (one process per GPU; K is sharded over all of them, plain JAX runs
 
     python -m jaxmg.launch -n 2 benchmarks/bench_gp.py --sizes 32768 65536 --solvers native
 """
+
 from __future__ import annotations
 
 import argparse
@@ -116,14 +117,28 @@ def bench_loss(args, n, dtype, mesh, emit, out):
         name = "plain JAX" if solver == "jax" else f"jaxmg {solver}"
         if solver == "jax" and jax.device_count() > 1:
             local = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-            xs, ys, sh = jax.device_put(x, local), jax.device_put(y, local), NamedSharding(
-                jax.make_mesh((1, 1), ("x", "y"), devices=jax.devices()[:1],
-                              axis_types=(jax.sharding.AxisType.Auto,) * 2), P())
+            xs, ys, sh = (
+                jax.device_put(x, local),
+                jax.device_put(y, local),
+                NamedSharding(
+                    jax.make_mesh(
+                        (1, 1), ("x", "y"), devices=jax.devices()[:1], axis_types=(jax.sharding.AxisType.Auto,) * 2
+                    ),
+                    P(),
+                ),
+            )
         else:
             xs, ys, sh = x, y, sharding
         loss = loss_fn("jax" if solver == "jax" else "jaxmg", sh, None if solver == "jax" else solver)
-        rec = dict(bench="gp", n=n, dtype=jnp.dtype(dtype).name, solver=name, devices=jax.device_count(),
-                   device_kind=jax.devices()[0].device_kind, date=time.strftime("%Y-%m-%d"))
+        rec = dict(
+            bench="gp",
+            n=n,
+            dtype=jnp.dtype(dtype).name,
+            solver=name,
+            devices=jax.device_count(),
+            device_kind=jax.devices()[0].device_kind,
+            date=time.strftime("%Y-%m-%d"),
+        )
         try:
             vg = jax.jit(jax.value_and_grad(loss))
             (value, grad), rec["first_call_s"] = _timed_once(lambda vg=vg, xs=xs, ys=ys: vg(theta, xs, ys))
@@ -166,14 +181,28 @@ def bench_inverse(args, n, dtype, mesh, emit, out):
     default_base, default_trmm_base = triangular.BASE, triangular.TRMM_BASE
     default_leaves = (gemm.INVERSE_LEAF, gemm.TRMM_LEAF, gemm.HERK_LEAF)
     leaves_list = [tuple(int(v) for v in text.split(",")) for text in args.leaves] if args.leaves else [default_leaves]
-    configs = [(b, k, t, leaves) for b in args.solvers for k in (args.bases or [default_base])
-               for t in (args.trmm_bases or [default_trmm_base]) for leaves in leaves_list]
+    configs = [
+        (b, k, t, leaves)
+        for b in args.solvers
+        for k in (args.bases or [default_base])
+        for t in (args.trmm_bases or [default_trmm_base])
+        for leaves in leaves_list
+    ]
     for backend, base, trmm_base, leaves in configs:
         triangular.BASE, triangular.TRMM_BASE = base, trmm_base  # read when the functions below are traced
         gemm.INVERSE_LEAF, gemm.TRMM_LEAF, gemm.HERK_LEAF = leaves
-        rec = dict(bench="inverse", n=n, dtype=jnp.dtype(dtype).name, solver=f"jaxmg {backend}",
-                   devices=jax.device_count(), device_kind=jax.devices()[0].device_kind,
-                   date=time.strftime("%Y-%m-%d"), base=base, trmm_base=trmm_base, one_gpu_leaves=list(leaves))
+        rec = dict(
+            bench="inverse",
+            n=n,
+            dtype=jnp.dtype(dtype).name,
+            solver=f"jaxmg {backend}",
+            devices=jax.device_count(),
+            device_kind=jax.devices()[0].device_kind,
+            date=time.strftime("%Y-%m-%d"),
+            base=base,
+            trmm_base=trmm_base,
+            one_gpu_leaves=list(leaves),
+        )
         try:
             factor = jax.jit(lambda m, backend=backend: jaxmg.Cholesky(m, backend=backend).state)
             inverse = jax.jit(lambda m, backend=backend: jaxmg.Cholesky(m, backend=backend).inverse())
@@ -181,8 +210,11 @@ def bench_inverse(args, n, dtype, mesh, emit, out):
             rec["factor_and_inverse_s"] = _median_time(lambda f=inverse: f(a), args.runs)
             rec["inverse_s"] = rec["factor_and_inverse_s"] - rec["factor_s"]
             rec["inverse_over_factor"] = rec["inverse_s"] / rec["factor_s"]
-            check = jax.jit(lambda m, w: jnp.linalg.norm(jnp.matmul(m, w, precision="highest")
-                                                         - jnp.eye(n, dtype=dtype)) / jnp.sqrt(n))
+            check = jax.jit(
+                lambda m, w: (
+                    jnp.linalg.norm(jnp.matmul(m, w, precision="highest") - jnp.eye(n, dtype=dtype)) / jnp.sqrt(n)
+                )
+            )
             rec["residual_rms"] = float(check(a, inverse(a)))
             lu_factor = jax.jit(lambda m, backend=backend: jaxmg.LU(m, backend=backend).lu)
             lu_inverse = jax.jit(lambda m, backend=backend: jaxmg.LU(m, backend=backend).inverse())
@@ -195,8 +227,15 @@ def bench_inverse(args, n, dtype, mesh, emit, out):
     triangular.BASE, triangular.TRMM_BASE = default_base, default_trmm_base
     gemm.INVERSE_LEAF, gemm.TRMM_LEAF, gemm.HERK_LEAF = default_leaves
     if jax.device_count() == 1 and args.plain:  # plain JAX's inverses: one device
-        rec = dict(bench="inverse", n=n, dtype=jnp.dtype(dtype).name, solver="plain JAX", devices=1,
-                   device_kind=jax.devices()[0].device_kind, date=time.strftime("%Y-%m-%d"))
+        rec = dict(
+            bench="inverse",
+            n=n,
+            dtype=jnp.dtype(dtype).name,
+            solver="plain JAX",
+            devices=1,
+            device_kind=jax.devices()[0].device_kind,
+            date=time.strftime("%Y-%m-%d"),
+        )
         try:
             factor = jax.jit(lambda m: jsl.cho_factor(m)[0])
             solved = jax.jit(lambda m: jsl.cho_solve(jsl.cho_factor(m), jnp.eye(n, dtype=dtype)))
@@ -213,20 +252,39 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[8192, 16384, 32768])
     parser.add_argument("--dtypes", nargs="+", default=["float64", "float32"])
-    parser.add_argument("--solvers", nargs="+", default=["auto", "native"],
-                        help="jaxmg backends to run beside plain JAX (auto, native, portable)")
+    parser.add_argument(
+        "--solvers",
+        nargs="+",
+        default=["auto", "native"],
+        help="jaxmg backends to run beside plain JAX (auto, native, portable)",
+    )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--no-plain", dest="plain", action="store_false", help="skip plain JAX's loss")
     parser.add_argument("--no-eager", dest="eager", action="store_false", help="skip the eager value_and_grad")
     parser.add_argument("--no-loss", dest="loss", action="store_false", help="skip the GP loss")
     parser.add_argument("--inverse", action="store_true", help="also time Cholesky(k).inverse()")
-    parser.add_argument("--bases", type=int, nargs="+", default=None,
-                        help="with --inverse: the triangular recursion's base orders to time (default: the library's)")
-    parser.add_argument("--trmm-bases", type=int, nargs="+", default=None,
-                        help="with --inverse: the triangular products' base orders to time (default: the library's)")
-    parser.add_argument("--leaves", nargs="+", default=None, metavar="INVERSE,TRMM,HERK",
-                        help="with --inverse: leaf orders of the one-GPU inverse (jaxmg.kernels.ffi.gemm "
-                             "INVERSE_LEAF, TRMM_LEAF, HERK_LEAF) to time, e.g. 512,512,2048 (default: the library's)")
+    parser.add_argument(
+        "--bases",
+        type=int,
+        nargs="+",
+        default=None,
+        help="with --inverse: the triangular recursion's base orders to time (default: the library's)",
+    )
+    parser.add_argument(
+        "--trmm-bases",
+        type=int,
+        nargs="+",
+        default=None,
+        help="with --inverse: the triangular products' base orders to time (default: the library's)",
+    )
+    parser.add_argument(
+        "--leaves",
+        nargs="+",
+        default=None,
+        metavar="INVERSE,TRMM,HERK",
+        help="with --inverse: leaf orders of the one-GPU inverse (jaxmg.kernels.ffi.gemm "
+        "INVERSE_LEAF, TRMM_LEAF, HERK_LEAF) to time, e.g. 512,512,2048 (default: the library's)",
+    )
     parser.add_argument("--out", default="benchmarks/results/gp.jsonl")
     args = parser.parse_args(argv)
 

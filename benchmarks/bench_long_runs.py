@@ -60,16 +60,23 @@ CACHES = {
 def _args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--calls", type=int, default=1000)
-    p.add_argument("--eager-grad-calls", type=int, default=None,
-                   help="calls of the eager_grad_* cases (default: --calls; their compiled calls are cached "
-                        "after the first, as for the other cases)")
+    p.add_argument(
+        "--eager-grad-calls",
+        type=int,
+        default=None,
+        help="calls of the eager_grad_* cases (default: --calls; their compiled calls are cached "
+        "after the first, as for the other cases)",
+    )
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--n", type=int, default=16)
     p.add_argument("--backend", default="portable", choices=("portable", "native", "auto"))
-    p.add_argument("--cases", default="all",
-                   help="comma-separated case names, all, or fast (all but eager_grad_*)")
-    p.add_argument("--inputs", default="device", choices=("device", "host"),
-                   help="fresh inputs per call: device copies of arrays placed once, or placed from NumPy")
+    p.add_argument("--cases", default="all", help="comma-separated case names, all, or fast (all but eager_grad_*)")
+    p.add_argument(
+        "--inputs",
+        default="device",
+        choices=("device", "host"),
+        help="fresh inputs per call: device copies of arrays placed once, or placed from NumPy",
+    )
     p.add_argument("--out", default=str(results_path("long_runs.jsonl")))
     return p.parse_args(argv)
 
@@ -147,6 +154,7 @@ def cases(n: int, backend: str, inputs: str = "device") -> dict:
             if id(x) not in placed:
                 placed[id(x)] = jax.device_put(x, sharding)
             return jnp.array(placed[id(x)], copy=True)  # a new device buffer per call
+
         return fresh
 
     matrix, vector = placer(P("x", "y")), placer(P("x"))
@@ -190,10 +198,11 @@ def cases(n: int, backend: str, inputs: str = "device") -> dict:
         "jax_cho_solve": lambda: jax_cho_solve(single(spd), single(rhs)),
         # Derivatives: jax.grad jitted once; and eagerly (jax.grad outside jit: the first call
         # compiles, later calls reuse jaxmg's cached compiled calls; they trace the loss anew).
-        **{f"grad_{name}": (lambda f=grads[name], x=x: f(matrix(x)))
-           for name, (_, x) in losses.items()},
-        **{f"eager_grad_{name}": (lambda loss=loss, x=x: eager_grad(loss, matrix(x)))
-           for name, (loss, x) in losses.items()},
+        **{f"grad_{name}": (lambda f=grads[name], x=x: f(matrix(x))) for name, (_, x) in losses.items()},
+        **{
+            f"eager_grad_{name}": (lambda loss=loss, x=x: eager_grad(loss, matrix(x)))
+            for name, (loss, x) in losses.items()
+        },
     }
 
 
@@ -204,8 +213,13 @@ def measure(name: str, call, calls: int, warmup: int) -> dict:
     for _ in range(warmup):
         jax.block_until_ready(call())
     gc.collect()
-    start = {"rss": rss_mib(), "arrays": len(jax.live_arrays()), "caches": cache_sizes(),
-             "device": device_bytes_in_use(), "native": native_cache()}
+    start = {
+        "rss": rss_mib(),
+        "arrays": len(jax.live_arrays()),
+        "caches": cache_sizes(),
+        "device": device_bytes_in_use(),
+        "native": native_cache(),
+    }
     trace = []
     t0 = time.perf_counter()
     for i in range(calls):
@@ -214,18 +228,30 @@ def measure(name: str, call, calls: int, warmup: int) -> dict:
             trace.append(round(rss_mib(), 1))
     seconds = time.perf_counter() - t0
     gc.collect()
-    end = {"rss": rss_mib(), "arrays": len(jax.live_arrays()), "caches": cache_sizes(),
-           "device": device_bytes_in_use(), "native": native_cache()}
+    end = {
+        "rss": rss_mib(),
+        "arrays": len(jax.live_arrays()),
+        "caches": cache_sizes(),
+        "device": device_bytes_in_use(),
+        "native": native_cache(),
+    }
     return {
-        "case": name, "calls": calls,
-        "rss_start_mib": round(start["rss"], 1), "rss_end_mib": round(end["rss"], 1),
-        "rss_growth_mib": round(end["rss"] - start["rss"], 1), "rss_trace_mib": trace,
+        "case": name,
+        "calls": calls,
+        "rss_start_mib": round(start["rss"], 1),
+        "rss_end_mib": round(end["rss"], 1),
+        "rss_growth_mib": round(end["rss"] - start["rss"], 1),
+        "rss_trace_mib": trace,
         "rss_growth_second_half_mib": round(trace[-1] - trace[len(trace) // 2 - 1], 1) if len(trace) >= 2 else None,
-        "live_arrays_start": start["arrays"], "live_arrays_end": end["arrays"],
-        "caches_start": start["caches"], "caches_end": end["caches"],
+        "live_arrays_start": start["arrays"],
+        "live_arrays_end": end["arrays"],
+        "caches_start": start["caches"],
+        "caches_end": end["caches"],
         "cache_growth": {k: end["caches"][k] - start["caches"].get(k, 0) for k in end["caches"]},
-        "device_bytes_start": start["device"], "device_bytes_end": end["device"],
-        "native_cache_start": start["native"], "native_cache_end": end["native"],
+        "device_bytes_start": start["device"],
+        "device_bytes_end": end["device"],
+        "native_cache_start": start["native"],
+        "native_cache_end": end["native"],
         "seconds_per_call": round(seconds / max(calls, 1), 5),
     }
 
@@ -238,7 +264,8 @@ def main(argv=None) -> int:
     jax.config.update("jax_enable_x64", True)
     table = cases(args.n, args.backend, args.inputs)
     names = {"all": list(table), "fast": [k for k in table if not k.startswith("eager_grad_")]}.get(
-        args.cases, args.cases.split(","))
+        args.cases, args.cases.split(",")
+    )
     unknown = sorted(set(names) - set(table))
     if unknown:
         raise SystemExit(f"--cases: unknown {unknown}; choose from {sorted(table)}")
@@ -246,8 +273,13 @@ def main(argv=None) -> int:
         eager_grad = name.startswith("eager_grad_")
         calls = args.eager_grad_calls if eager_grad and args.eager_grad_calls is not None else args.calls
         record = measure(name, table[name], calls, args.warmup)
-        record.update(n=args.n, devices=jax.device_count(), processes=jax.process_count(), backend=args.backend,
-                      inputs=args.inputs)
+        record.update(
+            n=args.n,
+            devices=jax.device_count(),
+            processes=jax.process_count(),
+            backend=args.backend,
+            inputs=args.inputs,
+        )
         if jax.process_index() == 0:
             _emit(args.out, record)
     return 0

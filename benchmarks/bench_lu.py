@@ -15,6 +15,7 @@ with one copy of it: a_ij = (1 + (i > j)) / (1 + |i-j|) + N delta_ij (not symmet
 residual regenerates it. b is a vector (N,). Compare with the engine's own getrf+getrs
 (benchmarks/engine/engine_ops.sh "NRANKS NPROW N N T getrf") in the same run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,10 +60,17 @@ def worker(a):
     for n in a.sizes:
         sharding = NamedSharding(mesh, spec)
         gen = _generator(n, dtype, sharding, lower=2.0)
-        b = jax.device_put(jnp.sin(jnp.arange(n, dtype=jnp.float32) * 0.01).astype(dtype) + 1,
-                           NamedSharding(mesh, P()))
-        rec = dict(kind="jaxmg-native-lu_solve", N=n, dtype=str(dtype), grid=[nprow, npcol], T_A=a.tile,
-                   nproc=jax.process_count(), nrhs=0, donate=True)
+        b = jax.device_put(jnp.sin(jnp.arange(n, dtype=jnp.float32) * 0.01).astype(dtype) + 1, NamedSharding(mesh, P()))
+        rec = dict(
+            kind="jaxmg-native-lu_solve",
+            N=n,
+            dtype=str(dtype),
+            grid=[nprow, npcol],
+            T_A=a.tile,
+            nproc=jax.process_count(),
+            nrhs=0,
+            donate=True,
+        )
         x = None
         try:
             times, getrf, first = [], [], None
@@ -70,8 +78,9 @@ def worker(a):
                 A = gen()
                 A.block_until_ready()
                 if it == 0:  # the matrix alone (one copy), for comparison with peak_bytes
-                    rec["matrix_bytes_in_use"] = int((jax.local_devices()[0].memory_stats() or {})
-                                                     .get("bytes_in_use", -1))
+                    rec["matrix_bytes_in_use"] = int(
+                        (jax.local_devices()[0].memory_stats() or {}).get("bytes_in_use", -1)
+                    )
                 _native.reset_timings()
                 t0 = time.perf_counter()
                 x = jaxmg.lu_solve(A, b, T_A=a.tile, mesh=mesh, donate=True, backend="native")
@@ -86,15 +95,25 @@ def worker(a):
                     if tm:
                         getrf.append(tm[0]["factor_ms"])
             med = float(np.median(times))
-            rec.update(runs=len(times), times_s=times, median_s=med, first_call_s=first,
-                       getrf_ms=float(np.median(getrf)) if getrf else None,
-                       tflops=(2 * n ** 3 / 3) / med / 1e12 * (4 if dtype.kind == "c" else 1),
-                       peak_bytes=int((jax.local_devices()[0].memory_stats() or {}).get("peak_bytes_in_use", -1)),
-                       native_workspace_bytes=_native.cache_info()["workspace_bytes"])
+            rec.update(
+                runs=len(times),
+                times_s=times,
+                median_s=med,
+                first_call_s=first,
+                getrf_ms=float(np.median(getrf)) if getrf else None,
+                tflops=(2 * n**3 / 3) / med / 1e12 * (4 if dtype.kind == "c" else 1),
+                peak_bytes=int((jax.local_devices()[0].memory_stats() or {}).get("peak_bytes_in_use", -1)),
+                native_workspace_bytes=_native.cache_info()["workspace_bytes"],
+            )
             if not a.no_residual:
                 A = gen()
-                r = jax.jit(lambda A, x, b: (jnp.max(jnp.abs(A @ x - b)), jnp.max(jnp.sum(jnp.abs(A), axis=1)),
-                                             jnp.max(jnp.abs(x))))(A, x, b)
+                r = jax.jit(
+                    lambda A, x, b: (
+                        jnp.max(jnp.abs(A @ x - b)),
+                        jnp.max(jnp.sum(jnp.abs(A), axis=1)),
+                        jnp.max(jnp.abs(x)),
+                    )
+                )(A, x, b)
                 r = [float(v.addressable_data(0)) for v in r]
                 rec["residual_inf"] = r[0] / (r[1] * r[2])
                 del A
@@ -115,8 +134,21 @@ def main(argv=None):
     env = worker_env(ROOT)
     nprow, npcol = (int(v) for v in a.grid.split(","))
     passthrough = list(argv if argv is not None else sys.argv[1:])
-    return subprocess.call([sys.executable, str(ROOT / "scripts" / "gpu" / "launch.py"), "-n", str(nprow * npcol),
-                            "--timeout", str(a.timeout), str(HERE), *passthrough, "--worker"], env=env, cwd=ROOT)
+    return subprocess.call(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "gpu" / "launch.py"),
+            "-n",
+            str(nprow * npcol),
+            "--timeout",
+            str(a.timeout),
+            str(HERE),
+            *passthrough,
+            "--worker",
+        ],
+        env=env,
+        cwd=ROOT,
+    )
 
 
 if __name__ == "__main__":

@@ -55,9 +55,23 @@ from _common import emit, results_path  # noqa: E402
 
 FORWARD = ("potrs", "lu_solve", "cholesky", "least_squares", "syevd", "gesvd")
 DONATED = ("potrs_donated", "lu_solve_donated", "cholesky_donated")
-CASES = (FORWARD + tuple(f"{op}_grad" for op in FORWARD)
-         + DONATED + ("cholesky_inverse", "cholesky_inverse_donated", "lu_inverse", "gp_vg", "gp_vg_eager",
-                      "gp_vg_checkpoint", "numpy_inv_grad", "numpy_slogdet_grad", "numpy_eigh_grad", "numpy_svd_grad"))
+CASES = (
+    FORWARD
+    + tuple(f"{op}_grad" for op in FORWARD)
+    + DONATED
+    + (
+        "cholesky_inverse",
+        "cholesky_inverse_donated",
+        "lu_inverse",
+        "gp_vg",
+        "gp_vg_eager",
+        "gp_vg_checkpoint",
+        "numpy_inv_grad",
+        "numpy_slogdet_grad",
+        "numpy_eigh_grad",
+        "numpy_svd_grad",
+    )
+)
 ONLY_JAXMG = DONATED + ("cholesky_inverse_donated", "least_squares", "least_squares_grad")
 
 
@@ -88,6 +102,7 @@ def _operand_loss(case):
 
     def total(out):
         return sum(jnp.sum(jnp.real(x)) for x in (out if isinstance(out, tuple) else (out,)))
+
     return {"syevd": lambda out: jnp.sum(out[0]), "gesvd": lambda out: jnp.sum(out[1])}.get(case, total)
 
 
@@ -98,13 +113,21 @@ def _operation(op, impl):
 
     import jaxmg
 
-    ours = {"potrs": (jaxmg.potrs, True), "lu_solve": (jaxmg.lu_solve, True), "cholesky": (jaxmg.cholesky, False),
-            "least_squares": (jaxmg.least_squares, True),
-            "syevd": (lambda a: jaxmg.syevd(a), False), "gesvd": (lambda a: jaxmg.gesvd(a, full_matrices=False), False)}
-    theirs = {"potrs": (lambda a, b: jsl.cho_solve(jsl.cho_factor(a, lower=True), b), True),
-              "lu_solve": (jnp.linalg.solve, True), "cholesky": (jnp.linalg.cholesky, False),
-              "syevd": (lambda a: jnp.linalg.eigh(a)[::-1], False),
-              "gesvd": (lambda a: jnp.linalg.svd(a, full_matrices=False), False)}
+    ours = {
+        "potrs": (jaxmg.potrs, True),
+        "lu_solve": (jaxmg.lu_solve, True),
+        "cholesky": (jaxmg.cholesky, False),
+        "least_squares": (jaxmg.least_squares, True),
+        "syevd": (lambda a: jaxmg.syevd(a), False),
+        "gesvd": (lambda a: jaxmg.gesvd(a, full_matrices=False), False),
+    }
+    theirs = {
+        "potrs": (lambda a, b: jsl.cho_solve(jsl.cho_factor(a, lower=True), b), True),
+        "lu_solve": (jnp.linalg.solve, True),
+        "cholesky": (jnp.linalg.cholesky, False),
+        "syevd": (lambda a: jnp.linalg.eigh(a)[::-1], False),
+        "gesvd": (lambda a: jnp.linalg.svd(a, full_matrices=False), False),
+    }
     return (ours if impl == "jaxmg" else theirs)[op]
 
 
@@ -125,10 +148,12 @@ def _numpy(case, impl):
     import jaxmg.numpy.linalg as mla
 
     linalg = mla if impl == "jaxmg" else jnp.linalg
-    return {"numpy_inv_grad": lambda a: jnp.sum(linalg.inv(a)),
-            "numpy_slogdet_grad": lambda a: linalg.slogdet(a)[1],
-            "numpy_eigh_grad": lambda a: jnp.sum(linalg.eigh(a)[0]),
-            "numpy_svd_grad": lambda a: jnp.sum(linalg.svd(a, compute_uv=False))}[case]
+    return {
+        "numpy_inv_grad": lambda a: jnp.sum(linalg.inv(a)),
+        "numpy_slogdet_grad": lambda a: linalg.slogdet(a)[1],
+        "numpy_eigh_grad": lambda a: jnp.sum(linalg.eigh(a)[0]),
+        "numpy_svd_grad": lambda a: jnp.sum(linalg.svd(a, compute_uv=False)),
+    }[case]
 
 
 def _matrix(n, dtype):
@@ -207,23 +232,36 @@ def child(case, impl, n, dtype):
     device = jax.devices()[0]
     n = int(n)
     matrix = n * n * jax.numpy.dtype(dtype).itemsize
-    rec = dict(bench="memory", case=case, impl=impl, N=n, dtype=dtype, device_kind=device.device_kind,
-               platform=device.platform, jax=jax.__version__, date=time.strftime("%Y-%m-%d"))
+    rec = dict(
+        bench="memory",
+        case=case,
+        impl=impl,
+        N=n,
+        dtype=dtype,
+        device_kind=device.device_kind,
+        platform=device.platform,
+        jax=jax.__version__,
+        date=time.strftime("%Y-%m-%d"),
+    )
     try:
         run, compiled, inputs = build(case, impl, n, dtype)
         rec["input_bytes"] = int(inputs)
         if compiled is not None:
             fn, args = compiled
             analysis = fn.lower(*args).compile().memory_analysis()
-            rec.update(temp_bytes=int(analysis.temp_size_in_bytes), output_bytes=int(analysis.output_size_in_bytes),
-                       temp_matrices=analysis.temp_size_in_bytes / matrix)
+            rec.update(
+                temp_bytes=int(analysis.temp_size_in_bytes),
+                output_bytes=int(analysis.output_size_in_bytes),
+                temp_matrices=analysis.temp_size_in_bytes / matrix,
+            )
         start = time.perf_counter()
         run()
         rec["first_run_s"] = time.perf_counter() - start
         peak = (device.memory_stats() or {}).get("peak_bytes_in_use")
         if peak is not None:
-            rec.update(peak_bytes=int(peak), peak_matrices=peak / matrix,
-                       beyond_input_matrices=(peak - inputs) / matrix)
+            rec.update(
+                peak_bytes=int(peak), peak_matrices=peak / matrix, beyond_input_matrices=(peak - inputs) / matrix
+            )
     except Exception as e:  # out of memory, an unsupported size: recorded, never hidden
         rec["error"] = f"{type(e).__name__}: {str(e)[:1000]}"
     print("RECORD " + json.dumps(rec), flush=True)
@@ -237,9 +275,15 @@ def _run_child(args, case, impl, n, dtype, env) -> dict:
         return dict(bench="memory", case=case, impl=impl, N=n, dtype=dtype, error=f"timeout after {args.timeout} s")
     for line in proc.stdout.splitlines():
         if line.startswith("RECORD "):
-            return json.loads(line[len("RECORD "):])
-    return dict(bench="memory", case=case, impl=impl, N=n, dtype=dtype,
-                error=f"exit {proc.returncode}: {proc.stderr.strip()[-1000:]}")
+            return json.loads(line[len("RECORD ") :])
+    return dict(
+        bench="memory",
+        case=case,
+        impl=impl,
+        N=n,
+        dtype=dtype,
+        error=f"exit {proc.returncode}: {proc.stderr.strip()[-1000:]}",
+    )
 
 
 def measure(args, case, impl, n, dtype) -> dict:
@@ -255,8 +299,11 @@ def measure(args, case, impl, n, dtype) -> dict:
     env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "true")
     env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.94")  # JAX's default 0.75 would cap the largest N
     with tempfile.TemporaryDirectory(prefix="jaxmg-memory-cache-") as cache:
-        env.update(JAX_COMPILATION_CACHE_DIR=cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-                   JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1")
+        env.update(
+            JAX_COMPILATION_CACHE_DIR=cache,
+            JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+            JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1",
+        )
         first = _run_child(args, case, impl, n, dtype, env)
         if "error" in first:
             return first
@@ -289,8 +336,12 @@ def main(argv=None):
     if args.child:
         child(*args.child)
         return
-    pairs = [(c, i) for c in (args.largest if args.largest is not None else args.cases) for i in args.impls
-             if not (i == "jax" and c in ONLY_JAXMG)]
+    pairs = [
+        (c, i)
+        for c in (args.largest if args.largest is not None else args.cases)
+        for i in args.impls
+        if not (i == "jax" and c in ONLY_JAXMG)
+    ]
     for dtype in args.dtypes:
         for case, impl in pairs:
             if args.largest is not None:

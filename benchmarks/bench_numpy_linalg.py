@@ -37,16 +37,30 @@ from _common import emit_timing, grid_shape, run_on_local_devices  # noqa: E402
 from bench_autodiff import _median_time  # noqa: E402  (warm-up, then the median of runs)
 from bench_potrs import _emit, _generator, _rhs  # noqa: E402  (shared generators and output)
 
-NUMPY_FUNCTIONS = ("solve", "inv", "slogdet", "slogdet_grad", "eigh", "svd", "lstsq",
-                   "cholesky", "det", "qr", "pinv", "eigvalsh", "svdvals")
+NUMPY_FUNCTIONS = (
+    "solve",
+    "inv",
+    "slogdet",
+    "slogdet_grad",
+    "eigh",
+    "svd",
+    "lstsq",
+    "cholesky",
+    "det",
+    "qr",
+    "pinv",
+    "eigvalsh",
+    "svdvals",
+)
 SCIPY_FUNCTIONS = ("scipy.cho_solve", "scipy.lu_solve", "scipy.solve_pos", "scipy.eigh_b", "scipy.polar")
 FUNCTIONS = NUMPY_FUNCTIONS + SCIPY_FUNCTIONS
 
 
 def _args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sizes", type=int, nargs="+", default=None,
-                   help="matrix sizes N (default: 16384 on GPUs, 256 on CPU)")
+    p.add_argument(
+        "--sizes", type=int, nargs="+", default=None, help="matrix sizes N (default: 16384 on GPUs, 256 on CPU)"
+    )
     p.add_argument("--functions", nargs="+", choices=FUNCTIONS, default=list(FUNCTIONS))
     p.add_argument("--dtype", default="float64")
     p.add_argument("--runs", type=int, default=3)
@@ -111,8 +125,7 @@ def run(args):
     sizes = args.sizes or ([16384] if platform == "gpu" else [256])
     shape = grid_shape(count)
     mesh = jax.make_mesh(shape, ("x", "y"), axis_types=(AxisType.Explicit,) * 2)
-    base = {"devices": count, "platform": platform, "dtype": dtype.name, "grid": list(shape),
-            "jax": jax.__version__}
+    base = {"devices": count, "platform": platform, "dtype": dtype.name, "grid": list(shape), "jax": jax.__version__}
     ours, theirs = _cases(mla) | _scipy_cases(msla), _cases(jnp.linalg) | _scipy_cases(jsla)
 
     for n in sizes:
@@ -133,8 +146,10 @@ def run(args):
                 except Exception as err:  # noqa: BLE001 (recorded: e.g. out of memory on one device)
                     reference = None
                     if jax.process_index() == 0:
-                        _emit(args.out, dict(base, function=name, impl="jax", N=n,
-                                             error=f"{type(err).__name__}: {err}"[:300]))
+                        _emit(
+                            args.out,
+                            dict(base, function=name, impl="jax", N=n, error=f"{type(err).__name__}: {err}"[:300]),
+                        )
             with jax.set_mesh(mesh):
                 fn = jax.jit(ours[name])
                 median, times = _median_time(lambda fn=fn, a=a, b=b: fn(a, b), args.runs)

@@ -43,8 +43,13 @@ def _measure(n: int) -> dict:
         start = time.perf_counter()
         jax.block_until_ready(solve(a, b))
         times.append(time.perf_counter() - start)
-    return {"devices": count, "N": n, "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
-            "median_s": sorted(times)[2], "cpus": os.cpu_count()}
+    return {
+        "devices": count,
+        "N": n,
+        "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
+        "median_s": sorted(times)[2],
+        "cpus": os.cpu_count(),
+    }
 
 
 def main(argv=None):
@@ -62,8 +67,17 @@ def main(argv=None):
             env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
             if threads:
                 env["OPENBLAS_NUM_THREADS"] = threads
-            out = subprocess.run([sys.executable, str(HERE), "--worker", "--n", str(args.n)], env=env,
-                                 capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+            out = (
+                subprocess.run(
+                    [sys.executable, str(HERE), "--worker", "--n", str(args.n)],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                .stdout.strip()
+                .splitlines()[-1]
+            )
             print("RESULT " + out, flush=True)
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             with open(args.out, "a") as f:

@@ -25,6 +25,7 @@ On GPU machines without network: ``source scripts/gpu/setup.sh`` first (wheels, 
 largest sizes in a process of their own (``--sizes 163840``): XLA's allocator keeps the memory
 of an earlier size pooled.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,13 @@ from _common import emit as _emit, generator as _generator, results_path, worker
 def _args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", type=int, nargs="+", default=[8192, 32768, 65536])
-    p.add_argument("--single-sizes", type=int, nargs="*", default=None,
-                   help="sizes for plain JAX on one GPU (default: those <= 32768)")
+    p.add_argument(
+        "--single-sizes",
+        type=int,
+        nargs="*",
+        default=None,
+        help="sizes for plain JAX on one GPU (default: those <= 32768)",
+    )
     p.add_argument("--dtype", default="float64")
     p.add_argument("--grid", default="2,1", help="process grid nprow,npcol (default 2,1)")
     p.add_argument("--tile", type=int, default=None, help="T_A (default: jaxmg.auto_tile)")
@@ -57,10 +63,13 @@ def _args(argv=None):
     p.add_argument("--api", action="store_true", help="time jaxmg.potrs (public API) instead of the kernel")
     p.add_argument("--worker", choices=["native", "single"], default=None)
     p.add_argument("--timeout", type=int, default=1200)
-    p.add_argument("--profile", default=None,
-                   help="folder: trace one more call, after the timed ones and not counted in them, with "
-                        "jax.profiler (a Perfetto JSON trace per size and process), to find where the time "
-                        "beyond the solver goes")
+    p.add_argument(
+        "--profile",
+        default=None,
+        help="folder: trace one more call, after the timed ones and not counted in them, with "
+        "jax.profiler (a Perfetto JSON trace per size and process), to find where the time "
+        "beyond the solver goes",
+    )
     return p.parse_args(argv)
 
 
@@ -108,9 +117,16 @@ def worker_native(a):
         grid = _harness.grid_of(mesh, spec)
         tile = a.tile or _layout.auto_tile((n, n), grid)
         tiled = _native.capabilities().get("tiled_solve") and npcol == 1 and n // tile <= 8  # csrc/cholesky.cc's rule
-        rec = dict(kind="jaxmg-native" + ("-api" if use_api else "-kernel"), N=n, dtype=str(dtype),
-                   grid=[nprow, npcol], T_A=tile, nproc=jax.process_count(), nrhs=a.nrhs,
-                   solve="tiled" if tiled else "cusolvermp")
+        rec = dict(
+            kind="jaxmg-native" + ("-api" if use_api else "-kernel"),
+            N=n,
+            dtype=str(dtype),
+            grid=[nprow, npcol],
+            T_A=tile,
+            nproc=jax.process_count(),
+            nrhs=a.nrhs,
+            solve="tiled" if tiled else "cusolvermp",
+        )
         try:
             times, solver, layout, factor = [], [], [], []
             first = None
@@ -126,8 +142,15 @@ def worker_native(a):
                 if use_api:
                     x = jaxmg.potrs(A, b, T_A=tile, mesh=mesh, donate=True, backend="native")
                 else:  # potrs_inplace returns the consumed buffer, so XLA honours the donation
-                    x = _harness.run(native.potrs_inplace, grid, tile, [A, b], ["block", "whole"],
-                                     ["whole"] * 3 + ["block"], donate=True)[0]
+                    x = _harness.run(
+                        native.potrs_inplace,
+                        grid,
+                        tile,
+                        [A, b],
+                        ["block", "whole"],
+                        ["whole"] * 3 + ["block"],
+                        donate=True,
+                    )[0]
                 x.block_until_ready()
                 dt = time.perf_counter() - t0
                 if tracing:
@@ -145,20 +168,32 @@ def worker_native(a):
                         factor.append(tm[0].get("factor_ms", float("nan")))
                 del A
             med = float(np.median(times))
-            rec.update(runs=len(times), times_s=times, median_s=med, first_call_s=first,
-                       tflops=(n ** 3 / 3) / med / 1e12 * (4 if dtype.kind == "c" else 1),
-                       solver_ms=float(np.median(solver)) if solver else None,
-                       layout_ms=float(np.median(layout)) if layout else None,
-                       factor_ms=float(np.median(factor)) if factor else None)
+            rec.update(
+                runs=len(times),
+                times_s=times,
+                median_s=med,
+                first_call_s=first,
+                tflops=(n**3 / 3) / med / 1e12 * (4 if dtype.kind == "c" else 1),
+                solver_ms=float(np.median(solver)) if solver else None,
+                layout_ms=float(np.median(layout)) if layout else None,
+                factor_ms=float(np.median(factor)) if factor else None,
+            )
             if solver:
                 rec["overhead"] = med / (rec["solver_ms"] / 1e3) - 1
             rec["peak_bytes"] = _peak(jax.local_devices()[0])
             rec["native_workspace_bytes"] = _native.cache_info()["workspace_bytes"]
             if not a.no_residual:
                 A = gen()
-                r = jax.jit(lambda A, x, b: (
-                    jnp.linalg.norm(A @ x - b), jnp.linalg.norm(A), jnp.linalg.norm(x),
-                    jnp.max(jnp.abs(A @ x - b)), jnp.max(jnp.sum(jnp.abs(A), axis=1)), jnp.max(jnp.abs(x))))(A, x, b)
+                r = jax.jit(
+                    lambda A, x, b: (
+                        jnp.linalg.norm(A @ x - b),
+                        jnp.linalg.norm(A),
+                        jnp.linalg.norm(x),
+                        jnp.max(jnp.abs(A @ x - b)),
+                        jnp.max(jnp.sum(jnp.abs(A), axis=1)),
+                        jnp.max(jnp.abs(x)),
+                    )
+                )(A, x, b)
                 r = [float(v.addressable_data(0)) for v in r]
                 rec["residual"] = r[0] / (r[1] * r[2])
                 rec["residual_inf"] = r[3] / (r[4] * r[5])
@@ -207,8 +242,14 @@ def worker_single(a):
                 elif it >= 2:
                     times.append(dt)
             med = float(np.median(times))
-            rec.update(runs=len(times), times_s=times, median_s=med, first_call_s=first,
-                       tflops=(n ** 3 / 3) / med / 1e12 * (4 if dtype.kind == "c" else 1), peak_bytes=_peak(dev))
+            rec.update(
+                runs=len(times),
+                times_s=times,
+                median_s=med,
+                first_call_s=first,
+                tflops=(n**3 / 3) / med / 1e12 * (4 if dtype.kind == "c" else 1),
+                peak_bytes=_peak(dev),
+            )
             rec["residual"] = float(jnp.linalg.norm(A @ x - b) / (jnp.linalg.norm(A) * jnp.linalg.norm(x)))
             del A
         except Exception as e:  # noqa: BLE001
@@ -226,13 +267,27 @@ def main(argv=None):
     nprow, npcol = (int(v) for v in a.grid.split(","))
     nproc = a.nproc or nprow * npcol
     passthrough = [x for x in (argv if argv is not None else sys.argv[1:])]
-    rc = subprocess.call([sys.executable, str(ROOT / "scripts" / "gpu" / "launch.py"), "-n", str(nproc),
-                          "--timeout", str(a.timeout),
-                          str(HERE), *passthrough, "--worker", "native"], env=env, cwd=ROOT)
+    rc = subprocess.call(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "gpu" / "launch.py"),
+            "-n",
+            str(nproc),
+            "--timeout",
+            str(a.timeout),
+            str(HERE),
+            *passthrough,
+            "--worker",
+            "native",
+        ],
+        env=env,
+        cwd=ROOT,
+    )
     if not a.no_single:
         env1 = dict(env, CUDA_VISIBLE_DEVICES=env.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0])
-        rc |= subprocess.call([sys.executable, str(HERE), *passthrough, "--worker", "single"], env=env1, cwd=ROOT,
-                              timeout=a.timeout)
+        rc |= subprocess.call(
+            [sys.executable, str(HERE), *passthrough, "--worker", "single"], env=env1, cwd=ROOT, timeout=a.timeout
+        )
     return rc
 
 

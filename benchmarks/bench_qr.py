@@ -13,6 +13,7 @@ residual ||A^T (A x - b)|| / (||A||^2 ||x||) for least squares), or ``error``. C
 engine's own geqrf (benchmarks/engine/engine_ops.sh "1 1 N N T geqrf") in the same run.
 The matrix is generated on the GPUs: a_ij = 1 / (1 + |i - j|) + 2 delta_ij.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,9 +56,9 @@ def main(argv=None):
     for op in args.ops:
         n = args.n
         m = n if op == "qr" else 2 * n
-        rec = dict(op=op, N=n, M=m, dtype=args.dtype, grid=grid, T_A=args.tile, runs=args.runs,
-                   qr_apply="householder")
+        rec = dict(op=op, N=n, M=m, dtype=args.dtype, grid=grid, T_A=args.tile, runs=args.runs, qr_apply="householder")
         try:
+
             @jax.jit
             def make(m=m, n=n):
                 i = jax.lax.broadcasted_iota(jnp.int32, (m, n), 0)
@@ -84,9 +85,13 @@ def main(argv=None):
                 for t in native.last_timings() if k else ():
                     if t["valid"]:
                         handlers.setdefault(t["kind"], []).append(t["solver_ms"])
-            rec.update(first_call_s=times[0], times_s=times[1:], median_s=statistics.median(times[1:]),
-                       geqrf_ms=statistics.median(geqrf) if geqrf else None,
-                       handler_ms={kind: statistics.median(v) for kind, v in handlers.items()})
+            rec.update(
+                first_call_s=times[0],
+                times_s=times[1:],
+                median_s=statistics.median(times[1:]),
+                geqrf_ms=statistics.median(geqrf) if geqrf else None,
+                handler_ms={kind: statistics.median(v) for kind, v in handlers.items()},
+            )
             a = make()
             if op == "qr":  # on the GPUs: a sample of rows of QR - A
                 q, r = out

@@ -44,10 +44,15 @@ os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")  # the CUDA librar
 import bench_memory  # noqa: E402
 
 #: The distributed route's cases (jaxmg only): the default call, and ``_unchecked`` with check=False.
-GRID_CASES = tuple(f"{op}_grid{how}" for op in ("potrs", "lu_solve", "cholesky", "cholesky_inverse", "gp_vg")
-                   for how in ("", "_unchecked"))
-CASES = tuple(c for c in bench_memory.CASES
-              if c not in bench_memory.DONATED + ("cholesky_inverse_donated", "gp_vg_eager")) + GRID_CASES
+GRID_CASES = tuple(
+    f"{op}_grid{how}"
+    for op in ("potrs", "lu_solve", "cholesky", "cholesky_inverse", "gp_vg")
+    for how in ("", "_unchecked")
+)
+CASES = (
+    tuple(c for c in bench_memory.CASES if c not in bench_memory.DONATED + ("cholesky_inverse_donated", "gp_vg_eager"))
+    + GRID_CASES
+)
 
 _PLACEHOLDER = r"""
 #include "xla/ffi/api/ffi.h"
@@ -60,9 +65,23 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_compile_only, Placeholder,
 """
 
 #: jaxmg's FFI targets (csrc/): the names XLA must find to compile a program that calls them.
-TARGETS = ("jaxmg_gemm", "jaxmg_geqrf", "jaxmg_getrf", "jaxmg_getri", "jaxmg_getrs", "jaxmg_identity",
-           "jaxmg_nccl_id", "jaxmg_orgqr", "jaxmg_potrf", "jaxmg_potri", "jaxmg_potrs", "jaxmg_relayout",
-           "jaxmg_syevd", "jaxmg_sygvd", "jaxmg_trmm")
+TARGETS = (
+    "jaxmg_gemm",
+    "jaxmg_geqrf",
+    "jaxmg_getrf",
+    "jaxmg_getri",
+    "jaxmg_getrs",
+    "jaxmg_identity",
+    "jaxmg_nccl_id",
+    "jaxmg_orgqr",
+    "jaxmg_potrf",
+    "jaxmg_potri",
+    "jaxmg_potrs",
+    "jaxmg_relayout",
+    "jaxmg_syevd",
+    "jaxmg_sygvd",
+    "jaxmg_trmm",
+)
 
 DEVICE_NAMES = {"h200": "NVIDIA H200 141GB HBM3e", "h100": "NVIDIA H100 80GB HBM3"}
 
@@ -101,8 +120,21 @@ def register_placeholders(device_bytes: int) -> None:
     library = build / "placeholder.so"
     if not library.exists():
         (build / "placeholder.cc").write_text(_PLACEHOLDER)
-        done = subprocess.run(["g++", "-std=c++17", "-O1", "-shared", "-fPIC", f"-I{jax.ffi.include_dir()}",
-                               str(build / "placeholder.cc"), "-o", str(library)], capture_output=True, text=True)
+        done = subprocess.run(
+            [
+                "g++",
+                "-std=c++17",
+                "-O1",
+                "-shared",
+                "-fPIC",
+                f"-I{jax.ffi.include_dir()}",
+                str(build / "placeholder.cc"),
+                "-o",
+                str(library),
+            ],
+            capture_output=True,
+            text=True,
+        )
         if done.returncode != 0:
             raise SystemExit(f"g++ could not compile the placeholder handlers:\n{done.stderr}")
     handler = jax.ffi.pycapsule(ctypes.CDLL(str(library)).jaxmg_compile_only)
@@ -111,8 +143,23 @@ def register_placeholders(device_bytes: int) -> None:
     native.load_error = lambda: ""
     native.handlers = lambda: {name: handler for name in TARGETS}
     native.capabilities = lambda: dict.fromkeys(
-        ("potrf", "potrs", "getrf", "getrs", "geqrf", "orgqr", "syevd", "sygvd", "gesvd", "polar", "tiled_solve",
-         "gemm", "relayout"), True)
+        (
+            "potrf",
+            "potrs",
+            "getrf",
+            "getrs",
+            "geqrf",
+            "orgqr",
+            "syevd",
+            "sygvd",
+            "gesvd",
+            "polar",
+            "tiled_solve",
+            "gemm",
+            "relayout",
+        ),
+        True,
+    )
     native.set_process_index = lambda index: None
     sys.modules["jaxmg._native"] = native
     import jaxmg
@@ -140,12 +187,18 @@ def arguments(case, impl, n, dtype, device):
     if case.startswith("gp_vg"):
         import bench_gp
 
-        loss = bench_gp.loss_fn(impl, NamedSharding(mesh, P("x", None)), "auto" if impl == "jaxmg" else None,
-                                checkpoint=case == "gp_vg_checkpoint")
+        loss = bench_gp.loss_fn(
+            impl,
+            NamedSharding(mesh, P("x", None)),
+            "auto" if impl == "jaxmg" else None,
+            checkpoint=case == "gp_vg_checkpoint",
+        )
         rows, every = NamedSharding(mesh, P("x")), NamedSharding(mesh, P())
-        return jax.value_and_grad(loss), (jax.ShapeDtypeStruct((3,), dtype, sharding=every),
-                                          jax.ShapeDtypeStruct((n, 3), dtype, sharding=rows),
-                                          jax.ShapeDtypeStruct((n,), dtype, sharding=rows))
+        return jax.value_and_grad(loss), (
+            jax.ShapeDtypeStruct((3,), dtype, sharding=every),
+            jax.ShapeDtypeStruct((n, 3), dtype, sharding=rows),
+            jax.ShapeDtypeStruct((n,), dtype, sharding=rows),
+        )
     one = NamedSharding(mesh, P())  # one device: the GPU's own solver, as jax.devices()[0] there
     a = jax.ShapeDtypeStruct((n, n), dtype, sharding=one)
     b = jax.ShapeDtypeStruct((n,), dtype, sharding=one)
@@ -168,9 +221,13 @@ def grid_arguments(case, mesh, n, dtype):
         x, logdet = jaxmg.potrs(a, b, return_logdet=True, **kw)
         return jnp.vdot(b, x) + logdet
 
-    calls = {"potrs": lambda a, b: jaxmg.potrs(a, b, **kw), "lu_solve": lambda a, b: jaxmg.lu_solve(a, b, **kw),
-             "cholesky": lambda a, b: jaxmg.cholesky(a, **kw),
-             "cholesky_inverse": lambda a, b: jaxmg.Cholesky(a, **kw).inverse(), "gp_vg": jax.value_and_grad(gp)}
+    calls = {
+        "potrs": lambda a, b: jaxmg.potrs(a, b, **kw),
+        "lu_solve": lambda a, b: jaxmg.lu_solve(a, b, **kw),
+        "cholesky": lambda a, b: jaxmg.cholesky(a, **kw),
+        "cholesky_inverse": lambda a, b: jaxmg.Cholesky(a, **kw).inverse(),
+        "gp_vg": jax.value_and_grad(gp),
+    }
     a = jax.ShapeDtypeStruct((n, n), dtype, sharding=NamedSharding(mesh, P("x", "y")))
     b = jax.ShapeDtypeStruct((n,), dtype, sharding=NamedSharding(mesh, P("x")))
     return calls[op], (a, b)
@@ -180,17 +237,29 @@ def record(case, impl, n, dtype, device, device_name) -> dict:
     import jax
 
     matrix = n * n * jax.numpy.dtype(dtype).itemsize
-    rec = dict(bench="compile_memory", case=case, impl=impl, N=n, dtype=dtype, device_kind=device_name,
-               compiled_for="gpu (compile-only device)", jax=jax.__version__, date=time.strftime("%Y-%m-%d"))
+    rec = dict(
+        bench="compile_memory",
+        case=case,
+        impl=impl,
+        N=n,
+        dtype=dtype,
+        device_kind=device_name,
+        compiled_for="gpu (compile-only device)",
+        jax=jax.__version__,
+        date=time.strftime("%Y-%m-%d"),
+    )
     try:
         fn, args = arguments(case, impl, n, dtype, device)
         start = time.perf_counter()
         with jax.set_mesh(args[0].sharding.mesh):
             analysis = jax.jit(fn).trace(*args).lower().compile().memory_analysis()
-        rec.update(temp_bytes=int(analysis.temp_size_in_bytes), output_bytes=int(analysis.output_size_in_bytes),
-                   argument_bytes=int(analysis.argument_size_in_bytes),
-                   temp_matrices=analysis.temp_size_in_bytes / matrix,
-                   compile_s=time.perf_counter() - start)
+        rec.update(
+            temp_bytes=int(analysis.temp_size_in_bytes),
+            output_bytes=int(analysis.output_size_in_bytes),
+            argument_bytes=int(analysis.argument_size_in_bytes),
+            temp_matrices=analysis.temp_size_in_bytes / matrix,
+            compile_s=time.perf_counter() - start,
+        )
     except Exception as e:  # a case that does not compile is recorded, never hidden
         rec["error"] = f"{type(e).__name__}: {str(e)[:1000]}"
     return rec

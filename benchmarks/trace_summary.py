@@ -9,6 +9,7 @@ GPU streams), its busy time and its longest events, merged by name: total durati
 share of the track's span. Comparing the GPU stream tracks with the handler's own timings
 (``solver_ms``, ``layout_ms``) shows which kernels or gaps make up the rest of the call.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -52,8 +52,14 @@ def make_data(n_ctx: int, n_query: int, n_test: int, dim: int, seed: int):
 
 
 def main() -> None:
-    parser, args = parse_training_args(__doc__, n_help="context points N (A is N x N)", steps=20,
-                                       seed_help="data and initialisation seed", lr=0.02, features=64)
+    parser, args = parse_training_args(
+        __doc__,
+        n_help="context points N (A is N x N)",
+        steps=20,
+        seed_help="data and initialisation seed",
+        lr=0.02,
+        features=64,
+    )
 
     simulate_cpu_devices_without_gpu()
     import equinox as eqx
@@ -75,8 +81,8 @@ def main() -> None:
     class SolveLayer(eqx.Module):
         """Kernel ridge regression on learned features: one distributed Cholesky per call."""
 
-        w: jax.Array          # (dim, M) feature map
-        c: jax.Array          # (M,)
+        w: jax.Array  # (dim, M) feature map
+        c: jax.Array  # (M,)
         log_ridge: jax.Array  # log lambda
 
         def __init__(self, dim: int, features: int, *, key):
@@ -88,12 +94,12 @@ def main() -> None:
             return jnp.tanh(x @ self.w + self.c)
 
         def __call__(self, x_ctx, y_ctx, x_query):
-            f = self.features(x_ctx)                                  # (N, M)
+            f = self.features(x_ctx)  # (N, M)
             m = f.shape[1]
             a = f @ f.T / m + jnp.exp(self.log_ridge) * jnp.eye(f.shape[0], dtype=f.dtype)
-            a = jax.lax.with_sharding_constraint(a, rows)             # N x N, sharded by rows
-            alpha = jaxmg.Cholesky(a).solve(y_ctx)                    # A^-1 y_ctx, (N, K)
-            return self.features(x_query) @ (f.T @ alpha) / m         # (Q, K)
+            a = jax.lax.with_sharding_constraint(a, rows)  # N x N, sharded by rows
+            alpha = jaxmg.Cholesky(a).solve(y_ctx)  # A^-1 y_ctx, (N, K)
+            return self.features(x_query) @ (f.T @ alpha) / m  # (Q, K)
 
     class Model(eqx.Module):
         solve: SolveLayer
@@ -113,7 +119,7 @@ def main() -> None:
         return jax.make_array_from_callback(value.shape, NamedSharding(mesh, spec), lambda index: value[index])
 
     (xc, yc), (xq, yq), (xt, yt) = make_data(args.n, args.n // 2, 256, dim, args.seed)
-    x_ctx, y_ctx = global_array(xc, P()), global_array(yc, rows)      # y_ctx split like A's rows
+    x_ctx, y_ctx = global_array(xc, P()), global_array(yc, rows)  # y_ctx split like A's rows
     x_query, y_query = global_array(xq, P()), global_array(yq, P())
     x_test, y_test = global_array(xt, P()), global_array(yt, P())
 
@@ -139,10 +145,10 @@ def main() -> None:
         test_start = float(evaluate(model, x_ctx, y_ctx, x_test, y_test))
         losses = []
         for i in range(args.steps):
-            if i == 1:                     # step 0 compiled `step`: time the others
+            if i == 1:  # step 0 compiled `step`: time the others
                 start = time.perf_counter()
             model, opt_state, loss = step(model, opt_state, x_ctx, y_ctx, x_query, y_query)
-            losses.append(float(loss))     # a replicated scalar: readable on every process
+            losses.append(float(loss))  # a replicated scalar: readable on every process
             if main_process:
                 print(f"step {i:3d}  query MSE = {losses[-1]:.6f}", flush=True)
         per_step = (time.perf_counter() - start) / (args.steps - 1)
@@ -151,10 +157,14 @@ def main() -> None:
 
     if main_process:
         route = jaxmg.route("potrs", (args.n, args.n), "float32", mesh)
-        print(f"SolveLayer: A is {args.n} x {args.n} float32 on {jax.device_count()} "
-              f"{jax.devices()[0].platform} device(s), {jax.process_count()} process(es), {route} route")
-        print(f"loss: first {losses[0]:.6f} -> last {losses[-1]:.6f} after {args.steps} steps "
-              f"({per_step * 1e3:.2f} ms/step after compilation)")
+        print(
+            f"SolveLayer: A is {args.n} x {args.n} float32 on {jax.device_count()} "
+            f"{jax.devices()[0].platform} device(s), {jax.process_count()} process(es), {route} route"
+        )
+        print(
+            f"loss: first {losses[0]:.6f} -> last {losses[-1]:.6f} after {args.steps} steps "
+            f"({per_step * 1e3:.2f} ms/step after compilation)"
+        )
         print(f"held-out MSE: {test_start:.6f} -> {test_end:.6f}; learned ridge lambda = {ridge:.4f}")
         print(f"loss decreased: {losses[-1] < losses[0]}")
     assert losses[-1] < losses[0], f"the loss did not decrease: {losses[0]} -> {losses[-1]}"

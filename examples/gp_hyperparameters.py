@@ -67,8 +67,9 @@ def rbf(params, x1, x2):
 
 
 def main() -> None:
-    parser, args = parse_training_args(__doc__, n_help="training points N (K is N x N)", steps=100,
-                                       seed_help="data seed", lr=0.05)
+    parser, args = parse_training_args(
+        __doc__, n_help="training points N (K is N x N)", steps=100, seed_help="data seed", lr=0.05
+    )
 
     simulate_cpu_devices_without_gpu()
     import jax
@@ -97,8 +98,8 @@ def main() -> None:
         value = np.asarray(value)
         return jax.make_array_from_callback(value.shape, NamedSharding(mesh, spec), lambda index: value[index])
 
-    x = global_array(x_np, P())            # (N, 1) inputs, replicated (small)
-    y = global_array(y_np, P("x"))         # (N,) targets, split like K's rows
+    x = global_array(x_np, P())  # (N, 1) inputs, replicated (small)
+    y = global_array(y_np, P("x"))  # (N,) targets, split like K's rows
     x_test = global_array(xt_np, P())
     f_test = global_array(ft_np, P())
     params = {f"log_{k}": global_array(math.log(v), P()) for k, v in START.items()}
@@ -112,7 +113,7 @@ def main() -> None:
     def nll(params, x, y):
         """Negative log marginal likelihood, with one distributed Cholesky factorisation."""
         chol = jaxmg.Cholesky(kernel_matrix(params, x))
-        alpha = chol.solve(y)              # K^-1 y, sharded like y
+        alpha = chol.solve(y)  # K^-1 y, sharded like y
         return 0.5 * jnp.vdot(y, alpha) + 0.5 * chol.logdet() + 0.5 * y.shape[0] * math.log(2 * math.pi)
 
     optimiser = optax.adam(args.lr)
@@ -135,10 +136,10 @@ def main() -> None:
         rmse_start = float(test_rmse(params, x, y, x_test, f_test))
         losses = []
         for i in range(args.steps):
-            if i == 1:                     # step 0 compiled `step`: time the others
+            if i == 1:  # step 0 compiled `step`: time the others
                 start = time.perf_counter()
             params, opt_state, loss = step(params, opt_state, x, y)
-            losses.append(float(loss))     # a replicated scalar: readable on every process
+            losses.append(float(loss))  # a replicated scalar: readable on every process
             if main_process and (i % max(1, args.steps // 10) == 0 or i == args.steps - 1):
                 print(f"step {i:4d}  NLL = {losses[-1]:.6f}", flush=True)
         per_step = (time.perf_counter() - start) / (args.steps - 1)
@@ -159,23 +160,28 @@ def main() -> None:
     local = jax.local_devices()[0]
     ref_loss, ref_grads = jax.jit(jax.value_and_grad(nll_reference))(
         jax.device_put({k: np.float64(v) for k, v in fitted.items()}, local),
-        jax.device_put(x_np, local), jax.device_put(y_np, local))
+        jax.device_put(x_np, local),
+        jax.device_put(y_np, local),
+    )
     grad_diff = max(abs(final_grads[k] - float(ref_grads[k])) for k in final_grads)
     loss_diff = abs(final_loss - float(ref_loss))
 
     if main_process:
         route = jaxmg.route("potrs", (n, n), "float64", mesh)
-        print(f"GP hyper-parameters: N={n} on {jax.device_count()} {jax.devices()[0].platform} device(s), "
-              f"{jax.process_count()} process(es), {route} route")
-        print(f"loss: first {losses[0]:.6f} -> last {losses[-1]:.6f} after {args.steps} steps "
-              f"({per_step * 1e3:.2f} ms/step after compilation)")
+        print(
+            f"GP hyper-parameters: N={n} on {jax.device_count()} {jax.devices()[0].platform} device(s), "
+            f"{jax.process_count()} process(es), {route} route"
+        )
+        print(
+            f"loss: first {losses[0]:.6f} -> last {losses[-1]:.6f} after {args.steps} steps "
+            f"({per_step * 1e3:.2f} ms/step after compilation)"
+        )
         print(f"loss decreased: {losses[-1] < losses[0]}")
         print("hyper-parameter       start     fitted   true (generating)")
         for name in TRUE:
             print(f"  {name:16s} {START[name]:9.4f}  {math.exp(fitted['log_' + name]):9.4f}  {TRUE[name]:9.4f}")
         print(f"held-out posterior-mean RMSE: {rmse_start:.4f} -> {rmse_end:.4f}")
-        print(f"final NLL: jaxmg {final_loss:.12f}  jnp.linalg {float(ref_loss):.12f}  "
-              f"abs difference {loss_diff:.3e}")
+        print(f"final NLL: jaxmg {final_loss:.12f}  jnp.linalg {float(ref_loss):.12f}  abs difference {loss_diff:.3e}")
         print(f"gradient max abs difference vs jnp.linalg: {grad_diff:.3e}")
 
 

@@ -17,8 +17,9 @@ from jaxmg.launch import simulate_cpu_devices_without_gpu  # imports no JAX back
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--n", type=int, default=None,
-                        help="matrix size N (default 16384 on GPUs, 1024 on CPU devices)")
+    parser.add_argument(
+        "--n", type=int, default=None, help="matrix size N (default 16384 on GPUs, 1024 on CPU devices)"
+    )
     parser.add_argument("--dtype", default="float64", choices=["float32", "float64", "complex64", "complex128"])
     args = parser.parse_args()
 
@@ -56,8 +57,10 @@ def main() -> None:
     relative = residual / (jnp.linalg.norm(a) * jnp.linalg.norm(x))
     if jax.process_index() == 0:
         route = jaxmg.route("potrs", (n, n), dtype, mesh)
-        print(f"jaxmg.potrs  N={n} {dtype.name} on {jax.device_count()} {jax.devices()[0].platform} device(s), "
-              f"{route} route")
+        print(
+            f"jaxmg.potrs  N={n} {dtype.name} on {jax.device_count()} {jax.devices()[0].platform} device(s), "
+            f"{route} route"
+        )
         print(f"relative residual ||Ax-b||/(||A|| ||x||) = {float(relative):.3e}")
         print(f"log det A = {float(logdet):.10g}")
         print(f"time = {elapsed * 1e3:.2f} ms")

@@ -47,6 +47,7 @@ def __getattr__(name):
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'jaxmg' has no attribute {name!r}")
 
+
 __all__ = [
     "Cholesky",
     "Eigh",

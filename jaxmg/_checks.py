@@ -79,8 +79,7 @@ def check_rhs(b, name: str, rows: int, a_name: str = "a") -> None:
         )
     if b.shape[0] != rows:
         raise ValueError(
-            f"{name} has {b.shape[0]} rows but {a_name} has {rows}; "
-            f"{name} must have shape ({rows},) or ({rows}, NRHS)."
+            f"{name} has {b.shape[0]} rows but {a_name} has {rows}; {name} must have shape ({rows},) or ({rows}, NRHS)."
         )
 
 

@@ -129,8 +129,11 @@ def stack_of(x) -> Optional[Stack]:
             if not isinstance(axis, int):  # not mapped: this argument is not batched
                 return None
             concrete = concrete_value(value, through_vmap=True)
-            return Stack(int(jax.typeof(value).shape[axis]), _sharding(value, axis),
-                         concrete is not None and not isinstance(concrete, jax.core.Tracer))
+            return Stack(
+                int(jax.typeof(value).shape[axis]),
+                _sharding(value, axis),
+                concrete is not None and not isinstance(concrete, jax.core.Tracer),
+            )
         x = _primal(x)
     return None
 
@@ -183,6 +186,7 @@ def tracing() -> bool:
 
 # --- What is known of an array's layout ---
 
+
 def _array_sharding(x, through_vmap: bool = False) -> Optional[NamedSharding]:
     """The NamedSharding of ``x`` (of the concrete array beneath eager transformations' tracers,
     else of its type), or None where it has no mesh."""
@@ -230,6 +234,7 @@ def check_reachable(x, name: str, mesh: AnyMesh, target: str = "mesh=", fix: Opt
 
 
 # --- The mesh of a call ---
+
 
 def _set_mesh_while_tracing() -> Optional[Mesh]:
     """The concrete mesh of ``jax.set_mesh`` while an eager transformation traces (when
@@ -289,11 +294,11 @@ def device_mesh(x) -> Mesh:
 
 @functools.cache
 def _one_device_mesh(device) -> Mesh:
-    return Mesh(np.array([device]).reshape(1, 1), _layout.DEVICE_AXES,
-                axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    return Mesh(np.array([device]).reshape(1, 1), _layout.DEVICE_AXES, axis_types=(jax.sharding.AxisType.Auto,) * 2)
 
 
 # --- Eager calls: the concrete values beneath tracers, and uncommitted outputs ---
+
 
 def eager_values(x) -> list:
     """The concrete arrays beneath ``x``: its primal, and the tangents of ``jax.jvp`` that are

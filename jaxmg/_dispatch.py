@@ -35,13 +35,29 @@ from ._plan import Plan
 
 def context(matrices, others=()) -> Context:
     """The context of a call on ``matrices`` (and ``others``: right-hand sides, a module)."""
-    return _context.of([x for x in matrices if hasattr(x, "shape")],
-                       [x for x in jax.tree.leaves(others) if hasattr(x, "shape")])
+    return _context.of(
+        [x for x in matrices if hasattr(x, "shape")], [x for x in jax.tree.leaves(others) if hasattr(x, "shape")]
+    )
 
 
-def build(body, family: str, matrices, *, rhs=(), T_A=None, mesh=None, matrix_specs=None, donate: bool = False,
-          backend: str = "auto", square: bool = True, tall: bool = True, num_rhs: int = 0, natural: bool = False,
-          flags=None, **static):
+def build(
+    body,
+    family: str,
+    matrices,
+    *,
+    rhs=(),
+    T_A=None,
+    mesh=None,
+    matrix_specs=None,
+    donate: bool = False,
+    backend: str = "auto",
+    square: bool = True,
+    tall: bool = True,
+    num_rhs: int = 0,
+    natural: bool = False,
+    flags=None,
+    **static,
+):
     """Plan a construction of ``family`` on ``matrices`` (``(name, value)`` pairs) and run
     ``body(plan, *arrays, keep=..., **static)`` through the boundary; returns (plan, outputs,
     operators): the matrices as the module keeps them (None where consumed).
@@ -52,16 +68,37 @@ def build(body, family: str, matrices, *, rhs=(), T_A=None, mesh=None, matrix_sp
     output of the compiled call, so that its cotangents keep its type."""
     flags = dict(flags or {}, donate=donate)
     ctx = context([value for _, value in matrices], [value for _, value in rhs])
-    plan, arrays = _plan.resolve(family, ctx, matrices=matrices, rhs=rhs, T_A=T_A, mesh=mesh,
-                                 matrix_specs=matrix_specs, backend=backend, square=square, tall=tall,
-                                 num_rhs=num_rhs, natural=natural, flags=flags)
+    plan, arrays = _plan.resolve(
+        family,
+        ctx,
+        matrices=matrices,
+        rhs=rhs,
+        T_A=T_A,
+        mesh=mesh,
+        matrix_specs=matrix_specs,
+        backend=backend,
+        square=square,
+        tall=tall,
+        num_rhs=num_rhs,
+        natural=natural,
+        flags=flags,
+    )
     keep = not donate or not ctx.concrete
     uncommitted = _context.uncommitted_call(mesh, arrays)
     if ctx.eager:
         arrays = _on_mesh(tuple(arrays), plan, len(matrices))
-    out = run(body, plan, ctx, arrays, matrices=len(matrices), donate=donate and not keep, uncommitted=uncommitted,
-              keep=keep, **static)
-    return plan, out, tuple(x if keep else None for x in arrays[:len(matrices)])
+    out = run(
+        body,
+        plan,
+        ctx,
+        arrays,
+        matrices=len(matrices),
+        donate=donate and not keep,
+        uncommitted=uncommitted,
+        keep=keep,
+        **static,
+    )
+    return plan, out, tuple(x if keep else None for x in arrays[: len(matrices)])
 
 
 def method(module, body, *args, **static):
@@ -89,8 +126,17 @@ def _method_of_one(module, *, body, args, static):
     return method(module, body, *args, **static)
 
 
-def run(body: Callable, plan: Plan, ctx: Context, args: Sequence, *, matrices: int = 1,
-        donate: bool = False, uncommitted: bool = False, **static):
+def run(
+    body: Callable,
+    plan: Plan,
+    ctx: Context,
+    args: Sequence,
+    *,
+    matrices: int = 1,
+    donate: bool = False,
+    uncommitted: bool = False,
+    **static,
+):
     """``body(plan, *args, **static)`` as the context asks (module docstring).
 
     ``args`` may hold pytrees (a module); the first ``matrices`` are the matrix arguments (placed
@@ -149,6 +195,7 @@ def _entered(mesh, ctx: Context):
 
 # --- Stacks under jax.vmap ---
 
+
 def _stack_rule(fn, plan: Plan, size: int, in_batched, *args):
     """The batching rule of one call: the batch route (:func:`_batch`), or the distributed route
     over the stack one matrix at a time. Every output is batched."""
@@ -192,8 +239,10 @@ def _batch(fn, plan: Plan, size: int, in_batched, args):
 def _one_at_a_time(fn, plan: Plan, in_batched, args):
     assert plan.grid is not None, "a distributed plan has a grid"
     spec = P(None, *tuple(plan.grid.spec))
-    args = tuple(jax.tree.map(lambda x, b: _put(x, spec, plan.mesh) if b and x.ndim == 3 else x, a, batched)
-                 for a, batched in zip(args, in_batched))
+    args = tuple(
+        jax.tree.map(lambda x, b: _put(x, spec, plan.mesh) if b and x.ndim == 3 else x, a, batched)
+        for a, batched in zip(args, in_batched)
+    )
     leaves, structure = jax.tree.flatten(args)
     flags = jax.tree.leaves(in_batched)
 
@@ -215,6 +264,7 @@ def _put(x, spec: P, mesh):
 
 
 # --- Eager calls: arrays onto the plan's mesh, and uncommitted outputs ---
+
 
 def _on_mesh(args, plan: Plan, matrices: int):
     """The arguments on the plan's mesh where an eager call brings them from elsewhere (one
@@ -239,8 +289,9 @@ def _on_mesh(args, plan: Plan, matrices: int):
             target = NamedSharding(mesh, _layout.padded_spec(spec, x.ndim) if x.ndim >= len(tuple(spec)) else P())
         return jax.device_put(x, target)
 
-    return tuple(jax.tree.map(lambda x, s=(matrix_spec if k < matrices else P()): put(x, s), a)
-                 for k, a in enumerate(args))
+    return tuple(
+        jax.tree.map(lambda x, s=(matrix_spec if k < matrices else P()): put(x, s), a) for k, a in enumerate(args)
+    )
 
 
 def _on(x, devices) -> bool:

@@ -126,11 +126,15 @@ def split_specs(matrix_specs, count: int) -> tuple:
     if isinstance(matrix_specs, (list, tuple)) and all(s is None or isinstance(s, P) for s in matrix_specs):
         specs = tuple(matrix_specs)
         if len(specs) > count:
-            raise ValueError(f"matrix_specs has {len(specs)} entries but this operation takes {count} "
-                             f"matrix argument(s); pass one PartitionSpec per argument.")
+            raise ValueError(
+                f"matrix_specs has {len(specs)} entries but this operation takes {count} "
+                f"matrix argument(s); pass one PartitionSpec per argument."
+            )
         return specs + (None,) * (count - len(specs))
-    raise TypeError("matrix_specs must be a PartitionSpec or a list of PartitionSpecs (one per matrix "
-                    f"argument), got {matrix_specs!r}.")
+    raise TypeError(
+        "matrix_specs must be a PartitionSpec or a list of PartitionSpecs (one per matrix "
+        f"argument), got {matrix_specs!r}."
+    )
 
 
 def validate_spec(spec: P, mesh: AnyMesh, name: str, ndim: int) -> tuple:
@@ -144,14 +148,18 @@ def validate_spec(spec: P, mesh: AnyMesh, name: str, ndim: int) -> tuple:
         if not isinstance(axis, str):
             raise TypeError(f"the spec of {name}, {spec}, must name mesh axes by string.")
         if axis not in mesh.axis_names:
-            raise ValueError(f"the spec of {name}, {spec}, names mesh axis {axis!r}, which the mesh "
-                             f"does not have; its axes are {tuple(mesh.axis_names)}.")
+            raise ValueError(
+                f"the spec of {name}, {spec}, names mesh axis {axis!r}, which the mesh "
+                f"does not have; its axes are {tuple(mesh.axis_names)}."
+            )
         if axis in used:
             raise ValueError(f"the spec of {name}, {spec}, uses mesh axis {axis!r} twice.")
         used.append(axis)
     if len(used) > 2:
-        raise ValueError(f"the spec of {name}, {spec}, uses {len(used)} mesh axes; the process grid has "
-                         f"two dimensions, so use at most two axes, e.g. P('x', 'y').")
+        raise ValueError(
+            f"the spec of {name}, {spec}, uses {len(used)} mesh axes; the process grid has "
+            f"two dimensions, so use at most two axes, e.g. P('x', 'y')."
+        )
     return entries
 
 
@@ -166,17 +174,21 @@ def check_divides(shape, entries, mesh: AnyMesh, name: str, fix: Optional[str] =
         size = _axes_size(mesh, entry_axes(entry))
         if extent % size:
             what = "rows" if dim == 0 else "columns"
-            raise ValueError(f"{name} (shape {tuple(shape)}) has {extent} {what}, which the {size} devices of "
-                             f"mesh axes {entry_axes(entry)} do not divide; "
-                             f"{fix or f'pad {name} to a multiple of {size} or choose another mesh or spec'}.")
+            raise ValueError(
+                f"{name} (shape {tuple(shape)}) has {extent} {what}, which the {size} devices of "
+                f"mesh axes {entry_axes(entry)} do not divide; "
+                f"{fix or f'pad {name} to a multiple of {size} or choose another mesh or spec'}."
+            )
 
 
 def default_spec(mesh: AnyMesh) -> P:
     """The layout used when a's layout is unknown: the mesh axes in order."""
     names = tuple(mesh.axis_names)
     if len(names) not in (1, 2):
-        raise ValueError(f"the mesh has {len(names)} axes {names}; jaxmg maps one or two of them onto the "
-                         f"process grid, so pass matrix_specs=P(row_axis, col_axis).")
+        raise ValueError(
+            f"the mesh has {len(names)} axes {names}; jaxmg maps one or two of them onto the "
+            f"process grid, so pass matrix_specs=P(row_axis, col_axis)."
+        )
     return P(*names, *(None,) * (2 - len(names)))
 
 
@@ -227,11 +239,13 @@ def resolve(mesh: AnyMesh, matrix_specs, matrices: Sequence[tuple], given: Optio
     entries = tuple(grid.spec)
     for (x, name), spec in zip(matrices, specs[: len(matrices)]):
         if spec is not None and P(*validate_spec(spec, mesh, name, 2)) != grid.spec:
-            raise ValueError(f"the spec of {name}, {spec}, differs from that of {a_name}, {grid.spec}; "
-                             f"both matrices must share one layout.")
+            raise ValueError(
+                f"the spec of {name}, {spec}, differs from that of {a_name}, {grid.spec}; "
+                f"both matrices must share one layout."
+            )
         check_divides(x.shape, entries, mesh, name)
     out_spec = given if given is not None and specs[0] is None else grid.spec
-    return Layout(grid, out_spec, tuple(specs[len(matrices):]))
+    return Layout(grid, out_spec, tuple(specs[len(matrices) :]))
 
 
 def check_same_axes(own: AnyMesh, mesh: AnyMesh, name: str, target: str = "mesh=", fix: Optional[str] = None) -> None:
@@ -245,7 +259,8 @@ def check_same_axes(own: AnyMesh, mesh: AnyMesh, name: str, target: str = "mesh=
             f"{name} is sharded over a mesh of axes {dict(zip(theirs.axis_names, theirs.axis_sizes))}, but "
             f"{target} is one of axes {dict(zip(wanted.axis_names, wanted.axis_sizes))}; inside jax.jit an array "
             f"cannot move to another mesh. {fix}, or place {name} on that mesh first "
-            f"(jax.device_put(x, NamedSharding(mesh, spec)) before jax.jit).")
+            f"(jax.device_put(x, NamedSharding(mesh, spec)) before jax.jit)."
+        )
 
 
 def resolve_rhs(x, name: str, grid: Grid, spec: Optional[P] = None) -> tuple:
@@ -291,7 +306,7 @@ def batch_axes(mesh: AnyMesh, size: int) -> Axes:
     names = tuple(mesh.axis_names)
     for count in range(len(names), 0, -1):
         for start in range(len(names) - count + 1):
-            axes = names[start:start + count]
+            axes = names[start : start + count]
             if size % _axes_size(mesh, axes) == 0:
                 return axes
     return ()

@@ -29,21 +29,27 @@ _warned = False
 def fix_for(reason: str) -> str:
     """How to fix ``reason`` (a string from ``jaxmg.kernels.native.unavailable_reason``)."""
     if "not built" in reason:
-        return ("rebuild jaxmg on this machine, where its build sees the GPUs and fetches the CUDA "
-                "headers: pip install --no-cache-dir --force-reinstall --no-deps . in jaxmg's "
-                "source folder, after pip install \".[cuda13]\" (on a build node without GPUs, "
-                "set JAXMG_CUDA=13)")
+        return (
+            "rebuild jaxmg on this machine, where its build sees the GPUs and fetches the CUDA "
+            "headers: pip install --no-cache-dir --force-reinstall --no-deps . in jaxmg's "
+            'source folder, after pip install ".[cuda13]" (on a build node without GPUs, '
+            "set JAXMG_CUDA=13)"
+        )
     if "cuSOLVERMp" in reason or "NCCL" in reason or "load" in reason:
-        return ("install the libraries with pip install nvidia-cusolvermp-cu13 nvidia-nccl-cu13 "
-                "(-cu12 for CUDA 12), or point JAXMG_CUSOLVERMP_LIBRARY / JAXMG_NCCL_LIBRARY at them")
+        return (
+            "install the libraries with pip install nvidia-cusolvermp-cu13 nvidia-nccl-cu13 "
+            "(-cu12 for CUDA 12), or point JAXMG_CUSOLVERMP_LIBRARY / JAXMG_NCCL_LIBRARY at them"
+        )
     return "see python -m jaxmg.info"
 
 
 def message(reason: str) -> str:
     """The warning's text for ``reason``."""
-    return (f"jaxmg: this machine has NVIDIA GPUs, but the native cuSOLVERMp backend cannot run: "
-            f"{reason}. backend='auto' will use the portable backend, which gathers the whole "
-            f"matrix on every device. To fix: {fix_for(reason)}. Details: python -m jaxmg.info.")
+    return (
+        f"jaxmg: this machine has NVIDIA GPUs, but the native cuSOLVERMp backend cannot run: "
+        f"{reason}. backend='auto' will use the portable backend, which gathers the whole "
+        f"matrix on every device. To fix: {fix_for(reason)}. Details: python -m jaxmg.info."
+    )
 
 
 def warn_if_native_missing(*, stacklevel: int = 3) -> str | None:

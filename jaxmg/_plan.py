@@ -162,14 +162,20 @@ def place_rhs(plan: Plan, b, name: str = "b", rows: Optional[int] = None, index:
     b = _checks.as_array(b, name)
     _checks.check_dtype(b, name)
     if b.dtype != plan.dtype:
-        raise TypeError(f"{name} has dtype {b.dtype} but a has dtype {plan.dtype}; "
-                        f"convert {name} with {name}.astype(a.dtype).")
+        raise TypeError(
+            f"{name} has dtype {b.dtype} but a has dtype {plan.dtype}; convert {name} with {name}.astype(a.dtype)."
+        )
     _checks.check_rhs(b, name, plan.shape[0] if rows is None else rows, "a")
     given = plan.rhs_specs[index] if index < len(plan.rhs_specs) else None
     if plan.distributed:
         assert plan.mesh is not None and plan.grid is not None, "a distributed plan has a mesh and a grid"
-        _context.check_reachable(b, name, plan.mesh, target="the factorisation's mesh (a's, else its device's)",
-                                 fix="Make the factorisation on b's mesh (shard a there, or pass mesh= to the module)")
+        _context.check_reachable(
+            b,
+            name,
+            plan.mesh,
+            target="the factorisation's mesh (a's, else its device's)",
+            fix="Make the factorisation on b's mesh (shard a there, or pass mesh= to the module)",
+        )
         known = given if given is not None else _context.caller_spec(b, plan.mesh)
         spec, own = _layout.resolve_rhs(b, name, plan.grid, known)
         return _placed_rhs(b, spec, own, plan.mesh)
@@ -229,8 +235,17 @@ def _placed_rhs(b, spec, own, mesh):
     return b, spec, home
 
 
-def check(matrices: Sequence[tuple], rhs: Sequence[tuple], *, square: bool, T_A, backend, flags,
-          tall: bool = True, family: Optional[str] = None) -> list:
+def check(
+    matrices: Sequence[tuple],
+    rhs: Sequence[tuple],
+    *,
+    square: bool,
+    T_A,
+    backend,
+    flags,
+    tall: bool = True,
+    family: Optional[str] = None,
+) -> list:
     """The arguments' checks (names, dtypes, ranks and shapes, flags); returns them as arrays.
     A dtype error names ``family`` as JAX's does ("cholesky does not accept dtype float16")."""
     for name, value in (flags or {}).items():
@@ -248,16 +263,30 @@ def check(matrices: Sequence[tuple], rhs: Sequence[tuple], *, square: bool, T_A,
     for (name, _), x in zip(matrices, arrays):
         _checks.check_matrix(x, name, square=square, tall=tall and not square)
         if x.shape != a.shape:
-            raise ValueError(f"{name} has shape {tuple(x.shape)} but {a_name} has shape {tuple(a.shape)}; "
-                             f"they must match.")
-    for (name, _), x in zip(rhs, arrays[len(matrices):]):
+            raise ValueError(
+                f"{name} has shape {tuple(x.shape)} but {a_name} has shape {tuple(a.shape)}; they must match."
+            )
+    for (name, _), x in zip(rhs, arrays[len(matrices) :]):
         _checks.check_rhs(x, name, a.shape[0], a_name)
     return arrays
 
 
-def resolve(family: str, context: Context, *, matrices: Sequence[tuple], rhs: Sequence[tuple] = (),
-            square: bool = True, tall: bool = True, T_A=None, mesh=None, matrix_specs=None, backend: str = "auto",
-            flags: dict | None = None, num_rhs: int = 0, natural: bool = False) -> tuple[Plan, list]:
+def resolve(
+    family: str,
+    context: Context,
+    *,
+    matrices: Sequence[tuple],
+    rhs: Sequence[tuple] = (),
+    square: bool = True,
+    tall: bool = True,
+    T_A=None,
+    mesh=None,
+    matrix_specs=None,
+    backend: str = "auto",
+    flags: dict | None = None,
+    num_rhs: int = 0,
+    natural: bool = False,
+) -> tuple[Plan, list]:
     """Check the arguments of a call of ``family`` in ``context`` and plan it.
 
     ``matrices`` and ``rhs`` are ``(name, value)`` pairs: matrices rank 2, square when
@@ -269,15 +298,20 @@ def resolve(family: str, context: Context, *, matrices: Sequence[tuple], rhs: Se
     a, count = arrays[0], len(matrices)
     if context.kind == MANUAL:
         _routes.choose(family, backend, None, a.shape, a.dtype, manual=True)
-        return Plan(family, _routes.LOCAL, None, None, None, (), 1, tuple(a.shape), np.dtype(a.dtype),
-                    backend=local.BACKEND), arrays
+        return Plan(
+            family, _routes.LOCAL, None, None, None, (), 1, tuple(a.shape), np.dtype(a.dtype), backend=local.BACKEND
+        ), arrays
     stack = context.stack
     found = _context.find_mesh(mesh, a, arrays[1:])
     if found is None and stack is not None:
         found = stack.mesh or _context.context_mesh()
     route = _routes.choose(family, backend, found, a.shape, a.dtype, stacked=0 if stack is None else stack.size)
-    common: dict[str, Any] = dict(shape=tuple(a.shape), dtype=np.dtype(a.dtype), natural=natural,
-                                  backend=native.BACKEND if route == _routes.DISTRIBUTED else local.BACKEND)
+    common: dict[str, Any] = dict(
+        shape=tuple(a.shape),
+        dtype=np.dtype(a.dtype),
+        natural=natural,
+        backend=native.BACKEND if route == _routes.DISTRIBUTED else local.BACKEND,
+    )
     if route == _routes.BATCH:
         assert stack is not None, "the batch route runs over a stack"
         return Plan(family, route, found, None, None, (), 1, stack_spec=stack.home, **common), arrays
@@ -316,13 +350,13 @@ def _local_specs(mesh, matrix_specs, matrices, arrays, num_rhs: int):
     spec = specs[0] if specs[0] is not None else _context.caller_spec(arrays[0], mesh)
     if spec is None and len(mesh.axis_names) <= 2:  # not known: the mesh's axes in order (rule 4)
         default = _layout.default_spec(mesh)
-        spec = default if all(_layout.divides(x.shape, default, mesh) for x in arrays[:len(matrices)]) else None
+        spec = default if all(_layout.divides(x.shape, default, mesh) for x in arrays[: len(matrices)]) else None
     if spec is not None:
         entries = _layout.validate_spec(spec, mesh, matrices[0][0], 2)
         for (name, _), x in zip(matrices, arrays):
             _layout.check_divides(x.shape, entries, mesh, name)
         spec = P(*entries)
-    return spec, tuple(specs[len(matrices):])
+    return spec, tuple(specs[len(matrices) :])
 
 
 def module_plan(plan: Plan, arrays) -> Plan:

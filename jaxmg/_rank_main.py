@@ -28,8 +28,9 @@ _HIDDEN = {os.path.abspath(__file__), os.path.abspath(runpy.__file__), "<frozen 
 
 def _user_frames(tb):
     """Drop this runner's and runpy's frames from the front of a traceback."""
-    while tb is not None and (tb.tb_frame.f_code.co_filename in _HIDDEN
-                              or os.path.abspath(tb.tb_frame.f_code.co_filename) in _HIDDEN):
+    while tb is not None and (
+        tb.tb_frame.f_code.co_filename in _HIDDEN or os.path.abspath(tb.tb_frame.f_code.co_filename) in _HIDDEN
+    ):
         tb = tb.tb_next
     return tb
 

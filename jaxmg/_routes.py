@@ -32,12 +32,25 @@ LOCAL, BATCH, DISTRIBUTED = "local", "batch", "distributed"
 
 #: The kernel family of each public operation, module and jaxmg.numpy/scipy entry.
 FAMILY = {
-    "potrs": "cholesky", "cholesky": "cholesky", "Cholesky": "cholesky", "logdet": "cholesky",
-    "lu_solve": "lu", "LU": "lu", "lu": "lu",
-    "least_squares": "qr", "qr": "qr", "QR": "qr",
-    "syevd": "eigh", "eigh": "eigh", "Eigh": "eigh", "sygvd": "sygvd",
-    "gesvd": "svd", "svd": "svd", "SVD": "svd",
-    "polar": "polar", "Polar": "polar",
+    "potrs": "cholesky",
+    "cholesky": "cholesky",
+    "Cholesky": "cholesky",
+    "logdet": "cholesky",
+    "lu_solve": "lu",
+    "LU": "lu",
+    "lu": "lu",
+    "least_squares": "qr",
+    "qr": "qr",
+    "QR": "qr",
+    "syevd": "eigh",
+    "eigh": "eigh",
+    "Eigh": "eigh",
+    "sygvd": "sygvd",
+    "gesvd": "svd",
+    "svd": "svd",
+    "SVD": "svd",
+    "polar": "polar",
+    "Polar": "polar",
 }
 
 
@@ -149,20 +162,23 @@ def choose(fam: str, backend: str, mesh, shape, dtype, *, stacked: int = 0, manu
     ``backend="native"`` cannot run."""
     if manual:
         if backend == "native":
-            raise RuntimeError("backend='native' cannot run inside jax.shard_map: there the arrays are each "
-                               "device's own, and the device's own solver runs on them (backend='auto').")
+            raise RuntimeError(
+                "backend='native' cannot run inside jax.shard_map: there the arrays are each "
+                "device's own, and the device's own solver runs on them (backend='auto')."
+            )
         return LOCAL
     if 0 in tuple(shape):
         return BATCH if stacked else LOCAL  # nothing to distribute: JAX's answers for empty matrices
     if backend == "native":
         if mesh is None:
-            raise RuntimeError("backend='native' needs a mesh, and none is known here (inside jax.jit the "
-                               "layout of an array on Auto mesh axes is not known): pass mesh=, or call it "
-                               "inside jax.set_mesh(mesh).")
+            raise RuntimeError(
+                "backend='native' needs a mesh, and none is known here (inside jax.jit the "
+                "layout of an array on Auto mesh axes is not known): pass mesh=, or call it "
+                "inside jax.set_mesh(mesh)."
+            )
         reason = native_unavailable(fam, mesh)
         if reason is not None:
-            raise RuntimeError(f"backend='native' cannot run {fam} here: {reason}. Use backend='portable' "
-                               f"or 'auto'.")
+            raise RuntimeError(f"backend='native' cannot run {fam} here: {reason}. Use backend='portable' or 'auto'.")
         return DISTRIBUTED
     if stacked:
         share = -(-int(stacked) // (1 if mesh is None else mesh.size))  # matrices per device, spread

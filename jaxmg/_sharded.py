@@ -71,9 +71,13 @@ def auto_axes_of(mesh):
     """The abstract mesh of ``mesh`` with its Explicit axes Auto: the mesh that a body run by
     ``jax.sharding.auto_axes`` sees."""
     abstract = mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh
-    return abstract.update_axis_types({name: jax.sharding.AxisType.Auto for name, kind
-                                       in zip(abstract.axis_names, abstract.axis_types)
-                                       if kind == jax.sharding.AxisType.Explicit})
+    return abstract.update_axis_types(
+        {
+            name: jax.sharding.AxisType.Auto
+            for name, kind in zip(abstract.axis_names, abstract.axis_types)
+            if kind == jax.sharding.AxisType.Explicit
+        }
+    )
 
 
 def abstract_context(mesh):
@@ -163,10 +167,17 @@ def run(kernel: Callable, grid: Grid, args: Sequence, inputs: Sequence, outputs:
     mesh = grid.mesh
     with abstract_context(mesh):
         args = tuple(pinned(x, spec, mesh) for x, spec in zip(args, call.in_specs))
-        outs = jax.shard_map(_body(call), mesh=mesh, in_specs=call.in_specs,
-                             out_specs=tuple(_spec(k, grid) for k in call.outputs), check_vma=False)(*args)
-        return tuple(_place(o, k.spec, mesh) if isinstance(k, Block) and k.spec is not None else o
-                     for o, k in zip(outs, call.outputs))
+        outs = jax.shard_map(
+            _body(call),
+            mesh=mesh,
+            in_specs=call.in_specs,
+            out_specs=tuple(_spec(k, grid) for k in call.outputs),
+            check_vma=False,
+        )(*args)
+        return tuple(
+            _place(o, k.spec, mesh) if isinstance(k, Block) and k.spec is not None else o
+            for o, k in zip(outs, call.outputs)
+        )
 
 
 def _place(x, spec: P, mesh) -> jax.Array:
@@ -196,8 +207,9 @@ def whole(fn: Callable, args: Sequence, grid: Grid, **static) -> Any:
     with abstract_context(mesh):
         if explicit(mesh):
             return jax.sharding.auto_axes(body, out_sharding=specs)(*args)
-        return jax.tree.map(lambda o, spec: jax.lax.with_sharding_constraint(o, NamedSharding(mesh, spec)),
-                            body(*args), specs)
+        return jax.tree.map(
+            lambda o, spec: jax.lax.with_sharding_constraint(o, NamedSharding(mesh, spec)), body(*args), specs
+        )
 
 
 def _whole_spec(x, grid: Grid) -> P:

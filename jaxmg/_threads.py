@@ -21,8 +21,12 @@ import re
 from . import _nvidia
 
 #: The functions that set OpenBLAS's thread count, by the library's symbol prefix and suffix.
-_SETTERS = ("openblas_set_num_threads", "openblas_set_num_threads64_",
-            "scipy_openblas_set_num_threads", "scipy_openblas_set_num_threads64_")
+_SETTERS = (
+    "openblas_set_num_threads",
+    "openblas_set_num_threads64_",
+    "scipy_openblas_set_num_threads",
+    "scipy_openblas_set_num_threads64_",
+)
 
 
 def simulated_cpu_devices() -> int:

@@ -33,8 +33,19 @@ def pick(values, keep):
 
 @shared_arguments
 @checked
-def potrs(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
-          return_logdet=False, return_status=False, donate=False, backend="auto", check: Optional[bool] = None):
+def potrs(
+    a: SquareMatrix,
+    b: Rhs,
+    T_A: Tile = None,
+    mesh: MeshLike = None,
+    matrix_specs: Specs = None,
+    *,
+    return_logdet=False,
+    return_status=False,
+    donate=False,
+    backend="auto",
+    check: Optional[bool] = None,
+):
     """Solve ``a @ x = b`` for Hermitian positive-definite ``a`` by Cholesky factorisation.
 
     Differentiable (forward and reverse, any order) in ``a`` and ``b``.
@@ -77,10 +88,20 @@ def potrs(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, matr
     gradient's two mirrored entries.
     """
     _flags(return_logdet=return_logdet, return_status=return_status)
-    _, (out, _), _ = _dispatch.build(_potrs, "cholesky", [("a", a)], rhs=[("b", b)], T_A=T_A, mesh=mesh,
-                              matrix_specs=matrix_specs, donate=donate, backend=backend,
-                              return_logdet=return_logdet, return_status=return_status,
-                         check=_check.enabled(check))
+    _, (out, _), _ = _dispatch.build(
+        _potrs,
+        "cholesky",
+        [("a", a)],
+        rhs=[("b", b)],
+        T_A=T_A,
+        mesh=mesh,
+        matrix_specs=matrix_specs,
+        donate=donate,
+        backend=backend,
+        return_logdet=return_logdet,
+        return_status=return_status,
+        check=_check.enabled(check),
+    )
     return out
 
 
@@ -97,8 +118,17 @@ def _potrs(plan, a, b, *, keep, return_logdet, return_status, check):
 
 @shared_arguments
 @checked
-def cholesky(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
-             return_status=False, donate=False, backend="auto", check: Optional[bool] = None):
+def cholesky(
+    a: SquareMatrix,
+    T_A: Tile = None,
+    mesh: MeshLike = None,
+    matrix_specs: Specs = None,
+    *,
+    return_status=False,
+    donate=False,
+    backend="auto",
+    check: Optional[bool] = None,
+):
     """The lower-triangular Cholesky factor ``L`` with ``a = L @ L^H``.
 
     Differentiable (forward and reverse, any order).
@@ -116,9 +146,19 @@ def cholesky(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_sp
       ``L`` (N, N), zero above the diagonal, with a's sharding; then ``status`` when asked.
     """
     _flags(return_status=return_status)
-    _, out, _ = _dispatch.build(_lower, "cholesky", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
-                         donate=donate, backend=backend, natural=True, return_status=return_status,
-                         check=_check.enabled(check))
+    _, out, _ = _dispatch.build(
+        _lower,
+        "cholesky",
+        [("a", a)],
+        T_A=T_A,
+        mesh=mesh,
+        matrix_specs=matrix_specs,
+        donate=donate,
+        backend=backend,
+        natural=True,
+        return_status=return_status,
+        check=_check.enabled(check),
+    )
     return out
 
 
@@ -140,8 +180,18 @@ def _checked_solution(plan, probes, b, x, status, tests=_check.solution):
 
 @shared_arguments
 @checked
-def lu_solve(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
-             return_status=False, donate=False, backend="auto", check: Optional[bool] = None):
+def lu_solve(
+    a: SquareMatrix,
+    b: Rhs,
+    T_A: Tile = None,
+    mesh: MeshLike = None,
+    matrix_specs: Specs = None,
+    *,
+    return_status=False,
+    donate=False,
+    backend="auto",
+    check: Optional[bool] = None,
+):
     """Solve ``a @ x = b`` for a general square ``a`` by LU factorisation with partial pivoting.
 
     Differentiable (forward and reverse, any order) in ``a`` and ``b``.
@@ -160,9 +210,19 @@ def lu_solve(a: SquareMatrix, b: Rhs, T_A: Tile = None, mesh: MeshLike = None, m
       ``x`` with b's shape and sharding; then ``status`` when asked.
     """
     _flags(return_status=return_status)
-    _, (out, _), _ = _dispatch.build(_lu_solve, "lu", [("a", a)], rhs=[("b", b)], T_A=T_A, mesh=mesh,
-                              matrix_specs=matrix_specs, donate=donate, backend=backend, return_status=return_status,
-                         check=_check.enabled(check))
+    _, (out, _), _ = _dispatch.build(
+        _lu_solve,
+        "lu",
+        [("a", a)],
+        rhs=[("b", b)],
+        T_A=T_A,
+        mesh=mesh,
+        matrix_specs=matrix_specs,
+        donate=donate,
+        backend=backend,
+        return_status=return_status,
+        check=_check.enabled(check),
+    )
     return out
 
 
@@ -178,8 +238,19 @@ def _lu_solve(plan, a, b, *, keep, return_status, check):
 
 @shared_arguments
 @checked
-def least_squares(a: Matrix, b: TallRhs, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
-                  rcond=None, return_status=False, donate=False, backend="auto", check: Optional[bool] = None):
+def least_squares(
+    a: Matrix,
+    b: TallRhs,
+    T_A: Tile = None,
+    mesh: MeshLike = None,
+    matrix_specs: Specs = None,
+    *,
+    rcond=None,
+    return_status=False,
+    donate=False,
+    backend="auto",
+    check: Optional[bool] = None,
+):
     """The ``x`` minimising ``||a @ x - b||_2`` for ``a`` of full column rank, by QR; for a wide
     ``a`` (M < N) of full row rank, the ``x`` of least norm with ``a @ x = b``.
 
@@ -210,10 +281,22 @@ def least_squares(a: Matrix, b: TallRhs, T_A: Tile = None, mesh: MeshLike = None
       ``status`` when asked.
     """
     _flags(return_status=return_status)
-    _, out, _ = _dispatch.build(_least_squares, "qr", [("a", a)], rhs=[("b", b)], T_A=T_A, mesh=mesh,
-                         matrix_specs=matrix_specs, donate=donate, backend=backend, square=False, tall=False,
-                         rcond=_status.checked_rcond(rcond), return_status=return_status,
-                         check=_check.enabled(check))
+    _, out, _ = _dispatch.build(
+        _least_squares,
+        "qr",
+        [("a", a)],
+        rhs=[("b", b)],
+        T_A=T_A,
+        mesh=mesh,
+        matrix_specs=matrix_specs,
+        donate=donate,
+        backend=backend,
+        square=False,
+        tall=False,
+        rcond=_status.checked_rcond(rcond),
+        return_status=return_status,
+        check=_check.enabled(check),
+    )
     return out
 
 
@@ -228,8 +311,17 @@ def _least_squares(plan, a, b, *, keep, rcond, return_status, check):
 
 @shared_arguments
 @checked
-def qr(a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
-       return_status=False, donate=False, backend="auto", check: Optional[bool] = None):
+def qr(
+    a: Matrix,
+    T_A: Tile = None,
+    mesh: MeshLike = None,
+    matrix_specs: Specs = None,
+    *,
+    return_status=False,
+    donate=False,
+    backend="auto",
+    check: Optional[bool] = None,
+):
     """The reduced QR decomposition ``a = q @ r``; for a wide ``a`` (M < N), ``q`` (M, M) and ``r``
     (M, N) upper trapezoidal (from the QR of a's first M columns and ``r[:, M:] = q^H a[:, M:]``).
 
@@ -248,9 +340,20 @@ def qr(a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs =
       upper triangular (trapezoidal), both with a's sharding; then ``status`` when asked.
     """
     _flags(return_status=return_status)
-    _, out, _ = _dispatch.build(_qr_factors, "qr", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
-                         donate=donate, backend=backend, square=False, tall=False, return_status=return_status,
-                         check=_check.enabled(check))
+    _, out, _ = _dispatch.build(
+        _qr_factors,
+        "qr",
+        [("a", a)],
+        T_A=T_A,
+        mesh=mesh,
+        matrix_specs=matrix_specs,
+        donate=donate,
+        backend=backend,
+        square=False,
+        tall=False,
+        return_status=return_status,
+        check=_check.enabled(check),
+    )
     return out
 
 
@@ -262,15 +365,26 @@ def _qr_factors(plan, a, *, keep, return_status, check):
         state, status, operator = _qr.factored(plan, a, keep=keep)
         q, r = _qr.factors(plan, operator, state, status)
     rebuilt = lambda v: _check.product(plan, q, _check.product(plan, r, v))  # noqa: E731
-    status = _check.verified(plan, status, probes,
-                             lambda p: _check.factorisation(p, rebuilt) + _check.orthonormal(plan, q))
+    status = _check.verified(
+        plan, status, probes, lambda p: _check.factorisation(p, rebuilt) + _check.orthonormal(plan, q)
+    )
     return pick((*_status.masked(status, q, r), status), (True, True, return_status))
 
 
 @shared_arguments
 @checked
-def syevd(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
-          return_eigenvectors=True, return_status=False, donate=False, backend="auto", check: Optional[bool] = None):
+def syevd(
+    a: SquareMatrix,
+    T_A: Tile = None,
+    mesh: MeshLike = None,
+    matrix_specs: Specs = None,
+    *,
+    return_eigenvectors=True,
+    return_status=False,
+    donate=False,
+    backend="auto",
+    check: Optional[bool] = None,
+):
     """Eigenvalues and eigenvectors of a Hermitian matrix: ``a @ v = v @ diag(w)``.
 
     Differentiable (forward and reverse, any order); for degenerate eigenvalues the terms
@@ -291,17 +405,37 @@ def syevd(a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs
       columns in a's sharding; or ``w`` alone; then ``status`` when asked.
     """
     _flags(return_eigenvectors=return_eigenvectors, return_status=return_status)
-    _, out, _ = _dispatch.build(_eigh, "eigh", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
-                         donate=donate, backend=backend, return_eigenvectors=return_eigenvectors,
-                         return_status=return_status,
-                         check=_check.enabled(check))
+    _, out, _ = _dispatch.build(
+        _eigh,
+        "eigh",
+        [("a", a)],
+        T_A=T_A,
+        mesh=mesh,
+        matrix_specs=matrix_specs,
+        donate=donate,
+        backend=backend,
+        return_eigenvectors=return_eigenvectors,
+        return_status=return_status,
+        check=_check.enabled(check),
+    )
     return out
 
 
 @shared_arguments
 @checked
-def sygvd(a: SquareMatrix, b: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
-          return_eigenvectors=True, return_status=False, donate=False, backend="auto", check: Optional[bool] = None):
+def sygvd(
+    a: SquareMatrix,
+    b: SquareMatrix,
+    T_A: Tile = None,
+    mesh: MeshLike = None,
+    matrix_specs: Specs = None,
+    *,
+    return_eigenvectors=True,
+    return_status=False,
+    donate=False,
+    backend="auto",
+    check: Optional[bool] = None,
+):
     """The generalised Hermitian eigenproblem ``a @ v = b @ v @ diag(w)`` with ``v^H b v = I``.
 
     Differentiable (forward and reverse, any order) in ``a`` and ``b`` (degenerate
@@ -329,10 +463,19 @@ def sygvd(a: SquareMatrix, b: SquareMatrix, T_A: Tile = None, mesh: MeshLike = N
       alone; then ``status`` when asked.
     """
     _flags(return_eigenvectors=return_eigenvectors, return_status=return_status)
-    _, out, _ = _dispatch.build(_eigh, "sygvd", [("a", a), ("b", b)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
-                         donate=donate, backend=backend, return_eigenvectors=return_eigenvectors,
-                         return_status=return_status,
-                         check=_check.enabled(check))
+    _, out, _ = _dispatch.build(
+        _eigh,
+        "sygvd",
+        [("a", a), ("b", b)],
+        T_A=T_A,
+        mesh=mesh,
+        matrix_specs=matrix_specs,
+        donate=donate,
+        backend=backend,
+        return_eigenvectors=return_eigenvectors,
+        return_status=return_status,
+        check=_check.enabled(check),
+    )
     return out
 
 
@@ -343,9 +486,20 @@ def _eigh(plan, a, b=None, *, keep, return_eigenvectors, return_status, check):
 
 @shared_arguments
 @checked
-def gesvd(a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
-          compute_u=True, compute_vh=True, full_matrices=False, return_status=False, donate=False, backend="auto",
-          check: Optional[bool] = None):
+def gesvd(
+    a: Matrix,
+    T_A: Tile = None,
+    mesh: MeshLike = None,
+    matrix_specs: Specs = None,
+    *,
+    compute_u=True,
+    compute_vh=True,
+    full_matrices=False,
+    return_status=False,
+    donate=False,
+    backend="auto",
+    check: Optional[bool] = None,
+):
     """The singular value decomposition ``a = u @ diag(s) @ vh``, in NumPy's order.
 
     Differentiable (forward and reverse, any order) for distinct non-zero singular values.
@@ -367,23 +521,47 @@ def gesvd(a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Spec
       replicated, ``u`` and ``vh`` with a's sharding; then ``status`` when asked.
     """
     _flags(compute_u=compute_u, compute_vh=compute_vh, full_matrices=full_matrices, return_status=return_status)
-    _, out, _ = _dispatch.build(_gesvd, "svd", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
-                         donate=donate, backend=backend, square=False, tall=False, compute_u=compute_u,
-                         compute_vh=compute_vh, full_matrices=full_matrices, return_status=return_status,
-                         check=_check.enabled(check))
+    _, out, _ = _dispatch.build(
+        _gesvd,
+        "svd",
+        [("a", a)],
+        T_A=T_A,
+        mesh=mesh,
+        matrix_specs=matrix_specs,
+        donate=donate,
+        backend=backend,
+        square=False,
+        tall=False,
+        compute_u=compute_u,
+        compute_vh=compute_vh,
+        full_matrices=full_matrices,
+        return_status=return_status,
+        check=_check.enabled(check),
+    )
     return out
 
 
 def _gesvd(plan, a, *, keep, compute_u, compute_vh, full_matrices, return_status, check):
-    u, s, vh, status = _decompositions.singular(plan, a, keep=keep, full_matrices=full_matrices,
-                                                   compute_uv=compute_u or compute_vh, check=check)
+    u, s, vh, status = _decompositions.singular(
+        plan, a, keep=keep, full_matrices=full_matrices, compute_uv=compute_u or compute_vh, check=check
+    )
     return pick((u, s, vh, status), (compute_u, True, compute_vh, return_status))
 
 
 @shared_arguments
 @checked
-def polar(a: TallMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
-          compute_h=True, return_status=False, donate=False, backend="auto", check: Optional[bool] = None):
+def polar(
+    a: TallMatrix,
+    T_A: Tile = None,
+    mesh: MeshLike = None,
+    matrix_specs: Specs = None,
+    *,
+    compute_h=True,
+    return_status=False,
+    donate=False,
+    backend="auto",
+    check: Optional[bool] = None,
+):
     """The polar decomposition ``a = u_p @ h``.
 
     Differentiable (forward and reverse, any order) for ``a`` of full rank.
@@ -401,15 +579,23 @@ def polar(a: TallMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: 
       Hermitian positive semi-definite, both with a's sharding; then ``status`` when asked.
     """
     _flags(compute_h=compute_h, return_status=return_status)
-    _, out, _ = _dispatch.build(_polar, "polar", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
-                         donate=donate, backend=backend, square=False, compute_h=compute_h,
-                         return_status=return_status,
-                         check=_check.enabled(check))
+    _, out, _ = _dispatch.build(
+        _polar,
+        "polar",
+        [("a", a)],
+        T_A=T_A,
+        mesh=mesh,
+        matrix_specs=matrix_specs,
+        donate=donate,
+        backend=backend,
+        square=False,
+        compute_h=compute_h,
+        return_status=return_status,
+        check=_check.enabled(check),
+    )
     return out
 
 
 def _polar(plan, a, *, keep, compute_h, return_status, check):
     u_p, h, status = _decompositions.polar_factors(plan, a, keep=keep, check=check)
     return pick((u_p, h, status), (True, compute_h, return_status))
-
-

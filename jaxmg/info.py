@@ -20,17 +20,33 @@ import sys
 from importlib import metadata
 
 #: Distributions whose versions are reported (absent ones are reported as None).
-PACKAGES = ("jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda12-plugin", "numpy", "equinox", "jaxtyping", "beartype",
-            "lineax", "nvidia-cusolvermp-cu13", "nvidia-cusolvermp-cu12", "nvidia-nccl-cu13", "nvidia-nccl-cu12",
-            "nvidia-cusolver", "nvidia-cublas")
+PACKAGES = (
+    "jax",
+    "jaxlib",
+    "jax-cuda13-plugin",
+    "jax-cuda12-plugin",
+    "numpy",
+    "equinox",
+    "jaxtyping",
+    "beartype",
+    "lineax",
+    "nvidia-cusolvermp-cu13",
+    "nvidia-cusolvermp-cu12",
+    "nvidia-nccl-cu13",
+    "nvidia-nccl-cu12",
+    "nvidia-cusolver",
+    "nvidia-cublas",
+)
 
 #: The public operations, in the order reported.
 OPERATIONS = ("potrs", "cholesky", "lu_solve", "least_squares", "qr", "syevd", "sygvd", "gesvd", "polar")
 
 
 #: What the report says on a machine without NVIDIA GPUs, where the native backend never runs.
-NO_GPU_NOTE = ("no NVIDIA GPU here: the portable backend is in use, and nothing is wrong "
-               "(the native cuSOLVERMp backend runs only on NVIDIA GPUs)")
+NO_GPU_NOTE = (
+    "no NVIDIA GPU here: the portable backend is in use, and nothing is wrong "
+    "(the native cuSOLVERMp backend runs only on NVIDIA GPUs)"
+)
 
 
 def _version(name: str):
@@ -66,30 +82,47 @@ def report(n: int = 4096, dtype: str = "float64") -> dict:
         native_info["fix"] = _native_check.fix_for(reason)
     out["native"] = native_info
     devices = jax.devices()
-    out["devices"] = {"platform": devices[0].platform, "count": len(devices), "local": jax.local_device_count(),
-                      "processes": jax.process_count(), "kinds": sorted({d.device_kind for d in devices})}
+    out["devices"] = {
+        "platform": devices[0].platform,
+        "count": len(devices),
+        "local": jax.local_device_count(),
+        "processes": jax.process_count(),
+        "kinds": sorted({d.device_kind for d in devices}),
+    }
     mesh = jax.make_mesh((len(devices),), ("i",), axis_types=(AxisType.Auto,))
     shape = (n, n)
     out["routes"] = {"n": n, "dtype": dtype, "mesh": dict(mesh.shape)}
     out["backends"] = {
-        op: {"route": _routes.route(op, shape, dtype, mesh),
-             "stacked": _routes.route(op, shape, dtype, mesh, stacked=len(devices)),
-             "auto": _routes.default_backend(op, mesh, shape, dtype),
-             "why_not_native": _routes.native_unavailable(_routes.family(op), mesh)}
+        op: {
+            "route": _routes.route(op, shape, dtype, mesh),
+            "stacked": _routes.route(op, shape, dtype, mesh, stacked=len(devices)),
+            "auto": _routes.default_backend(op, mesh, shape, dtype),
+            "why_not_native": _routes.native_unavailable(_routes.family(op), mesh),
+        }
         for op in OPERATIONS
     }
     kind = devices[0].platform
-    out["local_svd"] = {"platform": kind, "polar_eigh_above": qdwh.polar_eigh_above(kind),
-                        "polar_eigh": qdwh.polar_eigh(kind, shape)}
-    out["local_eigh"] = {"platform": kind, "two_stage_above": two_stage.two_stage_above(kind),
-                         "two_stage_band": two_stage.two_stage_band(kind, shape)}
+    out["local_svd"] = {
+        "platform": kind,
+        "polar_eigh_above": qdwh.polar_eigh_above(kind),
+        "polar_eigh": qdwh.polar_eigh(kind, shape),
+    }
+    out["local_eigh"] = {
+        "platform": kind,
+        "two_stage_above": two_stage.two_stage_above(kind),
+        "two_stage_band": two_stage.two_stage_band(kind, shape),
+    }
     return out
 
 
 def format_report(info: dict) -> str:
     """``report()`` as the text that ``python -m jaxmg.info`` prints."""
-    lines = [f"jaxmg {info['jaxmg']['version']} ({info['jaxmg']['path']})",
-             f"python {info['python']} on {info['platform']}", "", "packages:"]
+    lines = [
+        f"jaxmg {info['jaxmg']['version']} ({info['jaxmg']['path']})",
+        f"python {info['python']} on {info['platform']}",
+        "",
+        "packages:",
+    ]
     lines += [f"  {name:24s} {version or '-'}" for name, version in info["packages"].items()]
     gpu = info["nvidia_gpu"]
     gpus = "yes, driver " + (gpu["driver"] or "version unknown") if gpu["present"] else "none found"
@@ -107,10 +140,14 @@ def format_report(info: dict) -> str:
         if key not in ("available", "reason", "fix", "note") and not (native.get("note") and value is None):
             lines.append(f"  {key}: {value}")
     d = info["devices"]
-    lines += ["", f"devices: {d['count']} x {d['platform']} ({', '.join(d['kinds'])}), "
-                  f"{d['local']} local, {d['processes']} process(es)", "",
-              f"backend='auto' gives, for a {info['routes']['dtype']} matrix of order {info['routes']['n']} on a "
-              f"mesh of all devices (route, route of a stack under jax.vmap, backend):"]
+    lines += [
+        "",
+        f"devices: {d['count']} x {d['platform']} ({', '.join(d['kinds'])}), "
+        f"{d['local']} local, {d['processes']} process(es)",
+        "",
+        f"backend='auto' gives, for a {info['routes']['dtype']} matrix of order {info['routes']['n']} on a "
+        f"mesh of all devices (route, route of a stack under jax.vmap, backend):",
+    ]
     for op, choice in info["backends"].items():
         why = ""
         if choice["auto"] != "native":
@@ -119,14 +156,21 @@ def format_report(info: dict) -> str:
     svd = info.get("local_svd")
     if svd:
         above = svd["polar_eigh_above"]
-        method = "the platform's own SVD at every order" if above is None else \
-            f"QDWH polar + eigh above order {above}, the platform's own SVD up to it"
-        lines.append(f"svd and polar on the local and batch routes ({svd['platform']}): {method} "
-                     f"(jaxmg/kernels/qdwh.py POLAR_EIGH_ABOVE)")
+        method = (
+            "the platform's own SVD at every order"
+            if above is None
+            else f"QDWH polar + eigh above order {above}, the platform's own SVD up to it"
+        )
+        lines.append(
+            f"svd and polar on the local and batch routes ({svd['platform']}): {method} "
+            f"(jaxmg/kernels/qdwh.py POLAR_EIGH_ABOVE)"
+        )
     eigh = info.get("local_eigh")
     if eigh:
-        lines.append(f"Hermitian eigensolver on the local and batch routes ({eigh['platform']}): "
-                     f"{_eigh_method(eigh['two_stage_above'])} (jaxmg/kernels/two_stage.py TWO_STAGE_ABOVE)")
+        lines.append(
+            f"Hermitian eigensolver on the local and batch routes ({eigh['platform']}): "
+            f"{_eigh_method(eigh['two_stage_above'])} (jaxmg/kernels/two_stage.py TWO_STAGE_ABOVE)"
+        )
     return "\n".join(lines)
 
 

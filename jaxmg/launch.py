@@ -153,12 +153,14 @@ def failure_detection_settings(timeout: float | int | None = None) -> dict[str, 
         except ValueError:
             raise ValueError(
                 f"jaxmg: {ENV_FAILURE_TIMEOUT}={value!r} is not a number of seconds; "
-                f"set it to e.g. {DEFAULT_FAILURE_TIMEOUT:g} or unset it.") from None
+                f"set it to e.g. {DEFAULT_FAILURE_TIMEOUT:g} or unset it."
+            ) from None
     if not timeout >= 4:
         raise ValueError(
             f"jaxmg: the failure timeout must be at least 4 seconds, got {timeout:g} "
             f"(argument timeout or {ENV_FAILURE_TIMEOUT}); JAX's heartbeats need a "
-            "few seconds.")
+            "few seconds."
+        )
     import inspect
 
     import jax
@@ -188,8 +190,10 @@ def initialize_from_environment() -> bool:
         try:
             return int(value)  # type: ignore[arg-type]
         except (TypeError, ValueError):
-            raise RuntimeError(f"jaxmg: {ENV_COORDINATOR} is set but {name}={value!r} is not an integer; "
-                               "these variables are set by `python -m jaxmg.launch`.") from None
+            raise RuntimeError(
+                f"jaxmg: {ENV_COORDINATOR} is set but {name}={value!r} is not an integer; "
+                "these variables are set by `python -m jaxmg.launch`."
+            ) from None
 
     num_processes = _int_var(ENV_NUM_PROCESSES)
     process_id = _int_var(ENV_PROCESS_ID)
@@ -198,7 +202,8 @@ def initialize_from_environment() -> bool:
         local_device_ids = [int(x) for x in ids.split(",")] if ids else None
     except ValueError:
         raise RuntimeError(
-            f"jaxmg: {ENV_LOCAL_DEVICE_IDS}={ids!r} is not a comma-separated list of integers.") from None
+            f"jaxmg: {ENV_LOCAL_DEVICE_IDS}={ids!r} is not a comma-separated list of integers."
+        ) from None
     platform = os.environ.get(ENV_PLATFORM, "gpu").strip().lower()
 
     import jax
@@ -212,16 +217,21 @@ def initialize_from_environment() -> bool:
             jax.config.update("jax_num_cpu_devices", 1)
         _let_sigterm_stop_the_process(jax)
         jax.distributed.initialize(
-            **failure_detection_settings(), coordinator_address=coordinator, num_processes=num_processes,
-            process_id=process_id, local_device_ids=local_device_ids,
+            **failure_detection_settings(),
+            coordinator_address=coordinator,
+            num_processes=num_processes,
+            process_id=process_id,
+            local_device_ids=local_device_ids,
             cluster_detection_method="deactivate",  # ignore Slurm/MPI variables
-            coordinator_bind_address=coordinator)  # loopback only
+            coordinator_bind_address=coordinator,
+        )  # loopback only
     except RuntimeError as e:
         raise RuntimeError(
             f"jaxmg: could not initialize jax.distributed (process {process_id} of {num_processes}, "
             f"coordinator {coordinator}): {e}\nImport jaxmg (or call jaxmg.launch.initialize_from_environment()) "
             "before running any JAX computation, and do not call jax.distributed.initialize() yourself "
-            "under jaxmg.launch.") from e
+            "under jaxmg.launch."
+        ) from e
     _initialized_here = True
     return True
 
@@ -237,8 +247,10 @@ def _let_sigterm_stop_the_process(jax) -> None:
 
 # --- The launcher ---
 
-_USAGE = ("%(prog)s [-h] [-n N] [--platform {auto,cpu,gpu}] [--port PORT] "
-          "[--timeout SECONDS] [--grace SECONDS] [--] (script.py | -m module) [args ...]")
+_USAGE = (
+    "%(prog)s [-h] [-n N] [--platform {auto,cpu,gpu}] [--port PORT] "
+    "[--timeout SECONDS] [--grace SECONDS] [--] (script.py | -m module) [args ...]"
+)
 # Launcher options that take a separate value (`-n 4`): where the target command begins.
 _VALUE_OPTIONS = ("-n", "--nproc", "--port", "--platform", "--timeout", "--grace")
 
@@ -264,21 +276,42 @@ def simulate_cpu_devices_without_gpu(count: int = 8) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="jaxmg-launch", usage=_USAGE, allow_abbrev=False,
+        prog="jaxmg-launch",
+        usage=_USAGE,
+        allow_abbrev=False,
         description="Start N JAX processes on this host, one per device, connected through jax.distributed.",
         epilog="Launched processes initialize jax.distributed when they import jaxmg. "
-        "See the docstring of jaxmg.launch for details.")
-    p.add_argument("-n", "--nproc", type=int, default=None, metavar="N",
-                   help="number of processes (default on GPU: one per visible GPU)")
-    p.add_argument("--platform", choices=("auto", "cpu", "gpu"), default="auto",
-                   help="device kind; auto = gpu if nvidia-smi finds a GPU, else cpu")
-    p.add_argument("--port", type=int, default=None,
-                   help="coordinator port on 127.0.0.1 (default: a free port)")
-    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                   help=f"stop everything and exit {TIMEOUT_EXIT_CODE} after SECONDS")
-    p.add_argument("--grace", type=float, default=DEFAULT_GRACE, metavar="SECONDS",
-                   help="seconds between SIGTERM and SIGKILL when stopping processes "
-                   f"(default {DEFAULT_GRACE:g})")
+        "See the docstring of jaxmg.launch for details.",
+    )
+    p.add_argument(
+        "-n",
+        "--nproc",
+        type=int,
+        default=None,
+        metavar="N",
+        help="number of processes (default on GPU: one per visible GPU)",
+    )
+    p.add_argument(
+        "--platform",
+        choices=("auto", "cpu", "gpu"),
+        default="auto",
+        help="device kind; auto = gpu if nvidia-smi finds a GPU, else cpu",
+    )
+    p.add_argument("--port", type=int, default=None, help="coordinator port on 127.0.0.1 (default: a free port)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help=f"stop everything and exit {TIMEOUT_EXIT_CODE} after SECONDS",
+    )
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=DEFAULT_GRACE,
+        metavar="SECONDS",
+        help=f"seconds between SIGTERM and SIGKILL when stopping processes (default {DEFAULT_GRACE:g})",
+    )
     return p
 
 
@@ -288,7 +321,7 @@ def _split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     while i < len(argv):
         a = argv[i]
         if a == "--":
-            return argv[:i], argv[i + 1:]
+            return argv[:i], argv[i + 1 :]
         if a == "-m" or (a.startswith("-m") and not a.startswith("--")):
             break
         if not a.startswith("-") or a == "-":
@@ -326,8 +359,7 @@ def _visible_gpu_count() -> int:
     if limit == 0:
         return 0
     try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
-                             timeout=60, stdin=subprocess.DEVNULL)
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError):
         return 0
     if out.returncode != 0:
@@ -342,10 +374,15 @@ def _free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def _child_env(rank: int, nproc: int, coordinator: str, platform: str,
-               stamp: str | None = None) -> dict[str, str]:
-    env = {**os.environ, **CHILD_ENV, ENV_COORDINATOR: coordinator, ENV_NUM_PROCESSES: str(nproc),
-           ENV_PROCESS_ID: str(rank), ENV_PLATFORM: platform}
+def _child_env(rank: int, nproc: int, coordinator: str, platform: str, stamp: str | None = None) -> dict[str, str]:
+    env = {
+        **os.environ,
+        **CHILD_ENV,
+        ENV_COORDINATOR: coordinator,
+        ENV_NUM_PROCESSES: str(nproc),
+        ENV_PROCESS_ID: str(rank),
+        ENV_PLATFORM: platform,
+    }
     if stamp is not None:
         env[ENV_FAILURE_STAMP] = stamp
     if platform == "gpu":
@@ -364,6 +401,7 @@ def _die_with_parent():
         return None
     try:
         import ctypes
+
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
@@ -387,10 +425,13 @@ _SHUTDOWN_NOISE_START = re.compile(rb"^[WE]\d{4} [\d:.]+\s+\d+ \S+\] WatchTasksA
 #: The lines that follow it: gRPC's details, its status line and a source trace.
 _SHUTDOWN_NOISE_REST = re.compile(
     rb"^(Additional GRPC error information from remote target .*|:[A-Z_]+:.*"
-    rb"|=== Source Location Trace: ===\s*|external/\S+:\d+|\s*)$")
+    rb"|=== Source Location Trace: ===\s*|external/\S+:\d+|\s*)$"
+)
 #: Gloo's line on each connection of the CPU collectives: not the program's either.
-_GLOO_CONNECTED = re.compile(rb"^\[Gloo\] Rank \d+ is connected to \d+ peer ranks\. "
-                             rb"Expected number of connected peer ranks is : \d+$")
+_GLOO_CONNECTED = re.compile(
+    rb"^\[Gloo\] Rank \d+ is connected to \d+ peer ranks\. "
+    rb"Expected number of connected peer ranks is : \d+$"
+)
 
 
 class _NoiseFilter:
@@ -416,8 +457,7 @@ class _NoiseFilter:
         return not _GLOO_CONNECTED.match(text)
 
 
-def _pump(src, dst, prefix: bytes, lock: threading.Lock,
-          tail: collections.deque | None = None) -> None:
+def _pump(src, dst, prefix: bytes, lock: threading.Lock, tail: collections.deque | None = None) -> None:
     """Copy lines from a child's pipe to dst, each prefixed by its rank, without the runtime's
     noise (``_NoiseFilter``); keep the last in tail."""
     out = getattr(dst, "buffer", None)
@@ -536,15 +576,17 @@ def _start_ranks(run: _Run) -> None:
     """Start every rank (own process group), then one output pump per stream and one waiter per rank."""
     preexec = _die_with_parent()
     for rank in range(run.nproc):
-        run.procs.append(subprocess.Popen(
-            run.cmd,
-            env=_child_env(rank, run.nproc, run.coordinator, run.platform, run.failures.stamp(rank)),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,  # own process group, for killpg
-            preexec_fn=preexec,
-        ))
+        run.procs.append(
+            subprocess.Popen(
+                run.cmd,
+                env=_child_env(rank, run.nproc, run.coordinator, run.platform, run.failures.stamp(rank)),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,  # own process group, for killpg
+                preexec_fn=preexec,
+            )
+        )
     # Threads only after all forks (preexec_fn and threads don't mix).
     for rank, p in enumerate(run.procs):
         prefix = f"[rank {rank}] ".encode()
@@ -556,8 +598,7 @@ def _start_ranks(run: _Run) -> None:
 
 
 class _Run:
-    def __init__(self, cmd: list[str], nproc: int, platform: str, port: int,
-                 timeout: float | None, grace: float):
+    def __init__(self, cmd: list[str], nproc: int, platform: str, port: int, timeout: float | None, grace: float):
         self.cmd, self.nproc, self.platform = cmd, nproc, platform
         self.coordinator = f"127.0.0.1:{port}"
         self.timeout, self.grace = timeout, grace
@@ -662,8 +703,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("-n/--nproc is required when no GPU is detected")
         nproc = gpus
     if platform == "gpu" and 0 < gpus < nproc:
-        parser.error(f"-n {nproc} needs {nproc} GPUs but {gpus} are visible "
-                     "(use --platform cpu for CPU processes)")
+        parser.error(f"-n {nproc} needs {nproc} GPUs but {gpus} are visible (use --platform cpu for CPU processes)")
 
     port = args.port if args.port is not None else _free_port()
     return _Run(cmd, nproc, platform, port, args.timeout, args.grace).run()

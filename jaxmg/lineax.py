@@ -50,8 +50,10 @@ from typing import Any, Optional
 try:
     import lineax as lx
 except ImportError as error:  # pragma: no cover - exercised only without the extra
-    raise ImportError("jaxmg.lineax needs Lineax, which is not installed; install it with pip install lineax "
-                      "(or, in jaxmg's source folder, pip install \".[lineax]\").") from error
+    raise ImportError(
+        "jaxmg.lineax needs Lineax, which is not installed; install it with pip install lineax "
+        '(or, in jaxmg\'s source folder, pip install ".[lineax]").'
+    ) from error
 
 import equinox as eqx
 import jax
@@ -91,7 +93,7 @@ class _Structure(eqx.Module):
         pieces, start = [], 0
         for shape, dtype in self.leaves:
             size = math.prod(shape)
-            piece = jnp.reshape(x[start:start + size], shape)
+            piece = jnp.reshape(x[start : start + size], shape)
             if jnp.iscomplexobj(piece) and not jnp.issubdtype(dtype, jnp.complexfloating):
                 piece = jnp.real(piece)  # a real leaf of a pytree that flatten promoted to complex
             pieces.append(piece.astype(dtype))
@@ -141,11 +143,18 @@ class _JaxmgSolver(_Options, lx.AbstractLinearSolver[_State]):
         """Factor ``operator.as_matrix()`` with jaxmg (distributed when it is sharded)."""
         del options
         if not isinstance(operator, lx.AbstractLinearOperator):
-            raise TypeError(f"{type(self).__name__}.init: operator must be a lineax linear operator, "
-                            f"got {type(operator).__name__}.")
+            raise TypeError(
+                f"{type(self).__name__}.init: operator must be a lineax linear operator, got {type(operator).__name__}."
+            )
         factor, transposed, negated = self._factor(operator.as_matrix(), operator)
-        return _State(factor, transposed, False, negated,
-                      _Structure.of(operator.in_structure()), _Structure.of(operator.out_structure()))
+        return _State(
+            factor,
+            transposed,
+            False,
+            negated,
+            _Structure.of(operator.in_structure()),
+            _Structure.of(operator.out_structure()),
+        )
 
     def compute(self, state: _State, vector, options: dict[str, Any]):
         """Solve ``operator @ x = vector``; returns (x, result, stats)."""
@@ -166,13 +175,15 @@ class _JaxmgSolver(_Options, lx.AbstractLinearSolver[_State]):
 
     def transpose(self, state: _State, options: dict[str, Any]):
         """The state of ``operator.T``: a flag flip, no new factorisation."""
-        return _State(state.factor, not state.transposed, state.conjugated, state.negated,
-                      state.out_structure, state.in_structure), options
+        return _State(
+            state.factor, not state.transposed, state.conjugated, state.negated, state.out_structure, state.in_structure
+        ), options
 
     def conj(self, state: _State, options: dict[str, Any]):
         """The state of ``conj(operator)``: a flag flip, no new factorisation."""
-        return _State(state.factor, state.transposed, not state.conjugated, state.negated,
-                      state.in_structure, state.out_structure), options
+        return _State(
+            state.factor, state.transposed, not state.conjugated, state.negated, state.in_structure, state.out_structure
+        ), options
 
     def _solve_status(self, state: _State) -> jax.Array:
         """The solve's status: the factorisation's."""
@@ -199,14 +210,15 @@ def _raise_on_every_device(status: jax.Array, factor: Factorisation) -> jax.Arra
         result = lx.RESULTS.where(s == 0, lx.RESULTS.successful, lx.RESULTS.singular)
         return result.error_if(s, result != lx.RESULTS.successful)
 
-    return jax.shard_map(check, mesh=mesh, in_specs=PartitionSpec(), out_specs=PartitionSpec(),
-                         check_vma=False)(status)
+    return jax.shard_map(check, mesh=mesh, in_specs=PartitionSpec(), out_specs=PartitionSpec(), check_vma=False)(status)
 
 
 def _square(operator, name: str) -> None:
     if operator.in_size() != operator.out_size():
-        raise ValueError(f"jaxmg.lineax.{name} needs a square operator, got {operator.out_size()} x "
-                         f"{operator.in_size()}; use jaxmg.lineax.QR (or Auto) for rectangular operators.")
+        raise ValueError(
+            f"jaxmg.lineax.{name} needs a square operator, got {operator.out_size()} x "
+            f"{operator.in_size()}; use jaxmg.lineax.QR (or Auto) for rectangular operators."
+        )
 
 
 class Cholesky(_JaxmgSolver):
@@ -224,9 +236,11 @@ class Cholesky(_JaxmgSolver):
     def _factor(self, matrix, operator):
         negative = lx.is_negative_semidefinite(operator)
         if not (lx.is_positive_semidefinite(operator) or negative):
-            raise ValueError("jaxmg.lineax.Cholesky needs an operator tagged lineax.positive_semidefinite_tag "
-                             "(or negative_semidefinite_tag), e.g. lx.MatrixLinearOperator(a, "
-                             "lx.positive_semidefinite_tag); use jaxmg.lineax.LU or Auto for other operators.")
+            raise ValueError(
+                "jaxmg.lineax.Cholesky needs an operator tagged lineax.positive_semidefinite_tag "
+                "(or negative_semidefinite_tag), e.g. lx.MatrixLinearOperator(a, "
+                "lx.positive_semidefinite_tag); use jaxmg.lineax.LU or Auto for other operators."
+            )
         _square(operator, "Cholesky")
         return modules.Cholesky(-matrix if negative else matrix, **self._options()), False, negative
 
@@ -349,4 +363,3 @@ class Auto(_Options, lx.AbstractLinearSolver[_AutoState]):
     def conj(self, state, options):
         inner, options = state.solver.conj(state.inner, options)
         return _AutoState(state.solver, inner), options
-

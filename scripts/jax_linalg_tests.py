@@ -35,8 +35,11 @@ import tempfile
 from pathlib import Path
 
 CLASSES = ("NumpyLinalgTest", "ScipyLinalgTest")
-RUNS = {"jax": "plain JAX", "fallback": "jaxmg, JAX's own function where jaxmg lacks the name",
-        "strict": "jaxmg, a missing name counted as a failure"}
+RUNS = {
+    "jax": "plain JAX",
+    "fallback": "jaxmg, JAX's own function where jaxmg lacks the name",
+    "strict": "jaxmg, a missing name counted as a failure",
+}
 
 PLUGIN = r'''
 """pytest plugin: the test module's linear-algebra names resolved to jaxmg's."""
@@ -126,8 +129,21 @@ def run(mode: str, jax_src: Path, keyword: str | None, timeout: int, workdir: Pa
     env = dict(os.environ, JAXMG_LINALG_MODE=mode, JAXMG_LINALG_RESULTS=str(results), PYTHONDONTWRITEBYTECODE="1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(workdir), env.get("PYTHONPATH")]))
     env.setdefault("JAX_PLATFORMS", "cpu")
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "jaxmg_linalg_plugin",
-           "--rootdir", str(workdir), "-k", selection, str(test_file)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "jaxmg_linalg_plugin",
+        "--rootdir",
+        str(workdir),
+        "-k",
+        selection,
+        str(test_file),
+    ]
     if _has_xdist():
         cmd[3:3] = ["-n", "0"]
     try:
@@ -138,8 +154,7 @@ def run(mode: str, jax_src: Path, keyword: str | None, timeout: int, workdir: Pa
     if not results.exists():
         raise SystemExit(f"the {mode} run wrote no results:\n{stdout[-3000:]}\n{stderr[-3000:]}")
     if not finished:
-        print(f"{mode}: stopped after {timeout} s (--timeout); the cases run until then are counted",
-              file=sys.stderr)
+        print(f"{mode}: stopped after {timeout} s (--timeout); the cases run until then are counted", file=sys.stderr)
     return {k: tuple(v) for k, v in json.loads(results.read_text()).items()}
 
 
@@ -180,8 +195,11 @@ def print_causes(mode: str, outcomes: dict, top: int) -> None:
     print(f"\nfailures of the {mode} run by cause ({sum(causes.values())}):")
     for cause, n in causes.most_common(top):
         print(f"  {n:4d}  {cause}")
-    tests = collections.Counter(re.sub(r"\d+$", "", node.split("::")[-1].split("[")[0])
-                                for node, (outcome, _) in outcomes.items() if outcome == "failed")
+    tests = collections.Counter(
+        re.sub(r"\d+$", "", node.split("::")[-1].split("[")[0])
+        for node, (outcome, _) in outcomes.items()
+        if outcome == "failed"
+    )
     print("  by test: " + ", ".join(f"{name} {n}" for name, n in tests.most_common()))
 
 
@@ -199,9 +217,11 @@ def main(argv=None) -> int:
         for mode in args.runs:
             results[mode] = run(mode, args.jax_src.resolve(), args.keyword, args.timeout, Path(tmp))
             print(f"{mode}: {dict(counts(results[mode]))}", file=sys.stderr, flush=True)
-    print(f"JAX_ENABLE_X64={os.environ.get('JAX_ENABLE_X64', '0')}, "
-          f"JAX_NUM_GENERATED_CASES={os.environ.get('JAX_NUM_GENERATED_CASES', '10')}"
-          + (f", -k {args.keyword!r}" if args.keyword else ""))
+    print(
+        f"JAX_ENABLE_X64={os.environ.get('JAX_ENABLE_X64', '0')}, "
+        f"JAX_NUM_GENERATED_CASES={os.environ.get('JAX_NUM_GENERATED_CASES', '10')}"
+        + (f", -k {args.keyword!r}" if args.keyword else "")
+    )
     print_table(results)
     for mode in results:
         if mode != "jax":

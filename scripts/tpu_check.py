@@ -104,8 +104,11 @@ def _ratio(op: str, a: np.ndarray, b: np.ndarray, out) -> float:
         return max(abs(out[0] - sign) / EPS, abs(out[1] - ref) / (n * EPS * cond))
     if op == "eigh":
         w, v = out
-        return max(_norm(a @ v - v * w) / (n * EPS * na), _norm(v.T @ v - np.eye(n)) / (n * EPS),
-                   np.max(np.abs(w - np.linalg.eigvalsh(a))) / (n * EPS * na / np.sqrt(n)))
+        return max(
+            _norm(a @ v - v * w) / (n * EPS * na),
+            _norm(v.T @ v - np.eye(n)) / (n * EPS),
+            np.max(np.abs(w - np.linalg.eigvalsh(a))) / (n * EPS * na / np.sqrt(n)),
+        )
     u, s, vh = out
     return max(_norm(a - (u * s) @ vh) / (n * EPS * na), _norm(u.T @ u - np.eye(s.size)) / (n * EPS))
 
@@ -199,8 +202,9 @@ def _child(op: str, n: int, timeout: float) -> dict:
     """``op`` at order ``n`` in a process of its own, killed after ``timeout`` seconds."""
     start = time.perf_counter()
     try:
-        done = subprocess.run([sys.executable, __file__, "--case", op, str(n)], capture_output=True, text=True,
-                              timeout=timeout)
+        done = subprocess.run(
+            [sys.executable, __file__, "--case", op, str(n)], capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired:
         return {"error": f"did not finish in {timeout:g} s"}
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]

@@ -8,8 +8,9 @@ if "JAXMG_PROCESS_ID" not in os.environ and "xla_force_host_platform_device_coun
 # The tests' matrices are tiny and most of their time is XLA compiling: LLVM's cheaper
 # optimisation level compiles about 15% faster with the same results (unless XLA_FLAGS sets it).
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                               + " --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true").strip()
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+    ).strip()
 
 # 8 simulated devices each call OpenBLAS on 2 cores: its spinning worker threads make that
 # 100x slower on a busy machine (measured), so each call runs on its own thread.

@@ -11,6 +11,7 @@ spectrum, rotated by Haar-random unitaries, then graded or scaled. Everything is
 float64/complex128 and rounded once to the dtype, so references computed from the rounded
 matrix in double precision are exact enough for every ratio.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -146,6 +147,7 @@ def rhs(m: int, k: int, dtype, seed: int = 1) -> np.ndarray:
 
 # --- ratios (in double precision, of the rounded inputs) and the verdict ----------------------
 
+
 def wide(x) -> np.ndarray:
     """x in complex128 (or float64), for references."""
     x = np.asarray(x)
@@ -214,5 +216,7 @@ def assert_right_or_flagged(label: str, outputs, status, ratios) -> None:
     assert finite, f"{label}: status {code} with non-finite outputs (neither right nor flagged)"
     got = ratios()
     bad = {k: v for k, v in got.items() if not v <= THRESHOLD}
-    assert not bad, (f"{label}: status {code} and a finite answer outside LAPACK's ratios (threshold "
-                     f"{THRESHOLD}): " + ", ".join(f"{k} = {v:.3g}" for k, v in got.items()))
+    assert not bad, (
+        f"{label}: status {code} and a finite answer outside LAPACK's ratios (threshold "
+        f"{THRESHOLD}): " + ", ".join(f"{k} = {v:.3g}" for k, v in got.items())
+    )

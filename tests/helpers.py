@@ -31,6 +31,7 @@ def pattern_test(pattern, found, not_found):
     @pytest.mark.parametrize("text, expected", cases)
     def test(text, expected):
         assert bool(pattern.search(text)) == expected, text
+
     return test
 
 
@@ -63,6 +64,7 @@ def conditioned(m, n, cond, dtype, seed=0):
     def unitary(k):
         g = rng.standard_normal((k, k)) + (1j * rng.standard_normal((k, k)) if cplx else 0)
         return np.linalg.qr(g)[0]
+
     s = np.geomspace(1.0, 1.0 / cond, n)
     return ((unitary(m)[:, :n] * s) @ np.conj(unitary(n)).T).astype(dtype)
 
@@ -70,8 +72,7 @@ def conditioned(m, n, cond, dtype, seed=0):
 def make_mesh(shape, names, devices=None, axis_types=AxisType.Explicit):
     """A mesh of the first prod(shape) devices (or ``devices``), Explicit axes by default."""
     devices = np.asarray(jax.devices() if devices is None else devices)
-    return Mesh(devices[: int(np.prod(shape))].reshape(shape), names,
-                axis_types=(axis_types,) * len(shape))
+    return Mesh(devices[: int(np.prod(shape))].reshape(shape), names, axis_types=(axis_types,) * len(shape))
 
 
 def lower_read(a):
@@ -111,12 +112,10 @@ def spec_of(x) -> P:
 
 def same_spec(x, expected: P) -> bool:
     want = tuple(expected) + (None,) * (x.ndim - len(tuple(expected)))
-    return spec_of(x) == P(*want) or x.sharding.is_equivalent_to(
-        NamedSharding(x.sharding.mesh, P(*want)), x.ndim)
+    return spec_of(x) == P(*want) or x.sharding.is_equivalent_to(NamedSharding(x.sharding.mesh, P(*want)), x.ndim)
 
 
-def run_ranks_without_launcher(mode, dead, pid_dir, *, init="jaxmg", platform="cpu", env=None,
-                               timeout=240):
+def run_ranks_without_launcher(mode, dead, pid_dir, *, init="jaxmg", platform="cpu", env=None, timeout=240):
     """Start tests/launch_scripts/fault.py MODE DEAD as 2 plain processes (no jaxmg.launch).
 
     init: "jaxmg" joins through jaxmg.launch.initialize_from_environment (JAXMG_* variables set
@@ -140,10 +139,15 @@ def run_ranks_without_launcher(mode, dead, pid_dir, *, init="jaxmg", platform="c
         child.pop("XLA_FLAGS", None)  # one device per process
         child["PYTHONPATH"] = os.pathsep.join(
             [str(Path(launch.__file__).resolve().parents[1])]
-            + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+            + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+        )
         if init == "jaxmg":
-            child.update(JAXMG_COORDINATOR=coordinator, JAXMG_NUM_PROCESSES="2",
-                         JAXMG_PROCESS_ID=str(rank), JAXMG_PLATFORM=platform)
+            child.update(
+                JAXMG_COORDINATOR=coordinator,
+                JAXMG_NUM_PROCESSES="2",
+                JAXMG_PROCESS_ID=str(rank),
+                JAXMG_PLATFORM=platform,
+            )
             if platform == "gpu":
                 child["JAXMG_LOCAL_DEVICE_IDS"] = str(rank)
         else:
@@ -152,10 +156,15 @@ def run_ranks_without_launcher(mode, dead, pid_dir, *, init="jaxmg", platform="c
             child.update(JAX_PLATFORMS="cpu", OPENBLAS_NUM_THREADS="1")
         child.update(launch.CHILD_ENV)
         child.update(env or {})
-        procs.append(subprocess.Popen(
-            [sys.executable, str(tests / "launch_scripts" / "fault.py"), mode, str(dead),
-             str(pid_dir)], env=child, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(tests / "launch_scripts" / "fault.py"), mode, str(dead), str(pid_dir)],
+                env=child,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     survivor = procs[1 - dead]
     try:
         out, _ = survivor.communicate(timeout=timeout)

@@ -62,8 +62,12 @@ def test_potrs_solve_grads_fwd_rev_order2(auto_mesh, dtype, order):
     rng = np.random.default_rng(0)
     A, B = spd(rng, dtype), random_matrix(rng, (N,), dtype)
     check(lambda a, b: jaxmg.potrs(herm(a), b), (A, B), order=order, modes=("fwd", "rev"))
-    check(lambda a, b: jaxmg.Cholesky(herm(a)).solve(b), (A, B[:, None] * np.ones(2, dtype)),
-                order=order, modes=("fwd", "rev"))
+    check(
+        lambda a, b: jaxmg.Cholesky(herm(a)).solve(b),
+        (A, B[:, None] * np.ones(2, dtype)),
+        order=order,
+        modes=("fwd", "rev"),
+    )
 
 
 @pytest.mark.parametrize("order", ORDERS, ids=lambda o: f"order{o}")
@@ -81,8 +85,12 @@ def test_cholesky_grads_fwd_rev_order2(auto_mesh, dtype, order):
 def test_logdet_grads_fwd_rev_order2(auto_mesh, dtype):
     A = spd(np.random.default_rng(1), dtype)
     check(lambda a: jaxmg.Cholesky(herm(a)).logdet(), (A,), order=2, modes=("fwd", "rev"))
-    check(lambda a, b: jaxmg.potrs(herm(a), b, return_logdet=True)[1], (A, np.ones(N, dtype)),
-                order=1, modes=("fwd", "rev"))
+    check(
+        lambda a, b: jaxmg.potrs(herm(a), b, return_logdet=True)[1],
+        (A, np.ones(N, dtype)),
+        order=1,
+        modes=("fwd", "rev"),
+    )
 
 
 @dtypes
@@ -124,7 +132,7 @@ def test_gradients_match_jax_numpy(auto_mesh):
 
     def ours(a, b):
         x, logdet = jaxmg.potrs(a, b, return_logdet=True)
-        return jnp.sum(x ** 2) + logdet
+        return jnp.sum(x**2) + logdet
 
     def reference(a, b):
         return jnp.sum(jnp.linalg.solve(lower_read(a), b) ** 2) + jnp.linalg.slogdet(lower_read(a))[1]
@@ -135,8 +143,9 @@ def test_gradients_match_jax_numpy(auto_mesh):
         assert not np.any(np.triu(np.asarray(jax.grad(ours)(a, B)), 1))
 
 
-@pytest.mark.parametrize("shape,spec", [((4, 2), P("x", "y")), ((8,), P("x", None)), ((8,), P(None, "x"))],
-                         ids=["4x2", "rows", "cols"])
+@pytest.mark.parametrize(
+    "shape,spec", [((4, 2), P("x", "y")), ((8,), P("x", None)), ((8,), P(None, "x"))], ids=["4x2", "rows", "cols"]
+)
 def test_cotangents_keep_the_primal_sharding(shape, spec):
     mesh = make_mesh(shape, ("x", "y")[: len(shape)])
     rng = np.random.default_rng(6)
@@ -212,6 +221,7 @@ def test_donated_module_still_differentiates_b():
 # --- Decompositions: forward mode, and reverse mode by JAX's transposition (inside jit; eagerly
 # and at order 2 in test_forward_mode.py) ------------------------------------------------------
 
+
 def _gauge_free_eig(w, v):
     """A loss that does not depend on the eigenvectors' phases."""
     return jnp.sum(w * jnp.arange(1.0, N + 1)) + jnp.sum(jnp.abs(v[:3]) ** 2 * jnp.arange(1.0, N + 1))
@@ -228,8 +238,12 @@ def test_decomposition_grads_fwd_rev(auto_mesh, dtype):
     check(lambda a: jaxmg.qr(a), (A_tall,), order=1, modes=("fwd", "rev"))
     check(lambda a: _gauge_free_eig(*jaxmg.syevd(herm(a))), (A_her,), order=1, modes=("fwd", "rev"))
     check(lambda a, b: _gauge_free_eig(*jaxmg.sygvd(herm(a), herm(b))), (A_her, A_spd), order=1, modes=("fwd", "rev"))
-    check(lambda a: jnp.sum(jaxmg.gesvd(a, compute_u=False, compute_vh=False) * weights), (A_tall,),
-          order=1, modes=("fwd", "rev"))
+    check(
+        lambda a: jnp.sum(jaxmg.gesvd(a, compute_u=False, compute_vh=False) * weights),
+        (A_tall,),
+        order=1,
+        modes=("fwd", "rev"),
+    )
     check(lambda a: jnp.sum(jnp.abs(jaxmg.gesvd(a)[0][:3]) ** 2), (A_tall,), order=1, modes=("fwd", "rev"))
     check(lambda a: jaxmg.polar(a), (A_tall,), order=1, modes=("fwd", "rev"))
 
@@ -244,14 +258,20 @@ def test_grads_of_non_hermitian_inputs(auto_mesh, dtype):
     check(lambda a, b: jaxmg.potrs(a, b, return_logdet=True), (A, B), order=1, modes=("fwd", "rev"))
     # a few columns take the elementwise transposed product, more than 16 the matrix products
     for columns in (3, N + 1):
-        check(lambda a, b: jaxmg.Cholesky(a).solve(b), (A, random_matrix(rng, (N, columns), dtype)),
-              order=1, modes=("fwd", "rev"))
+        check(
+            lambda a, b: jaxmg.Cholesky(a).solve(b),
+            (A, random_matrix(rng, (N, columns), dtype)),
+            order=1,
+            modes=("fwd", "rev"),
+        )
     check(lambda a: jaxmg.cholesky(a), (A,), order=1, modes=("fwd", "rev"))
     check(lambda a: _gauge_free_eig(*jaxmg.syevd(a)), (A_her,), order=1, modes=("fwd", "rev"))
     check(lambda a, b: _gauge_free_eig(*jaxmg.sygvd(a, b)), (A_her, A), order=1, modes=("fwd", "rev"))
     loss = lambda f: lambda a, b: jnp.sum(jnp.abs(f(a, b)) ** 2)  # noqa: E731
-    pairs = [(lambda a, b: jaxmg.potrs(a, b), lambda a, b: jnp.linalg.solve(lower_read(a), b)),
-             (lambda a, b: jaxmg.cholesky(a) @ b, lambda a, b: jnp.linalg.cholesky(lower_read(a)) @ b)]
+    pairs = [
+        (lambda a, b: jaxmg.potrs(a, b), lambda a, b: jnp.linalg.solve(lower_read(a), b)),
+        (lambda a, b: jaxmg.cholesky(a) @ b, lambda a, b: jnp.linalg.cholesky(lower_read(a)) @ b),
+    ]
     for ours, theirs in pairs:
         for g, r in zip(jax.grad(loss(ours), argnums=(0, 1))(A, B), jax.grad(loss(theirs), argnums=(0, 1))(A, B)):
             assert np.allclose(np.asarray(g), np.asarray(r), atol=1e-10)
@@ -269,8 +289,10 @@ def test_decomposition_cotangents_keep_the_primal_sharding():
         g_chol = jax.jit(jax.grad(lambda a: jnp.sum(jaxmg.cholesky(a) ** 2)))(spd_a)
     assert g_eig.sharding.spec == a.sharding.spec and g_svd.sharding.spec == tall.sharding.spec
     assert g_chol.sharding.spec == spd_a.sharding.spec
-    assert np.allclose(np.asarray(g_chol), np.asarray(
-        jax.grad(lambda a: jnp.sum(jnp.linalg.cholesky(lower_read(a)) ** 2))(np.asarray(spd_a))))
+    assert np.allclose(
+        np.asarray(g_chol),
+        np.asarray(jax.grad(lambda a: jnp.sum(jnp.linalg.cholesky(lower_read(a)) ** 2))(np.asarray(spd_a))),
+    )
     assert np.allclose(np.asarray(g_eig), 2 * np.eye(N))
     u, _, vh = np.linalg.svd(np.asarray(tall), full_matrices=False)
     assert np.allclose(np.asarray(g_svd), u @ vh)

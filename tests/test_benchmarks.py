@@ -17,10 +17,16 @@ def _bench(script: str, out, *args: str) -> list:
     """Run benchmarks/``script`` with ``args`` (its own 8 simulated devices) and read its records."""
     env = dict(os.environ)
     env.pop("XLA_FLAGS", None)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(jaxmg.__file__).resolve().parents[1]),
-                                                       env.get("PYTHONPATH")]))
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args, "--out", str(out)],
-                          capture_output=True, text=True, env=env, timeout=600)
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(Path(jaxmg.__file__).resolve().parents[1]), env.get("PYTHONPATH")])
+    )
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *args, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads(line) for line in out.read_text().splitlines()]
 
@@ -45,9 +51,26 @@ def test_bench_eager_grad_writes_every_case(tmp_path):
 @pytest.mark.slow
 def test_bench_numpy_linalg_writes_every_function(tmp_path):
     records = _bench("bench_numpy_linalg.py", tmp_path / "numpy_linalg.jsonl", "--sizes", "32", "--runs", "1")
-    functions = ["solve", "inv", "slogdet", "slogdet_grad", "eigh", "svd", "lstsq",
-                 "cholesky", "det", "qr", "pinv", "eigvalsh", "svdvals",
-                 "scipy.cho_solve", "scipy.lu_solve", "scipy.solve_pos", "scipy.eigh_b", "scipy.polar"]
+    functions = [
+        "solve",
+        "inv",
+        "slogdet",
+        "slogdet_grad",
+        "eigh",
+        "svd",
+        "lstsq",
+        "cholesky",
+        "det",
+        "qr",
+        "pinv",
+        "eigvalsh",
+        "svdvals",
+        "scipy.cho_solve",
+        "scipy.lu_solve",
+        "scipy.solve_pos",
+        "scipy.eigh_b",
+        "scipy.polar",
+    ]
     assert [(r["function"], r["impl"]) for r in records] == [(f, i) for f in functions for i in ("jax", "jaxmg")]
     # a JAX function that this JAX version lacks (scipy.eigh_b before JAX 0.12) is recorded with
     # its error and no timings; jaxmg's always runs, with a ratio wherever JAX's ran
@@ -60,11 +83,24 @@ def test_bench_numpy_linalg_writes_every_function(tmp_path):
 
 @pytest.mark.slow
 def test_bench_eigen_writes_every_case_beside_jax(tmp_path):
-    records = _bench("bench_eigen.py", tmp_path / "eigen.jsonl", "--cases", "polar", "--sizes", "48",
-                     "--stacks", "4x40", "--dtypes", "float32", "--runs", "1")
+    records = _bench(
+        "bench_eigen.py",
+        tmp_path / "eigen.jsonl",
+        "--cases",
+        "polar",
+        "--sizes",
+        "48",
+        "--stacks",
+        "4x40",
+        "--dtypes",
+        "float32",
+        "--runs",
+        "1",
+    )
     expected = [("polar", i) for i in ("jax", "jaxmg", "jax.scipy")]
     assert [(r["case"], r["impl"], r["count"], r["N"]) for r in records] == (
-        [(c, i, 0, 48) for c, i in expected] + [(c, i, 4, 40) for c, i in expected])
+        [(c, i, 0, 48) for c, i in expected] + [(c, i, 4, 40) for c, i in expected]
+    )
     for record in records:
         assert "error" not in record, record
         assert record["median_s"] > 0 and record["runs"] == 1 and record["dtype"] == "float32"
@@ -75,8 +111,7 @@ def test_bench_eigen_writes_every_case_beside_jax(tmp_path):
 def test_bench_crossover_writes_every_path(tmp_path):
     """On CPU the native path cannot run: its record says why, and the others are timed."""
     ops = ["potrs", "qr", "least_squares", "lu_solve", "syevd"]
-    records = _bench("bench_crossover.py", tmp_path / "crossover.jsonl", "--ops", *ops, "--sizes", "32",
-                     "--runs", "1")
+    records = _bench("bench_crossover.py", tmp_path / "crossover.jsonl", "--ops", *ops, "--sizes", "32", "--runs", "1")
     assert [r["op"] for r in records] == ops
     for record in records:
         assert record["portable_ms"] > 0 and "needs NVIDIA GPUs" in record["native_error"], record
@@ -122,11 +157,29 @@ def test_trace_summary_merges_events_by_name_per_track(tmp_path):
 def test_bench_gp_writes_the_loss_and_the_inverses(tmp_path):
     """The GP loss (plain JAX, then jaxmg) and the inverses (jaxmg's, then plain JAX's); the
     gradient equals plain JAX's."""
-    records = _bench("bench_gp.py", tmp_path / "gp.jsonl", "--sizes", "64", "--dtypes", "float64",
-                     "--solvers", "portable", "--runs", "1", "--inverse", "--leaves", "512,512,2048", "64,32,128")
+    records = _bench(
+        "bench_gp.py",
+        tmp_path / "gp.jsonl",
+        "--sizes",
+        "64",
+        "--dtypes",
+        "float64",
+        "--solvers",
+        "portable",
+        "--runs",
+        "1",
+        "--inverse",
+        "--leaves",
+        "512,512,2048",
+        "64,32,128",
+    )
     assert [(r["bench"], r["solver"]) for r in records] == [
-        ("gp", "plain JAX"), ("gp", "jaxmg portable"), ("inverse", "jaxmg portable"), ("inverse", "jaxmg portable"),
-        ("inverse", "plain JAX")]
+        ("gp", "plain JAX"),
+        ("gp", "jaxmg portable"),
+        ("inverse", "jaxmg portable"),
+        ("inverse", "jaxmg portable"),
+        ("inverse", "plain JAX"),
+    ]
     assert [r["one_gpu_leaves"] for r in records[2:4]] == [[512, 512, 2048], [64, 32, 128]]
     loss = records[1]
     assert loss["value_and_grad_s"] > 0 and loss["first_call_s"] > 0 and loss["eager_value_and_grad_s"] > 0
@@ -138,23 +191,29 @@ def test_bench_gp_writes_the_loss_and_the_inverses(tmp_path):
 def test_bench_batch_writes_every_op(tmp_path):
     """jaxmg and JAX on a batch-sharded stack: the batch route, no data moved between devices."""
     records = _bench("bench_batch.py", tmp_path / "batch.jsonl", "--n", "16", "--batch", "8", "--runs", "1")
-    assert [(r["op"], r["impl"]) for r in records] == [(op, impl) for op in ("potrs", "eigh", "svd")
-                                                        for impl in ("jax", "jaxmg")]
-    assert all(r["median_s"] > 0 and r["devices"] == 8 and r["batch"] == 8 and r["residual"] < 1e-12
-               for r in records)
-    assert all(r["route"] == "batch" and r["ratio"] > 0 and not r["collectives"]
-               for r in records if r["impl"] == "jaxmg")
+    assert [(r["op"], r["impl"]) for r in records] == [
+        (op, impl) for op in ("potrs", "eigh", "svd") for impl in ("jax", "jaxmg")
+    ]
+    assert all(r["median_s"] > 0 and r["devices"] == 8 and r["batch"] == 8 and r["residual"] < 1e-12 for r in records)
+    assert all(
+        r["route"] == "batch" and r["ratio"] > 0 and not r["collectives"] for r in records if r["impl"] == "jaxmg"
+    )
 
 
 @pytest.mark.slow
 def test_bench_memory_writes_every_case(tmp_path):
     """Each case in its own process: XLA's memory analysis in N x N matrices, beside plain JAX's."""
     cases = ["potrs", "cholesky_inverse_donated", "gp_vg"]
-    records = _bench("bench_memory.py", tmp_path / "memory.jsonl", "--sizes", "64", "--dtypes", "float64",
-                     "--cases", *cases)
-    assert [(r["case"], r["impl"]) for r in records] == [("potrs", "jax"), ("potrs", "jaxmg"),
-                                                         ("cholesky_inverse_donated", "jaxmg"),
-                                                         ("gp_vg", "jax"), ("gp_vg", "jaxmg")]
+    records = _bench(
+        "bench_memory.py", tmp_path / "memory.jsonl", "--sizes", "64", "--dtypes", "float64", "--cases", *cases
+    )
+    assert [(r["case"], r["impl"]) for r in records] == [
+        ("potrs", "jax"),
+        ("potrs", "jaxmg"),
+        ("cholesky_inverse_donated", "jaxmg"),
+        ("gp_vg", "jax"),
+        ("gp_vg", "jaxmg"),
+    ]
     assert all("error" not in r and r["N"] == 64 and r["first_run_s"] > 0 for r in records), records
     assert all(r["temp_matrices"] >= 0 for r in records if r["case"] != "cholesky_inverse_donated")
     assert all("compiled_peak_bytes" in r for r in records)  # the compiling process's peak, beside the run's

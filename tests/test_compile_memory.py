@@ -23,13 +23,20 @@ N = 8192
 
 def _records(tmp_path, *args) -> dict:
     if not (COMPILER / "jax_plugins" / "xla_cuda13").is_dir():
-        pytest.skip(f"XLA's CUDA plugin is not installed in {COMPILER} (tests/run.sh installs it): the GPU "
-                    "programs cannot be compiled here")
+        pytest.skip(
+            f"XLA's CUDA plugin is not installed in {COMPILER} (tests/run.sh installs it): the GPU "
+            "programs cannot be compiled here"
+        )
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # the GPU compiler's own defaults
     env["PYTHONPATH"] = os.pathsep.join([str(Path(jaxmg.__file__).resolve().parents[1]), str(COMPILER)])
     out = tmp_path / "compile_memory.jsonl"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "compile_memory.py"), "--sizes", str(N),
-                           "--out", str(out), *args], capture_output=True, text=True, env=env, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "compile_memory.py"), "--sizes", str(N), "--out", str(out), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert all("error" not in r for r in records), [r["error"] for r in records if "error" in r]
@@ -37,8 +44,9 @@ def _records(tmp_path, *args) -> dict:
 
 
 def test_the_gpu_programs_hold_what_the_mathematics_needs(tmp_path):
-    held = _records(tmp_path, "--cases", "gp_vg", "potrs", "cholesky_grad", "cholesky_inverse",
-                    "--dtypes", "float64", "float32")
+    held = _records(
+        tmp_path, "--cases", "gp_vg", "potrs", "cholesky_grad", "cholesky_inverse", "--dtypes", "float64", "float32"
+    )
     # the GP loss's jitted value_and_grad: the kernel's two residuals (x x^T and exp's argument)
     # and K, whose buffer the factor and A^-1 take in place; the cotangent of K is never written
     # (XLA computes it inside the kernel's backward reductions). The in-place inverse's fixed

@@ -51,8 +51,12 @@ FUNCTIONS = {
     "sygvd": (lambda a, b: jnp.sum(jaxmg.sygvd(a, a + 2 * jnp.eye(N), return_eigenvectors=False)), "spd"),
     "gesvd": (lambda a, b: jnp.sum(jaxmg.gesvd(a, compute_u=False, compute_vh=False)), "tall"),
     "polar": (lambda a, b: jnp.sum(jaxmg.polar(a)[1] ** 2), "tall"),
-    "Cholesky": (lambda a, b: jaxmg.Cholesky(a).logdet() + jnp.sum(jaxmg.Cholesky(a).solve(b))
-                 + jnp.sum(jaxmg.Cholesky(a).inverse()), "spd"),
+    "Cholesky": (
+        lambda a, b: (
+            jaxmg.Cholesky(a).logdet() + jnp.sum(jaxmg.Cholesky(a).solve(b)) + jnp.sum(jaxmg.Cholesky(a).inverse())
+        ),
+        "spd",
+    ),
     "LU": (lambda a, b: jaxmg.LU(a).slogdet()[1] + jnp.sum(jaxmg.LU(a).solve(b, trans="T")), "gen"),
     "QR": (lambda a, b: jnp.sum(jaxmg.QR(a).solve(b) ** 2), "tall"),
     "Eigh": (lambda a, b: jnp.sum(jaxmg.Eigh(a).w), "spd"),
@@ -96,10 +100,12 @@ def _value_and_grad(name):
     return jax.value_and_grad(loss, argnums=(0, 1))
 
 
-GROUPS = {"functions": [k for k in FUNCTIONS if "." not in k and k[0].islower()],
-          "modules": [k for k in FUNCTIONS if k[0].isupper()],
-          "numpy": [k for k in FUNCTIONS if k.startswith("la.")],
-          "scipy": [k for k in FUNCTIONS if k.startswith("sla.")]}
+GROUPS = {
+    "functions": [k for k in FUNCTIONS if "." not in k and k[0].islower()],
+    "modules": [k for k in FUNCTIONS if k[0].isupper()],
+    "numpy": [k for k in FUNCTIONS if k.startswith("la.")],
+    "scipy": [k for k in FUNCTIONS if k.startswith("sla.")],
+}
 
 
 @pytest.fixture(scope="module")
@@ -144,8 +150,19 @@ def test_inside_shard_map_with_grad(group, per_matrix):
 
 
 #: The losses that take a right-hand side.
-SOLVES = ["potrs", "lu_solve", "least_squares", "Cholesky", "LU", "QR", "la.solve", "la.lstsq",
-          "sla.cho_solve", "sla.lu_solve", "sla.solve"]
+SOLVES = [
+    "potrs",
+    "lu_solve",
+    "least_squares",
+    "Cholesky",
+    "LU",
+    "QR",
+    "la.solve",
+    "la.lstsq",
+    "sla.cho_solve",
+    "sla.lu_solve",
+    "sla.solve",
+]
 
 
 def test_inside_shard_map_with_a_shared_right_hand_side():
@@ -157,8 +174,10 @@ def test_inside_shard_map_with_a_shared_right_hand_side():
 
     def body(spd, gen, tall):
         own = {"spd": spd[0], "gen": gen[0], "tall": tall[0]}
-        return {name: jax.grad(FUNCTIONS[name][0])(own[FUNCTIONS[name][1]], shared[FUNCTIONS[name][1]])[None]
-                for name in SOLVES}
+        return {
+            name: jax.grad(FUNCTIONS[name][0])(own[FUNCTIONS[name][1]], shared[FUNCTIONS[name][1]])[None]
+            for name in SOLVES
+        }
 
     fn = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("d"),) * 3, out_specs=P("d")))
     got = fn(*(put(x, mesh, P("d")) for x in (SPD, GEN, TALL)))
@@ -181,8 +200,11 @@ def test_vmap_of_a_stack_eager_and_jit(axis_type, stack, per_matrix):
     mesh = make_mesh((4, 2), ("x", "y"), axis_types=axis_type)
     spec = STACKS[stack]
     a, b = put(SPD, mesh, spec), put(RHS, mesh, P((tuple(spec) + (None,))[0]))
-    fns = {"potrs": jax.vmap(jaxmg.potrs), "la.cholesky": la.cholesky,
-           "Cholesky": jax.vmap(lambda a, b: jaxmg.Cholesky(a).solve(b))}
+    fns = {
+        "potrs": jax.vmap(jaxmg.potrs),
+        "la.cholesky": la.cholesky,
+        "Cholesky": jax.vmap(lambda a, b: jaxmg.Cholesky(a).solve(b)),
+    }
     want_x = np.linalg.solve(SPD, RHS[..., None])[..., 0]
     want_l = np.linalg.cholesky(SPD)
     for name, fn in fns.items():
@@ -202,10 +224,10 @@ def test_check_grads_of_stacks_split_over_the_batch(axis_type):
     a, b = put(SPD, mesh, P(("x", "y"))), put(RHS, mesh, P(("x", "y")))
     t = put(TALL, mesh, P(("x", "y")))
     with jax.set_mesh(mesh):
-        check_grads(jax.vmap(lambda a, b: jaxmg.potrs(a, b, return_logdet=True)), (a, b), order=1,
-                    modes=("fwd", "rev"))
-        check_grads(jax.vmap(lambda a: jnp.sum(jaxmg.syevd(a, return_eigenvectors=False))), (a,), order=1,
-                    modes=("fwd", "rev"))
+        check_grads(jax.vmap(lambda a, b: jaxmg.potrs(a, b, return_logdet=True)), (a, b), order=1, modes=("fwd", "rev"))
+        check_grads(
+            jax.vmap(lambda a: jnp.sum(jaxmg.syevd(a, return_eigenvectors=False))), (a,), order=1, modes=("fwd", "rev")
+        )
         check_grads(lambda t: la.pinv(t), (t,), order=1, modes=("fwd", "rev"))
         check_grads(jax.vmap(lambda a, b: jaxmg.LU(a).solve(b)), (a, b), order=1, modes=("fwd", "rev"))
 
@@ -230,8 +252,10 @@ def test_batch_split_solve_moves_nothing(axis_type):
     mesh = make_mesh((4, 2), ("x", "y"), axis_types=axis_type)
     a, b = put(SPD, mesh, P(("x", "y"))), put(RHS, mesh, P(("x", "y")))
     with jax.set_mesh(mesh):
-        texts = [jax.jit(jax.vmap(jaxmg.potrs)).lower(a, b).compile().as_text(),
-                 jax.jit(la.cholesky).lower(a).compile().as_text()]
+        texts = [
+            jax.jit(jax.vmap(jaxmg.potrs)).lower(a, b).compile().as_text(),
+            jax.jit(la.cholesky).lower(a).compile().as_text(),
+        ]
     for text in texts:
         assert "all-gather" not in text and "all-to-all" not in text
 
@@ -257,10 +281,15 @@ def test_info_runs_as_a_module_without_runpy_warning():
     import sys
     from pathlib import Path
 
-    env = dict(os.environ, PYTHONWARNINGS="error::RuntimeWarning", JAXMG_NVIDIA_GPU="0",
-               PYTHONPATH=os.pathsep.join([str(Path(jaxmg.__file__).parent.parent), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, "-m", "jaxmg.info", "--n", "64"], capture_output=True, text=True,
-                          env=env, timeout=300)
+    env = dict(
+        os.environ,
+        PYTHONWARNINGS="error::RuntimeWarning",
+        JAXMG_NVIDIA_GPU="0",
+        PYTHONPATH=os.pathsep.join([str(Path(jaxmg.__file__).parent.parent), os.environ.get("PYTHONPATH", "")]),
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "jaxmg.info", "--n", "64"], capture_output=True, text=True, env=env, timeout=300
+    )
     assert done.returncode == 0 and "RuntimeWarning" not in done.stderr, done.stderr[-2000:]
     assert done.stdout.startswith("jaxmg ") and "potrs" in done.stdout
 
@@ -277,7 +306,8 @@ def test_reported_route_is_the_route_taken():
     jax.vmap(lambda a: routes.append(jaxmg.Cholesky(a).route) or a)(put(SPD, explicit, P(("x", "y"))))
     assert routes == [jaxmg.route("Cholesky", (N, N), "float64", explicit, stacked=B)] == ["batch"]
     inside, devices = [], jax.make_mesh((B,), ("d",))
-    jax.shard_map(lambda a: inside.append(jaxmg.Cholesky(a[0]).route) or a, mesh=devices,
-                  in_specs=P("d"), out_specs=P("d"))(put(SPD, devices, P("d")))
+    jax.shard_map(
+        lambda a: inside.append(jaxmg.Cholesky(a[0]).route) or a, mesh=devices, in_specs=P("d"), out_specs=P("d")
+    )(put(SPD, devices, P("d")))
     assert inside == ["local"]
     assert jaxmg.Cholesky(one).route == jaxmg.route("potrs", one.shape, one.dtype, None) == "local"

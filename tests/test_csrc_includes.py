@@ -28,7 +28,7 @@ def cycle(graph: dict):
         state[node] = "open"
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == "open":
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state and (found := visit(nxt, path + [nxt])):
                 return found
         state[node] = "done"

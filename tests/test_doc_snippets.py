@@ -60,7 +60,7 @@ def blocks(page: Path) -> list[Block]:
             end += 1
         if fence.group("lang") == "python":
             marker = NOT_RUN.match(lines[start - 1]) if start > 0 else None
-            code = textwrap.dedent("\n".join(lines[start + 1:end]))
+            code = textwrap.dedent("\n".join(lines[start + 1 : end]))
             found.append(Block(page, start + 1, code, marker.group("reason") if marker else None))
         i = end + 1
     return found
@@ -91,13 +91,15 @@ def test_page_snippets_run_as_written(page):
             code = compile(block.code, f"<{block.where()}>", "exec")
             exec(code, namespace)  # noqa: S102 - the documentation's own code
         except Exception as error:  # report which block of which page, then the error
-            raise AssertionError(f"{block.where()}: the block fails as written: "
-                                 f"{type(error).__name__}: {error}") from error
+            raise AssertionError(
+                f"{block.where()}: the block fails as written: {type(error).__name__}: {error}"
+            ) from error
 
 
 def test_the_block_reader(tmp_path):
     page = tmp_path / "page.md"
-    page.write_text(textwrap.dedent("""\
+    page.write_text(
+        textwrap.dedent("""\
         Text.
 
         ```python
@@ -118,7 +120,8 @@ def test_the_block_reader(tmp_path):
         ```bash
         echo no
         ```
-        """))
+        """)
+    )
     assert [(b.line, b.code, b.not_run) for b in blocks(page)] == [
         (3, "x = 1", None),
         (8, "import jax; jax.distributed.initialize()", "needs several processes"),

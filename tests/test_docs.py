@@ -29,8 +29,9 @@ def _need(module: str):
 
 
 def _plots(*args):
-    return subprocess.run([sys.executable, str(ROOT / "docs" / "plots.py"), *args],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "docs" / "plots.py"), *args], capture_output=True, text=True, timeout=300
+    )
 
 
 def test_committed_tables_are_what_the_records_give(tmp_path):
@@ -59,8 +60,14 @@ def site(tmp_path_factory):
     _need("material")
     out = tmp_path_factory.mktemp("site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"),
-                          "-d", str(out)], capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    run = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"), "-d", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=ROOT,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     return out
 
@@ -89,8 +96,7 @@ def test_mkdocs_default_output_is_ignored():
     assert run.returncode == 0, "site/ is not in .gitignore"
 
 
-@pytest.mark.parametrize("page", ["api/functional", "api/modules", "api/lineax", "api/layout", "api/tools",
-                                  "lineax"])
+@pytest.mark.parametrize("page", ["api/functional", "api/modules", "api/lineax", "api/layout", "api/tools", "lineax"])
 def test_api_pages_are_markdown_not_sphinx_roles(site, page):
     text = _text(site, page)
     assert not re.search(r":(class|func|mod|data|attr|meth|obj):`", text), page
@@ -109,8 +115,7 @@ def test_api_types_show_shapes_and_dtypes(site):
 
 def test_derivatives_page_lists_forward_mode_for_every_operation():
     """Every operation has a custom JVP (jaxmg/autodiff/decompositions.py): none is reverse-only."""
-    table = [line for line in (ROOT / "docs" / "derivatives.md").read_text().splitlines()
-             if line.startswith("| `")]
+    table = [line for line in (ROOT / "docs" / "derivatives.md").read_text().splitlines() if line.startswith("| `")]
     assert len(table) >= 4
     for line in table:
         assert line.split("|")[2].strip().startswith("forward and reverse"), line
@@ -131,8 +136,11 @@ def test_readme_is_a_landing_page():
     text = README.read_text()
     lines = text.splitlines()
     assert len(lines) <= 250, len(lines)
-    for command in ("bash scripts/venv.sh && .venv/bin/python examples/quickstart.py", "bash tests/run.sh",
-                    "bash tests/run.sh --slow"):
+    for command in (
+        "bash scripts/venv.sh && .venv/bin/python examples/quickstart.py",
+        "bash tests/run.sh",
+        "bash tests/run.sh --slow",
+    ):
         assert command in text, command
     first_page = "\n".join(lines[:110])
     assert "with jax.set_mesh(mesh):" in first_page and "jax.grad" in first_page
@@ -142,10 +150,13 @@ def test_readme_is_a_landing_page():
 def test_readme_example_runs(tmp_path):
     """The README's short example runs as written on 8 simulated CPU devices."""
     script = tmp_path / "example.py"
-    script.write_text('import jax\njax.config.update("jax_enable_x64", True)\n' + _example()
-                      + "\nimport numpy as np"
-                      + "\nnp.testing.assert_allclose(np.asarray(a) @ np.asarray(x), 1.0, rtol=1e-10)"
-                      + "\nprint('OK', g.sharding.spec)\n")
+    script.write_text(
+        'import jax\njax.config.update("jax_enable_x64", True)\n'
+        + _example()
+        + "\nimport numpy as np"
+        + "\nnp.testing.assert_allclose(np.asarray(a) @ np.asarray(x), 1.0, rtol=1e-10)"
+        + "\nprint('OK', g.sharding.spec)\n"
+    )
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(jaxmg_path()).parent), env.get("PYTHONPATH")]))
     run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
@@ -162,7 +173,9 @@ def jaxmg_path():
 DEVELOPMENT_WORDS = re.compile(
     r"\bsession[ _-]?\d|\bsessions?\b(?! ?=)|\bdevice calls?\b|\bremote calls?\b|\bwork rounds?\b|\bround \d"
     r"|\bissue \d+|\bissues? #\d|64 MiB|\bmachines (?:available|lent)\b|\bnot lent\b|\blent\b|\bwithheld\b"
-    r"|\bcarr(?:y|ied) to\b", re.I)
+    r"|\bcarr(?:y|ied) to\b",
+    re.I,
+)
 
 
 def test_the_project_speaks_only_of_the_product():

@@ -41,9 +41,26 @@ def test_shared_argument_texts_are_filled_in():
 
     from jaxmg._docstrings import ARGUMENTS
 
-    objects = [getattr(jaxmg, name) for name in ("potrs", "cholesky", "lu_solve", "least_squares", "qr",
-                                                 "syevd", "sygvd", "gesvd", "polar", "Cholesky", "LU",
-                                                 "QR", "Eigh", "SVD", "Polar")]
+    objects = [
+        getattr(jaxmg, name)
+        for name in (
+            "potrs",
+            "cholesky",
+            "lu_solve",
+            "least_squares",
+            "qr",
+            "syevd",
+            "sygvd",
+            "gesvd",
+            "polar",
+            "Cholesky",
+            "LU",
+            "QR",
+            "Eigh",
+            "SVD",
+            "Polar",
+        )
+    ]
     for obj in objects:
         doc = inspect.getdoc(obj)
         assert not re.search(r"^\s*\w+: \{\w+\}$", doc, re.M), obj

@@ -114,15 +114,19 @@ def test_solve_triangular_derivatives(monkeypatch):
     a = _triangular(rng, 12, np.complex128, graded=False)
     b = random_matrix(rng, (12, 2), np.complex128)
     for lower, adj, unit in ((True, False, False), (False, True, True), (True, True, False)):
+
         def f(a, b, lower=lower, adj=adj, unit=unit):  # check_grads passes NumPy arrays
             return triangular.trsm(triangular.Tri(jnp.asarray(a), lower=lower, adj=adj, unit=unit), jnp.asarray(b))
+
         check_grads(f, (a, b), order=1, modes=("fwd", "rev"))
     check_grads(lambda a, b: msla.solve_triangular(a, b, trans=1), (a, b), order=1, modes=("fwd", "rev"))
     mesh = make_mesh((4, 2), ("x", "y"))
     a_s = put(a, mesh, P("x", "y"))
     for lower, trans, unit in ((True, 0, False), (False, 2, True), (True, 1, False)):
+
         def loss(a, solve=msla.solve_triangular, lower=lower, trans=trans, unit=unit):
             return jnp.sum(jnp.abs(solve(a, b, lower=lower, trans=trans, unit_diagonal=unit)) ** 2)
+
         with jax.set_mesh(mesh):
             g = jax.jit(jax.grad(loss))(a_s)
         np.testing.assert_allclose(g, jax.grad(loss)(a, jsl.solve_triangular), rtol=1e-9, atol=1e-12)
@@ -143,8 +147,12 @@ def test_lu_factor_and_lu_are_jaxs_arrays(axis_type, dtype):
     np.testing.assert_allclose(np.tril(np.asarray(lu), -1), np.tril(ref_lu, -1), rtol=1e-12, atol=1e-13)
     b = random_matrix(rng, (8, 2), dtype)
     for trans in (0, 1, 2):  # with the sharded packed factor, against JAX's with its own
-        np.testing.assert_allclose(msla.lu_solve((lu, piv), b, trans=trans),
-                                   jsl.lu_solve((ref_lu, ref_piv), b, trans=trans), rtol=1e-11, atol=1e-12)
+        np.testing.assert_allclose(
+            msla.lu_solve((lu, piv), b, trans=trans),
+            jsl.lu_solve((ref_lu, ref_piv), b, trans=trans),
+            rtol=1e-11,
+            atol=1e-12,
+        )
     np.testing.assert_allclose(msla.lu_solve((lu, piv), a[:, 0]), np.eye(8)[:, 0], atol=1e-11)
     p, l, u = msla.lu(a_s)
     for x, y in zip((p, l, u), jsl.lu(a)):

@@ -45,8 +45,10 @@ EMPTY = {
     "det": (mla.det, jnp.linalg.det),
     "slogdet": (lambda a: tuple(mla.slogdet(a)), lambda a: tuple(jnp.linalg.slogdet(a))),
     "inv": (mla.inv, jnp.linalg.inv),
-    "solve": (lambda a: mla.solve(a, jnp.ones((a.shape[-1], 2), a.dtype)),
-              lambda a: jnp.linalg.solve(a, jnp.ones((a.shape[-1], 2), a.dtype))),
+    "solve": (
+        lambda a: mla.solve(a, jnp.ones((a.shape[-1], 2), a.dtype)),
+        lambda a: jnp.linalg.solve(a, jnp.ones((a.shape[-1], 2), a.dtype)),
+    ),
     "cholesky": (mla.cholesky, jnp.linalg.cholesky),
     "eigh": (lambda a: tuple(mla.eigh(a)), lambda a: tuple(jnp.linalg.eigh(a))),
     "svd": (lambda a: tuple(mla.svd(a)), lambda a: tuple(jnp.linalg.svd(a))),
@@ -54,10 +56,14 @@ EMPTY = {
     "pinv": (mla.pinv, jnp.linalg.pinv),
     "norm2": (lambda a: mla.matrix_norm(a, ord=2), lambda a: jnp.linalg.matrix_norm(a, ord=2)),
     "nuc": (lambda a: mla.matrix_norm(a, ord="nuc"), lambda a: jnp.linalg.matrix_norm(a, ord="nuc")),
-    "cho_solve": (lambda a: msla.cho_solve(msla.cho_factor(a), jnp.ones((0, 1), a.dtype)),
-                  lambda a: jsl.cho_solve(jsl.cho_factor(a), jnp.ones((0, 1), a.dtype))),
-    "sla.solve_pos": (lambda a: msla.solve(a, jnp.ones(0, a.dtype), assume_a="pos"),
-                      lambda a: jsl.solve(a, jnp.ones(0, a.dtype), assume_a="pos")),
+    "cho_solve": (
+        lambda a: msla.cho_solve(msla.cho_factor(a), jnp.ones((0, 1), a.dtype)),
+        lambda a: jsl.cho_solve(jsl.cho_factor(a), jnp.ones((0, 1), a.dtype)),
+    ),
+    "sla.solve_pos": (
+        lambda a: msla.solve(a, jnp.ones(0, a.dtype), assume_a="pos"),
+        lambda a: jsl.solve(a, jnp.ones(0, a.dtype), assume_a="pos"),
+    ),
 }
 
 
@@ -106,9 +112,18 @@ def test_empty_matrices_derivatives(name, shape):
     fn = EMPTY_DERIVATIVES[name]
     a = jnp.zeros(shape, jnp.complex128)
     value, tangent = jax.jvp(fn, (a,), (a,))
-    want_value, want_tangent = jax.jvp({"cholesky": jnp.linalg.cholesky, "eigvalsh": jnp.linalg.eigvalsh,
-                                        "eigh": lambda a: jnp.linalg.eigh(a)[1], "svdvals": jnp.linalg.svdvals,
-                                        "det": _empty_det, "inv": jnp.linalg.inv}[name], (a,), (a,))
+    want_value, want_tangent = jax.jvp(
+        {
+            "cholesky": jnp.linalg.cholesky,
+            "eigvalsh": jnp.linalg.eigvalsh,
+            "eigh": lambda a: jnp.linalg.eigh(a)[1],
+            "svdvals": jnp.linalg.svdvals,
+            "det": _empty_det,
+            "inv": jnp.linalg.inv,
+        }[name],
+        (a,),
+        (a,),
+    )
     _same((value, tangent), (want_value, want_tangent))
     if name == "cholesky":
         check_grads(fn, (a,), 2)
@@ -217,8 +232,11 @@ def test_det_eagerly_as_in_jit():
     """det runs one computation: eagerly and in jax.jit the numbers are identical (float32,
     25 x 25). In a fresh process with XLA's default optimisation (this suite compiles at a
     lower level, under which separately compiled steps round alike)."""
-    flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
-             if "optimization_level" not in f and "expensive_passes" not in f and "device_count" not in f]
+    flags = [
+        f
+        for f in os.environ.get("XLA_FLAGS", "").split()
+        if "optimization_level" not in f and "expensive_passes" not in f and "device_count" not in f
+    ]
     env = dict(os.environ, XLA_FLAGS=" ".join(flags), JAX_PLATFORMS="cpu")
     done = subprocess.run([sys.executable, "-c", _EAGER_AS_JIT], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -226,8 +244,10 @@ def test_det_eagerly_as_in_jit():
 
 # --- 3. cho_solve with JAX's array factor ---------------------------------------------------------
 
+
 def _equations(fn, *args):
     """Every equation of fn's jaxpr, those of its sub-jaxprs (jit, custom rules) included."""
+
     def walk(jaxpr):
         for eqn in jaxpr.eqns:
             yield eqn
@@ -236,6 +256,7 @@ def _equations(fn, *args):
                     inner = getattr(sub, "jaxpr", None)
                     if inner is not None:
                         yield from walk(inner if hasattr(inner, "eqns") else inner.jaxpr)
+
     return list(walk(jax.make_jaxpr(fn)(*args).jaxpr))
 
 
@@ -295,6 +316,7 @@ def test_cho_solve_array_factor_on_a_mesh(kind):
 
 # --- 4. JAX's strict dtype promotion and rank promotion ------------------------------------------
 
+
 @pytest.fixture
 def strict_promotion():
     """JAX's own test configuration: no implicit dtype promotion, no implicit rank promotion."""
@@ -322,8 +344,11 @@ STRICT = {
     "sla.cho_solve_array": lambda a: msla.cho_solve((jnp.linalg.cholesky(a), True), _ones(a)),
     "sla.polar": lambda a: msla.polar(a)[1],
     "potrs_logdet": lambda a: jaxmg.potrs(a, _ones(a), return_logdet=True)[1],
-    "lineax_cholesky": lambda a: lx.linear_solve(lx.MatrixLinearOperator(a, lx.positive_semidefinite_tag), _ones(a),
-                                                 jaxmg.lineax.Cholesky()).value,
+    "lineax_cholesky": lambda a: (
+        lx.linear_solve(
+            lx.MatrixLinearOperator(a, lx.positive_semidefinite_tag), _ones(a), jaxmg.lineax.Cholesky()
+        ).value
+    ),
 }
 
 
@@ -355,9 +380,11 @@ def test_strict_promotion_above_the_polar_eigh_order(strict_promotion, dtype):
 
 # --- 5. pinv's derivative of a wide matrix --------------------------------------------------------
 
+
 def _largest_intermediate(fn, *args) -> int:
-    return max(int(np.prod(v.aval.shape)) for eqn in _equations(fn, *args) for v in eqn.outvars
-               if hasattr(v.aval, "shape"))
+    return max(
+        int(np.prod(v.aval.shape)) for eqn in _equations(fn, *args) for v in eqn.outvars if hasattr(v.aval, "shape")
+    )
 
 
 @pytest.mark.parametrize("shape", [(2, 4000), (4000, 2)])
@@ -374,5 +401,6 @@ def test_pinv_derivative_of_a_wide_matrix_is_jax():
     a = jnp.asarray(random_matrix(np.random.default_rng(5), (3, 7), np.float64))
     check_grads(mla.pinv, (a,), 1, modes=("fwd", "rev"))
     t = jnp.asarray(random_matrix(np.random.default_rng(6), (3, 7), np.float64))
-    np.testing.assert_allclose(jax.jvp(mla.pinv, (a,), (t,))[1], jax.jvp(jnp.linalg.pinv, (a,), (t,))[1],
-                               rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(
+        jax.jvp(mla.pinv, (a,), (t,))[1], jax.jvp(jnp.linalg.pinv, (a,), (t,))[1], rtol=1e-9, atol=1e-9
+    )

@@ -73,22 +73,31 @@ def _tangents(wrt, a, b):
 
 ENTRY = {
     "grad": lambda fn, a, b, wrt: jax.grad(_loss(_restrict(fn, a, b, wrt)[0]), argnums=tuple(range(len(wrt))))(
-        *_restrict(fn, a, b, wrt)[1]),
+        *_restrict(fn, a, b, wrt)[1]
+    ),
     "value_and_grad": lambda fn, a, b, wrt: jax.value_and_grad(
-        _loss(_restrict(fn, a, b, wrt)[0]), argnums=tuple(range(len(wrt))))(*_restrict(fn, a, b, wrt)[1]),
+        _loss(_restrict(fn, a, b, wrt)[0]), argnums=tuple(range(len(wrt)))
+    )(*_restrict(fn, a, b, wrt)[1]),
     "vjp": lambda fn, a, b, wrt: _pull(*jax.vjp(_restrict(fn, a, b, wrt)[0], *_restrict(fn, a, b, wrt)[1])),
-    "jvp": lambda fn, a, b, wrt: jax.jvp(_restrict(fn, a, b, wrt)[0], _restrict(fn, a, b, wrt)[1],
-                                         _tangents(wrt, a, b)),
+    "jvp": lambda fn, a, b, wrt: jax.jvp(
+        _restrict(fn, a, b, wrt)[0], _restrict(fn, a, b, wrt)[1], _tangents(wrt, a, b)
+    ),
     # JAX's linearize requires tangents of the primal's type (on Explicit axes, its sharding)
     "linearize": lambda fn, a, b, wrt: jax.linearize(_restrict(fn, a, b, wrt)[0], *_restrict(fn, a, b, wrt)[1])[1](
-        *[jax.device_put(t, x.sharding) if hasattr(x, "sharding") else t
-          for t, x in zip(_tangents(wrt, a, b), _restrict(fn, a, b, wrt)[1])]),
+        *[
+            jax.device_put(t, x.sharding) if hasattr(x, "sharding") else t
+            for t, x in zip(_tangents(wrt, a, b), _restrict(fn, a, b, wrt)[1])
+        ]
+    ),
     "jacfwd": lambda fn, a, b, wrt: jax.jacfwd(_restrict(fn, a, b, wrt)[0], argnums=tuple(range(len(wrt))))(
-        *_restrict(fn, a, b, wrt)[1]),
+        *_restrict(fn, a, b, wrt)[1]
+    ),
     "jacrev": lambda fn, a, b, wrt: jax.jacrev(_restrict(fn, a, b, wrt)[0], argnums=tuple(range(len(wrt))))(
-        *_restrict(fn, a, b, wrt)[1]),
+        *_restrict(fn, a, b, wrt)[1]
+    ),
     "hessian": lambda fn, a, b, wrt: jax.hessian(_loss(_restrict(fn, a, b, wrt)[0]), argnums=tuple(range(len(wrt))))(
-        *_restrict(fn, a, b, wrt)[1]),
+        *_restrict(fn, a, b, wrt)[1]
+    ),
 }
 WRT = {"a": (0,), "b": (1,), "ab": (0, 1)}
 
@@ -117,8 +126,9 @@ def _inputs(mesh):
 
 @pytest.mark.parametrize("entry", list(ENTRY))
 @pytest.mark.parametrize("wrt", list(WRT))
-@pytest.mark.parametrize("kind,set_mesh", [(AxisType.Auto, False), (AxisType.Explicit, True)],
-                         ids=["auto", "explicit-set_mesh"])
+@pytest.mark.parametrize(
+    "kind,set_mesh", [(AxisType.Auto, False), (AxisType.Explicit, True)], ids=["auto", "explicit-set_mesh"]
+)
 def test_every_entry_point_eagerly(entry, wrt, kind, set_mesh):
     mesh = _mesh(kind)
     a, b = _inputs(mesh)
@@ -133,8 +143,11 @@ def test_every_entry_point_eagerly(entry, wrt, kind, set_mesh):
 
 @pytest.mark.parametrize("entry", ["grad", "jvp", "vjp"])
 @pytest.mark.parametrize("wrt", list(WRT))
-@pytest.mark.parametrize("kind,set_mesh", [(AxisType.Auto, True), (AxisType.Explicit, True),
-                                           (AxisType.Auto, False)], ids=["auto-set_mesh", "explicit", "auto"])
+@pytest.mark.parametrize(
+    "kind,set_mesh",
+    [(AxisType.Auto, True), (AxisType.Explicit, True), (AxisType.Auto, False)],
+    ids=["auto-set_mesh", "explicit", "auto"],
+)
 def test_lu_solve_eagerly(entry, wrt, kind, set_mesh):
     mesh = _mesh(kind)
     a, b = _inputs(mesh)
@@ -204,8 +217,7 @@ def test_cotangents_in_other_shardings_keep_the_primal_sharding():
     x = np.linalg.solve(A, B)
     # replicated, on one device (uncommitted: JAX refuses one committed elsewhere, with jnp too)
     # and in another spec
-    for ct in (put(np.arange(1.0, N + 1), mesh, P()), jnp.arange(1.0, N + 1),
-               put(np.arange(1.0, N + 1), mesh, P("y"))):
+    for ct in (put(np.arange(1.0, N + 1), mesh, P()), jnp.arange(1.0, N + 1), put(np.arange(1.0, N + 1), mesh, P("y"))):
         with jax.set_mesh(mesh):
             _, pullback = jax.vjp(jaxmg.potrs, a, b)
             g_a, g_b = pullback(ct)
@@ -267,6 +279,7 @@ def test_jax_refuses_order2_reverse_of_resharded_transpose():
 
     def f(a, b):
         return jnp.sum(jax.sharding.reshard(a.T, jax.typeof(a).sharding.spec) ** 2) * b
+
     with jax.set_mesh(mesh):
         check_grads(f, (a, b), order=1, modes=("rev",))
         try:
@@ -331,15 +344,18 @@ def test_module_solves_order2_eagerly(name):
     both = (0, 1)
     with jax.set_mesh(mesh):
         check_grads(g, args, order=1, modes=("fwd", "rev"))
-        got = [jax.hessian(loss, argnums=both)(*args),
-               jax.jacfwd(jax.grad(loss, argnums=both), argnums=both)(*args),
-               jax.jacfwd(jax.jacfwd(loss, argnums=both), argnums=both)(*args)]
+        got = [
+            jax.hessian(loss, argnums=both)(*args),
+            jax.jacfwd(jax.grad(loss, argnums=both), argnums=both)(*args),
+            jax.jacfwd(jax.jacfwd(loss, argnums=both), argnums=both)(*args),
+        ]
     want = jax.hessian(ref_loss, argnums=both)(*ref_args)
     for second in got:
         _close(second, want)
 
 
 # --- No mesh anywhere: the arrays' device, as a 1 x 1 grid ------------------------------------
+
 
 def test_single_device_arrays_without_a_mesh():
     device = jax.devices()[5]
@@ -353,13 +369,16 @@ def test_single_device_arrays_without_a_mesh():
     g = jax.grad(lambda a, b: jnp.sum(jaxmg.potrs(a, b) ** 2), argnums=(0, 1))(a, b)
     _close(g, jax.grad(lambda a, b: jnp.sum(_potrs_reference(a, b) ** 2), argnums=(0, 1))(A, B))
     assert g[0].sharding.device_set == {device}
-    _close(jax.jit(jax.grad(lambda a: jnp.sum(jaxmg.potrs(a, jnp.ones(N)))))(jnp.asarray(A)),
-           jax.grad(lambda a: jnp.sum(_potrs_reference(a, jnp.ones(N))))(A))
+    _close(
+        jax.jit(jax.grad(lambda a: jnp.sum(jaxmg.potrs(a, jnp.ones(N)))))(jnp.asarray(A)),
+        jax.grad(lambda a: jnp.sum(_potrs_reference(a, jnp.ones(N))))(A),
+    )
     check_grads(lambda a, b: jaxmg.potrs((a + a.T) / 2, b), (A, B), order=2, modes=("fwd", "rev"))
     check_grads(jaxmg.potrs, (A, B), order=2, modes=("fwd", "rev"))
 
 
 # --- Eager derivatives are compiled calls ------------------------------------------------------
+
 
 def test_eager_grad_reuses_its_compiled_calls():
     """After the first call, an eager grad compiles nothing new (timing: benchmarks/)."""
@@ -369,7 +388,8 @@ def test_eager_grad_reuses_its_compiled_calls():
     jax.block_until_ready(grad(a, b))
     compiled = []
     jax.monitoring.register_event_duration_secs_listener(
-        lambda event, duration, **kw: compiled.append(event) if "backend_compile" in event else None)
+        lambda event, duration, **kw: compiled.append(event) if "backend_compile" in event else None
+    )
     try:
         jax.block_until_ready(grad(a, b))
     finally:
@@ -379,6 +399,7 @@ def test_eager_grad_reuses_its_compiled_calls():
 
 # --- The backward pass reuses the saved factor ----------------------------------------------
 
+
 def _count(jaxpr, name: str) -> int:
     """Factorisations ``name`` ("potrf", "getrf") in a jaxpr and every jaxpr nested in it: the
     device solver's handler calls (``jaxmg.kernels.ffi.solver``), counted by their LAPACK branch (each
@@ -386,8 +407,11 @@ def _count(jaxpr, name: str) -> int:
     total = 0
     for eqn in jaxpr.eqns:
         target = str(eqn.params.get("target_name", eqn.params.get("target", "")))
-        total += (eqn.primitive.name in ("ffi_call", "jaxmg_per_matrix_call") and target.startswith("lapack_")
-                  and name in target)
+        total += (
+            eqn.primitive.name in ("ffi_call", "jaxmg_per_matrix_call")
+            and target.startswith("lapack_")
+            and name in target
+        )
         for param in eqn.params.values():
             for sub in param if isinstance(param, (list, tuple)) else [param]:
                 inner = getattr(sub, "jaxpr", sub)
@@ -403,8 +427,9 @@ def test_backward_pass_has_one_factorisation_in_its_jaxpr(kind):
     with jax.set_mesh(mesh):
         cases = {
             ("potrf", "potrs"): lambda a, b: jnp.sum(jaxmg.potrs(a, b) ** 2),
-            ("potrf", "potrs+logdet"): lambda a, b: jnp.sum(
-                jnp.stack(jaxmg.potrs(a, b, return_logdet=True)[:1])) + jaxmg.Cholesky(a).logdet(),
+            ("potrf", "potrs+logdet"): lambda a, b: (
+                jnp.sum(jnp.stack(jaxmg.potrs(a, b, return_logdet=True)[:1])) + jaxmg.Cholesky(a).logdet()
+            ),
             ("getrf", "lu_solve"): lambda a, b: jnp.sum(jaxmg.lu_solve(a, b) ** 2),
         }
         for (primitive, name), loss in cases.items():

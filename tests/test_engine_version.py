@@ -1,5 +1,6 @@
 """The guards for cuSOLVERMp's version (jaxmg.kernels.native._engine) as a pure function of
 (version, T_A, grid), and how the version is read from the loaded library."""
+
 from __future__ import annotations
 
 import pytest
@@ -63,14 +64,18 @@ class _FakeNative:
 
     # what info() reads besides the version
     header_versions = cuda_runtime_version = nccl_version = capabilities = cache_info = native_timeout = aborts = (
-        lambda self: None)
+        lambda self: None
+    )
 
 
-@pytest.mark.parametrize("fake,expected", [
-    (_FakeNative(cached=800), (0, 8, 0)),
-    (_FakeNative(probed=901), (0, 9, 1)),
-    (_FakeNative(), None),
-])
+@pytest.mark.parametrize(
+    "fake,expected",
+    [
+        (_FakeNative(cached=800), (0, 8, 0)),
+        (_FakeNative(probed=901), (0, 9, 1)),
+        (_FakeNative(), None),
+    ],
+)
 def test_engine_version_is_read_from_the_library(fake, expected, monkeypatch):
     from jaxmg.kernels.ffi import _library
 
@@ -122,10 +127,13 @@ def test_no_library_no_version(monkeypatch):
     assert _engine.affected(None)
 
 
-@pytest.mark.parametrize("code,engine,guards", [
-    (800, "cuSOLVERMp 0.8.0", "T_A must be a power of two"),
-    (901, "cuSOLVERMp 0.9.1", "none (nothing is refused)"),
-])
+@pytest.mark.parametrize(
+    "code,engine,guards",
+    [
+        (800, "cuSOLVERMp 0.8.0", "T_A must be a power of two"),
+        (901, "cuSOLVERMp 0.9.1", "none (nothing is refused)"),
+    ],
+)
 def test_info_reports_the_engine_and_its_guards(code, engine, guards, monkeypatch):
     """jaxmg.kernels.native.info() (printed by python -m jaxmg.info) names the engine's version
     and the guards in force."""

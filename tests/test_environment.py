@@ -16,8 +16,15 @@ READS = (
     re.compile(r"""\bENV\{([A-Z][A-Z0-9_]+)\}"""),
     re.compile(r"""["'](JAXMG_[A-Z0-9_]+)["']"""),
 )
-SOURCES = ("jaxmg/**/*.py", "build_support/*.py", "csrc/*.cc", "csrc/*.h", "csrc/*.cu", "cmake/*.cmake",
-           "CMakeLists.txt")
+SOURCES = (
+    "jaxmg/**/*.py",
+    "build_support/*.py",
+    "csrc/*.cc",
+    "csrc/*.h",
+    "csrc/*.cu",
+    "cmake/*.cmake",
+    "CMakeLists.txt",
+)
 
 
 def read_variables(texts) -> set:
@@ -48,6 +55,8 @@ def test_every_jaxmg_variable_documented_is_read():
 
 
 def test_the_scan_finds_each_kind_of_read():
-    text = ('os.environ.get("A_X"); os.environ["B_X"]; env.get("C_X"); std::getenv("D_X"); $ENV{E_X}; '
-            'NAME = "JAXMG_F"; "set JAXMG_G=1 to"')
+    text = (
+        'os.environ.get("A_X"); os.environ["B_X"]; env.get("C_X"); std::getenv("D_X"); $ENV{E_X}; '
+        'NAME = "JAXMG_F"; "set JAXMG_G=1 to"'
+    )
     assert read_variables([text]) == {"A_X", "B_X", "C_X", "D_X", "E_X", "JAXMG_F"}

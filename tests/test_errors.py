@@ -185,8 +185,9 @@ def test_mesh_of_another_shape_inside_jit_names_mesh():
     np.testing.assert_allclose(np.asarray(jaxmg.potrs(a, b, mesh=other)), expected, rtol=1e-10)
     with pytest.raises(ValueError, match=r"mesh= is one of axes \{'p': 2, 'q': 4\}.*cannot move"):
         jax.jit(lambda a, b: jaxmg.potrs(a, b, mesh=other))(a, b)
-    np.testing.assert_allclose(np.asarray(jax.jit(lambda a, b: jaxmg.potrs(a, b, mesh=mesh))(a, b)), expected,
-                               rtol=1e-10)
+    np.testing.assert_allclose(
+        np.asarray(jax.jit(lambda a, b: jaxmg.potrs(a, b, mesh=mesh))(a, b)), expected, rtol=1e-10
+    )
 
 
 def test_default_backend_names_the_op_and_maps_modules(mesh):
@@ -210,13 +211,23 @@ def test_native_unavailable_maps_operations_to_families(monkeypatch):
         assert _routes.native_unavailable(_routes.family(op), None) is None, op
 
 
-@pytest.mark.parametrize("kwargs, match", [(dict(backend="nativ"), "backend must be"),
-                                           (dict(T_A=0), "T_A must be at least 1"),
-                                           (dict(T_A=-3), "T_A must be at least 1")])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(backend="nativ"), "backend must be"),
+        (dict(T_A=0), "T_A must be at least 1"),
+        (dict(T_A=-3), "T_A must be at least 1"),
+    ],
+)
 def test_ops_local_checks_backend_and_tile(mesh, kwargs, match):
     grid = jaxmg.Grid.from_spec(mesh, P("x", "y"))
     a, b = put(4 * np.eye(8), mesh, P("x", "y")), put(np.ones(8), mesh, P("x"))
-    step = jax.shard_map(lambda a, b: jaxmg.ops.local.potrs(a, b, grid=grid, **kwargs), mesh=mesh,
-                         in_specs=(P("x", "y"), P("x")), out_specs=(P("x"), P(), P()), check_vma=False)
+    step = jax.shard_map(
+        lambda a, b: jaxmg.ops.local.potrs(a, b, grid=grid, **kwargs),
+        mesh=mesh,
+        in_specs=(P("x", "y"), P("x")),
+        out_specs=(P("x"), P(), P()),
+        check_vma=False,
+    )
     with pytest.raises(ValueError, match=match):
         jax.jit(step)(a, b)

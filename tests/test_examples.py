@@ -56,7 +56,8 @@ def _run(script: str, *args, launch: int = 0) -> str:
     proc = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT)
     assert proc.returncode == 0, (
         f"{script} exited with {proc.returncode}\n--- stdout ---\n{proc.stdout[-4000:]}"
-        f"\n--- stderr ---\n{proc.stderr[-4000:]}")
+        f"\n--- stderr ---\n{proc.stderr[-4000:]}"
+    )
     return proc.stdout
 
 
@@ -103,8 +104,9 @@ def test_equinox_solve_layer():
     _check_layer(_run("equinox_solve_layer.py", "--n", 128, "--steps", 10))
 
 
-@pytest.mark.parametrize("script, check", [("gp_hyperparameters.py", _check_gp),
-                                           ("equinox_solve_layer.py", _check_layer)])
+@pytest.mark.parametrize(
+    "script, check", [("gp_hyperparameters.py", _check_gp), ("equinox_solve_layer.py", _check_layer)]
+)
 def test_examples_under_launcher(script, check):
     """The same scripts, unchanged, with one process per device (2 CPU processes)."""
     pytest.importorskip("optax")

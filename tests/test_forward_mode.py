@@ -23,8 +23,10 @@ M = 16
 SPEC = P("x", "y")
 #: (mesh axis type, dtype) pairs: each operation runs real on Auto axes and complex on
 #: Explicit axes (eager order-2 checks compile many programs: the full cross would double it)
-COMBOS = [pytest.param((AxisType.Auto, np.float64), id="auto-float64"),
-          pytest.param((AxisType.Explicit, np.complex128), id="explicit-complex128")]
+COMBOS = [
+    pytest.param((AxisType.Auto, np.float64), id="auto-float64"),
+    pytest.param((AxisType.Explicit, np.complex128), id="explicit-complex128"),
+]
 AXES = [pytest.param(AxisType.Auto, id="auto"), pytest.param(AxisType.Explicit, id="explicit")]
 
 
@@ -75,17 +77,23 @@ def eig_loss(w, v):
     """Depends on w and on |v|^2 and v diag(c) v^H: invariant to each eigenvector's phase."""
     v = _whole(v)
     c = _weights(v.shape[1], 1)
-    return (jnp.sum(w * _weights(w.shape, 2)) + jnp.sum(jnp.abs(v) ** 2 * _weights(v.shape, 3))
-            + jnp.real(jnp.sum(((v * c) @ jnp.conj(v).T) * _weights(v.shape, 4))))
+    return (
+        jnp.sum(w * _weights(w.shape, 2))
+        + jnp.sum(jnp.abs(v) ** 2 * _weights(v.shape, 3))
+        + jnp.real(jnp.sum(((v * c) @ jnp.conj(v).T) * _weights(v.shape, 4)))
+    )
 
 
 def svd_loss(u, s, vh):
     """Depends on s, |u|^2, |vh|^2 and u diag(c) vh: invariant to each pair's common phase."""
     u, vh = _whole(u), _whole(vh)
     c = _weights(s.shape, 5)
-    return (jnp.sum(s * _weights(s.shape, 6)) + jnp.sum(jnp.abs(u) ** 2 * _weights(u.shape, 7))
-            + jnp.sum(jnp.abs(vh) ** 2 * _weights(vh.shape, 8))
-            + jnp.real(jnp.sum(((u * c) @ vh) * _weights(u.shape, 9))))
+    return (
+        jnp.sum(s * _weights(s.shape, 6))
+        + jnp.sum(jnp.abs(u) ** 2 * _weights(u.shape, 7))
+        + jnp.sum(jnp.abs(vh) ** 2 * _weights(vh.shape, 8))
+        + jnp.real(jnp.sum(((u * c) @ vh) * _weights(u.shape, 9)))
+    )
 
 
 def svd_full_loss(u, s, vh):
@@ -100,8 +108,12 @@ def _data(dtype):
     (distinct singular values), and a right-hand side."""
     rng = np.random.default_rng(0)
     a = random_matrix(rng, (N, N), dtype)
-    return {"a": (a + a.conj().T) / 2, "b": spd_matrix(rng, N, dtype) + np.eye(N, dtype=dtype),
-            "t": random_matrix(rng, (M, N), dtype), "rhs": random_matrix(rng, (M,), dtype)}
+    return {
+        "a": (a + a.conj().T) / 2,
+        "b": spd_matrix(rng, N, dtype) + np.eye(N, dtype=dtype),
+        "t": random_matrix(rng, (M, N), dtype),
+        "rhs": random_matrix(rng, (M,), dtype),
+    }
 
 
 #: name -> (function of the inputs, names of its inputs)
@@ -182,6 +194,7 @@ def test_hessian_of_polar_and_qr_match_jax_numpy(mesh):
     def reference_polar(t):
         u, _, vh = jnp.linalg.svd(t, full_matrices=False)
         return u @ vh
+
     want = jax.hessian(lambda t: jnp.sum(reference_polar(t) ** 2 * w))(data["t"])
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-8)
     got = jax.hessian(lambda t: jnp.sum(_whole(jaxmg.qr(t)[1]) ** 3))(t)
@@ -199,12 +212,18 @@ def test_jvp_matches_jax_numpy_and_keeps_layouts(mesh):
     dt = random_matrix(rng, (M, N), np.complex128)
     a, t = _put(data["a"], mesh), _put(data["t"], mesh)
     checks = [
-        (jax.jvp(lambda t: jaxmg.qr(t), (t,), (_put(dt, mesh),)),
-         jax.jvp(lambda t: jnp.linalg.qr(t), (data["t"],), (dt,))),
-        (jax.jvp(lambda a: jaxmg.syevd(a), (a,), (_put(da, mesh),)),
-         jax.jvp(lambda a: jnp.linalg.eigh(lower_read(a)), (data["a"],), (da,))),
-        (jax.jvp(lambda t: jaxmg.gesvd(t), (t,), (_put(dt, mesh),)),
-         jax.jvp(lambda t: jnp.linalg.svd(t, full_matrices=False), (data["t"],), (dt,))),
+        (
+            jax.jvp(lambda t: jaxmg.qr(t), (t,), (_put(dt, mesh),)),
+            jax.jvp(lambda t: jnp.linalg.qr(t), (data["t"],), (dt,)),
+        ),
+        (
+            jax.jvp(lambda a: jaxmg.syevd(a), (a,), (_put(da, mesh),)),
+            jax.jvp(lambda a: jnp.linalg.eigh(lower_read(a)), (data["a"],), (da,)),
+        ),
+        (
+            jax.jvp(lambda t: jaxmg.gesvd(t), (t,), (_put(dt, mesh),)),
+            jax.jvp(lambda t: jnp.linalg.svd(t, full_matrices=False), (data["t"],), (dt,)),
+        ),
     ]
     for (outs, dots), (ref_outs, ref_dots) in checks:
         for out, dot, ref_out, ref_dot in zip(outs, dots, ref_outs, ref_dots):
@@ -227,7 +246,7 @@ def test_degenerate_eigenvalues_give_finite_derivatives(mesh):
     def loss(a):
         w, v = jaxmg.syevd(herm(a))
         v = _whole(v)
-        return jnp.sum(g * ((v * c) @ v.T)) + jnp.sum(w ** 2)
+        return jnp.sum(g * ((v * c) @ v.T)) + jnp.sum(w**2)
 
     a = _put((q * lam) @ q.T, mesh)
     e = rng.standard_normal((N, N))

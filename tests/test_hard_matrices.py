@@ -9,6 +9,7 @@ have no status): never a finite wrong answer with status 0. Each operation runs 
 route (a matrix on one device), on the batch route (``jax.vmap`` over all kinds at once) and
 over a (4, 2) mesh (the portable backend); each is compiled once per dtype and route.
 """
+
 from __future__ import annotations
 
 import functools
@@ -39,6 +40,7 @@ ROUTES = ["local", "batch", "mesh"]
 
 
 # --- what each check computes (NumPy, double precision) --------------------------------------
+
 
 def triangle_error(t, lower: bool) -> float:
     """inf where a triangular factor has an entry on the wrong side of its diagonal."""
@@ -83,8 +85,7 @@ def least_squares_error(a, x, b, full_rank: bool, dtype) -> dict:
     if a.shape[0] <= a.shape[1] and full_rank:
         return {"backward": backward_error(a, x, b, dtype)}
     r = b - a @ x
-    return {"normal": ratio(norm1(np.conj(a).T @ r), norm1(a) * (norm1(a) * norm1(x) + norm1(b)),
-                            max(a.shape), dtype)}
+    return {"normal": ratio(norm1(np.conj(a).T @ r), norm1(a) * (norm1(a) * norm1(x) + norm1(b)), max(a.shape), dtype)}
 
 
 def minimum_norm(a, x, b, kind) -> dict:
@@ -108,23 +109,30 @@ def _least_squares_checks(inputs, outputs, dtype, rcond: bool) -> dict:
 def eigen_error(a, w, v, dtype) -> dict:
     """syevd's ratios (LAPACK's dsyt21 and eigenvalues against LAPACK's in double)."""
     a = wide(a)
-    return {"residual": ratio(norm1(a @ wide(v) - wide(v) * wide(w)), norm1(a), a.shape[0], dtype),
-            "orthogonality": orthogonality(v, dtype),
-            "eigenvalues": value_error(w, np.linalg.eigvalsh(a), norm1(a), a.shape[0], dtype)}
+    return {
+        "residual": ratio(norm1(a @ wide(v) - wide(v) * wide(w)), norm1(a), a.shape[0], dtype),
+        "orthogonality": orthogonality(v, dtype),
+        "eigenvalues": value_error(w, np.linalg.eigvalsh(a), norm1(a), a.shape[0], dtype),
+    }
 
 
 def svd_error(a, u, s, vh, dtype) -> dict:
     """gesvd's ratios (LAPACK's dbdt01/dort01 and singular values against LAPACK's in double)."""
     a = wide(a)
-    return {"residual": factor_error(a, (wide(u) * wide(s)) @ wide(vh), dtype),
-            "orthogonality-u": orthogonality(u, dtype),
-            "orthogonality-v": orthogonality(np.conj(wide(vh)).T, dtype),
-            "values": value_error(s, np.linalg.svd(a, compute_uv=False), norm1(a), max(a.shape), dtype)}
+    return {
+        "residual": factor_error(a, (wide(u) * wide(s)) @ wide(vh), dtype),
+        "orthogonality-u": orthogonality(u, dtype),
+        "orthogonality-v": orthogonality(np.conj(wide(vh)).T, dtype),
+        "values": value_error(s, np.linalg.svd(a, compute_uv=False), norm1(a), max(a.shape), dtype),
+    }
 
 
 def qr_error(a, q, r, dtype) -> dict:
-    return {"residual": factor_error(a, wide(q) @ wide(r), dtype), "orthogonality": orthogonality(q, dtype),
-            "triangular": triangle_error(r, lower=False)}
+    return {
+        "residual": factor_error(a, wide(q) @ wide(r), dtype),
+        "orthogonality": orthogonality(q, dtype),
+        "triangular": triangle_error(r, lower=False),
+    }
 
 
 def polar_error(a, u, h, dtype) -> dict:
@@ -132,9 +140,12 @@ def polar_error(a, u, h, dtype) -> dict:
     semi-definite to working precision."""
     h2, scale = wide(h), norm1(a)
     lowest = float(np.min(np.linalg.eigvalsh((h2 + np.conj(h2).T) / 2)))
-    return {"residual": factor_error(a, wide(u) @ h2, dtype), "orthogonality": orthogonality(u, dtype),
-            "hermitian": ratio(norm1(h2 - np.conj(h2).T), scale, a.shape[1], dtype),
-            "semi-definite": ratio(max(0.0, -lowest), scale, a.shape[1], dtype)}
+    return {
+        "residual": factor_error(a, wide(u) @ h2, dtype),
+        "orthogonality": orthogonality(u, dtype),
+        "hermitian": ratio(norm1(h2 - np.conj(h2).T), scale, a.shape[1], dtype),
+        "semi-definite": ratio(max(0.0, -lowest), scale, a.shape[1], dtype),
+    }
 
 
 def pencil_error(a, b, w, z, dtype) -> dict:
@@ -143,20 +154,24 @@ def pencil_error(a, b, w, z, dtype) -> dict:
     a, b, w, z = wide(a), wide(b), wide(w), wide(z)
     n = a.shape[0]
     scale = (norm1(a) + norm1(b) * float(np.max(np.abs(w), initial=0.0))) * norm1(z)
-    return {"residual": ratio(norm1(a @ z - (b @ z) * w), scale, n, dtype),
-            "b-orthogonality": ratio(norm1(np.conj(z).T @ b @ z - np.eye(n)), (norm1(b) * norm1(z)) * norm1(z), n,
-                                     dtype)}
+    return {
+        "residual": ratio(norm1(a @ z - (b @ z) * w), scale, n, dtype),
+        "b-orthogonality": ratio(norm1(np.conj(z).T @ b @ z - np.eye(n)), (norm1(b) * norm1(z)) * norm1(z), n, dtype),
+    }
 
 
 def pinv_error(a, x, dtype) -> dict:
     """The Penrose conditions A X A = A and X A X = X, each scaled as a backward error."""
     a, x = wide(a), wide(x)
     n = max(a.shape)
-    return {"axa": ratio(norm1(a @ x @ a - a), norm1(a) * (norm1(a) * norm1(x)), n, dtype),
-            "xax": ratio(norm1(x @ a @ x - x), norm1(x) * (norm1(x) * norm1(a)), n, dtype)}
+    return {
+        "axa": ratio(norm1(a @ x @ a - a), norm1(a) * (norm1(a) * norm1(x)), n, dtype),
+        "xax": ratio(norm1(x @ a @ x - x), norm1(x) * (norm1(x) * norm1(a)), n, dtype),
+    }
 
 
 # --- the operations: structure, shape, the call, its checks ----------------------------------
+
 
 class Op:
     """One operation of the battery.
@@ -244,86 +259,194 @@ def _det_check(i, o, d):
     ref_sign, ref = np.linalg.slogdet(wide(a))
     ref_det = ref_sign * np.exp(ref)
     scale = abs(ref_det) * min(condition(a), 1 / hm.eps(d))
-    det_err = (0.0 if det == ref_det else
-               ratio(abs(complex(det) - ref_det), scale, N, d) if np.isfinite(ref) else float("inf"))
+    det_err = (
+        0.0 if det == ref_det else ratio(abs(complex(det) - ref_det), scale, N, d) if np.isfinite(ref) else float("inf")
+    )
     return {"slogdet": logdet_error(sign, logdet, a, d), "det": det_err}
 
 
 OPS = {
-    "potrs": Op("spd", "square",
-                lambda a, b, r, kw: _split(jaxmg.potrs(a, r, return_logdet=True, return_status=True, **kw)),
-                lambda i, o, d: {"backward": backward_error(i[0], o[0], i[2], d),
-                                 "logdet": _logdet_check(o[1], i[0], d)},
-                reads="lower"),
-    "cholesky": Op("spd", "square", lambda a, b, r, kw: _pair(jaxmg.cholesky(a, return_status=True, **kw)),
-                   lambda i, o, d: {"factor": factor_error(i[0], wide(o[0]) @ np.conj(wide(o[0])).T, d),
-                                    "triangular": triangle_error(o[0], lower=True)}, reads="lower"),
-    "lu_solve": Op("general", "square", lambda a, b, r, kw: _pair(jaxmg.lu_solve(a, r, return_status=True, **kw)),
-                   lambda i, o, d: {"backward": backward_error(i[0], o[0], i[2], d)}),
-    "least_squares-tall": Op("general", "tall",
-                             lambda a, b, r, kw: _pair(jaxmg.least_squares(a, r, return_status=True, **kw)),
-                             lambda i, o, d: _least_squares_checks(i, o, d, rcond=False)),
-    "least_squares-wide": Op("general", "wide",
-                             lambda a, b, r, kw: _pair(jaxmg.least_squares(a, r, return_status=True, **kw)),
-                             lambda i, o, d: _least_squares_checks(i, o, d, rcond=False)),
-    "qr-tall": Op("general", "tall", lambda a, b, r, kw: _split(jaxmg.qr(a, return_status=True, **kw)),
-                  lambda i, o, d: qr_error(i[0], o[0], o[1], d)),
-    "qr-wide": Op("general", "wide", lambda a, b, r, kw: _split(jaxmg.qr(a, return_status=True, **kw)),
-                  lambda i, o, d: qr_error(i[0], o[0], o[1], d)),
-    "syevd": Op("hermitian", "square", lambda a, b, r, kw: _split(jaxmg.syevd(a, return_status=True, **kw)),
-                lambda i, o, d: eigen_error(i[0], o[0], o[1], d), reads="lower"),
-    "sygvd": Op("pencil", "square", lambda a, b, r, kw: _split(jaxmg.sygvd(a, b, return_status=True, **kw)),
-                lambda i, o, d: pencil_error(i[0], i[1], o[0], o[1], d), reads="lower"),
-    "gesvd-tall": Op("general", "tall", lambda a, b, r, kw: _split(jaxmg.gesvd(a, return_status=True, **kw)),
-                     lambda i, o, d: svd_error(i[0], *o, d)),
-    "gesvd-wide": Op("general", "wide", lambda a, b, r, kw: _split(jaxmg.gesvd(a, return_status=True, **kw)),
-                     lambda i, o, d: svd_error(i[0], *o, d)),
-    "polar": Op("general", "tall", lambda a, b, r, kw: _split(jaxmg.polar(a, return_status=True, **kw)),
-                lambda i, o, d: polar_error(i[0], o[0], o[1], d)),
-    "Cholesky": Op("spd", "square", _cholesky_module,
-                   lambda i, o, d: {"solve": backward_error(i[0], o[0], i[2], d),
-                                    "logdet": _logdet_check(o[1], i[0], d),
-                                    "inverse": inverse_error(i[0], o[2], d),
-                                    "factor": factor_error(i[0], wide(o[3]) @ np.conj(wide(o[3])).T, d)},
-                   reads="lower"),
-    "LU": Op("general", "square", _lu_module,
-             lambda i, o, d: {"solve": backward_error(i[0], o[0], i[2], d),
-                              "solve-C": backward_error(np.conj(wide(i[0])).T, o[1], i[2], d),
-                              "inverse": inverse_error(i[0], o[2], d)}),
-    "LU.slogdet": Op("general", "square", _lu_slogdet, lambda i, o, d: {"slogdet": logdet_error(o[0], o[1], i[0], d)},
-                     exact=lambda i, o: _singular_slogdet(i[0], o)),
+    "potrs": Op(
+        "spd",
+        "square",
+        lambda a, b, r, kw: _split(jaxmg.potrs(a, r, return_logdet=True, return_status=True, **kw)),
+        lambda i, o, d: {"backward": backward_error(i[0], o[0], i[2], d), "logdet": _logdet_check(o[1], i[0], d)},
+        reads="lower",
+    ),
+    "cholesky": Op(
+        "spd",
+        "square",
+        lambda a, b, r, kw: _pair(jaxmg.cholesky(a, return_status=True, **kw)),
+        lambda i, o, d: {
+            "factor": factor_error(i[0], wide(o[0]) @ np.conj(wide(o[0])).T, d),
+            "triangular": triangle_error(o[0], lower=True),
+        },
+        reads="lower",
+    ),
+    "lu_solve": Op(
+        "general",
+        "square",
+        lambda a, b, r, kw: _pair(jaxmg.lu_solve(a, r, return_status=True, **kw)),
+        lambda i, o, d: {"backward": backward_error(i[0], o[0], i[2], d)},
+    ),
+    "least_squares-tall": Op(
+        "general",
+        "tall",
+        lambda a, b, r, kw: _pair(jaxmg.least_squares(a, r, return_status=True, **kw)),
+        lambda i, o, d: _least_squares_checks(i, o, d, rcond=False),
+    ),
+    "least_squares-wide": Op(
+        "general",
+        "wide",
+        lambda a, b, r, kw: _pair(jaxmg.least_squares(a, r, return_status=True, **kw)),
+        lambda i, o, d: _least_squares_checks(i, o, d, rcond=False),
+    ),
+    "qr-tall": Op(
+        "general",
+        "tall",
+        lambda a, b, r, kw: _split(jaxmg.qr(a, return_status=True, **kw)),
+        lambda i, o, d: qr_error(i[0], o[0], o[1], d),
+    ),
+    "qr-wide": Op(
+        "general",
+        "wide",
+        lambda a, b, r, kw: _split(jaxmg.qr(a, return_status=True, **kw)),
+        lambda i, o, d: qr_error(i[0], o[0], o[1], d),
+    ),
+    "syevd": Op(
+        "hermitian",
+        "square",
+        lambda a, b, r, kw: _split(jaxmg.syevd(a, return_status=True, **kw)),
+        lambda i, o, d: eigen_error(i[0], o[0], o[1], d),
+        reads="lower",
+    ),
+    "sygvd": Op(
+        "pencil",
+        "square",
+        lambda a, b, r, kw: _split(jaxmg.sygvd(a, b, return_status=True, **kw)),
+        lambda i, o, d: pencil_error(i[0], i[1], o[0], o[1], d),
+        reads="lower",
+    ),
+    "gesvd-tall": Op(
+        "general",
+        "tall",
+        lambda a, b, r, kw: _split(jaxmg.gesvd(a, return_status=True, **kw)),
+        lambda i, o, d: svd_error(i[0], *o, d),
+    ),
+    "gesvd-wide": Op(
+        "general",
+        "wide",
+        lambda a, b, r, kw: _split(jaxmg.gesvd(a, return_status=True, **kw)),
+        lambda i, o, d: svd_error(i[0], *o, d),
+    ),
+    "polar": Op(
+        "general",
+        "tall",
+        lambda a, b, r, kw: _split(jaxmg.polar(a, return_status=True, **kw)),
+        lambda i, o, d: polar_error(i[0], o[0], o[1], d),
+    ),
+    "Cholesky": Op(
+        "spd",
+        "square",
+        _cholesky_module,
+        lambda i, o, d: {
+            "solve": backward_error(i[0], o[0], i[2], d),
+            "logdet": _logdet_check(o[1], i[0], d),
+            "inverse": inverse_error(i[0], o[2], d),
+            "factor": factor_error(i[0], wide(o[3]) @ np.conj(wide(o[3])).T, d),
+        },
+        reads="lower",
+    ),
+    "LU": Op(
+        "general",
+        "square",
+        _lu_module,
+        lambda i, o, d: {
+            "solve": backward_error(i[0], o[0], i[2], d),
+            "solve-C": backward_error(np.conj(wide(i[0])).T, o[1], i[2], d),
+            "inverse": inverse_error(i[0], o[2], d),
+        },
+    ),
+    "LU.slogdet": Op(
+        "general",
+        "square",
+        _lu_slogdet,
+        lambda i, o, d: {"slogdet": logdet_error(o[0], o[1], i[0], d)},
+        exact=lambda i, o: _singular_slogdet(i[0], o),
+    ),
     "QR": Op("general", "tall", _qr_module, lambda i, o, d: _least_squares_checks(i, o, d, rcond=False)),
     "QR.factors": Op("general", "tall", _qr_factors, lambda i, o, d: qr_error(i[0], o[0], o[1], d)),
-    "Eigh": Op("hermitian", "square", lambda a, b, r, kw: _module(jaxmg.Eigh(a, **kw), "w", "v"),
-               lambda i, o, d: eigen_error(i[0], o[0], o[1], d), reads="lower"),
-    "SVD": Op("general", "tall", lambda a, b, r, kw: _module(jaxmg.SVD(a, **kw), "u", "s", "vh"),
-              lambda i, o, d: svd_error(i[0], *o, d)),
-    "Polar": Op("general", "tall", lambda a, b, r, kw: _module(jaxmg.Polar(a, **kw), "u_p", "h"),
-                lambda i, o, d: polar_error(i[0], o[0], o[1], d)),
-    "np.solve": Op("general", "square", lambda a, b, r, kw: ((mla.solve(a, r),), None),
-                   lambda i, o, d: {"backward": backward_error(i[0], o[0], i[2], d)}),
-    "np.inv": Op("general", "square", lambda a, b, r, kw: ((mla.inv(a),), None),
-                 lambda i, o, d: {"inverse": inverse_error(i[0], o[0], d)}),
+    "Eigh": Op(
+        "hermitian",
+        "square",
+        lambda a, b, r, kw: _module(jaxmg.Eigh(a, **kw), "w", "v"),
+        lambda i, o, d: eigen_error(i[0], o[0], o[1], d),
+        reads="lower",
+    ),
+    "SVD": Op(
+        "general",
+        "tall",
+        lambda a, b, r, kw: _module(jaxmg.SVD(a, **kw), "u", "s", "vh"),
+        lambda i, o, d: svd_error(i[0], *o, d),
+    ),
+    "Polar": Op(
+        "general",
+        "tall",
+        lambda a, b, r, kw: _module(jaxmg.Polar(a, **kw), "u_p", "h"),
+        lambda i, o, d: polar_error(i[0], o[0], o[1], d),
+    ),
+    "np.solve": Op(
+        "general",
+        "square",
+        lambda a, b, r, kw: ((mla.solve(a, r),), None),
+        lambda i, o, d: {"backward": backward_error(i[0], o[0], i[2], d)},
+    ),
+    "np.inv": Op(
+        "general",
+        "square",
+        lambda a, b, r, kw: ((mla.inv(a),), None),
+        lambda i, o, d: {"inverse": inverse_error(i[0], o[0], d)},
+    ),
     "np.slogdet": Op("general", "square", _slogdet_numpy, _det_check, exact=lambda i, o: _singular_slogdet(i[0], o)),
-    "np.eigh": Op("hermitian", "square", lambda a, b, r, kw: (tuple(mla.eigh(a)) + (mla.eigvalsh(a),), None),
-                  lambda i, o, d: {**eigen_error(i[0], o[0], o[1], d),
-                                   "eigvalsh": value_error(o[2], np.linalg.eigvalsh(wide(i[0])), norm1(i[0]), N, d)},
-                  reads="symmetrized"),
-    "np.svd": Op("general", "tall", lambda a, b, r, kw: (tuple(mla.svd(a, full_matrices=False)), None),
-                 lambda i, o, d: svd_error(i[0], *o, d)),
+    "np.eigh": Op(
+        "hermitian",
+        "square",
+        lambda a, b, r, kw: (tuple(mla.eigh(a)) + (mla.eigvalsh(a),), None),
+        lambda i, o, d: {
+            **eigen_error(i[0], o[0], o[1], d),
+            "eigvalsh": value_error(o[2], np.linalg.eigvalsh(wide(i[0])), norm1(i[0]), N, d),
+        },
+        reads="symmetrized",
+    ),
+    "np.svd": Op(
+        "general",
+        "tall",
+        lambda a, b, r, kw: (tuple(mla.svd(a, full_matrices=False)), None),
+        lambda i, o, d: svd_error(i[0], *o, d),
+    ),
     "np.lstsq-tall": Op("general", "tall", _lstsq_numpy, lambda i, o, d: _least_squares_checks(i, o, d, rcond=True)),
     "np.lstsq-wide": Op("general", "wide", _lstsq_numpy, lambda i, o, d: _least_squares_checks(i, o, d, rcond=True)),
-    "np.pinv": Op("general", "tall", lambda a, b, r, kw: ((mla.pinv(a),), None),
-                  lambda i, o, d: pinv_error(i[0], o[0], d)),
-    "np.cholesky": Op("spd", "square", lambda a, b, r, kw: ((mla.cholesky(a),), None),
-                      lambda i, o, d: {"factor": factor_error(i[0], wide(o[0]) @ np.conj(wide(o[0])).T, d),
-                                       "triangular": triangle_error(o[0], lower=True)}, reads="symmetrized"),
-    "np.qr": Op("general", "tall", lambda a, b, r, kw: (tuple(mla.qr(a)), None),
-                lambda i, o, d: qr_error(i[0], o[0], o[1], d)),
+    "np.pinv": Op(
+        "general", "tall", lambda a, b, r, kw: ((mla.pinv(a),), None), lambda i, o, d: pinv_error(i[0], o[0], d)
+    ),
+    "np.cholesky": Op(
+        "spd",
+        "square",
+        lambda a, b, r, kw: ((mla.cholesky(a),), None),
+        lambda i, o, d: {
+            "factor": factor_error(i[0], wide(o[0]) @ np.conj(wide(o[0])).T, d),
+            "triangular": triangle_error(o[0], lower=True),
+        },
+        reads="symmetrized",
+    ),
+    "np.qr": Op(
+        "general", "tall", lambda a, b, r, kw: (tuple(mla.qr(a)), None), lambda i, o, d: qr_error(i[0], o[0], o[1], d)
+    ),
 }
 
 
 # --- inputs, the three routes, one compile each -----------------------------------------------
+
 
 @functools.cache
 def inputs(name: str, kind: str, dtype) -> tuple:
@@ -369,6 +492,7 @@ def group(name: str) -> tuple:
 def _calls(names, kw):
     def call(args):
         return {name: OPS[name].call(*args[name], kw) for name in names}
+
     return call
 
 
@@ -383,8 +507,7 @@ def run_group(names: tuple, dtype, place, kw: dict, host=_host) -> dict:
         args = {}
         for name in names:
             a, b, rhs = inputs(name, kind, dtype)[0]
-            args[name] = (place(a, P("x", "y")), None if b is None else place(b, P("x", "y")),
-                          place(rhs, P("x", None)))
+            args[name] = (place(a, P("x", "y")), None if b is None else place(b, P("x", "y")), place(rhs, P("x", None)))
         found[kind] = host(call(args))
     return found
 
@@ -418,8 +541,10 @@ def results(name: str, dtype, route: str, kind: str) -> tuple:
 # --- cases still pending in other parts of the library ----------------------------------------
 
 RCOND = "rank-deficient least squares flagged by rcond: pending"
-SINGULAR_DET = ("singular det/slogdet: pending (sign NaN and det NaN for an exactly singular matrix, where "
-                "jnp.linalg.slogdet gives sign 0, logabsdet -inf and det 0)")
+SINGULAR_DET = (
+    "singular det/slogdet: pending (sign NaN and det NaN for an exactly singular matrix, where "
+    "jnp.linalg.slogdet gives sign 0, logabsdet -inf and det 0)"
+)
 DOUBLE, SINGLE = ("float64", "complex128"), ("float32", "complex64")
 ALL = DOUBLE + SINGLE
 #: (operation, kind) -> (dtypes, routes, reason) of the cases that fail today for a reason being
@@ -443,9 +568,20 @@ def _marks(name: str, kind: str, dtype, route: str) -> list:
     return []
 
 
-CASES = [pytest.param(name, kind, dtype, route, id=f"{name}-{kind}-{np.dtype(dtype).name}-{route}",
-                      marks=_marks(name, kind, dtype, route))
-         for name in OPS for kind in hm.KINDS for dtype in DTYPES for route in ROUTES]
+CASES = [
+    pytest.param(
+        name,
+        kind,
+        dtype,
+        route,
+        id=f"{name}-{kind}-{np.dtype(dtype).name}-{route}",
+        marks=_marks(name, kind, dtype, route),
+    )
+    for name in OPS
+    for kind in hm.KINDS
+    for dtype in DTYPES
+    for route in ROUTES
+]
 
 
 def verdict(name: str, kind: str, dtype, route: str, outputs, status) -> None:

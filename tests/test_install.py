@@ -36,6 +36,7 @@ def _run(code_or_module, *args, env=None, module=False):
 
 # ---------------------------------------------------------------- GPU detection
 
+
 def test_driver_version_and_gpu_detection_from_driver_files(tmp_path, monkeypatch):
     monkeypatch.delenv(_nvidia.OVERRIDE, raising=False)
     assert _nvidia.driver_version(str(tmp_path)) is None
@@ -45,8 +46,10 @@ def test_driver_version_and_gpu_detection_from_driver_files(tmp_path, monkeypatc
     assert _nvidia.has_nvidia_gpu(str(tmp_path))
     proc = tmp_path / "proc" / "driver" / "nvidia"
     proc.mkdir(parents=True)
-    (proc / "version").write_text("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  "
-                                  "Release Build  (dvs-builder@U22)\nGCC version: gcc 12\n")
+    (proc / "version").write_text(
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  "
+        "Release Build  (dvs-builder@U22)\nGCC version: gcc 12\n"
+    )
     assert _nvidia.driver_version(str(tmp_path)) == "580.95.05"
     monkeypatch.setenv(_nvidia.OVERRIDE, "0")
     assert not _nvidia.has_nvidia_gpu(str(tmp_path))
@@ -56,16 +59,23 @@ def test_driver_version_and_gpu_detection_from_driver_files(tmp_path, monkeypatc
 
 # ---------------------------------------------------------------- the warning
 
+
 @pytest.fixture
 def fresh_check(monkeypatch):
     monkeypatch.setattr(_native_check, "_warned", False)
     return monkeypatch
 
 
-@pytest.mark.parametrize("reason, fix", [
-    (NOT_BUILT + " (cannot import name '_native')", "pip install --no-cache-dir --force-reinstall"),
-    ("cuSOLVERMp could not be loaded: libcusolverMp.so.0: cannot open shared object file", "nvidia-cusolvermp-cu13"),
-])
+@pytest.mark.parametrize(
+    "reason, fix",
+    [
+        (NOT_BUILT + " (cannot import name '_native')", "pip install --no-cache-dir --force-reinstall"),
+        (
+            "cuSOLVERMp could not be loaded: libcusolverMp.so.0: cannot open shared object file",
+            "nvidia-cusolvermp-cu13",
+        ),
+    ],
+)
 def test_gpu_machine_without_native_backend_warns_once(fresh_check, reason, fix):
     fresh_check.setattr(_nvidia, "has_nvidia_gpu", lambda root="/": True)
     fresh_check.setattr(native, "unavailable_reason", lambda: reason)
@@ -103,6 +113,7 @@ def test_import_jaxmg_warns_once_where_gpus_are_detected():
 
 # ---------------------------------------------------------------- python -m jaxmg.info
 
+
 def test_info_command_text_and_json():
     text = _run("jaxmg.info", module=True)
     assert text.returncode == 0, text.stderr
@@ -115,8 +126,17 @@ def test_info_command_text_and_json():
     info = json.loads(as_json.stdout)
     assert info["packages"]["jax"] == metadata.version("jax")
     assert info["devices"]["platform"] == "cpu"
-    assert set(info["backends"]) == {"potrs", "cholesky", "lu_solve", "least_squares", "qr", "syevd", "sygvd",
-                                     "gesvd", "polar"}
+    assert set(info["backends"]) == {
+        "potrs",
+        "cholesky",
+        "lu_solve",
+        "least_squares",
+        "qr",
+        "syevd",
+        "sygvd",
+        "gesvd",
+        "polar",
+    }
     assert all(b["auto"] == "portable" and "NVIDIA GPUs" in b["why_not_native"] for b in info["backends"].values())
     assert info["native"]["available"] is False
 
@@ -131,6 +151,7 @@ def test_info_without_gpus_says_the_portable_backend_is_in_use_and_nothing_is_wr
 
 
 # ---------------------------------------------------------------- the build backend
+
 
 @pytest.fixture
 def backend():
@@ -161,8 +182,9 @@ def test_build_requires_follow_the_gpus(backend, monkeypatch, tmp_path):
 
 
 def _fake_wheel(path: Path, files: dict) -> Path:
-    wheel = ("Wheel-Version: 1.0\nGenerator: scikit-build-core\nRoot-Is-Purelib: false\n\n"
-             "Tag: cp312-cp312-linux_x86_64\n")
+    wheel = (
+        "Wheel-Version: 1.0\nGenerator: scikit-build-core\nRoot-Is-Purelib: false\n\nTag: cp312-cp312-linux_x86_64\n"
+    )
     files = {**files, "jaxmg-0.1.0.dist-info/WHEEL": wheel.encode()}
     record = [f"{n},sha256=x,{len(d)}" for n, d in files.items()] + ["jaxmg-0.1.0.dist-info/RECORD,,"]
     files["jaxmg-0.1.0.dist-info/RECORD"] = "\n".join(record).encode()
@@ -173,8 +195,9 @@ def _fake_wheel(path: Path, files: dict) -> Path:
 
 
 def test_pure_wheel_is_retagged_py3_none_any(backend, tmp_path):
-    pure = backend.retag_pure(_fake_wheel(tmp_path / "jaxmg-0.1.0-cp312-cp312-linux_x86_64.whl",
-                                          {"jaxmg/__init__.py": b"x = 1\n"}))
+    pure = backend.retag_pure(
+        _fake_wheel(tmp_path / "jaxmg-0.1.0-cp312-cp312-linux_x86_64.whl", {"jaxmg/__init__.py": b"x = 1\n"})
+    )
     assert pure.name == "jaxmg-0.1.0-py3-none-any.whl" and pure.exists()
     assert not (tmp_path / "jaxmg-0.1.0-cp312-cp312-linux_x86_64.whl").exists()
     with zipfile.ZipFile(pure) as z:
@@ -185,8 +208,10 @@ def test_pure_wheel_is_retagged_py3_none_any(backend, tmp_path):
     digest = base64.urlsafe_b64encode(hashlib.sha256(wheel).digest()).rstrip(b"=").decode()
     assert f"jaxmg-0.1.0.dist-info/WHEEL,sha256={digest},{len(wheel)}" in record
 
-    native_wheel = _fake_wheel(tmp_path / "jaxmg-0.1.0-cp312-cp312-linux_x86_64.whl",
-                               {"jaxmg/_native.cpython-312-x86_64-linux-gnu.so": b"\x7fELF"})
+    native_wheel = _fake_wheel(
+        tmp_path / "jaxmg-0.1.0-cp312-cp312-linux_x86_64.whl",
+        {"jaxmg/_native.cpython-312-x86_64-linux-gnu.so": b"\x7fELF"},
+    )
     assert backend.retag_pure(native_wheel) == native_wheel
 
 

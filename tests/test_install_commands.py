@@ -32,7 +32,8 @@ EXTRAS_OF_THE_INDEX_PACKAGE = re.compile(r"""(?<![\w./-])["']?jaxmg\[""")
 
 #: ``pip install [options] jaxmg`` (``pip``, ``pip3``, ``python -m pip``, ``uv pip``): jaxmg by name.
 INSTALL_BY_NAME = re.compile(
-    r"""\bpip3?\s+install(?:\s+-{1,2}[\w-]+(?:[= ](?!["']?jaxmg\b)[^\s"']+)?)*\s+["']?jaxmg(?![\w'’.-]|'s)""")
+    r"""\bpip3?\s+install(?:\s+-{1,2}[\w-]+(?:[= ](?!["']?jaxmg\b)[^\s"']+)?)*\s+["']?jaxmg(?![\w'’.-]|'s)"""
+)
 
 
 def _files():
@@ -52,19 +53,22 @@ def _offending_lines(text: str):
             yield number, line.strip()
 
 
-@pytest.mark.parametrize("line, bad", [
-    ('pip install "jaxmg[lineax]"', True),
-    ("pip install 'jaxmg[cuda13]'", True),
-    ("pip install jaxmg", True),
-    ("python -m pip install -U jaxmg", True),
-    ("`pip install jaxmg`.", True),
-    ('pip install ".[lineax]"', False),
-    ("pip install lineax", False),
-    ("pip install --no-cache-dir --force-reinstall --no-deps . in jaxmg's source folder", False),
-    ("pip install nvidia-cusolvermp-cu13 nvidia-nccl-cu13", False),
-    ("reinstall jaxmg on a machine with the CUDA toolkit", False),
-    ("jaxmg-launch", False),
-])
+@pytest.mark.parametrize(
+    "line, bad",
+    [
+        ('pip install "jaxmg[lineax]"', True),
+        ("pip install 'jaxmg[cuda13]'", True),
+        ("pip install jaxmg", True),
+        ("python -m pip install -U jaxmg", True),
+        ("`pip install jaxmg`.", True),
+        ('pip install ".[lineax]"', False),
+        ("pip install lineax", False),
+        ("pip install --no-cache-dir --force-reinstall --no-deps . in jaxmg's source folder", False),
+        ("pip install nvidia-cusolvermp-cu13 nvidia-nccl-cu13", False),
+        ("reinstall jaxmg on a machine with the CUDA toolkit", False),
+        ("jaxmg-launch", False),
+    ],
+)
 def test_the_patterns_tell_the_index_package_from_this_one(line, bad):
     assert bool(list(_offending_lines(line))) == bad, line
 
@@ -78,9 +82,10 @@ def test_no_command_installs_the_index_package_named_jaxmg():
             continue
         for number, line in _offending_lines(text):
             found.append(f"{path.relative_to(ROOT)}:{number}: {line[:160]}")
-    assert not found, ("these name jaxmg on the package index (another project); install from the "
-                       "source folder (pip install \".[lineax]\") or name the dependency (pip install lineax):\n"
-                       + "\n".join(found))
+    assert not found, (
+        "these name jaxmg on the package index (another project); install from the "
+        'source folder (pip install ".[lineax]") or name the dependency (pip install lineax):\n' + "\n".join(found)
+    )
 
 
 def test_the_printed_messages_name_working_commands():
@@ -88,9 +93,11 @@ def test_the_printed_messages_name_working_commands():
     from jaxmg import _native_check
     from jaxmg.kernels import native
 
-    reasons = ["the native extension jaxmg._native is not built; reinstall jaxmg",
-               "cuSOLVERMp could not be loaded: libcusolverMp.so.0: cannot open shared object file",
-               "NCCL (libnccl.so.2) could not be loaded"]
+    reasons = [
+        "the native extension jaxmg._native is not built; reinstall jaxmg",
+        "cuSOLVERMp could not be loaded: libcusolverMp.so.0: cannot open shared object file",
+        "NCCL (libnccl.so.2) could not be loaded",
+    ]
     here = native.unavailable_reason()  # this machine's own reason (without GPUs: not built)
     if here is not None:
         assert not list(_offending_lines(here)), here

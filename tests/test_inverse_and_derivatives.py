@@ -40,8 +40,9 @@ def test_recursive_inverses_match_lapack(n, base, dtype):
     lower = np.linalg.cholesky(a)
     junk = random_matrix(rng, (n, n), dtype)  # the other triangle is never read
     want = np.linalg.inv(a)
-    inverse = jax.jit(lambda t, lower: triangular.hermitian_inverse(triangular.Tri(t, lower=lower), base=base),
-                      static_argnums=1)
+    inverse = jax.jit(
+        lambda t, lower: triangular.hermitian_inverse(triangular.Tri(t, lower=lower), base=base), static_argnums=1
+    )
     got_l = inverse(lower + np.triu(junk, 1), True)
     got_u = inverse(lower.conj().T + np.tril(junk, -1), False)
     g = random_matrix(rng, (n, n), dtype) + n * np.eye(n)
@@ -54,10 +55,12 @@ def test_recursive_inverses_match_lapack(n, base, dtype):
     np.testing.assert_allclose(np.asarray(w), np.linalg.inv(unit_upper), rtol=1e-10, atol=1e-10)
 
 
-
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128], ids=["d", "z"])
-@pytest.mark.parametrize("shape", [(4, 2), (2, 4), pytest.param((8, 1), marks=pytest.mark.slow),
-                                   pytest.param((1, 2), marks=pytest.mark.slow)], ids=str)
+@pytest.mark.parametrize(
+    "shape",
+    [(4, 2), (2, 4), pytest.param((8, 1), marks=pytest.mark.slow), pytest.param((1, 2), marks=pytest.mark.slow)],
+    ids=str,
+)
 def test_cyclic_order_inverse_matches_lapack(shape, dtype):
     """The recursion in the cyclic order of a process grid (``jaxmg.kernels.cyclic``: local
     slices, one grid product at a time) gives LAPACK's inverse, from either triangle."""
@@ -115,9 +118,11 @@ def test_products_through_another_engine():
 
     def both(lower, lu, perm):
         with triangular.products_through(product, trmm):
-            return (triangular.hermitian_inverse(triangular.Tri(lower, lower=True), base=base),
-                    triangular.hermitian_inverse(triangular.Tri(jnp.conj(lower).T, lower=False), base=base),
-                    triangular.lu_inverse(lu, perm, base=base))
+            return (
+                triangular.hermitian_inverse(triangular.Tri(lower, lower=True), base=base),
+                triangular.hermitian_inverse(triangular.Tri(jnp.conj(lower).T, lower=False), base=base),
+                triangular.lu_inverse(lu, perm, base=base),
+            )
 
     got_h, got_u, got_g = jax.jit(both)(np.linalg.cholesky(a), lu, _lu_permutation(piv))
     np.testing.assert_allclose(np.asarray(got_h), np.linalg.inv(a), rtol=1e-11, atol=1e-12)
@@ -129,6 +134,7 @@ def test_products_through_another_engine():
     mesh = make_mesh((1, 1), ("x", "y"))
     from jaxmg._layout import Grid
     from jaxmg.kernels.native.cholesky import products_on
+
     assert products_on(Grid(mesh, ("x",), ("y",)), 8) == (None, None, None)  # CPU: XLA's dots
 
 
@@ -148,8 +154,9 @@ def test_hermitian_inverse_through_a_one_call_engine():
         raise AssertionError("the inverse engine replaces every product")
 
     with triangular.products_through(no_product, no_product, inverse):
-        from_lower = triangular.hermitian_inverse(triangular.Tri(jnp.asarray(low + np.triu(np.ones_like(low), 1)),
-                                                                 lower=True))
+        from_lower = triangular.hermitian_inverse(
+            triangular.Tri(jnp.asarray(low + np.triu(np.ones_like(low), 1)), lower=True)
+        )
         from_upper = triangular.hermitian_inverse(triangular.Tri(jnp.asarray(np.conj(low).T), lower=False))
     for inv in (from_lower, from_upper):
         np.testing.assert_allclose(np.asarray(inv), np.linalg.inv(a), rtol=1e-12, atol=1e-12)
@@ -175,6 +182,7 @@ def test_one_gpu_potri_derivative_rule(monkeypatch):
             inv = jnp.linalg.inv(low @ jnp.conj(low).T)
             hermitian = jnp.tril(inv) + jnp.conj(jnp.tril(inv, -1)).T
             return (hermitian,) + tuple(jnp.zeros(s.shape, s.dtype) for s in shapes[1:])
+
         return handler
 
     monkeypatch.setattr(jax.ffi, "ffi_call", ffi_call)
@@ -184,10 +192,11 @@ def test_one_gpu_potri_derivative_rule(monkeypatch):
         a = spd_matrix(rng, 6, dtype)
         junk = np.triu(random_matrix(rng, (6, 6), dtype), 1)  # above the factor: not read
         factor = jnp.asarray(np.linalg.cholesky(a) + junk)
-        np.testing.assert_allclose(np.asarray(gemm.hermitian_inverse(factor)), np.linalg.inv(a), rtol=1e-12,
-                                   atol=1e-12)
-        jax.test_util.check_grads(lambda f: gemm.hermitian_inverse(jnp.asarray(f)), (factor,), order=2,
-                                  modes=["fwd", "rev"])  # check_grads passes NumPy arrays
+        np.testing.assert_allclose(np.asarray(gemm.hermitian_inverse(factor)), np.linalg.inv(a), rtol=1e-12, atol=1e-12)
+        jax.test_util.check_grads(
+            lambda f: gemm.hermitian_inverse(jnp.asarray(f)), (factor,), order=2, modes=["fwd", "rev"]
+        )  # check_grads passes NumPy arrays
+
 
 MESHES = {
     "explicit-4x2": ((4, 2), AxisType.Explicit, P("x", "y")),
@@ -241,8 +250,7 @@ FUNCTIONS = {
     "potrs": lambda a, b: jaxmg.potrs(a, b),
     "potrs-logdet": lambda a, b: jaxmg.potrs(a, b, return_logdet=True)[1],
     "cholesky": lambda a, b: jaxmg.cholesky(a),
-    "Cholesky.solve+logdet+inverse": lambda a, b: (
-        lambda c: (c.solve(b), c.logdet(), c.inverse()))(jaxmg.Cholesky(a)),
+    "Cholesky.solve+logdet+inverse": lambda a, b: (lambda c: (c.solve(b), c.logdet(), c.inverse()))(jaxmg.Cholesky(a)),
     "Cholesky.factor": lambda a, b: jaxmg.Cholesky(a, natural=True).factor,
     "syevd": lambda a, b: (lambda w, v: (w, jnp.abs(v) ** 2))(*jaxmg.syevd(a)),
     "sygvd": lambda a, b: jaxmg.sygvd(a, _spd_b(a), return_eigenvectors=False),
@@ -253,21 +261,28 @@ FUNCTIONS = {
 #: cover eager and jit, Explicit and Auto axes, real and complex (each case compiles its own
 #: derivatives; all of them would take CI minutes).
 CASES = [
-    ("potrs", "explicit", False, np.float64), ("potrs", "auto", True, np.complex128),
-    ("potrs-logdet", "auto", True, np.float64), ("potrs-logdet", "explicit", True, np.complex128),
+    ("potrs", "explicit", False, np.float64),
+    ("potrs", "auto", True, np.complex128),
+    ("potrs-logdet", "auto", True, np.float64),
+    ("potrs-logdet", "explicit", True, np.complex128),
     ("cholesky", "explicit", True, np.float64),
     ("Cholesky.solve+logdet+inverse", "auto", True, np.float64),
     ("Cholesky.solve+logdet+inverse", "explicit", True, np.complex128),
     ("Cholesky.factor", "explicit", False, np.float64),
-    ("syevd", "auto", True, np.complex128), ("sygvd", "explicit", True, np.float64),
+    ("syevd", "auto", True, np.complex128),
+    ("sygvd", "explicit", True, np.float64),
     ("Eigh", "auto", False, np.float64),
-    ("LU.inverse+slogdet", "explicit", True, np.float64), ("LU.inverse+slogdet", "auto", False, np.complex128),
+    ("LU.inverse+slogdet", "explicit", True, np.float64),
+    ("LU.inverse+slogdet", "auto", False, np.complex128),
 ]
 
 
 @pytest.mark.parametrize("order", ORDERS, ids=lambda o: f"order{o}")
-@pytest.mark.parametrize("name,kind,jit,dtype", CASES,
-                         ids=[f"{c[0]}-{c[1]}-{'jit' if c[2] else 'eager'}-{np.dtype(c[3]).char}" for c in CASES])
+@pytest.mark.parametrize(
+    "name,kind,jit,dtype",
+    CASES,
+    ids=[f"{c[0]}-{c[1]}-{'jit' if c[2] else 'eager'}-{np.dtype(c[3]).char}" for c in CASES],
+)
 def test_check_grads_on_inputs_that_are_not_hermitian(name, kind, jit, dtype, order):
     types = AxisType.Explicit if kind == "explicit" else AxisType.Auto
     mesh = make_mesh((2, 2), ("x", "y"), axis_types=types)
@@ -293,8 +308,9 @@ def test_second_reverse_derivative_of_the_inverse_eagerly_on_explicit_axes(modul
     a = spd_matrix(rng, N, np.float64) * 4 + 0.3 * random_matrix(rng, (N, N), np.float64)
     factorise = getattr(jaxmg, module)
     with jax.set_mesh(mesh):
-        check_grads(lambda m: factorise(m).inverse(), (put(a, mesh, P("x", "y")),), order=2,
-                    modes=["rev"], atol=1e-5, rtol=1e-5)
+        check_grads(
+            lambda m: factorise(m).inverse(), (put(a, mesh, P("x", "y")),), order=2, modes=["rev"], atol=1e-5, rtol=1e-5
+        )
 
 
 _FFI_CALL = jax.ffi.ffi_call
@@ -352,17 +368,22 @@ def _emulated_per_matrix_call(target, shapes, *, column_major=False, input_outpu
 
         def solver(x):
             lapack_attributes = {"uplo": np.uint8(ord("L"))} if "lower" in attributes else {}
-            return _PER_MATRIX_CALL(lapack.prepare_lapack_call(target.removeprefix("cusolver_"), x.dtype), shapes,
-                                    column_major=column_major, input_output_aliases=input_output_aliases,
-                                    **lapack_attributes)(x)
+            return _PER_MATRIX_CALL(
+                lapack.prepare_lapack_call(target.removeprefix("cusolver_"), x.dtype),
+                shapes,
+                column_major=column_major,
+                input_output_aliases=input_output_aliases,
+                **lapack_attributes,
+            )(x)
 
         return solver
     if target == "jaxmg_relayout":
         from jaxmg.kernels.ffi import relayout
 
         return lambda x: (relayout.reference(jnp.asarray(np.asarray(x)), int(attributes["mode"])),)
-    return _PER_MATRIX_CALL(target, shapes, column_major=column_major, input_output_aliases=input_output_aliases,
-                            **attributes)
+    return _PER_MATRIX_CALL(
+        target, shapes, column_major=column_major, input_output_aliases=input_output_aliases, **attributes
+    )
 
 
 def _emulate_handlers(monkeypatch):

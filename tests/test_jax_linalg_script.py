@@ -12,7 +12,7 @@ import jaxmg
 
 ROOT = Path(__file__).resolve().parents[1]
 
-STAND_IN = '''
+STAND_IN = """
 import unittest
 
 import jax
@@ -48,7 +48,7 @@ class ScipyLinalgTest(unittest.TestCase):
 class LaxLinalgTest(unittest.TestCase):  # not one of the two classes: not run
     def test_not_run(self):
         raise AssertionError("LaxLinalgTest ran")
-'''
+"""
 
 
 def test_table_counts_each_run(tmp_path):
@@ -56,10 +56,16 @@ def test_table_counts_each_run(tmp_path):
     (tmp_path / "tests" / "linalg_test.py").write_text(STAND_IN)
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.pop("XLA_FLAGS", None)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(jaxmg.__file__).resolve().parents[1]),
-                                                       env.get("PYTHONPATH")]))
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "jax_linalg_tests.py"), "--jax-src", str(tmp_path)],
-                          capture_output=True, text=True, env=env, timeout=600)
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(Path(jaxmg.__file__).resolve().parents[1]), env.get("PYTHONPATH")])
+    )
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "jax_linalg_tests.py"), "--jax-src", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     assert "| plain JAX | 2 | 0 | 1 |" in out, out

@@ -30,7 +30,8 @@ JAXMG_PARENT = Path(launch.__file__).resolve().parents[1]
 def _env(**extra):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
-        [str(JAXMG_PARENT), str(SCRIPTS)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        [str(JAXMG_PARENT), str(SCRIPTS)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
     for var in list(env):
         if var.startswith("JAXMG_"):
             del env[var]
@@ -42,7 +43,12 @@ def _launch(*args, timeout=60, **env):
     """Run `python -m jaxmg.launch ARGS` to completion."""
     return subprocess.run(
         [sys.executable, "-m", "jaxmg.launch", *map(str, args)],
-        env=_env(**env), capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+        env=_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
 
 
 def _alive(pid):
@@ -82,9 +88,17 @@ def _assert_all_gone(pids, timeout=2):
 
 def test_four_process_cpu_collective():
     # XLA_FLAGS asks for 8 host devices; the launcher must still give 1 each.
-    r = _launch("-n", 4, "--platform", "cpu", "--timeout", 90,
-                SCRIPTS / "collective.py", timeout=120,
-                XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    r = _launch(
+        "-n",
+        4,
+        "--platform",
+        "cpu",
+        "--timeout",
+        90,
+        SCRIPTS / "collective.py",
+        timeout=120,
+        XLA_FLAGS="--xla_force_host_platform_device_count=8",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     for rank in range(4):
         assert f"[rank {rank}] psum=10\n" in r.stdout, r.stdout + r.stderr
@@ -96,8 +110,7 @@ def test_four_process_cpu_collective():
 
 
 def test_jax_used_before_initialize_fails_clearly():
-    r = _launch("-n", 1, "--platform", "cpu", "--timeout", 60,
-                SCRIPTS / "jax_too_early.py")
+    r = _launch("-n", 1, "--platform", "cpu", "--timeout", 60, SCRIPTS / "jax_too_early.py")
     assert r.returncode == 1, r.stdout + r.stderr
     assert "[rank 0] RuntimeError: jaxmg: could not initialize jax.distributed" in r.stderr
     assert "[jaxmg.launch] rank 0 failed first: it exited with status 1" in r.stderr
@@ -115,8 +128,20 @@ STOP_BOUND = 10.0
 def _launch_fault(tmp_path, mode, failing_rank, *options):
     """Launch tests/launch_scripts/fault.py on 2 CPU processes; return (result, seconds
     from the failure to the launcher's exit, rank pids)."""
-    r = _launch("-n", 2, "--platform", "cpu", "--timeout", 240, *options,
-                SCRIPTS / "fault.py", mode, failing_rank, tmp_path, timeout=300)
+    r = _launch(
+        "-n",
+        2,
+        "--platform",
+        "cpu",
+        "--timeout",
+        240,
+        *options,
+        SCRIPTS / "fault.py",
+        mode,
+        failing_rank,
+        tmp_path,
+        timeout=300,
+    )
     ended = time.time()
     failed_at = float((tmp_path / "failed_at").read_text())
     print(r.stderr[-3000:], f"\n{mode}: all ranks stopped {time.time() - failed_at:.1f} s after the failure")
@@ -124,24 +149,26 @@ def _launch_fault(tmp_path, mode, failing_rank, *options):
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("mode, rank, status, cause", [
-    # rank 1 raises while rank 0 waits for it in a gloo all-reduce (302 s, "rank 0
-    # exited with status 134"; now about 1 s and rank 1)
-    ("raise-in-collective", 1, 1, "ValueError: rank 1 fails on purpose"),
-    # rank 1 raises before any collective (33 s)
-    ("raise-early", 1, 1, "ValueError: rank 1 fails on purpose"),
-    # the coordinator's rank calls sys.exit(7) while rank 1 waits in a collective
-    ("exit-in-collective", 0, 7, None),
-    # rank 1 dies of SIGKILL while rank 0 waits in a collective
-    ("kill-in-collective", 1, 128 + 9, None),
-])
+@pytest.mark.parametrize(
+    "mode, rank, status, cause",
+    [
+        # rank 1 raises while rank 0 waits for it in a gloo all-reduce (302 s, "rank 0
+        # exited with status 134"; now about 1 s and rank 1)
+        ("raise-in-collective", 1, 1, "ValueError: rank 1 fails on purpose"),
+        # rank 1 raises before any collective (33 s)
+        ("raise-early", 1, 1, "ValueError: rank 1 fails on purpose"),
+        # the coordinator's rank calls sys.exit(7) while rank 1 waits in a collective
+        ("exit-in-collective", 0, 7, None),
+        # rank 1 dies of SIGKILL while rank 0 waits in a collective
+        ("kill-in-collective", 1, 128 + 9, None),
+    ],
+)
 def test_first_failure_stops_every_rank(tmp_path, mode, rank, status, cause):
     r, seconds, pids = _launch_fault(tmp_path, mode, rank)
     assert r.returncode == status, r.stdout[-3000:] + r.stderr[-3000:]
-    how = ("was killed by signal 9 (SIGKILL)" if status > 128
-           else f"exited with status {status}")
+    how = "was killed by signal 9 (SIGKILL)" if status > 128 else f"exited with status {status}"
     assert f"[jaxmg.launch] rank {rank} failed first: it {how}" in r.stderr, r.stderr[-3000:]
-    report = r.stderr[r.stderr.index("[jaxmg.launch]"):]
+    report = r.stderr[r.stderr.index("[jaxmg.launch]") :]
     if cause:
         assert f"last lines of rank {rank}'s stderr:" in report
         assert f"  | {cause}" in report, report
@@ -157,8 +184,7 @@ def test_timeout_stops_ranks_blocked_in_a_collective(tmp_path):
     # 21 s, since JAX's preemption service swallowed SIGTERM and only SIGKILL after the
     # 5-s grace period stopped the ranks).
     start = time.monotonic()
-    r = _launch("-n", 2, "--platform", "cpu", "--timeout", 15,
-                SCRIPTS / "fault.py", "hang", 1, tmp_path, timeout=120)
+    r = _launch("-n", 2, "--platform", "cpu", "--timeout", 15, SCRIPTS / "fault.py", "hang", 1, tmp_path, timeout=120)
     elapsed = time.monotonic() - start
     print(r.stderr[-1000:], f"launcher ran {elapsed:.1f} s")
     assert r.returncode == 124, r.stdout[-3000:] + r.stderr[-3000:]
@@ -176,8 +202,7 @@ def test_timeout_stops_ranks_blocked_in_a_collective(tmp_path):
 
 @pytest.mark.parametrize("ignore_sigterm", [False, True])
 def test_failing_rank_stops_the_others(tmp_path, ignore_sigterm):
-    args = ["-n", 3, "--platform", "cpu", "--timeout", 50, "--grace", 1,
-            SCRIPTS / "fail.py", tmp_path]
+    args = ["-n", 3, "--platform", "cpu", "--timeout", 50, "--grace", 1, SCRIPTS / "fail.py", tmp_path]
     if ignore_sigterm:  # needs SIGKILL after the grace period
         args.append("--ignore-sigterm")
     start = time.monotonic()
@@ -194,9 +219,27 @@ def test_failing_rank_stops_the_others(tmp_path, ignore_sigterm):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_is_forwarded(tmp_path, sig):
     p = subprocess.Popen(
-        [sys.executable, "-m", "jaxmg.launch", "-n", "2", "--platform", "cpu",
-         "--timeout", "50", "--grace", "2", str(SCRIPTS / "sleep.py"), str(tmp_path)],
-        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        [
+            sys.executable,
+            "-m",
+            "jaxmg.launch",
+            "-n",
+            "2",
+            "--platform",
+            "cpu",
+            "--timeout",
+            "50",
+            "--grace",
+            "2",
+            str(SCRIPTS / "sleep.py"),
+            str(tmp_path),
+        ],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     try:
         pids = _pids(tmp_path, 2)
         time.sleep(0.3)  # let the ranks reach their sleep
@@ -212,45 +255,49 @@ def test_signal_is_forwarded(tmp_path, sig):
 
 
 def test_timeout_kills_everything(tmp_path):
-    r = _launch("-n", 2, "--platform", "cpu", "--timeout", 1, "--grace", 1,
-                SCRIPTS / "sleep.py", tmp_path)
+    r = _launch("-n", 2, "--platform", "cpu", "--timeout", 1, "--grace", 1, SCRIPTS / "sleep.py", tmp_path)
     assert r.returncode == 124, r.stdout + r.stderr
     assert "timeout after 1 s" in r.stderr
     _assert_all_gone(_pids(tmp_path, 2, timeout=0))
 
 
 def test_script_arguments_module_and_prefixes():
-    r = _launch("-n", 2, "--platform", "cpu", "--timeout", 30, "--",
-                SCRIPTS / "echo_args.py", "-n", "5", "--timeout", "x")
+    r = _launch(
+        "-n", 2, "--platform", "cpu", "--timeout", 30, "--", SCRIPTS / "echo_args.py", "-n", "5", "--timeout", "x"
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     for rank in range(2):
-        assert (f"[rank {rank}] rank={rank} of 2 platform=cpu "
-                "args=['-n', '5', '--timeout', 'x']\n") in r.stdout
+        assert (f"[rank {rank}] rank={rank} of 2 platform=cpu args=['-n', '5', '--timeout', 'x']\n") in r.stdout
         assert f"[rank {rank}] no newline\n" in r.stderr
 
     r = _launch("--nproc=3", "--platform", "cpu", "-m", "echo_args", "--platform", "y")
     assert r.returncode == 0, r.stdout + r.stderr
     for rank in range(3):
-        assert f"[rank {rank}] rank={rank} of 3 platform=cpu args=['--platform', 'y']" \
-            in r.stdout
+        assert f"[rank {rank}] rank={rank} of 3 platform=cpu args=['--platform', 'y']" in r.stdout
 
 
-@pytest.mark.parametrize("body, status, stderr", [
-    ("raise ValueError('boom')", 1, "ValueError: boom"),
-    ("sys.exit(5)", 5, ""),
-    ("sys.exit('bad thing')", 1, "bad thing"),
-    ("sys.exit(0)", 0, ""),
-    ("pass", 0, ""),
-])
+@pytest.mark.parametrize(
+    "body, status, stderr",
+    [
+        ("raise ValueError('boom')", 1, "ValueError: boom"),
+        ("sys.exit(5)", 5, ""),
+        ("sys.exit('bad thing')", 1, "bad thing"),
+        ("sys.exit(0)", 0, ""),
+        ("pass", 0, ""),
+    ],
+)
 def test_rank_main_ends_a_failed_rank_at_once(tmp_path, body, status, stderr):
     # A failed target skips the exit handlers (jax.distributed.shutdown's barrier among them);
     # a successful one runs them. The traceback shows the script's frames, not the runner's.
     script = tmp_path / "target.py"
-    script.write_text("import atexit, sys\n"
-                      "atexit.register(lambda: print('exit handlers ran'))\n"
-                      f"assert sys.argv[1:] == ['x'] and __name__ == '__main__'\n{body}\n")
-    r = subprocess.run([sys.executable, launch._RANK_MAIN, str(script), "x"], env=_env(),
-                       capture_output=True, text=True, timeout=30)
+    script.write_text(
+        "import atexit, sys\n"
+        "atexit.register(lambda: print('exit handlers ran'))\n"
+        f"assert sys.argv[1:] == ['x'] and __name__ == '__main__'\n{body}\n"
+    )
+    r = subprocess.run(
+        [sys.executable, launch._RANK_MAIN, str(script), "x"], env=_env(), capture_output=True, text=True, timeout=30
+    )
     assert r.returncode == status, r.stderr
     assert ("exit handlers ran" in r.stdout) == (status == 0), r.stdout
     assert stderr in r.stderr
@@ -263,18 +310,21 @@ def test_rank_main_ends_a_failed_rank_at_once(tmp_path, body, status, stderr):
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["-n", "0", "--platform", "cpu", "x.py"], "-n/--nproc must be at least 1"),
-    (["-n", "-2", "--platform", "cpu", "x.py"], "-n/--nproc must be at least 1"),
-    (["-n", "2", "--platform", "cpu"], "missing script"),
-    (["-n", "2", "--platform", "cpu", "--"], "missing script"),
-    (["-n", "2", "--platform", "cpu", "no_such_script.py"], "script not found"),
-    (["-n", "2", "-m"], "expected a module name"),
-    (["--platform", "cpu", str(SCRIPTS / "sleep.py")], "-n/--nproc is required"),
-    (["-n", "2", "--platform", "tpu", "x.py"], "invalid choice"),
-    (["-n", "2", "--timeout", "0", "x.py"], "--timeout must be positive"),
-    (["-n", "2", "--bogus", "x.py"], "unrecognized arguments: --bogus"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["-n", "0", "--platform", "cpu", "x.py"], "-n/--nproc must be at least 1"),
+        (["-n", "-2", "--platform", "cpu", "x.py"], "-n/--nproc must be at least 1"),
+        (["-n", "2", "--platform", "cpu"], "missing script"),
+        (["-n", "2", "--platform", "cpu", "--"], "missing script"),
+        (["-n", "2", "--platform", "cpu", "no_such_script.py"], "script not found"),
+        (["-n", "2", "-m"], "expected a module name"),
+        (["--platform", "cpu", str(SCRIPTS / "sleep.py")], "-n/--nproc is required"),
+        (["-n", "2", "--platform", "tpu", "x.py"], "invalid choice"),
+        (["-n", "2", "--timeout", "0", "x.py"], "--timeout must be positive"),
+        (["-n", "2", "--bogus", "x.py"], "unrecognized arguments: --bogus"),
+    ],
+)
 def test_argument_errors(capsys, argv, message):
     with pytest.raises(SystemExit) as e:
         launch.main(argv)
@@ -307,9 +357,11 @@ def test_split_argv():
 @pytest.fixture
 def fake_nvidia_smi(tmp_path, monkeypatch):
     exe = tmp_path / "nvidia-smi"
-    exe.write_text("#!/bin/sh\necho 'GPU 0: Fake (UUID: GPU-0)'\n"
-                   "echo '  MIG 1g.10gb Device 0: (UUID: MIG-0)'\n"
-                   "echo 'GPU 1: Fake (UUID: GPU-1)'\n")
+    exe.write_text(
+        "#!/bin/sh\necho 'GPU 0: Fake (UUID: GPU-0)'\n"
+        "echo '  MIG 1g.10gb Device 0: (UUID: MIG-0)'\n"
+        "echo 'GPU 1: Fake (UUID: GPU-1)'\n"
+    )
     exe.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -343,8 +395,12 @@ def test_child_env(monkeypatch):
     assert gpu["JAXMG_LOCAL_DEVICE_IDS"] == "1"
     assert gpu["JAXMG_PLATFORM"] == "gpu"
     assert gpu["CUDA_VISIBLE_DEVICES"] == "0,1"  # not narrowed
-    for var, value in [("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
-                       ("NVSHMEM_DISABLE_NVLS", "1"), ("PYTHONUNBUFFERED", "1")]:
+    for var, value in [
+        ("NCCL_NVLS_ENABLE", "0"),
+        ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+        ("NVSHMEM_DISABLE_NVLS", "1"),
+        ("PYTHONUNBUFFERED", "1"),
+    ]:
         assert gpu[var] == value
     cpu = launch._child_env(0, 4, "127.0.0.1:1234", "cpu")
     assert cpu["JAXMG_PLATFORM"] == "cpu" and cpu["JAX_PLATFORMS"] == "cpu"
@@ -368,16 +424,14 @@ def test_initialize_without_launcher_is_a_cheap_no_op():
         "assert 'jax' not in sys.modules, 'jax was imported'\n"
         "print('ok')\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True,
-                       text=True, timeout=30)
+    r = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=30)
     assert r.returncode == 0 and r.stdout == "ok\n", r.stdout + r.stderr
 
 
 def test_launch_module_imports_no_jax():
     spec = importlib.util.find_spec("jaxmg.launch")
     src = Path(spec.origin).read_text()
-    top_level_imports = [line for line in src.splitlines()
-                         if line.startswith(("import ", "from "))]
+    top_level_imports = [line for line in src.splitlines() if line.startswith(("import ", "from "))]
     assert not any("jax" in line for line in top_level_imports), top_level_imports
 
 
@@ -389,10 +443,15 @@ FAILURE_TIMEOUT = 10  # JAXMG_FAILURE_TIMEOUT for these tests (default 60); hear
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("init, dead, mode", [
-    ("jaxmg", 1, "kill-in-collective"), ("jax", 1, "kill-in-collective"),
-    ("jaxmg", 0, "kill-in-collective"), ("jaxmg", 1, "kill-in-solve"),
-])
+@pytest.mark.parametrize(
+    "init, dead, mode",
+    [
+        ("jaxmg", 1, "kill-in-collective"),
+        ("jax", 1, "kill-in-collective"),
+        ("jaxmg", 0, "kill-in-collective"),
+        ("jaxmg", 1, "kill-in-solve"),
+    ],
+)
 def test_survivor_of_a_dead_rank_fails_in_time(tmp_path, init, dead, mode):
     """Two plain processes (no launcher); `dead` is SIGKILLed while its peer is in an all-reduce
     (kill-in-collective) or in jaxmg.potrs (kill-in-solve).
@@ -403,24 +462,34 @@ def test_survivor_of_a_dead_rank_fails_in_time(tmp_path, init, dead, mode):
     from helpers import run_ranks_without_launcher
 
     status, out, seconds, dead_status = run_ranks_without_launcher(
-        mode, dead, tmp_path, init=init, env={"JAXMG_FAILURE_TIMEOUT": str(FAILURE_TIMEOUT)})
-    fatal = [line for line in out.splitlines() if "Terminating process" in line
-             or "heartbeat" in line or "Socket closed" in line]
-    print(f"survivor (rank {1 - dead}) ended {seconds:.1f} s after rank {dead} died, "
-          f"status {status}:", *fatal[:6], sep="\n")
+        mode, dead, tmp_path, init=init, env={"JAXMG_FAILURE_TIMEOUT": str(FAILURE_TIMEOUT)}
+    )
+    fatal = [
+        line
+        for line in out.splitlines()
+        if "Terminating process" in line or "heartbeat" in line or "Socket closed" in line
+    ]
+    print(
+        f"survivor (rank {1 - dead}) ended {seconds:.1f} s after rank {dead} died, status {status}:",
+        *fatal[:6],
+        sep="\n",
+    )
     assert dead_status == -signal.SIGKILL
     assert status != 0, out[-3000:]
     assert seconds < FAILURE_TIMEOUT, f"{seconds:.1f} s\n{out[-3000:]}"
-    assert "Terminating process because the JAX distributed service detected fatal errors" \
-        in out, out[-3000:]
+    assert "Terminating process because the JAX distributed service detected fatal errors" in out, out[-3000:]
     if dead == 1:  # the coordination service (in rank 0) names the dead task
-        assert ("Task 1 heartbeat timeout" in out
-                or "stopped sending heartbeats):\n1" in out), out[-3000:]
+        assert "Task 1 heartbeat timeout" in out or "stopped sending heartbeats):\n1" in out, out[-3000:]
     else:  # the coordination service itself died with rank 0: the survivor's RPCs to it fail,
         # in gRPC's words of the moment ("Socket closed", or "Connection reset by peer" when the
         # survivor's poll was in flight; or Gloo's, when its all-reduce noticed first)
-        lost = ("Socket closed", "Connection reset by peer", "Stream removed", "Connection refused",
-                "Connection closed by peer")
+        lost = (
+            "Socket closed",
+            "Connection reset by peer",
+            "Stream removed",
+            "Connection refused",
+            "Connection closed by peer",
+        )
         assert "coordination_service" in out and any(word in out for word in lost), out[-3000:]
 
 
@@ -434,10 +503,13 @@ def test_failure_detection_settings(monkeypatch, value, heartbeat):
     assert launch.failure_detection_settings(60) == {"heartbeat_timeout_seconds": 30}
 
 
-@pytest.mark.parametrize("value, message", [
-    ("soon", "JAXMG_FAILURE_TIMEOUT='soon' is not a number of seconds"),
-    ("2", "must be at least 4 seconds, got 2"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("soon", "JAXMG_FAILURE_TIMEOUT='soon' is not a number of seconds"),
+        ("2", "must be at least 4 seconds, got 2"),
+    ],
+)
 def test_failure_detection_settings_errors(monkeypatch, value, message):
     monkeypatch.setenv("JAXMG_FAILURE_TIMEOUT", value)
     with pytest.raises(ValueError, match=message):
@@ -461,8 +533,15 @@ def test_first_failure_is_the_earliest_not_the_first_seen():
         shutil.rmtree(run.failures.stamps)
 
 
-NOISE = ("CANCELLED", "WatchTasksAsync", "Cancelling all calls", "Source Location Trace",
-         "GRPC error", "grpc_util", "[Gloo]")
+NOISE = (
+    "CANCELLED",
+    "WatchTasksAsync",
+    "Cancelling all calls",
+    "Source Location Trace",
+    "GRPC error",
+    "grpc_util",
+    "[Gloo]",
+)
 
 
 def test_clean_run_prints_only_the_programs_output():

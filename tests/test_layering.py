@@ -30,8 +30,13 @@ LAYERS: tuple = (
     ("jaxmg.kernels.local", "jaxmg.kernels.native"),
     ("jaxmg.kernels.families", "jaxmg.kernels.qdwh", "jaxmg.kernels.two_stage", "jaxmg.kernels.cyclic"),
     ("jaxmg.kernels.ffi",),
-    ("jaxmg.kernels.triangular", "jaxmg.kernels.status", "jaxmg.kernels.varying", "jaxmg.kernels.algebra",
-     "jaxmg.kernels"),
+    (
+        "jaxmg.kernels.triangular",
+        "jaxmg.kernels.status",
+        "jaxmg.kernels.varying",
+        "jaxmg.kernels.algebra",
+        "jaxmg.kernels",
+    ),
     ("jaxmg._sharded",),
     ("jaxmg._layout",),
     ("jaxmg._checks", "jaxmg._dense", "jaxmg._typing", "jaxmg._docstrings", "jaxmg._threads", "jaxmg.launch"),
@@ -45,12 +50,11 @@ FACES = frozenset({"jaxmg", "jaxmg.kernels"})
 #: ``jaxmg._context``, each with the reason it is there; a new one fails the test.
 OTHER_READERS: dict = {
     ("jaxmg.numpy._results", "jax._src"): "JAX 0.12 defines jax.numpy.linalg's result types (EighResult, "
-                                          "...) in its implementation module only",
+    "...) in its implementation module only",
     ("jaxmg.kernels.cyclic", "get_abstract_mesh"): "the triangular recursion reads the axis types of the trace "
-                                                   "it runs in (Auto inside jax.sharding.auto_axes)",
+    "it runs in (Auto inside jax.sharding.auto_axes)",
     ("jaxmg.autodiff._dist", "Tracer"): "the derivative formulas' placement: to be given _context's answer",
-    ("jaxmg.autodiff._dist", "get_abstract_mesh"): "the derivative formulas' placement: to be given "
-                                                   "_context's answer",
+    ("jaxmg.autodiff._dist", "get_abstract_mesh"): "the derivative formulas' placement: to be given _context's answer",
 }
 READ_NAMES = ("Tracer", "get_abstract_mesh", "get_mesh", "get_concrete_mesh")
 
@@ -84,14 +88,22 @@ def _resolve(importer: str, node: ast.AST) -> list:
 def imports_of(name: str) -> list:
     """(line, imported module) for every jaxmg import in module ``name``, wherever it stands."""
     tree = ast.parse(MODULES[name].read_text(), str(MODULES[name]))
-    return [(node.lineno, target) for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
-            for target in _resolve(name, node)]
+    return [
+        (node.lineno, target)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for target in _resolve(name, node)
+    ]
 
 
 def unit_of(name: str) -> tuple:
     """(layer index, unit) of module ``name``: the longest unit that holds it."""
-    found = [(len(unit), depth, unit) for depth, layer in enumerate(LAYERS) for unit in layer
-             if name == unit or (unit not in FACES and name.startswith(unit + "."))]
+    found = [
+        (len(unit), depth, unit)
+        for depth, layer in enumerate(LAYERS)
+        for unit in layer
+        if name == unit or (unit not in FACES and name.startswith(unit + "."))
+    ]
     assert found, f"{name} is in no layer: add it to LAYERS here and to the layers of docs/processes.md"
     _, depth, unit = max(found)
     return depth, unit
@@ -111,15 +123,19 @@ def test_no_import_runs_up_the_layers():
         for line, target in imports_of(name):
             target_depth, target_unit = unit_of(target)
             if target_unit != unit and target_depth <= depth:
-                upward.append(f"{MODULES[name].relative_to(ROOT)}:{line} imports {target} "
-                              f"(layer {target_depth}, {target_unit}; the importer is in layer {depth}, {unit})")
+                upward.append(
+                    f"{MODULES[name].relative_to(ROOT)}:{line} imports {target} "
+                    f"(layer {target_depth}, {target_unit}; the importer is in layer {depth}, {unit})"
+                )
     assert not upward, "imports that do not run down the layers:\n" + "\n".join(upward)
 
 
 def test_the_backends_do_not_import_each_other():
     for name in MODULES:
-        for backend, other in (("jaxmg.kernels.local", "jaxmg.kernels.native"),
-                               ("jaxmg.kernels.native", "jaxmg.kernels.local")):
+        for backend, other in (
+            ("jaxmg.kernels.local", "jaxmg.kernels.native"),
+            ("jaxmg.kernels.native", "jaxmg.kernels.local"),
+        ):
             if name == backend or name.startswith(backend + "."):
                 bad = [t for _, t in imports_of(name) if t == other or t.startswith(other + ".")]
                 assert not bad, f"{name} imports {bad}: what both backends need belongs in jaxmg.kernels.ffi"
@@ -133,7 +149,7 @@ def test_no_import_cycle():
         state[name] = "open"
         for target in sorted(graph[name]):
             if state.get(target) == "open":
-                cycle = path[path.index(target):] + [target]
+                cycle = path[path.index(target) :] + [target]
                 pytest.fail("import cycle: " + " -> ".join(cycle))
             if target not in state:
                 visit(target, path + [target])
@@ -169,6 +185,9 @@ def test_only_context_reads_tracers_meshes_in_context_and_private_jax():
 
 
 def test_only_the_planner_chooses_routes():
-    callers = sorted(name for name in MODULES
-                     if "_routes.choose(" in MODULES[name].read_text() and name not in ("jaxmg._plan", "jaxmg._routes"))
+    callers = sorted(
+        name
+        for name in MODULES
+        if "_routes.choose(" in MODULES[name].read_text() and name not in ("jaxmg._plan", "jaxmg._routes")
+    )
     assert not callers, f"{callers} choose a route themselves; ask jaxmg._plan"

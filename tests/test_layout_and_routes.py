@@ -28,10 +28,14 @@ from test_memory_grid import opaque_native  # noqa: F401 (a fixture)
 
 N, STACK = 8, 16
 RNG = np.random.default_rng(44)
-SPD, GEN, TALL = (np.stack([make() for _ in range(STACK)]) for make in (
-    lambda: spd_matrix(RNG, N, np.float64),
-    lambda: random_matrix(RNG, (N, N), np.float64) + N * np.eye(N),
-    lambda: random_matrix(RNG, (2 * N, N), np.float64)))
+SPD, GEN, TALL = (
+    np.stack([make() for _ in range(STACK)])
+    for make in (
+        lambda: spd_matrix(RNG, N, np.float64),
+        lambda: random_matrix(RNG, (N, N), np.float64) + N * np.eye(N),
+        lambda: random_matrix(RNG, (2 * N, N), np.float64),
+    )
+)
 RHS, RHS_TALL = RNG.standard_normal((STACK, N)), RNG.standard_normal((STACK, 2 * N))
 MOVES = ("all-gather", "all-to-all", "collective-permute")
 AXES = [pytest.param(AxisType.Auto, id="auto"), pytest.param(AxisType.Explicit, id="explicit")]
@@ -47,9 +51,11 @@ def _normal(spec, mesh) -> tuple:
     ``P()`` for them, as for JAX's own functions: the placement is the same)."""
     entries = list(spec)
     if not all(t == AxisType.Explicit for t in mesh.axis_types):
+
         def drop(e):
             kept = tuple(a for a in ((e,) if isinstance(e, str) else e or ()) if mesh.shape[a] > 1)
             return None if not kept else kept[0] if len(kept) == 1 else kept
+
         entries = [drop(e) for e in entries]
     while entries and entries[-1] is None:
         entries.pop()
@@ -109,8 +115,9 @@ def test_batch_route_moves_nothing_and_keeps_the_stack_layout(shape, axis_type, 
 def _gathered(fn, *args) -> list:
     """The shapes that the compiled program's all-gathers produce."""
     text = fn.lower(*args).compile().as_text()
-    return [tuple(int(d) for d in dims.split(",") if d)
-            for dims in re.findall(r"= \w+\[([\d,]*)\][^ ]* all-gather\(", text)]
+    return [
+        tuple(int(d) for d in dims.split(",") if d) for dims in re.findall(r"= \w+\[([\d,]*)\][^ ]* all-gather\(", text)
+    ]
 
 
 @pytest.mark.parametrize("set_mesh", [False, True], ids=["no-set-mesh", "set-mesh"])
@@ -151,6 +158,7 @@ def test_lu_factor_of_a_split_matrix_comes_from_the_distributed_lu(axis_type, re
 
 
 # --- outputs keep the caller's layout ---
+
 
 def _cases(a, g, t, s, b, bt):
     """(name, function, arguments, expected specs of its outputs as 'a', 'b' or 'r' for a's

@@ -67,10 +67,14 @@ def test_rule2_column_split_rhs_is_solved_and_returned_in_its_layout(op, b_spec,
     a_value, b_value = (TALL, COLS) if tall else (A, COLS[:N])
     expected = np.linalg.lstsq(a_value, b_value, rcond=None)[0]
     a, b = put(a_value, mesh, P("x", "y")), put(b_value, mesh, b_spec)
-    fn = {"potrs": jaxmg.potrs, "lu_solve": jaxmg.lu_solve, "least_squares": jaxmg.least_squares,
-          "Cholesky.solve": lambda a, b: jaxmg.Cholesky(a).solve(b),
-          "LU.solve": lambda a, b: jaxmg.LU(a).solve(b),
-          "QR.solve": lambda a, b: jaxmg.QR(a).solve(b)}[op]
+    fn = {
+        "potrs": jaxmg.potrs,
+        "lu_solve": jaxmg.lu_solve,
+        "least_squares": jaxmg.least_squares,
+        "Cholesky.solve": lambda a, b: jaxmg.Cholesky(a).solve(b),
+        "LU.solve": lambda a, b: jaxmg.LU(a).solve(b),
+        "QR.solve": lambda a, b: jaxmg.QR(a).solve(b),
+    }[op]
     x = fn(a, b)
     assert np.allclose(np.asarray(x), expected, rtol=1e-9, atol=1e-11)
     assert same_spec(x, b_spec)
@@ -96,8 +100,12 @@ def test_rule3_mesh_from_b_when_a_has_none_eager_and_jit(op, axis_type):
     mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(axis_type,) * 2)
     tall = op == "least_squares"
     a_value, b_value = (TALL, COLS[:, 0]) if tall else (A, B)
-    fn = {"potrs": jaxmg.potrs, "lu_solve": jaxmg.lu_solve, "least_squares": jaxmg.least_squares,
-          "vmap potrs": lambda a, b: jax.vmap(jaxmg.potrs, in_axes=(None, 0))(a, b[None])[0]}[op]
+    fn = {
+        "potrs": jaxmg.potrs,
+        "lu_solve": jaxmg.lu_solve,
+        "least_squares": jaxmg.least_squares,
+        "vmap potrs": lambda a, b: jax.vmap(jaxmg.potrs, in_axes=(None, 0))(a, b[None])[0],
+    }[op]
     expected = np.linalg.lstsq(a_value, b_value, rcond=None)[0]
     b = put(b_value, mesh, P("x"))
     placed_inside = jax.jit(lambda a: fn(a, jax.device_put(jnp.asarray(b_value), b.sharding)))
@@ -298,8 +306,13 @@ def test_no_mesh_uncommitted_inputs_give_uncommitted_outputs():
     x = jaxmg.potrs(a, b)
     assert not x.committed, x.sharding
     np.testing.assert_allclose(x + other, np.full(8, 1.5))  # meets an array on another device
-    outputs = [jaxmg.lu_solve(a, b), jaxmg.cholesky(a), *jaxmg.qr(a), *jaxmg.syevd(a),
-               jaxmg.least_squares(np.eye(8), np.ones(8))]
+    outputs = [
+        jaxmg.lu_solve(a, b),
+        jaxmg.cholesky(a),
+        *jaxmg.qr(a),
+        *jaxmg.syevd(a),
+        jaxmg.least_squares(np.eye(8), np.ones(8)),
+    ]
     assert not any(o.committed for o in outputs), [o.sharding for o in outputs]
     # committed inputs stay committed
     assert jaxmg.potrs(jax.device_put(a, jax.devices()[2]), b).committed

@@ -106,8 +106,9 @@ def test_context_mesh_inside_jit():
 def test_negative_definite_operator():
     rng = np.random.default_rng(5)
     A = -spd_matrix(rng, N, np.float64)
-    x = lx.linear_solve(lx.MatrixLinearOperator(jnp.asarray(A), lx.negative_semidefinite_tag), jnp.ones(N),
-                        solver=jl.Cholesky()).value
+    x = lx.linear_solve(
+        lx.MatrixLinearOperator(jnp.asarray(A), lx.negative_semidefinite_tag), jnp.ones(N), solver=jl.Cholesky()
+    ).value
     _close(x, np.linalg.solve(A, np.ones(N)))
 
 
@@ -140,11 +141,15 @@ def test_state_reuse_transpose_and_conj(solver, dtype):
     assert t_options == {}
     _close(lx.linear_solve(op.T, jnp.asarray(b1), solver, state=t_state).value, np.linalg.solve(A.T, b1), dtype)
     c_state, _ = solver.conj(state, {})
-    _close(lx.linear_solve(lx.conj(op), jnp.asarray(b1), solver, state=c_state).value,
-           np.linalg.solve(A.conj(), b1), dtype)
+    _close(
+        lx.linear_solve(lx.conj(op), jnp.asarray(b1), solver, state=c_state).value, np.linalg.solve(A.conj(), b1), dtype
+    )
     ct_state, _ = solver.transpose(c_state, {})
-    _close(lx.linear_solve(lx.conj(op).T, jnp.asarray(b1), solver, state=ct_state).value,
-           np.linalg.solve(A.conj().T, b1), dtype)
+    _close(
+        lx.linear_solve(lx.conj(op).T, jnp.asarray(b1), solver, state=ct_state).value,
+        np.linalg.solve(A.conj().T, b1),
+        dtype,
+    )
 
 
 def test_wide_qr_transpose_is_least_squares():
@@ -156,12 +161,16 @@ def test_wide_qr_transpose_is_least_squares():
     _close(x, np.linalg.lstsq(A.T, b, rcond=None)[0])
 
 
-@pytest.mark.parametrize("solver, matrix", [
-    (jl.LU(), np.ones((N, N))),                                  # singular: zero pivot
-    (jl.Auto(), np.ones((N, N))),
-    (jl.Cholesky(), np.diag(np.r_[np.ones(N - 1), -1.0])),         # not positive definite
-    (jl.QR(), np.c_[np.ones((N + 4, 1)), np.zeros((N + 4, 1))]),   # rank deficient
-], ids=["lu", "auto", "cholesky", "qr"])
+@pytest.mark.parametrize(
+    "solver, matrix",
+    [
+        (jl.LU(), np.ones((N, N))),  # singular: zero pivot
+        (jl.Auto(), np.ones((N, N))),
+        (jl.Cholesky(), np.diag(np.r_[np.ones(N - 1), -1.0])),  # not positive definite
+        (jl.QR(), np.c_[np.ones((N + 4, 1)), np.zeros((N + 4, 1))]),  # rank deficient
+    ],
+    ids=["lu", "auto", "cholesky", "qr"],
+)
 def test_failure_is_a_result_not_silent_nan(solver, matrix):
     tags = PSD if isinstance(solver, jl.Cholesky) else ()
     op = lx.MatrixLinearOperator(jnp.asarray(matrix), tags)
@@ -178,8 +187,7 @@ def test_failure_is_a_result_not_silent_nan(solver, matrix):
 def test_success_result_inside_jit_and_vmap():
     """result is per system under vmap: one failing operator does not fail the others."""
     good, bad = np.eye(4) * 2.0, np.ones((4, 4))
-    solve = jax.jit(jax.vmap(lambda a, b: lx.linear_solve(lx.MatrixLinearOperator(a), b, solver=jl.LU(),
-                                                           throw=False)))
+    solve = jax.jit(jax.vmap(lambda a, b: lx.linear_solve(lx.MatrixLinearOperator(a), b, solver=jl.LU(), throw=False)))
     sol = solve(jnp.stack([good, bad]), jnp.ones((2, 4)))
     assert list(np.asarray(sol.result._value)) == [lx.RESULTS.successful._value, lx.RESULTS.singular._value]
     _close(sol.value[0], np.full(4, 0.5))
@@ -231,16 +239,20 @@ def test_vmap_over_operators_and_vectors():
     As = np.stack([spd_matrix(rng, 8, np.float64) for _ in range(3)])
     bs = rng.standard_normal((3, 8))
     for solver in (jl.Auto(), jl.LU()):
-        solve = jax.vmap(lambda a, b, solver=solver: lx.linear_solve(lx.MatrixLinearOperator(a, PSD), b,
-                                                                     solver=solver).value)
+        solve = jax.vmap(
+            lambda a, b, solver=solver: lx.linear_solve(lx.MatrixLinearOperator(a, PSD), b, solver=solver).value
+        )
         _close(solve(As, bs), np.linalg.solve(As, bs[..., None])[..., 0])
         _close(jax.jit(solve)(As, bs), np.linalg.solve(As, bs[..., None])[..., 0])
     # vmap over vectors with one operator, and grad of a vmapped solve
     op = lx.MatrixLinearOperator(jnp.asarray(As[0]), PSD)
     xs = jax.vmap(lambda b: lx.linear_solve(op, b, solver=jl.Cholesky()).value)(bs)
     _close(xs, np.linalg.solve(As[0], bs.T).T)
-    g = jax.grad(lambda A: jnp.sum(jax.vmap(
-        lambda a, b: lx.linear_solve(lx.MatrixLinearOperator(a), b, solver=jl.LU()).value)(A, bs)))(As)
+    g = jax.grad(
+        lambda A: jnp.sum(
+            jax.vmap(lambda a, b: lx.linear_solve(lx.MatrixLinearOperator(a), b, solver=jl.LU()).value)(A, bs)
+        )
+    )(As)
     _close(g, jax.grad(lambda A: jnp.sum(jnp.linalg.solve(A, bs[..., None])))(As))
 
 
@@ -263,8 +275,9 @@ def test_solvers_are_lineax_solvers_and_hashable():
         assert isinstance(solver, lx.AbstractLinearSolver)
         assert solver.assume_full_rank() is True
         hash(solver)
-        assert eqx.tree_equal(solver, type(solver)(**{f: getattr(solver, f) for f in ("T_A", "mesh",
-                                                                                      "matrix_specs", "backend")}))
+        assert eqx.tree_equal(
+            solver, type(solver)(**{f: getattr(solver, f) for f in ("T_A", "mesh", "matrix_specs", "backend")})
+        )
 
 
 def test_bad_operators_name_the_fix():

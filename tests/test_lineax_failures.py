@@ -75,10 +75,10 @@ CHILD = textwrap.dedent("""
 def test_failed_sharded_solve_raises_promptly_on_every_mesh():
     env = dict(os.environ)
     env.pop("XLA_FLAGS", None)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(jaxmg.__file__).resolve().parents[1]),
-                                                       env.get("PYTHONPATH")]))
-    proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env,
-                          timeout=300)
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(Path(jaxmg.__file__).resolve().parents[1]), env.get("PYTHONPATH")])
+    )
+    proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, timeout=300)
     out = proc.stdout
     assert proc.returncode == 0 and "DONE" in out, out + proc.stderr[-3000:]
     lines = [line for line in out.splitlines() if ": " in line]

@@ -29,20 +29,51 @@ def records(tmp_path_factory):
     out = tmp_path_factory.mktemp("long_runs") / "long_runs.jsonl"
     env = dict(os.environ)
     env.pop("XLA_FLAGS", None)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(jaxmg.__file__).resolve().parents[1]),
-                                                       env.get("PYTHONPATH")]))
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_long_runs.py"),
-                           "--calls", str(CALLS), "--cases", "all", "--out", str(out)],
-                          capture_output=True, text=True, env=env, timeout=1200)
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(Path(jaxmg.__file__).resolve().parents[1]), env.get("PYTHONPATH")])
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bench_long_runs.py"),
+            "--calls",
+            str(CALLS),
+            "--cases",
+            "all",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1200,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {r["case"]: r for r in map(json.loads, out.read_text().splitlines())}
 
 
-OPERATIONS = ["potrs", "cholesky", "lu_solve", "least_squares", "qr", "syevd", "sygvd", "gesvd",
-              "polar", "Cholesky.solve", "potrs_jit", "grad_potrs", "grad_logdet",
-              "grad_cholesky", "grad_syevd",
-              # eager jax.grad outside jit: its compiled calls are cached after the first
-              "eager_grad_potrs", "eager_grad_logdet", "eager_grad_cholesky", "eager_grad_syevd"]
+OPERATIONS = [
+    "potrs",
+    "cholesky",
+    "lu_solve",
+    "least_squares",
+    "qr",
+    "syevd",
+    "sygvd",
+    "gesvd",
+    "polar",
+    "Cholesky.solve",
+    "potrs_jit",
+    "grad_potrs",
+    "grad_logdet",
+    "grad_cholesky",
+    "grad_syevd",
+    # eager jax.grad outside jit: its compiled calls are cached after the first
+    "eager_grad_potrs",
+    "eager_grad_logdet",
+    "eager_grad_cholesky",
+    "eager_grad_syevd",
+]
 
 
 @pytest.mark.parametrize("case", OPERATIONS)

@@ -47,8 +47,10 @@ PAIRS = {
     "cholesky": (lambda a, b: jaxmg.cholesky(a), lambda a, b: jnp.linalg.cholesky(a)),
     "lu_solve": (jaxmg.lu_solve, jnp.linalg.solve),
     "gp_value_and_grad": (jax.value_and_grad(_gp_jaxmg), jax.value_and_grad(_gp_jax)),
-    "eigenvalue_sum_gradient": (jax.grad(lambda a, b: jnp.sum(jaxmg.numpy.linalg.eigh(a)[0])),
-                                jax.grad(lambda a, b: jnp.sum(jnp.linalg.eigh(a)[0]))),
+    "eigenvalue_sum_gradient": (
+        jax.grad(lambda a, b: jnp.sum(jaxmg.numpy.linalg.eigh(a)[0])),
+        jax.grad(lambda a, b: jnp.sum(jnp.linalg.eigh(a)[0])),
+    ),
 }
 
 

@@ -36,8 +36,13 @@ def _opaque_ffi_call(target, results, operands, boot=(), aliases=None, **attrs):
     compiles around it is the kernels' own program."""
     single = not isinstance(results, (tuple, list))
     shapes = (results,) if single else tuple(results)
-    out = jax.pure_callback(lambda *args: tuple(np.zeros(r.shape, r.dtype) for r in shapes), shapes, *boot,
-                            *operands, vmap_method="expand_dims")
+    out = jax.pure_callback(
+        lambda *args: tuple(np.zeros(r.shape, r.dtype) for r in shapes),
+        shapes,
+        *boot,
+        *operands,
+        vmap_method="expand_dims",
+    )
     return out[0] if single else out
 
 
@@ -111,8 +116,17 @@ def test_gp_value_and_grad_grid(opaque_native, grid_system):
     assert _blocks(mesh, jax.value_and_grad(_gp), a, b) <= GP_BLOCKS + SLACK
 
 
-@pytest.mark.parametrize("case", ["potrs", "cholesky", pytest.param("inverse", marks=pytest.mark.slow),
-                                  pytest.param("gp", marks=pytest.mark.slow), "lu_solve", "LU"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "potrs",
+        "cholesky",
+        pytest.param("inverse", marks=pytest.mark.slow),
+        pytest.param("gp", marks=pytest.mark.slow),
+        "lu_solve",
+        "LU",
+    ],
+)
 def test_checked_calls_hold_what_unchecked_ones_do(case, opaque_native, grid_system):
     """The default (checked) program holds no more than the same call with check=False (within
     0.05 block: vectors): the check's products are made while the matrix is whole, before the

@@ -34,16 +34,15 @@ def test_meshes_used_alternately(axis_type):
             np.testing.assert_allclose(x, np.linalg.solve(spd, rhs), rtol=1e-10, err_msg=where)
             np.testing.assert_allclose(logdet, np.linalg.slogdet(spd)[1], rtol=1e-12)
             assert x.sharding.mesh.shape == mesh.shape, where
-            np.testing.assert_allclose(potrs_jit(a, b), np.linalg.solve(spd, rhs), rtol=1e-10,
-                                       err_msg=where)
+            np.testing.assert_allclose(potrs_jit(a, b), np.linalg.solve(spd, rhs), rtol=1e-10, err_msg=where)
             x = jaxmg.lu_solve(put(g, mesh, P("x", "y")), b, backend="portable")
             np.testing.assert_allclose(x, np.linalg.solve(g, rhs), rtol=1e-9, err_msg=where)
-            w = jaxmg.syevd(put(her, mesh, P("x", "y")), return_eigenvectors=False,
-                            backend="portable")
+            w = jaxmg.syevd(put(her, mesh, P("x", "y")), return_eigenvectors=False, backend="portable")
             np.testing.assert_allclose(w, np.linalg.eigvalsh(her), atol=1e-12, err_msg=where)
             if pass_ == 0:
                 kept[shape] = jaxmg.Cholesky(a, backend="portable")
         for shape, mesh in zip(SHAPES, meshes):
             x = kept[shape].solve(put(rhs, mesh, P("x")))
-            np.testing.assert_allclose(x, np.linalg.solve(spd, rhs), rtol=1e-10,
-                                       err_msg=f"pass {pass_}, kept module of mesh {shape}")
+            np.testing.assert_allclose(
+                x, np.linalg.solve(spd, rhs), rtol=1e-10, err_msg=f"pass {pass_}, kept module of mesh {shape}"
+            )

@@ -65,10 +65,10 @@ def _check(module, kind):
         assert x.shape[0] == COUNT, (kind, name, x.shape)
         for reading in (x, jitted[name], inside[name]):
             assert _nan_matrices(reading) == [BAD], (kind, name)
-        np.testing.assert_allclose(np.asarray(x), np.asarray(inside[name]), rtol=1e-12, atol=1e-12,
-                                   equal_nan=True)
-        np.testing.assert_allclose(np.asarray(jitted[name]), np.asarray(inside[name]), rtol=1e-12, atol=1e-12,
-                                   equal_nan=True)
+        np.testing.assert_allclose(np.asarray(x), np.asarray(inside[name]), rtol=1e-12, atol=1e-12, equal_nan=True)
+        np.testing.assert_allclose(
+            np.asarray(jitted[name]), np.asarray(inside[name]), rtol=1e-12, atol=1e-12, equal_nan=True
+        )
 
 
 MODULES = ["Cholesky", "LU", "QR", "Eigh", "SVD", "Polar"]

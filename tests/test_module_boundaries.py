@@ -64,6 +64,7 @@ def test_module_solves_under_eager_vmap_on_explicit_axes(name):
     np.testing.assert_allclose(x[0], _expected(name), rtol=1e-9, atol=1e-12)
     # a second call reuses the compiled solve (no new jitted function, no new trace)
     from jaxmg import _dispatch
+
     before = _dispatch._compiled.cache_info()
     again = np.asarray(jax.vmap(lambda a, t, b, bt: solve(make(a, t), b, bt))(a, t, b, bt))
     after = _dispatch._compiled.cache_info()
@@ -96,8 +97,9 @@ def test_donated_module_differentiates_eagerly_and_keeps_the_callers_array(name,
         _, tangent = jax.jvp(loss, (a,), (put(direction, mesh, P("x", "y")),))
     assert not a.is_deleted()
     eps = 1e-6
-    numeric = (np.sum(reference(matrix + eps * direction, rhs))
-               - np.sum(reference(matrix - eps * direction, rhs))) / (2 * eps)
+    numeric = (np.sum(reference(matrix + eps * direction, rhs)) - np.sum(reference(matrix - eps * direction, rhs))) / (
+        2 * eps
+    )
     np.testing.assert_allclose(float(tangent), numeric, rtol=1e-6)
     np.testing.assert_allclose(float(np.sum(np.asarray(grad) * direction)), numeric, rtol=1e-6)
     consumed = put(matrix, mesh, P("x", "y"))

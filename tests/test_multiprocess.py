@@ -20,9 +20,22 @@ def _launch(nproc, script, timeout):
     package_parent = str(Path(jaxmg.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_parent, env.get("PYTHONPATH")]))
     proc = subprocess.run(
-        [sys.executable, "-m", "jaxmg.launch", "-n", str(nproc), "--platform", "cpu",
-         "--timeout", str(timeout), str(SCRIPTS / script)],
-        capture_output=True, text=True, timeout=timeout + 50, env=env,
+        [
+            sys.executable,
+            "-m",
+            "jaxmg.launch",
+            "-n",
+            str(nproc),
+            "--platform",
+            "cpu",
+            "--timeout",
+            str(timeout),
+            str(SCRIPTS / script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout + 50,
+        env=env,
         cwd=Path(__file__).parent,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]

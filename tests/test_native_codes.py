@@ -29,12 +29,18 @@ def test_kernels_use_the_codes_in_force():
     assert (cholesky._UPLO_LOWER, cholesky._UPLO_UPPER) == (codes["uplo_lower"], codes["uplo_upper"])
     assert (cholesky._MODE_NATURAL, cholesky._MODE_INPLACE) == (codes["cholesky_natural"], codes["cholesky_in_place"])
     assert (relayout.TRANSPOSE, relayout.SYMMETRIC_FROM_LOWER, relayout.LOWER_OF_TRANSPOSE) == (
-        codes["relayout_transpose"], codes["relayout_symmetric_from_lower"], codes["relayout_lower_of_transpose"])
+        codes["relayout_transpose"],
+        codes["relayout_symmetric_from_lower"],
+        codes["relayout_lower_of_transpose"],
+    )
     import jax.numpy as jnp
 
     real, cplx = jnp.zeros((2, 2)), jnp.zeros((2, 2), jnp.complex64)
     assert [gemm._op(real, False), gemm._op(real, True), gemm._op(cplx, True)] == [
-        codes["op_n"], codes["op_t"], codes["op_c"]]
+        codes["op_n"],
+        codes["op_t"],
+        codes["op_c"],
+    ]
 
 
 def test_no_code_is_restated_in_the_handlers():

@@ -31,8 +31,12 @@ MESHES = {
     "cols-8-auto": ((8,), ("i",), AxisType.Auto, P(None, "i")),
 }
 # each mesh with one dtype, so that every mesh and every dtype is covered once
-CASES = [("4x2-explicit", np.float64), ("4x2-auto", np.complex128), ("rows-8", np.float32),
-         ("cols-8-auto", np.complex64)]
+CASES = [
+    ("4x2-explicit", np.float64),
+    ("4x2-auto", np.complex128),
+    ("rows-8", np.float32),
+    ("cols-8-auto", np.complex64),
+]
 
 
 def _tol(dtype):
@@ -70,6 +74,7 @@ def _problem(dtype, seed=0):
 
 # --- signatures and coverage ------------------------------------------------------------------
 
+
 def _parameters(f):
     return [(p.name, p.kind, p.default) for p in inspect.signature(f).parameters.values()]
 
@@ -92,20 +97,36 @@ def test_signatures_match_jax():
 
 # --- results against JAX, per mesh and dtype -------------------------------------------------------
 
+
 def _check_all(mla_fns, p, placed, dtype, jit):
     """Run the functions of jaxmg.numpy.linalg on the placed arrays (eagerly or in one jitted
     call) and compare with jax.numpy.linalg on the gathered ones."""
+
     def ours(sq, spd, tall, wide, b):
         return dict(
-            solve=mla.solve(sq, b), inv=mla.inv(sq), slogdet=mla.slogdet(sq), det=mla.det(sq),
-            chol=mla.cholesky(spd), chol_u=mla.cholesky(spd, upper=True),
-            eigh=mla.eigh(spd), eigvalsh=mla.eigvalsh(spd, UPLO="U"),
-            svd_tall=mla.svd(tall, full_matrices=False), svd_wide=mla.svd(wide), svdvals=mla.svdvals(wide),
-            qr_tall=mla.qr(tall), qr_wide=mla.qr(wide), qr_r=mla.qr(sq, mode="r"),
-            lstsq_tall=mla.lstsq(tall, jnp.ones(16, tall.dtype)), lstsq_wide=mla.lstsq(wide, b),
-            pinv=mla.pinv(wide), rank=mla.matrix_rank(tall), cond=mla.cond(sq),
-            norm2=mla.norm(sq, 2), nuc=mla.matrix_norm(sq, ord="nuc"),
+            solve=mla.solve(sq, b),
+            inv=mla.inv(sq),
+            slogdet=mla.slogdet(sq),
+            det=mla.det(sq),
+            chol=mla.cholesky(spd),
+            chol_u=mla.cholesky(spd, upper=True),
+            eigh=mla.eigh(spd),
+            eigvalsh=mla.eigvalsh(spd, UPLO="U"),
+            svd_tall=mla.svd(tall, full_matrices=False),
+            svd_wide=mla.svd(wide),
+            svdvals=mla.svdvals(wide),
+            qr_tall=mla.qr(tall),
+            qr_wide=mla.qr(wide),
+            qr_r=mla.qr(sq, mode="r"),
+            lstsq_tall=mla.lstsq(tall, jnp.ones(16, tall.dtype)),
+            lstsq_wide=mla.lstsq(wide, b),
+            pinv=mla.pinv(wide),
+            rank=mla.matrix_rank(tall),
+            cond=mla.cond(sq),
+            norm2=mla.norm(sq, 2),
+            nuc=mla.matrix_norm(sq, ord="nuc"),
         )
+
     fn = jax.jit(ours) if jit else ours
     out = fn(placed["square"], placed["spd"], placed["tall"], placed["wide"], placed["b"])
     sq, spd, tall, wide, b = (p[k] for k in ("square", "spd", "tall", "wide", "b"))
@@ -163,8 +184,15 @@ def test_numpy_linalg_against_jax(mesh_name, dtype):
     else:
         out = _check_all(mla, p, placed, dtype, jit=False)
     if not jit:  # matrix outputs stay in the input's layout
-        for x in (out["inv"], out["chol"], out["chol_u"], out["eigh"].eigenvectors, out["pinv"],
-                  out["svd_tall"].U, out["qr_wide"].R):
+        for x in (
+            out["inv"],
+            out["chol"],
+            out["chol_u"],
+            out["eigh"].eigenvectors,
+            out["pinv"],
+            out["svd_tall"].U,
+            out["qr_wide"].R,
+        ):
             assert x.sharding.spec == spec or x.sharding.is_equivalent_to(placed["square"].sharding, 2), x.sharding
 
 
@@ -225,6 +253,7 @@ def test_other_functions():
 
 # --- derivatives -----------------------------------------------------------------------------------
 
+
 def test_gradients_equal_jax():
     mesh, spec = _mesh("4x2-explicit")
     p = _problem(np.float64, seed=5)
@@ -234,10 +263,18 @@ def test_gradients_equal_jax():
         def f(sq, spd, wide):
             w, v = la.eigh(spd)
             u, s, vh = la.svd(wide, full_matrices=False)
-            return (la.slogdet(sq)[1] + jnp.sum(la.inv(sq) ** 2) + jnp.sum(la.solve(sq, b))
-                    + jnp.sum(w * jnp.arange(8)) + jnp.sum(jnp.abs(v) ** 4)
-                    + jnp.sum(s ** 3) + jnp.sum(la.lstsq(wide, b)[0] ** 2) + jnp.sum(la.pinv(wide) ** 2)
-                    + jnp.sum(la.cholesky(spd)))
+            return (
+                la.slogdet(sq)[1]
+                + jnp.sum(la.inv(sq) ** 2)
+                + jnp.sum(la.solve(sq, b))
+                + jnp.sum(w * jnp.arange(8))
+                + jnp.sum(jnp.abs(v) ** 4)
+                + jnp.sum(s**3)
+                + jnp.sum(la.lstsq(wide, b)[0] ** 2)
+                + jnp.sum(la.pinv(wide) ** 2)
+                + jnp.sum(la.cholesky(spd))
+            )
+
         return f
 
     with jax.set_mesh(mesh):
@@ -257,6 +294,7 @@ def test_check_grads_first_order():
 
 # --- jaxmg.scipy.linalg ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("mesh_name,dtype", [("4x2-explicit", np.complex128), ("cols-8-auto", np.float32)])
 def test_scipy_linalg_against_jax(mesh_name, dtype):
     mesh, spec = _mesh(mesh_name)
@@ -272,8 +310,12 @@ def test_scipy_linalg_against_jax(mesh_name, dtype):
         lu, piv = msla.lu_factor(placed["square"])
         for trans in (0, 1, 2):
             _close(msla.lu_solve((lu, piv), b, trans=trans), jsl.lu_solve(jsl.lu_factor(sq), b, trans=trans), dtype, 10)
-        _close(msla.solve(placed["spd"], b, assume_a="pos", lower=True), jsl.solve(spd, b, assume_a="pos", lower=True),
-               dtype, 10)
+        _close(
+            msla.solve(placed["spd"], b, assume_a="pos", lower=True),
+            jsl.solve(spd, b, assume_a="pos", lower=True),
+            dtype,
+            10,
+        )
         _close(msla.solve(placed["square"], b), jsl.solve(sq, b), dtype, 10)
         _close(msla.inv(placed["square"]), jsl.inv(sq), dtype, 10)
         _close(msla.det(placed["square"]), jsl.det(sq), dtype, 10)
@@ -303,14 +345,17 @@ def test_scipy_linalg_against_jax(mesh_name, dtype):
 
 # --- a model written against jnp.linalg --------------------------------------------------------------
 
+
 def _gp_model(la):
     """A Gaussian-process negative log marginal likelihood and its posterior mean, written
     against a ``jax.numpy.linalg``-like module ``la``."""
+
     def nll(log_scale, x, y):
         k = jnp.exp(-((x[:, None] - x[None, :]) ** 2) / jnp.exp(log_scale)) + 0.5 * jnp.eye(x.shape[0])
         alpha = la.solve(k, y)
         sign, logdet = la.slogdet(k)
         return 0.5 * y @ alpha + 0.5 * logdet, alpha
+
     return nll
 
 
@@ -341,6 +386,7 @@ def test_bad_arguments():
 
 
 # --- wide matrices in the top-level functions and modules -----------------------------------------
+
 
 def test_wide_matrices_in_jaxmg_functions_and_modules():
     mesh, spec = _mesh("4x2-explicit")
@@ -387,13 +433,17 @@ def test_complete_qr_of_a_tall_sharded_matrix_inside_set_mesh(dtype):
     stack = jax.device_put(stack_np, NamedSharding(mesh, P(None, "x", "y")))
     tol = 1e-4 if dtype == np.float32 else 1e-10
     with jax.set_mesh(mesh):
-        for q, r, want in (mla.qr(a, mode="complete") + (a_np,), msla.qr(a) + (a_np,),
-                           mla.qr(stack, mode="complete") + (stack_np,)):
+        for q, r, want in (
+            mla.qr(a, mode="complete") + (a_np,),
+            msla.qr(a) + (a_np,),
+            mla.qr(stack, mode="complete") + (stack_np,),
+        ):
             q, r = np.asarray(q), np.asarray(r)
             assert q.shape[-2:] == (24, 24) and r.shape[-2:] == (24, 16)
             np.testing.assert_allclose(q @ r, want, atol=tol * 10)
-            np.testing.assert_allclose(np.swapaxes(q.conj(), -1, -2) @ q, np.broadcast_to(np.eye(24), q.shape),
-                                       atol=tol)
+            np.testing.assert_allclose(
+                np.swapaxes(q.conj(), -1, -2) @ q, np.broadcast_to(np.eye(24), q.shape), atol=tol
+            )
 
 
 @pytest.mark.parametrize("b_shape", [(8,), (8, 3), (2, 8, 3), (1, 8, 3), (8, 8)])
@@ -406,12 +456,15 @@ def test_solve_right_hand_sides_as_jax(b_shape):
     np.testing.assert_allclose(np.asarray(mla.solve(a, b)), np.asarray(jnp.linalg.solve(a, b)), rtol=1e-10)
 
 
-@pytest.mark.parametrize("b_shape,message", [
-    ((2, 8), r"solve\(a, b\[\.\.\., None\]\)\[\.\.\., 0\]"),  # JAX refuses a batch of vectors
-    ((7,), r"b must be \(8,\)"),
-    ((2, 7, 1), r"b must be \(\.\.\., 8, K\)"),
-    ((3, 8, 1), "do not broadcast"),
-])
+@pytest.mark.parametrize(
+    "b_shape,message",
+    [
+        ((2, 8), r"solve\(a, b\[\.\.\., None\]\)\[\.\.\., 0\]"),  # JAX refuses a batch of vectors
+        ((7,), r"b must be \(8,\)"),
+        ((2, 7, 1), r"b must be \(\.\.\., 8, K\)"),
+        ((3, 8, 1), "do not broadcast"),
+    ],
+)
 def test_solve_refuses_what_jax_refuses(b_shape, message):
     a = np.stack([np.eye(8)] * 2)
     b = np.ones(b_shape)
@@ -419,4 +472,3 @@ def test_solve_refuses_what_jax_refuses(b_shape, message):
         jnp.linalg.solve(a, b)
     with pytest.raises(ValueError, match=message):
         mla.solve(a, b)
-

@@ -36,20 +36,20 @@ print(json.dumps({"env": os.environ.get("OPENBLAS_NUM_THREADS"), "threads": thre
 
 
 def _child(**env):
-    full = {k: v for k, v in os.environ.items()
-            if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "XLA_FLAGS")}
-    full["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(jaxmg.__file__).resolve().parents[1]),
-                                                        full.get("PYTHONPATH")]))
+    full = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "XLA_FLAGS")}
+    full["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(Path(jaxmg.__file__).resolve().parents[1]), full.get("PYTHONPATH")])
+    )
     full.update(env)
-    proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=full,
-                          timeout=120)
+    proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=full, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.splitlines()[-1])
 
 
 needs_linux_and_cores = pytest.mark.skipif(
     not sys.platform.startswith("linux") or (os.cpu_count() or 1) < 2,
-    reason="reads /proc/self/maps; OpenBLAS has one thread anyway on one core")
+    reason="reads /proc/self/maps; OpenBLAS has one thread anyway on one core",
+)
 
 
 @needs_linux_and_cores
@@ -61,11 +61,11 @@ def test_simulated_devices_get_one_openblas_thread_without_the_user_setting_it()
 
 @needs_linux_and_cores
 def test_the_users_choice_and_one_device_are_left_alone():
-    out = _child(XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu",
-                 OPENBLAS_NUM_THREADS="2")
+    out = _child(XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu", OPENBLAS_NUM_THREADS="2")
     assert out["env"] == "2" and 2 in out["threads"].values(), out
     out = _child(JAX_PLATFORMS="cpu")
     assert out["devices"] == 1 and out["env"] is None, out
-    out = _child(XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu",
-                 JAXMG_OPENBLAS_THREADS="keep")
+    out = _child(
+        XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu", JAXMG_OPENBLAS_THREADS="keep"
+    )
     assert out["env"] is None, out

@@ -36,8 +36,15 @@ CASES = {
     "syevd": lambda a, g, b, w: jaxmg.syevd(a),
     "sygvd": lambda a, g, b, w: jaxmg.sygvd(g + g.T, a),
     "gesvd": lambda a, g, b, w: jaxmg.gesvd(w),
-    "numpy": lambda a, g, b, w: (mla.solve(g, b), mla.inv(g), mla.det(g), mla.slogdet(g), mla.cholesky(a),
-                                 mla.eigh(a), mla.svd(w)),
+    "numpy": lambda a, g, b, w: (
+        mla.solve(g, b),
+        mla.inv(g),
+        mla.det(g),
+        mla.slogdet(g),
+        mla.cholesky(a),
+        mla.eigh(a),
+        mla.svd(w),
+    ),
     "slogdet_grad": lambda a, g, b, w: jax.grad(lambda g: mla.slogdet(g)[1])(g),
 }
 

@@ -61,8 +61,7 @@ def test_local_kernels_are_full_precision():
         (x,) = jaxmg.ops.local.least_squares(a_block, b_rows, grid=grid)[:1]
         return x
 
-    fn = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(P("x", "y"), P("x")), out_specs=P("x"),
-                               check_vma=False))
+    fn = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(P("x", "y"), P("x")), out_specs=P("x"), check_vma=False))
     text = fn.lower(put(TALL, mesh, P("x", "y")), put(np.ones(64, np.float32), mesh, P("x"))).as_text()
     dots = re.findall(r"stablehlo\.dot_general[^\n]*", text)
     assert dots and all("HIGHEST" in d for d in dots), dots[:2]

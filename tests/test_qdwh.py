@@ -4,6 +4,7 @@ The accuracy target, float64: ||U_p^H U_p - I||_F / sqrt(N) and ||A - U_p H||_F 
 at most 1e-12 for condition numbers up to 1e12 (constructed: A = U diag(s) V^H with s
 geometric from 1 to 1/cond), on several grids and both device orders.
 """
+
 from __future__ import annotations
 
 import jax
@@ -22,6 +23,7 @@ def _syevd(a, *, grid):
     w, v, status = local.Decompositions(None).syevd(gather_block(a, grid))
     return w, local_block(v, grid), status
 
+
 if jax.default_backend() != "cpu" or len(jax.devices()) < 4:
     pytest.skip("needs 4 CPU devices (tests/conftest.py sets up 8)", allow_module_level=True)
 
@@ -34,13 +36,16 @@ def _mesh(shape, reverse):
 
 
 def _run(fn, grid, mesh, nout):
-    return jax.jit(jax.shard_map(lambda a: fn(a, grid=grid), mesh=mesh, in_specs=grid.spec,
-                                 out_specs=nout, check_vma=False))
+    return jax.jit(
+        jax.shard_map(lambda a: fn(a, grid=grid), mesh=mesh, in_specs=grid.spec, out_specs=nout, check_vma=False)
+    )
 
 
 @pytest.mark.parametrize("cond", [1.0, 1e6, 1e12])
-@pytest.mark.parametrize("shape,reverse,m,n", [((1, 1), False, 96, 96), ((2, 2), True, 128, 96),
-                                               ((2, 1), False, 128, 64), ((1, 2), True, 96, 96)])
+@pytest.mark.parametrize(
+    "shape,reverse,m,n",
+    [((1, 1), False, 96, 96), ((2, 2), True, 128, 96), ((2, 1), False, 128, 64), ((1, 2), True, 96, 96)],
+)
 def test_polar_accuracy_float64(shape, reverse, m, n, cond):
     mesh = _mesh(shape, reverse)
     grid = _layout.Grid(mesh, ("x",), ("y",))
@@ -72,8 +77,9 @@ def test_polar_other_dtypes(dtype):
 
 
 @pytest.mark.parametrize("full_matrices", [False, True])
-@pytest.mark.parametrize("shape,reverse,dtype", [((2, 2), False, np.float64), ((1, 2), True, np.complex128),
-                                                 ((2, 1), True, np.float32)])
+@pytest.mark.parametrize(
+    "shape,reverse,dtype", [((2, 2), False, np.float64), ((1, 2), True, np.complex128), ((2, 1), True, np.float32)]
+)
 def test_gesvd_composed(shape, reverse, dtype, full_matrices):
     mesh = _mesh(shape, reverse)
     grid = _layout.Grid(mesh, ("x",), ("y",))
@@ -82,6 +88,7 @@ def test_gesvd_composed(shape, reverse, dtype, full_matrices):
 
     def fn(a, grid):
         return qdwh.gesvd(a, grid=grid, full_matrices=full_matrices, syevd=_syevd)
+
     u, s, vh, status = _run(fn, grid, mesh, (grid.spec, P(), grid.spec, P()))(a)
     u, s, vh = (np.asarray(x).astype(np.complex128) for x in (u, s, vh))
     eps = np.finfo(dtype).eps
@@ -131,8 +138,7 @@ def test_products_run_at_full_precision(kernel):
     else:
         fn = lambda a: qdwh.gesvd(a, grid=grid, full_matrices=False, syevd=_syevd)  # noqa: E731
         outs = (grid.spec, P(), grid.spec, P())
-    traced = jax.make_jaxpr(jax.shard_map(fn, mesh=mesh, in_specs=grid.spec, out_specs=outs,
-                                          check_vma=False))(a)
+    traced = jax.make_jaxpr(jax.shard_map(fn, mesh=mesh, in_specs=grid.spec, out_specs=outs, check_vma=False))(a)
     precisions = _dot_precisions(traced.jaxpr)
     highest = jax.lax.Precision.HIGHEST
     assert len(precisions) >= 5
@@ -161,6 +167,7 @@ def test_rank_deficient_on_the_grid(shape, dtype, rank):
 
     def gesvd(a, grid):
         return qdwh.gesvd(a, grid=grid, full_matrices=False, syevd=_syevd)
+
     u, s, vh, status_svd = (np.asarray(x) for x in _run(gesvd, grid, mesh, (grid.spec, P(), grid.spec, P()))(a))
     assert int(status) == 0 and int(status_svd) == 0
     for q in (u_p, u):

@@ -44,8 +44,10 @@ def _lstsq_ratio(a, x, b) -> float:
     """LAPACK's least-squares test ratio (dqrt17): ||a^H (a x - b)|| / (||a|| ||b|| max(M, N) eps)."""
     a, x, b = (np.asarray(v, np.complex128) for v in (a, x, b))
     r = a.conj().T @ (a @ x - b)
-    return np.linalg.norm(r) / (np.linalg.norm(a, 2) ** 2 * np.linalg.norm(x) * max(a.shape) * eps(np.float64)
-                                + np.linalg.norm(a, 2) * np.linalg.norm(b) * max(a.shape) * eps(np.float64))
+    return np.linalg.norm(r) / (
+        np.linalg.norm(a, 2) ** 2 * np.linalg.norm(x) * max(a.shape) * eps(np.float64)
+        + np.linalg.norm(a, 2) * np.linalg.norm(b) * max(a.shape) * eps(np.float64)
+    )
 
 
 @functools.cache
@@ -117,7 +119,8 @@ def test_stack_flags_each_rank_deficient_matrix():
     stack[5] = _low_rank(np.float64, 16, 8, rank=2)
     with jax.set_mesh(mesh):
         xs, status = jax.jit(jax.vmap(lambda a: jaxmg.least_squares(a, jnp.ones(16), return_status=True)))(
-            put(stack, mesh, P(("x", "y"))))
+            put(stack, mesh, P(("x", "y")))
+        )
     bad = np.isnan(np.asarray(xs)).any(axis=1)
     assert list(np.nonzero(np.asarray(status))[0]) == [5] and list(np.nonzero(bad)[0]) == [5]
 
@@ -148,14 +151,12 @@ def test_lineax_qr_reports_rank_deficiency():
 
     a = _low_rank(np.float64)
     for matrix, b in ((a, np.ones(M)), (a.T.copy(), np.ones(N))):
-        sol = lx.linear_solve(lx.MatrixLinearOperator(jnp.asarray(matrix)), jnp.asarray(b), solver=jl.QR(),
-                              throw=False)
+        sol = lx.linear_solve(lx.MatrixLinearOperator(jnp.asarray(matrix)), jnp.asarray(b), solver=jl.QR(), throw=False)
         assert sol.result == lx.RESULTS.singular and np.isnan(np.asarray(sol.value)).all()
     with pytest.raises(Exception, match="non-finite|singular"):
         lx.linear_solve(lx.MatrixLinearOperator(jnp.asarray(a)), jnp.ones(M), solver=jl.QR())
     full = random_matrix(np.random.default_rng(7), (M, N), np.float64)
-    sol = lx.linear_solve(lx.MatrixLinearOperator(jnp.asarray(full)), jnp.ones(M), solver=jl.QR(rcond=0.0),
-                          throw=False)
+    sol = lx.linear_solve(lx.MatrixLinearOperator(jnp.asarray(full)), jnp.ones(M), solver=jl.QR(rcond=0.0), throw=False)
     assert sol.result == lx.RESULTS.successful and _lstsq_ratio(full, sol.value, np.ones(M)) <= 30
 
 
@@ -166,8 +167,9 @@ def test_per_shard_least_squares_is_flagged():
     grid = jaxmg.Grid.from_spec(mesh, P("x", "y"))
 
     @jax.jit
-    @functools.partial(jax.shard_map, mesh=mesh, in_specs=(P("x", "y"), P("x")), out_specs=(P("x"), P()),
-                       check_vma=False)
+    @functools.partial(
+        jax.shard_map, mesh=mesh, in_specs=(P("x", "y"), P("x")), out_specs=(P("x"), P()), check_vma=False
+    )
     def step(a_block, b_rows):
         return jaxmg.ops.local.least_squares(a_block, b_rows, grid=grid)
 
@@ -177,4 +179,3 @@ def test_per_shard_least_squares_is_flagged():
     full = random_matrix(np.random.default_rng(8), (M, N), np.float64)
     x, status = step(put(full, mesh, P("x", "y")), b)
     assert int(status) == 0 and _lstsq_ratio(full, x, np.ones(M)) <= 30
-

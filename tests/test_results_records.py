@@ -20,7 +20,9 @@ RESULTS = ROOT / "benchmarks" / "results"
 ABSOLUTE_PATH = re.compile(
     r"(?<![\w.+~<>/-])/(?:home|root|tmp|work|workspace|opt|usr|var|mnt|media|srv|scratch|data|lustre|gpfs"
     r"|nfs|proc|sys|dev|etc|lib|lib64|bin|sbin|run|snap|private|Users|Volumes)/[\w.+-]"
-    r"|~/[\w.-]|\b[A-Za-z]:\\[\w]|/(?:dist|site)-packages/|\bsite-packages/")
+    r"|~/[\w.-]|\b[A-Za-z]:\\[\w]|/(?:dist|site)-packages/|\bsite-packages/"
+)
+
 
 def _process_words(text: str):
     """The words of ``text`` that name the work that produced a record rather than what it
@@ -40,20 +42,24 @@ def _text_files():
             continue
 
 
-test_the_path_pattern = pattern_test(ABSOLUTE_PATH, found=[
-    "File \"/work/main/tests/gpu/native_cases.py\", line 3",
-    "'/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2'",
-    "-w /tmp/whl-native",
-    "PYTHONPATH=/tmp/jn python",
-    "Looking for a CUDA compiler - /usr/local/bin/nvcc",
-], not_found=[
-    "external/xla+/xla/tsl/distributed_runtime/rpc/grpc_util.h:89",
-    "RPC /xla.coordination.CoordinationService/WatchTasks",
-    "<site-packages>/nvidia/nccl/lib/libnccl.so.2",
-    "benchmarks/results/h200x1/2026-12-01/lu.jsonl",
-    "tests/gpu/native_cases.py",
-    "N/A and 1/2 and 16,384 / 2",
-])
+test_the_path_pattern = pattern_test(
+    ABSOLUTE_PATH,
+    found=[
+        'File "/work/main/tests/gpu/native_cases.py", line 3',
+        "'/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2'",
+        "-w /tmp/whl-native",
+        "PYTHONPATH=/tmp/jn python",
+        "Looking for a CUDA compiler - /usr/local/bin/nvcc",
+    ],
+    not_found=[
+        "external/xla+/xla/tsl/distributed_runtime/rpc/grpc_util.h:89",
+        "RPC /xla.coordination.CoordinationService/WatchTasks",
+        "<site-packages>/nvidia/nccl/lib/libnccl.so.2",
+        "benchmarks/results/h200x1/2026-12-01/lu.jsonl",
+        "tests/gpu/native_cases.py",
+        "N/A and 1/2 and 16,384 / 2",
+    ],
+)
 
 
 def test_records_carry_no_absolute_machine_paths():
@@ -62,10 +68,12 @@ def test_records_carry_no_absolute_machine_paths():
         for number, line in enumerate(text.splitlines(), 1):
             match = ABSOLUTE_PATH.search(line)
             if match:
-                context = line[max(0, match.start() - 40):match.end() + 60]
+                context = line[max(0, match.start() - 40) : match.end() + 60]
                 found.append(f"{path.relative_to(ROOT)}:{number}: ...{context}...")
-    assert not found, (f"{len(found)} lines name a machine's absolute path; write what it stands for "
-                       "(<site-packages>, a path relative to the repository, ...):\n" + "\n".join(found[:60]))
+    assert not found, (
+        f"{len(found)} lines name a machine's absolute path; write what it stands for "
+        "(<site-packages>, a path relative to the repository, ...):\n" + "\n".join(found[:60])
+    )
 
 
 def test_record_fields_name_what_was_measured():
@@ -74,8 +82,11 @@ def test_record_fields_name_what_was_measured():
         if path.suffix == ".jsonl":
             for number, line in enumerate(text.splitlines(), 1):
                 if line.strip():
-                    found += [f"{path.relative_to(ROOT)}:{number}: field {key!r}"
-                              for key in json.loads(line) if _process_words(key)]
+                    found += [
+                        f"{path.relative_to(ROOT)}:{number}: field {key!r}"
+                        for key in json.loads(line)
+                        if _process_words(key)
+                    ]
         for number, line in enumerate(text.splitlines(), 1):
             found += [f"{path.relative_to(ROOT)}:{number}: {word!r}" for word in _process_words(line)]
     assert not found, "\n".join(found[:60])

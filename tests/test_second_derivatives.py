@@ -17,19 +17,26 @@ from helpers import lower_read, make_mesh, put, random_matrix, spd_matrix
 
 N = 8
 FUNCTIONS = {
-    "potrs": (lambda a, b: jnp.sum(jnp.abs(jaxmg.potrs(a, b)) ** 2),
-              lambda a, b: jnp.sum(jnp.abs(jnp.linalg.solve(lower_read(a), b)) ** 2)),
-    "Cholesky.solve": (lambda a, b: jnp.sum(jnp.abs(jaxmg.Cholesky(a).solve(b)) ** 2),
-                       lambda a, b: jnp.sum(jnp.abs(jnp.linalg.solve(lower_read(a), b)) ** 2)),
-    "logdet": (lambda a, b: jaxmg.Cholesky(a).logdet() * jnp.sum(jnp.abs(b)),
-               lambda a, b: jnp.linalg.slogdet(lower_read(a))[1] * jnp.sum(jnp.abs(b))),
+    "potrs": (
+        lambda a, b: jnp.sum(jnp.abs(jaxmg.potrs(a, b)) ** 2),
+        lambda a, b: jnp.sum(jnp.abs(jnp.linalg.solve(lower_read(a), b)) ** 2),
+    ),
+    "Cholesky.solve": (
+        lambda a, b: jnp.sum(jnp.abs(jaxmg.Cholesky(a).solve(b)) ** 2),
+        lambda a, b: jnp.sum(jnp.abs(jnp.linalg.solve(lower_read(a), b)) ** 2),
+    ),
+    "logdet": (
+        lambda a, b: jaxmg.Cholesky(a).logdet() * jnp.sum(jnp.abs(b)),
+        lambda a, b: jnp.linalg.slogdet(lower_read(a))[1] * jnp.sum(jnp.abs(b)),
+    ),
 }
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128], ids=["d", "z"])
 @pytest.mark.parametrize("layout", ["single", "mesh"])
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "Cholesky.solve" else n
-                                  for n in FUNCTIONS])  # Cholesky.solve: potrs's rule; --slow runs it
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n == "Cholesky.solve" else n for n in FUNCTIONS]
+)  # Cholesky.solve: potrs's rule; --slow runs it
 def test_derivative_of_the_gradient_along_any_direction(name, layout, dtype):
     ours, theirs = FUNCTIONS[name]
     rng = np.random.default_rng(7)

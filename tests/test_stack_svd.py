@@ -7,6 +7,7 @@ matrices, one of each kind (random, rank-deficient, clustered, graded), square, 
 in every dtype: |s - s_LAPACK| / (N eps ||A||), ||U^H U - I|| / (N eps), ||V^H V - I|| / (N eps)
 and ||A - U S V^H|| / (N eps ||A||) at most 30.
 """
+
 from __future__ import annotations
 
 import jax
@@ -67,10 +68,12 @@ def _ratios(a, u, s, vh):
     n, k = max(a.shape), min(a.shape)
     ref = np.linalg.svd(a, compute_uv=False)
     norm = max(ref[0], np.finfo(np.float64).tiny)
-    return {"s": np.max(np.abs(s.real - ref)) / (n * norm),
-            "u": np.linalg.norm(u.conj().T @ u - np.eye(k), 2) / n,
-            "v": np.linalg.norm(vh @ vh.conj().T - np.eye(k), 2) / n,
-            "back": np.linalg.norm(a - (u * s) @ vh, 2) / (n * norm)}
+    return {
+        "s": np.max(np.abs(s.real - ref)) / (n * norm),
+        "u": np.linalg.norm(u.conj().T @ u - np.eye(k), 2) / n,
+        "v": np.linalg.norm(vh @ vh.conj().T - np.eye(k), 2) / n,
+        "back": np.linalg.norm(a - (u * s) @ vh, 2) / (n * norm),
+    }
 
 
 def _check(a, u, s, vh, dtype):
@@ -238,5 +241,12 @@ def test_derivatives_on_the_polar_eigh_path():
 
     check_grads(truncated, (a,), order=1, modes=("fwd", "rev"), eps=1e-6, atol=1e-6, rtol=1e-6)
     check_grads(lambda x: sla.polar(x), (a,), order=1, modes=("fwd", "rev"), eps=1e-6, atol=1e-6, rtol=1e-6)
-    check_grads(lambda x: jax.vmap(la.svdvals)(x), (jnp.stack([a, 2 * a]),), order=1, modes=("rev",), eps=1e-6,
-                atol=1e-6, rtol=1e-6)
+    check_grads(
+        lambda x: jax.vmap(la.svdvals)(x),
+        (jnp.stack([a, 2 * a]),),
+        order=1,
+        modes=("rev",),
+        eps=1e-6,
+        atol=1e-6,
+        rtol=1e-6,
+    )

@@ -1,8 +1,9 @@
 """The Python code (the package, its tests, benchmarks, examples and scripts) passes ruff's lint
-rules, and the package pyright's type checks, with the settings in pyproject.toml ([tool.ruff],
-[tool.pyright]); the native module's C++ and CUDA sources (csrc/) are as clang-format writes them
-with csrc/.clang-format. Each check is skipped, with the reason, where its tool is not installed
-(the ``test`` extra installs them all, at the versions that pre-commit runs)."""
+rules and is as ruff's formatter writes it, and the package passes pyright's type checks, with the
+settings in pyproject.toml ([tool.ruff], [tool.pyright]); the native module's C++ and CUDA sources
+(csrc/) are as clang-format writes them with csrc/.clang-format. Each check is skipped, with the
+reason, where its tool is not installed (the ``test`` extra installs them all, at the versions that
+pre-commit runs)."""
 
 import pathlib
 import re
@@ -35,6 +36,12 @@ PYTHON_FOLDERS = ("jaxmg", "tests", "benchmarks", "examples", "scripts")
 def test_ruff_lint_finds_nothing_in_the_python_code():
     result = run([tool("ruff"), "check", "--no-cache", "--output-format", "concise", *PYTHON_FOLDERS], timeout=120)
     assert result.returncode == 0, f"ruff check {' '.join(PYTHON_FOLDERS)}:\n{result.stdout}{result.stderr}"
+
+
+def test_ruff_format_leaves_the_python_code_as_it_is():
+    # --check: a file that ruff format would rewrite is named, and the check fails.
+    result = run([tool("ruff"), "format", "--check", "--no-cache", *PYTHON_FOLDERS], timeout=120)
+    assert result.returncode == 0, f"ruff format --check {' '.join(PYTHON_FOLDERS)}:\n{result.stdout}{result.stderr}"
 
 
 def test_pyright_finds_no_error_in_the_package():

@@ -30,8 +30,7 @@ def _singular_at(k):
 
 
 @pytest.mark.parametrize("k", FAILING)
-@pytest.mark.parametrize("dtype,potrf", [(np.float64, lapack.dpotrf), (np.complex128, lapack.zpotrf)],
-                         ids=["d", "z"])
+@pytest.mark.parametrize("dtype,potrf", [(np.float64, lapack.dpotrf), (np.complex128, lapack.zpotrf)], ids=["d", "z"])
 def test_cholesky_status_is_lapack_info(k, dtype, potrf):
     a = _not_positive_definite_at(k, dtype)
     _, info = potrf(a, lower=1)
@@ -104,8 +103,14 @@ def _with(x, index, value):
 
 
 @pytest.mark.parametrize("value", [np.nan, np.inf], ids=["nan", "inf"])
-@pytest.mark.parametrize("name,where", [(name, where) for name, (_, rhs) in NON_FINITE_CASES.items()
-                                        for where in (("a", "a-diagonal", "b") if rhs else ("a", "a-diagonal"))])
+@pytest.mark.parametrize(
+    "name,where",
+    [
+        (name, where)
+        for name, (_, rhs) in NON_FINITE_CASES.items()
+        for where in (("a", "a-diagonal", "b") if rhs else ("a", "a-diagonal"))
+    ],
+)
 def test_non_finite_input_gives_status_and_nan(name, where, value):
     """A module's status is its factorisation's: a bad b leaves it 0 and the solution NaN."""
     fn, _ = NON_FINITE_CASES[name]

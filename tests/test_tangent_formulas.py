@@ -50,8 +50,15 @@ def _projected(v, v_dot, c):
     return (v_dot * c) @ v.conj().T + (v * c) @ v_dot.conj().T, x
 
 
-FORMULAS = {"qr": tangents.qr_jvp, "eigh": tangents.eigh_jvp, "svd": tangents.svd_jvp, "polar": tangents.polar_jvp,
-            "sygvd": tangents.sygvd_jvp, "sygvd b only": tangents.sygvd_jvp, "svd full": tangents.svd_jvp}
+FORMULAS = {
+    "qr": tangents.qr_jvp,
+    "eigh": tangents.eigh_jvp,
+    "svd": tangents.svd_jvp,
+    "polar": tangents.polar_jvp,
+    "sygvd": tangents.sygvd_jvp,
+    "sygvd b only": tangents.sygvd_jvp,
+    "svd full": tangents.svd_jvp,
+}
 
 
 def _spec2(sharding):
@@ -62,9 +69,14 @@ def _spec2(sharding):
 def _cases(dtype):
     """name -> ((primal outputs..., tangents...), reference tangents), built in one jit."""
     rng = np.random.default_rng(0)
-    data = dict(a=hermitian_matrix(rng, N, dtype), b=spd_matrix(rng, N, dtype), t=random_matrix(rng, (M, N), dtype),
-                da=random_matrix(rng, (N, N), dtype), db=random_matrix(rng, (N, N), dtype),
-                dt=random_matrix(rng, (M, N), dtype))
+    data = dict(
+        a=hermitian_matrix(rng, N, dtype),
+        b=spd_matrix(rng, N, dtype),
+        t=random_matrix(rng, (M, N), dtype),
+        da=random_matrix(rng, (N, N), dtype),
+        db=random_matrix(rng, (N, N), dtype),
+        dt=random_matrix(rng, (M, N), dtype),
+    )
     c = jnp.asarray(rng.standard_normal(N))
 
     def build(a, b, t, da, db, dt):
@@ -93,6 +105,7 @@ def _cases(dtype):
 
 def _run(built, formulas, sh, jit=True):
     """Every formula on arguments in layout ``sh`` (vectors replicated), in one jitted program or eagerly."""
+
     def place(x):
         if x is None or sh is None:
             return x
@@ -121,8 +134,9 @@ def _check(results, built, c, sh):
             uf = np.asarray(args[0])
             u1, u2, du2 = uf[:, :N], uf[:, N:], du[:, N:]
             # U2 only matters through its projector, whose tangent is minus that of U1's
-            np.testing.assert_allclose(du2 @ u2.conj().T + u2 @ du2.conj().T,
-                                       -(du[:, :N] @ u1.conj().T + u1 @ du[:, :N].conj().T), atol=1e-9)
+            np.testing.assert_allclose(
+                du2 @ u2.conj().T + u2 @ du2.conj().T, -(du[:, :N] @ u1.conj().T + u1 @ du[:, :N].conj().T), atol=1e-9
+            )
             result = (du[:, :N], result[1], result[2])
         for k, (got, want) in enumerate(zip(result, ref)):
             np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-9, err_msg=f"{name}[{k}]")
@@ -159,10 +173,13 @@ def test_sharded(cases, shape, names, spec, axis_type):
     _check(_run(built, formulas, sh), built, c, sh)
 
 
-@pytest.mark.parametrize("shape,names,spec,axis_type", [
-    pytest.param((4, 2), ("x", "y"), P("x", "y"), AxisType.Explicit, id="4x2-explicit"),
-    pytest.param((8,), ("i",), P("i", None), AxisType.Auto, id="8-rows-auto"),
-])
+@pytest.mark.parametrize(
+    "shape,names,spec,axis_type",
+    [
+        pytest.param((4, 2), ("x", "y"), P("x", "y"), AxisType.Explicit, id="4x2-explicit"),
+        pytest.param((8,), ("i",), P("i", None), AxisType.Auto, id="8-rows-auto"),
+    ],
+)
 def test_helpers(shape, names, spec, axis_type):
     """The _dist helpers (trace-only: each in its own jax.jit); tri_inv with blocks that cannot
     spread over every device (4x2)."""
@@ -178,12 +195,14 @@ def test_helpers(shape, names, spec, axis_type):
         assert _spec2(inv.sharding) == spec
     y = jax.device_put(rng.standard_normal((n, n)), sh)
     yy = np.asarray(y)
-    helpers = ((lambda y: _dist.sym_part(y, like=sh), (yy + yy.T) / 2),
-               (lambda y: _dist.lower_read(y, like=sh), np.asarray(lower_read(yy))),
-               (lambda y: _dist.tril(y, -1, like=sh), np.tril(yy, -1)),
-               (lambda y: _dist.triu(y, like=sh), np.triu(yy)),
-               (lambda y: _dist.matmul(y, y, sh, adj_x=True), yy.T @ yy),
-               (lambda y: _dist.diag_embed(jnp.arange(n, dtype=jnp.float64), sh), np.diag(np.arange(n))))
+    helpers = (
+        (lambda y: _dist.sym_part(y, like=sh), (yy + yy.T) / 2),
+        (lambda y: _dist.lower_read(y, like=sh), np.asarray(lower_read(yy))),
+        (lambda y: _dist.tril(y, -1, like=sh), np.tril(yy, -1)),
+        (lambda y: _dist.triu(y, like=sh), np.triu(yy)),
+        (lambda y: _dist.matmul(y, y, sh, adj_x=True), yy.T @ yy),
+        (lambda y: _dist.diag_embed(jnp.arange(n, dtype=jnp.float64), sh), np.diag(np.arange(n))),
+    )
     for helper, want in helpers:
         with jax.set_mesh(mesh):  # as the public boundary runs a call: in its own mesh
             got = jax.jit(helper)(y)

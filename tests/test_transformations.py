@@ -69,7 +69,7 @@ def test_vmap_every_operation():
 def test_vmap_of_grad_inside_jit():
     def loss(a, b):
         x, logdet = jaxmg.potrs(a, b, return_logdet=True)
-        return jnp.sum(x ** 2) + logdet
+        return jnp.sum(x**2) + logdet
 
     def reference(a, b):  # potrs reads a's lower triangle
         return jnp.sum(jnp.linalg.solve(lower_read(a), b) ** 2) + jnp.linalg.slogdet(lower_read(a))[1]
@@ -91,8 +91,15 @@ def test_shard_map_with_the_per_shard_layer(auto_mesh):
         w, v, _ = jaxmg.ops.local.syevd(a_block, grid=grid)
         return x_rows, logdet, status, lower, w
 
-    f = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P("x", "y"), P("x")),
-                              out_specs=(P("x"), P(), P(), P("x", "y"), P()), check_vma=False))
+    f = jax.jit(
+        jax.shard_map(
+            local,
+            mesh=mesh,
+            in_specs=(P("x", "y"), P("x")),
+            out_specs=(P("x"), P(), P(), P("x", "y"), P()),
+            check_vma=False,
+        )
+    )
     x, logdet, status, lower, w = f(put(A, mesh, P("x", "y")), put(B, mesh, P("x")))
     assert np.allclose(np.asarray(x), np.linalg.solve(A, B))
     assert np.isclose(float(logdet), np.linalg.slogdet(A)[1]) and int(status) == 0
@@ -115,10 +122,12 @@ def test_per_shard_layer_differentiates_through_the_device_solver(auto_mesh):
         y, _ = jaxmg.ops.local.lu_solve(a_block, b_rows, grid=grid)
         return x + y, logdet
 
-    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("x", "y"), P("x")), out_specs=(P("x"), P()),
-                              check_vma=False))  # one compilation per derivative, reused by check_grads
-    check_grads(lambda a, b: f(a, b)[0], (put(A, mesh, P("x", "y")), put(B, mesh, P("x"))), order=1,
-                modes=["fwd", "rev"])
+    f = jax.jit(
+        jax.shard_map(body, mesh=mesh, in_specs=(P("x", "y"), P("x")), out_specs=(P("x"), P()), check_vma=False)
+    )  # one compilation per derivative, reused by check_grads
+    check_grads(
+        lambda a, b: f(a, b)[0], (put(A, mesh, P("x", "y")), put(B, mesh, P("x"))), order=1, modes=["fwd", "rev"]
+    )
     check_grads(lambda a: f(a, put(B, mesh, P("x")))[1], (put(A, mesh, P("x", "y")),), order=1, modes=["rev"])
 
 
@@ -135,7 +144,8 @@ def test_one_gpu_inverses_keep_the_shard_map_axes(auto_mesh, monkeypatch):
     mesh = auto_mesh
     stack = put(np.concatenate([SPD, SPD[:1]]), mesh, P("x"))  # one matrix per row of devices
     for module, target in ((jaxmg.Cholesky, "jaxmg_potri"), (jaxmg.LU, "jaxmg_getri")):
-        f = jax.shard_map(lambda m, module=module: module(m[0]).inverse()[None], mesh=mesh, in_specs=P("x"),
-                          out_specs=P("x"))
+        f = jax.shard_map(
+            lambda m, module=module: module(m[0]).inverse()[None], mesh=mesh, in_specs=P("x"), out_specs=P("x")
+        )
         assert target in str(jax.make_jaxpr(f)(stack))
         assert target in str(jax.make_jaxpr(jax.grad(lambda m, f=f: jnp.sum(f(m) ** 2)))(stack))

@@ -7,6 +7,7 @@ products of their reflectors, the tridiagonal's eigenvectors, and eigh's vectors
 ratios and derivatives; the native wrappers (jaxmg.kernels.ffi.band) by their results' shapes
 (a stack's leading dimensions, the reflectors' extents against the reference's tasks) and their
 argument checks. The CUDA kernels' arithmetic runs in tests/gpu/two_stage_cases.py."""
+
 from __future__ import annotations
 
 import functools
@@ -69,9 +70,9 @@ def _q2_of(v, tau, n):
     for i in range(sweeps):
         for t in range(tasks):
             row = i + 1 + t * b
-            assert not np.any(v[i, t, max(n - row, 0):]), "reflector entries past the last row"
+            assert not np.any(v[i, t, max(n - row, 0) :]), "reflector entries past the last row"
             x = np.zeros(n, v.dtype)
-            x[row:row + b] = v[i, t, : max(n - row, 0)]
+            x[row : row + b] = v[i, t, : max(n - row, 0)]
             q = q - np.outer(q @ x, tau[i, t] * np.conj(x))
     return q
 
@@ -81,8 +82,11 @@ def _stage2():
     return jax.jit(functools.partial(ts.band_to_tridiagonal_reference, reflectors=True))
 
 
-@pytest.mark.parametrize("dtype,n,band", [(d, 33, 8) for d in DTYPES] + [(np.float64, N, BAND)],
-                         ids=lambda x: np.dtype(x).name if isinstance(x, type) else str(x))
+@pytest.mark.parametrize(
+    "dtype,n,band",
+    [(d, 33, 8) for d in DTYPES] + [(np.float64, N, BAND)],
+    ids=lambda x: np.dtype(x).name if isinstance(x, type) else str(x),
+)
 def test_stage2_is_an_orthogonal_similarity_onto_a_tridiagonal(dtype, n, band):
     b_mat = hm.hermitian_band(n, band, dtype)
     d, e, v, tau = _stage2()(ts.lower_band(jnp.asarray(b_mat), band))
@@ -169,8 +173,11 @@ def _assert_eigenpairs(a, w, v, dtype):
     a, w, v = _wide(a), _wide(w), _wide(v)
     n, scale = a.shape[0], hm.norm1(a)
     assert np.all(np.diff(w) >= 0), "eigenvalues not ascending"
-    ratios = (hm.ratio(hm.norm1(a @ v - v * w[None, :]), scale, n, dtype), hm.orthogonality(v, dtype),
-              hm.value_error(w, np.linalg.eigvalsh(a), np.linalg.norm(a, 2), n, dtype))
+    ratios = (
+        hm.ratio(hm.norm1(a @ v - v * w[None, :]), scale, n, dtype),
+        hm.orthogonality(v, dtype),
+        hm.value_error(w, np.linalg.eigvalsh(a), np.linalg.norm(a, 2), n, dtype),
+    )
     assert max(ratios) <= hm.THRESHOLD, ratios
 
 
@@ -185,8 +192,16 @@ def _eigvalsh(band, stage3="sterf"):
     return functools.partial(ts.eigvalsh, band=band, stage3=stage3)  # compiled once per shape
 
 
-KINDS = ["geometric-1e2", "geometric-1e15", "clustered-small", "clustered-large", "repeated", "rank-deficient",
-         "graded-rows", "zero"]
+KINDS = [
+    "geometric-1e2",
+    "geometric-1e15",
+    "clustered-small",
+    "clustered-large",
+    "repeated",
+    "rank-deficient",
+    "graded-rows",
+    "zero",
+]
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.complex64], ids=lambda d: np.dtype(d).name)
@@ -239,8 +254,9 @@ def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="one matrix"):
         ts.reduce_to_band(np.ones((2, 4, 4)), 2)
     lower_only = np.tril(hm.hermitian_band(5, 5, np.float64)) + np.triu(np.full((5, 5), 7.0), 1)
-    np.testing.assert_allclose(ts.eigvalsh(lower_only, 2, symmetrize_input=False),
-                               np.linalg.eigvalsh(lower_only, UPLO="L"), atol=1e-13)
+    np.testing.assert_allclose(
+        ts.eigvalsh(lower_only, 2, symmetrize_input=False), np.linalg.eigvalsh(lower_only, UPLO="L"), atol=1e-13
+    )
     with pytest.raises(TypeError, match="no derivative"):
         jax.grad(lambda a: ts.eigvalsh(a, 2)[0])(np.eye(4))
     w = ts.eigvalsh(np.diag(np.arange(4)), 2)  # integers as float, as jnp.linalg.eigvalsh
@@ -273,10 +289,32 @@ def test_bench_eigen_records_the_two_stage_stages_and_vectors(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(root))
     env.pop("XLA_FLAGS", None)
     out = tmp_path / "eigen.jsonl"
-    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_eigen.py"), "--cases", "eigvalsh", "eigh",
-                           "--impls", "jaxmg.two_stage", "--sizes", "20", "--stacks", "--dtypes", "float64",
-                           "--bands", "3", "--runs", "1", "--out", str(out)],
-                          capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(root / "benchmarks" / "bench_eigen.py"),
+            "--cases",
+            "eigvalsh",
+            "eigh",
+            "--impls",
+            "jaxmg.two_stage",
+            "--sizes",
+            "20",
+            "--stacks",
+            "--dtypes",
+            "float64",
+            "--bands",
+            "3",
+            "--runs",
+            "1",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     values, vectors = [json.loads(line) for line in out.read_text().splitlines()]
     for rec in (values, vectors):
@@ -289,6 +327,7 @@ def test_bench_eigen_records_the_two_stage_stages_and_vectors(tmp_path):
 
 
 # --- eigh: eigenvectors through both back-transformations -----------------------------------
+
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_eigh_vectors_by_lapack_ratios_on_hard_spectra(dtype):
@@ -328,8 +367,9 @@ def test_eigh_small_orders(n):
         _assert_eigenpairs(a, w, v, np.complex128)
 
 
-@pytest.mark.parametrize("dtype,symmetrize", [(np.float64, True), (np.complex128, False)],
-                         ids=["float64", "complex128-lower"])
+@pytest.mark.parametrize(
+    "dtype,symmetrize", [(np.float64, True), (np.complex128, False)], ids=["float64", "complex128-lower"]
+)
 def test_eigh_derivatives_are_jaxmg_eigh_rule(dtype, symmetrize):
     from jax.test_util import check_grads
 
@@ -362,6 +402,7 @@ def test_eigh_bad_arguments_are_named():
 
 # --- the native wrappers (jaxmg.kernels.ffi.band): their contract's shapes and argument checks;
 # --- their arithmetic runs in tests/gpu/two_stage_cases.py
+
 
 @pytest.fixture
 def traced_without_gpu(monkeypatch):

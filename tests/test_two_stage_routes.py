@@ -16,6 +16,7 @@ Derivatives of eigh through it are jaxmg's eigh rule (``jax.test_util.check_grad
 failed solve is NaN with a status.
 With the table's own entry (None) no surface calls it.
 """
+
 from __future__ import annotations
 
 import jax
@@ -64,6 +65,7 @@ def solves(monkeypatch):
         def counted(a, band, *args):
             calls.append(band)
             return entry(a, band, *args)
+
         return counted
 
     monkeypatch.setattr(two_stage, "eigh_of_lower", spy(two_stage.eigh_of_lower))
@@ -73,6 +75,7 @@ def solves(monkeypatch):
 
 
 # --- inputs: hard spectra, not exactly Hermitian --------------------------------------------
+
 
 def _sym(x):
     return (x + np.conj(np.swapaxes(x, -1, -2))) / 2
@@ -107,13 +110,16 @@ def _general(m, n, dtype, kinds=("rank-deficient",)):
 
 # --- the surfaces: (call, the matrix it reads, the ratios of its outputs) ---------------------
 
+
 def _eigen(reads, values_only=False):
     def check(inputs, out, dtype):
         a = reads(inputs[0])
         if values_only:
-            return {"eigenvalues": hm.value_error(out[0], np.linalg.eigvalsh(hm.wide(a)), hm.norm1(a), a.shape[0],
-                                                  dtype)}
+            return {
+                "eigenvalues": hm.value_error(out[0], np.linalg.eigvalsh(hm.wide(a)), hm.norm1(a), a.shape[0], dtype)
+            }
         return eigen_error(a, out[0], out[1], dtype)
+
     return check
 
 
@@ -136,8 +142,9 @@ PENCIL = {
 
 def _svdvals_check(inputs, out, dtype):
     a = inputs[0]
-    return {"values": hm.value_error(out[0], np.linalg.svd(hm.wide(a), compute_uv=False), hm.norm1(a), max(a.shape),
-                                     dtype)}
+    return {
+        "values": hm.value_error(out[0], np.linalg.svd(hm.wide(a), compute_uv=False), hm.norm1(a), max(a.shape), dtype)
+    }
 
 
 SINGULAR = {
@@ -176,6 +183,7 @@ def _assert_ratios(name, inputs, outputs, dtype):
 
 # --- the tests -------------------------------------------------------------------------------
 
+
 def test_table_reader_by_platform_and_order():
     assert two_stage.two_stage_band("cpu", (ABOVE + 1, ABOVE + 1)) == BAND
     assert two_stage.two_stage_band("cpu", (2, ABOVE, ABOVE)) is None  # at the order: the platform's own
@@ -210,8 +218,9 @@ KERNELS = (("sygvd",), ("numpy.svd", "numpy.svdvals", "scipy.polar"))
 def test_two_stage_in_jit_on_a_stack_under_vmap_meets_lapack_ratios(names, solves):
     dtype = np.complex128
     singular = names[0] in SINGULAR
-    inputs = {name: _inputs(name, dtype, ("rank-deficient", "graded-cols") if singular else STACK_KINDS)
-              for name in names}
+    inputs = {
+        name: _inputs(name, dtype, ("rank-deficient", "graded-cols") if singular else STACK_KINDS) for name in names
+    }
 
     @jax.jit
     def run(inputs):

@@ -14,7 +14,7 @@ import pytest
 
 import jaxmg
 
-SCRIPT = textwrap.dedent('''
+SCRIPT = textwrap.dedent("""
     import os
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
     import jax, numpy as np
@@ -35,13 +35,14 @@ SCRIPT = textwrap.dedent('''
                 call()
             except Exception as err:
                 print("rejected", type(err).__name__, str(err).replace(chr(10), " ")[:2000])
-''')
+""")
 
 
 def _run(env_value):
     env = dict(os.environ, JAXMG_TYPECHECK=env_value)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(jaxmg.__file__).resolve().parents[1]),
-                                                       env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(Path(jaxmg.__file__).resolve().parents[1]), env.get("PYTHONPATH")])
+    )
     env.pop("XLA_FLAGS", None)
     return subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=300)
 
@@ -75,7 +76,7 @@ def test_checking_disabled_gives_the_library_errors():
     assert rejected[0].startswith("rejected ValueError") and "b has 16 rows but a has 32" in rejected[0]
 
 
-EVERY_SIGNATURE = textwrap.dedent('''
+EVERY_SIGNATURE = textwrap.dedent("""
     import os
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
     import jax, jax.numpy as jnp, numpy as np
@@ -111,7 +112,7 @@ EVERY_SIGNATURE = textwrap.dedent('''
                 print("UNCHECKED rank 3", name)
             except Exception as err:
                 print("rejected rank 3", name, type(err).__name__)
-''')
+""")
 
 
 def test_every_public_signature_accepts_what_the_call_accepts():
@@ -119,8 +120,9 @@ def test_every_public_signature_accepts_what_the_call_accepts():
     and JAX arrays, as it does without checking, and refuses a stack of matrices in its
     annotations (TypeCheckError)."""
     env = dict(os.environ, JAXMG_TYPECHECK="1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(jaxmg.__file__).resolve().parents[1]),
-                                                       env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(Path(jaxmg.__file__).resolve().parents[1]), env.get("PYTHONPATH")])
+    )
     env.pop("XLA_FLAGS", None)
     proc = subprocess.run([sys.executable, "-c", EVERY_SIGNATURE], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

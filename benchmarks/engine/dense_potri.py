@@ -10,6 +10,7 @@ runs after a warm-up (3 for jaxmg's). One JSON line per N: jax_cholesky_s, cusol
 potri_over_cholesky, potri_residual_rms (of a A^-1 - I), jaxmg_factor_s,
 jaxmg_factor_and_inverse_s, jaxmg_inverse_over_factor.
 """
+
 import argparse
 import ctypes
 import glob
@@ -57,8 +58,9 @@ def measure(n: int) -> dict:
     t_chol, _ = _median_time(lambda: chol(a), 5)
     L = chol(a).block_until_ready()
     lwork = ctypes.c_int()
-    status = solver.cusolverDnDpotri_bufferSize(h, 1, n, ctypes.c_void_p(L.unsafe_buffer_pointer()), n,
-                                                ctypes.byref(lwork))
+    status = solver.cusolverDnDpotri_bufferSize(
+        h, 1, n, ctypes.c_void_p(L.unsafe_buffer_pointer()), n, ctypes.byref(lwork)
+    )
     assert status == 0, status
     work = jnp.zeros((max(lwork.value, 1),), jnp.float64).block_until_ready()
     info = jnp.zeros((1,), jnp.int32).block_until_ready()
@@ -67,12 +69,20 @@ def measure(n: int) -> dict:
     def potri():
         c = copy(L).block_until_ready()
         t = time.perf_counter()
-        st = solver.cusolverDnDpotri(h, 1, n, ctypes.c_void_p(c.unsafe_buffer_pointer()), n,
-                                     ctypes.c_void_p(work.unsafe_buffer_pointer()), lwork.value,
-                                     ctypes.c_void_p(info.unsafe_buffer_pointer()))
+        st = solver.cusolverDnDpotri(
+            h,
+            1,
+            n,
+            ctypes.c_void_p(c.unsafe_buffer_pointer()),
+            n,
+            ctypes.c_void_p(work.unsafe_buffer_pointer()),
+            lwork.value,
+            ctypes.c_void_p(info.unsafe_buffer_pointer()),
+        )
         cudart.cudaDeviceSynchronize()
         assert st == 0, st
         return time.perf_counter() - t, c
+
     potri()
     t_potri = sorted(potri()[0] for _ in range(5))[2]
     _, c = potri()
@@ -82,9 +92,16 @@ def measure(n: int) -> dict:
     fac_only = jax.jit(lambda a: jaxmg.Cholesky(a).factor)
     t_fac, _ = _median_time(lambda: fac_only(a), 3)
     t_both, _ = _median_time(lambda: inv(a), 3)
-    return dict(n=n, jax_cholesky_s=t_chol, cusolver_potri_s=t_potri, potri_over_cholesky=t_potri / t_chol,
-                potri_residual_rms=resid, jaxmg_factor_s=t_fac, jaxmg_factor_and_inverse_s=t_both,
-                jaxmg_inverse_over_factor=(t_both - t_fac) / t_fac)
+    return dict(
+        n=n,
+        jax_cholesky_s=t_chol,
+        cusolver_potri_s=t_potri,
+        potri_over_cholesky=t_potri / t_chol,
+        potri_residual_rms=resid,
+        jaxmg_factor_s=t_fac,
+        jaxmg_factor_and_inverse_s=t_both,
+        jaxmg_inverse_over_factor=(t_both - t_fac) / t_fac,
+    )
 
 
 for n in args.sizes:

@@ -38,6 +38,7 @@ def _zeros(outputs):
 
 # --- Cholesky factor L: a custom JVP (forward mode; JAX transposes it for reverse) ----------
 
+
 def _lower(kernels, state):
     """L (a's layout) from the saved factor; derivatives with respect to ``a``.
 
@@ -63,6 +64,7 @@ cholesky_lower = logdet.from_saved_factor(_lower, _lower_tangent, read=_tangent)
 
 
 # --- Eigen-, singular value and polar decompositions: one JVP each ---------------------------
+
 
 def _decomposition(op, formula):
     """``f(kernels, *matrices)`` = ``op(kernels, *matrices)`` (outputs ending with status), with a
@@ -120,8 +122,10 @@ def _two_stage_eigh_jvp(band, stage2, stage3, primals, tangents_in):
 
 def _entered(method):
     """``method`` of the decomposition kernels on matrices placed in the computation's layout."""
+
     def op(kernels, *matrices):
         return method(kernels, *(kernels.plan.enter(x) for x in matrices))
+
     return op
 
 
@@ -164,13 +168,15 @@ singular_values.defjvp(_singular_values_jvp, symbolic_zeros=True)
 
 # --- QR and least squares --------------------------------------------------------------------
 
+
 def _qr_outputs(kernels, state):
     """(q, r) in the outputs' layout from the saved QR factor; derivatives with respect to ``a``."""
     return kernels.q(state), kernels.r(state)
 
 
 qr_outputs = logdet.from_saved_factor(
-    _qr_outputs, lambda k, a, state, qr, a_dot: tangents.qr_jvp(*qr, a_dot=a_dot, sh=k.plan.outputs), read=_tangent)
+    _qr_outputs, lambda k, a, state, qr, a_dot: tangents.qr_jvp(*qr, a_dot=a_dot, sh=k.plan.outputs), read=_tangent
+)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
@@ -195,8 +201,10 @@ def _lstsq_jvp(kernels, spec, primals, tangents_in):
     if a_dot is None and b_dot is None:
         return x, jnp.zeros_like(x)
     if a is None:
-        raise ValueError("least_squares: a was donated (QR(a, donate=True)), so no derivative can be "
-                         "taken; keep a (donate=False) to differentiate the solution.")
+        raise ValueError(
+            "least_squares: a was donated (QR(a, donate=True)), so no derivative can be "
+            "taken; keep a (donate=False) to differentiate the solution."
+        )
     a = plan.enter(a)
 
     def adjoint(m, y):  # m^H y
@@ -222,9 +230,13 @@ def normal_solve(kernels, spec, a, state, y):
 
     dtype = kernels.plan.dtype
     transpose = solves.hermitian_transpose_solve(solve, dtype)
-    return jax.lax.custom_linear_solve(normal, y, solve=solves.placed_solve(solve, layout),
-                                       transpose_solve=solves.placed_solve(transpose, layout),
-                                       symmetric=not jnp.issubdtype(dtype, jnp.complexfloating))
+    return jax.lax.custom_linear_solve(
+        normal,
+        y,
+        solve=solves.placed_solve(solve, layout),
+        transpose_solve=solves.placed_solve(transpose, layout),
+        symmetric=not jnp.issubdtype(dtype, jnp.complexfloating),
+    )
 
 
 least_squares.defjvp(_lstsq_jvp, symbolic_zeros=True)

@@ -113,6 +113,7 @@ def _inverse_transposed(kernels, state):
 def _inverse_tangent(transposed: bool):
     """The tangent of V = A^-1 (or A^-T where ``transposed``): -V A' V (or -V A'^T V), two products
     in the computation's layout."""
+
     def tangent(kernels, a, state, value, a_dot):
         layout = kernels.plan.layout
         if transposed:  # V A'^T = V (conj A')^H
@@ -120,6 +121,7 @@ def _inverse_tangent(transposed: bool):
         else:
             middle = _dist.matmul(value, a_dot, layout)
         return -_dist.matmul(middle, value, layout)
+
     return tangent
 
 

@@ -25,8 +25,18 @@ from ..kernels.varying import varying_like
 from . import _dist
 
 
-def linear_solve(plan, a: Optional[jax.Array], b: jax.Array, spec, solve: Callable, transpose_solve: Callable, *,
-                 symmetric: bool, trans: str = "N", reads_lower: bool = False) -> jax.Array:
+def linear_solve(
+    plan,
+    a: Optional[jax.Array],
+    b: jax.Array,
+    spec,
+    solve: Callable,
+    transpose_solve: Callable,
+    *,
+    symmetric: bool,
+    trans: str = "N",
+    reads_lower: bool = False,
+) -> jax.Array:
     """x = op(A)^-1 b, differentiable in ``a`` and ``b``; op by ``trans`` ("N", "T", "C").
 
     ``solve(r)`` and ``transpose_solve(r)`` apply op(A)^-1 and op(A)^-T with the saved factor to a
@@ -47,8 +57,14 @@ def linear_solve(plan, a: Optional[jax.Array], b: jax.Array, spec, solve: Callab
         if reads_lower:  # trans is "N": the operator is Hermitian
             return _dist.lower_read_matvec(operator, x, plan.layout, layout)
         return _dist.matvec(operator, x, layout, trans)
-    return jax.lax.custom_linear_solve(matvec, b, solve=placed_solve(solve, layout),
-                                       transpose_solve=placed_solve(transpose_solve, layout), symmetric=symmetric)
+
+    return jax.lax.custom_linear_solve(
+        matvec,
+        b,
+        solve=placed_solve(solve, layout),
+        transpose_solve=placed_solve(transpose_solve, layout),
+        symmetric=symmetric,
+    )
 
 
 def rhs_layout(plan, spec) -> Optional[NamedSharding]:

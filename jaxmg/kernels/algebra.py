@@ -22,10 +22,12 @@ def matmul(x, y):
 
 def full_precision(kernel):
     """``kernel`` with its matrix products traced at full precision (no TF32 on GPUs)."""
+
     @functools.wraps(kernel)
     def traced(*args, **kwargs):
         with jax.default_matmul_precision("highest"):
             return kernel(*args, **kwargs)
+
     return traced
 
 

@@ -55,6 +55,7 @@ class Cyclic(triangular.Layout):
     def fits(self, n: int) -> bool:
         """Whether every block that the recursion on an order-``n`` matrix takes has bounds that
         are multiples of :attr:`groups`."""
+
         def ok(m: int) -> bool:
             if m % self.groups:
                 return False
@@ -62,6 +63,7 @@ class Cyclic(triangular.Layout):
                 return True
             first, second = triangular._halves(m)
             return ok(first.stop) and ok(m - first.stop)
+
         return ok(n)
 
     def _mesh(self):
@@ -90,7 +92,7 @@ class Cyclic(triangular.Layout):
 
     def block(self, x, rows, cols):
         (r0, r1, _), (c0, c1, _), c = rows.indices(x.shape[0]), cols.indices(x.shape[1]), self.groups
-        return self._ungrouped(self._grouped(x)[:, r0 // c:r1 // c, :, c0 // c:c1 // c])
+        return self._ungrouped(self._grouped(x)[:, r0 // c : r1 // c, :, c0 // c : c1 // c])
 
     def concatenate(self, parts, axis):
         return self._ungrouped(jnp.concatenate([self._grouped(p) for p in parts], axis=2 * axis + 1))
@@ -119,8 +121,9 @@ class Cyclic(triangular.Layout):
                 yb = jax.lax.all_gather(yb, axis_name(grid.row_axes), axis=0, tiled=True)
             return jnp.matmul(xb, yb, precision=jax.lax.Precision.HIGHEST)
 
-        return jax.shard_map(local, mesh=self._mesh(), in_specs=(grid.spec, grid.spec), out_specs=grid.spec,
-                             check_vma=False)(self._laid(x), self._laid(y))
+        return jax.shard_map(
+            local, mesh=self._mesh(), in_specs=(grid.spec, grid.spec), out_specs=grid.spec, check_vma=False
+        )(self._laid(x), self._laid(y))
 
 
 def on_grid(grid, n: int) -> Cyclic | None:

@@ -145,6 +145,7 @@ def lower_of(factor):
     """``tril(factor)`` (..., n, n), row-major, from the column-major factor that potrf leaves: on
     an NVIDIA GPU with the native library loaded, moved in the factor's own buffer
     (:mod:`.ffi.relayout`), where XLA would transpose it into a second matrix."""
+
     def moved(f):
         if not relayout.available():
             return jnp.tril(f)
@@ -204,8 +205,11 @@ class Decompositions(_Local):
         (:mod:`.qdwh`), else by the platform's own SVD."""
         if not compute_uv:
             return _by_platform(a, _svdvals_polar_eigh, _svdvals_own)
-        return _by_platform(a, functools.partial(_gesvd_polar_eigh, full_matrices=full_matrices),
-                            functools.partial(_gesvd_own, full_matrices=full_matrices))
+        return _by_platform(
+            a,
+            functools.partial(_gesvd_polar_eigh, full_matrices=full_matrices),
+            functools.partial(_gesvd_own, full_matrices=full_matrices),
+        )
 
     def polar(self, a):
         """(u_p, h, status), M >= N: by QDWH (:mod:`.qdwh`) where ``gesvd`` takes QDWH polar +
@@ -263,5 +267,3 @@ def _svdvals_polar_eigh(a):
     eigvalsh = functools.partial(two_stage.device_eigvalsh, symmetrize_input=True)
     s, status = qdwh.svdvals_local(a if a.shape[-2] >= a.shape[-1] else adjoint(a), eigvalsh=eigvalsh)
     return None, s, None, status
-
-

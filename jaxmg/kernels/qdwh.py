@@ -152,14 +152,14 @@ def _tsqr(x, grid, tail=None):
     n = x.shape[-1]
     if grid.nprow == 1:
         q, r = jnp.linalg.qr(x if tail is None else jnp.concatenate([x, tail], axis=0), mode="reduced")
-        return q[: x.shape[0]], q[x.shape[0]:], r
+        return q[: x.shape[0]], q[x.shape[0] :], r
     q_loc, r_loc = jnp.linalg.qr(x, mode="reduced")
     r_all = jax.lax.all_gather(r_loc, _axes_name(grid.row_axes), axis=0, tiled=False)
     k = r_all.shape[1]
     stacked = r_all.reshape(-1, n)
     q_small, r = jnp.linalg.qr(stacked if tail is None else jnp.concatenate([stacked, tail], axis=0), mode="reduced")
     me = jax.lax.axis_index(_axes_name(grid.row_axes))
-    return q_loc @ jax.lax.dynamic_slice_in_dim(q_small, me * k, k, axis=0), q_small[stacked.shape[0]:], r
+    return q_loc @ jax.lax.dynamic_slice_in_dim(q_small, me * k, k, axis=0), q_small[stacked.shape[0] :], r
 
 
 def _qr_step(x, grid, a, b, c):
@@ -173,8 +173,8 @@ def _cholesky_step(x, grid, a, b, c):
     n = x.shape[-1]
     z = jnp.eye(n, dtype=x.dtype) + c * _gram(x, grid)
     w = jax.lax.linalg.cholesky((z + jnp.conj(z).T) / 2, symmetrize_input=False)  # Z = W W^H, W lower
-    y = solve_triangular(w, jnp.conj(x).T, lower=True)            # W^-1 X^H
-    y = solve_triangular(w, y, lower=True, trans="C")              # Z^-1 X^H
+    y = solve_triangular(w, jnp.conj(x).T, lower=True)  # W^-1 X^H
+    y = solve_triangular(w, y, lower=True, trans="C")  # Z^-1 X^H
     return (b / c) * x + (a - b / c) * jnp.conj(y).T
 
 
@@ -374,7 +374,7 @@ def gesvd(a, *, grid, full_matrices, syevd, local: bool = False, **unused):
     if full_matrices and m_loc * grid.nprow > v.shape[0]:
         u_whole = _gather_rows(u, grid)
         q, _ = jnp.linalg.qr(u_whole, mode="complete")
-        u_whole = jnp.concatenate([u_whole, q[:, u_whole.shape[1]:]], axis=1)
+        u_whole = jnp.concatenate([u_whole, q[:, u_whole.shape[1] :]], axis=1)
         u_out = local_block(u_whole, grid)
     else:
         u_out = _block_cols(u, grid, n_loc)

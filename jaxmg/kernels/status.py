@@ -59,8 +59,10 @@ def checked_rcond(rcond):
     try:
         value = float(rcond)
     except (TypeError, jax.errors.ConcretizationTypeError) as error:
-        raise TypeError(f"rcond must be None or a Python float (a value known when the call is traced), "
-                        f"got {rcond!r}; pass it as a number, not a traced array.") from error
+        raise TypeError(
+            f"rcond must be None or a Python float (a value known when the call is traced), "
+            f"got {rcond!r}; pass it as a number, not a traced array."
+        ) from error
     if value != value:
         raise ValueError("rcond must be None or a number, got NaN.")
     return value
@@ -108,8 +110,12 @@ def masked(status: jax.Array, *outputs) -> Any:
     layout; under ``jax.vmap`` each system follows its own status, and a stack's statuses
     (shape ``(...)``) mark the outputs' leading axes (``(..., ...)``): matrix by matrix."""
     bad = status != OK
-    out = tuple(x if x is None or not jnp.issubdtype(x.dtype, jnp.inexact)
-                else _in_layout_of(x, x + _nan_or_zero(_leading(bad, x), x.dtype)) for x in outputs)
+    out = tuple(
+        x
+        if x is None or not jnp.issubdtype(x.dtype, jnp.inexact)
+        else _in_layout_of(x, x + _nan_or_zero(_leading(bad, x), x.dtype))
+        for x in outputs
+    )
     return out[0] if len(out) == 1 else out
 
 
@@ -117,8 +123,11 @@ def _in_layout_of(x, y):
     """``y`` with ``x``'s layout recorded (on Explicit axes), so that reverse mode hands the
     cotangent back in that layout whatever layout it arrives in."""
     sharding = getattr(jax.typeof(x), "sharding", None)
-    if sharding is None or sharding.mesh.empty or not any(
-            t == jax.sharding.AxisType.Explicit for t in sharding.mesh.axis_types):
+    if (
+        sharding is None
+        or sharding.mesh.empty
+        or not any(t == jax.sharding.AxisType.Explicit for t in sharding.mesh.axis_types)
+    ):
         return y
     return jax.sharding.reshard(y, sharding)
 

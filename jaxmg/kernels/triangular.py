@@ -189,7 +189,7 @@ def _in_turn(*operands) -> tuple:
     of the previous step (product or diagonal-block inverse) is computed."""
     last = _LAST_PRODUCT.get()
     after = last[-1:] if _LAYOUT.get().sequential and last is not None else []
-    return jax.lax.optimization_barrier((*operands, *after))[:len(operands)]
+    return jax.lax.optimization_barrier((*operands, *after))[: len(operands)]
 
 
 def _done(out: jax.Array) -> jax.Array:
@@ -251,8 +251,9 @@ def trsm(t: Tri, b: jax.Array, *, base: int | None = None) -> jax.Array:
     n = t.n
     if n <= base:
         stored_lower = t.lower != t.adj
-        return jax.lax.linalg.triangular_solve(t.x, b, left_side=True, lower=stored_lower, unit_diagonal=t.unit,
-                                               transpose_a=t.adj, conjugate_a=t.adj)
+        return jax.lax.linalg.triangular_solve(
+            t.x, b, left_side=True, lower=stored_lower, unit_diagonal=t.unit, transpose_a=t.adj, conjugate_a=t.adj
+        )
     s1, s2 = _halves(n)
     b1, b2 = b[s1], b[s2]
     if t.lower:
@@ -283,8 +284,13 @@ def trtri(t: Tri, *, base: int | None = None) -> jax.Array:
         layout = _LAYOUT.get()
         x = _in_turn(t.x)[0] if layout.sequential else t.x
         eye = jnp.eye(n, dtype=t.x.dtype)
-        w = jax.lax.linalg.triangular_solve(layout.natural(dataclasses.replace(t, x=x).value()), eye,
-                                            left_side=True, lower=t.lower, unit_diagonal=t.unit)
+        w = jax.lax.linalg.triangular_solve(
+            layout.natural(dataclasses.replace(t, x=x).value()),
+            eye,
+            left_side=True,
+            lower=t.lower,
+            unit_diagonal=t.unit,
+        )
         return _done(layout.reordered(w))
     s1, s2 = _halves(n)
     w11 = trtri(t.diagonal(s1), base=base)

@@ -75,6 +75,7 @@ STAGE3_METHODS = ("sterf", "bisection", "native")
 
 # --- shared pieces ---------------------------------------------------------------------------
 
+
 def hermitian_from_lower(a: jax.Array) -> jax.Array:
     """The Hermitian matrix of ``a``'s lower triangle (its diagonal's real part), as
     ``jnp.linalg.eigvalsh`` reads ``a`` (UPLO='L')."""
@@ -145,6 +146,7 @@ def _check_band(band, n: int, name: str) -> int:
 
 
 # --- stage 1: dense -> band ------------------------------------------------------------------
+
 
 def panel_count(n: int, band: int) -> int:
     """How many panels stage 1 reduces: those with an entry beyond the band (N - k - b >= 2)."""
@@ -222,11 +224,13 @@ def _reduce(a, band: int, reflectors: bool, segments: int):
 
 
 @typing.overload
-def reduce_to_band(a: ArrayLike, band: int, *, reflectors: Literal[False] = False,
-                   segments: int = SEGMENTS) -> jax.Array: ...
+def reduce_to_band(
+    a: ArrayLike, band: int, *, reflectors: Literal[False] = False, segments: int = SEGMENTS
+) -> jax.Array: ...
 @typing.overload
-def reduce_to_band(a: ArrayLike, band: int, *, reflectors: Literal[True],
-                   segments: int = SEGMENTS) -> tuple[jax.Array, jax.Array, jax.Array]: ...
+def reduce_to_band(
+    a: ArrayLike, band: int, *, reflectors: Literal[True], segments: int = SEGMENTS
+) -> tuple[jax.Array, jax.Array, jax.Array]: ...
 def reduce_to_band(a: ArrayLike, band: int, *, reflectors: bool = False, segments: int = SEGMENTS):
     """Stage 1: ``B = Q^H A Q`` Hermitian with half-bandwidth ``band`` (zero where |i - j| >
     band), A the Hermitian matrix of ``a``'s lower triangle. a: (N, N), float32 to complex128.
@@ -285,8 +289,11 @@ def _task_indices(n: int, band: int, lag: int | None) -> list[tuple[int, int]]:
         return [(i, t) for i in range(sweeps) for t in range(counts[i])]
     done, order = [0] * sweeps, []
     while any(done[i] < counts[i] for i in range(sweeps)):
-        ready = [i for i in range(sweeps) if done[i] < counts[i]
-                 and (i == 0 or done[i - 1] >= min(done[i] + lag, counts[i - 1]))]
+        ready = [
+            i
+            for i in range(sweeps)
+            if done[i] < counts[i] and (i == 0 or done[i - 1] >= min(done[i] + lag, counts[i - 1]))
+        ]
         for i in reversed(ready):
             order.append((i, done[i]))
             done[i] += 1
@@ -369,8 +376,9 @@ def band_to_tridiagonal_reference(ab: ArrayLike, *, reflectors: bool = False, la
     dense copy: a reference for tests and small matrices, not for speed."""
     ab = jnp.asarray(ab)
     if ab.ndim != 2 or ab.shape[0] < 1:
-        raise ValueError("band_to_tridiagonal_reference: ab must be lower band storage (band + 1, N); "
-                         f"got shape {ab.shape}")
+        raise ValueError(
+            f"band_to_tridiagonal_reference: ab must be lower band storage (band + 1, N); got shape {ab.shape}"
+        )
     if ab.dtype not in SUPPORTED_DTYPES:
         raise ValueError(f"band_to_tridiagonal_reference: ab's dtype must be float32 to complex128; got {ab.dtype}")
     n, band = ab.shape[1], ab.shape[0] - 1
@@ -402,11 +410,17 @@ def q2_schedule(n: int, band: int, group: int) -> tuple[np.ndarray, np.ndarray]:
     sweeps, k, _ = reflector_shape(n, band)
     groups = -(-sweeps // group)
     steps = groups + k - 1 if sweeps else 0
-    per_step = [[(g * k + t, g * group + 1 + t * band)
-                 for g in range(groups) for t in [s - (groups - 1 - g)]
-                 if 0 <= t < sweep_tasks(n, band, g * group)] for s in range(steps)]
+    per_step = [
+        [
+            (g * k + t, g * group + 1 + t * band)
+            for g in range(groups)
+            for t in [s - (groups - 1 - g)]
+            if 0 <= t < sweep_tasks(n, band, g * group)
+        ]
+        for s in range(steps)
+    ]
     slots = -(-max((len(x) for x in per_step), default=0) // Q2_CHUNKS)
-    products = [step[j:j + slots] for step in per_step for j in range(0, len(step), slots)]
+    products = [step[j : j + slots] for step in per_step for j in range(0, len(step), slots)]
     blocks = np.full((len(products), slots), groups * k, np.int32)
     rows = np.zeros((len(products), slots), np.int32)
     for s, product in enumerate(products):
@@ -471,8 +485,10 @@ def apply_q2(v: ArrayLike, tau: ArrayLike, z: ArrayLike, *, group: int | None = 
     v, tau, z = jnp.asarray(v), jnp.asarray(tau), jnp.asarray(z)
     shape_ok = v.ndim == 3 and z.ndim == 2 and tau.shape == v.shape[:2]
     if not shape_ok or v.shape[:2] != reflector_shape(z.shape[0], v.shape[2])[:2]:
-        raise ValueError("apply_q2: v must be (S, K, b), tau (S, K) and z (N, M) with S = max(N - 2, 0) and "
-                         f"K = (N - 3) // b + 1 (reflector_shape); got {v.shape}, {tau.shape}, {z.shape}")
+        raise ValueError(
+            "apply_q2: v must be (S, K, b), tau (S, K) and z (N, M) with S = max(N - 2, 0) and "
+            f"K = (N - 3) // b + 1 (reflector_shape); got {v.shape}, {tau.shape}, {z.shape}"
+        )
     b = v.shape[2]
     group = b if group is None else group
     if isinstance(group, bool) or not isinstance(group, (int, np.integer)) or not 1 <= group <= max(b, 1):
@@ -506,13 +522,15 @@ def apply_q1(ys: ArrayLike, ts: ArrayLike, z: ArrayLike) -> jax.Array:
     ``2 N^2 M (S + 1) / S`` in all for S = :data:`SEGMENTS` groups (2.25 N^3 for M = N)."""
     ys, ts, z = jnp.asarray(ys), jnp.asarray(ts), jnp.asarray(z)
     if ys.ndim != 3 or ts.shape != (ys.shape[0], ys.shape[2], ys.shape[2]) or z.ndim != 2 or z.shape[0] != ys.shape[1]:
-        raise ValueError("apply_q1: ys must be (P, N, b), ts (P, b, b) and z (N, M); "
-                         f"got {ys.shape}, {ts.shape}, {z.shape}")
+        raise ValueError(
+            f"apply_q1: ys must be (P, N, b), ts (P, b, b) and z (N, M); got {ys.shape}, {ts.shape}, {z.shape}"
+        )
     dtype = jnp.result_type(ys.dtype, z.dtype)
     return _apply_q1(ys.astype(dtype), ts.astype(dtype), z.astype(dtype))
 
 
 # --- stage 3: tridiagonal eigenvalues ----------------------------------------------------------
+
 
 def _lapack_tridiagonal(routine: str, d: jax.Array, e: jax.Array, shapes) -> tuple[jax.Array, ...]:
     """LAPACK's ``?<routine>`` (``sterf``, ``stevd``) of the real symmetric tridiagonals (d, e)
@@ -586,8 +604,10 @@ def tridiagonal_eigh(d: ArrayLike, e: ArrayLike, *, method: str | None = None) -
     d, e = jnp.asarray(d), jnp.asarray(e)
     real = d.ndim >= 1 and d.dtype in (np.float32, np.float64)
     if not real or e.shape != d.shape[:-1] + (max(d.shape[-1] - 1, 0),):
-        raise ValueError("tridiagonal_eigh: d must be the real diagonal (..., N), float32 or float64, and e the "
-                         f"subdiagonal (..., N - 1); got d {d.shape} {d.dtype} and e {e.shape}")
+        raise ValueError(
+            "tridiagonal_eigh: d must be the real diagonal (..., N), float32 or float64, and e the "
+            f"subdiagonal (..., N - 1); got d {d.shape} {d.dtype} and e {e.shape}"
+        )
     n = d.shape[-1]
     if n <= 1:
         return d, jnp.ones(d.shape + (n,), e.dtype)
@@ -604,6 +624,7 @@ def tridiagonal_eigh(d: ArrayLike, e: ArrayLike, *, method: str | None = None) -
 
 
 # --- composition -------------------------------------------------------------------------------
+
 
 def _platform(platform: str | None) -> str:
     """``platform`` as :data:`TWO_STAGE_ABOVE` names it ("gpu", as JAX names NVIDIA GPUs, is
@@ -660,8 +681,9 @@ def band_eigvalsh(ab: jax.Array, *, stage2: str | None = None, stage3: str | Non
     return jnp.vectorize(one, signature="(k,n)->(n)")(jnp.asarray(ab))
 
 
-def eigvalsh(a: ArrayLike, band: int = 64, *, symmetrize_input: bool = True, stage2: str | None = None,
-             stage3: str | None = None) -> jax.Array:
+def eigvalsh(
+    a: ArrayLike, band: int = 64, *, symmetrize_input: bool = True, stage2: str | None = None, stage3: str | None = None
+) -> jax.Array:
     """The eigenvalues, ascending, of ``(a + a^H) / 2`` (``symmetrize_input``, as
     ``jnp.linalg.eigvalsh``) or of the Hermitian matrix of ``a``'s lower triangle, by the two
     stages: a (..., N, N), float32 to complex128 (integers as float); returns (..., N) real.
@@ -681,8 +703,10 @@ def _values(a, band: int, symmetrize_input: bool, stage2: str, stage3: str):
 
 @_values.defjvp
 def _values_jvp(band, symmetrize_input, stage2, stage3, primals, tangents):
-    raise TypeError("jaxmg.kernels.two_stage.eigvalsh has no derivative (it computes no eigenvectors): "
-                    "differentiate jaxmg.numpy.linalg.eigvalsh or jnp.linalg.eigvalsh instead")
+    raise TypeError(
+        "jaxmg.kernels.two_stage.eigvalsh has no derivative (it computes no eigenvectors): "
+        "differentiate jaxmg.numpy.linalg.eigvalsh or jnp.linalg.eigvalsh instead"
+    )
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
@@ -699,6 +723,7 @@ def _eigvalsh(a, band: int, symmetrize_input: bool, stage2: str, stage3: str):
 
 
 # --- with eigenvectors ---------------------------------------------------------------------------
+
 
 def back_transform(ys: jax.Array, ts: jax.Array, v: jax.Array, tau: jax.Array, z: jax.Array) -> jax.Array:
     """``Q1 (Q2 z)`` (:func:`apply_q1` of :func:`apply_q2`): the eigenvectors of the Hermitian
@@ -733,8 +758,9 @@ def eigh_of_lower(a: jax.Array, band: int, stage2: str, stage3: str) -> tuple[ja
     return _eigh(a, band, stage2, stage3)
 
 
-def eigh(a: ArrayLike, band: int = 64, *, symmetrize_input: bool = True, stage2: str | None = None,
-         stage3: str | None = None) -> tuple[jax.Array, jax.Array]:
+def eigh(
+    a: ArrayLike, band: int = 64, *, symmetrize_input: bool = True, stage2: str | None = None, stage3: str | None = None
+) -> tuple[jax.Array, jax.Array]:
     """``(w, v)`` as ``jnp.linalg.eigh``: the eigenvalues w (..., N), ascending and real, and
     eigenvectors v (..., N, N) (orthonormal columns, ``A v = v diag(w)``) of ``A = (a + a^H) / 2``
     (``symmetrize_input``) or of the Hermitian matrix of ``a``'s lower triangle, by the two stages

@@ -89,8 +89,9 @@ def enabled(check: Optional[bool]) -> bool:
     (the check runs on the distributed route only)."""
     if check is not None:
         if not isinstance(check, (bool, np.bool_)):
-            raise TypeError(f"check must be True, False or None (the default: on, unless {ENVIRONMENT}=0), "
-                            f"got {check!r}.")
+            raise TypeError(
+                f"check must be True, False or None (the default: on, unless {ENVIRONMENT}=0), got {check!r}."
+            )
         return bool(check)
     value = os.environ.get(ENVIRONMENT, "").strip().lower()
     if value not in _OFF + _ON:
@@ -293,6 +294,7 @@ def before(plan, a, test: str, *, lower_read: bool = False, check: bool):
     ("solution": :func:`solution_probes`, "normal": :func:`normal_probes`, "factors":
     :func:`factorisation_probes`) of the matrix read from a's lower triangle (``lower_read``) or
     of ``a`` itself."""
+
     def products():
         if lower_read:
             return _PROBES[test](hermitian(plan, a))
@@ -352,7 +354,7 @@ def normal_solve(plan, probes: Probes, solve: Callable) -> list:
     (norm,), (q, _, normal_q) = probes
     r = probe(plan.shape[-1], plan.dtype)
     z = _placed(plan, solve, r, plan.shape[0])
-    return [(jnp.abs(_inner(normal_q, z) - _inner(q, r)), norm ** 2 * _norm(z) * _norm(q))]
+    return [(jnp.abs(_inner(normal_q, z) - _inner(q, r)), norm**2 * _norm(z) * _norm(q))]
 
 
 def _placed(plan, solve: Callable, r, rows: int):
@@ -399,7 +401,7 @@ def generalised(plan, probes: Probes, w, v) -> list:
     residual = product(plan, v, a_r, "C") - w * vh_b_r
     scale = (a_norm + b_norm * jnp.max(jnp.abs(w))) * v_norm * _norm(r)
     b_orthonormal = _norm(product(plan, v, vh_b_r) - r)
-    return [(_norm(residual), scale), (b_orthonormal, b_norm * v_norm ** 2 * _norm(r))]
+    return [(_norm(residual), scale), (b_orthonormal, b_norm * v_norm**2 * _norm(r))]
 
 
 def singular(plan, probes: Probes, u, s, vh) -> list:

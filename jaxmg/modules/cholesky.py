@@ -52,11 +52,32 @@ class Cholesky(Factorisation):
     state: CholeskyState
 
     @checked
-    def __init__(self, a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
-                 natural: bool = False, donate: bool = False, backend: str = "auto", check: Optional[bool] = None):
+    def __init__(
+        self,
+        a: SquareMatrix,
+        T_A: Tile = None,
+        mesh: MeshLike = None,
+        matrix_specs: Specs = None,
+        *,
+        natural: bool = False,
+        donate: bool = False,
+        backend: str = "auto",
+        check: Optional[bool] = None,
+    ):
         self.plan, (self.state, self.status), (self.operator,) = _dispatch.build(
-            _made, "cholesky", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs, donate=donate,
-            backend=backend, num_rhs=1, natural=natural, flags=dict(natural=natural), check=_check.enabled(check))
+            _made,
+            "cholesky",
+            [("a", a)],
+            T_A=T_A,
+            mesh=mesh,
+            matrix_specs=matrix_specs,
+            donate=donate,
+            backend=backend,
+            num_rhs=1,
+            natural=natural,
+            flags=dict(natural=natural),
+            check=_check.enabled(check),
+        )
 
     @checked
     def solve(self, b: Rhs):
@@ -84,7 +105,8 @@ class Cholesky(Factorisation):
             raise ValueError(
                 "Cholesky(a, donate=True).factor: the donated a was factored in cuSOLVERMp's permuted "
                 "layout, from which L cannot be read, and a is gone; use Cholesky(a, natural=True, "
-                "donate=True) (or jaxmg.cholesky) when L is needed.")
+                "donate=True) (or jaxmg.cholesky) when L is needed."
+            )
         return _dispatch.method(self, _lower)
 
 
@@ -107,8 +129,16 @@ def solved(plan, operator, state, status, b):
     # the operator read from a's lower triangle is Hermitian: symmetric for real dtypes (one solve
     # serves its transpose), and its transpose is its conjugate for complex ones
     real = not jax.numpy.issubdtype(plan.dtype, jax.numpy.complexfloating)
-    x = solves.linear_solve(plan, operator, b, spec, solve, solves.hermitian_transpose_solve(solve, plan.dtype),
-                            symmetric=real, reads_lower=True)
+    x = solves.linear_solve(
+        plan,
+        operator,
+        b,
+        spec,
+        solve,
+        solves.hermitian_transpose_solve(solve, plan.dtype),
+        symmetric=real,
+        reads_lower=True,
+    )
     return home(_status.masked(status, x))
 
 
@@ -135,5 +165,6 @@ def _lower(plan, module):
     if not plan.backend.cholesky(plan).lower_readable:
         plan = dataclasses.replace(plan, natural=True)
         state, _, _ = factored(plan, module.operator, keep=False)
-    return module._masked(plan.leave(
-        decompositions.cholesky_lower(plan.backend.cholesky(plan), module.operator, state)))
+    return module._masked(
+        plan.leave(decompositions.cholesky_lower(plan.backend.cholesky(plan), module.operator, state))
+    )

@@ -46,13 +46,30 @@ class Eigh(Factorisation):
     pencil: Optional[jax.Array]
 
     @checked
-    def __init__(self, a: SquareMatrix, b: Optional[SquareMatrix] = None, T_A: Tile = None, mesh: MeshLike = None,
-                 matrix_specs: Specs = None, *, donate: bool = False, backend: str = "auto",
-                 check: Optional[bool] = None):
+    def __init__(
+        self,
+        a: SquareMatrix,
+        b: Optional[SquareMatrix] = None,
+        T_A: Tile = None,
+        mesh: MeshLike = None,
+        matrix_specs: Specs = None,
+        *,
+        donate: bool = False,
+        backend: str = "auto",
+        check: Optional[bool] = None,
+    ):
         matrices = [("a", a)] if b is None else [("a", a), ("b", b)]
         self.plan, (self.w, self.v, self.status), kept = _dispatch.build(
-            eigen, "eigh" if b is None else "sygvd", matrices, T_A=T_A, mesh=mesh, matrix_specs=matrix_specs,
-            donate=donate, backend=backend, check=_check.enabled(check))
+            eigen,
+            "eigh" if b is None else "sygvd",
+            matrices,
+            T_A=T_A,
+            mesh=mesh,
+            matrix_specs=matrix_specs,
+            donate=donate,
+            backend=backend,
+            check=_check.enabled(check),
+        )
         self.operator, self.pencil = kept[0], (kept[1] if b is not None else None)
 
 
@@ -83,14 +100,34 @@ class SVD(Factorisation):
     vh: jax.Array
 
     @checked
-    def __init__(self, a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
-                 full_matrices: bool = False, donate: bool = False, backend: str = "auto",
-                 check: Optional[bool] = None):
+    def __init__(
+        self,
+        a: Matrix,
+        T_A: Tile = None,
+        mesh: MeshLike = None,
+        matrix_specs: Specs = None,
+        *,
+        full_matrices: bool = False,
+        donate: bool = False,
+        backend: str = "auto",
+        check: Optional[bool] = None,
+    ):
         check_flag(full_matrices, "full_matrices")
         self.plan, (self.u, self.s, self.vh, self.status), (self.operator,) = _dispatch.build(
-            singular, "svd", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs, donate=donate,
-            backend=backend, square=False, tall=False, full_matrices=bool(full_matrices), compute_uv=True,
-            check=_check.enabled(check))
+            singular,
+            "svd",
+            [("a", a)],
+            T_A=T_A,
+            mesh=mesh,
+            matrix_specs=matrix_specs,
+            donate=donate,
+            backend=backend,
+            square=False,
+            tall=False,
+            full_matrices=bool(full_matrices),
+            compute_uv=True,
+            check=_check.enabled(check),
+        )
 
     @property
     def wide(self) -> bool:
@@ -120,11 +157,29 @@ class Polar(Factorisation):
     h: jax.Array
 
     @checked
-    def __init__(self, a: TallMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
-                 donate: bool = False, backend: str = "auto", check: Optional[bool] = None):
+    def __init__(
+        self,
+        a: TallMatrix,
+        T_A: Tile = None,
+        mesh: MeshLike = None,
+        matrix_specs: Specs = None,
+        *,
+        donate: bool = False,
+        backend: str = "auto",
+        check: Optional[bool] = None,
+    ):
         self.plan, (self.u_p, self.h, self.status), (self.operator,) = _dispatch.build(
-            polar_factors, "polar", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs, donate=donate,
-            backend=backend, square=False, check=_check.enabled(check))
+            polar_factors,
+            "polar",
+            [("a", a)],
+            T_A=T_A,
+            mesh=mesh,
+            matrix_specs=matrix_specs,
+            donate=donate,
+            backend=backend,
+            square=False,
+            check=_check.enabled(check),
+        )
 
 
 def eigen(plan, a, b=None, *, keep: bool, check: bool = True):
@@ -171,7 +226,8 @@ def polar_factors(plan, a, *, keep: bool, check: bool = True):
     u_p, h, status = rules.polar_decomposition(plan.backend.decompositions(plan), a)
     u_p, h = plan.leave(u_p, "u_p"), plan.leave(h, "h")
     rebuilt = lambda r: _check.product(plan, u_p, _check.product(plan, h, r))  # noqa: E731
-    status = _check.verified(plan, status, probes,
-                             lambda p: _check.factorisation(p, rebuilt) + _check.orthonormal(plan, u_p))
+    status = _check.verified(
+        plan, status, probes, lambda p: _check.factorisation(p, rebuilt) + _check.orthonormal(plan, u_p)
+    )
     u_p, h = _status.masked(status, u_p, h)
     return u_p, h, status

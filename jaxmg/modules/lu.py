@@ -42,11 +42,29 @@ class LU(Factorisation):
     state: LUState
 
     @checked
-    def __init__(self, a: SquareMatrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
-                 donate: bool = False, backend: str = "auto", check: Optional[bool] = None):
+    def __init__(
+        self,
+        a: SquareMatrix,
+        T_A: Tile = None,
+        mesh: MeshLike = None,
+        matrix_specs: Specs = None,
+        *,
+        donate: bool = False,
+        backend: str = "auto",
+        check: Optional[bool] = None,
+    ):
         self.plan, (self.state, self.status), (self.operator,) = _dispatch.build(
-            _made, "lu", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs, donate=donate,
-            backend=backend, num_rhs=1, check=_check.enabled(check))
+            _made,
+            "lu",
+            [("a", a)],
+            T_A=T_A,
+            mesh=mesh,
+            matrix_specs=matrix_specs,
+            donate=donate,
+            backend=backend,
+            num_rhs=1,
+            check=_check.enabled(check),
+        )
 
     @property
     def lu(self) -> jax.Array:
@@ -109,8 +127,16 @@ def solved(plan, operator, state, status, b, trans: str = "N"):
             return jnp.conj(kernels.solve(state, jnp.conj(r), spec, op))
         return kernels.solve(state, r, spec, op)
 
-    x = solves.linear_solve(plan, operator, b, spec, lambda r: apply(r, trans, False),
-                            lambda r: apply(r, transposed, conjugate), symmetric=False, trans=trans)
+    x = solves.linear_solve(
+        plan,
+        operator,
+        b,
+        spec,
+        lambda r: apply(r, trans, False),
+        lambda r: apply(r, transposed, conjugate),
+        symmetric=False,
+        trans=trans,
+    )
     return home(_status.masked(status, x))
 
 

@@ -51,11 +51,31 @@ class QR(Factorisation):
     state: QRState
 
     @checked
-    def __init__(self, a: Matrix, T_A: Tile = None, mesh: MeshLike = None, matrix_specs: Specs = None, *,
-                 donate: bool = False, backend: str = "auto", check: Optional[bool] = None):
+    def __init__(
+        self,
+        a: Matrix,
+        T_A: Tile = None,
+        mesh: MeshLike = None,
+        matrix_specs: Specs = None,
+        *,
+        donate: bool = False,
+        backend: str = "auto",
+        check: Optional[bool] = None,
+    ):
         self.plan, (self.state, self.status), (self.operator,) = _dispatch.build(
-            _made, "qr", [("a", a)], T_A=T_A, mesh=mesh, matrix_specs=matrix_specs, donate=donate,
-            backend=backend, square=False, tall=False, num_rhs=1, check=_check.enabled(check))
+            _made,
+            "qr",
+            [("a", a)],
+            T_A=T_A,
+            mesh=mesh,
+            matrix_specs=matrix_specs,
+            donate=donate,
+            backend=backend,
+            square=False,
+            tall=False,
+            num_rhs=1,
+            check=_check.enabled(check),
+        )
 
     @property
     def wide(self) -> bool:
@@ -76,8 +96,10 @@ class QR(Factorisation):
         diagonal entry of R below ``rcond * max|R_ii|`` (:meth:`rank_status` says which).
         """
         if self.wide and self.operator is None:
-            raise ValueError("QR(a, donate=True).solve with a wide a: the minimum-norm solution x = a^H "
-                             "(a a^H)^-1 b needs a, which was donated; keep a (donate=False).")
+            raise ValueError(
+                "QR(a, donate=True).solve with a wide a: the minimum-norm solution x = a^H "
+                "(a a^H)^-1 b needs a, which was donated; keep a (donate=False)."
+            )
         return _dispatch.method(self, _solve, b, rcond=_status.checked_rcond(rcond))
 
     def rank_status(self, rcond: Optional[Union[float, int]] = None) -> jax.Array:
@@ -98,8 +120,10 @@ class QR(Factorisation):
 
     def _factors(self):
         if self.wide and self.operator is None:
-            raise ValueError("QR(a, donate=True) with a wide a: q and r need a, which was donated; "
-                             "keep a (donate=False), or use jaxmg.qr(a).")
+            raise ValueError(
+                "QR(a, donate=True) with a wide a: q and r need a, which was donated; "
+                "keep a (donate=False), or use jaxmg.qr(a)."
+            )
         return _dispatch.method(self, _factors)
 
 
@@ -125,8 +149,9 @@ def _made(plan, a, *, keep: bool, check: bool):
     state, status, _ = factored(plan, a, keep=keep)
     kplan = kernel_plan(plan)
     solve = kplan.backend.qr(kplan).normal_solve
-    status = _check.verified(plan, status, probes,
-                             lambda p: _check.normal_solve(kplan, p, lambda r, spec: solve(state, r, spec)))
+    status = _check.verified(
+        plan, status, probes, lambda p: _check.normal_solve(kplan, p, lambda r, spec: solve(state, r, spec))
+    )
     return state, status
 
 

@@ -25,8 +25,9 @@ def inexact(*arrays):
 def square(a, name: str) -> None:
     """``a`` must be (..., N, N)."""
     if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
-        raise ValueError(f"{name}: a must be a square matrix or a batch of them (..., N, N), "
-                         f"got shape {tuple(a.shape)}.")
+        raise ValueError(
+            f"{name}: a must be a square matrix or a batch of them (..., N, N), got shape {tuple(a.shape)}."
+        )
 
 
 def in_layout(x, spec: P, like):
@@ -48,8 +49,7 @@ def in_layout_of(x, like):
     if mesh is not None:
         return jax.sharding.reshard(x, NamedSharding(mesh, spec_of(like)))
     sharding = getattr(like, "sharding", None)
-    if (not is_tracer(like) and not is_tracer(x)
-            and isinstance(sharding, NamedSharding) and x.shape == like.shape):
+    if not is_tracer(like) and not is_tracer(x) and isinstance(sharding, NamedSharding) and x.shape == like.shape:
         return jax.device_put(x, sharding)
     return x
 
@@ -78,8 +78,10 @@ def map_batch(fn, args, core_ranks, *, solution: bool = False):
     place = (lambda out: out) if solution else (lambda out: _in_matrix_layout(out, a))
     if not batch:
         return place(fn(*args))
-    args = [x if x.shape[: x.ndim - r] in (batch, ()) else jnp.broadcast_to(x, batch + x.shape[x.ndim - r:])
-            for x, r in zip(args, core_ranks)]
+    args = [
+        x if x.shape[: x.ndim - r] in (batch, ()) else jnp.broadcast_to(x, batch + x.shape[x.ndim - r :])
+        for x, r in zip(args, core_ranks)
+    ]
     for depth in range(len(batch)):
         in_axes = tuple(0 if x.ndim - r > depth else None for x, r in zip(args, core_ranks))
         fn = jax.vmap(fn, in_axes=in_axes)
@@ -101,6 +103,7 @@ def _in_matrix_layout(out, a):
             return jax.device_put(x, sharding)
         except ValueError:  # a shape the mesh does not divide: left as computed
             return x
+
     return jax.tree.map(place, out)
 
 

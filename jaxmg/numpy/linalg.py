@@ -76,6 +76,7 @@ vector_norm = jnp.linalg.vector_norm
 
 # --- LU: solve, inv, det, slogdet -------------------------------------------------------------
 
+
 def solve(a, b):
     """Solve ``a @ x = b`` for square ``a`` by distributed LU (:func:`jaxmg.lu_solve`).
 
@@ -97,9 +98,11 @@ def _solve_shapes(a_shape: tuple, b_shape: tuple) -> None:
     if len(b_shape) == 0:
         raise ValueError(f"solve: b must be (N,) or (..., N, K), got a scalar for a of shape {a_shape}.")
     if len(b_shape) > 1 and len(a_shape) == len(b_shape) + 1 and b_shape[-1] == n != b_shape[-2]:
-        raise ValueError(f"solve: invalid shapes {a_shape}, {b_shape}: b of shape (..., N) is not a batch of "
-                         f"vectors (as in jnp.linalg.solve since JAX 0.5.0, b is (N,) or (..., N, K)); for one "
-                         f"right-hand side per matrix write solve(a, b[..., None])[..., 0].")
+        raise ValueError(
+            f"solve: invalid shapes {a_shape}, {b_shape}: b of shape (..., N) is not a batch of "
+            f"vectors (as in jnp.linalg.solve since JAX 0.5.0, b is (N,) or (..., N, K)); for one "
+            f"right-hand side per matrix write solve(a, b[..., None])[..., 0]."
+        )
     rows = b_shape[0] if len(b_shape) == 1 else b_shape[-2]
     if rows != n:
         expected = f"({n},)" if len(b_shape) == 1 else f"(..., {n}, K)"
@@ -108,8 +111,9 @@ def _solve_shapes(a_shape: tuple, b_shape: tuple) -> None:
         try:
             jnp.broadcast_shapes(a_shape[:-2], b_shape[:-2])
         except ValueError:
-            raise ValueError(f"solve: the batch dimensions of a {a_shape[:-2]} and b {b_shape[:-2]} do not "
-                             f"broadcast.") from None
+            raise ValueError(
+                f"solve: the batch dimensions of a {a_shape[:-2]} and b {b_shape[:-2]} do not broadcast."
+            ) from None
 
 
 def inv(a):
@@ -153,6 +157,7 @@ def _det_compiled(a):
 
 # --- Cholesky ------------------------------------------------------------------------------------
 
+
 def cholesky(a, *, upper=False, symmetrize_input=True):
     """The Cholesky factor of Hermitian positive-definite ``a`` (..., N, N), in a's layout.
 
@@ -168,6 +173,7 @@ def cholesky(a, *, upper=False, symmetrize_input=True):
 
 
 # --- Hermitian eigenproblems ---------------------------------------------------------------------
+
 
 def _uplo(UPLO, name):
     if UPLO is None or UPLO == "L":
@@ -200,6 +206,7 @@ def eigvalsh(a, UPLO="L", *, symmetrize_input=True):
 
 # --- SVD -----------------------------------------------------------------------------------------
 
+
 def _hermitian_svd(a, compute_uv):
     """The SVD of Hermitian ``a`` from its eigendecomposition: s = |w| descending, u = v
     reordered and vh = (u sign(w))^H."""
@@ -221,17 +228,21 @@ def _svd(a, *, full_matrices, compute_uv, hermitian):
 
 
 @overload
-def svd(a, full_matrices: bool = True, compute_uv: Literal[True] = True, hermitian: bool = False,
-        subset_by_index=None) -> SVDResult: ...
+def svd(
+    a, full_matrices: bool = True, compute_uv: Literal[True] = True, hermitian: bool = False, subset_by_index=None
+) -> SVDResult: ...
 @overload
-def svd(a, full_matrices: bool, compute_uv: Literal[False], hermitian: bool = False,
-        subset_by_index=None) -> jax.Array: ...
+def svd(
+    a, full_matrices: bool, compute_uv: Literal[False], hermitian: bool = False, subset_by_index=None
+) -> jax.Array: ...
 @overload
-def svd(a, full_matrices: bool = True, *, compute_uv: Literal[False], hermitian: bool = False,
-        subset_by_index=None) -> jax.Array: ...
+def svd(
+    a, full_matrices: bool = True, *, compute_uv: Literal[False], hermitian: bool = False, subset_by_index=None
+) -> jax.Array: ...
 @overload
-def svd(a, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False,
-        subset_by_index=None) -> Union[SVDResult, jax.Array]: ...
+def svd(
+    a, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False, subset_by_index=None
+) -> Union[SVDResult, jax.Array]: ...
 def svd(a, full_matrices=True, compute_uv=True, hermitian=False, subset_by_index=None):
     """The singular value decomposition of ``a`` (..., M, N), tall, square or wide.
 
@@ -249,15 +260,15 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False, subset_by_index
         _square(a, "svd(hermitian=True)")
         a = _herm_input(a, True, lower=True)
         full_matrices = False
-    fn = functools.partial(_svd, full_matrices=bool(full_matrices), compute_uv=bool(compute_uv),
-                           hermitian=bool(hermitian))
+    fn = functools.partial(
+        _svd, full_matrices=bool(full_matrices), compute_uv=bool(compute_uv), hermitian=bool(hermitian)
+    )
     out = _map_batch(fn, (a,), (2,))
     if subset_by_index is not None:
         start, end = (int(i) for i in subset_by_index)
         if compute_uv:
             u, s, vh = out
-            out = (_columns(u, start, end), s[..., start:end],
-                   jax.lax.slice_in_dim(vh, start, end, axis=vh.ndim - 2))
+            out = (_columns(u, start, end), s[..., start:end], jax.lax.slice_in_dim(vh, start, end, axis=vh.ndim - 2))
         else:
             out = out[..., start:end]
     return SVDResult(*out) if compute_uv else out
@@ -269,6 +280,7 @@ def svdvals(x, /):
 
 
 # --- QR --------------------------------------------------------------------------------------------
+
 
 def _complete_qr(a):
     """q (M x M) and r (M x N) of a tall ``a``. Where jaxmg's QR takes the distributed route: the
@@ -327,6 +339,7 @@ def qr(a, mode="reduced"):
 
 # --- Least squares, pseudo-inverse, rank, condition number ---------------------------------------
 
+
 def _lstsq(a, b, rcond, numpy_resid):
     m, n = a.shape
     vector = b.ndim == 1
@@ -347,8 +360,10 @@ def _lstsq(a, b, rcond, numpy_resid):
 
 def _concrete(value, name):
     if _is_tracer(value):
-        raise ValueError(f"{name} needs the rank as a Python value, which inside jax.jit is not known: "
-                         f"call it outside jax.jit, or use numpy_resid=False (residuals always returned).")
+        raise ValueError(
+            f"{name} needs the rank as a Python value, which inside jax.jit is not known: "
+            f"call it outside jax.jit, or use numpy_resid=False (residuals always returned)."
+        )
     return int(value)
 
 
@@ -364,8 +379,9 @@ def lstsq(a, b, rcond=None, *, numpy_resid=False):
     if a.ndim != 2:
         raise TypeError(f"lstsq: a must be two-dimensional (M, N), got shape {a.shape}.")
     if b.ndim not in (1, 2) or b.shape[0] != a.shape[0]:
-        raise ValueError(f"lstsq: b must have shape ({a.shape[0]},) or ({a.shape[0]}, K) to match a "
-                         f"{a.shape}, got {b.shape}.")
+        raise ValueError(
+            f"lstsq: b must have shape ({a.shape[0]},) or ({a.shape[0]}, K) to match a {a.shape}, got {b.shape}."
+        )
     return _lstsq(a, b, rcond, numpy_resid)
 
 
@@ -476,13 +492,17 @@ def cond(x, p=None):
 
 # --- Norms and powers ---------------------------------------------------------------------------
 
+
 def _spectral(x, ord, axis, keepdims):
     """Matrix norms from singular values (ord 2, -2, 'nuc') over ``axis`` (two dimensions)."""
     rows, cols = (a % x.ndim for a in axis)
     moved = jnp.moveaxis(x, (rows, cols), (-2, -1))
     s = svdvals(moved)
-    out = {2: lambda: jnp.max(s, axis=-1, initial=0), -2: lambda: jnp.min(s, axis=-1),
-           "nuc": lambda: jnp.sum(s, axis=-1)}[ord]()
+    out = {
+        2: lambda: jnp.max(s, axis=-1, initial=0),
+        -2: lambda: jnp.min(s, axis=-1),
+        "nuc": lambda: jnp.sum(s, axis=-1),
+    }[ord]()
     if keepdims:
         out = jnp.expand_dims(out, tuple(sorted((rows, cols))))
     return out
@@ -525,10 +545,12 @@ def matrix_power(a, n):
             if k:
                 base = mm(base, base)
         return result
+
     return _map_batch(power, (a,), (2,))
 
 
 # --- Tensor forms -------------------------------------------------------------------------------
+
 
 def tensorinv(a, ind=2):
     """The tensor inverse of ``a`` over its first ``ind`` dimensions, via :func:`inv`."""
@@ -549,7 +571,7 @@ def tensorsolve(a, b, axes=None):
     if axes is not None:
         axes = tuple(ax % a.ndim for ax in axes)
         a = jnp.moveaxis(a, axes, tuple(range(a.ndim - len(axes), a.ndim)))
-    out_shape = a.shape[b.ndim:]
+    out_shape = a.shape[b.ndim :]
     rows, cols = int(np.prod(b.shape)), int(np.prod(out_shape))
     if rows != cols:
         raise ValueError(f"tensorsolve: prod(b.shape) = {rows} must equal prod(x.shape) = {cols}.")
@@ -557,11 +579,39 @@ def tensorsolve(a, b, axes=None):
 
 
 __all__ = [
-    "EighResult", "QRResult", "SVDResult", "SlogdetResult",
-    "cholesky", "cond", "cross", "det", "diagonal", "eigh", "eigvalsh", "inv", "lstsq", "matmul",
-    "matrix_norm", "matrix_power", "matrix_rank", "matrix_transpose", "multi_dot", "norm", "outer",
-    "pinv", "qr", "slogdet", "solve", "svd", "svdvals", "tensordot", "tensorinv", "tensorsolve",
-    "trace", "vecdot", "vector_norm",
+    "EighResult",
+    "QRResult",
+    "SVDResult",
+    "SlogdetResult",
+    "cholesky",
+    "cond",
+    "cross",
+    "det",
+    "diagonal",
+    "eigh",
+    "eigvalsh",
+    "inv",
+    "lstsq",
+    "matmul",
+    "matrix_norm",
+    "matrix_power",
+    "matrix_rank",
+    "matrix_transpose",
+    "multi_dot",
+    "norm",
+    "outer",
+    "pinv",
+    "qr",
+    "slogdet",
+    "solve",
+    "svd",
+    "svdvals",
+    "tensordot",
+    "tensorinv",
+    "tensorsolve",
+    "trace",
+    "vecdot",
+    "vector_norm",
 ]
 # Non-Hermitian eigenproblems: JAX's own functions, on one device (cuSOLVERMp has no distributed
 # non-Hermitian eigensolver; docs/numpy.md's table).

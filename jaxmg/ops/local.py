@@ -95,8 +95,9 @@ def lu_solve(a, b, *, grid: Grid, rhs_spec: Optional[P] = None, backend: str = "
     return local_rows(_status.masked(status, kernels.solve(state, b)), spec), status
 
 
-def least_squares(a, b, *, grid: Grid, rhs_spec: Optional[P] = None, rcond: Optional[float] = None,
-                  backend: str = "auto", T_A=None):
+def least_squares(
+    a, b, *, grid: Grid, rhs_spec: Optional[P] = None, rcond: Optional[float] = None, backend: str = "auto", T_A=None
+):
     """(x rows, status) minimising ||A x - b|| for tall A; a numerically rank-deficient A (a
     diagonal entry of R below ``rcond * max|R_ii|``, ``rcond`` as in ``jaxmg.least_squares``)
     gives that entry's 1-based index as the status and NaN rows."""

@@ -54,8 +54,10 @@ def _one_square_matrix(a, name: str, module: str):
     (a,) = _inexact(a)
     _square(a, name)
     if a.ndim != 2:
-        raise ValueError(f"{name}: a must be one matrix (N, N) (a {module} factors one matrix), "
-                         f"got shape {a.shape}; use jax.vmap for a batch.")
+        raise ValueError(
+            f"{name}: a must be one matrix (N, N) (a {module} factors one matrix), "
+            f"got shape {a.shape}; use jax.vmap for a batch."
+        )
     return a
 
 
@@ -169,8 +171,7 @@ def _packed_lu_solve(lu, perm, b, *, trans: str):
     return _take_rows(z, jnp.argsort(perm))
 
 
-def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False, check_finite=True,
-          assume_a="gen"):
+def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False, check_finite=True, assume_a="gen"):
     """Solve ``a @ x = b``: LU for ``assume_a`` "gen", "sym" or "her"; Cholesky for "pos" (from
     a's ``lower`` triangle, default upper, as SciPy). Shapes as :func:`jaxmg.numpy.linalg.solve`."""
     del overwrite_a, overwrite_b, debug, check_finite
@@ -196,8 +197,18 @@ def det(a, overwrite_a=False, check_finite=True):
     return _np.det(a)
 
 
-def eigh(a, b=None, lower=True, eigvals_only=False, overwrite_a=False, overwrite_b=False, turbo=True,
-         eigvals=None, type=1, check_finite=True):
+def eigh(
+    a,
+    b=None,
+    lower=True,
+    eigvals_only=False,
+    overwrite_a=False,
+    overwrite_b=False,
+    turbo=True,
+    eigvals=None,
+    type=1,
+    check_finite=True,
+):
     """Eigenvalues ``w`` (ascending), and eigenvectors ``v`` in a's layout unless
     ``eigvals_only``, of Hermitian ``a`` (..., N, N): ``a v = v diag(w)`` by syevd, or with
     ``b`` (Hermitian positive definite) ``a v = b v diag(w)``, ``v^H b v = I`` by sygvd.
@@ -259,8 +270,9 @@ def polar(a, side="right", *, method="qdwh", eps=None, max_iterations=None):
     if method not in ("qdwh", "svd"):
         raise ValueError(f"polar: method must be 'qdwh' or 'svd', got {method!r}.")
     if eps is not None or max_iterations is not None:
-        raise NotImplementedError("polar: eps and max_iterations are not supported; jaxmg's polar "
-                                  "iterates to its own tolerance.")
+        raise NotImplementedError(
+            "polar: eps and max_iterations are not supported; jaxmg's polar iterates to its own tolerance."
+        )
     (a,) = _inexact(a)
     if side == "right":
         return _map_batch(_f.polar, (a,), (2,))
@@ -277,14 +289,27 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
     return _np.lstsq(a, b, rcond=cond, numpy_resid=True)
 
 
-__all__ = ["cho_factor", "cho_solve", "cholesky", "det", "eigh", "inv", "lstsq", "lu_factor", "lu_solve",
-           "polar", "qr", "solve", "svd"]
+__all__ = [
+    "cho_factor",
+    "cho_solve",
+    "cholesky",
+    "det",
+    "eigh",
+    "inv",
+    "lstsq",
+    "lu_factor",
+    "lu_solve",
+    "polar",
+    "qr",
+    "solve",
+    "svd",
+]
 
 
 # --- Triangular solves and the LU decomposition as matrices: jaxmg's --------------------------
 
-def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False, debug=None,
-                     check_finite=True):
+
+def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False, debug=None, check_finite=True):
     """Solve ``op(a) @ x = b`` for triangular ``a`` (..., N, N), op by ``trans``: 0 (a), 1 (a^T)
     or 2 (a^H); only a's ``lower`` (default upper) triangle is read, its diagonal taken as ones
     where ``unit_diagonal``. ``b`` is (N,) or (..., N, K); ``x`` has b's shape and layout.
@@ -307,8 +332,9 @@ def _triangle_and_rhs(a, b, name: str):
     a, b = _inexact(a, b)
     _square(a, name)
     if b.ndim < 1 or b.shape[-1 if b.ndim == 1 else -2] != a.shape[-1]:
-        raise ValueError(f"{name}: b must be (N,) or (..., N, K) with N = {a.shape[-1]} (the matrix's order), "
-                         f"got shape {b.shape}.")
+        raise ValueError(
+            f"{name}: b must be (N,) or (..., N, K) with N = {a.shape[-1]} (the matrix's order), got shape {b.shape}."
+        )
     return a, b
 
 
@@ -328,8 +354,15 @@ def _triangular_solve(a, b, *, trans: str, lower: bool, unit: bool):
 
     if not _spread(a):  # on one device: its triangular solve, in one call, then x in b's layout
         rhs = b[:, None] if vector else b
-        x = jax.lax.linalg.triangular_solve(a, _whole_rows(rhs), left_side=True, lower=lower, unit_diagonal=unit,
-                                            transpose_a=trans != "N", conjugate_a=trans == "C")
+        x = jax.lax.linalg.triangular_solve(
+            a,
+            _whole_rows(rhs),
+            left_side=True,
+            lower=lower,
+            unit_diagonal=unit,
+            transpose_a=trans != "N",
+            conjugate_a=trans == "C",
+        )
         x = _in_layout_of(x, rhs)
         return x[:, 0] if vector else x
     mesh = _explicit_mesh(a) or _explicit_mesh(b)
@@ -382,8 +415,12 @@ def lu(a, permute_l=False, overwrite_a=False, check_finite=True):
     :func:`lu_factor` (jaxmg's LU, differentiable as JAX's). A rectangular ``a`` is JAX's own
     ``jax.scipy.linalg.lu``."""
     del overwrite_a, check_finite
-    return _square_lu(a, "lu", functools.partial(_plu, permute_l=bool(permute_l)),
-                      functools.partial(_jsl.lu, permute_l=bool(permute_l)))
+    return _square_lu(
+        a,
+        "lu",
+        functools.partial(_plu, permute_l=bool(permute_l)),
+        functools.partial(_jsl.lu, permute_l=bool(permute_l)),
+    )
 
 
 def _plu(a, *, permute_l: bool):
@@ -429,9 +466,33 @@ sqrtm = _jsl.sqrtm
 toeplitz = _jsl.toeplitz
 
 #: The names of ``jax.scipy.linalg`` that are JAX's own functions here (docs/numpy.md's table).
-JAX_OWN = ("block_diag", "circulant", "companion", "convolution_matrix", "dft", "eigh_tridiagonal", "expm",
-           "expm_frechet", "fiedler", "fiedler_companion", "funm", "hadamard", "hankel", "helmert",
-           "hessenberg", "hilbert", "invhilbert", "invpascal", "leslie", "pascal", "qr_multiply", "rsf2csf",
-           "schur", "solve_sylvester", "sqrtm", "toeplitz")
+JAX_OWN = (
+    "block_diag",
+    "circulant",
+    "companion",
+    "convolution_matrix",
+    "dft",
+    "eigh_tridiagonal",
+    "expm",
+    "expm_frechet",
+    "fiedler",
+    "fiedler_companion",
+    "funm",
+    "hadamard",
+    "hankel",
+    "helmert",
+    "hessenberg",
+    "hilbert",
+    "invhilbert",
+    "invpascal",
+    "leslie",
+    "pascal",
+    "qr_multiply",
+    "rsf2csf",
+    "schur",
+    "solve_sylvester",
+    "sqrtm",
+    "toeplitz",
+)
 
 __all__ += ["lu", "solve_triangular", *JAX_OWN]

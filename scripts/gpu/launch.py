@@ -1,5 +1,6 @@
 """`python scripts/gpu/launch.py -n N script.py ...`: jaxmg.launch, usable even while the jaxmg
 package itself does not import (the launcher module has no dependency on the rest of it)."""
+
 import sys
 import types
 from pathlib import Path

@@ -41,19 +41,30 @@ def main() -> int:
         ok = residual < 1e-13 and sol.result == lx.RESULTS.successful
         failures += not ok
         family = {"Auto": "potrs", "Cholesky": "potrs", "LU": "lu_solve", "QR": "least_squares"}[type(solver).__name__]
-        print(f"{'PASS' if ok else 'FAIL'} {type(solver).__name__:9s} N={n} residual {residual:.1e} "
-              f"({jaxmg.route(family, (n, n), 'float64', mesh)} route)")
+        print(
+            f"{'PASS' if ok else 'FAIL'} {type(solver).__name__:9s} N={n} residual {residual:.1e} "
+            f"({jaxmg.route(family, (n, n), 'float64', mesh)} route)"
+        )
     bad = jax.device_put(np.diag(np.r_[np.ones(n - 1), -1.0]), NamedSharding(mesh, P("x", None)))
-    sol = lx.linear_solve(lx.MatrixLinearOperator(bad, lx.positive_semidefinite_tag), jnp.ones(n),
-                          solver=jl.Cholesky(), throw=False)
+    sol = lx.linear_solve(
+        lx.MatrixLinearOperator(bad, lx.positive_semidefinite_tag), jnp.ones(n), solver=jl.Cholesky(), throw=False
+    )
     ok = sol.result == lx.RESULTS.singular
     failures += not ok
     print(f"{'PASS' if ok else 'FAIL'} not positive definite -> RESULTS.singular with throw=False")
-    loss = lambda a, b: jnp.sum(jnp.sin(lx.linear_solve(lx.MatrixLinearOperator(a, lx.positive_semidefinite_tag),  # noqa: E731
-                                                        b, solver=jl.Cholesky()).value))
+    loss = lambda a, b: jnp.sum(
+        jnp.sin(
+            lx.linear_solve(
+                lx.MatrixLinearOperator(a, lx.positive_semidefinite_tag),  # noqa: E731
+                b,
+                solver=jl.Cholesky(),
+            ).value
+        )
+    )
     ga, gb = jax.grad(loss, argnums=(0, 1))(a, jnp.asarray(b))
     ra, rb = jax.grad(lambda a, b: jnp.sum(jnp.sin(jnp.linalg.solve(a, b))), argnums=(0, 1))(
-        jnp.asarray(A), jnp.asarray(b))
+        jnp.asarray(A), jnp.asarray(b)
+    )
     err_b = float(jnp.max(jnp.abs(gb - rb)) / jnp.max(jnp.abs(rb)))
     sym = lambda m: (m + m.T) / 2  # noqa: E731
     err_a = float(jnp.max(jnp.abs(sym(ga) - sym(ra))) / jnp.max(jnp.abs(ra)))

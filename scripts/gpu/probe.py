@@ -1,7 +1,8 @@
 """One small native potrs on one GPU, no launcher (for debuggers):
 
-    CUDA_VISIBLE_DEVICES=0 python3 scripts/gpu/probe.py
+CUDA_VISIBLE_DEVICES=0 python3 scripts/gpu/probe.py
 """
+
 import sys
 from pathlib import Path
 

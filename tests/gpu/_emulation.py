@@ -3,6 +3,7 @@ kernels against: the tile permutation of the in-place layout, the in-place symme
 csrc/cholesky.cc, potrf/potrs as cuSOLVERMp does them on the block-cyclic buffers (``Emulator``,
 installed by ``patch`` in place of ``jaxmg.kernels.native._grid.ffi_call``, the one function
 through which every native kernel calls a handler), and the test matrices."""
+
 from __future__ import annotations
 
 import importlib
@@ -83,6 +84,7 @@ def kernel_layouts(tiles, variants=DTYPES):
                     cases += [(shape, n, tile, reverse, variants[2 * k + (turn + k) % 2]) for k in range(2)]
     return cases
 
+
 #: The layouts of the public-API tests through an emulated native family: (mesh shape, a's spec,
 #: T_A, reversed device order, dtype, Explicit axes).
 PUBLIC_LAYOUTS = [
@@ -137,6 +139,7 @@ def hermitian_with_junk(n, dtype, seed=0):
 # Emulation of the FFI handlers jaxmg_potrf and jaxmg_potrs (natural and in-place modes)
 # --------------------------------------------------------------------------------------------
 
+
 def _potrf_upper(m):
     """cuSOLVERMp potrf, uplo=UPPER, on the global column-major matrix m: (m with U in its upper
     triangle, strictly lower part untouched; info)."""
@@ -179,10 +182,16 @@ class Emulator:
         self.grid = None
         self.calls = []  # (handler, mode, solve, n, tile), for checks
         self.version = _engine.FIXED  # the cuSOLVERMp version the emulated library reports
-        self.handlers = {"jaxmg_potrf": self.factor_call, "jaxmg_potrs": self.solve_call,
-                         "jaxmg_getrf": self.getrf_call, "jaxmg_getrs": self.getrs_call,
-                         "jaxmg_geqrf": self.geqrf_call, "jaxmg_orgqr": self.orgqr_call,
-                         "jaxmg_syevd": self.syevd_call, "jaxmg_sygvd": self.sygvd_call}
+        self.handlers = {
+            "jaxmg_potrf": self.factor_call,
+            "jaxmg_potrs": self.solve_call,
+            "jaxmg_getrf": self.getrf_call,
+            "jaxmg_getrs": self.getrs_call,
+            "jaxmg_geqrf": self.geqrf_call,
+            "jaxmg_orgqr": self.orgqr_call,
+            "jaxmg_syevd": self.syevd_call,
+            "jaxmg_sygvd": self.sygvd_call,
+        }
 
     def bootstrap(self, grid):
         """_grid.bootstrap itself (its rank formula is what the emulation places blocks by),
@@ -251,8 +260,9 @@ class Emulator:
         members' right-hand-side buffers stay as they were."""
         p, q = rank % pr, rank // pr
         nrhs = x.shape[-1]
-        xl = jax.lax.dynamic_index_in_dim(x.reshape(mloc // tile, pr, tile, nrhs), p, axis=1,
-                                          keepdims=False).reshape(mloc, nrhs)
+        xl = jax.lax.dynamic_index_in_dim(x.reshape(mloc // tile, pr, tile, nrhs), p, axis=1, keepdims=False).reshape(
+            mloc, nrhs
+        )
         return jnp.where(q == 0, jnp.swapaxes(xl, -1, -2), b_m)
 
     def _potrs(self, f, b_m, rank, n, tile, pr, pc, mloc, lower=False):
@@ -313,7 +323,6 @@ class Emulator:
             xt = self._potrs(f, b_m, rank, n, tile, pr, pc, mloc, lower=mode == cholesky_kernels._MODE_INPLACE)
         return xt, logdet, jnp.int32(0)  # jaxmg_potrs fills status with 0
 
-
     # ----------------------------------------------------------------------------------------
     # The LU family: jaxmg_getrf / jaxmg_getrs (csrc/lu.cc)
     # ----------------------------------------------------------------------------------------
@@ -336,8 +345,9 @@ class Emulator:
         info = jnp.where(jnp.any(zero), jnp.argmax(zero) + 1, 0).astype(jnp.int32)
         lu = jnp.where(info == 0, lu, jnp.nan)
         f_loc = self._own(lu, rank, tile, pr, pc, mloc, nloc)
-        ipiv = jax.lax.dynamic_index_in_dim((piv + 1).reshape(mloc // tile, pr, tile), rank % pr, axis=1,
-                                            keepdims=False).reshape(mloc)
+        ipiv = jax.lax.dynamic_index_in_dim(
+            (piv + 1).reshape(mloc // tile, pr, tile), rank % pr, axis=1, keepdims=False
+        ).reshape(mloc)
         return jnp.swapaxes(f_loc, -1, -2), ipiv.astype(jnp.int32), info
 
     def getrs_call(self, f_m, ipiv, b_m, members, nid, rank, *, n, tile, pr, pc, mloc, nloc, nrhs):
@@ -411,7 +421,6 @@ class Emulator:
         rank = rank[0]
         q = self._full_q(f_m, tau_l, rank, m, n, tile, pr, pc)[:, :n]
         return self._qr_own(q, rank, tile, pr, pc, mloc, nloc)
-
 
     # ----------------------------------------------------------------------------------------
     # The eigensolver family: jaxmg_syevd / jaxmg_sygvd (csrc/eig.cc), row-major rank mapping

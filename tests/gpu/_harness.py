@@ -6,6 +6,7 @@ a stub package. ``run(kernel, ...)`` runs a per-shard kernel of ``jaxmg.kernels.
 mesh with ``shard_map``, exactly as the library's runner does (local blocks of the matrix,
 whole right-hand sides).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,6 +26,7 @@ RESULTS: list = []
 def case(name):
     """Runs the decorated check at once and prints ``CASE <name> PASS|FAIL|SKIP (<s>) <detail>``
     (detail: what the check returns; a detail starting with "skipped" is shown, never counted)."""
+
     def deco(fn):
         t0 = time.perf_counter()
         try:
@@ -38,6 +40,7 @@ def case(name):
         verdict = "SKIP" if skipped else "PASS" if ok else "FAIL"
         print(f"CASE {name} {verdict} ({time.perf_counter() - t0:.2f}s) {detail}", flush=True)
         return fn
+
     return deco
 
 
@@ -105,8 +108,13 @@ def _compiled(kernel, grid, tile, kinds, outs, donate):
 
     in_specs = tuple(grid.spec if k == "block" else P() for k in kinds)
     out_specs = tuple(grid.spec if k == "block" else P() for k in outs)
-    f = jax.shard_map(lambda *a: tuple(kernel(*a, grid=grid, tile=tile)), mesh=grid.mesh, in_specs=in_specs,
-                      out_specs=out_specs, check_vma=False)
+    f = jax.shard_map(
+        lambda *a: tuple(kernel(*a, grid=grid, tile=tile)),
+        mesh=grid.mesh,
+        in_specs=in_specs,
+        out_specs=out_specs,
+        check_vma=False,
+    )
     return jax.jit(f, donate_argnums=(0,) if donate else ())
 
 

@@ -17,6 +17,7 @@ table) and the native backend's known defects (``NATIVE_DEFECTS``): a failure th
 expected, a pass is reported and is no failure. ``JAXMG_CASES=a,b``
 runs only the cases whose name contains one of the strings.
 """
+
 from __future__ import annotations
 
 import faulthandler
@@ -59,18 +60,21 @@ def log(*a):
 
 def host(tree):
     """The results as NumPy on every process (gathered where they are sharded)."""
+
     def one(x):
         if x is None:
             return None
         if x.is_fully_replicated:
             return np.asarray(x.addressable_data(0))
         return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
     return jax.tree.map(one, tree, is_leaf=lambda x: x is None)
 
 
 def grid_place(mesh):
     def place(x, spec):
         return jax.make_array_from_callback(x.shape, NamedSharding(mesh, spec), lambda idx: x[idx])
+
     return place
 
 

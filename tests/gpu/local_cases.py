@@ -10,6 +10,7 @@ for all four dtypes, one matrix and stacks (vmap), eagerly and in jit, with deri
 order and leaf size; the compiled memory of potrs, cholesky, lu_solve, the LU inverse and the
 GP gradient is compared with plain JAX's on the same GPU.
 """
+
 from __future__ import annotations
 
 import sys
@@ -28,8 +29,12 @@ from jaxmg.kernels.status import cholesky_status
 
 jax.config.update("jax_enable_x64", True)
 DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
-POTRF = {np.float32: lapack.spotrf, np.float64: lapack.dpotrf, np.complex64: lapack.cpotrf,
-         np.complex128: lapack.zpotrf}
+POTRF = {
+    np.float32: lapack.spotrf,
+    np.float64: lapack.dpotrf,
+    np.complex64: lapack.cpotrf,
+    np.complex128: lapack.zpotrf,
+}
 
 
 def spd(n, dtype, seed=0):
@@ -86,7 +91,8 @@ for dtype in DTYPES:
         bad[20, 20] = -1.0
         stack = np.stack([a, bad, a]).astype(dtype)
         xs, sts = jax.jit(jax.vmap(lambda a, b: jaxmg.potrs(a, b, return_status=True)))(
-            put(stack), put(np.ones((3, 128), dtype)))
+            put(stack), put(np.ones((3, 128), dtype))
+        )
         assert list(np.asarray(sts)) == [0, 21, 0], np.asarray(sts)
         assert np.all(np.isnan(np.asarray(xs[1]))) and np.all(np.isfinite(np.asarray(xs[0])))
         nan = a.copy()
@@ -113,8 +119,11 @@ for dtype in DTYPES:
     @case(f"lu-{name}-solve-status-inverse")
     def _(dtype=dtype):
         rng = np.random.default_rng(8)
-        a = (rng.standard_normal((120, 120)) + (1j * rng.standard_normal((120, 120)) if np.dtype(dtype).kind == "c"
-                                                   else 0) + 4 * np.eye(120)).astype(dtype)
+        a = (
+            rng.standard_normal((120, 120))
+            + (1j * rng.standard_normal((120, 120)) if np.dtype(dtype).kind == "c" else 0)
+            + 4 * np.eye(120)
+        ).astype(dtype)
         b = rng.standard_normal(120).astype(dtype)
         x, st = jaxmg.lu_solve(put(a), put(b), return_status=True)
         e = relerr(x, np.linalg.solve(a, b))
@@ -125,8 +134,12 @@ for dtype in DTYPES:
         assert relerr(inv, np.linalg.inv(a)) < 100 * tol(dtype)
         singular = a.copy()
         singular[:, 17] = 0
-        expect = {np.float32: lapack.sgetrf, np.float64: lapack.dgetrf, np.complex64: lapack.cgetrf,
-                  np.complex128: lapack.zgetrf}[dtype](singular)[2]
+        expect = {
+            np.float32: lapack.sgetrf,
+            np.float64: lapack.dgetrf,
+            np.complex64: lapack.cgetrf,
+            np.complex128: lapack.zgetrf,
+        }[dtype](singular)[2]
         stack = np.stack([a, singular])
         sts = jax.jit(jax.vmap(lambda m: jaxmg.LU(m).status))(put(stack))
         assert list(np.asarray(sts)) == [0, expect] and expect == 18, (np.asarray(sts), expect)
@@ -153,7 +166,8 @@ def _():
                 for order in (1, 5, 300, 1500, 2100):
                     rng = np.random.default_rng(order)
                     g = rng.standard_normal((order, order)) + (
-                        1j * rng.standard_normal((order, order)) if np.dtype(dtype).kind == "c" else 0)
+                        1j * rng.standard_normal((order, order)) if np.dtype(dtype).kind == "c" else 0
+                    )
                     got = np.asarray(jax.jit(inverse_of)(put(g.astype(dtype)))).astype(np.complex128)
                     err = relerr(got @ g, np.eye(order)) / np.linalg.cond(g)
                     assert err < (1e-5 if np.finfo(dtype).bits == 32 else 1e-13), (leaves, dtype, order, err)
@@ -173,11 +187,16 @@ def _():
         _, a = spd(24, dtype, seed=4)
         b = np.random.default_rng(5).standard_normal(24).astype(dtype)
         check_grads(lambda a, b: jaxmg.potrs(a, b), (put(a), put(b)), order=2, modes=["fwd", "rev"])
-        check_grads(lambda a, dtype=dtype: jaxmg.potrs(a, jnp.ones(24, dtype), return_logdet=True)[1], (put(a),),
-                    order=2, modes=["fwd", "rev"])
+        check_grads(
+            lambda a, dtype=dtype: jaxmg.potrs(a, jnp.ones(24, dtype), return_logdet=True)[1],
+            (put(a),),
+            order=2,
+            modes=["fwd", "rev"],
+        )
         check_grads(lambda a: jaxmg.cholesky(a), (put(a),), order=1, modes=["fwd", "rev"])
-        check_grads(lambda a, b: jaxmg.lu_solve(a, b), (put(a + 0.3 * np.tril(a, -1)), put(b)), order=1,
-                    modes=["fwd", "rev"])
+        check_grads(
+            lambda a, b: jaxmg.lu_solve(a, b), (put(a + 0.3 * np.tril(a, -1)), put(b)), order=1, modes=["fwd", "rev"]
+        )
 
 
 @case("relayout-every-mode-dtype-and-shape")
@@ -214,14 +233,21 @@ def _():
     _, a = spd(n, np.float64, seed=6)
     a, b = put(a), put(np.ones(n))
     matrix = n * n * 8
-    pairs = {"potrs": (jaxmg.potrs, lambda a, b: jsl.cho_solve(jsl.cho_factor(a, lower=True), b)),
-             "cholesky": (lambda a, b: jaxmg.cholesky(a), lambda a, b: jnp.linalg.cholesky(a)),
-             "lu_solve": (jaxmg.lu_solve, jnp.linalg.solve),
-             "lu_inverse": (lambda a, b: jaxmg.LU(a).inverse(), lambda a, b: jnp.linalg.inv(a)),
-             "gp_grad": (jax.grad(lambda a, b: jnp.vdot(b, jaxmg.potrs(a, b))
-                                  + jaxmg.potrs(a, b, return_logdet=True)[1]),
-                         jax.grad(lambda a, b: jnp.vdot(b, jsl.cho_solve(jsl.cho_factor(a, lower=True), b))
-                                  + 2 * jnp.sum(jnp.log(jnp.diagonal(jnp.linalg.cholesky(a))))))}
+    pairs = {
+        "potrs": (jaxmg.potrs, lambda a, b: jsl.cho_solve(jsl.cho_factor(a, lower=True), b)),
+        "cholesky": (lambda a, b: jaxmg.cholesky(a), lambda a, b: jnp.linalg.cholesky(a)),
+        "lu_solve": (jaxmg.lu_solve, jnp.linalg.solve),
+        "lu_inverse": (lambda a, b: jaxmg.LU(a).inverse(), lambda a, b: jnp.linalg.inv(a)),
+        "gp_grad": (
+            jax.grad(lambda a, b: jnp.vdot(b, jaxmg.potrs(a, b)) + jaxmg.potrs(a, b, return_logdet=True)[1]),
+            jax.grad(
+                lambda a, b: (
+                    jnp.vdot(b, jsl.cho_solve(jsl.cho_factor(a, lower=True), b))
+                    + 2 * jnp.sum(jnp.log(jnp.diagonal(jnp.linalg.cholesky(a))))
+                )
+            ),
+        ),
+    }
     out = []
     for key, (ours, theirs) in pairs.items():
         mine, ref = _temp(ours, a, b) / matrix, _temp(theirs, a, b) / matrix
@@ -243,9 +269,13 @@ def _():
     a, b = put(a), put(np.ones(n))
     matrix = n * n * 8
     workspace = (2 * 512 * n + 512 * 512) / (n * n)  # the inverses' scratch: two 512 x n panels and a leaf
-    limits = {"potrs": (lambda m: jaxmg.potrs(m, b), 1.05), "cholesky": (jaxmg.cholesky, 0.05),
-              "lu_solve": (lambda m: jaxmg.lu_solve(m, b), 1.05), "lu_inverse": (lambda m: jaxmg.LU(m).inverse(), 1.1),
-              "cholesky_inverse": (lambda m: jaxmg.Cholesky(m).inverse(), 0.05 + workspace)}
+    limits = {
+        "potrs": (lambda m: jaxmg.potrs(m, b), 1.05),
+        "cholesky": (jaxmg.cholesky, 0.05),
+        "lu_solve": (lambda m: jaxmg.lu_solve(m, b), 1.05),
+        "lu_inverse": (lambda m: jaxmg.LU(m).inverse(), 1.1),
+        "cholesky_inverse": (lambda m: jaxmg.Cholesky(m).inverse(), 0.05 + workspace),
+    }
     out = []
     for key, (fn, limit) in limits.items():
         mine = _temp(fn, a) / matrix

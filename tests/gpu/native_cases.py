@@ -13,6 +13,7 @@ reuse, and non-positive-definite input (NaN + non-zero status, no hang). The LU 
 imports, ``jaxmg.potrs``/``jaxmg.cholesky``/``jaxmg.lu_solve``/``jaxmg.LU`` with backend="native"
 and "auto" are checked too (``JAXMG_CASES=lu`` runs only the LU cases).
 """
+
 from __future__ import annotations
 
 import faulthandler
@@ -53,6 +54,7 @@ def log(*a):
 def case(name, needs=None):
     """Runs fn now as the case ``name`` (unless JAXMG_CASES leaves it out); one that ``needs`` a
     kernel that ``native`` lacks (older kernels) passes without running."""
+
     def deco(fn):
         if ONLY and not any(o in name for o in ONLY.split(",")):
             return fn
@@ -67,6 +69,7 @@ def case(name, needs=None):
         RESULTS.append((name, ok))
         log(f"CASE {name} {'PASS' if ok else 'FAIL'} ({time.perf_counter() - t0:.2f}s) {detail}")
         return fn
+
     return deco
 
 
@@ -153,7 +156,7 @@ def directional_errors(fun, args, specs, mesh, order=1, seed=7):
         k = len(args)
         first = lambda *xs: jax.jvp(scalar, xs[:k], xs[k:])[1]  # noqa: E731 (directions as arguments)
         second = jax.jit(lambda xs, ds: jax.jvp(lambda *ys: first(*ys, *ds), xs, ds)[1])(tuple(args), tuple(dirs))
-        fd2 = (along(h) - 2 * along(0.0) + along(-h)) / h ** 2
+        fd2 = (along(h) - 2 * along(0.0) + along(-h)) / h**2
         grad2 = jax.jit(jax.grad(first, argnums=tuple(range(k))))(*args, *dirs)
         errs += [rel(second, fd2) * 1e-3, rel(dot(grad2, dirs), second)]  # differences: O(h^2) + roundoff/h^2
     return errs
@@ -165,8 +168,7 @@ def run_vmapped(one, nout, grid, mesh, mats):
     (whole): those right-hand sides and one's outputs, on the host."""
     rhs = np.stack([np.ones(mats.shape[1]), np.arange(mats.shape[1], dtype=np.float64)])
     sp = P(None, *grid.spec)
-    f = jax.jit(jax.shard_map(jax.vmap(one), mesh=mesh, in_specs=(sp, P()), out_specs=(P(),) * nout,
-                              check_vma=False))
+    f = jax.jit(jax.shard_map(jax.vmap(one), mesh=mesh, in_specs=(sp, P()), out_specs=(P(),) * nout, check_vma=False))
     return rhs, [host(o) for o in f(to_global(mats, mesh, sp), to_global(rhs, mesh, P()))]
 
 
@@ -175,8 +177,15 @@ def k_potrs(mesh, spec, n, tile, dtype, nrhs=None, donate=False):
     a_in, a = spd(n, dtype)
     rng = np.random.default_rng(1)
     b = rng.standard_normal((n,) if nrhs is None else (n, nrhs)).astype(dtype)
-    x, ld, st = _harness.run(native.potrs, grid, tile, [to_global(a_in, mesh, grid.spec), to_global(b, mesh, P())],
-                             ["block", "whole"], ["whole", "whole", "whole"], donate=donate)
+    x, ld, st = _harness.run(
+        native.potrs,
+        grid,
+        tile,
+        [to_global(a_in, mesh, grid.spec), to_global(b, mesh, P())],
+        ["block", "whole"],
+        ["whole", "whole", "whole"],
+        donate=donate,
+    )
     x, ld, st = host(x), float(host(ld)), int(host(st))
     xr = np.linalg.solve(a, b)
     ldr = np.linalg.slogdet(a)[1]
@@ -198,8 +207,7 @@ def k_family(mesh, spec, n, tile, dtype, natural=True):
     grid = _harness.grid_of(mesh, spec)
     a_in, a = spd(n, dtype)
     factor, solve, logdet, lower = family_kernels(natural)
-    state, st = _harness.run(factor, grid, tile, [to_global(a_in, mesh, grid.spec)], ["block"],
-                             ["block", "whole"])
+    state, st = _harness.run(factor, grid, tile, [to_global(a_in, mesh, grid.spec)], ["block"], ["block", "whole"])
     assert int(host(st)) == 0, f"status {int(host(st))}"
     b = np.arange(1, 2 * n + 1).reshape(n, 2).astype(dtype)
     (x,) = _harness.run(solve, grid, tile, [state, to_global(b, mesh, P())], ["block", "whole"], ["whole"])
@@ -224,8 +232,7 @@ def natural_lower(a, *, grid, tile):
 def k_cholesky(mesh, spec, n, tile, dtype):
     grid = _harness.grid_of(mesh, spec)
     a_in, a = spd(n, dtype)
-    low, st = _harness.run(natural_lower, grid, tile, [to_global(a_in, mesh, grid.spec)], ["block"],
-                           ["block", "whole"])
+    low, st = _harness.run(natural_lower, grid, tile, [to_global(a_in, mesh, grid.spec)], ["block"], ["block", "whole"])
     assert int(host(st)) == 0, f"status {int(host(st))}"
     e = relerr(host(low), np.linalg.cholesky(a))
     assert e < tol(dtype), f"L err {e:.2e}"
@@ -260,6 +267,7 @@ def _():
 @case(f"potrs-{mname}-float64-cache-reuse-and-timings")
 def _():
     from jaxmg import _native
+
     before = _native.cache_info()
     for _ in range(3):
         k_potrs(mesh, spec, 512, 128, np.float64)
@@ -274,8 +282,14 @@ def _():
 def _():
     n = 256
     a = not_positive_definite(n, 100, -1.0)
-    x, ld, st = _harness.run(native.potrs, grid, 64, [to_global(a, mesh, grid.spec), to_global(np.ones(n), mesh, P())],
-                             ["block", "whole"], ["whole"] * 3)
+    x, ld, st = _harness.run(
+        native.potrs,
+        grid,
+        64,
+        [to_global(a, mesh, grid.spec), to_global(np.ones(n), mesh, P())],
+        ["block", "whole"],
+        ["whole"] * 3,
+    )
     x, ld, st = host(x), float(host(ld)), int(host(st))
     assert st != 0 and np.all(np.isnan(x)) and np.isnan(ld), (st, x[:3], ld)
     r = k_potrs(mesh, spec, 256, 64, np.float64)  # the grid still works afterwards
@@ -308,8 +322,10 @@ def _():
     (x,) = _harness.run(solve, grid, 64, [state, to_global(np.ones(n), mesh, P())], ["block", "whole"], ["whole"])
     st2 = int(host(st2))
     assert st2 != 0 and np.all(np.isnan(host(state))) and np.all(np.isnan(host(x))), st2
-    return (f"status {st} / permuted {st2}; then: {k_family(mesh, spec, 256, 64, np.float64)}; "
-            f"{k_family(mesh, spec, 256, 64, np.float64, natural=False)}")
+    return (
+        f"status {st} / permuted {st2}; then: {k_family(mesh, spec, 256, 64, np.float64)}; "
+        f"{k_family(mesh, spec, 256, 64, np.float64, natural=False)}"
+    )
 
 
 @case(f"potrs-{mname}-float64-vmap")
@@ -317,35 +333,52 @@ def _():
     n = 256
     a1, r1 = spd(n, np.float64, 0)
     a2, r2 = spd(n, np.float64, 1)
-    bb, (x, ld, st) = run_vmapped(lambda a, b: tuple(native.potrs(a, b, grid=grid, tile=64)), 3, grid, mesh,
-                                  np.stack([a1, a2]))
+    bb, (x, ld, st) = run_vmapped(
+        lambda a, b: tuple(native.potrs(a, b, grid=grid, tile=64)), 3, grid, mesh, np.stack([a1, a2])
+    )
     e = max(relerr(r1 @ x[0], bb[0]), relerr(r2 @ x[1], bb[1]))
     assert e < 1e-12 and np.all(st == 0), (e, st)
     return f"residual {e:.1e}"
 
 
 if NPROC == 2:
+
     @case("potrs-replicated-1x1-on-2-devices-float64")
     def _():
         m = Mesh(np.array(jax.devices()), ("x",), axis_types=(AxisType.Auto,))
         g = _harness.grid_of(m, P(None, None))
         a_in, a = spd(256, np.float64)
-        x, _, st = _harness.run(native.potrs, g, 64, [to_global(a_in, m, P()), to_global(np.ones(256), m, P())],
-                                ["block", "whole"], ["whole"] * 3)
+        x, _, st = _harness.run(
+            native.potrs,
+            g,
+            64,
+            [to_global(a_in, m, P()), to_global(np.ones(256), m, P())],
+            ["block", "whole"],
+            ["whole"] * 3,
+        )
         return f"residual {relerr(a @ host(x), np.ones(256)):.1e} status {int(host(st))}"
+
 
 if _harness.PUBLIC_API:
     import jaxmg
 
     for mname, mesh, spec in meshes():
+
         @case(f"public-potrs-{mname}-float64-native-and-auto")
         def _():
             a_in, a = spd(512, np.float64)
             b = np.arange(512.0)
             out = []
             for backend in ("native", "auto"):
-                x, ld, st = jaxmg.potrs(to_global(a_in, mesh, spec), to_global(b, mesh, P("x")), T_A=128, mesh=mesh,
-                                        return_logdet=True, return_status=True, backend=backend)
+                x, ld, st = jaxmg.potrs(
+                    to_global(a_in, mesh, spec),
+                    to_global(b, mesh, P("x")),
+                    T_A=128,
+                    mesh=mesh,
+                    return_logdet=True,
+                    return_status=True,
+                    backend=backend,
+                )
                 out.append(relerr(a @ host(x), b))
                 assert int(host(st)) == 0 and out[-1] < 1e-12, (backend, out)
             return f"residuals {out}"
@@ -385,12 +418,14 @@ if _harness.PUBLIC_API:
         return np.tril(g, -1) + np.tril(g.T, -1) + np.diag(np.diag(g))
 
     for mname, mesh, spec in meshes():
+
         @case(f"public-grad-potrs-{mname}-float64-native-vs-numpy")
         def _():
             a, b, ag, bg = _system(mesh, spec)
             with jax.set_mesh(mesh):
-                grad = jax.jit(jax.grad(lambda a, b: jax.numpy.sum(jaxmg.potrs(a, b, T_A=64, backend="native")),
-                                        argnums=(0, 1)))
+                grad = jax.jit(
+                    jax.grad(lambda a, b: jax.numpy.sum(jaxmg.potrs(a, b, T_A=64, backend="native")), argnums=(0, 1))
+                )
                 ga, gb = grad(ag, bg)
             x = np.linalg.solve(a, b)
             b_bar = np.linalg.solve(a.T, np.ones(len(b)))
@@ -406,18 +441,29 @@ if _harness.PUBLIC_API:
             _, _, ag, bg = _system(mesh, spec, n=128)
             sym = lambda m: (m + m.T) / 2  # noqa: E731 (derivatives of Hermitian a)
             with jax.set_mesh(mesh):
-                e1 = directional_errors(lambda m, v: jaxmg.potrs(sym(m), v, T_A=32, backend="native"),
-                                        [ag, bg], [spec, P("x")], mesh, order=2)
-                e2 = directional_errors(lambda m, v: jaxmg.potrs(sym(m), v, T_A=32, backend="native",
-                                                                 return_logdet=True)[1], [ag, bg], [spec, P("x")], mesh,
-                                        order=2)
-                e3 = directional_errors(lambda m: jaxmg.cholesky(sym(m), T_A=32, backend="native"), [ag], [spec], mesh,
-                                        order=2)
+                e1 = directional_errors(
+                    lambda m, v: jaxmg.potrs(sym(m), v, T_A=32, backend="native"),
+                    [ag, bg],
+                    [spec, P("x")],
+                    mesh,
+                    order=2,
+                )
+                e2 = directional_errors(
+                    lambda m, v: jaxmg.potrs(sym(m), v, T_A=32, backend="native", return_logdet=True)[1],
+                    [ag, bg],
+                    [spec, P("x")],
+                    mesh,
+                    order=2,
+                )
+                e3 = directional_errors(
+                    lambda m: jaxmg.cholesky(sym(m), T_A=32, backend="native"), [ag], [spec], mesh, order=2
+                )
             worst = max(e1 + e2 + e3)
             assert worst < 1e-6, (e1, e2, e3)
             return f"potrs (a, b), logdet, cholesky, order 2: fwd vs differences, rev vs fwd; worst {worst:.1e}"
 
         for fname, backend in (("potrs", "native"), ("lu_solve", "native"), ("lu_solve", "auto")):
+
             @case(f"public-eager-grad-{fname}-{mname}-float64-{backend}")
             def _(fname=fname, backend=backend):
                 # jax.grad called outside jit, as users first write it, w.r.t. a, b and both;
@@ -439,8 +485,12 @@ if _harness.PUBLIC_API:
                     t0 = time.perf_counter()
                     jax.block_until_ready(jax.grad(loss, argnums=(0, 1))(ag, bg))
                     again = time.perf_counter() - t0
-                e = max(relerr(host(ga), want_a), relerr(host(gb), b_bar),
-                        relerr(host(gab[0]), want_a), relerr(host(gab[1]), b_bar))
+                e = max(
+                    relerr(host(ga), want_a),
+                    relerr(host(gb), b_bar),
+                    relerr(host(gab[0]), want_a),
+                    relerr(host(gab[1]), b_bar),
+                )
                 assert e < 1e-10, e
                 # cotangents keep their primal's sharding (compared as shardings: on a 1 x 1 mesh
                 # P('x', None) and P() place the same)
@@ -470,9 +520,9 @@ if _harness.PUBLIC_API:
             mats = np.stack([a, a + np.eye(len(b))])
             batch_spec = P(None, *spec)
             with jax.set_mesh(mesh):
-                xs = jax.jit(jax.vmap(lambda a, b: jaxmg.potrs(a, b, T_A=64, backend="native",
-                                                               matrix_specs=spec)))(
-                    to_global(mats, mesh, batch_spec), to_global(np.stack([b, b]), mesh, P()))
+                xs = jax.jit(jax.vmap(lambda a, b: jaxmg.potrs(a, b, T_A=64, backend="native", matrix_specs=spec)))(
+                    to_global(mats, mesh, batch_spec), to_global(np.stack([b, b]), mesh, P())
+                )
             xs = host(xs)
             e = max(relerr(mats[k] @ xs[k], b) for k in range(2))
             assert e < 1e-12, e
@@ -482,6 +532,7 @@ if _harness.PUBLIC_API:
 # --------------------------------------------------------------------------------------------
 # The LU family: lu_factor once, lu_solve with trans 0 (A), 1 (A^T), 2 (A^H)
 # --------------------------------------------------------------------------------------------
+
 
 def general(n, dtype, seed=0, singular_col=None):
     rng = np.random.default_rng(seed)
@@ -496,8 +547,14 @@ def general(n, dtype, seed=0, singular_col=None):
 
 def lu_solve_run(grid, mesh, tile, lu, piv, b, trans):
     """native.lu_solve with trans on the whole right-hand side b (NumPy) through the harness."""
-    (x,) = _harness.run(functools.partial(native.lu_solve, trans=trans), grid, tile,
-                        [lu, piv, to_global(b, mesh, P())], ["block", "whole", "whole"], ["whole"])
+    (x,) = _harness.run(
+        functools.partial(native.lu_solve, trans=trans),
+        grid,
+        tile,
+        [lu, piv, to_global(b, mesh, P())],
+        ["block", "whole", "whole"],
+        ["whole"],
+    )
     return x
 
 
@@ -508,8 +565,9 @@ def k_lu(mesh, spec, n, tile, dtype, nrhs=0):
     a = general(n, dtype)
     rng = np.random.default_rng(5)
     b = rng.standard_normal((n,) if nrhs == 0 else (n, nrhs)).astype(dtype)
-    lu, piv, st = _harness.run(native.lu_factor, grid, tile, [to_global(a, mesh, grid.spec)], ["block"],
-                               ["block", "whole", "whole"])
+    lu, piv, st = _harness.run(
+        native.lu_factor, grid, tile, [to_global(a, mesh, grid.spec)], ["block"], ["block", "whole", "whole"]
+    )
     assert int(host(st)) == 0, int(host(st))
     errs = {}
     for trans, op in ((0, a), (1, a.T), (2, np.conj(a).T)):
@@ -532,8 +590,9 @@ for mname, mesh, spec in meshes():
         grid = _harness.grid_of(mesh, spec)
         n = 256
         a = general(n, np.float64, singular_col=77)
-        lu, piv, st = _harness.run(native.lu_factor, grid, 64, [to_global(a, mesh, grid.spec)], ["block"],
-                                   ["block", "whole", "whole"])
+        lu, piv, st = _harness.run(
+            native.lu_factor, grid, 64, [to_global(a, mesh, grid.spec)], ["block"], ["block", "whole", "whole"]
+        )
         x, y = (lu_solve_run(grid, mesh, 64, lu, piv, np.ones(n), trans) for trans in (0, 1))
         st = int(host(st))
         assert st > 0 and np.all(np.isnan(host(x))) and np.all(np.isnan(host(y))), (st, host(x)[:3])
@@ -547,16 +606,21 @@ for mname, mesh, spec in meshes():
 
         def one(a, b):
             lu, piv, st = native.lu_factor(a, grid=grid, tile=64)
-            return native.lu_solve(lu, piv, b, grid=grid, tile=64, trans=0)[0], \
-                native.lu_solve(lu, piv, b, grid=grid, tile=64, trans=1)[0], st
+            return (
+                native.lu_solve(lu, piv, b, grid=grid, tile=64, trans=0)[0],
+                native.lu_solve(lu, piv, b, grid=grid, tile=64, trans=1)[0],
+                st,
+            )
 
         bb, (x, y, st) = run_vmapped(one, 3, grid, mesh, mats)
         e = max(max(relerr(mats[k] @ x[k], bb[k]), relerr(mats[k].T @ y[k], bb[k])) for k in range(2))
         assert e < 1e-12 and np.all(st == 0), (e, st)
         return f"residual {e:.1e}"
 
+
 if _harness.PUBLIC_API and hasattr(native, "lu_factor"):
     for mname, mesh, spec in meshes():
+
         @case(f"public-lu-{mname}-float64-native-auto-donate-grad")
         def _():
             n = 256
@@ -572,8 +636,9 @@ if _harness.PUBLIC_API and hasattr(native, "lu_factor"):
             for trans, op in (("N", a), ("T", a.T), ("C", a.T)):
                 out[trans] = relerr(op @ host(fac.solve(bg, trans=trans)), b)
             with jax.set_mesh(mesh):
-                grad = jax.jit(jax.grad(lambda a, b: jax.numpy.sum(jaxmg.lu_solve(a, b, T_A=64, backend="native")),
-                                        argnums=(0, 1)))
+                grad = jax.jit(
+                    jax.grad(lambda a, b: jax.numpy.sum(jaxmg.lu_solve(a, b, T_A=64, backend="native")), argnums=(0, 1))
+                )
                 ga, gb = grad(to_global(a, mesh, spec), bg)
             x = np.linalg.solve(a, b)
             b_bar = np.linalg.solve(a.T, np.ones(n))
@@ -584,6 +649,7 @@ if _harness.PUBLIC_API and hasattr(native, "lu_factor"):
 # --------------------------------------------------------------------------------------------
 # The QR family: qr_factor once, Q (orgqr), R, least squares (Q^H b from the reflectors + back substitution)
 # --------------------------------------------------------------------------------------------
+
 
 def tall(m, n, dtype, seed=0, zero_col=None):
     rng = np.random.default_rng(seed)
@@ -602,17 +668,23 @@ def k_qr(mesh, spec, m, n, tile, dtype, nrhs=0):
     a = tall(m, n, dtype)
     rng = np.random.default_rng(5)
     b = rng.standard_normal((m,) if nrhs == 0 else (m, nrhs)).astype(dtype)
-    f, tau, st = _harness.run(native.qr_factor, grid, tile, [to_global(a, mesh, grid.spec)], ["block"],
-                              ["block", "whole", "whole"])
+    f, tau, st = _harness.run(
+        native.qr_factor, grid, tile, [to_global(a, mesh, grid.spec)], ["block"], ["block", "whole", "whole"]
+    )
     assert int(host(st)) == 0, int(host(st))
     (q,) = _harness.run(functools.partial(native.qr_q, m=m), grid, tile, [f, tau], ["block", "whole"], ["block"])
     (r,) = _harness.run(native.qr_r, grid, tile, [f, tau], ["block", "whole"], ["block"])
-    (x,) = _harness.run(native.qr_solve, grid, tile, [f, tau, to_global(b, mesh, P())], ["block", "whole", "whole"],
-                        ["whole"])
+    (x,) = _harness.run(
+        native.qr_solve, grid, tile, [f, tau, to_global(b, mesh, P())], ["block", "whole", "whole"], ["whole"]
+    )
     q, r, x = host(q), host(r), host(x)
     ref = np.linalg.lstsq(a.astype(np.complex128), b, rcond=None)[0]
-    errs = dict(qr=relerr(q @ r, a), orth=float(np.abs(np.conj(q).T @ q - np.eye(n)).max()),
-                lower=float(np.abs(np.tril(r, -1)).max()), lstsq=relerr(x, ref))
+    errs = dict(
+        qr=relerr(q @ r, a),
+        orth=float(np.abs(np.conj(q).T @ q - np.eye(n)).max()),
+        lower=float(np.abs(np.tril(r, -1)).max()),
+        lstsq=relerr(x, ref),
+    )
     assert max(errs.values()) < tol(dtype), errs
     return ", ".join(f"{k} {v:.1e}" for k, v in errs.items())
 
@@ -627,10 +699,17 @@ for mname, mesh, spec in meshes():
     def _():
         grid = _harness.grid_of(mesh, spec)
         a = tall(320, 192, np.float64, zero_col=77)
-        f, tau, st = _harness.run(native.qr_factor, grid, 64, [to_global(a, mesh, grid.spec)], ["block"],
-                                  ["block", "whole", "whole"])
-        (x,) = _harness.run(native.qr_solve, grid, 64, [f, tau, to_global(np.ones(320), mesh, P())],
-                            ["block", "whole", "whole"], ["whole"])
+        f, tau, st = _harness.run(
+            native.qr_factor, grid, 64, [to_global(a, mesh, grid.spec)], ["block"], ["block", "whole", "whole"]
+        )
+        (x,) = _harness.run(
+            native.qr_solve,
+            grid,
+            64,
+            [f, tau, to_global(np.ones(320), mesh, P())],
+            ["block", "whole", "whole"],
+            ["whole"],
+        )
         st = int(host(st))
         assert st == 78 and np.all(np.isnan(host(x))), (st, host(x)[:3])
         return f"status {st}; then: {k_qr(mesh, spec, 320, 192, 64, np.float64)}"
@@ -649,8 +728,10 @@ for mname, mesh, spec in meshes():
         assert e < 1e-10 and np.all(st == 0), (e, st)
         return f"error {e:.1e}"
 
+
 if _harness.PUBLIC_API and "qr" in native.FAMILIES:
     for mname, mesh, spec in meshes():
+
         @case(f"public-qr-lstsq-{mname}-float64-native-auto-grad")
         def _():
             m, n = 384, 256
@@ -662,8 +743,11 @@ if _harness.PUBLIC_API and "qr" in native.FAMILIES:
             q, r = jaxmg.qr(to_global(a, mesh, spec), T_A=64, mesh=mesh, backend="native")
             out["qr"] = relerr(host(q) @ host(r), a)
             with jax.set_mesh(mesh):
-                grad = jax.jit(jax.grad(lambda a, b: jax.numpy.sum(
-                    jaxmg.least_squares(a, b, T_A=64, backend="native")), argnums=(1,)))
+                grad = jax.jit(
+                    jax.grad(
+                        lambda a, b: jax.numpy.sum(jaxmg.least_squares(a, b, T_A=64, backend="native")), argnums=(1,)
+                    )
+                )
                 (gb,) = grad(to_global(a, mesh, spec), bg)
             out["grad_b"] = relerr(host(gb), a @ np.linalg.solve(a.T @ a, np.ones(n)))
             assert max(out.values()) < 1e-9, out
@@ -672,6 +756,7 @@ if _harness.PUBLIC_API and "qr" in native.FAMILIES:
 # --------------------------------------------------------------------------------------------
 # The eigensolver family: syevd and sygvd, LAPACK's scaled residual and orthogonality
 # --------------------------------------------------------------------------------------------
+
 
 def hermitian(n, dtype, seed=0):
     """(a with junk above the diagonal, the Hermitian indefinite matrix it stands for)."""
@@ -687,6 +772,7 @@ def eig_measures(a, w, v, dtype, b=None):
     """(max eigenvalue error / (||A||_1 N eps), ||A V - B V diag(w)||_1 / (||A||_1 ||V||_1 N eps),
     ||V^H B V - I||_1 / (||B||_1 N eps)): LAPACK's measures, each below 30 to pass."""
     import scipy.linalg
+
     n, eps = a.shape[0], np.finfo(dtype).eps
     b = np.eye(n) if b is None else b
     v = v.astype(np.complex128)
@@ -703,12 +789,19 @@ def k_eig(mesh, spec, n, tile, dtype, general=False):
     given, a = hermitian(n, dtype)
     if general:
         given_b, b = spd(n, dtype, seed=3)
-        w, v, st = _harness.run(native.sygvd, grid, tile, [to_global(given, mesh, grid.spec),
-                                to_global(given_b, mesh, grid.spec)], ["block", "block"], ["whole", "block", "whole"])
+        w, v, st = _harness.run(
+            native.sygvd,
+            grid,
+            tile,
+            [to_global(given, mesh, grid.spec), to_global(given_b, mesh, grid.spec)],
+            ["block", "block"],
+            ["whole", "block", "whole"],
+        )
     else:
         b = None
-        w, v, st = _harness.run(native.syevd, grid, tile, [to_global(given, mesh, grid.spec)], ["block"],
-                                ["whole", "block", "whole"])
+        w, v, st = _harness.run(
+            native.syevd, grid, tile, [to_global(given, mesh, grid.spec)], ["block"], ["whole", "block", "whole"]
+        )
     assert int(host(st)) == 0, int(host(st))
     w = host(w)
     assert np.all(np.diff(w) >= 0)
@@ -732,8 +825,14 @@ if hasattr(native, "syevd"):
             _, a = hermitian(n, np.float64)
             _, b = spd(n, np.float64, seed=3)
             b[100, 100] = -1e3
-            w, v, st = _harness.run(native.sygvd, grid, 64, [to_global(a, mesh, grid.spec),
-                                    to_global(b, mesh, grid.spec)], ["block", "block"], ["whole", "block", "whole"])
+            w, v, st = _harness.run(
+                native.sygvd,
+                grid,
+                64,
+                [to_global(a, mesh, grid.spec), to_global(b, mesh, grid.spec)],
+                ["block", "block"],
+                ["whole", "block", "whole"],
+            )
             st = int(host(st))
             assert st != 0 and np.all(np.isnan(host(w))) and np.all(np.isnan(host(v))), st
             return f"status {st}; then: {k_eig(mesh, spec, 256, 64, np.float64, general=True)}"
@@ -746,8 +845,9 @@ def k_polar(mesh, spec, m, n, cond, dtype, svd=False):
     eps = np.finfo(dtype).eps
     if svd:
         fn = functools.partial(native.gesvd, full_matrices=False)
-        u, s, vh, st = _harness.run(fn, grid, 64, [to_global(a, mesh, grid.spec)], ["block"],
-                                    ["block", "whole", "block", "whole"])
+        u, s, vh, st = _harness.run(
+            fn, grid, 64, [to_global(a, mesh, grid.spec)], ["block"], ["block", "whole", "block", "whole"]
+        )
         u, s, vh = host(u).astype(np.complex128), host(s), host(vh)
         back = np.linalg.norm(a - (u * s) @ vh) / np.linalg.norm(a)
         sv = np.abs(s - np.linalg.svd(a, compute_uv=False)).max()
@@ -755,8 +855,9 @@ def k_polar(mesh, spec, m, n, cond, dtype, svd=False):
         extra = f", singular value error {sv:.1e}"
         assert sv < 100 * eps, sv
     else:
-        u, h, st = _harness.run(native.polar, grid, 64, [to_global(a, mesh, grid.spec)], ["block"],
-                                ["block", "block", "whole"])
+        u, h, st = _harness.run(
+            native.polar, grid, 64, [to_global(a, mesh, grid.spec)], ["block"], ["block", "block", "whole"]
+        )
         u, h = host(u).astype(np.complex128), host(h)
         back = np.linalg.norm(a - u @ h) / np.linalg.norm(a)
         orth = np.linalg.norm(np.conj(u).T @ u - np.eye(n)) / np.sqrt(n)
@@ -772,8 +873,7 @@ if hasattr(native, "polar"):
         for dn, dtype in dtypes_of(mname):
             conds = (1.0, 1e6, 1e12) if dn in ("float64", "complex128") else (1e3,)
             for cond in conds:
-                case(f"polar-{mname}-{dn}-m256n192-cond{cond:.0e}")(
-                    lambda: k_polar(mesh, spec, 256, 192, cond, dtype))
+                case(f"polar-{mname}-{dn}-m256n192-cond{cond:.0e}")(lambda: k_polar(mesh, spec, 256, 192, cond, dtype))
             case(f"svd-{mname}-{dn}-m256n192-cond1e+04")(lambda: k_polar(mesh, spec, 256, 192, 1e4, dtype, svd=True))
 
 if _harness.PUBLIC_API and "polar" in native.FAMILIES:
@@ -801,9 +901,11 @@ if _harness.PUBLIC_API and "polar" in native.FAMILIES:
                 assert max(out.values()) <= limit, out
                 return ", ".join(f"{k} {v:.1e}" for k, v in out.items())
 
+
 @case("gemm-cublas-products-every-dtype-and-op")
 def _():
     from jaxmg.kernels.ffi import gemm
+
     assert gemm.available(), "the native library has no cuBLAS product (capability gemm)"
     rng = np.random.default_rng(11)
     worst = 0.0
@@ -835,6 +937,7 @@ def _():
 @case("trmm-cublas-triangular-products-every-dtype-and-flag")
 def _():
     from jaxmg.kernels.ffi import gemm
+
     rng = np.random.default_rng(12)
     worst, count = 0.0, 0
     for dtype in DTYPES:
@@ -852,8 +955,9 @@ def _():
                             np.fill_diagonal(tri, 1)
                         op = tri.conj().T if adj else tri
                         ref = op.astype(np.complex128) @ x if left else x.astype(np.complex128) @ op
-                        fn = jax.jit(functools.partial(gemm.triangular_product, lower=lower, adj=adj, unit=unit,
-                                                       left=left))
+                        fn = jax.jit(
+                            functools.partial(gemm.triangular_product, lower=lower, adj=adj, unit=unit, left=left)
+                        )
                         err = relerr(host(fn(t, x)), ref)
                         assert err < 100 * np.finfo(dtype).eps, (dtype, lower, adj, unit, left, err)
                         worst, count = max(worst, err / np.finfo(dtype).eps), count + 1
@@ -866,12 +970,14 @@ def _():
 
 
 if _harness.PUBLIC_API and NPROC == 1:
+
     @case("inverse-one-gpu-cublas-products-match-xla-dots")
     def _():
         from jaxmg.kernels.ffi import gemm
+
         n = 1500  # two recursion levels below the base 1024, an odd order
         a_in, a = spd(n, np.float64, 3)
-        g = np.random.default_rng(4).standard_normal((n, n)) + n ** 0.5 * np.eye(n)
+        g = np.random.default_rng(4).standard_normal((n, n)) + n**0.5 * np.eye(n)
         mesh1 = Mesh(np.array(jax.devices()[:1]), ("x",), axis_types=(AxisType.Explicit,))
         assert gemm.one_gpu_products(n) == (gemm.product, gemm.triangular_product, gemm.hermitian_inverse)
         out = {}
@@ -903,8 +1009,14 @@ if _harness.PUBLIC_API and NPROC == 1:
         finally:
             gemm.INVERSE_LEAF, gemm.TRMM_LEAF, gemm.HERK_LEAF, gemm.TRMM_CHUNK = defaults
         f = lambda l: jax.numpy.sum(jax.numpy.real(gemm.hermitian_inverse(l)) ** 2)  # noqa: E731
-        ref = lambda l: jax.numpy.sum(jax.numpy.real(jax.numpy.linalg.inv(  # noqa: E731
-            jax.numpy.tril(l) @ jax.numpy.tril(l).T)) ** 2)
+        ref = lambda l: jax.numpy.sum(
+            jax.numpy.real(
+                jax.numpy.linalg.inv(  # noqa: E731
+                    jax.numpy.tril(l) @ jax.numpy.tril(l).T
+                )
+            )
+            ** 2
+        )
         low = jax.numpy.asarray(np.linalg.cholesky(a[:64, :64]))
         g, g_ref = host(jax.grad(f)(low)), host(jax.grad(ref)(low))
         assert relerr(g, g_ref) < 1e-10, relerr(g, g_ref)
@@ -914,6 +1026,7 @@ if _harness.PUBLIC_API and NPROC == 1:
 # --------------------------------------------------------------------------------------------
 # The engine's version and its guards; status words on the call's stream
 # --------------------------------------------------------------------------------------------
+
 
 @case("engine-version-and-guards")
 def _():
@@ -969,12 +1082,30 @@ def _():
     b_bad[100, 100] = -1e3
     out = []
     for _ in range(5):
-        x, ld, st = _harness.run(native.potrs, grid, 64, [to_global(bad, mesh, grid.spec),
-                                 to_global(np.ones(n), mesh, P())], ["block", "whole"], ["whole"] * 3)
-        x2, _, st2 = _harness.run(native.potrs, grid, 64, [to_global(good, mesh, grid.spec),
-                                  to_global(np.ones(n), mesh, P())], ["block", "whole"], ["whole"] * 3)
-        w, v, st3 = _harness.run(native.sygvd, grid, 64, [to_global(h, mesh, grid.spec),
-                                 to_global(b_bad, mesh, grid.spec)], ["block", "block"], ["whole", "block", "whole"])
+        x, ld, st = _harness.run(
+            native.potrs,
+            grid,
+            64,
+            [to_global(bad, mesh, grid.spec), to_global(np.ones(n), mesh, P())],
+            ["block", "whole"],
+            ["whole"] * 3,
+        )
+        x2, _, st2 = _harness.run(
+            native.potrs,
+            grid,
+            64,
+            [to_global(good, mesh, grid.spec), to_global(np.ones(n), mesh, P())],
+            ["block", "whole"],
+            ["whole"] * 3,
+        )
+        w, v, st3 = _harness.run(
+            native.sygvd,
+            grid,
+            64,
+            [to_global(h, mesh, grid.spec), to_global(b_bad, mesh, grid.spec)],
+            ["block", "block"],
+            ["whole", "block", "whole"],
+        )
         st, st2, st3 = int(host(st)), int(host(st2)), int(host(st3))
         assert st != 0 and np.all(np.isnan(host(x))) and np.isnan(float(host(ld))), st
         assert st2 == 0 and relerr(host(x2), np.linalg.solve(ref, np.ones(n))) < 1e-10, st2

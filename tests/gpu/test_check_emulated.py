@@ -4,6 +4,7 @@ native backend: a wrong result that the engine returns with status 0 is flagged
 (donated matrices too: its products are made before the factorisation), ``check=False`` and
 ``JAXMG_RESULT_CHECK=0`` turn it off, and it works eagerly, under ``jax.jit`` and ``jax.vmap``
 (one status per matrix) without changing derivatives."""
+
 from __future__ import annotations
 
 import functools
@@ -98,12 +99,21 @@ def _module(m, attribute):
 
 #: Where a wrong result is injected for each operation: (native family class, method).
 INJECT = {
-    "potrs": ("Cholesky", "solve"), "cholesky": ("Cholesky", "lower"), "Cholesky": ("Cholesky", "solve"),
-    "lu_solve": ("LU", "solve"), "LU": ("LU", "solve"),
-    "least_squares": ("QR", "solve"), "qr": ("QR", "r"), "QR": ("QR", "normal_solve"),
-    "syevd": ("Decompositions", "syevd"), "sygvd": ("Decompositions", "sygvd"), "Eigh": ("Decompositions", "syevd"),
-    "gesvd": ("Decompositions", "gesvd"), "SVD": ("Decompositions", "gesvd"),
-    "polar": ("Decompositions", "polar"), "Polar": ("Decompositions", "polar"),
+    "potrs": ("Cholesky", "solve"),
+    "cholesky": ("Cholesky", "lower"),
+    "Cholesky": ("Cholesky", "solve"),
+    "lu_solve": ("LU", "solve"),
+    "LU": ("LU", "solve"),
+    "least_squares": ("QR", "solve"),
+    "qr": ("QR", "r"),
+    "QR": ("QR", "normal_solve"),
+    "syevd": ("Decompositions", "syevd"),
+    "sygvd": ("Decompositions", "sygvd"),
+    "Eigh": ("Decompositions", "syevd"),
+    "gesvd": ("Decompositions", "gesvd"),
+    "SVD": ("Decompositions", "gesvd"),
+    "polar": ("Decompositions", "polar"),
+    "Polar": ("Decompositions", "polar"),
 }
 
 
@@ -130,7 +140,7 @@ def _inject(monkeypatch, op, size=1e-6):
         out = original(self, *args, **kwargs)
         if isinstance(out, tuple):
             k = next(i for i, x in enumerate(out) if getattr(x, "ndim", 0) == 2)
-            return out[:k] + (wrong(out[k]),) + out[k + 1:]
+            return out[:k] + (wrong(out[k]),) + out[k + 1 :]
         return wrong(out)
 
     monkeypatch.setattr(cls, method, perturbed)
@@ -162,8 +172,11 @@ def test_wrong_result_is_flagged(op, grid_mesh, native_backend, monkeypatch):
     assert all(np.isnan(v).all() for v in values)
 
 
-@pytest.mark.parametrize("op,kinds", [(op, ("spd", "general")) for op in INJECT]
-                         + [(op, ("graded", "general")) for op in ("potrs", "cholesky", "Cholesky", "syevd", "sygvd")])
+@pytest.mark.parametrize(
+    "op,kinds",
+    [(op, ("spd", "general")) for op in INJECT]
+    + [(op, ("graded", "general")) for op in ("potrs", "cholesky", "Cholesky", "syevd", "sygvd")],
+)
 def test_hard_valid_results_pass(op, kinds, grid_mesh, native_backend):
     """Correct results on condition-1e12 and graded matrices are not flagged."""
     status, values = _status_and_outputs(_calls(grid_mesh)[op](*_inputs(grid_mesh, *kinds, cond=1e12)))
@@ -171,12 +184,23 @@ def test_hard_valid_results_pass(op, kinds, grid_mesh, native_backend):
     assert all(np.isfinite(v).all() for v in values)
 
 
-@pytest.mark.parametrize("op,dtype,cond", [
-    ("potrs", np.complex128, 1e12), ("lu_solve", np.complex128, 1e12), ("least_squares", np.complex128, 1e12),
-    ("Eigh", np.complex128, 1e12), ("gesvd", np.complex128, 1e12), ("polar", np.complex128, 1e12),
-    ("potrs", np.float32, 1e5), ("LU", np.float32, 1e5), ("QR", np.complex64, 1e5),
-    ("syevd", np.float32, 1e5), ("SVD", np.complex64, 1e5), ("sygvd", np.complex64, 1e3),
-])
+@pytest.mark.parametrize(
+    "op,dtype,cond",
+    [
+        ("potrs", np.complex128, 1e12),
+        ("lu_solve", np.complex128, 1e12),
+        ("least_squares", np.complex128, 1e12),
+        ("Eigh", np.complex128, 1e12),
+        ("gesvd", np.complex128, 1e12),
+        ("polar", np.complex128, 1e12),
+        ("potrs", np.float32, 1e5),
+        ("LU", np.float32, 1e5),
+        ("QR", np.complex64, 1e5),
+        ("syevd", np.float32, 1e5),
+        ("SVD", np.complex64, 1e5),
+        ("sygvd", np.complex64, 1e3),
+    ],
+)
 def test_hard_valid_results_pass_every_dtype(op, dtype, cond, native_backend):
     """Correct complex and single-precision results on ill-conditioned matrices are not flagged
     (on Explicit mesh axes)."""
@@ -302,7 +326,7 @@ def test_solution_test_is_a_projection_of_the_whole_residual(dtype):
     for seed in range(20):
         draw = np.random.default_rng(10 + seed)
         x, b = (jnp.asarray(_gaussian(draw, (n,), dtype)) for _ in range(2))
-        (residual, _), = _check.solution(plan, probes, x, b)
+        ((residual, _),) = _check.solution(plan, probes, x, b)
         whole = np.linalg.norm(np.asarray(a) @ np.asarray(x) - np.asarray(b))
         assert 0 < float(residual) <= whole * (1 + 1e-12)
         ratios.append(float(residual) / whole)

@@ -7,6 +7,7 @@ fourth, blocked inside cuSOLVERMp's NCCL calls:
 - under jaxmg.launch, every process must be gone within 10 s.
 Both skip, with the reason, without 2 NVIDIA GPUs and the native library.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,27 +41,45 @@ def _two_gpus_and_native():
 
 def test_survivor_without_launcher_is_aborted_in_time(tmp_path):
     status, out, seconds, dead_status = run_ranks_without_launcher(
-        "kill-in-solve", 1, tmp_path, platform="gpu",
-        env={"JAXMG_FAILURE_TIMEOUT": str(FAILURE_TIMEOUT), "FAULT_N": str(N)}, timeout=600)
-    fatal = [line for line in out.splitlines() if "Terminating process" in line
-             or "heartbeat" in line or "solve " in line]
-    print(f"survivor (rank 0) ended {seconds:.1f} s after rank 1 died, status {status}:",
-          *fatal[-8:], sep="\n")
+        "kill-in-solve",
+        1,
+        tmp_path,
+        platform="gpu",
+        env={"JAXMG_FAILURE_TIMEOUT": str(FAILURE_TIMEOUT), "FAULT_N": str(N)},
+        timeout=600,
+    )
+    fatal = [
+        line for line in out.splitlines() if "Terminating process" in line or "heartbeat" in line or "solve " in line
+    ]
+    print(f"survivor (rank 0) ended {seconds:.1f} s after rank 1 died, status {status}:", *fatal[-8:], sep="\n")
     assert dead_status == -9
     assert "solve 3 done" not in out  # it was in the fourth solve when its peer died
     assert status != 0 and seconds < FAILURE_TIMEOUT, f"{seconds:.1f} s\n{out[-3000:]}"
-    assert "Task 1 heartbeat timeout" in out or "stopped sending heartbeats):\n1" in out, \
-        out[-3000:]
+    assert "Task 1 heartbeat timeout" in out or "stopped sending heartbeats):\n1" in out, out[-3000:]
 
 
 def test_launcher_stops_both_ranks_in_time(tmp_path):
     from jaxmg import launch
 
     env = {"FAULT_N": str(N)}
-    cmd = [sys.executable, "-m", "jaxmg.launch", "-n", "2", "--timeout", "300",
-           str(TESTS / "launch_scripts" / "fault.py"), "kill-in-solve", "1", str(tmp_path)]
-    child = dict(os.environ, **env, PYTHONPATH=os.pathsep.join(
-        [str(Path(launch.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]))
+    cmd = [
+        sys.executable,
+        "-m",
+        "jaxmg.launch",
+        "-n",
+        "2",
+        "--timeout",
+        "300",
+        str(TESTS / "launch_scripts" / "fault.py"),
+        "kill-in-solve",
+        "1",
+        str(tmp_path),
+    ]
+    child = dict(
+        os.environ,
+        **env,
+        PYTHONPATH=os.pathsep.join([str(Path(launch.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]),
+    )
     child.pop("XLA_FLAGS", None)
     r = subprocess.run(cmd, env=child, capture_output=True, text=True, timeout=400)
     seconds = time.time() - float((tmp_path / "failed_at").read_text())
@@ -75,8 +94,13 @@ def test_native_timeout_frees_the_survivor_before_the_heartbeat(tmp_path):
     (JAXMG_NATIVE_TIMEOUT=10) aborts the survivor's NCCL communicator: its blocked solve ends
     with an error that names the timeout, well before the heartbeat would."""
     status, out, seconds, dead_status = run_ranks_without_launcher(
-        "kill-in-solve", 1, tmp_path, platform="gpu",
-        env={"JAXMG_FAILURE_TIMEOUT": "300", "JAXMG_NATIVE_TIMEOUT": "10", "FAULT_N": str(N)}, timeout=600)
+        "kill-in-solve",
+        1,
+        tmp_path,
+        platform="gpu",
+        env={"JAXMG_FAILURE_TIMEOUT": "300", "JAXMG_NATIVE_TIMEOUT": "10", "FAULT_N": str(N)},
+        timeout=600,
+    )
     print(f"survivor (rank 0) ended {seconds:.1f} s after rank 1 died, status {status}:", out[-2000:], sep="\n")
     assert dead_status == -9
     assert status != 0 and seconds < 60, f"{seconds:.1f} s\n{out[-3000:]}"

@@ -11,6 +11,7 @@ threshold 30 (xSYT21 / xDRVST).
 
 Runs on CPU with 4 of the simulated devices.
 """
+
 from __future__ import annotations
 
 import jax
@@ -42,8 +43,10 @@ def _indefinite(n, dtype, seed=0):
     """(a with junk above the diagonal, the Hermitian indefinite matrix it stands for), with a
     cluster of close eigenvalues and some of both signs."""
     rng = np.random.default_rng(seed)
-    q, _ = np.linalg.qr(rng.standard_normal((n, n)) + (1j * rng.standard_normal((n, n))
-                                                       if np.issubdtype(dtype, np.complexfloating) else 0))
+    q, _ = np.linalg.qr(
+        rng.standard_normal((n, n))
+        + (1j * rng.standard_normal((n, n)) if np.issubdtype(dtype, np.complexfloating) else 0)
+    )
     w = np.concatenate([np.linspace(-3, 5, n - 4), [1.0, 1.0 + 1e-6, 1.0 + 2e-6, 7.0]])
     a = (q * w) @ np.conj(q).T
     a = (a + np.conj(a).T) / 2
@@ -68,6 +71,7 @@ def check_eigh(a, w, v, dtype, b=None):
         orth = np.linalg.norm(np.conj(v).T @ v - np.eye(n), 1) / (n * eps)
     else:
         import scipy.linalg
+
         b = b.astype(a.dtype)
         ref = scipy.linalg.eigh(a, b, eigvals_only=True)
         res = np.linalg.norm(a @ v - (b @ v) * w, 1) / (np.linalg.norm(a, 1) * np.linalg.norm(v, 1) * n * eps)
@@ -82,8 +86,10 @@ def check_eigh(a, w, v, dtype, b=None):
 def _kernel(fn, grid, mesh, tile, nargs):
     def body(*args):
         return fn(*args, grid=grid, tile=tile)
-    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(grid.spec,) * nargs,
-                                 out_specs=(P(), grid.spec, P()), check_vma=False))
+
+    return jax.jit(
+        jax.shard_map(body, mesh=mesh, in_specs=(grid.spec,) * nargs, out_specs=(P(), grid.spec, P()), check_vma=False)
+    )
 
 
 @pytest.mark.parametrize("shape,n,tile,reverse,dtype", kernel_layouts(TILES))
@@ -159,8 +165,15 @@ def test_syevd_vmap(monkeypatch):
     mesh = _mesh((2, 2), True)
     grid = _layout.Grid(mesh, ("x",), ("y",))
     a = np.stack([_indefinite(n, np.float64, seed=s)[1] for s in range(3)])
-    f = jax.jit(jax.shard_map(jax.vmap(lambda x: native.syevd(x, grid=grid, tile=tile)), mesh=mesh,
-                              in_specs=P(None, "x", "y"), out_specs=(P(), P(None, "x", "y"), P()), check_vma=False))
+    f = jax.jit(
+        jax.shard_map(
+            jax.vmap(lambda x: native.syevd(x, grid=grid, tile=tile)),
+            mesh=mesh,
+            in_specs=P(None, "x", "y"),
+            out_specs=(P(), P(None, "x", "y"), P()),
+            check_vma=False,
+        )
+    )
     w, v, status = f(a)
     assert np.all(np.asarray(status) == 0)
     for k in range(3):
@@ -170,6 +183,7 @@ def test_syevd_vmap(monkeypatch):
 # --------------------------------------------------------------------------------------------
 # Public API through the native family (backend="native" with the FFI emulated)
 # --------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("shape,spec,tile,reverse,dtype,explicit", PUBLIC_LAYOUTS)
 def test_public_api_native_eigh(shape, spec, tile, reverse, dtype, explicit, native_backend):
@@ -203,10 +217,13 @@ def test_public_api_native_eigh_inline_inputs(native_backend):
     np.testing.assert_allclose(np.asarray(w), np.linalg.eigvalsh(a), rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("shape,spec,reverse,dtype,explicit", [
-    ((2, 2), P("x", "y"), False, np.float64, False),
-    ((1, 2), P(None, "y"), True, np.complex128, True),
-])
+@pytest.mark.parametrize(
+    "shape,spec,reverse,dtype,explicit",
+    [
+        ((2, 2), P("x", "y"), False, np.float64, False),
+        ((1, 2), P(None, "y"), True, np.complex128, True),
+    ],
+)
 def test_public_api_native_polar_and_svd(shape, spec, reverse, dtype, explicit, native_backend):
     """backend="native": polar is the QDWH composition, gesvd is polar + the (emulated) native
     syevd of H; eagerly and in jit."""
@@ -259,11 +276,16 @@ def test_old_engine_refuses_2d_grids_and_odd_tiles(call, native_backend, fresh_t
 
     native_backend.version = OLD
     _, a = _indefinite(48, np.float64)
-    fns = {"syevd": lambda x, **k: jaxmg.syevd(x, **k), "Eigh": lambda x, **k: jaxmg.Eigh(x, **k).w,
-           "gesvd": lambda x, **k: jaxmg.gesvd(x, **k)}
+    fns = {
+        "syevd": lambda x, **k: jaxmg.syevd(x, **k),
+        "Eigh": lambda x, **k: jaxmg.Eigh(x, **k).w,
+        "gesvd": lambda x, **k: jaxmg.gesvd(x, **k),
+    }
     fn = fns[call]
-    for shape, spec, tile, words in (((2, 2), P("x", "y"), 8, ["2 x 2", "one mesh axis", "0.9.1"]),
-                                     ((2, 1), P("x", None), 20, ["T_A=20", "16 or 32", "0.9.1"])):
+    for shape, spec, tile, words in (
+        ((2, 2), P("x", "y"), 8, ["2 x 2", "one mesh axis", "0.9.1"]),
+        ((2, 1), P("x", None), 20, ["T_A=20", "16 or 32", "0.9.1"]),
+    ):
         mesh = _mesh(shape)
         ag = jax.device_put(a, NamedSharding(mesh, spec))
         for run in (fn, jax.jit(fn, static_argnames=("T_A", "mesh", "backend"))):

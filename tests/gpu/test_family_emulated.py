@@ -21,6 +21,7 @@ the handler and cuSOLVERMp do with the buffers:
 
 Runs on CPU with 4 of the simulated devices.
 """
+
 from __future__ import annotations
 
 import jax
@@ -48,6 +49,7 @@ require_cpu_devices(4)
 # Test data
 # --------------------------------------------------------------------------------------------
 
+
 def _family(grid, mesh, tile, natural=True):
     """Every family kernel: (state, status, x_vec, x_mat, logdet, L, A^-1); L is the state itself
     where it is in the permuted layout (natural=False). A^-1 is computed as jaxmg.ops does: the
@@ -63,10 +65,21 @@ def _family(grid, mesh, tile, natural=True):
         (low,) = native.cholesky_lower(state, **kw) if natural else (state,)
         (tri,) = native.cholesky_triangle(state, **kw)
         return state, status, xv, xm, ld, low, tri
-    first = jax.shard_map(body, mesh=mesh, in_specs=(grid.spec, P(), P()),
-                          out_specs=(grid.spec, P(), P(), P(), P(), grid.spec, grid.spec), check_vma=False)
-    back = jax.shard_map(lambda c: native.cholesky_to_a_order(c, **kw)[0], mesh=mesh, in_specs=grid.spec,
-                         out_specs=grid.spec, check_vma=False)
+
+    first = jax.shard_map(
+        body,
+        mesh=mesh,
+        in_specs=(grid.spec, P(), P()),
+        out_specs=(grid.spec, P(), P(), P(), P(), grid.spec, grid.spec),
+        check_vma=False,
+    )
+    back = jax.shard_map(
+        lambda c: native.cholesky_to_a_order(c, **kw)[0],
+        mesh=mesh,
+        in_specs=grid.spec,
+        out_specs=grid.spec,
+        check_vma=False,
+    )
 
     @jax.jit
     def run(a, bv, bm):
@@ -76,6 +89,7 @@ def _family(grid, mesh, tile, natural=True):
         assert reordered == (not natural and native.cholesky_state_is_lower(n, tile, grid) is False)
         inv = triangular.hermitian_inverse(triangular.Tri(tri, lower=lower), base=24)
         return (*outs, back(inv) if reordered else inv)
+
     return run
 
 
@@ -150,12 +164,16 @@ def test_family_not_positive_definite(shape, reverse, dtype, natural, monkeypatc
 # Public API through the native family (backend="native" with the FFI emulated)
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("shape,spec,tile,reverse,dtype", [
-    ((2, 2), P("x", "y"), 8, False, np.float64),
-    ((2, 2), P("x", "y"), 20, True, np.complex128),
-    ((2, 1), P("x", None), 20, False, np.complex128),
-    ((1, 2), P(None, "y"), 8, True, np.float64),
-])
+
+@pytest.mark.parametrize(
+    "shape,spec,tile,reverse,dtype",
+    [
+        ((2, 2), P("x", "y"), 8, False, np.float64),
+        ((2, 2), P("x", "y"), 20, True, np.complex128),
+        ((2, 1), P("x", None), 20, False, np.complex128),
+        ((1, 2), P(None, "y"), 8, True, np.float64),
+    ],
+)
 def test_public_api_native_family(shape, spec, tile, reverse, dtype, native_backend):
     import jaxmg
 
@@ -167,8 +185,7 @@ def test_public_api_native_family(shape, spec, tile, reverse, dtype, native_back
     ag = jax.device_put(a_in, NamedSharding(mesh, spec))
 
     def run(ag, bv, bm):
-        xv, ld, st = jaxmg.potrs(ag, bv, T_A=tile, mesh=mesh, backend="native", return_logdet=True,
-                                 return_status=True)
+        xv, ld, st = jaxmg.potrs(ag, bv, T_A=tile, mesh=mesh, backend="native", return_logdet=True, return_status=True)
         xm = jaxmg.potrs(ag, bm, T_A=tile, mesh=mesh, backend="native")
         low = jaxmg.cholesky(ag, T_A=tile, mesh=mesh, backend="native")
         fac = jaxmg.Cholesky(ag, T_A=tile, mesh=mesh, backend="native")
@@ -204,13 +221,15 @@ def test_public_api_native_grad(shape, spec, tile, native_backend):
     b = _rhs(n, 2, np.float64)
     sharding = NamedSharding(mesh, spec)
     ga, gb, ga_ref, gb_ref = solve_gradients(
-        lambda a, b: jaxmg.potrs(a, b, T_A=tile, mesh=mesh, backend="native"), a, b, mesh, spec)
+        lambda a, b: jaxmg.potrs(a, b, T_A=tile, mesh=mesh, backend="native"), a, b, mesh, spec
+    )
     np.testing.assert_allclose(gb, gb_ref, rtol=1e-9, atol=1e-10)
     # potrs reads a's lower triangle: the gradient of the full matrix, folded onto it
     np.testing.assert_allclose(ga, _fold(ga_ref), rtol=1e-9, atol=1e-10)
     # the logdet's gradient too: d log det a / d a = a^-T, folded
-    gl = jax.jit(jax.grad(lambda a: jaxmg.potrs(a, b, T_A=tile, mesh=mesh, backend="native",
-                                                return_logdet=True)[1]))(jax.device_put(a, sharding))
+    gl = jax.jit(jax.grad(lambda a: jaxmg.potrs(a, b, T_A=tile, mesh=mesh, backend="native", return_logdet=True)[1]))(
+        jax.device_put(a, sharding)
+    )
     np.testing.assert_allclose(np.asarray(gl), _fold(np.linalg.inv(a).T), rtol=1e-9, atol=1e-10)
     assert native_backend.calls
 
@@ -225,8 +244,9 @@ def test_public_api_native_not_positive_definite(native_backend):
     a_in[k, k] = -50.0
     ag = jax.device_put(a_in, NamedSharding(mesh, P("x", "y")))
     b = _rhs(n, 1, np.float64)[:, 0]
-    x, ld, st = jax.jit(lambda a: jaxmg.potrs(a, b, T_A=20, mesh=mesh, backend="native", return_logdet=True,
-                                              return_status=True))(ag)
+    x, ld, st = jax.jit(
+        lambda a: jaxmg.potrs(a, b, T_A=20, mesh=mesh, backend="native", return_logdet=True, return_status=True)
+    )(ag)
     assert int(st) > 0  # counted in the permuted order (potrs factors in place)
     assert np.all(np.isnan(np.asarray(x))) and np.isnan(float(ld))
     low, st = jaxmg.cholesky(ag, T_A=20, mesh=mesh, backend="native", return_status=True)
@@ -247,6 +267,7 @@ def test_public_module_layouts(shape, spec, native_backend, monkeypatch):
     ag = jax.device_put(a_in, NamedSharding(mesh, spec))
     emu = native_backend
     from jaxmg import _dispatch
+
     _dispatch._compiled.cache_clear()  # calls are recorded when traced: trace afresh
     jax.clear_caches()
 
@@ -258,8 +279,10 @@ def test_public_module_layouts(shape, spec, native_backend, monkeypatch):
     fac = jaxmg.Cholesky(ag, T_A=tile, mesh=mesh, backend="native")
     # with the result check (the default): the factorisation, and the one solve with its factor
     # that the check makes
-    assert [c[:2] for c in emu.calls] == [("potrf", cholesky_kernels._MODE_INPLACE),
-                                          ("potrs", cholesky_kernels._MODE_INPLACE)]
+    assert [c[:2] for c in emu.calls] == [
+        ("potrf", cholesky_kernels._MODE_INPLACE),
+        ("potrs", cholesky_kernels._MODE_INPLACE),
+    ]
     emu.calls.clear()
     xs = [fac.solve(b * k) for k in range(1, 4)]
     # (calls are recorded when traced: the three solves share one compiled call, whose trace
@@ -275,6 +298,7 @@ def test_public_module_layouts(shape, spec, native_backend, monkeypatch):
     emu.calls.clear()
     nat = jaxmg.Cholesky(ag, T_A=tile, mesh=mesh, natural=True, backend="native")
     from jaxmg.kernels import native
+
     with monkeypatch.context() as m:
         m.setattr(native.Cholesky, "factor", lambda *args, **kw: pytest.fail("natural=True refactored"))
         np.testing.assert_allclose(np.asarray(nat.factor), np.linalg.cholesky(a), rtol=1e-10, atol=1e-10)
@@ -282,8 +306,9 @@ def test_public_module_layouts(shape, spec, native_backend, monkeypatch):
     natural = cholesky_kernels._MODE_NATURAL
     assert {c[:2] for c in emu.calls} <= {("potrf", natural), ("potrs", natural)}
 
-    donated = jaxmg.Cholesky(jax.device_put(a_in, NamedSharding(mesh, spec)), T_A=tile, mesh=mesh, donate=True,
-                             backend="native")
+    donated = jaxmg.Cholesky(
+        jax.device_put(a_in, NamedSharding(mesh, spec)), T_A=tile, mesh=mesh, donate=True, backend="native"
+    )
     np.testing.assert_allclose(np.asarray(donated.solve(b)), np.linalg.solve(a, b), rtol=1e-10, atol=1e-10)
     with pytest.raises(ValueError, match="natural=True"):
         _ = donated.factor
@@ -301,6 +326,7 @@ def test_unused_native_kernel_leaves_no_empty_manual_computation(monkeypatch):
 
     monkeypatch.setattr(_routes, "native_unavailable", lambda op, mesh: None)
     from jaxmg.kernels.ffi import _library
+
     monkeypatch.setattr(_library, "check_one_gpu_per_process", lambda: None)
     monkeypatch.setattr(_library, "register", lambda: None)
     mesh = _mesh((2, 1), False)

@@ -6,6 +6,7 @@ axes), every kind, one real and one complex dtype. Each result is right by LAPAC
 or flagged, as on the portable backend. The battery's pending least-squares cases (``PENDING``) and the native
 backend's known defects (``NATIVE_DEFECTS``) are marked strict xfail.
 """
+
 from __future__ import annotations
 
 import functools
@@ -47,8 +48,12 @@ def _marks(name: str, kind: str, dtype) -> list:
     return []
 
 
-CASES = [pytest.param(name, kind, dtype, id=f"{name}-{kind}-{np.dtype(dtype).name}", marks=_marks(name, kind, dtype))
-         for name in battery.OPS for kind in hm.KINDS for dtype in DTYPES]
+CASES = [
+    pytest.param(name, kind, dtype, id=f"{name}-{kind}-{np.dtype(dtype).name}", marks=_marks(name, kind, dtype))
+    for name in battery.OPS
+    for kind in hm.KINDS
+    for dtype in DTYPES
+]
 
 _EMULATOR = {}
 

@@ -7,6 +7,7 @@ The Cholesky inverse runs its triangular recursion in the cyclic order of
 ``jaxmg.kernels.cyclic`` (on whole matrices, ``jaxmg._sharded.whole``), where every block of the
 recursion is local to each process; the LU inverse runs the recursion in the natural order.
 """
+
 from __future__ import annotations
 
 import jax
@@ -36,7 +37,7 @@ MESHES = [
 def _general(n: int) -> np.ndarray:
     """A nonsymmetric, well-conditioned (n, n) matrix (LU with pivoting)."""
     rng = np.random.default_rng(3)
-    return rng.standard_normal((n, n)) + n ** 0.5 * np.eye(n)
+    return rng.standard_normal((n, n)) + n**0.5 * np.eye(n)
 
 
 def _fold(g: np.ndarray) -> np.ndarray:
@@ -49,8 +50,9 @@ def _inverse_ratio(a: np.ndarray, x) -> float:
     """LAPACK's test ratio of an inverse, ||a x - I|| / (N eps ||a|| ||x||)."""
     x = np.asarray(x)
     n = a.shape[0]
-    return np.linalg.norm(a @ x - np.eye(n), 1) / (n * np.finfo(a.dtype).eps * np.linalg.norm(a, 1)
-                                                   * np.linalg.norm(x, 1))
+    return np.linalg.norm(a @ x - np.eye(n), 1) / (
+        n * np.finfo(a.dtype).eps * np.linalg.norm(a, 1) * np.linalg.norm(x, 1)
+    )
 
 
 @pytest.mark.parametrize("shape, names, spec, kind", MESHES)
@@ -70,8 +72,10 @@ def test_inverse_and_logdet_gradient(shape, names, spec, kind, native_backend):
         return jaxmg.Cholesky(m, **modules).inverse(), jaxmg.LU(h, **modules).inverse()
 
     def gradients(m, h):
-        return (jax.grad(lambda m: jaxmg.Cholesky(m, **modules).logdet())(m),
-                jax.grad(lambda h: jaxmg.LU(h, **modules).slogdet()[1])(h))
+        return (
+            jax.grad(lambda m: jaxmg.Cholesky(m, **modules).logdet())(m),
+            jax.grad(lambda h: jaxmg.LU(h, **modules).slogdet()[1])(h),
+        )
 
     for how, run in (("eager", inverses), ("jit", jax.jit(inverses))):
         chol_inv, lu_inv = run(a_in, g_in)
@@ -83,7 +87,8 @@ def test_inverse_and_logdet_gradient(shape, names, spec, kind, native_backend):
         for how, grad in (("eager", gradients), ("jit", jax.jit(gradients))):
             chol_grad, lu_grad = grad(a_in, g_in)
             # d log det a / d a = a^-T (folded onto the lower triangle that Cholesky reads)
-            np.testing.assert_allclose(np.asarray(chol_grad), _fold(np.linalg.inv(a).T), rtol=1e-9, atol=1e-11,
-                                       err_msg=how)
+            np.testing.assert_allclose(
+                np.asarray(chol_grad), _fold(np.linalg.inv(a).T), rtol=1e-9, atol=1e-11, err_msg=how
+            )
             np.testing.assert_allclose(np.asarray(lu_grad), np.linalg.inv(g).T, rtol=1e-9, atol=1e-11, err_msg=how)
     assert {call[0] for call in native_backend.calls} >= {"potrf", "getrf"}, "the native kernels were not used"

@@ -8,6 +8,7 @@ potrf/potrs with uplo=LOWER (in-place mode) or UPPER (natural mode) on the colum
 so that every grid, padding and permutation rule, and the kernel contract seen from the public
 API, is checked without a GPU. Runs on CPU with 4 of the simulated devices.
 """
+
 from __future__ import annotations
 
 import jax  # noqa: E402
@@ -20,8 +21,7 @@ from jaxmg import _layout  # noqa: E402
 from jaxmg.kernels import native  # noqa: E402
 
 if jax.default_backend() != "cpu" or len(jax.devices()) < 4:
-    pytest.skip("needs 4 CPU devices (tests/conftest.py sets up 8)",
-                allow_module_level=True)
+    pytest.skip("needs 4 CPU devices (tests/conftest.py sets up 8)", allow_module_level=True)
 
 
 CASES = [
@@ -32,14 +32,15 @@ CASES = [
     ((2, 2), P("x", "y"), 64, 16),
     ((4,), P("x", None), 64, 8),
     ((4,), P(None, "x"), 64, 8),
-    ((2,), P("x", None), 60, 16),   # padded
-    ((2,), P(None, "x"), 60, 8),    # padded
+    ((2,), P("x", None), 60, 16),  # padded
+    ((2,), P(None, "x"), 60, 8),  # padded
     ((2, 2), P("x", "y"), 48, 16),  # padded
 ]
 
 
-@pytest.mark.parametrize("case,dtype,reverse", [(c, np.float64, False) for c in CASES]
-                         + [(c, np.complex128, True) for c in CASES])
+@pytest.mark.parametrize(
+    "case,dtype,reverse", [(c, np.float64, False) for c in CASES] + [(c, np.complex128, True) for c in CASES]
+)
 def test_potrs_and_cholesky_layout(case, dtype, reverse, monkeypatch):
     shape, spec, n, tile = case
     devs = jax.devices()[: int(np.prod(shape))]
@@ -51,18 +52,23 @@ def test_potrs_and_cholesky_layout(case, dtype, reverse, monkeypatch):
     with jax.enable_x64(True):
         a_in, a = _matrix(n, dtype)
         b = np.arange(1, 2 * n + 1, dtype=np.float64).reshape(n, 2).astype(dtype)
-        f = jax.shard_map(lambda a, b: native.potrs(a, b, grid=grid, tile=tile), mesh=mesh,
-                          in_specs=(grid.spec, P()), out_specs=(P(), P(), P()), check_vma=False)
+        f = jax.shard_map(
+            lambda a, b: native.potrs(a, b, grid=grid, tile=tile),
+            mesh=mesh,
+            in_specs=(grid.spec, P()),
+            out_specs=(P(), P(), P()),
+            check_vma=False,
+        )
         x, logdet, status = jax.jit(f)(a_in, b)
         np.testing.assert_allclose(np.asarray(x), np.linalg.solve(a, b), rtol=1e-10, atol=1e-10)
         np.testing.assert_allclose(float(logdet), np.linalg.slogdet(a)[1], rtol=1e-10)
         assert int(status) == 0
+
         def natural_lower(a):
             state, status = native.cholesky_factor(a, grid=grid, tile=tile, natural=True)
             return native.cholesky_lower(state, grid=grid, tile=tile, natural=True)[0], status
 
-        c = jax.shard_map(natural_lower, mesh=mesh, in_specs=(grid.spec,), out_specs=(grid.spec, P()),
-                          check_vma=False)
+        c = jax.shard_map(natural_lower, mesh=mesh, in_specs=(grid.spec,), out_specs=(grid.spec, P()), check_vma=False)
         low, status = jax.jit(c)(a_in)
         np.testing.assert_allclose(np.asarray(low), np.linalg.cholesky(a), rtol=1e-10, atol=1e-10)
 
@@ -82,8 +88,9 @@ def test_public_api_through_native_family(spec, n, tile, monkeypatch):
         a_in, a = _matrix(n, np.float64)
         b = np.arange(1, n + 1, dtype=np.float64)
         ag = jax.device_put(a_in, jax.sharding.NamedSharding(mesh, spec))
-        x, logdet, status = jaxmg.potrs(ag, b, T_A=tile, mesh=mesh, return_logdet=True, return_status=True,
-                                        backend="native")
+        x, logdet, status = jaxmg.potrs(
+            ag, b, T_A=tile, mesh=mesh, return_logdet=True, return_status=True, backend="native"
+        )
         np.testing.assert_allclose(np.asarray(x), np.linalg.solve(a, b), rtol=1e-10, atol=1e-10)
         np.testing.assert_allclose(float(logdet), np.linalg.slogdet(a)[1], rtol=1e-10)
         assert int(status) == 0

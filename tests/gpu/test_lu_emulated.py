@@ -10,6 +10,7 @@ solution, the pivots' gather and scatter, and the tile-by-tile transposed solve 
 
 Runs on CPU with 4 of the simulated devices.
 """
+
 from __future__ import annotations
 
 import jax
@@ -63,8 +64,16 @@ def _family(grid, mesh, tile):
         (xt,) = native.lu_solve(lu, piv, bm, trans=1, **kw)
         (xc,) = native.lu_solve(lu, piv, bv, trans=2, **kw)
         return lu, piv, status, xv, xm, xt, xc
-    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(grid.spec, P(), P()),
-                                 out_specs=(grid.spec, P(), P(), P(), P(), P(), P()), check_vma=False))
+
+    return jax.jit(
+        jax.shard_map(
+            body,
+            mesh=mesh,
+            in_specs=(grid.spec, P(), P()),
+            out_specs=(grid.spec, P(), P(), P(), P(), P(), P()),
+            check_vma=False,
+        )
+    )
 
 
 @pytest.mark.parametrize("shape,n,tile,reverse,dtype", kernel_layouts(TILES))
@@ -120,8 +129,11 @@ def test_lu_vmap(monkeypatch):
         (y,) = native.lu_solve(lu, piv, b, grid=grid, tile=tile, trans=1)
         return x, y, status
 
-    f = jax.jit(jax.shard_map(jax.vmap(one), mesh=mesh, in_specs=(P(None, "x", "y"), P()),
-                              out_specs=(P(), P(), P()), check_vma=False))
+    f = jax.jit(
+        jax.shard_map(
+            jax.vmap(one), mesh=mesh, in_specs=(P(None, "x", "y"), P()), out_specs=(P(), P(), P()), check_vma=False
+        )
+    )
     x, y, status = f(a, b)
     assert np.all(np.asarray(status) == 0)
     for k in range(3):
@@ -132,6 +144,7 @@ def test_lu_vmap(monkeypatch):
 # --------------------------------------------------------------------------------------------
 # Public API through the native family (backend="native" with the FFI emulated)
 # --------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("shape,spec,tile,reverse,dtype,explicit", PUBLIC_LAYOUTS)
 def test_public_api_native_lu(shape, spec, tile, reverse, dtype, explicit, native_backend):
@@ -182,7 +195,8 @@ def test_public_api_native_lu_grad(shape, spec, tile, native_backend):
     b = _rhs(n, 2, np.float64)
     sharding = NamedSharding(mesh, spec)
     ga, gb, ga_ref, gb_ref = solve_gradients(
-        lambda a, b: jaxmg.lu_solve(a, b, T_A=tile, mesh=mesh, backend="native"), a, b, mesh, spec)
+        lambda a, b: jaxmg.lu_solve(a, b, T_A=tile, mesh=mesh, backend="native"), a, b, mesh, spec
+    )
     np.testing.assert_allclose(gb, gb_ref, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(ga, ga_ref, rtol=1e-9, atol=1e-9)
     # the transposed solve's derivative uses the untransposed one
@@ -230,17 +244,19 @@ def test_ops_local_lu_solve(native_backend):
     assert [c[0] for c in native_backend.calls] == ["getrf"]  # A x = b: no getrs (module docstring)
 
 
-
-
 # --------------------------------------------------------------------------------------------
 # jax.scipy.linalg.lu_factor's arrays from the distributed factor (jaxmg.scipy.linalg)
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("shape,spec,reverse,explicit,dtype", [
-    ((4, 2), P("x", "y"), False, False, np.float64),
-    ((4, 2), P("x", "y"), True, True, np.complex128),
-    ((2, 2), P("x", None), False, True, np.float32),
-])
+
+@pytest.mark.parametrize(
+    "shape,spec,reverse,explicit,dtype",
+    [
+        ((4, 2), P("x", "y"), False, False, np.float64),
+        ((4, 2), P("x", "y"), True, True, np.complex128),
+        ((2, 2), P("x", None), False, True, np.float32),
+    ],
+)
 def test_scipy_lu_factor_from_the_distributed_lu(shape, spec, reverse, explicit, dtype, native_backend):
     """lu_factor of a matrix split over the mesh is JAX's (lu, piv) (LAPACK's packed factor and
     row swaps), from the distributed LU (getrf on the grid): eagerly and in jit, with JAX's

@@ -5,6 +5,7 @@ backend) with 1 or 2 processes and fails if any case fails. They skip, with the 
 there is no NVIDIA GPU, too few of them, or no native library. Run them on a GPU machine with
 ``bash tests/gpu/run.sh`` (builds the extension first).
 """
+
 from __future__ import annotations
 
 import os
@@ -48,8 +49,15 @@ def _launch(nproc: int) -> subprocess.CompletedProcess:
     env.pop("XLA_FLAGS", None)  # the CPU test set-up's simulated devices
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
-    cmd = [sys.executable, str(ROOT / "scripts" / "gpu" / "launch.py"), "-n", str(nproc), "--timeout", "900",
-           str(CASES)]
+    cmd = [
+        sys.executable,
+        str(ROOT / "scripts" / "gpu" / "launch.py"),
+        "-n",
+        str(nproc),
+        "--timeout",
+        "900",
+        str(CASES),
+    ]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1000)
 
 
@@ -69,7 +77,8 @@ def test_native_cases(nproc):
     print(report)
     failed = [l for l in lines if " FAIL " in l]
     assert proc.returncode == 0 and not failed and any("SUMMARY" in l for l in lines), (
-        f"exit {proc.returncode}\n{report}\n--- stderr tail ---\n{proc.stderr[-4000:]}")
+        f"exit {proc.returncode}\n{report}\n--- stderr tail ---\n{proc.stderr[-4000:]}"
+    )
 
 
 ABORT_SCRIPT = r"""
@@ -102,8 +111,9 @@ def test_abort_communicators_fails_later_calls_with_the_reason():
     env = dict(os.environ)
     env.pop("XLA_FLAGS", None)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    proc = subprocess.run([sys.executable, "-c", ABORT_SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", ABORT_SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     print(proc.stdout, proc.stderr[-2000:])
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert "before" in proc.stdout and "aborted earlier (aborted by the test" in proc.stdout

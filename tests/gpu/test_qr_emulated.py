@@ -11,6 +11,7 @@ status read from R's diagonal, and the distributed back substitution with R.
 
 Runs on CPU with 4 of the simulated devices.
 """
+
 from __future__ import annotations
 
 import jax
@@ -59,14 +60,25 @@ def _family(grid, mesh, tile, m):
         (xm,) = native.qr_solve(f, tau, bm, **kw)
         (z,) = native.qr_normal_solve(f, tau, y, **kw)
         return status, q, r, xv, xm, z
-    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(grid.spec, P(), P(), P()),
-                                 out_specs=(P(), grid.spec, grid.spec, P(), P(), P()), check_vma=False))
+
+    return jax.jit(
+        jax.shard_map(
+            body,
+            mesh=mesh,
+            in_specs=(grid.spec, P(), P(), P()),
+            out_specs=(P(), grid.spec, grid.spec, P(), P(), P()),
+            check_vma=False,
+        )
+    )
 
 
 # Every dtype, grid, device order and shape appears; not every combination (each compiles a
 # 4-device program on the shared CPU).
-CASES = [(g, shp, rev, dt) for i, (g, dt) in enumerate((g, dt) for g in GRIDS for dt in DTYPES)
-         for shp, rev in [(SHAPES[i % 3], bool(i % 2))]]
+CASES = [
+    (g, shp, rev, dt)
+    for i, (g, dt) in enumerate((g, dt) for g in GRIDS for dt in DTYPES)
+    for shp, rev in [(SHAPES[i % 3], bool(i % 2))]
+]
 
 
 @pytest.mark.parametrize("shape,m_n_tile,reverse,dtype", CASES)
@@ -76,8 +88,9 @@ def test_qr_kernels(shape, m_n_tile, reverse, dtype, monkeypatch):
     _check_kernels(shape, m, n, tile, reverse, dtype, monkeypatch)
 
 
-@pytest.mark.parametrize("shape,m_n_tile,reverse", [((2, 2), (48, 24, 8), False), ((1, 2), (54, 20, 20), True),
-                                                    ((2, 1), (40, 16, 4), True)])
+@pytest.mark.parametrize(
+    "shape,m_n_tile,reverse", [((2, 2), (48, 24, 8), False), ((1, 2), (54, 20, 20), True), ((2, 1), (40, 16, 4), True)]
+)
 def test_qr_solve_with_panels_narrower_than_a_tile(shape, m_n_tile, reverse, monkeypatch):
     """Compact-WY panels of 2 or 5 columns inside tiles of 4, 8 or 20 (as 256 inside 1024 on GPUs)."""
     monkeypatch.setattr(native.qr, "PANEL_WIDTH", 3)
@@ -139,23 +152,29 @@ def test_qr_vmap(monkeypatch):
         (x,) = native.qr_solve(f, tau, b, grid=grid, tile=tile)
         return x, status
 
-    f = jax.jit(jax.shard_map(jax.vmap(one), mesh=mesh, in_specs=(P(None, "x", "y"), P()),
-                              out_specs=(P(), P()), check_vma=False))
+    f = jax.jit(
+        jax.shard_map(
+            jax.vmap(one), mesh=mesh, in_specs=(P(None, "x", "y"), P()), out_specs=(P(), P()), check_vma=False
+        )
+    )
     x, status = f(a, b)
     assert np.all(np.asarray(status) == 0)
     for k in range(3):
-        np.testing.assert_allclose(np.asarray(x[k]), np.linalg.lstsq(a[k], b[k], rcond=None)[0], rtol=1e-9,
-                                   atol=1e-9)
+        np.testing.assert_allclose(np.asarray(x[k]), np.linalg.lstsq(a[k], b[k], rcond=None)[0], rtol=1e-9, atol=1e-9)
 
 
 # --------------------------------------------------------------------------------------------
 # Public API through the native family (backend="native" with the FFI emulated)
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("shape,spec,tile,reverse,dtype,explicit", [
-    ((2, 2), P("x", "y"), 20, True, np.complex128, True),
-    ((2, 1), P("x", None), 8, False, np.float32, False),
-])
+
+@pytest.mark.parametrize(
+    "shape,spec,tile,reverse,dtype,explicit",
+    [
+        ((2, 2), P("x", "y"), 20, True, np.complex128, True),
+        ((2, 1), P("x", None), 8, False, np.float32, False),
+    ],
+)
 def test_public_api_native_qr(shape, spec, tile, reverse, dtype, explicit, native_backend):
     """qr, QR (q, r on demand, solve) and least_squares, eagerly and in jit."""
     import jaxmg
@@ -230,8 +249,9 @@ def test_public_api_native_least_squares_grad_and_local(native_backend):
     ga = jax.grad(lambda a: jnp.sum(jaxmg.least_squares(a, b, T_A=tile, mesh=mesh, backend="native")))(ag)
     eps = 1e-6
     d = _random((m, n), np.float64, 3)
-    fd = (np.sum(np.linalg.lstsq(a + eps * d, b, rcond=None)[0])
-          - np.sum(np.linalg.lstsq(a - eps * d, b, rcond=None)[0])) / (2 * eps)
+    fd = (
+        np.sum(np.linalg.lstsq(a + eps * d, b, rcond=None)[0]) - np.sum(np.linalg.lstsq(a - eps * d, b, rcond=None)[0])
+    ) / (2 * eps)
     np.testing.assert_allclose(np.sum(np.asarray(ga) * d), fd, rtol=1e-6)
     assert "geqrf" in {c[0] for c in native_backend.calls}
 

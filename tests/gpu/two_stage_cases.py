@@ -15,6 +15,7 @@ of ``numpy.linalg.eigvalsh``'s in double precision; ``two_stage.eigh`` (stage 2'
 the kernel, cuSOLVERMp's stedc, the back-transformations) by ||A V - V W|| / (N eps ||A||) and
 ||V^H V - I|| / (N eps), each at most 30.
 """
+
 from __future__ import annotations
 
 import sys
@@ -50,6 +51,7 @@ if not native_band.available():
 
 for dtype in DTYPES:
     for n, band in ((7, 3), (200, 8), (515, 32), (1000, 64)):
+
         @case(f"sb2st_{np.dtype(dtype).name}_n{n}_b{band}")
         def _(n=n, band=band, dtype=dtype):
             b_mat = hm.hermitian_band(n, band, dtype, seed=n)
@@ -61,6 +63,7 @@ for dtype in DTYPES:
             assert ratio <= hm.THRESHOLD, ratio
             return f"eigenvalue ratio {ratio:.2f}, max |d - d_reference| / ||B|| {diff:.1e}"
 
+
 def q_of_reflectors(v, tau, n, band):
     """Q = prod over (i, t) in lexicographic order of (I - tau v v^H), sweep i's task t on rows
     i + 1 + t b .. (the contract of band_to_tridiagonal(..., reflectors=True)), in double precision."""
@@ -70,7 +73,7 @@ def q_of_reflectors(v, tau, n, band):
             r0 = i + 1 + t * band
             rows = slice(r0, min(r0 + band, n))
             x = v[i, t, : rows.stop - r0]
-            assert np.all(v[i, t, rows.stop - r0:] == 0), f"v[{i}, {t}] is not zero past row N - 1"
+            assert np.all(v[i, t, rows.stop - r0 :] == 0), f"v[{i}, {t}] is not zero past row N - 1"
             if tau[i, t] == 0:
                 continue
             assert x[0] == 1, f"v[{i}, {t}, 0] = {x[0]}, not 1"
@@ -85,6 +88,7 @@ def hermitian_tridiagonal(d, e):
 
 for dtype in DTYPES:
     for n, band in ((2, 3), (3, 2), (9, 1), (64, 8), (200, 16)):
+
         @case(f"sb2st_reflectors_{np.dtype(dtype).name}_n{n}_b{band}")
         def _(n=n, band=band, dtype=dtype):
             b_mat = hm.hermitian_band(n, band, dtype, seed=n + 1)
@@ -103,7 +107,9 @@ for dtype in DTYPES:
             assert orth <= hm.THRESHOLD and fact <= hm.THRESHOLD, (orth, fact)
             return f"||Q^H Q - I|| ratio {orth:.2f}, ||B - Q T Q^H|| ratio {fact:.2f}"
 
+
 for dtype in DTYPES:
+
     @case(f"sb2st_reflectors_against_reference_{np.dtype(dtype).name}")
     def _(dtype=dtype):
         n, band = 130, 8
@@ -129,7 +135,7 @@ def tridiagonal_of(kind: str, n: int, dtype):
     elif kind == "clustered":
         d = 1.0 + 1e-3 * (rng.random(n) < 0.1)
         e = 10 * np.finfo(dtype).eps * rng.standard_normal(max(n - 1, 0))
-        e[n // 2 - 1: n // 2] = 0.0
+        e[n // 2 - 1 : n // 2] = 0.0
     else:
         d, e = np.abs(np.arange(n) - (n - 1) / 2.0), np.ones(max(n - 1, 0))
     return d.astype(dtype), e.astype(dtype)
@@ -144,14 +150,17 @@ def eigh_ratios(d, e, w, z, dtype) -> dict:
     tz[:-1] += e[:, None] * z[1:]
     norm1 = max(np.max(np.abs(d) + np.r_[np.abs(e), 0] + np.r_[0, np.abs(e)]), np.finfo(float).tiny)
     ref = scipy.linalg.eigvalsh_tridiagonal(d, e) if n > 1 else d
-    return {"residual": hm.ratio(hm.norm1(tz - z * w[None, :]), norm1, n, dtype),
-            "orthogonality": hm.orthogonality(z, dtype),
-            "values": hm.value_error(w, ref, np.max(np.abs(ref), initial=0.0), n, dtype)}
+    return {
+        "residual": hm.ratio(hm.norm1(tz - z * w[None, :]), norm1, n, dtype),
+        "orthogonality": hm.orthogonality(z, dtype),
+        "values": hm.value_error(w, ref, np.max(np.abs(ref), initial=0.0), n, dtype),
+    }
 
 
 STEDC = jax.jit(native_band.stedc)
 for dtype in (np.float32, np.float64):
     for n in (1, 2, 3, 64, 1000, 4096):
+
         @case(f"stedc_{np.dtype(dtype).name}_n{n}")
         def _(n=n, dtype=dtype):
             if not native_band.stedc_available():
@@ -224,11 +233,14 @@ def _():
     t0 = time.perf_counter()
     jax.block_until_ready(g(dense))
     dense_s = time.perf_counter() - t0
-    return (f"tridiagonal_eigh first {first:.2f}s, then {second:.3f}s; residual {resid:.2f}, orthogonality "
-            f"{orth:.2f}; jnp.linalg.eigh of the dense tridiagonal {dense_s:.2f}s")
+    return (
+        f"tridiagonal_eigh first {first:.2f}s, then {second:.3f}s; residual {resid:.2f}, orthogonality "
+        f"{orth:.2f}; jnp.linalg.eigh of the dense tridiagonal {dense_s:.2f}s"
+    )
 
 
 for dtype in (np.float32, np.float64):
+
     @case(f"bisection_{np.dtype(dtype).name}")
     def _(dtype=dtype):
         rng = np.random.default_rng(1)
@@ -243,7 +255,9 @@ for dtype in (np.float32, np.float64):
         assert ratio <= hm.THRESHOLD, ratio
         return f"ratio {ratio:.2f}"
 
+
 for dtype in DTYPES:
+
     @case(f"eigvalsh_hard_{np.dtype(dtype).name}")
     def _(dtype=dtype):
         n, out = 384, []
@@ -261,8 +275,10 @@ for dtype in DTYPES:
 def _():
     a = np.stack([hm.matrix(k, 256, 256, np.float32, structure="hermitian") for k in ("geometric-1e2", "repeated")])
     w = jax.jit(jax.vmap(lambda m: ts.eigvalsh(m, 16)))(a)
-    ratios = [hm.value_error(w[k], np.linalg.eigvalsh(hm.wide(a[k])), np.linalg.norm(hm.wide(a[k]), 2), 256, np.float32)
-              for k in range(2)]
+    ratios = [
+        hm.value_error(w[k], np.linalg.eigvalsh(hm.wide(a[k])), np.linalg.norm(hm.wide(a[k]), 2), 256, np.float32)
+        for k in range(2)
+    ]
     assert max(ratios) <= hm.THRESHOLD, ratios
     return f"ratios {ratios}"
 
@@ -305,13 +321,21 @@ def eigenpair_ratios(a, w, v, dtype):
 
 
 for dtype in DTYPES:
+
     @case(f"eigh_hard_{np.dtype(dtype).name}")
     def _(dtype=dtype):
         # default stages: csrc/band.cu's stage 2 with its reflectors, cuSOLVERMp's stedc
         n, out = 384, []
         f = jax.jit(lambda a: ts.eigh(a, 32))
-        for kind in ("geometric-1e2", "geometric-1e15", "clustered-small", "clustered-large", "repeated",
-                     "graded-rows", "rank-deficient"):
+        for kind in (
+            "geometric-1e2",
+            "geometric-1e15",
+            "clustered-small",
+            "clustered-large",
+            "repeated",
+            "graded-rows",
+            "rank-deficient",
+        ):
             a = hm.matrix(kind, n, n, dtype, structure="hermitian")
             w, v = f(a)
             ratios = eigenpair_ratios(hm.hermitian_of_lower(a), w, v, dtype)
@@ -363,8 +387,15 @@ def _():
         w, v = la.eigh(a)
         out += [max(eigenpair_ratios(a[k], w[k], v[k], dtype)) for k in range(2)]
         w, v = jax.jit(jax.vmap(jaxmg.sygvd))(a, b)
-        out += [hm.ratio(hm.norm1(hm.wide(a[k]) @ hm.wide(v[k]) - (hm.wide(b[k]) @ hm.wide(v[k])) * hm.wide(w[k])),
-                         hm.norm1(a[k]) + hm.norm1(b[k]) * float(np.max(np.abs(w[k]))), n, dtype) for k in range(2)]
+        out += [
+            hm.ratio(
+                hm.norm1(hm.wide(a[k]) @ hm.wide(v[k]) - (hm.wide(b[k]) @ hm.wide(v[k])) * hm.wide(w[k])),
+                hm.norm1(a[k]) + hm.norm1(b[k]) * float(np.max(np.abs(w[k]))),
+                n,
+                dtype,
+            )
+            for k in range(2)
+        ]
         g = np.stack([hm.matrix(k, n + 8, n, np.float32) for k in ("rank-deficient", "geometric-1e2")])
         u, s_, vh = la.svd(g, full_matrices=False)
         out += [hm.factor_error(g[k], (hm.wide(u[k]) * hm.wide(s_[k])) @ hm.wide(vh[k]), np.float32) for k in range(2)]

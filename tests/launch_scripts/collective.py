@@ -2,6 +2,7 @@
 
 Used by tests/test_launch.py on CPU; also runs unchanged on N GPUs.
 """
+
 import os
 import sys
 
@@ -23,17 +24,15 @@ assert jax.process_index() == rank, (jax.process_index(), rank)
 assert jax.local_device_count() == 1, jax.local_devices()
 assert jax.device_count() == n, jax.devices()
 assert jax.default_backend() == os.environ["JAXMG_PLATFORM"], jax.default_backend()
-for var in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
-            "NVSHMEM_DISABLE_NVLS", "PYTHONUNBUFFERED"):
+for var in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", "PYTHONUNBUFFERED"):
     assert var in os.environ, var
 
 mesh = jax.make_mesh((n,), ("x",))
 # Global vector [1, 2, ..., n]; process r holds element r + 1.
 x = jax.make_array_from_callback(
-    (n,), NamedSharding(mesh, P("x")),
-    lambda idx: (jnp.arange(n, dtype=jnp.float32) + 1)[idx])
-total = jax.jit(jax.shard_map(lambda a: jax.lax.psum(a, "x"),
-                              mesh=mesh, in_specs=P("x"), out_specs=P()))(x)
+    (n,), NamedSharding(mesh, P("x")), lambda idx: (jnp.arange(n, dtype=jnp.float32) + 1)[idx]
+)
+total = jax.jit(jax.shard_map(lambda a: jax.lax.psum(a, "x"), mesh=mesh, in_specs=P("x"), out_specs=P()))(x)
 gathered = multihost_utils.process_allgather(jnp.array([rank * 10]))
 
 print(f"device={jax.local_devices()[0]}")

@@ -2,6 +2,7 @@
 
 argv: PID_DIR [--ignore-sigterm]
 """
+
 import os
 import signal
 import sys

@@ -16,6 +16,7 @@ Works under `python -m jaxmg.launch` (importing jaxmg joins the others), as plai
 started with the JAXMG_* variables set by hand, and as plain processes that call
 jax.distributed.initialize themselves (FAULT_COORDINATOR and FAULT_PROCESS_ID set).
 """
+
 import os
 import signal
 import sys
@@ -31,9 +32,12 @@ if "FAULT_COORDINATOR" in os.environ:
     jax.config.update("jax_platforms", "cpu")
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.config.update("jax_num_cpu_devices", 1)
-    jax.distributed.initialize(os.environ["FAULT_COORDINATOR"], num_processes=2,
-                               process_id=int(os.environ["FAULT_PROCESS_ID"]),
-                               **jaxmg.launch.failure_detection_settings())
+    jax.distributed.initialize(
+        os.environ["FAULT_COORDINATOR"],
+        num_processes=2,
+        process_id=int(os.environ["FAULT_PROCESS_ID"]),
+        **jaxmg.launch.failure_detection_settings(),
+    )
 else:
     jaxmg.launch.initialize_from_environment()
 
@@ -74,8 +78,7 @@ if mode == "kill-in-solve":
 
     size = int(os.environ.get("FAULT_N", "64"))
     grid = jax.make_mesh((n, 1), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
-    a = jax.jit(lambda: size * jnp.eye(size) + jnp.ones((size, size)),
-                out_shardings=NamedSharding(grid, P("x", "y")))()
+    a = jax.jit(lambda: size * jnp.eye(size) + jnp.ones((size, size)), out_shardings=NamedSharding(grid, P("x", "y")))()
     b = jax.jit(lambda: jnp.ones(size), out_shardings=NamedSharding(grid, P("x")))()
     for i in range(10**6):
         jaxmg.potrs(a, b).block_until_ready()
@@ -84,10 +87,8 @@ if mode == "kill-in-solve":
             fail_here()
 
 mesh = jax.make_mesh((n,), ("x",))
-x = jax.make_array_from_callback((n,), NamedSharding(mesh, P("x")),
-                                 lambda idx: jnp.arange(n, dtype=jnp.float32)[idx])
-psum = jax.jit(jax.shard_map(lambda a: jax.lax.psum(a, "x"), mesh=mesh,
-                             in_specs=P("x"), out_specs=P()))
+x = jax.make_array_from_callback((n,), NamedSharding(mesh, P("x")), lambda idx: jnp.arange(n, dtype=jnp.float32)[idx])
+psum = jax.jit(jax.shard_map(lambda a: jax.lax.psum(a, "x"), mesh=mesh, in_specs=P("x"), out_specs=P()))
 print(f"psum={float(psum(x).addressable_data(0)[0]):g}", flush=True)
 if rank == failing:
     time.sleep(1.0)  # let the others enter the second psum

@@ -1,4 +1,5 @@
 """Runs a JAX computation before initialize_from_environment(): must fail clearly."""
+
 import jax
 
 jax.numpy.zeros(2).block_until_ready()

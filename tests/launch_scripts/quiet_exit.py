@@ -1,6 +1,7 @@
 """Run under `python -m jaxmg.launch -n 2`: a short jaxmg program, then the lines that JAX's
 coordination client writes to stderr when the service stops before a peer's watch ends (as
 recorded from runs on GPUs), which the launcher must not pass on."""
+
 import sys
 
 import jax
@@ -28,5 +29,6 @@ sys.stderr.write(
     ":UNAVAILABLE:Cancelling all calls\n"
     "=== Source Location Trace: ===\n"
     "external/xla+/xla/tsl/distributed_runtime/rpc/grpc_util.h:89\n"
-    "external/xla+/xla/status_macros.cc:81\n")
+    "external/xla+/xla/status_macros.cc:81\n"
+)
 print("last own stderr line", file=sys.stderr)

@@ -1,4 +1,5 @@
 """Every rank records its pid, says it is ready, and sleeps.  argv: PID_DIR"""
+
 import os
 import sys
 import time

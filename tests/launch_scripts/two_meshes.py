@@ -22,8 +22,7 @@ RHS = rng.standard_normal(N)
 
 
 def place(value, mesh, spec):
-    return jax.make_array_from_callback(value.shape, NamedSharding(mesh, spec),
-                                        lambda index: value[index])
+    return jax.make_array_from_callback(value.shape, NamedSharding(mesh, spec), lambda index: value[index])
 
 
 def gather(x):

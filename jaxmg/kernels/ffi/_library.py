@@ -15,6 +15,7 @@ _state: dict = {"checked": False, "reason": None, "registered": False}
 
 # --- Loading the native library and cuSOLVERMp ---
 
+
 def _search_dirs() -> list[str]:
     roots = []
     try:
@@ -28,9 +29,17 @@ def _search_dirs() -> list[str]:
     roots += [p for p in sys.path if p and os.path.isdir(p)]
     dirs = []
     for root in dict.fromkeys(roots):
-        for sub in ("nvidia/cu13/lib", "nvidia/nccl/lib", "nvidia/cu12/lib", "nvidia/cusolvermp/lib",
-                    "nvidia/cublas/lib", "nvidia/cusolver/lib", "nvidia/cusparse/lib", "nvidia/nvjitlink/lib",
-                    "nvidia/cuda_runtime/lib"):
+        for sub in (
+            "nvidia/cu13/lib",
+            "nvidia/nccl/lib",
+            "nvidia/cu12/lib",
+            "nvidia/cusolvermp/lib",
+            "nvidia/cublas/lib",
+            "nvidia/cusolver/lib",
+            "nvidia/cusparse/lib",
+            "nvidia/nvjitlink/lib",
+            "nvidia/cuda_runtime/lib",
+        ):
             d = os.path.join(root, sub)
             if os.path.isdir(d):
                 dirs.append(d)
@@ -52,9 +61,14 @@ def library_candidates() -> dict:
     """Candidate paths for cuSOLVERMp, NCCL and their dependencies, in the order tried."""
     dirs = _search_dirs()
     deps = []
-    for names in (("libcudart.so.13", "libcudart.so.12"), ("libnvJitLink.so.13", "libnvJitLink.so.12"),
-                  ("libcusparse.so.12",), ("libcublasLt.so.13", "libcublasLt.so.12"),
-                  ("libcublas.so.13", "libcublas.so.12"), ("libcusolver.so.12", "libcusolver.so.11")):
+    for names in (
+        ("libcudart.so.13", "libcudart.so.12"),
+        ("libnvJitLink.so.13", "libnvJitLink.so.12"),
+        ("libcusparse.so.12",),
+        ("libcublasLt.so.13", "libcublasLt.so.12"),
+        ("libcublas.so.13", "libcublas.so.12"),
+        ("libcusolver.so.12", "libcusolver.so.11"),
+    ):
         found = [c for c in _candidates(names, dirs) if os.path.isabs(c)]
         deps += found[:1]
     return {
@@ -102,9 +116,11 @@ def unavailable_reason() -> str | None:
         native = _native_module()
     except ImportError as e:
         if _native_file() is None:
-            reason = ("the native extension jaxmg._native is not built; reinstall jaxmg on a machine "
-                      "with the CUDA toolkit and the cuSOLVERMp/NCCL headers "
-                      "(in jaxmg's source folder: pip install \".[cuda13]\")")
+            reason = (
+                "the native extension jaxmg._native is not built; reinstall jaxmg on a machine "
+                "with the CUDA toolkit and the cuSOLVERMp/NCCL headers "
+                '(in jaxmg\'s source folder: pip install ".[cuda13]")'
+            )
         else:
             reason = f"the native extension {_native_file()} is built but cannot be imported: {e}"
     else:
@@ -162,6 +178,8 @@ def register() -> None:
 def check_one_gpu_per_process() -> None:
     """RuntimeError unless this process drives one GPU (the native backend's launch model)."""
     if jax.local_device_count() > 1:
-        raise RuntimeError(f"the native backend needs one process per GPU, but this process drives "
-                           f"{jax.local_device_count()} GPUs. Launch with `python -m jaxmg.launch -n NGPUS "
-                           f"script.py` (one process per GPU), or use backend='portable'.")
+        raise RuntimeError(
+            f"the native backend needs one process per GPU, but this process drives "
+            f"{jax.local_device_count()} GPUs. Launch with `python -m jaxmg.launch -n NGPUS "
+            f"script.py` (one process per GPU), or use backend='portable'."
+        )

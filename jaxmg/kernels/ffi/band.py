@@ -45,11 +45,13 @@ def reflector_extents(n: int, band: int) -> tuple[int, int]:
 def _check_band_storage(ab) -> jax.Array:
     ab = jnp.asarray(ab)
     if ab.ndim < 2 or ab.shape[-2] < 1:
-        raise ValueError("band_to_tridiagonal: ab must be lower band storage (..., b + 1, N) with b >= 0; "
-                         f"got shape {ab.shape}")
+        raise ValueError(
+            f"band_to_tridiagonal: ab must be lower band storage (..., b + 1, N) with b >= 0; got shape {ab.shape}"
+        )
     if ab.dtype not in SUPPORTED_DTYPES:
-        raise ValueError(f"band_to_tridiagonal: ab's dtype must be float32, float64, complex64 or complex128; "
-                         f"got {ab.dtype}")
+        raise ValueError(
+            f"band_to_tridiagonal: ab's dtype must be float32, float64, complex64 or complex128; got {ab.dtype}"
+        )
     return ab
 
 
@@ -70,8 +72,13 @@ def band_to_tridiagonal(ab: jax.Array, reflectors: bool = False):
     sweeps, tasks = reflector_extents(n, b)
     v_shape, tau_shape = ((sweeps, tasks, b), (sweeps, tasks)) if reflectors else ((0,), (0,))
     scratch = _library._native_module().sb2st_scratch_bytes(n, b, jnp.dtype(ab.dtype).itemsize)
-    shapes = [((n,), real), ((max(n - 1, 0),), ab.dtype), (v_shape, ab.dtype), (tau_shape, ab.dtype),
-              ((scratch,), jnp.uint8)]
+    shapes = [
+        ((n,), real),
+        ((max(n - 1, 0),), ab.dtype),
+        (v_shape, ab.dtype),
+        (tau_shape, ab.dtype),
+        ((scratch,), jnp.uint8),
+    ]
     d, e, v, tau, _ = per_matrix.call("jaxmg_sb2st", [jax.ShapeDtypeStruct(batch + s, t) for s, t in shapes])(ab)
     return (d, e, v, tau) if reflectors else (d, e)
 
@@ -81,14 +88,15 @@ def _check_tridiagonal(d, e, who: str) -> tuple[jax.Array, jax.Array]:
     d, e = jnp.asarray(d), jnp.asarray(e)
     for name, x in (("d", d), ("e", e)):
         if x.dtype not in (np.float32, np.float64):
-            raise ValueError(f"{who}: {name} must be float32 or float64 (a real symmetric tridiagonal; for a "
-                             f"Hermitian one pass |e|, whose tridiagonal is unitarily similar); got {x.dtype}")
+            raise ValueError(
+                f"{who}: {name} must be float32 or float64 (a real symmetric tridiagonal; for a "
+                f"Hermitian one pass |e|, whose tridiagonal is unitarily similar); got {x.dtype}"
+            )
     if d.ndim < 1:
         raise ValueError(f"{who}: d must be the diagonal (..., N); got a scalar")
     want = d.shape[:-1] + (max(d.shape[-1] - 1, 0),)
     if e.shape != want:
-        raise ValueError(f"{who}: e must be the off-diagonal of shape {want} for d of shape {d.shape}; "
-                         f"got {e.shape}")
+        raise ValueError(f"{who}: e must be the off-diagonal of shape {want} for d of shape {d.shape}; got {e.shape}")
     if e.dtype != d.dtype:
         raise ValueError(f"{who}: d and e must have one dtype; got {d.dtype} and {e.dtype}")
     return d, e
@@ -100,14 +108,16 @@ def tridiagonal_eigvalsh(d: jax.Array, e: jax.Array) -> jax.Array:
     d, e = _check_tridiagonal(d, e, "tridiagonal_eigvalsh")
     _library.register()
     de = jnp.stack([d, jnp.pad(e, [(0, 0)] * (e.ndim - 1) + [(0, 1)])], axis=-2)
-    w, = per_matrix.call("jaxmg_tridiagonal_bisection", [jax.ShapeDtypeStruct(d.shape, d.dtype)])(de)
+    (w,) = per_matrix.call("jaxmg_tridiagonal_bisection", [jax.ShapeDtypeStruct(d.shape, d.dtype)])(de)
     return w
 
 
 def _check_tile(tile) -> int:
     if isinstance(tile, bool) or not isinstance(tile, (int, np.integer)) or tile < 1 or tile & (tile - 1):
-        raise ValueError(f"tridiagonal_eigh: tile must be a positive power of two (cuSOLVERMp's stedc may fail "
-                         f"or hang with other block sizes); got {tile!r}")
+        raise ValueError(
+            f"tridiagonal_eigh: tile must be a positive power of two (cuSOLVERMp's stedc may fail "
+            f"or hang with other block sizes); got {tile!r}"
+        )
     return int(tile)
 
 
@@ -122,8 +132,11 @@ def stedc(d: jax.Array, e: jax.Array, *, tile: int = STEDC_TILE) -> tuple[jax.Ar
         return d, jnp.zeros(batch + (0, 0), d.dtype), jnp.zeros(batch, jnp.int32)
     _library.register()
     de = jnp.stack([d, jnp.pad(e, [(0, 0)] * (e.ndim - 1) + [(0, 1)])], axis=-1)  # column-major: d, then e
-    results = [jax.ShapeDtypeStruct(batch + (n, n), d.dtype), jax.ShapeDtypeStruct(batch + (n,), d.dtype),
-               jax.ShapeDtypeStruct(batch, jnp.int32)]
+    results = [
+        jax.ShapeDtypeStruct(batch + (n, n), d.dtype),
+        jax.ShapeDtypeStruct(batch + (n,), d.dtype),
+        jax.ShapeDtypeStruct(batch, jnp.int32),
+    ]
     tile = min(tile, 1 << (n - 1).bit_length())
     z, w, status = per_matrix.call("jaxmg_stedc", results, column_major=True, tile=tile)(de)
     order = jnp.argsort(w, axis=-1)  # cuSOLVERMp documents descending order; LAPACK's is ascending

@@ -55,7 +55,8 @@ def _product(x, y, adj_x, adj_y):
     n = y.shape[0] if adj_y else y.shape[1]
     out = jax.ShapeDtypeStruct((m, n), x.dtype)
     return jax.ffi.ffi_call("jaxmg_gemm", out, vmap_method="sequential")(
-        x, y, op_x=np.int64(_op(x, adj_x)), op_y=np.int64(_op(y, adj_y)))
+        x, y, op_x=np.int64(_op(x, adj_x)), op_y=np.int64(_op(y, adj_y))
+    )
 
 
 @_product.defjvp
@@ -81,7 +82,8 @@ def product(x: jax.Array, y: jax.Array, adj_x: bool = False, adj_y: bool = False
 def _triangular_product(t, x, lower, adj, unit, left):
     _library.register()
     return jax.ffi.ffi_call("jaxmg_trmm", jax.ShapeDtypeStruct(x.shape, x.dtype), vmap_method="sequential")(
-        t, x, left=np.int64(left), lower=np.int64(lower), op=np.int64(_op(t, adj)), unit=np.int64(unit))
+        t, x, left=np.int64(left), lower=np.int64(lower), op=np.int64(_op(t, adj)), unit=np.int64(unit)
+    )
 
 
 @_triangular_product.defjvp
@@ -101,8 +103,9 @@ def _triangular_product_jvp(lower, adj, unit, left, primals, tangents):
     return out, dout
 
 
-def triangular_product(t: jax.Array, x: jax.Array, *, lower: bool, adj: bool = False, unit: bool = False,
-                       left: bool = True) -> jax.Array:
+def triangular_product(
+    t: jax.Array, x: jax.Array, *, lower: bool, adj: bool = False, unit: bool = False, left: bool = True
+) -> jax.Array:
     """``op(T) @ x`` (``left``) or ``x @ op(T)`` on this GPU (cuBLAS trmm): T the stored triangle of
     square ``t`` (its lower one where ``lower``; the other is never read), with ones on the
     diagonal where ``unit``, op the conjugate transpose where ``adj``; x (n, s) or (r, n),
@@ -150,9 +153,9 @@ def _hermitian_inverse(factor, column_major):
     # a bitcast), so that the inverse the handler leaves in them is read row-major, as the
     # caller's arrays are, and nothing downstream transposes it.
     operand = factor.T if column_major else factor
-    inverse, _, _ = jax.ffi.ffi_call(
-        "jaxmg_potri", shapes, input_output_aliases={0: 0}, vmap_method="sequential")(
-        operand, eye, trmm_leaf=np.int64(TRMM_LEAF), herk_leaf=np.int64(HERK_LEAF), column_major=np.int64(column_major))
+    inverse, _, _ = jax.ffi.ffi_call("jaxmg_potri", shapes, input_output_aliases={0: 0}, vmap_method="sequential")(
+        operand, eye, trmm_leaf=np.int64(TRMM_LEAF), herk_leaf=np.int64(HERK_LEAF), column_major=np.int64(column_major)
+    )
     if column_major:  # the buffer holds A^-1 column-major: read row-major, (A^-1)^T = conj(A^-1)
         inverse = jnp.conj(inverse)
     return varying_like(factor, inverse)
@@ -185,9 +188,13 @@ def _lu_inverse(lu, permutation):
     eye, shapes = _in_place_operands(lu, min(max(INVERSE_LEAF, TRMM_LEAF), lu.shape[0]))  # the panels' scratch
     column_major = (1, 0)  # major-to-minor
     inverse, _, _, _ = jax.ffi.ffi_call(
-        "jaxmg_getri", shapes, input_layouts=[column_major, None, None],
-        output_layouts=[column_major, None, None, None], input_output_aliases={0: 0}, vmap_method="sequential")(
-        lu, varying_like(lu, permutation.astype(jnp.int32)), eye, trmm_leaf=np.int64(TRMM_LEAF))
+        "jaxmg_getri",
+        shapes,
+        input_layouts=[column_major, None, None],
+        output_layouts=[column_major, None, None, None],
+        input_output_aliases={0: 0},
+        vmap_method="sequential",
+    )(lu, varying_like(lu, permutation.astype(jnp.int32)), eye, trmm_leaf=np.int64(TRMM_LEAF))
     # the buffer holds A^-1 column-major: transposed in place, it is read row-major
     return relayout.relayout(jnp.swapaxes(varying_like(lu, inverse), -1, -2), relayout.TRANSPOSE)
 
@@ -200,8 +207,9 @@ def _lu_inverse_jvp(primals, tangents):
     n = lu.shape[0]
     hi = jax.lax.Precision.HIGHEST
     unit_lower = jnp.tril(lu, -1) + jnp.eye(n, dtype=lu.dtype)
-    dlu_product = (jnp.matmul(jnp.tril(dlu, -1), jnp.triu(lu), precision=hi)
-                   + jnp.matmul(unit_lower, jnp.triu(dlu), precision=hi))
+    dlu_product = jnp.matmul(jnp.tril(dlu, -1), jnp.triu(lu), precision=hi) + jnp.matmul(
+        unit_lower, jnp.triu(dlu), precision=hi
+    )
     da = jnp.zeros_like(dlu_product).at[permutation].set(dlu_product, unique_indices=True)  # row k of P A is
     # row permutation[k] of A
     return inverse, _inverse_tangent(inverse, da)

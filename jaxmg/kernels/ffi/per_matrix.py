@@ -29,8 +29,14 @@ _call_p = _core.Primitive("jaxmg_per_matrix_call")
 _call_p.multiple_results = True
 
 
-def call(target: str, results: Sequence[jax.ShapeDtypeStruct], *, column_major: bool = False,
-         input_output_aliases: dict | None = None, **attributes) -> Callable:
+def call(
+    target: str,
+    results: Sequence[jax.ShapeDtypeStruct],
+    *,
+    column_major: bool = False,
+    input_output_aliases: dict | None = None,
+    **attributes,
+) -> Callable:
     """The foreign function ``target`` as ``jax.ffi.ffi_call(target, results, ...)`` makes it,
     for a handler that takes one stack of matrices ``(..., m, n)`` and returns ``results``, each
     with the operand's leading (batch) dimensions: under ``jax.vmap`` the batch grows by the
@@ -40,8 +46,17 @@ def call(target: str, results: Sequence[jax.ShapeDtypeStruct], *, column_major: 
     aliases = tuple(sorted((input_output_aliases or {}).items()))
 
     def bound(x):
-        return tuple(_call_p.bind(x, target=target, results=shapes, batch=x.ndim - 2, column_major=column_major,
-                                  aliases=aliases, attributes=tuple(sorted(attributes.items()))))
+        return tuple(
+            _call_p.bind(
+                x,
+                target=target,
+                results=shapes,
+                batch=x.ndim - 2,
+                column_major=column_major,
+                aliases=aliases,
+                attributes=tuple(sorted(attributes.items())),
+            )
+        )
 
     return bound
 
@@ -94,8 +109,13 @@ def _sharding_rule(batch: int, avals_in, avals_out):
 
     operands = [mapping(a) for a in avals_in]
     outputs = [mapping(a) for a in avals_out]
-    return sdy.OpShardingRuleAttr.get(factor_sizes=sizes, operand_mappings=operands, result_mappings=outputs,
-                                      need_replication_factors=replicated, is_custom=True)
+    return sdy.OpShardingRuleAttr.get(
+        factor_sizes=sizes,
+        operand_mappings=operands,
+        result_mappings=outputs,
+        need_replication_factors=replicated,
+        is_custom=True,
+    )
 
 
 def _lowering(ctx, x, *, target, results, batch, column_major, aliases, attributes):
@@ -104,9 +124,13 @@ def _lowering(ctx, x, *, target, results, batch, column_major, aliases, attribut
     if jax.config.jax_use_shardy_partitioner:
         extra["sdy.sharding_rule"] = _sharding_rule(batch, ctx.avals_in, ctx.avals_out)
     first = _column_major(len(ctx.avals_in[0].shape)) if column_major else None
-    rule = jax.ffi.ffi_lowering(target, operand_layouts=[first],
-                                result_layouts=[first] + [None] * (len(ctx.avals_out) - 1),
-                                operand_output_aliases=dict(aliases), extra_attributes=extra)
+    rule = jax.ffi.ffi_lowering(
+        target,
+        operand_layouts=[first],
+        result_layouts=[first] + [None] * (len(ctx.avals_out) - 1),
+        operand_output_aliases=dict(aliases),
+        extra_attributes=extra,
+    )
     return rule(ctx, x, **dict(attributes))
 
 

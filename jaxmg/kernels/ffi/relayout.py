@@ -55,8 +55,9 @@ def _checked_mode(mode) -> int:
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
 def _relayout(x, mode):
     _library.register()
-    out, = per_matrix.call("jaxmg_relayout", [jax.ShapeDtypeStruct(x.shape, x.dtype)], input_output_aliases={0: 0},
-                           mode=np.int64(mode))(x)
+    (out,) = per_matrix.call(
+        "jaxmg_relayout", [jax.ShapeDtypeStruct(x.shape, x.dtype)], input_output_aliases={0: 0}, mode=np.int64(mode)
+    )(x)
     return varying_like(x, out)
 
 

@@ -45,8 +45,9 @@ def potrf(a: ArrayLike) -> tuple[jax.Array, jax.Array]:
     """
     a = jnp.asarray(a)
     out = (jax.ShapeDtypeStruct(a.shape, a.dtype), jax.ShapeDtypeStruct(a.shape[:-2], jnp.int32))
-    return _factorization("potrf", a, out, cpu={"uplo": np.uint8(ord("L"))}, gpu={"lower": True},
-                          in_place=relayout.SYMMETRIC_FROM_LOWER)
+    return _factorization(
+        "potrf", a, out, cpu={"uplo": np.uint8(ord("L"))}, gpu={"lower": True}, in_place=relayout.SYMMETRIC_FROM_LOWER
+    )
 
 
 @jax.custom_jvp
@@ -57,16 +58,20 @@ def getrf(a: ArrayLike) -> tuple[jax.Array, jax.Array]:
     Differentiable: with X = L^-1 P a' U^-1, L' = L stril(X) and U' = triu(X) U, packed.
     ``a`` may be a NumPy array, as for :func:`potrf`."""
     a = jnp.asarray(a)
-    out = (jax.ShapeDtypeStruct(a.shape, a.dtype), jax.ShapeDtypeStruct(a.shape[:-1], jnp.int32),
-           jax.ShapeDtypeStruct(a.shape[:-2], jnp.int32))
+    out = (
+        jax.ShapeDtypeStruct(a.shape, a.dtype),
+        jax.ShapeDtypeStruct(a.shape[:-1], jnp.int32),
+        jax.ShapeDtypeStruct(a.shape[:-2], jnp.int32),
+    )
     lu, pivots, _ = _factorization("getrf", a, out, in_place=relayout.TRANSPOSE)
     return lu, pivots - 1  # LAPACK's pivots are 1-based
 
 
 def _solve(t, b, *, lower: bool, unit: bool = False, right: bool = False, trans: str = "N"):
     """op(T)^-1 b (or b op(T)^-1 where ``right``) for the stored triangle of ``t``."""
-    return jax.lax.linalg.triangular_solve(t, b, left_side=not right, lower=lower, unit_diagonal=unit,
-                                           transpose_a=trans != "N", conjugate_a=trans == "C")
+    return jax.lax.linalg.triangular_solve(
+        t, b, left_side=not right, lower=lower, unit_diagonal=unit, transpose_a=trans != "N", conjugate_a=trans == "C"
+    )
 
 
 @potrf.defjvp
@@ -112,8 +117,9 @@ def _diagonal_of(x: jax.Array) -> jax.Array:
     return jnp.diagonal(x, axis1=-2, axis2=-1)[..., None] * jnp.eye(x.shape[-1], dtype=x.dtype)
 
 
-def _factorization(name: str, a: jax.Array, out: tuple, cpu=None, gpu=None,
-                   in_place: int = relayout.TRANSPOSE) -> tuple:
+def _factorization(
+    name: str, a: jax.Array, out: tuple, cpu=None, gpu=None, in_place: int = relayout.TRANSPOSE
+) -> tuple:
     """The ``?{name}`` handler of ``a``'s platform on ``a`` (overwritten in place), with results
     ``out`` (the first is the factor, column-major) and the attributes of each platform.
 

@@ -119,18 +119,25 @@ def refusal(version: Optional[tuple], tile: int, nprow: int, npcol: int, op: str
         fixes.append(f"pass T_A=None (automatic) or a power of two such as {_nearest_powers(int(tile))}")
     if nprow > 1 and npcol > 1:
         problems.append(f"the process grid is {nprow} x {npcol} (2-D)")
-        fixes.append("lay a over one mesh axis (a pr x 1 or 1 x pc grid: a one-axis mesh, or matrix_specs "
-                     "such as P('x', None)), or pass backend='portable'")
+        fixes.append(
+            "lay a over one mesh axis (a pr x 1 or 1 x pc grid: a one-axis mesh, or matrix_specs "
+            "such as P('x', None)), or pass backend='portable'"
+        )
     if not problems:
         return None
-    loaded = (f"the loaded cuSOLVERMp is {text(version)}" if version is not None else
-              "the loaded cuSOLVERMp's version could not be read (taken as below 0.9.1)")
-    return (f"jaxmg {op}: {loaded}. cuSOLVERMp below {text(FIXED)} has a defect in its divide-and-conquer "
-            f"eigensolver (STEDC) with tile sizes that are not powers of two and on 2-D process grids, under "
-            f"which syevd and sygvd may fail or hang, and computes wrong eigenvectors in cases that 0.9.1 fixed; "
-            f"here {' and '.join(problems)}. To fix: {'; '.join(fixes)}; or install "
-            f"cuSOLVERMp {text(FIXED)} or newer (pip install 'nvidia-cusolvermp-cu13>=0.9.1' with the NCCL it "
-            f"needs).")
+    loaded = (
+        f"the loaded cuSOLVERMp is {text(version)}"
+        if version is not None
+        else "the loaded cuSOLVERMp's version could not be read (taken as below 0.9.1)"
+    )
+    return (
+        f"jaxmg {op}: {loaded}. cuSOLVERMp below {text(FIXED)} has a defect in its divide-and-conquer "
+        f"eigensolver (STEDC) with tile sizes that are not powers of two and on 2-D process grids, under "
+        f"which syevd and sygvd may fail or hang, and computes wrong eigenvectors in cases that 0.9.1 fixed; "
+        f"here {' and '.join(problems)}. To fix: {'; '.join(fixes)}; or install "
+        f"cuSOLVERMp {text(FIXED)} or newer (pip install 'nvidia-cusolvermp-cu13>=0.9.1' with the NCCL it "
+        f"needs)."
+    )
 
 
 def check(op: str, tile: int, grid) -> None:
@@ -149,8 +156,10 @@ def guards(version: Optional[tuple]) -> list:
     """The guards in force with ``version``, as sentences (empty with a fixed version)."""
     if not affected(version):
         return []
-    return [f"syevd/sygvd (eigh, eigvalsh, svd, Eigh, SVD): T_A must be a power of two (below {text(FIXED)})",
-            f"syevd/sygvd: 2-D process grids are refused (below {text(FIXED)})"]
+    return [
+        f"syevd/sygvd (eigh, eigvalsh, svd, Eigh, SVD): T_A must be a power of two (below {text(FIXED)})",
+        f"syevd/sygvd: 2-D process grids are refused (below {text(FIXED)})",
+    ]
 
 
 def info() -> dict:
@@ -161,12 +170,20 @@ def info() -> dict:
         native = _library._native_module()
         if reason is None:
             version = engine_version()
-            out.update(engine=f"cuSOLVERMp {text(version)}",
-                       engine_guards="; ".join(guards(version)) or "none (nothing is refused)")
-        out.update(header_versions=native.header_versions(), cuda_runtime=native.cuda_runtime_version(),
-                   nccl_version=native.nccl_version(), cusolvermp_version=native.cusolvermp_version(),
-                   libraries=native.library_paths(), capabilities=native.capabilities(), cache=native.cache_info(),
-                   watchdog={"timeout_s": native.native_timeout(), "aborts": native.aborts()})
+            out.update(
+                engine=f"cuSOLVERMp {text(version)}",
+                engine_guards="; ".join(guards(version)) or "none (nothing is refused)",
+            )
+        out.update(
+            header_versions=native.header_versions(),
+            cuda_runtime=native.cuda_runtime_version(),
+            nccl_version=native.nccl_version(),
+            cusolvermp_version=native.cusolvermp_version(),
+            libraries=native.library_paths(),
+            capabilities=native.capabilities(),
+            cache=native.cache_info(),
+            watchdog={"timeout_s": native.native_timeout(), "aborts": native.aborts()},
+        )
     try:
         out["cusolvermp_wheel"] = importlib.metadata.version("nvidia-cusolvermp-cu13")
     except Exception:  # noqa: BLE001

@@ -35,6 +35,7 @@ from ..ffi import _library
 
 # --- Grid geometry and bootstrap ---
 
+
 def grid_axes(grid):
     """Every mesh axis of the grid: rows first."""
     return tuple(grid.row_axes) + tuple(grid.col_axes)
@@ -57,7 +58,8 @@ def ffi_call(target: str, results, operands, boot=(), aliases=None, **attrs):
     shift = len(boot)
     aliases = {i + shift: o for i, o in (aliases or {}).items()}
     return jax.ffi.ffi_call(target, results, input_output_aliases=aliases or None, vmap_method="expand_dims")(
-        *boot, *operands, **{k: np.int64(v) for k, v in attrs.items()})
+        *boot, *operands, **{k: np.int64(v) for k, v in attrs.items()}
+    )
 
 
 def bootstrap(grid):
@@ -101,6 +103,7 @@ def no_rhs(x):
 
 # --- Status: agreed over the grid, NaN outputs on failure ---
 
+
 def agreed(status, grid, *outputs):
     """``(status, *outputs)`` with status agreed over the grid (the maximum: 0, or LAPACK's
     ``info``) and every output NaN wherever it is not 0."""
@@ -112,6 +115,7 @@ def agreed(status, grid, *outputs):
 
 
 # --- Redistribution between the block layout and the natural-order block-cyclic layout ---
+
 
 def padded_size(n: int, tile: int, grid) -> int:
     """n rounded up to a multiple of ``tile * lcm(nprow, npcol)``."""
@@ -131,7 +135,7 @@ def to_cyclic(x, axis: int, axes, nproc: int, n: int, npad: int, tile: int):
     if nproc > 1 and npad == n and (local // tile) % nproc == 0 and local % tile == 0:
         kr = local // tile
         # local tile l goes to process l % nproc (its global index is a multiple of nproc apart)
-        y = x.reshape(x.shape[:axis] + (kr // nproc, nproc, tile) + x.shape[axis + 1:])
+        y = x.reshape(x.shape[:axis] + (kr // nproc, nproc, tile) + x.shape[axis + 1 :])
         y = jnp.swapaxes(y, axis, axis + 1)  # (nproc, kr/nproc, tile) at axis
         y = jax.lax.all_to_all(y, name(axes), axis, axis, tiled=False)  # chunk s: from process s
         return y.reshape(x.shape)
@@ -143,10 +147,10 @@ def to_cyclic(x, axis: int, axes, nproc: int, n: int, npad: int, tile: int):
         x = jnp.pad(x, pad)
     if nproc > 1:
         k = npad // tile
-        shape = x.shape[:axis] + (k // nproc, nproc, tile) + x.shape[axis + 1:]
+        shape = x.shape[:axis] + (k // nproc, nproc, tile) + x.shape[axis + 1 :]
         x = x.reshape(shape)
         x = jax.lax.dynamic_index_in_dim(x, index(axes), axis=axis + 1, keepdims=False)
-        x = x.reshape(x.shape[:axis] + (npad // nproc,) + x.shape[axis + 2:])
+        x = x.reshape(x.shape[:axis] + (npad // nproc,) + x.shape[axis + 2 :])
     return x
 
 
@@ -157,16 +161,16 @@ def from_cyclic(y, axis: int, axes, nproc: int, n: int, npad: int, tile: int):
     if nproc > 1 and npad == n and (local // tile) % nproc == 0 and local % tile == 0:
         kr = local // tile
         # local cyclic tile l (global me + l*nproc) belongs to block owner l // (kr/nproc)
-        z = y.reshape(y.shape[:axis] + (nproc, kr // nproc, tile) + y.shape[axis + 1:])
+        z = y.reshape(y.shape[:axis] + (nproc, kr // nproc, tile) + y.shape[axis + 1 :])
         z = jax.lax.all_to_all(z, name(axes), axis, axis, tiled=False)  # chunk s: tiles s + l'*nproc
         z = jnp.swapaxes(z, axis, axis + 1)  # (kr/nproc, nproc, tile): block order
         return z.reshape(y.shape)
     if nproc > 1:
         y = jax.lax.all_gather(y, name(axes), axis=axis, tiled=False)  # (nproc, npad/nproc) at axis
         k = npad // tile
-        y = y.reshape(y.shape[:axis] + (nproc, k // nproc, tile) + y.shape[axis + 2:])
+        y = y.reshape(y.shape[:axis] + (nproc, k // nproc, tile) + y.shape[axis + 2 :])
         y = jnp.swapaxes(y, axis, axis + 1)
-        y = y.reshape(y.shape[:axis] + (npad,) + y.shape[axis + 3:])
+        y = y.reshape(y.shape[:axis] + (npad,) + y.shape[axis + 3 :])
     y = jax.lax.slice_in_dim(y, 0, n, axis=axis)
     if nproc > 1:
         size = n // nproc
@@ -193,6 +197,7 @@ def cyclic_matrix(a, grid, n: int, npad: int, tile: int, pad_value=None):
 
 # --- Right-hand sides: whole (n, nrhs) arrays <-> the rows a member holds in cuSOLVERMp's layout ---
 # (rows block-cyclic over the pr process rows, valid on process column 0)
+
 
 def rows_of(bc, j, n, tile, pr):
     """Process row ``j``'s rows of a whole (n, nrhs) right-hand side, natural block-cyclic order."""
@@ -252,6 +257,7 @@ def tile_permutation(n: int, tile: int, nproc: int) -> np.ndarray:
 
 # --- The family classes' common part ---
 
+
 @dataclasses.dataclass(frozen=True)
 class GridKernels:
     """What the native family classes share: the plan (hashable: the classes are static arguments
@@ -273,8 +279,16 @@ class GridKernels:
         """The static keywords every kernel of the family takes."""
         return {"tile": self.plan.tile}
 
-    def run(self, kernel, args, inputs, outputs, shapes: Optional[Sequence[tuple]] = None,
-            names: Optional[Sequence[str]] = None, **params):
+    def run(
+        self,
+        kernel,
+        args,
+        inputs,
+        outputs,
+        shapes: Optional[Sequence[tuple]] = None,
+        names: Optional[Sequence[str]] = None,
+        **params,
+    ):
         """``kernel`` over the grid (``jaxmg._sharded.run``); ``shapes``/``names`` describe outputs
         that the grid's layout must divide."""
         if shapes is not None:

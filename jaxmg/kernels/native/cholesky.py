@@ -69,30 +69,59 @@ def _solve_call(f_m, b_m, members, nid, rank, *, n, tile, pr, pc, mode, solve):
     """jaxmg_potrs with a factor made by _factor_call (read only): (x, local log det, status 0).
     f_m is (nloc, mloc) row-major = the factor's column-major local block; b_m is (nrhs, mloc)."""
     real = jnp.finfo(f_m.dtype).dtype
-    results = (jax.ShapeDtypeStruct(b_m.shape, b_m.dtype), jax.ShapeDtypeStruct((), real),
-               jax.ShapeDtypeStruct((), jnp.int32))
-    return _grid.ffi_call("jaxmg_potrs", results, (f_m, b_m), (members, nid, rank), aliases={1: 0},
-                          **_attrs(f_m, b_m, n, tile, pr, pc, mode, solve))
+    results = (
+        jax.ShapeDtypeStruct(b_m.shape, b_m.dtype),
+        jax.ShapeDtypeStruct((), real),
+        jax.ShapeDtypeStruct((), jnp.int32),
+    )
+    return _grid.ffi_call(
+        "jaxmg_potrs",
+        results,
+        (f_m, b_m),
+        (members, nid, rank),
+        aliases={1: 0},
+        **_attrs(f_m, b_m, n, tile, pr, pc, mode, solve),
+    )
 
 
 def _factor_call(a_m, b_m, members, nid, rank, *, n, tile, pr, pc, mode, solve):
     """jaxmg_potrf: factor (and solve) in place: (factor, x, local log det, status). a_m is
     (nloc, mloc) row-major = M's column-major local block; b_m is (nrhs, mloc)."""
     real = jnp.finfo(a_m.dtype).dtype
-    results = (jax.ShapeDtypeStruct(a_m.shape, a_m.dtype), jax.ShapeDtypeStruct(b_m.shape, b_m.dtype),
-               jax.ShapeDtypeStruct((), real), jax.ShapeDtypeStruct((), jnp.int32))
-    return _grid.ffi_call("jaxmg_potrf", results, (a_m, b_m), (members, nid, rank), aliases={0: 0, 1: 1},
-                          **_attrs(a_m, b_m, n, tile, pr, pc, mode, solve))
+    results = (
+        jax.ShapeDtypeStruct(a_m.shape, a_m.dtype),
+        jax.ShapeDtypeStruct(b_m.shape, b_m.dtype),
+        jax.ShapeDtypeStruct((), real),
+        jax.ShapeDtypeStruct((), jnp.int32),
+    )
+    return _grid.ffi_call(
+        "jaxmg_potrf",
+        results,
+        (a_m, b_m),
+        (members, nid, rank),
+        aliases={0: 0, 1: 1},
+        **_attrs(a_m, b_m, n, tile, pr, pc, mode, solve),
+    )
 
 
 def _attrs(a_m, b_m, n, tile, pr, pc, mode, solve):
     """The handlers' attributes (csrc/README.md)."""
-    return dict(n=n, tile=tile, pr=pr, pc=pc, mloc=a_m.shape[-1], nloc=a_m.shape[-2],
-                nrhs=b_m.shape[-2] if solve else 1, mode=mode, solve=solve,
-                uplo=_UPLO_LOWER if mode == _MODE_INPLACE else _UPLO_UPPER)
+    return dict(
+        n=n,
+        tile=tile,
+        pr=pr,
+        pc=pc,
+        mloc=a_m.shape[-1],
+        nloc=a_m.shape[-2],
+        nrhs=b_m.shape[-2] if solve else 1,
+        mode=mode,
+        solve=solve,
+        uplo=_UPLO_LOWER if mode == _MODE_INPLACE else _UPLO_UPPER,
+    )
 
 
 # --- Kernels ---
+
 
 def _inplace_ok(n: int, tile: int, grid) -> bool:
     pr, pc = _grid.mp_grid(grid)
@@ -140,15 +169,17 @@ def potrs(a, b, *, grid, tile):
 
     if _inplace_ok(n, tile, grid):
         bl = _permuted_rows(bc, grid, n, tile)
-        _, xt, logdet, status = _factor_call(a, bl.T, members, nid, rank, n=n, tile=tile, pr=pr, pc=pc,
-                                             mode=_MODE_INPLACE, solve=1)
+        _, xt, logdet, status = _factor_call(
+            a, bl.T, members, nid, rank, n=n, tile=tile, pr=pr, pc=pc, mode=_MODE_INPLACE, solve=1
+        )
         x = _permuted_whole(xt.T, grid, n, tile)
     else:
         npad = _grid.padded_size(n, tile, grid)
         am = _grid.cyclic_matrix(a, grid, n, npad, tile)
         bl = _grid.rows_of(jnp.pad(bc, ((0, npad - n), (0, 0))), _grid.index(grid.col_axes), npad, tile, pr)
-        _, xt, logdet, status = _factor_call(am, bl.T, members, nid, rank, n=npad, tile=tile, pr=pr, pc=pc,
-                                             mode=_MODE_NATURAL, solve=1)
+        _, xt, logdet, status = _factor_call(
+            am, bl.T, members, nid, rank, n=npad, tile=tile, pr=pr, pc=pc, mode=_MODE_NATURAL, solve=1
+        )
         x = _grid.whole_rows(xt.T, grid, npad, tile, pr)[:n]
     x = jnp.conj(x)
     status, x, logdet = _grid.agreed(status, grid, x[:, 0] if vector else x, _logdet_sum(logdet, grid))
@@ -159,6 +190,7 @@ def potrs(a, b, *, grid, tile):
 # The state is cuSOLVERMp's factor in a's local block shape (tile ``family_tile``): permuted
 # (step 2 of the module docstring; L cannot be read from it) or natural (step 3), chosen by
 # ``_permuted`` from static values alone. A failed factorisation leaves the state NaN.
+
 
 def _permuted(n: int, tile: int, grid, natural: bool) -> bool:
     """Whether the family state is in the permuted (in-place) layout."""
@@ -224,8 +256,10 @@ def cholesky_lower(state, *, grid, tile, natural=False):
     n = state.shape[-2] * grid.nprow
     t = _grid.family_tile(n, int(tile), grid)
     if _permuted(n, t, grid, natural):
-        raise ValueError("this Cholesky state is in cuSOLVERMp's permuted in-place layout, from which L cannot "
-                         "be read; factor with natural=True (jaxmg.Cholesky(a, natural=True)) to read L.")
+        raise ValueError(
+            "this Cholesky state is in cuSOLVERMp's permuted in-place layout, from which L cannot "
+            "be read; factor with natural=True (jaxmg.Cholesky(a, natural=True)) to read L."
+        )
     (f,) = cholesky_triangle(state, grid=grid, tile=tile)
     i, j = _grid.index(grid.row_axes), _grid.index(grid.col_axes)
     rows = i * f.shape[-2] + jnp.arange(f.shape[-2])
@@ -305,8 +339,14 @@ class Cholesky(_grid.GridKernels):
         n = self.plan.shape[0]
         lower, reordered = cholesky_triangle_kind(n, self.plan.tile, self.grid, self.plan.natural)
         (factor,) = self.run(cholesky_triangle, [state.factor], [Block()], [Block()])
-        inverse = whole(_hermitian_inverse, (factor,), self.grid, lower=lower, products=products_on(self.grid, n),
-                        layout=cyclic.on_grid(self.grid, n))
+        inverse = whole(
+            _hermitian_inverse,
+            (factor,),
+            self.grid,
+            lower=lower,
+            products=products_on(self.grid, n),
+            layout=cyclic.on_grid(self.grid, n),
+        )
         if reordered:
             (inverse,) = self.run(cholesky_to_a_order, [inverse], [Block()], [Block()])
         return inverse
@@ -323,8 +363,9 @@ def _hermitian_inverse(factor, *, lower: bool, products, layout=None):
         if layout is None:
             return triangular.hermitian_inverse(triangular.Tri(factor, lower=lower))
         with triangular.laid_out(layout):
-            inverse = triangular.hermitian_inverse(triangular.Tri(layout.reordered(factor), lower=lower),
-                                                   base=layout.base)
+            inverse = triangular.hermitian_inverse(
+                triangular.Tri(layout.reordered(factor), lower=lower), base=layout.base
+            )
         return layout.natural(inverse)
 
 

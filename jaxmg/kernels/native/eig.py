@@ -88,10 +88,15 @@ def syevd(a, *, grid, tile):
         s = spectrum_bound(a, grid)
         sigma = jnp.where(s > 0, 2 * s, 1).astype(a.dtype)
     x = _grid.cyclic_matrix(a, grid, n, npad, int(tile), pad_value=sigma)
-    results = (jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct(x.shape[:-2] + (npad,), _real(x.dtype)),
-               jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct(x.shape[:-2], jnp.int32))
-    _, w, z, status = _grid.ffi_call("jaxmg_syevd", results, (_to_engine(x),), _grid.start(grid), aliases={0: 0},
-                                     **_attrs(npad, int(tile), grid))
+    results = (
+        jax.ShapeDtypeStruct(x.shape, x.dtype),
+        jax.ShapeDtypeStruct(x.shape[:-2] + (npad,), _real(x.dtype)),
+        jax.ShapeDtypeStruct(x.shape, x.dtype),
+        jax.ShapeDtypeStruct(x.shape[:-2], jnp.int32),
+    )
+    _, w, z, status = _grid.ffi_call(
+        "jaxmg_syevd", results, (_to_engine(x),), _grid.start(grid), aliases={0: 0}, **_attrs(npad, int(tile), grid)
+    )
     status, w, z = _grid.agreed(status, grid, w[..., :n], z)
     return w, _vectors(z, grid, n, npad, int(tile)), status
 
@@ -104,11 +109,21 @@ def sygvd(a, b, *, grid, tile):
     t = _grid.family_tile(n, int(tile), grid, powers_of_two=_engine.powers_of_two_only())
     x = _grid.cyclic_matrix(a, grid, n, n, t)
     y = _grid.cyclic_matrix(b, grid, n, n, t)
-    results = (jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct(x.shape, x.dtype),
-               jax.ShapeDtypeStruct(x.shape[:-2] + (n,), _real(x.dtype)), jax.ShapeDtypeStruct(x.shape, x.dtype),
-               jax.ShapeDtypeStruct(x.shape[:-2], jnp.int32))
-    _, _, w, z, status = _grid.ffi_call("jaxmg_sygvd", results, (_to_engine(x), _to_engine(y)), _grid.start(grid),
-                                        aliases={0: 0, 1: 1}, **_attrs(n, t, grid))
+    results = (
+        jax.ShapeDtypeStruct(x.shape, x.dtype),
+        jax.ShapeDtypeStruct(x.shape, x.dtype),
+        jax.ShapeDtypeStruct(x.shape[:-2] + (n,), _real(x.dtype)),
+        jax.ShapeDtypeStruct(x.shape, x.dtype),
+        jax.ShapeDtypeStruct(x.shape[:-2], jnp.int32),
+    )
+    _, _, w, z, status = _grid.ffi_call(
+        "jaxmg_sygvd",
+        results,
+        (_to_engine(x), _to_engine(y)),
+        _grid.start(grid),
+        aliases={0: 0, 1: 1},
+        **_attrs(n, t, grid),
+    )
     status, w, z = _grid.agreed(status, grid, w, z)
     return w, _vectors(z, grid, n, n, t), status
 

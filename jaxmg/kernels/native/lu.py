@@ -51,8 +51,11 @@ def _start(local, grid, tile):
 
 def _getrf_call(a_m, members, nid, rank, **attrs):
     """jaxmg_getrf: (factor in place, this process row's pivots (mloc,) int32 1-based, status)."""
-    results = (jax.ShapeDtypeStruct(a_m.shape, a_m.dtype), jax.ShapeDtypeStruct((attrs["mloc"],), jnp.int32),
-               jax.ShapeDtypeStruct((), jnp.int32))
+    results = (
+        jax.ShapeDtypeStruct(a_m.shape, a_m.dtype),
+        jax.ShapeDtypeStruct((attrs["mloc"],), jnp.int32),
+        jax.ShapeDtypeStruct((), jnp.int32),
+    )
     return _grid.ffi_call("jaxmg_getrf", results, (a_m,), (members, nid, rank), aliases={0: 0}, **attrs)
 
 
@@ -60,8 +63,9 @@ def _getrs_call(f_m, ipiv, b_m, members, nid, rank, **attrs):
     """jaxmg_getrs (op = N): x in place of b_m, (nrhs, mloc) = the local rows, valid on process
     column 0."""
     results = jax.ShapeDtypeStruct(b_m.shape, b_m.dtype)
-    return _grid.ffi_call("jaxmg_getrs", results, (f_m, ipiv, b_m), (members, nid, rank), aliases={2: 0},
-                          nrhs=b_m.shape[-2], **attrs)
+    return _grid.ffi_call(
+        "jaxmg_getrs", results, (f_m, ipiv, b_m), (members, nid, rank), aliases={2: 0}, nrhs=b_m.shape[-2], **attrs
+    )
 
 
 def lu_factor(a, *, grid, tile):
@@ -83,8 +87,10 @@ def lu_factor_order(n: int, tile: int, grid) -> dict:
     pr, pc = _grid.mp_grid(grid)
     if pr == pc == 1:
         return dict(rows=None, cols=None)
-    return dict(rows=tuple(int(i) for i in _grid.tile_permutation(n, t, pr)),
-                cols=tuple(int(i) for i in _grid.tile_permutation(n, t, pc)))
+    return dict(
+        rows=tuple(int(i) for i in _grid.tile_permutation(n, t, pr)),
+        cols=tuple(int(i) for i in _grid.tile_permutation(n, t, pc)),
+    )
 
 
 def lu_triangles(lu, *, grid, tile):
@@ -147,8 +153,9 @@ def _transposed_solve(f, piv, c, grid, n: int, t: int):
         # (D^T)^-1 r as a solve with D, transposed: the triangular solve wants its matrix
         # column-major, which D^T's row-major tile is; asked for D^T itself, XLA transposed the
         # whole local block of the factor once (one more copy of the matrix).
-        sol = jax.lax.linalg.triangular_solve(jnp.swapaxes(diag, -1, -2), r, left_side=True, lower=not lower,
-                                              transpose_a=True, unit_diagonal=not lower)
+        sol = jax.lax.linalg.triangular_solve(
+            jnp.swapaxes(diag, -1, -2), r, left_side=True, lower=not lower, transpose_a=True, unit_diagonal=not lower
+        )
         return reduce(jnp.where(owner, sol, jnp.zeros((), sol.dtype)))
 
     c = c.reshape(k, t, nrhs)
@@ -180,8 +187,9 @@ class LU(_grid.GridKernels):
         return state.lu
 
     def solve(self, state, b, spec, trans: str = "N"):
-        return self.run(lu_solve, [*state, b], [Block(), Replicated(), Rows(spec)], [Rows(spec)],
-                         trans=_TRANS[trans])[0]
+        return self.run(lu_solve, [*state, b], [Block(), Replicated(), Rows(spec)], [Rows(spec)], trans=_TRANS[trans])[
+            0
+        ]
 
     def transposed_factor(self, state):
         """The packed factor of ``M'`` transposed, in natural order, in the grid layout, and how it

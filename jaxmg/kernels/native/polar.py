@@ -47,12 +47,24 @@ class Decompositions(_grid.GridKernels):
 
     def gesvd(self, a, full_matrices: bool, compute_uv: bool = True):
         m, n = a.shape
-        out = self.run(gesvd, [a], [Block()], [self.caller, Replicated(), self.caller, Replicated()],
-                       shapes=[(m, m if full_matrices else n), (n,), (n, n), ()], names=["u", "s", "vh", "status"],
-                       full_matrices=bool(full_matrices))
+        out = self.run(
+            gesvd,
+            [a],
+            [Block()],
+            [self.caller, Replicated(), self.caller, Replicated()],
+            shapes=[(m, m if full_matrices else n), (n,), (n, n), ()],
+            names=["u", "s", "vh", "status"],
+            full_matrices=bool(full_matrices),
+        )
         return out if compute_uv else (None, out[1], None, out[3])
 
     def polar(self, a):
         m, n = a.shape
-        return self.run(polar, [a], [Block()], [self.caller, self.caller, Replicated()],
-                        shapes=[(m, n), (n, n), ()], names=["u_p", "h", "status"])
+        return self.run(
+            polar,
+            [a],
+            [Block()],
+            [self.caller, self.caller, Replicated()],
+            shapes=[(m, n), (n, n), ()],
+            names=["u_p", "h", "status"],
+        )

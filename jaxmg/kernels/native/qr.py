@@ -137,10 +137,12 @@ def qr_factor(a, *, grid, tile):
     whole, status)."""
     m0, n0 = a.shape[-2] * grid.nprow, a.shape[-1] * grid.npcol
     s, boot = _Shape(m0, n0, tile, grid), _grid.start(grid)
-    results = (jax.ShapeDtypeStruct((s.nloc, s.mloc), a.dtype), jax.ShapeDtypeStruct((s.nloc,), a.dtype),
-               jax.ShapeDtypeStruct((), jnp.int32))
-    f, tau, status = _grid.ffi_call("jaxmg_geqrf", results, (_laid_out(a, grid, s),), boot, aliases={0: 0},
-                                    **s.attrs())
+    results = (
+        jax.ShapeDtypeStruct((s.nloc, s.mloc), a.dtype),
+        jax.ShapeDtypeStruct((s.nloc,), a.dtype),
+        jax.ShapeDtypeStruct((), jnp.int32),
+    )
+    f, tau, status = _grid.ffi_call("jaxmg_geqrf", results, (_laid_out(a, grid, s),), boot, aliases={0: 0}, **s.attrs())
     status = jnp.where(status != 0, status, first_bad_pivot(_diagonal(f, grid, s)[:n0]))
     status, f, tau = _grid.agreed(status, grid, f, _whole_cols(tau, grid, s)[:n0])
     return f, tau, status
@@ -152,8 +154,10 @@ def _of_state(f, tau, grid, tile, m0: int | None = None):
     identity reflector, for the padding columns)."""
     s = _Shape(m0, tau.shape[-1], tile, grid, m=f.shape[-1] * grid.nprow)
     if s.nloc != f.shape[-2] or (m0 is not None and _Shape(m0, s.n0, tile, grid).m != s.m):
-        raise ValueError(f"the QR state's local block {f.shape[-2:]} does not fit a {m0} x {s.n0} matrix in "
-                         f"tiles of {tile} on this grid: it comes from another call")
+        raise ValueError(
+            f"the QR state's local block {f.shape[-2:]} does not fit a {m0} x {s.n0} matrix in "
+            f"tiles of {tile} on this grid: it comes from another call"
+        )
     return s, _local_cols(jnp.pad(tau, (0, s.n - s.n0)), grid, s)
 
 
@@ -161,8 +165,9 @@ def qr_q(f, tau, *, grid, tile, m):
     """Q (M x N, a's block layout), by orgqr of a copy of the factor."""
     s, tau_l = _of_state(f, tau, grid, tile, m)
     assert s.m0 is not None
-    q = _grid.ffi_call("jaxmg_orgqr", jax.ShapeDtypeStruct(f.shape, f.dtype), (f, tau_l), _grid.start(grid),
-                       **s.attrs())
+    q = _grid.ffi_call(
+        "jaxmg_orgqr", jax.ShapeDtypeStruct(f.shape, f.dtype), (f, tau_l), _grid.start(grid), **s.attrs()
+    )
     return (_block(q, grid, s, s.m0),)
 
 

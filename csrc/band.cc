@@ -27,12 +27,6 @@
 namespace jaxmg {
 namespace {
 
-int64_t batch_of(ffi::Span<const int64_t> dims, size_t matrix_rank) {
-  int64_t batch = 1;
-  for (size_t k = 0; k + matrix_rank < dims.size(); ++k) batch *= dims[k];
-  return batch;
-}
-
 // sb2st's extents, or an InvalidArgument: d and e, and v and tau either both empty or whole.
 ffi::Error check_sb2st(const ffi::AnyBuffer& ab, int64_t b, int64_t n, int64_t batch, const ffi::AnyBuffer& d,
                        const ffi::AnyBuffer& e, const ffi::AnyBuffer& v, const ffi::AnyBuffer& tau) {
@@ -172,9 +166,8 @@ void stedc(GridCall& g, const Tridiagonal& t, const char* de, char* z, char* w, 
     cusolverStatus_t st = api().cusolverMpStedc(ctx.handle, compz, n, wk, ek, zk, 1, 1, desc, type, ctx.work.ptr, dwork,
                                                 ctx.host_work.data(), ctx.host_work.size(), status + k);
     JAXMG_TRACE("stedc returned ", (int)st);
-    if (entry_status(g, st, status + k, "cusolverMpStedc") == 0) return;
-    check_cuda(cudaMemsetAsync(wk, 0xFF, n * rs, g.stream), "cudaMemsetAsync(failed outputs)");
-    check_cuda(cudaMemsetAsync(zk, 0xFF, n * n * rs, g.stream), "cudaMemsetAsync(failed outputs)");
+    fill_failed(g, entry_status(g, st, status + k, "cusolverMpStedc"),
+                {{wk, (size_t)(n * rs)}, {zk, (size_t)(n * n * rs)}});
   });
 }
 

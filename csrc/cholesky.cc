@@ -37,7 +37,7 @@ struct SymPlan {
 // solve's workspace.
 struct CholeskyCache : FamilyCache {
   std::map<std::string, std::unique_ptr<SymPlan>> plans;
-  TiledSolve tiled;
+  DeviceBuffer tiled;  // the tiled solve's workspace (trsolve.h)
 };
 
 // The tiles one member's symmetrization moves, as offsets into its local block: local (source,
@@ -231,11 +231,7 @@ bool factor_entry(GridCall& g, const Problem& pb, cublasFillMode_t fill, cusolve
   const bool not_pd = failed_execution(st);
   if (st != CUSOLVER_STATUS_SUCCESS && !not_pd) check_mp(st, "cusolverMpPotrf");
   if (not_pd) failure_status(g, status, (int32_t)pb.n + 1);
-  const bool failed = agree_status(g, status) != 0;
-  if (failed)
-    check_cuda(cudaMemsetAsync(ak, 0xFF, (size_t)(pb.mloc * pb.nloc * elem_bytes(pb.dtype)), g.stream),
-               "cudaMemsetAsync(failed factor)");
-  return failed;
+  return fill_failed(g, agree_status(g, status), {{ak, (size_t)pb.entry_bytes()}});
 }
 
 // cuSOLVERMp's workspaces for the call: potrf's where it factors, potrs's where it solves with

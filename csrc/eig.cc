@@ -37,10 +37,7 @@ void finish_entry(GridCall& g, const Problem& pb, cusolverStatus_t st, bool mino
                   char* z) {
   const int32_t v = entry_status(g, st, status, "cuSOLVERMp eigensolver");
   if (minor_above && v > pb.n) set_status(g, status, v - (int32_t)pb.n);
-  if (agree_status(g, status) == 0) return;
-  check_cuda(cudaMemsetAsync(w, 0xFF, (size_t)(pb.n * real_bytes(pb.dtype)), g.stream),
-             "cudaMemsetAsync(failed outputs)");
-  check_cuda(cudaMemsetAsync(z, 0xFF, (size_t)pb.entry_bytes(), g.stream), "cudaMemsetAsync(failed outputs)");
+  fill_failed(g, agree_status(g, status), {{w, (size_t)(pb.n * real_bytes(pb.dtype))}, {z, (size_t)pb.entry_bytes()}});
 }
 
 // syevd on every batch entry: a (destroyed), w (n real eigenvalues, ascending), z (vectors).

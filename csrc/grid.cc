@@ -470,6 +470,13 @@ int32_t failure_status(GridCall& g, int32_t* status, int32_t fallback) {
   return v;
 }
 
+bool fill_failed(GridCall& g, int32_t status, std::initializer_list<EntryOutput> outputs) {
+  if (status == 0) return false;
+  for (const EntryOutput& out : outputs)
+    check_cuda(cudaMemsetAsync(out.ptr, 0xFF, out.bytes, g.stream), "cudaMemsetAsync(failed outputs)");
+  return true;
+}
+
 cublasHandle_t blas_handle(cudaStream_t stream) {
   static std::mutex mutex;
   static std::map<std::pair<int, cudaStream_t>, cublasHandle_t> handles;

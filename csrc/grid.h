@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -93,6 +94,14 @@ ffi::Error check_batch(const char* who, const ffi::AnyBuffer& a, int64_t mloc, i
 // whole square tiles of `tile` (all of them positive).
 ffi::Error check_extents(const char* who, int64_t m, int64_t n, int64_t tile, int64_t pr, int64_t pc, int64_t mloc,
                          int64_t nloc);
+
+// How many matrices a one-GPU handler's operand of extents `dims` stacks: the product of its
+// leading dimensions, those before its last `matrix_rank` (1 where there are none).
+inline int64_t batch_of(ffi::Span<const int64_t> dims, size_t matrix_rank) {
+  int64_t batch = 1;
+  for (size_t k = 0; k + matrix_rank < dims.size(); ++k) batch *= dims[k];
+  return batch;
+}
 
 // The prologue of an in-place handler (input_output_aliases): the output `out` starts as the
 // input `in`, copied on `stream` where XLA did not alias the two buffers (a Failure where their
@@ -289,6 +298,18 @@ void set_status(GridCall& g, int32_t* status, int32_t v);
 // The status of an entry whose cuSOLVERMp call was a failed execution: its info where that is
 // positive (read on the call's stream), else `fallback`, written to `status`; returns it.
 int32_t failure_status(GridCall& g, int32_t* status, int32_t fallback);
+
+// One output of a batch entry: `bytes` bytes at `ptr` (device memory).
+struct EntryOutput {
+  void* ptr;
+  size_t bytes;
+};
+
+// The outputs of an entry whose status is `status` (0: it succeeded): where it failed, every byte
+// of each of `outputs` is set on the call's stream (0xFF: a NaN in every floating type), so that
+// whatever reads them (solves, log dets, products) gives NaN rather than a partial result's
+// numbers. Returns whether it failed.
+bool fill_failed(GridCall& g, int32_t status, std::initializer_list<EntryOutput> outputs);
 
 // ---------------------------------------------------------------------------------------------
 // Timings by call kind: GPU events around the layout step, the first factorization and the whole

@@ -62,8 +62,7 @@ void getrf(GridCall& g, const Problem& pb, char* a, int32_t* pivots, int32_t* st
     const bool singular = failed_execution(st);
     if (st != CUSOLVER_STATUS_SUCCESS && !singular) check_mp(st, "cusolverMpGetrf");
     if (singular) failure_status(g, status + k, (int32_t)n + 1);
-    if (agree_status(g, status + k) != 0)
-      check_cuda(cudaMemsetAsync(ak, 0xFF, (size_t)entry, g.stream), "cudaMemsetAsync(failed factor)");
+    fill_failed(g, agree_status(g, status + k), {{ak, (size_t)entry}});
     check_cuda(pivots_to_int32(ipiv, pivots + k * pb.mloc, pb.mloc, g.stream), "pivots to int32");
   });
 }

@@ -51,8 +51,7 @@ void geqrf(GridCall& g, const Problem& pb, char* a, char* tau, int32_t* status) 
     const bool failed = failed_execution(st);
     if (st != CUSOLVER_STATUS_SUCCESS && !failed) check_mp(st, "cusolverMpGeqrf");
     if (failed) set_status(g, status + k, (int32_t)pb.n + 1);
-    if (agree_status(g, status + k) != 0)
-      check_cuda(cudaMemsetAsync(ak, 0xFF, (size_t)entry, g.stream), "cudaMemsetAsync(failed factor)");
+    fill_failed(g, agree_status(g, status + k), {{ak, (size_t)entry}});
   });
 }
 

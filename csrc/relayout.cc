@@ -28,9 +28,7 @@ ffi::Error RelayoutImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::
     return ffi::Error::InvalidArgument(cat("jaxmg_relayout: mode must be 0, 1 or 2; got ", mode));
   DType dtype;
   if (ffi::Error e = check_dtype("jaxmg_relayout", x.element_type(), &dtype); e.failure()) return e;
-  const int64_t n = xd[xd.size() - 1];
-  int64_t batch = 1;
-  for (size_t k = 0; k + 2 < xd.size(); ++k) batch *= xd[k];
+  const int64_t n = xd[xd.size() - 1], batch = batch_of(xd, 2);
   try {
     copy_unless_aliased(*out, x, stream, "cudaMemcpyAsync(relayout operand to result)");
     void* a = out->untyped_data();

@@ -45,21 +45,15 @@ JAXMG_BLAS_OPS(cuDoubleComplex, ncclDouble, 2, CUBLAS_OP_C, make_cuDoubleComplex
 #undef JAXMG_BLAS_OPS
 
 template <typename T>
-void solve(TiledSolve& ts, ncclComm_t comm, const T* a, T* x, int64_t n, int64_t tile, int nproc, int rank,
+void solve(DeviceBuffer& work, ncclComm_t comm, const T* a, T* x, int64_t n, int64_t tile, int nproc, int rank,
            int64_t nrhs, cudaStream_t stream) {
   using O = Ops<T>;
   cublasHandle_t h = blas_handle(stream);  // one per device and stream (grid.h)
   const int64_t ntiles = n / tile, stage = tile * nrhs;
   const size_t want = (size_t)(n * nrhs + 2 * stage) * sizeof(T);
-  if (ts.bytes < want) {
-    if (ts.work) cudaFree(ts.work);
-    ts.work = nullptr;
-    ts.bytes = 0;
-    check_cuda(cudaMalloc(&ts.work, want), "cudaMalloc(tiled solve workspace)");
-    ts.bytes = want;
-  }
-  T* partial = static_cast<T*>(ts.work);  // this member's partial sums: B - sum of its L_gj X_j
-  T* send = partial + n * nrhs;           // one tile of right-hand sides, contiguous
+  work.ensure(want, "cudaMalloc(tiled solve workspace)");
+  T* partial = static_cast<T*>(work.ptr);  // this member's partial sums: B - sum of its L_gj X_j
+  T* send = partial + n * nrhs;            // one tile of right-hand sides, contiguous
   T* recv = send + stage;
   const T one = O::one(), minus_one = O::minus_one();
   const size_t pitch = (size_t)n * sizeof(T), tile_pitch = (size_t)tile * sizeof(T);
@@ -123,19 +117,15 @@ void solve(TiledSolve& ts, ncclComm_t comm, const T* a, T* x, int64_t n, int64_t
 
 }  // namespace
 
-TiledSolve::~TiledSolve() {
-  if (work) cudaFree(work);
-}
-
 bool tiled_solve_available() { return api().blas; }
 
-void tiled_potrs(TiledSolve& ts, ncclComm_t comm, DType dtype, const void* a, void* x, int64_t n, int64_t tile,
+void tiled_potrs(DeviceBuffer& work, ncclComm_t comm, DType dtype, const void* a, void* x, int64_t n, int64_t tile,
                  int nproc, int rank, int64_t nrhs, cudaStream_t stream) {
   if (!api().blas) throw Failure("jaxmg native: the tiled solve needs cuBLAS, which was not found");
   if (n % (tile * nproc)) throw Failure("jaxmg native: the tiled solve needs n to be a multiple of tile * nproc");
   with_elem_type(dtype, [&](auto zero) {
     using T = decltype(zero);
-    solve(ts, comm, static_cast<const T*>(a), static_cast<T*>(x), n, tile, nproc, rank, nrhs, stream);
+    solve(work, comm, static_cast<const T*>(a), static_cast<T*>(x), n, tile, nproc, rank, nrhs, stream);
   });
 }
 

@@ -6,24 +6,13 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include <cstddef>
 #include <cstdint>
 
 #include "dtype.h"
 
 namespace jaxmg {
 
-// What the tiled solve keeps per grid member: its workspace (one right-hand-side-sized
-// accumulator and two one-tile staging buffers). Owned, released once. Its cuBLAS calls use the
-// stream's handle (blas_handle, grid.h), as the one-GPU products do.
-struct TiledSolve {
-  void* work = nullptr;
-  size_t bytes = 0;
-  TiledSolve() = default;
-  TiledSolve(const TiledSolve&) = delete;
-  TiledSolve& operator=(const TiledSolve&) = delete;
-  ~TiledSolve();
-};
+struct DeviceBuffer;  // grid.h
 
 // Whether cuBLAS was found (the tiled solve can run).
 bool tiled_solve_available();
@@ -36,8 +25,11 @@ bool tiled_solve_available();
 // members are reduced onto the tile's owner, which solves the diagonal tile and updates its own
 // partial sums below it); backward substitution fans out (the owner of tile g subtracts its
 // column's contribution, solves, and broadcasts X's tile g). Throws std::runtime_error naming the
-// failed call.
-void tiled_potrs(TiledSolve& ts, ncclComm_t comm, DType dtype, const void* a, void* x, int64_t n, int64_t tile,
+// failed call. `work` is what the tiled solve keeps per grid member, the caller's device buffer,
+// grown where it is smaller than the solve needs (one right-hand-side-sized accumulator and two
+// one-tile staging buffers). Its cuBLAS calls use the stream's handle (blas_handle, grid.h), as
+// the one-GPU products do.
+void tiled_potrs(DeviceBuffer& work, ncclComm_t comm, DType dtype, const void* a, void* x, int64_t n, int64_t tile,
                  int nproc, int rank, int64_t nrhs, cudaStream_t stream);
 
 }  // namespace jaxmg

@@ -73,17 +73,12 @@ JAXMG_GEMM_TRMM(cuComplex, float, cublasCgemm, cublasCtrmm, cublasCtrsm, cublasC
 JAXMG_GEMM_TRMM(cuDoubleComplex, double, cublasZgemm, cublasZtrmm, cublasZtrsm, cublasZherk)
 #undef JAXMG_GEMM_TRMM
 
+// cuBLAS's operation of an op code (codes.h: op_n, op_t, op_c).
 cublasOperation_t op_of(int64_t code) {
-  switch (code) {
-    case codes::op_n:
-      return CUBLAS_OP_N;
-    case codes::op_t:
-      return CUBLAS_OP_T;
-    case codes::op_c:
-      return CUBLAS_OP_C;
-    default:
-      throw Failure(cat("jaxmg_gemm: op code ", code, " is not 0 (N), 1 (T) or 2 (C)"));
-  }
+  if (code == codes::op_n) return CUBLAS_OP_N;
+  if (code == codes::op_t) return CUBLAS_OP_T;
+  if (code == codes::op_c) return CUBLAS_OP_C;
+  throw Failure(cat("jaxmg_gemm: op code ", code, " is not 0 (N), 1 (T) or 2 (C)"));
 }
 
 // Row-major x (p x q), y (r x s): op_x(x) is m x k and op_y(y) is k x n; c is m x n.
@@ -196,41 +191,33 @@ void InPlaceInverse<T>::trmm_in_place(bool left, cublasOperation_t op, const T* 
                          // `chunk` columns (left) or rows (right) of x copied into the operand scratch
     for (int64_t s = 0; s < m; s += chunk) {
       const int64_t w = std::min(chunk, m - s);
-      if (left) {  // x (n x m): columns s..s+w
-        T* xs = x + s * lda;
-        copy(operand, n, xs, lda, n, w);
-        check_blas(
-            gemm(h, op, CUBLAS_OP_N, (int)n, (int)w, (int)n, t, (int)lda, operand, (int)n, xs, (int)lda, alpha, 0.0),
-            "cublas gemm (potri)");
-      } else {  // x (m x n): rows s..s+w
-        T* xs = x + s;
-        copy(operand, w, xs, lda, w, n);
-        check_blas(
-            gemm(h, CUBLAS_OP_N, op, (int)w, (int)n, (int)n, operand, (int)w, t, (int)lda, xs, (int)lda, alpha, 0.0),
-            "cublas gemm (potri)");
-      }
+      // x (n x m): its columns s..s+w (left), or x (m x n): its rows s..s+w, as `rows` x `cols`
+      const int64_t rows = left ? n : w, cols = left ? w : n;
+      T* xs = left ? x + s * lda : x + s;
+      copy(operand, rows, xs, lda, rows, cols);
+      check_blas(left ? gemm(h, op, CUBLAS_OP_N, (int)n, (int)w, (int)n, t, (int)lda, operand, (int)n, xs, (int)lda,
+                             alpha, 0.0)
+                      : gemm(h, CUBLAS_OP_N, op, (int)w, (int)n, (int)n, operand, (int)w, t, (int)lda, xs, (int)lda,
+                             alpha, 0.0),
+                 "cublas gemm (potri)");
     }
     return;
   }
   const int64_t n1 = split_order(n), n2 = n - n1;
   const T *t11 = t, *t12 = t + n1 * lda, *t22 = t + n1 + n1 * lda;
-  const bool plain = op == CUBLAS_OP_N;
   T *x1 = x, *x2 = left ? x + n1 : x + n1 * lda;  // rows (left) or columns (right) n1..n
-  if (left == plain) {                            // x1 first: it reads x2 as it was
-    trmm_in_place(left, op, t11, n1, x1, m, alpha);
-    if (left)
-      accumulate(CUBLAS_OP_N, CUBLAS_OP_N, n1, m, n2, alpha, t12, x2, x1);
-    else
-      accumulate(CUBLAS_OP_N, op, m, n1, n2, alpha, x2, t12, x1);
-    trmm_in_place(left, op, t22, n2, x2, m, alpha);
-  } else {  // x2 first: it reads x1 as it was
-    trmm_in_place(left, op, t22, n2, x2, m, alpha);
-    if (left)
-      accumulate(op, CUBLAS_OP_N, n2, m, n1, alpha, t12, x1, x2);
-    else
-      accumulate(CUBLAS_OP_N, CUBLAS_OP_N, m, n2, n1, alpha, x1, t12, x2);
-    trmm_in_place(left, op, t11, n1, x1, m, alpha);
-  }
+  // As the table above: the half done first (xf) reads the other (xs) as it was; that is x1 where
+  // left == (op is N), x2 otherwise.
+  const bool x1_first = left == (op == CUBLAS_OP_N);
+  T *xf = x1_first ? x1 : x2, *xs = x1_first ? x2 : x1;
+  const T *tf = x1_first ? t11 : t22, *ts = x1_first ? t22 : t11;
+  const int64_t nf = x1_first ? n1 : n2, ns = x1_first ? n2 : n1;
+  trmm_in_place(left, op, tf, nf, xf, m, alpha);
+  if (left)  // xf += op(T12) xs
+    accumulate(op, CUBLAS_OP_N, nf, m, ns, alpha, t12, xs, xf);
+  else  // xf += xs op(T12)
+    accumulate(CUBLAS_OP_N, op, m, nf, ns, alpha, xs, t12, xf);
+  trmm_in_place(left, op, ts, ns, xs, m, alpha);
 }
 
 template <typename T>

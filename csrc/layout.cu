@@ -267,6 +267,30 @@ cudaError_t pivots_to_int64(const int32_t* src, int64_t* dst, int64_t count, cud
 namespace jaxmg {
 namespace {
 
+// The tile-wise kernels below move 32 x 32 tiles of column-major matrices through shared memory
+// with a 32 x 8 thread block, reading and writing along columns: thread (tx, ty) handles rows
+// tx, columns ty + k (k = 0, 8, 16, 24) of a tile.
+
+// The 32 x 32 tile of `a` at rows r0, columns c0, into `buf` (buf[c][r] = a(r0 + r, c0 + c)), the
+// elements outside the n x n matrix left as they are.
+template <typename E>
+__device__ void load_tile(E (&buf)[32][33], const E* a, int64_t n, int64_t ld, int64_t r0, int64_t c0) {
+  for (int k = 0; k < 32; k += 8) {
+    const int64_t r = r0 + threadIdx.x, c = c0 + threadIdx.y + k;
+    if (r < n && c < n) buf[threadIdx.y + k][threadIdx.x] = a[r + c * ld];
+  }
+}
+
+// The transpose of a tile loaded by load_tile, into `a` at rows r0, columns c0 (a(r0 + r, c0 + c)
+// = buf[r][c]), inside the n x n matrix.
+template <typename E>
+__device__ void store_transposed(const E (&buf)[32][33], E* a, int64_t n, int64_t ld, int64_t r0, int64_t c0) {
+  for (int k = 0; k < 32; k += 8) {
+    const int64_t r = r0 + threadIdx.x, c = c0 + threadIdx.y + k;
+    if (r < n && c < n) a[r + c * ld] = buf[threadIdx.x][threadIdx.y + k];
+  }
+}
+
 template <typename E, bool TC>
 __global__ void copy_tiles_kernel(const E* __restrict__ src, int64_t sld, E* __restrict__ dst, int64_t dld,
                                   const int64_t* __restrict__ offs, int64_t ntiles, int64_t T) {
@@ -277,10 +301,7 @@ __global__ void copy_tiles_kernel(const E* __restrict__ src, int64_t sld, E* __r
   for (int64_t t = blockIdx.y; t < ntiles; t += gridDim.y) {
     const E* s = src + offs[2 * t];
     E* d = dst + offs[2 * t + 1];
-    for (int k = 0; k < 32; k += 8) {
-      int64_t r = bi * 32 + tx, c = bj * 32 + ty + k;
-      if (r < T && c < T) buf[ty + k][tx] = s[r + c * sld];
-    }
+    load_tile(buf, s, T, sld, bi * 32, bj * 32);
     __syncthreads();
     for (int k = 0; k < 32; k += 8) {
       if (TC) {
@@ -306,6 +327,20 @@ __global__ void sym_diag_kernel(E* a, int64_t ld, const int64_t* __restrict__ of
   }
 }
 
+// The frame of the kernels on pairs of tiles of square matrices (a TilePairs launch): block (x, y)
+// stands for the 32 x 32 tiles at (rows 32x, columns 32y) and (rows 32y, columns 32x); those with
+// x >= y (lower) or x <= y run pair(a, 32x, 32y) on each of the `batch` matrices `stride` elements
+// apart (the batch over the grid's z), the block synchronized after each.
+template <typename E, typename Pair>
+__device__ void for_tile_pairs(E* base, int64_t batch, int64_t stride, bool lower, Pair&& pair) {
+  const int64_t bi = blockIdx.x, bj = blockIdx.y;
+  if (lower ? bi < bj : bi > bj) return;
+  for (int64_t m = blockIdx.z; m < batch; m += gridDim.z) {
+    pair(base + m * stride, bi * 32, bj * 32);
+    __syncthreads();
+  }
+}
+
 // Column-major, in place, for each of `batch` matrices `stride` elements apart: every element
 // strictly below the diagonal (to_lower) or strictly above it becomes its mirror in the other
 // triangle (conjugated where conj: a Hermitian matrix from one triangle), and the mirror becomes
@@ -317,27 +352,20 @@ template <typename E>
 __global__ void reflect_kernel(E* base, int64_t n, int64_t ld, int64_t batch, int64_t stride, bool to_lower, bool conj,
                                bool zero) {
   __shared__ E buf[32][33];
-  const int64_t bi = blockIdx.x, bj = blockIdx.y;
-  if (to_lower ? bi < bj : bi > bj) return;
   const int tx = threadIdx.x, ty = threadIdx.y;
-  for (int64_t m = blockIdx.z; m < batch; m += gridDim.z) {
-    E* a = base + m * stride;
-    for (int k = 0; k < 32; k += 8) {
-      int64_t r = bj * 32 + tx, c = bi * 32 + ty + k;
-      if (r < n && c < n) buf[ty + k][tx] = a[r + c * ld];
-    }
+  for_tile_pairs(base, batch, stride, to_lower, [&](E* a, int64_t i0, int64_t j0) {
+    load_tile(buf, a, n, ld, j0, i0);
     __syncthreads();
     for (int k = 0; k < 32; k += 8) {
-      int64_t r = bi * 32 + tx, c = bj * 32 + ty + k;  // (r, c) = op((c, r))
+      int64_t r = i0 + tx, c = j0 + ty + k;  // (r, c) = op((c, r))
       if (r < n && c < n && (to_lower ? r > c : r < c))
         a[r + c * ld] = conj ? scalar::cj(buf[tx][ty + k]) : buf[tx][ty + k];
       if (zero) {
-        int64_t sr = bj * 32 + tx, sc = bi * 32 + ty + k;  // the source tile's own elements, read above
+        int64_t sr = j0 + tx, sc = i0 + ty + k;  // the source tile's own elements, read above
         if (sr < n && sc < n && (to_lower ? sr < sc : sr > sc)) a[sr + sc * ld] = E{};
       }
     }
-    __syncthreads();
-  }
+  });
 }
 
 // Column-major, in place, for each of `batch` matrices `stride` elements apart: a becomes a^T.
@@ -346,26 +374,13 @@ __global__ void reflect_kernel(E* base, int64_t n, int64_t ld, int64_t batch, in
 template <typename E>
 __global__ void transpose_kernel(E* base, int64_t n, int64_t ld, int64_t batch, int64_t stride) {
   __shared__ E low[32][33], up[32][33];
-  const int64_t bi = blockIdx.x, bj = blockIdx.y;
-  if (bi < bj) return;
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  for (int64_t m = blockIdx.z; m < batch; m += gridDim.z) {
-    E* a = base + m * stride;
-    for (int k = 0; k < 32; k += 8) {
-      int64_t r = bi * 32 + tx, c = bj * 32 + ty + k;
-      if (r < n && c < n) low[ty + k][tx] = a[r + c * ld];
-      r = bj * 32 + tx, c = bi * 32 + ty + k;
-      if (r < n && c < n) up[ty + k][tx] = a[r + c * ld];
-    }
+  for_tile_pairs(base, batch, stride, /*lower=*/true, [&](E* a, int64_t i0, int64_t j0) {
+    load_tile(low, a, n, ld, i0, j0);
+    load_tile(up, a, n, ld, j0, i0);
     __syncthreads();
-    for (int k = 0; k < 32; k += 8) {
-      int64_t r = bi * 32 + tx, c = bj * 32 + ty + k;  // (r, c) = old (c, r), from the other tile
-      if (r < n && c < n) a[r + c * ld] = up[tx][ty + k];
-      r = bj * 32 + tx, c = bi * 32 + ty + k;
-      if (r < n && c < n) a[r + c * ld] = low[tx][ty + k];
-    }
-    __syncthreads();
-  }
+    store_transposed(up, a, n, ld, i0, j0);  // (r, c) = old (c, r), from the other tile
+    store_transposed(low, a, n, ld, j0, i0);
+  });
 }
 
 // The launch shape of the kernels above: one block per pair of 32 x 32 tiles, the batch on z.

@@ -7,6 +7,8 @@ import datetime
 import json
 import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -72,6 +74,85 @@ def worker_mesh(grid: str):
     nprow, npcol = (int(v) for v in grid.split(","))
     mesh = jax.make_mesh((nprow, npcol), ("r", "c"), axis_types=(AxisType.Auto,) * 2)
     return nprow, npcol, mesh, P("r" if nprow > 1 else None, "c" if npcol > 1 else None)
+
+
+def case_record(bench: str, case: str, impl: str, n: int, dtype: str, device_kind: str, **fields) -> dict:
+    """The fields that open the record of one case measured in a process of its own: the
+    benchmark, case, implementation, N, dtype and device kind, then ``fields``, the JAX version
+    and the day."""
+    import jax
+
+    return dict(
+        bench=bench,
+        case=case,
+        impl=impl,
+        N=n,
+        dtype=dtype,
+        device_kind=device_kind,
+        **fields,
+        jax=jax.__version__,
+        date=time.strftime("%Y-%m-%d"),
+    )
+
+
+def print_record(rec: dict) -> None:
+    """Print a one-case child process's record as the ``RECORD {...}`` line that
+    :func:`child_record` reads."""
+    print("RECORD " + json.dumps(rec), flush=True)
+
+
+def child_record(command: list, base: dict, env: dict, timeout: float) -> dict:
+    """Run ``command``, a one-case child process, and return the record it printed; else
+    ``base`` with the error: the timeout, or its exit status and the end of its stderr."""
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return dict(base, error=f"timeout after {timeout} s")
+    for line in proc.stdout.splitlines():
+        if line.startswith("RECORD "):
+            return json.loads(line[len("RECORD ") :])
+    return dict(base, error=f"exit {proc.returncode}: {proc.stderr.strip()[-1000:]}")
+
+
+def timing_fields(times: list, first: float, flops: float, dtype) -> dict:
+    """runs, times_s, median_s, first_call_s and tflops of a GPU worker's timed calls ``times``
+    after its ``first`` call: ``flops`` real operations per call (four per complex one)."""
+    import numpy as np
+
+    median = float(np.median(times))
+    complex_factor = 4 if np.dtype(dtype).kind == "c" else 1
+    return dict(
+        runs=len(times),
+        times_s=times,
+        median_s=median,
+        first_call_s=first,
+        tflops=flops / median / 1e12 * complex_factor,
+    )
+
+
+def residuals(a, x, b) -> dict:
+    """The solution's residuals where the arrays lie (one compiled call): "residual",
+    ||Ax - b||_2 / (||A||_F ||x||_2), and "residual_inf", ||Ax - b||_inf / (||A||_inf ||x||_inf)."""
+    import jax
+    import jax.numpy as jnp
+
+    def norms(a, x, b):
+        r = a @ x - b
+        two = (jnp.linalg.norm(r), jnp.linalg.norm(a), jnp.linalg.norm(x))
+        inf = (jnp.max(jnp.abs(r)), jnp.max(jnp.sum(jnp.abs(a), axis=1)), jnp.max(jnp.abs(x)))
+        return two + inf
+
+    r = [float(v.addressable_data(0)) for v in jax.jit(norms)(a, x, b)]
+    return {"residual": r[0] / (r[1] * r[2]), "residual_inf": r[3] / (r[4] * r[5])}
+
+
+def launch_workers(script, nproc: int, timeout: int, args: list) -> int:
+    """Run ``script`` with ``args`` in ``nproc`` processes, one per GPU, through
+    scripts/gpu/launch.py (jaxmg.launch), in :func:`worker_env`: the launcher's exit status."""
+    root = Path(__file__).resolve().parents[1]
+    launcher = root / "scripts" / "gpu" / "launch.py"
+    command = [sys.executable, str(launcher), "-n", str(nproc), "--timeout", str(timeout), str(script), *args]
+    return subprocess.call(command, env=worker_env(root), cwd=root)
 
 
 def emit_timing(out, base: dict, median: float, times, reference=None, **fields) -> None:

@@ -78,29 +78,18 @@ def run(args):
             a = _generator(n, dtype, NamedSharding(mesh, P("x", "y")))()
             b = jax.device_put(_rhs(n, 0, dtype), NamedSharding(mesh, P("x")))
             jvp = lambda a=a, b=b: jax.jvp(lambda a, b: jaxmg.potrs(a, b), (a, b), (a, b))  # noqa: E731
-
-            def emit(case, median, times, reference=None, n=n):
-                emit_timing(
-                    args.out,
-                    base,
-                    median,
-                    times,
-                    reference,
-                    case=case,
-                    N=n,
-                    route=jaxmg.route("potrs", (n, n), dtype, mesh),
-                )
+            sized = dict(base, N=n, route=jaxmg.route("potrs", (n, n), dtype, mesh))
 
             start = time.perf_counter()
             jax.block_until_ready(grad(a, b))
             first = time.perf_counter() - start
             t_jit, times = _median_time(lambda a=a, b=b: jitted(a, b), args.runs)
-            emit("jit_grad", t_jit, times)
-            emit("first_eager_grad", first, [first], t_jit)
+            emit_timing(args.out, sized, t_jit, times, case="jit_grad")
+            emit_timing(args.out, sized, first, [first], t_jit, case="first_eager_grad")
             eager = (("eager_grad", lambda a=a, b=b: grad(a, b)), ("eager_grad_b", lambda a=a, b=b: grad_b(a, b)))
             for case, fn in (*eager, ("eager_jvp", jvp)):
                 t, times = _median_time(fn, args.runs)
-                emit(case, t, times, t_jit)
+                emit_timing(args.out, sized, t, times, t_jit, case=case)
 
 
 def main(argv=None):

@@ -49,16 +49,14 @@ error.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
-from _common import emit, results_path, worker_env  # noqa: E402
+from _common import case_record, child_record, emit, print_record, results_path, worker_env  # noqa: E402
 
 CASES = ("eigvalsh", "eigh", "sygvd", "svd", "svdvals", "polar")
 IMPLS = ("jax", "jaxmg", "jax.scipy", "jaxmg.two_stage")
@@ -288,18 +286,7 @@ def child(case: str, impl: str, count: str, n: str, dtype: str, runs: int, band:
     jax.config.update("jax_enable_x64", True)
     device = jax.devices()[0]
     count, n = int(count), int(n)
-    rec = dict(
-        bench="eigen",
-        case=case,
-        impl=impl,
-        N=n,
-        count=count,
-        dtype=dtype,
-        device_kind=device.device_kind,
-        platform=device.platform,
-        jax=jax.__version__,
-        date=time.strftime("%Y-%m-%d"),
-    )
+    rec = case_record("eigen", case, impl, n, dtype, device.device_kind, count=count, platform=device.platform)
     try:
         fn, needs_b = _functions(case, impl, band)
         a, b = _inputs(count, n, dtype, case)
@@ -315,7 +302,7 @@ def child(case: str, impl: str, count: str, n: str, dtype: str, runs: int, band:
             rec.update(_two_stage_parts(case, call, a, band, dtype, runs))
     except Exception as e:  # out of memory, a function this JAX lacks: recorded, never hidden
         rec["error"] = f"{type(e).__name__}: {str(e)[:1000]}"
-    print("RECORD " + json.dumps(rec), flush=True)
+    print_record(rec)
 
 
 def _run_child(args, case, impl, count, n, dtype, band=None) -> dict:
@@ -324,16 +311,7 @@ def _run_child(args, case, impl, count, n, dtype, band=None) -> dict:
     if band is not None:
         command += ["--band", str(band)]
         base["band"] = band
-    try:
-        proc = subprocess.run(
-            command, capture_output=True, text=True, env=worker_env(HERE.parents[1]), timeout=args.timeout
-        )
-    except subprocess.TimeoutExpired:
-        return dict(base, error=f"timeout after {args.timeout} s")
-    for line in proc.stdout.splitlines():
-        if line.startswith("RECORD "):
-            return json.loads(line[len("RECORD ") :])
-    return dict(base, error=f"exit {proc.returncode}: {proc.stderr.strip()[-1000:]}")
+    return child_record(command, base, worker_env(HERE.parents[1]), args.timeout)
 
 
 def main(argv=None):

@@ -206,6 +206,20 @@ def cases(n: int, backend: str, inputs: str = "device") -> dict:
     }
 
 
+def snapshot() -> dict:
+    """What a long run may grow, now: the resident set ("rss", MiB), the live arrays' count, the
+    cache sizes, the device's bytes in use and the native backend's caches."""
+    import jax
+
+    return {
+        "rss": rss_mib(),
+        "arrays": len(jax.live_arrays()),
+        "caches": cache_sizes(),
+        "device": device_bytes_in_use(),
+        "native": native_cache(),
+    }
+
+
 def measure(name: str, call, calls: int, warmup: int) -> dict:
     """Run ``call`` warmup + calls times; RSS, live arrays and cache sizes before and after."""
     import jax
@@ -213,13 +227,7 @@ def measure(name: str, call, calls: int, warmup: int) -> dict:
     for _ in range(warmup):
         jax.block_until_ready(call())
     gc.collect()
-    start = {
-        "rss": rss_mib(),
-        "arrays": len(jax.live_arrays()),
-        "caches": cache_sizes(),
-        "device": device_bytes_in_use(),
-        "native": native_cache(),
-    }
+    start = snapshot()
     trace = []
     t0 = time.perf_counter()
     for i in range(calls):
@@ -228,13 +236,7 @@ def measure(name: str, call, calls: int, warmup: int) -> dict:
             trace.append(round(rss_mib(), 1))
     seconds = time.perf_counter() - t0
     gc.collect()
-    end = {
-        "rss": rss_mib(),
-        "arrays": len(jax.live_arrays()),
-        "caches": cache_sizes(),
-        "device": device_bytes_in_use(),
-        "native": native_cache(),
-    }
+    end = snapshot()
     return {
         "case": name,
         "calls": calls,

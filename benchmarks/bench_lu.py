@@ -19,15 +19,13 @@ residual regenerates it. b is a vector (N,). Compare with the engine's own getrf
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
-ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE.parent))
-from _common import emit as _emit, generator as _generator, results_path, worker_env, worker_mesh  # noqa: E402
+import _common  # noqa: E402  (the GPU workers' mesh, matrices, timings, residuals and output)
 
 
 def _args(argv=None):
@@ -37,7 +35,7 @@ def _args(argv=None):
     p.add_argument("--grid", default="2,1", help="process grid nprow,npcol (default 2,1)")
     p.add_argument("--tile", type=int, default=1024, help="T_A (default 1024, as the engine's reference)")
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--out", default=str(results_path("lu.jsonl")))
+    p.add_argument("--out", default=str(_common.results_path("lu.jsonl")))
     p.add_argument("--no-residual", action="store_true")
     p.add_argument("--worker", action="store_true")
     p.add_argument("--timeout", type=int, default=1200)
@@ -55,11 +53,11 @@ def worker(a):
     from jaxmg.kernels import native
 
     rank = jax.process_index()
-    nprow, npcol, mesh, spec = worker_mesh(a.grid)
+    nprow, npcol, mesh, spec = _common.worker_mesh(a.grid)
     dtype = jnp.dtype(a.dtype)
     for n in a.sizes:
         sharding = NamedSharding(mesh, spec)
-        gen = _generator(n, dtype, sharding, lower=2.0)
+        gen = _common.generator(n, dtype, sharding, lower=2.0)
         b = jax.device_put(jnp.sin(jnp.arange(n, dtype=jnp.float32) * 0.01).astype(dtype) + 1, NamedSharding(mesh, P()))
         rec = dict(
             kind="jaxmg-native-lu_solve",
@@ -94,29 +92,14 @@ def worker(a):
                     times.append(dt)
                     if tm:
                         getrf.append(tm[0]["factor_ms"])
-            med = float(np.median(times))
             rec.update(
-                runs=len(times),
-                times_s=times,
-                median_s=med,
-                first_call_s=first,
+                _common.timing_fields(times, first, 2 * n**3 / 3, dtype),
                 getrf_ms=float(np.median(getrf)) if getrf else None,
-                tflops=(2 * n**3 / 3) / med / 1e12 * (4 if dtype.kind == "c" else 1),
                 peak_bytes=int((jax.local_devices()[0].memory_stats() or {}).get("peak_bytes_in_use", -1)),
                 native_workspace_bytes=_native.cache_info()["workspace_bytes"],
             )
             if not a.no_residual:
-                A = gen()
-                r = jax.jit(
-                    lambda A, x, b: (
-                        jnp.max(jnp.abs(A @ x - b)),
-                        jnp.max(jnp.sum(jnp.abs(A), axis=1)),
-                        jnp.max(jnp.abs(x)),
-                    )
-                )(A, x, b)
-                r = [float(v.addressable_data(0)) for v in r]
-                rec["residual_inf"] = r[0] / (r[1] * r[2])
-                del A
+                rec["residual_inf"] = _common.residuals(gen(), x, b)["residual_inf"]
         except Exception as e:  # noqa: BLE001
             rec["error"] = f"{type(e).__name__}: {str(e)[:800]}"
         x = None
@@ -124,31 +107,16 @@ def worker(a):
 
         gc.collect()
         if rank == 0:
-            _emit(a.out, rec)
+            _common.emit(a.out, rec)
 
 
 def main(argv=None):
     a = _args(argv)
     if a.worker:
         return worker(a)
-    env = worker_env(ROOT)
     nprow, npcol = (int(v) for v in a.grid.split(","))
     passthrough = list(argv if argv is not None else sys.argv[1:])
-    return subprocess.call(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "gpu" / "launch.py"),
-            "-n",
-            str(nprow * npcol),
-            "--timeout",
-            str(a.timeout),
-            str(HERE),
-            *passthrough,
-            "--worker",
-        ],
-        env=env,
-        cwd=ROOT,
-    )
+    return _common.launch_workers(HERE, nprow * npcol, a.timeout, [*passthrough, "--worker"])
 
 
 if __name__ == "__main__":

@@ -41,9 +41,7 @@ Cases (jaxmg's backend ``auto``; plain JAX's counterpart in the same run where t
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -51,7 +49,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
-from _common import emit, results_path  # noqa: E402
+from _common import case_record, child_record, emit, print_record, results_path  # noqa: E402
 
 FORWARD = ("potrs", "lu_solve", "cholesky", "least_squares", "syevd", "gesvd")
 DONATED = ("potrs_donated", "lu_solve_donated", "cholesky_donated")
@@ -232,17 +230,7 @@ def child(case, impl, n, dtype):
     device = jax.devices()[0]
     n = int(n)
     matrix = n * n * jax.numpy.dtype(dtype).itemsize
-    rec = dict(
-        bench="memory",
-        case=case,
-        impl=impl,
-        N=n,
-        dtype=dtype,
-        device_kind=device.device_kind,
-        platform=device.platform,
-        jax=jax.__version__,
-        date=time.strftime("%Y-%m-%d"),
-    )
+    rec = case_record("memory", case, impl, n, dtype, device.device_kind, platform=device.platform)
     try:
         run, compiled, inputs = build(case, impl, n, dtype)
         rec["input_bytes"] = int(inputs)
@@ -264,26 +252,13 @@ def child(case, impl, n, dtype):
             )
     except Exception as e:  # out of memory, an unsupported size: recorded, never hidden
         rec["error"] = f"{type(e).__name__}: {str(e)[:1000]}"
-    print("RECORD " + json.dumps(rec), flush=True)
+    print_record(rec)
 
 
 def _run_child(args, case, impl, n, dtype, env) -> dict:
     command = [sys.executable, str(HERE), "--child", case, impl, str(n), dtype]
-    try:
-        proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        return dict(bench="memory", case=case, impl=impl, N=n, dtype=dtype, error=f"timeout after {args.timeout} s")
-    for line in proc.stdout.splitlines():
-        if line.startswith("RECORD "):
-            return json.loads(line[len("RECORD ") :])
-    return dict(
-        bench="memory",
-        case=case,
-        impl=impl,
-        N=n,
-        dtype=dtype,
-        error=f"exit {proc.returncode}: {proc.stderr.strip()[-1000:]}",
-    )
+    base = dict(bench="memory", case=case, impl=impl, N=n, dtype=dtype)
+    return child_record(command, base, env, args.timeout)
 
 
 def measure(args, case, impl, n, dtype) -> dict:

@@ -38,7 +38,16 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE.parent))
-from _common import emit as _emit, generator as _generator, results_path, worker_env, worker_mesh  # noqa: E402
+from _common import (  # noqa: E402
+    emit as _emit,
+    generator as _generator,
+    launch_workers,
+    residuals,
+    results_path,
+    timing_fields,
+    worker_env,
+    worker_mesh,
+)
 
 
 def _args(argv=None):
@@ -167,40 +176,21 @@ def worker_native(a):
                         layout.append(tm[0]["layout_ms"])
                         factor.append(tm[0].get("factor_ms", float("nan")))
                 del A
-            med = float(np.median(times))
             rec.update(
-                runs=len(times),
-                times_s=times,
-                median_s=med,
-                first_call_s=first,
-                tflops=(n**3 / 3) / med / 1e12 * (4 if dtype.kind == "c" else 1),
+                timing_fields(times, first, n**3 / 3, dtype),
                 solver_ms=float(np.median(solver)) if solver else None,
                 layout_ms=float(np.median(layout)) if layout else None,
                 factor_ms=float(np.median(factor)) if factor else None,
             )
             if solver:
-                rec["overhead"] = med / (rec["solver_ms"] / 1e3) - 1
+                rec["overhead"] = rec["median_s"] / (rec["solver_ms"] / 1e3) - 1
             rec["peak_bytes"] = _peak(jax.local_devices()[0])
             rec["native_workspace_bytes"] = _native.cache_info()["workspace_bytes"]
             if not a.no_residual:
-                A = gen()
-                r = jax.jit(
-                    lambda A, x, b: (
-                        jnp.linalg.norm(A @ x - b),
-                        jnp.linalg.norm(A),
-                        jnp.linalg.norm(x),
-                        jnp.max(jnp.abs(A @ x - b)),
-                        jnp.max(jnp.sum(jnp.abs(A), axis=1)),
-                        jnp.max(jnp.abs(x)),
-                    )
-                )(A, x, b)
-                r = [float(v.addressable_data(0)) for v in r]
-                rec["residual"] = r[0] / (r[1] * r[2])
-                rec["residual_inf"] = r[3] / (r[4] * r[5])
-                del A
+                rec.update(residuals(gen(), x, b))
         except Exception as e:  # noqa: BLE001
             rec["error"] = f"{type(e).__name__}: {str(e)[:800]}"
-        A = x = None  # free the matrix before the next size
+        x = None  # free the solution before the next size
         import gc
 
         gc.collect()
@@ -211,7 +201,6 @@ def worker_native(a):
 def worker_single(a):
     import jax
     import jax.numpy as jnp
-    import numpy as np
 
     jax.config.update("jax_enable_x64", True)
     dtype = jnp.dtype(a.dtype)
@@ -241,15 +230,7 @@ def worker_single(a):
                     first = dt
                 elif it >= 2:
                     times.append(dt)
-            med = float(np.median(times))
-            rec.update(
-                runs=len(times),
-                times_s=times,
-                median_s=med,
-                first_call_s=first,
-                tflops=(n**3 / 3) / med / 1e12 * (4 if dtype.kind == "c" else 1),
-                peak_bytes=_peak(dev),
-            )
+            rec.update(timing_fields(times, first, n**3 / 3, dtype), peak_bytes=_peak(dev))
             rec["residual"] = float(jnp.linalg.norm(A @ x - b) / (jnp.linalg.norm(A) * jnp.linalg.norm(x)))
             del A
         except Exception as e:  # noqa: BLE001
@@ -263,27 +244,11 @@ def main(argv=None):
         return worker_native(a)
     if a.worker == "single":
         return worker_single(a)
-    env = worker_env(ROOT)
     nprow, npcol = (int(v) for v in a.grid.split(","))
-    nproc = a.nproc or nprow * npcol
-    passthrough = [x for x in (argv if argv is not None else sys.argv[1:])]
-    rc = subprocess.call(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "gpu" / "launch.py"),
-            "-n",
-            str(nproc),
-            "--timeout",
-            str(a.timeout),
-            str(HERE),
-            *passthrough,
-            "--worker",
-            "native",
-        ],
-        env=env,
-        cwd=ROOT,
-    )
+    passthrough = list(argv if argv is not None else sys.argv[1:])
+    rc = launch_workers(HERE, a.nproc or nprow * npcol, a.timeout, [*passthrough, "--worker", "native"])
     if not a.no_single:
+        env = worker_env(ROOT)
         env1 = dict(env, CUDA_VISIBLE_DEVICES=env.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0])
         rc |= subprocess.call(
             [sys.executable, str(HERE), *passthrough, "--worker", "single"], env=env1, cwd=ROOT, timeout=a.timeout

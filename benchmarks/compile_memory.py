@@ -36,7 +36,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
-from _common import RESULTS, emit  # noqa: E402
+from _common import RESULTS, case_record, emit  # noqa: E402
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # no GPU client: the GPU is a compile-only target
 os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")  # the CUDA libraries are not needed to compile
@@ -237,17 +237,7 @@ def record(case, impl, n, dtype, device, device_name) -> dict:
     import jax
 
     matrix = n * n * jax.numpy.dtype(dtype).itemsize
-    rec = dict(
-        bench="compile_memory",
-        case=case,
-        impl=impl,
-        N=n,
-        dtype=dtype,
-        device_kind=device_name,
-        compiled_for="gpu (compile-only device)",
-        jax=jax.__version__,
-        date=time.strftime("%Y-%m-%d"),
-    )
+    rec = case_record("compile_memory", case, impl, n, dtype, device_name, compiled_for="gpu (compile-only device)")
     try:
         fn, args = arguments(case, impl, n, dtype, device)
         start = time.perf_counter()

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import jax
 import numpy as np
 import pytest
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
+ROOT = Path(__file__).resolve().parents[1]
+
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
+
+#: jaxmg's operations: the functions with a backend (native or portable) and a status, and the
+#: modules that keep a factorisation.
+OPERATIONS = ("potrs", "cholesky", "lu_solve", "least_squares", "qr", "syevd", "sygvd", "gesvd", "polar")
+MODULES = ("Cholesky", "LU", "QR", "Eigh", "SVD", "Polar")
 
 #: name -> (mesh shape, axis names, spec of a); names ending in "-auto" use Auto mesh axes
 LAYOUTS = {
@@ -113,6 +126,30 @@ def spec_of(x) -> P:
 def same_spec(x, expected: P) -> bool:
     want = tuple(expected) + (None,) * (x.ndim - len(tuple(expected)))
     return spec_of(x) == P(*want) or x.sharding.is_equivalent_to(NamedSharding(x.sharding.mesh, P(*want)), x.ndim)
+
+
+def child_env(**overrides: str) -> dict:
+    """The environment of a fresh Python process that a test starts: this one's without XLA_FLAGS
+    (the child chooses its own devices), the jaxmg under test first on PYTHONPATH, then
+    ``overrides``."""
+    import jaxmg
+
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(Path(jaxmg.__file__).resolve().parents[1]), env.get("PYTHONPATH")])
+    )
+    env.update(overrides)
+    return env
+
+
+def run_benchmark(script: str, out: Path, *args: str, timeout: int = 600) -> list[dict]:
+    """Run benchmarks/``script`` with ``args`` and ``--out out`` in a fresh process (its own 8
+    simulated devices) and return the records it wrote; its exit status must be 0."""
+    command = [sys.executable, str(ROOT / "benchmarks" / script), *args, "--out", str(out)]
+    proc = subprocess.run(command, capture_output=True, text=True, env=child_env(), timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads(line) for line in Path(out).read_text().splitlines()]
 
 
 def run_ranks_without_launcher(mode, dead, pid_dir, *, init="jaxmg", platform="cpu", env=None, timeout=240):

@@ -1,39 +1,18 @@
 """The benchmark scripts run and write their JSON records (no timing is asserted here)."""
 
 import json
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-import jaxmg
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _bench(script: str, out, *args: str) -> list:
-    """Run benchmarks/``script`` with ``args`` (its own 8 simulated devices) and read its records."""
-    env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)
-    env["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(Path(jaxmg.__file__).resolve().parents[1]), env.get("PYTHONPATH")])
-    )
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / script), *args, "--out", str(out)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return [json.loads(line) for line in out.read_text().splitlines()]
+from helpers import ROOT, run_benchmark
 
 
 @pytest.mark.slow
 def test_bench_autodiff_writes_every_case(tmp_path):
-    records = _bench("bench_autodiff.py", tmp_path / "autodiff.jsonl", "--n", "128", "--vmap-n", "64", "--runs", "2")
+    records = run_benchmark(
+        "bench_autodiff.py", tmp_path / "autodiff.jsonl", "--n", "128", "--vmap-n", "64", "--runs", "2"
+    )
     assert [r["case"] for r in records] == ["potrs", "grad", "factor+8solves", "potrs@vmap-n", "vmap4"]
     for record in records:
         assert record["median_s"] > 0 and record["runs"] == 2 and record["devices"] == 8
@@ -42,7 +21,7 @@ def test_bench_autodiff_writes_every_case(tmp_path):
 
 @pytest.mark.slow
 def test_bench_eager_grad_writes_every_case(tmp_path):
-    records = _bench("bench_eager_grad.py", tmp_path / "eager_grad.jsonl", "--sizes", "64", "--runs", "2")
+    records = run_benchmark("bench_eager_grad.py", tmp_path / "eager_grad.jsonl", "--sizes", "64", "--runs", "2")
     assert [r["case"] for r in records] == ["jit_grad", "first_eager_grad", "eager_grad", "eager_grad_b", "eager_jvp"]
     assert all(r["median_s"] > 0 and r["devices"] == 8 and r["N"] == 64 for r in records)
     assert all("ratio" in r for r in records if r["case"] != "jit_grad")
@@ -50,28 +29,16 @@ def test_bench_eager_grad_writes_every_case(tmp_path):
 
 @pytest.mark.slow
 def test_bench_numpy_linalg_writes_every_function(tmp_path):
-    records = _bench("bench_numpy_linalg.py", tmp_path / "numpy_linalg.jsonl", "--sizes", "32", "--runs", "1")
-    functions = [
-        "solve",
-        "inv",
-        "slogdet",
-        "slogdet_grad",
-        "eigh",
-        "svd",
-        "lstsq",
-        "cholesky",
-        "det",
-        "qr",
-        "pinv",
-        "eigvalsh",
-        "svdvals",
-        "scipy.cho_solve",
-        "scipy.lu_solve",
-        "scipy.solve_pos",
-        "scipy.eigh_b",
-        "scipy.polar",
-    ]
-    assert [(r["function"], r["impl"]) for r in records] == [(f, i) for f in functions for i in ("jax", "jaxmg")]
+    import jax.numpy as jnp
+    import jax.scipy.linalg as jsla
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_numpy_linalg import FUNCTIONS, _cases, _scipy_cases
+
+    # the default run covers every function the script can time, each once
+    assert list(FUNCTIONS) == list(_cases(jnp.linalg) | _scipy_cases(jsla))
+    records = run_benchmark("bench_numpy_linalg.py", tmp_path / "numpy_linalg.jsonl", "--sizes", "32", "--runs", "1")
+    assert [(r["function"], r["impl"]) for r in records] == [(f, i) for f in FUNCTIONS for i in ("jax", "jaxmg")]
     # a JAX function that this JAX version lacks (scipy.eigh_b before JAX 0.12) is recorded with
     # its error and no timings; jaxmg's always runs, with a ratio wherever JAX's ran
     jax_ran = {r["function"] for r in records if r["impl"] == "jax" and "error" not in r}
@@ -83,7 +50,7 @@ def test_bench_numpy_linalg_writes_every_function(tmp_path):
 
 @pytest.mark.slow
 def test_bench_eigen_writes_every_case_beside_jax(tmp_path):
-    records = _bench(
+    records = run_benchmark(
         "bench_eigen.py",
         tmp_path / "eigen.jsonl",
         "--cases",
@@ -111,7 +78,9 @@ def test_bench_eigen_writes_every_case_beside_jax(tmp_path):
 def test_bench_crossover_writes_every_path(tmp_path):
     """On CPU the native path cannot run: its record says why, and the others are timed."""
     ops = ["potrs", "qr", "least_squares", "lu_solve", "syevd"]
-    records = _bench("bench_crossover.py", tmp_path / "crossover.jsonl", "--ops", *ops, "--sizes", "32", "--runs", "1")
+    records = run_benchmark(
+        "bench_crossover.py", tmp_path / "crossover.jsonl", "--ops", *ops, "--sizes", "32", "--runs", "1"
+    )
     assert [r["op"] for r in records] == ops
     for record in records:
         assert record["portable_ms"] > 0 and "needs NVIDIA GPUs" in record["native_error"], record
@@ -123,7 +92,7 @@ def test_bench_crossover_writes_every_path(tmp_path):
 def test_bench_check_writes_every_operation(tmp_path):
     """On CPU the call takes the portable route (not checked); the check alone is timed, and its
     test ratios on the benchmark's matrices are far below the threshold."""
-    records = _bench("bench_check.py", tmp_path / "check.jsonl", "--sizes", "32", "--runs", "1")
+    records = run_benchmark("bench_check.py", tmp_path / "check.jsonl", "--sizes", "32", "--runs", "1")
     assert [r["op"] for r in records] == ["potrs", "lu_solve", "least_squares", "syevd"]
     for record in records:
         assert "error" not in record, record
@@ -157,7 +126,7 @@ def test_trace_summary_merges_events_by_name_per_track(tmp_path):
 def test_bench_gp_writes_the_loss_and_the_inverses(tmp_path):
     """The GP loss (plain JAX, then jaxmg) and the inverses (jaxmg's, then plain JAX's); the
     gradient equals plain JAX's."""
-    records = _bench(
+    records = run_benchmark(
         "bench_gp.py",
         tmp_path / "gp.jsonl",
         "--sizes",
@@ -190,7 +159,7 @@ def test_bench_gp_writes_the_loss_and_the_inverses(tmp_path):
 @pytest.mark.slow
 def test_bench_batch_writes_every_op(tmp_path):
     """jaxmg and JAX on a batch-sharded stack: the batch route, no data moved between devices."""
-    records = _bench("bench_batch.py", tmp_path / "batch.jsonl", "--n", "16", "--batch", "8", "--runs", "1")
+    records = run_benchmark("bench_batch.py", tmp_path / "batch.jsonl", "--n", "16", "--batch", "8", "--runs", "1")
     assert [(r["op"], r["impl"]) for r in records] == [
         (op, impl) for op in ("potrs", "eigh", "svd") for impl in ("jax", "jaxmg")
     ]
@@ -204,7 +173,7 @@ def test_bench_batch_writes_every_op(tmp_path):
 def test_bench_memory_writes_every_case(tmp_path):
     """Each case in its own process: XLA's memory analysis in N x N matrices, beside plain JAX's."""
     cases = ["potrs", "cholesky_inverse_donated", "gp_vg"]
-    records = _bench(
+    records = run_benchmark(
         "bench_memory.py", tmp_path / "memory.jsonl", "--sizes", "64", "--dtypes", "float64", "--cases", *cases
     )
     assert [(r["case"], r["impl"]) for r in records] == [

@@ -39,29 +39,10 @@ def test_shared_argument_texts_are_filled_in():
     import inspect
     import re
 
+    from helpers import MODULES, OPERATIONS
     from jaxmg._docstrings import ARGUMENTS
 
-    objects = [
-        getattr(jaxmg, name)
-        for name in (
-            "potrs",
-            "cholesky",
-            "lu_solve",
-            "least_squares",
-            "qr",
-            "syevd",
-            "sygvd",
-            "gesvd",
-            "polar",
-            "Cholesky",
-            "LU",
-            "QR",
-            "Eigh",
-            "SVD",
-            "Polar",
-        )
-    ]
-    for obj in objects:
+    for obj in (getattr(jaxmg, name) for name in OPERATIONS + MODULES):
         doc = inspect.getdoc(obj)
         assert not re.search(r"^\s*\w+: \{\w+\}$", doc, re.M), obj
         flat = " ".join(doc.split())

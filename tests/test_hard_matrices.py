@@ -106,6 +106,16 @@ def _least_squares_checks(inputs, outputs, dtype, rcond: bool) -> dict:
     return {**least_squares_error(a, outputs[0], b, full_rank, dtype), **minimum_norm(a, outputs[0], b, kind)}
 
 
+def _least_squares_fixed_rank(inputs, outputs, dtype) -> dict:
+    """_least_squares_checks of a function that takes a's rank as it is (no rcond)."""
+    return _least_squares_checks(inputs, outputs, dtype, rcond=False)
+
+
+def _least_squares_with_rcond(inputs, outputs, dtype) -> dict:
+    """_least_squares_checks of a function that treats a numerically singular a as rank-deficient."""
+    return _least_squares_checks(inputs, outputs, dtype, rcond=True)
+
+
 def eigen_error(a, w, v, dtype) -> dict:
     """syevd's ratios (LAPACK's dsyt21 and eigenvalues against LAPACK's in double)."""
     a = wide(a)
@@ -204,6 +214,45 @@ def _module(module, *names):
     return tuple(getattr(module, name) for name in names), module.status
 
 
+def _factors(function, structure: str, shape: str, check, reads: str = "full") -> Op:
+    """The operation ``function(a, return_status=True, **kw)``, which returns its factors and
+    status, checked by ``check(a, *factors, dtype)``."""
+    return Op(
+        structure,
+        shape,
+        lambda a, b, r, kw: _split(function(a, return_status=True, **kw)),
+        lambda i, o, d: check(i[0], *o, d),
+        reads=reads,
+    )
+
+
+def _module_factors(module, names: tuple, structure: str, shape: str, check, reads: str = "full") -> Op:
+    """The factors ``names`` of the module ``module(a, **kw)`` with its status, checked by
+    ``check(a, *factors, dtype)``."""
+    return Op(
+        structure,
+        shape,
+        lambda a, b, r, kw: _module(module(a, **kw), *names),
+        lambda i, o, d: check(i[0], *o, d),
+        reads=reads,
+    )
+
+
+def _numpy(function, structure: str, shape: str, check, reads: str = "full") -> Op:
+    """The jaxmg.numpy.linalg function ``function(a)`` (no status): its output, or its outputs'
+    tuple, checked by ``check``."""
+
+    def call(a, b, rhs, kw):
+        out = function(a)
+        return (tuple(out) if isinstance(out, tuple) else (out,)), None
+
+    return Op(structure, shape, call, check, reads=reads)
+
+
+def _least_squares(a, b, rhs, kw):
+    return _pair(jaxmg.least_squares(a, rhs, return_status=True, **kw))
+
+
 def _cholesky_module(a, b, rhs, kw):
     m = jaxmg.Cholesky(a, **kw)
     return (m.solve(rhs), m.logdet(), m.inverse(), m.factor), m.status
@@ -253,6 +302,37 @@ def _logdet_check(ld, a, dtype):
     return logdet_error(1.0, ld, a, dtype)
 
 
+def _backward_check(i, o, d):
+    """The backward error of the solution o[0] of a x = rhs."""
+    return {"backward": backward_error(i[0], o[0], i[2], d)}
+
+
+def _cholesky_factor_checks(i, o, d):
+    """L = o[0]: a = L L^H, and L lower triangular."""
+    low = wide(o[0])
+    return {"factor": factor_error(i[0], low @ np.conj(low).T, d), "triangular": triangle_error(o[0], lower=True)}
+
+
+def _cholesky_module_checks(i, o, d):
+    """Cholesky(a)'s solve, log-determinant, inverse and factor."""
+    low = wide(o[3])
+    return {
+        "solve": backward_error(i[0], o[0], i[2], d),
+        "logdet": _logdet_check(o[1], i[0], d),
+        "inverse": inverse_error(i[0], o[2], d),
+        "factor": factor_error(i[0], low @ np.conj(low).T, d),
+    }
+
+
+def _lu_module_checks(i, o, d):
+    """LU(a)'s solves of a x = rhs and a^H x = rhs, and its inverse."""
+    return {
+        "solve": backward_error(i[0], o[0], i[2], d),
+        "solve-C": backward_error(np.conj(wide(i[0])).T, o[1], i[2], d),
+        "inverse": inverse_error(i[0], o[2], d),
+    }
+
+
 def _det_check(i, o, d):
     a = i[0]
     sign, logdet, det = o
@@ -277,49 +357,20 @@ OPS = {
         "spd",
         "square",
         lambda a, b, r, kw: _pair(jaxmg.cholesky(a, return_status=True, **kw)),
-        lambda i, o, d: {
-            "factor": factor_error(i[0], wide(o[0]) @ np.conj(wide(o[0])).T, d),
-            "triangular": triangle_error(o[0], lower=True),
-        },
+        _cholesky_factor_checks,
         reads="lower",
     ),
     "lu_solve": Op(
         "general",
         "square",
         lambda a, b, r, kw: _pair(jaxmg.lu_solve(a, r, return_status=True, **kw)),
-        lambda i, o, d: {"backward": backward_error(i[0], o[0], i[2], d)},
+        _backward_check,
     ),
-    "least_squares-tall": Op(
-        "general",
-        "tall",
-        lambda a, b, r, kw: _pair(jaxmg.least_squares(a, r, return_status=True, **kw)),
-        lambda i, o, d: _least_squares_checks(i, o, d, rcond=False),
-    ),
-    "least_squares-wide": Op(
-        "general",
-        "wide",
-        lambda a, b, r, kw: _pair(jaxmg.least_squares(a, r, return_status=True, **kw)),
-        lambda i, o, d: _least_squares_checks(i, o, d, rcond=False),
-    ),
-    "qr-tall": Op(
-        "general",
-        "tall",
-        lambda a, b, r, kw: _split(jaxmg.qr(a, return_status=True, **kw)),
-        lambda i, o, d: qr_error(i[0], o[0], o[1], d),
-    ),
-    "qr-wide": Op(
-        "general",
-        "wide",
-        lambda a, b, r, kw: _split(jaxmg.qr(a, return_status=True, **kw)),
-        lambda i, o, d: qr_error(i[0], o[0], o[1], d),
-    ),
-    "syevd": Op(
-        "hermitian",
-        "square",
-        lambda a, b, r, kw: _split(jaxmg.syevd(a, return_status=True, **kw)),
-        lambda i, o, d: eigen_error(i[0], o[0], o[1], d),
-        reads="lower",
-    ),
+    "least_squares-tall": Op("general", "tall", _least_squares, _least_squares_fixed_rank),
+    "least_squares-wide": Op("general", "wide", _least_squares, _least_squares_fixed_rank),
+    "qr-tall": _factors(jaxmg.qr, "general", "tall", qr_error),
+    "qr-wide": _factors(jaxmg.qr, "general", "wide", qr_error),
+    "syevd": _factors(jaxmg.syevd, "hermitian", "square", eigen_error, reads="lower"),
     "sygvd": Op(
         "pencil",
         "square",
@@ -327,46 +378,11 @@ OPS = {
         lambda i, o, d: pencil_error(i[0], i[1], o[0], o[1], d),
         reads="lower",
     ),
-    "gesvd-tall": Op(
-        "general",
-        "tall",
-        lambda a, b, r, kw: _split(jaxmg.gesvd(a, return_status=True, **kw)),
-        lambda i, o, d: svd_error(i[0], *o, d),
-    ),
-    "gesvd-wide": Op(
-        "general",
-        "wide",
-        lambda a, b, r, kw: _split(jaxmg.gesvd(a, return_status=True, **kw)),
-        lambda i, o, d: svd_error(i[0], *o, d),
-    ),
-    "polar": Op(
-        "general",
-        "tall",
-        lambda a, b, r, kw: _split(jaxmg.polar(a, return_status=True, **kw)),
-        lambda i, o, d: polar_error(i[0], o[0], o[1], d),
-    ),
-    "Cholesky": Op(
-        "spd",
-        "square",
-        _cholesky_module,
-        lambda i, o, d: {
-            "solve": backward_error(i[0], o[0], i[2], d),
-            "logdet": _logdet_check(o[1], i[0], d),
-            "inverse": inverse_error(i[0], o[2], d),
-            "factor": factor_error(i[0], wide(o[3]) @ np.conj(wide(o[3])).T, d),
-        },
-        reads="lower",
-    ),
-    "LU": Op(
-        "general",
-        "square",
-        _lu_module,
-        lambda i, o, d: {
-            "solve": backward_error(i[0], o[0], i[2], d),
-            "solve-C": backward_error(np.conj(wide(i[0])).T, o[1], i[2], d),
-            "inverse": inverse_error(i[0], o[2], d),
-        },
-    ),
+    "gesvd-tall": _factors(jaxmg.gesvd, "general", "tall", svd_error),
+    "gesvd-wide": _factors(jaxmg.gesvd, "general", "wide", svd_error),
+    "polar": _factors(jaxmg.polar, "general", "tall", polar_error),
+    "Cholesky": Op("spd", "square", _cholesky_module, _cholesky_module_checks, reads="lower"),
+    "LU": Op("general", "square", _lu_module, _lu_module_checks),
     "LU.slogdet": Op(
         "general",
         "square",
@@ -374,39 +390,13 @@ OPS = {
         lambda i, o, d: {"slogdet": logdet_error(o[0], o[1], i[0], d)},
         exact=lambda i, o: _singular_slogdet(i[0], o),
     ),
-    "QR": Op("general", "tall", _qr_module, lambda i, o, d: _least_squares_checks(i, o, d, rcond=False)),
-    "QR.factors": Op("general", "tall", _qr_factors, lambda i, o, d: qr_error(i[0], o[0], o[1], d)),
-    "Eigh": Op(
-        "hermitian",
-        "square",
-        lambda a, b, r, kw: _module(jaxmg.Eigh(a, **kw), "w", "v"),
-        lambda i, o, d: eigen_error(i[0], o[0], o[1], d),
-        reads="lower",
-    ),
-    "SVD": Op(
-        "general",
-        "tall",
-        lambda a, b, r, kw: _module(jaxmg.SVD(a, **kw), "u", "s", "vh"),
-        lambda i, o, d: svd_error(i[0], *o, d),
-    ),
-    "Polar": Op(
-        "general",
-        "tall",
-        lambda a, b, r, kw: _module(jaxmg.Polar(a, **kw), "u_p", "h"),
-        lambda i, o, d: polar_error(i[0], o[0], o[1], d),
-    ),
-    "np.solve": Op(
-        "general",
-        "square",
-        lambda a, b, r, kw: ((mla.solve(a, r),), None),
-        lambda i, o, d: {"backward": backward_error(i[0], o[0], i[2], d)},
-    ),
-    "np.inv": Op(
-        "general",
-        "square",
-        lambda a, b, r, kw: ((mla.inv(a),), None),
-        lambda i, o, d: {"inverse": inverse_error(i[0], o[0], d)},
-    ),
+    "QR": Op("general", "tall", _qr_module, _least_squares_fixed_rank),
+    "QR.factors": Op("general", "tall", _qr_factors, lambda i, o, d: qr_error(i[0], *o, d)),
+    "Eigh": _module_factors(jaxmg.Eigh, ("w", "v"), "hermitian", "square", eigen_error, reads="lower"),
+    "SVD": _module_factors(jaxmg.SVD, ("u", "s", "vh"), "general", "tall", svd_error),
+    "Polar": _module_factors(jaxmg.Polar, ("u_p", "h"), "general", "tall", polar_error),
+    "np.solve": Op("general", "square", lambda a, b, r, kw: ((mla.solve(a, r),), None), _backward_check),
+    "np.inv": _numpy(mla.inv, "general", "square", lambda i, o, d: {"inverse": inverse_error(i[0], o[0], d)}),
     "np.slogdet": Op("general", "square", _slogdet_numpy, _det_check, exact=lambda i, o: _singular_slogdet(i[0], o)),
     "np.eigh": Op(
         "hermitian",
@@ -424,24 +414,11 @@ OPS = {
         lambda a, b, r, kw: (tuple(mla.svd(a, full_matrices=False)), None),
         lambda i, o, d: svd_error(i[0], *o, d),
     ),
-    "np.lstsq-tall": Op("general", "tall", _lstsq_numpy, lambda i, o, d: _least_squares_checks(i, o, d, rcond=True)),
-    "np.lstsq-wide": Op("general", "wide", _lstsq_numpy, lambda i, o, d: _least_squares_checks(i, o, d, rcond=True)),
-    "np.pinv": Op(
-        "general", "tall", lambda a, b, r, kw: ((mla.pinv(a),), None), lambda i, o, d: pinv_error(i[0], o[0], d)
-    ),
-    "np.cholesky": Op(
-        "spd",
-        "square",
-        lambda a, b, r, kw: ((mla.cholesky(a),), None),
-        lambda i, o, d: {
-            "factor": factor_error(i[0], wide(o[0]) @ np.conj(wide(o[0])).T, d),
-            "triangular": triangle_error(o[0], lower=True),
-        },
-        reads="symmetrized",
-    ),
-    "np.qr": Op(
-        "general", "tall", lambda a, b, r, kw: (tuple(mla.qr(a)), None), lambda i, o, d: qr_error(i[0], o[0], o[1], d)
-    ),
+    "np.lstsq-tall": Op("general", "tall", _lstsq_numpy, _least_squares_with_rcond),
+    "np.lstsq-wide": Op("general", "wide", _lstsq_numpy, _least_squares_with_rcond),
+    "np.pinv": _numpy(mla.pinv, "general", "tall", lambda i, o, d: pinv_error(i[0], *o, d)),
+    "np.cholesky": _numpy(mla.cholesky, "spd", "square", _cholesky_factor_checks, reads="symmetrized"),
+    "np.qr": _numpy(mla.qr, "general", "tall", lambda i, o, d: qr_error(i[0], *o, d)),
 }
 
 

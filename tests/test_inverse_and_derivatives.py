@@ -257,24 +257,22 @@ FUNCTIONS = {
     "Eigh": lambda a, b: jaxmg.Eigh(a).w,
     "LU.inverse+slogdet": lambda a, b: (lambda f: (f.inverse(), f.slogdet()[1]))(jaxmg.LU(a)),
 }
-#: (function, mesh axis type, jit, dtype): each function once or twice, so that together they
-#: cover eager and jit, Explicit and Auto axes, real and complex (each case compiles its own
-#: derivatives; all of them would take CI minutes).
-CASES = [
-    ("potrs", "explicit", False, np.float64),
-    ("potrs", "auto", True, np.complex128),
-    ("potrs-logdet", "auto", True, np.float64),
-    ("potrs-logdet", "explicit", True, np.complex128),
-    ("cholesky", "explicit", True, np.float64),
-    ("Cholesky.solve+logdet+inverse", "auto", True, np.float64),
-    ("Cholesky.solve+logdet+inverse", "explicit", True, np.complex128),
-    ("Cholesky.factor", "explicit", False, np.float64),
-    ("syevd", "auto", True, np.complex128),
-    ("sygvd", "explicit", True, np.float64),
-    ("Eigh", "auto", False, np.float64),
-    ("LU.inverse+slogdet", "explicit", True, np.float64),
-    ("LU.inverse+slogdet", "auto", False, np.complex128),
-]
+#: function -> its (mesh axis type, jit, dtype) cases: each function once or twice, so that
+#: together they cover eager and jit, Explicit and Auto axes, real and complex (each case
+#: compiles its own derivatives; all of them would take CI minutes).
+VARIANTS = {
+    "potrs": [("explicit", False, np.float64), ("auto", True, np.complex128)],
+    "potrs-logdet": [("auto", True, np.float64), ("explicit", True, np.complex128)],
+    "cholesky": [("explicit", True, np.float64)],
+    "Cholesky.solve+logdet+inverse": [("auto", True, np.float64), ("explicit", True, np.complex128)],
+    "Cholesky.factor": [("explicit", False, np.float64)],
+    "syevd": [("auto", True, np.complex128)],
+    "sygvd": [("explicit", True, np.float64)],
+    "Eigh": [("auto", False, np.float64)],
+    "LU.inverse+slogdet": [("explicit", True, np.float64), ("auto", False, np.complex128)],
+}
+#: (function, mesh axis type, jit, dtype)
+CASES = [(name, *variant) for name, variants in VARIANTS.items() for variant in variants]
 
 
 @pytest.mark.parametrize("order", ORDERS, ids=lambda o: f"order{o}")

@@ -3,14 +3,10 @@ prints the table, on a small stand-in for JAX's tests/linalg_test.py."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from pathlib import Path
 
-import jaxmg
-
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT, child_env
 
 STAND_IN = """
 import unittest
@@ -54,16 +50,11 @@ class LaxLinalgTest(unittest.TestCase):  # not one of the two classes: not run
 def test_table_counts_each_run(tmp_path):
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "linalg_test.py").write_text(STAND_IN)
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
-    env["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(Path(jaxmg.__file__).resolve().parents[1]), env.get("PYTHONPATH")])
-    )
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "jax_linalg_tests.py"), "--jax-src", str(tmp_path)],
         capture_output=True,
         text=True,
-        env=env,
+        env=child_env(JAX_PLATFORMS="cpu"),
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -276,19 +276,21 @@ def test_script_arguments_module_and_prefixes():
         assert f"[rank {rank}] rank={rank} of 3 platform=cpu args=['--platform', 'y']" in r.stdout
 
 
-@pytest.mark.parametrize(
-    "body, status, stderr",
-    [
-        ("raise ValueError('boom')", 1, "ValueError: boom"),
-        ("sys.exit(5)", 5, ""),
-        ("sys.exit('bad thing')", 1, "bad thing"),
-        ("sys.exit(0)", 0, ""),
-        ("pass", 0, ""),
-    ],
-)
-def test_rank_main_ends_a_failed_rank_at_once(tmp_path, body, status, stderr):
+#: A target's last line -> the exit status of its rank and what its stderr shows.
+ENDINGS = {
+    "raise ValueError('boom')": (1, "ValueError: boom"),
+    "sys.exit(5)": (5, ""),
+    "sys.exit('bad thing')": (1, "bad thing"),
+    "sys.exit(0)": (0, ""),
+    "pass": (0, ""),
+}
+
+
+@pytest.mark.parametrize("body", ENDINGS)
+def test_rank_main_ends_a_failed_rank_at_once(tmp_path, body):
     # A failed target skips the exit handlers (jax.distributed.shutdown's barrier among them);
     # a successful one runs them. The traceback shows the script's frames, not the runner's.
+    status, stderr = ENDINGS[body]
     script = tmp_path / "target.py"
     script.write_text(
         "import atexit, sys\n"

@@ -9,15 +9,13 @@ to linear_solve(..., throw=False); one left at throw=True raises on every device
 linear_solve's throw (Lineax does not pass its throw to the solver).
 """
 
-import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-import jaxmg
+from helpers import child_env
 
 CASE_LIMIT_S = 30.0
 
@@ -73,12 +71,7 @@ CHILD = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_failed_sharded_solve_raises_promptly_on_every_mesh():
-    env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)
-    env["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(Path(jaxmg.__file__).resolve().parents[1]), env.get("PYTHONPATH")])
-    )
-    proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=child_env(), timeout=300)
     out = proc.stdout
     assert proc.returncode == 0 and "DONE" in out, out + proc.stderr[-3000:]
     lines = [line for line in out.splitlines() if ": " in line]

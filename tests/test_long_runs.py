@@ -6,20 +6,15 @@ after the warm-up, no jaxmg cache of compiled functions gains an entry, no array
 and the resident set grows by less than RSS_BOUND_MIB (a leak of 100 KB per call would fail).
 """
 
-import json
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-import jaxmg
+from helpers import OPERATIONS, ROOT, run_benchmark
 
 #: Every test here runs the repeated-call benchmark (a minute of calls): CI runs them (tests/run.sh --slow).
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
 CALLS = 200
 RSS_BOUND_MIB = 20.0
 
@@ -27,41 +22,12 @@ RSS_BOUND_MIB = 20.0
 @pytest.fixture(scope="module")
 def records(tmp_path_factory):
     out = tmp_path_factory.mktemp("long_runs") / "long_runs.jsonl"
-    env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)
-    env["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(Path(jaxmg.__file__).resolve().parents[1]), env.get("PYTHONPATH")])
-    )
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "bench_long_runs.py"),
-            "--calls",
-            str(CALLS),
-            "--cases",
-            "all",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=1200,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return {r["case"]: r for r in map(json.loads, out.read_text().splitlines())}
+    found = run_benchmark("bench_long_runs.py", out, "--calls", str(CALLS), "--cases", "all", timeout=1200)
+    return {r["case"]: r for r in found}
 
 
-OPERATIONS = [
-    "potrs",
-    "cholesky",
-    "lu_solve",
-    "least_squares",
-    "qr",
-    "syevd",
-    "sygvd",
-    "gesvd",
-    "polar",
+CASES = [
+    *OPERATIONS,
     "Cholesky.solve",
     "potrs_jit",
     "grad_potrs",
@@ -76,7 +42,7 @@ OPERATIONS = [
 ]
 
 
-@pytest.mark.parametrize("case", OPERATIONS)
+@pytest.mark.parametrize("case", CASES)
 def test_repeated_calls_grow_nothing(records, case):
     r = records[case]
     assert r["calls"] == CALLS and r["devices"] == 8

@@ -279,44 +279,26 @@ def test_pipelined_task_order_of_the_cuda_kernel_gives_the_same_tridiagonal(dtyp
 
 
 def test_bench_eigen_records_the_two_stage_stages_and_vectors(tmp_path):
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
+    from helpers import run_benchmark
 
-    root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, PYTHONPATH=str(root))
-    env.pop("XLA_FLAGS", None)
-    out = tmp_path / "eigen.jsonl"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(root / "benchmarks" / "bench_eigen.py"),
-            "--cases",
-            "eigvalsh",
-            "eigh",
-            "--impls",
-            "jaxmg.two_stage",
-            "--sizes",
-            "20",
-            "--stacks",
-            "--dtypes",
-            "float64",
-            "--bands",
-            "3",
-            "--runs",
-            "1",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
+    values, vectors = run_benchmark(
+        "bench_eigen.py",
+        tmp_path / "eigen.jsonl",
+        "--cases",
+        "eigvalsh",
+        "eigh",
+        "--impls",
+        "jaxmg.two_stage",
+        "--sizes",
+        "20",
+        "--stacks",
+        "--dtypes",
+        "float64",
+        "--bands",
+        "3",
+        "--runs",
+        "1",
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    values, vectors = [json.loads(line) for line in out.read_text().splitlines()]
     for rec in (values, vectors):
         assert "error" not in rec, rec
         assert rec["impl"] == "jaxmg.two_stage" and rec["band"] == 3 and rec["N"] == 20

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import jaxmg
+from helpers import child_env
 
 SCRIPT = textwrap.dedent("""
     import os
@@ -39,11 +40,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def _run(env_value):
-    env = dict(os.environ, JAXMG_TYPECHECK=env_value)
-    env["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(Path(jaxmg.__file__).resolve().parents[1]), env.get("PYTHONPATH")])
-    )
-    env.pop("XLA_FLAGS", None)
+    env = child_env(JAXMG_TYPECHECK=env_value)
     return subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=300)
 
 

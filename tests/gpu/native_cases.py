@@ -172,20 +172,26 @@ def run_vmapped(one, nout, grid, mesh, mats):
     return rhs, [host(o) for o in f(to_global(mats, mesh, sp), to_global(rhs, mesh, P()))]
 
 
+def run_potrs(grid, tile, a, b, donate=False):
+    """native.potrs of the host arrays ``a`` (laid out on the grid) and ``b`` (whole): x, the
+    log-determinant and the status, each whole."""
+    args = [to_global(a, grid.mesh, grid.spec), to_global(b, grid.mesh, P())]
+    return _harness.run(native.potrs, grid, tile, args, ["block", "whole"], ["whole"] * 3, donate=donate)
+
+
+def run_sygvd(grid, tile, a, b):
+    """native.sygvd of the host matrices ``a`` and ``b`` (both laid out on the grid): the
+    eigenvalues (whole), the eigenvectors (on the grid) and the status (whole)."""
+    args = [to_global(a, grid.mesh, grid.spec), to_global(b, grid.mesh, grid.spec)]
+    return _harness.run(native.sygvd, grid, tile, args, ["block", "block"], ["whole", "block", "whole"])
+
+
 def k_potrs(mesh, spec, n, tile, dtype, nrhs=None, donate=False):
     grid = _harness.grid_of(mesh, spec)
     a_in, a = spd(n, dtype)
     rng = np.random.default_rng(1)
     b = rng.standard_normal((n,) if nrhs is None else (n, nrhs)).astype(dtype)
-    x, ld, st = _harness.run(
-        native.potrs,
-        grid,
-        tile,
-        [to_global(a_in, mesh, grid.spec), to_global(b, mesh, P())],
-        ["block", "whole"],
-        ["whole", "whole", "whole"],
-        donate=donate,
-    )
+    x, ld, st = run_potrs(grid, tile, a_in, b, donate=donate)
     x, ld, st = host(x), float(host(ld)), int(host(st))
     xr = np.linalg.solve(a, b)
     ldr = np.linalg.slogdet(a)[1]
@@ -282,14 +288,7 @@ def _():
 def _():
     n = 256
     a = not_positive_definite(n, 100, -1.0)
-    x, ld, st = _harness.run(
-        native.potrs,
-        grid,
-        64,
-        [to_global(a, mesh, grid.spec), to_global(np.ones(n), mesh, P())],
-        ["block", "whole"],
-        ["whole"] * 3,
-    )
+    x, ld, st = run_potrs(grid, 64, a, np.ones(n))
     x, ld, st = host(x), float(host(ld)), int(host(st))
     assert st != 0 and np.all(np.isnan(x)) and np.isnan(ld), (st, x[:3], ld)
     r = k_potrs(mesh, spec, 256, 64, np.float64)  # the grid still works afterwards
@@ -348,14 +347,7 @@ if NPROC == 2:
         m = Mesh(np.array(jax.devices()), ("x",), axis_types=(AxisType.Auto,))
         g = _harness.grid_of(m, P(None, None))
         a_in, a = spd(256, np.float64)
-        x, _, st = _harness.run(
-            native.potrs,
-            g,
-            64,
-            [to_global(a_in, m, P()), to_global(np.ones(256), m, P())],
-            ["block", "whole"],
-            ["whole"] * 3,
-        )
+        x, _, st = run_potrs(g, 64, a_in, np.ones(256))  # a's spec on the grid: P(None, None)
         return f"residual {relerr(a @ host(x), np.ones(256)):.1e} status {int(host(st))}"
 
 
@@ -789,14 +781,7 @@ def k_eig(mesh, spec, n, tile, dtype, general=False):
     given, a = hermitian(n, dtype)
     if general:
         given_b, b = spd(n, dtype, seed=3)
-        w, v, st = _harness.run(
-            native.sygvd,
-            grid,
-            tile,
-            [to_global(given, mesh, grid.spec), to_global(given_b, mesh, grid.spec)],
-            ["block", "block"],
-            ["whole", "block", "whole"],
-        )
+        w, v, st = run_sygvd(grid, tile, given, given_b)
     else:
         b = None
         w, v, st = _harness.run(
@@ -825,14 +810,7 @@ if hasattr(native, "syevd"):
             _, a = hermitian(n, np.float64)
             _, b = spd(n, np.float64, seed=3)
             b[100, 100] = -1e3
-            w, v, st = _harness.run(
-                native.sygvd,
-                grid,
-                64,
-                [to_global(a, mesh, grid.spec), to_global(b, mesh, grid.spec)],
-                ["block", "block"],
-                ["whole", "block", "whole"],
-            )
+            w, v, st = run_sygvd(grid, 64, a, b)
             st = int(host(st))
             assert st != 0 and np.all(np.isnan(host(w))) and np.all(np.isnan(host(v))), st
             return f"status {st}; then: {k_eig(mesh, spec, 256, 64, np.float64, general=True)}"
@@ -1082,30 +1060,9 @@ def _():
     b_bad[100, 100] = -1e3
     out = []
     for _ in range(5):
-        x, ld, st = _harness.run(
-            native.potrs,
-            grid,
-            64,
-            [to_global(bad, mesh, grid.spec), to_global(np.ones(n), mesh, P())],
-            ["block", "whole"],
-            ["whole"] * 3,
-        )
-        x2, _, st2 = _harness.run(
-            native.potrs,
-            grid,
-            64,
-            [to_global(good, mesh, grid.spec), to_global(np.ones(n), mesh, P())],
-            ["block", "whole"],
-            ["whole"] * 3,
-        )
-        w, v, st3 = _harness.run(
-            native.sygvd,
-            grid,
-            64,
-            [to_global(h, mesh, grid.spec), to_global(b_bad, mesh, grid.spec)],
-            ["block", "block"],
-            ["whole", "block", "whole"],
-        )
+        x, ld, st = run_potrs(grid, 64, bad, np.ones(n))
+        x2, _, st2 = run_potrs(grid, 64, good, np.ones(n))
+        w, v, st3 = run_sygvd(grid, 64, h, b_bad)
         st, st2, st3 = int(host(st)), int(host(st2)), int(host(st3))
         assert st != 0 and np.all(np.isnan(host(x))) and np.isnan(float(host(ld))), st
         assert st2 == 0 and relerr(host(x2), np.linalg.solve(ref, np.ones(n))) < 1e-10, st2

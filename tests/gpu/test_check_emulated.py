@@ -186,20 +186,10 @@ def test_hard_valid_results_pass(op, kinds, grid_mesh, native_backend):
 
 @pytest.mark.parametrize(
     "op,dtype,cond",
-    [
-        ("potrs", np.complex128, 1e12),
-        ("lu_solve", np.complex128, 1e12),
-        ("least_squares", np.complex128, 1e12),
-        ("Eigh", np.complex128, 1e12),
-        ("gesvd", np.complex128, 1e12),
-        ("polar", np.complex128, 1e12),
-        ("potrs", np.float32, 1e5),
-        ("LU", np.float32, 1e5),
-        ("QR", np.complex64, 1e5),
-        ("syevd", np.float32, 1e5),
-        ("SVD", np.complex64, 1e5),
-        ("sygvd", np.complex64, 1e3),
-    ],
+    [(op, np.complex128, 1e12) for op in ("potrs", "lu_solve", "least_squares", "Eigh", "gesvd", "polar")]
+    + [(op, np.float32, 1e5) for op in ("potrs", "LU", "syevd")]
+    + [(op, np.complex64, 1e5) for op in ("QR", "SVD")]
+    + [("sygvd", np.complex64, 1e3)],
 )
 def test_hard_valid_results_pass_every_dtype(op, dtype, cond, native_backend):
     """Correct complex and single-precision results on ill-conditioned matrices are not flagged

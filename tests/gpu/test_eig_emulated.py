@@ -25,7 +25,6 @@ from _emulation import (
     hermitian_with_junk,
     kernel_layouts,
     mesh as _mesh,
-    patch as _patch,
     require_cpu_devices,
 )
 from jaxmg import _layout
@@ -93,8 +92,7 @@ def _kernel(fn, grid, mesh, tile, nargs):
 
 
 @pytest.mark.parametrize("shape,n,tile,reverse,dtype", kernel_layouts(TILES))
-def test_syevd_kernel(shape, n, tile, reverse, dtype, monkeypatch):
-    emu = _patch(monkeypatch)
+def test_syevd_kernel(shape, n, tile, reverse, dtype, emulator):
     mesh = _mesh(shape, reverse)
     grid = _layout.Grid(mesh, ("x",), ("y",))
     given, a = _indefinite(n, dtype)
@@ -103,13 +101,12 @@ def test_syevd_kernel(shape, n, tile, reverse, dtype, monkeypatch):
     assert w.shape == (n,) and v.shape == (n, n)
     check_eigh(a, w, v, dtype)
     npad = native._grid.padded_size(n, tile, grid)
-    assert emu.calls == [("syevd", None, None, npad, tile)]
+    assert emulator.calls == [("syevd", None, None, npad, tile)]
     assert (npad > n) == (tile == 20)
 
 
 @pytest.mark.parametrize("shape,n,tile,reverse,dtype", kernel_layouts(TILES))
-def test_sygvd_kernel(shape, n, tile, reverse, dtype, monkeypatch):
-    emu = _patch(monkeypatch)
+def test_sygvd_kernel(shape, n, tile, reverse, dtype, emulator):
     mesh = _mesh(shape, reverse)
     grid = _layout.Grid(mesh, ("x",), ("y",))
     given_a, a = _indefinite(n, dtype, seed=1)
@@ -117,13 +114,13 @@ def test_sygvd_kernel(shape, n, tile, reverse, dtype, monkeypatch):
     w, v, status = _kernel(native.sygvd, grid, mesh, tile, 2)(given_a, given_b)
     assert int(status) == 0
     check_eigh(a, w, v, dtype, b=b)
-    assert emu.calls == [("sygvd", None, None, n, native.family_tile(n, tile, grid))]
+    assert emulator.calls == [("sygvd", None, None, n, native.family_tile(n, tile, grid))]
 
 
-def test_padding_keeps_the_eigenpairs_of_a(monkeypatch):
+@pytest.mark.usefixtures("emulator")
+def test_padding_keeps_the_eigenpairs_of_a():
     """Padded eigenvalues sit above A's spectrum even when A's largest eigenvalue is its
     Gershgorin bound (a diagonal A) or A is zero: the first n eigenpairs are A's."""
-    _patch(monkeypatch)
     n, tile = 48, 20
     mesh = _mesh((2, 2), True)
     grid = _layout.Grid(mesh, ("x",), ("y",))
@@ -134,10 +131,9 @@ def test_padding_keeps_the_eigenpairs_of_a(monkeypatch):
         check_eigh(a, w, v, np.float64)
 
 
-def _failed_status(monkeypatch, fn, shape, reverse, tile, *operands):
+def _failed_status(fn, shape, reverse, tile, *operands):
     """The status of the eigensolver kernel ``fn`` on ``operands`` that fails, on the emulated
-    grid: every output (w, v) is NaN."""
-    _patch(monkeypatch)
+    grid (the emulator fixture in use): every output (w, v) is NaN."""
     mesh = _mesh(shape, reverse)
     grid = _layout.Grid(mesh, ("x",), ("y",))
     w, v, status = _kernel(fn, grid, mesh, tile, len(operands))(*operands)
@@ -146,21 +142,23 @@ def _failed_status(monkeypatch, fn, shape, reverse, tile, *operands):
 
 
 @pytest.mark.parametrize("shape,reverse", [((2, 2), False), ((1, 2), True), ((2, 1), False), ((1, 1), False)])
-def test_sygvd_b_not_positive_definite(shape, reverse, monkeypatch):
+@pytest.mark.usefixtures("emulator")
+def test_sygvd_b_not_positive_definite(shape, reverse):
     _, a = _indefinite(48, np.float64)
     _, b = hermitian_with_junk(48, np.float64, seed=3)
     b[30, 30] = -100.0  # the leading minor of order 31 is indefinite
-    assert _failed_status(monkeypatch, native.sygvd, shape, reverse, 8, a, b) == 31
+    assert _failed_status(native.sygvd, shape, reverse, 8, a, b) == 31
 
 
-def test_syevd_not_finite(monkeypatch):
+@pytest.mark.usefixtures("emulator")
+def test_syevd_not_finite():
     _, a = _indefinite(48, np.float64)
     a[40, 3] = np.nan
-    assert _failed_status(monkeypatch, native.syevd, (2, 2), False, 20, a) != 0
+    assert _failed_status(native.syevd, (2, 2), False, 20, a) != 0
 
 
-def test_syevd_vmap(monkeypatch):
-    _patch(monkeypatch)
+@pytest.mark.usefixtures("emulator")
+def test_syevd_vmap():
     n, tile = 48, 20
     mesh = _mesh((2, 2), True)
     grid = _layout.Grid(mesh, ("x",), ("y",))

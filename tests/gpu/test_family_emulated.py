@@ -34,7 +34,6 @@ from _emulation import (
     hermitian_with_junk as _matrix,
     kernel_layouts,
     mesh as _mesh,
-    patch as _patch,
     require_cpu_devices,
     rhs as _rhs,
     solve_gradients,
@@ -108,9 +107,8 @@ VARIANTS = [(np.float64, True), (np.float64, False), (np.complex128, True), (np.
 
 
 @pytest.mark.parametrize("shape,n,tile,reverse,variant", kernel_layouts(TILES, VARIANTS))
-def test_family_kernels(shape, n, tile, reverse, variant, monkeypatch):
+def test_family_kernels(shape, n, tile, reverse, variant, emulator):
     dtype, natural = variant
-    emu = _patch(monkeypatch)
     mesh = _mesh(shape, reverse)
     grid = _layout.Grid(mesh, ("x",), ("y",))
     t = native.family_tile(n, tile, grid)
@@ -136,15 +134,15 @@ def test_family_kernels(shape, n, tile, reverse, variant, monkeypatch):
     np.testing.assert_allclose(np.asarray(inv), np.linalg.inv(a), rtol=1e-9, atol=1e-10)
     # the handlers saw the family tile and the unpadded size, in the state's mode only
     mode = cholesky_kernels._MODE_NATURAL if natural else cholesky_kernels._MODE_INPLACE
-    assert {c[3:] for c in emu.calls} == {(n, t)}
-    assert {c[:2] for c in emu.calls} == {("potrf", mode), ("potrs", mode)}
+    assert {c[3:] for c in emulator.calls} == {(n, t)}
+    assert {c[:2] for c in emulator.calls} == {("potrf", mode), ("potrs", mode)}
 
 
 @pytest.mark.parametrize("natural", [True, False])
 @pytest.mark.parametrize("shape,reverse", [((2, 2), False), ((1, 2), True), ((2, 1), False)])
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128])
-def test_family_not_positive_definite(shape, reverse, dtype, natural, monkeypatch):
-    _patch(monkeypatch)
+@pytest.mark.usefixtures("emulator")
+def test_family_not_positive_definite(shape, reverse, dtype, natural):
     n, tile, k = 48, 20, 29
     mesh = _mesh(shape, reverse)
     grid = _layout.Grid(mesh, ("x",), ("y",))

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType, PartitionSpec as P  # noqa: E402
 
-from _emulation import hermitian_with_junk as _matrix, patch  # noqa: E402
+from _emulation import hermitian_with_junk as _matrix  # noqa: E402
 from jaxmg import _layout  # noqa: E402
 from jaxmg.kernels import native  # noqa: E402
 
@@ -41,14 +41,14 @@ CASES = [
 @pytest.mark.parametrize(
     "case,dtype,reverse", [(c, np.float64, False) for c in CASES] + [(c, np.complex128, True) for c in CASES]
 )
-def test_potrs_and_cholesky_layout(case, dtype, reverse, monkeypatch):
+@pytest.mark.usefixtures("emulator")
+def test_potrs_and_cholesky_layout(case, dtype, reverse):
     shape, spec, n, tile = case
     devs = jax.devices()[: int(np.prod(shape))]
     if reverse:
         devs = devs[::-1]
     mesh = jax.make_mesh(shape, ("x", "y")[: len(shape)], axis_types=(AxisType.Auto,) * len(shape), devices=devs)
     grid = _layout.Grid(mesh, _layout.entry_axes(spec[0]), _layout.entry_axes(spec[1]))
-    patch(monkeypatch)
     with jax.enable_x64(True):
         a_in, a = _matrix(n, dtype)
         b = np.arange(1, 2 * n + 1, dtype=np.float64).reshape(n, 2).astype(dtype)
@@ -75,15 +75,13 @@ def test_potrs_and_cholesky_layout(case, dtype, reverse, monkeypatch):
 
 @pytest.mark.parametrize("spec", [P("x", None), P(None, "x")])
 @pytest.mark.parametrize("n,tile", [(64, 16), (60, 16)])
-def test_public_api_through_native_family(spec, n, tile, monkeypatch):
+@pytest.mark.usefixtures("native_backend")
+def test_public_api_through_native_family(spec, n, tile):
     """jaxmg.potrs / jaxmg.cholesky / Cholesky(...) with backend="native", on CPU, through the
     native family kernels with the FFI calls emulated (checks the kernel contract end to end)."""
     import jaxmg
-    from jaxmg import _routes
 
     mesh = jax.make_mesh((2,), ("x",), axis_types=(AxisType.Auto,), devices=jax.devices()[:2])
-    monkeypatch.setattr(_routes, "native_unavailable", lambda op, mesh: None)
-    patch(monkeypatch)
     with jax.enable_x64(True):
         a_in, a = _matrix(n, np.float64)
         b = np.arange(1, n + 1, dtype=np.float64)

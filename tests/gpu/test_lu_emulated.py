@@ -19,19 +19,9 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from _emulation import (
-    PUBLIC_LAYOUTS,
-    kernel_layouts,
-    mesh as _mesh,
-    patch as _patch,
-    require_cpu_devices,
-    rhs as _rhs,
-    solve_gradients,
-)
+from _emulation import PUBLIC_LAYOUTS, kernel_layouts, mesh as _mesh, rhs as _rhs, solve_gradients
 from jaxmg import _layout
 from jaxmg.kernels import native
-
-require_cpu_devices(4)
 
 # n = 48: local extents 48 or 24. T_A = 8 divides them (family tile 8); T_A = 20 does not
 # (family tile 16 on 1x1, 12 otherwise).
@@ -77,8 +67,7 @@ def _family(grid, mesh, tile):
 
 
 @pytest.mark.parametrize("shape,n,tile,reverse,dtype", kernel_layouts(TILES))
-def test_lu_kernels(shape, n, tile, reverse, dtype, monkeypatch):
-    emu = _patch(monkeypatch)
+def test_lu_kernels(shape, n, tile, reverse, dtype, emulator):
     mesh = _mesh(shape, reverse)
     grid = _layout.Grid(mesh, ("x",), ("y",))
     t = native.family_tile(n, tile, grid)
@@ -94,14 +83,14 @@ def test_lu_kernels(shape, n, tile, reverse, dtype, monkeypatch):
     np.testing.assert_allclose(np.asarray(xt), np.linalg.solve(a.T, bm), **tol)
     np.testing.assert_allclose(np.asarray(xc), np.linalg.solve(np.conj(a).T, bv), **tol)
     # factor once, with the family tile and no padding; getrs only for the transposed solves
-    assert [c[0] for c in emu.calls] == ["getrf", "getrs", "getrs"]
-    assert {c[3:] for c in emu.calls} == {(n, t)}
+    assert [c[0] for c in emulator.calls] == ["getrf", "getrs", "getrs"]
+    assert {c[3:] for c in emulator.calls} == {(n, t)}
 
 
 @pytest.mark.parametrize("shape,reverse", [((2, 2), False), ((1, 2), True), ((2, 1), False), ((1, 1), False)])
 @pytest.mark.parametrize("dtype", [np.float64, np.complex64])
-def test_lu_singular(shape, reverse, dtype, monkeypatch):
-    _patch(monkeypatch)
+@pytest.mark.usefixtures("emulator")
+def test_lu_singular(shape, reverse, dtype):
     n, tile = 48, 20
     mesh = _mesh(shape, reverse)
     grid = _layout.Grid(mesh, ("x",), ("y",))
@@ -114,9 +103,9 @@ def test_lu_singular(shape, reverse, dtype, monkeypatch):
         assert np.all(np.isnan(np.asarray(out))), out
 
 
-def test_lu_vmap(monkeypatch):
+@pytest.mark.usefixtures("emulator")
+def test_lu_vmap():
     """A batch axis under vmap reaches the handlers (expand_dims) and the transposed solve."""
-    _patch(monkeypatch)
     n, tile = 48, 8
     mesh = _mesh((2, 2), True)
     grid = _layout.Grid(mesh, ("x",), ("y",))

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from _emulation import DTYPES, GRIDS, mesh as _mesh, patch as _patch, require_cpu_devices
+from _emulation import DTYPES, GRIDS, mesh as _mesh, require_cpu_devices
 from jaxmg import _layout
 from jaxmg.kernels import native
 
@@ -82,24 +82,23 @@ CASES = [
 
 
 @pytest.mark.parametrize("shape,m_n_tile,reverse,dtype", CASES)
-def test_qr_kernels(shape, m_n_tile, reverse, dtype, monkeypatch):
+def test_qr_kernels(shape, m_n_tile, reverse, dtype, emulator):
     """Q^H b from the reflectors in compact WY form."""
     m, n, tile = m_n_tile
-    _check_kernels(shape, m, n, tile, reverse, dtype, monkeypatch)
+    _check_kernels(shape, m, n, tile, reverse, dtype, emulator)
 
 
 @pytest.mark.parametrize(
     "shape,m_n_tile,reverse", [((2, 2), (48, 24, 8), False), ((1, 2), (54, 20, 20), True), ((2, 1), (40, 16, 4), True)]
 )
-def test_qr_solve_with_panels_narrower_than_a_tile(shape, m_n_tile, reverse, monkeypatch):
+def test_qr_solve_with_panels_narrower_than_a_tile(shape, m_n_tile, reverse, monkeypatch, emulator):
     """Compact-WY panels of 2 or 5 columns inside tiles of 4, 8 or 20 (as 256 inside 1024 on GPUs)."""
     monkeypatch.setattr(native.qr, "PANEL_WIDTH", 3)
     m, n, tile = m_n_tile
-    _check_kernels(shape, m, n, tile, reverse, np.complex128, monkeypatch)
+    _check_kernels(shape, m, n, tile, reverse, np.complex128, emulator)
 
 
-def _check_kernels(shape, m, n, tile, reverse, dtype, monkeypatch):
-    emu = _patch(monkeypatch)
+def _check_kernels(shape, m, n, tile, reverse, dtype, emulator):
     mesh = _mesh(shape, reverse)
     grid = _layout.Grid(mesh, ("x",), ("y",))
     a = _random((m, n), dtype, 0)
@@ -118,14 +117,14 @@ def _check_kernels(shape, m, n, tile, reverse, dtype, monkeypatch):
     np.testing.assert_allclose(xm, np.linalg.lstsq(a, bm, rcond=None)[0], **tol)
     np.testing.assert_allclose(z, np.linalg.solve(np.conj(a).T @ a, y), **tol)
     # one factorization; Q by orgqr; Q^H b from the reflectors (Q never formed for the solves)
-    assert [c[0] for c in emu.calls] == ["geqrf", "orgqr"]
+    assert [c[0] for c in emulator.calls] == ["geqrf", "orgqr"]
 
 
 @pytest.mark.parametrize("shape,reverse", [((2, 2), False), ((1, 2), True), ((2, 1), False), ((1, 1), False)])
 @pytest.mark.parametrize("dtype", [np.float64, np.complex64])
-def test_qr_rank_deficient(shape, reverse, dtype, monkeypatch):
+@pytest.mark.usefixtures("emulator")
+def test_qr_rank_deficient(shape, reverse, dtype):
     """A zero column j gives R[j, j] = 0 exactly: status j + 1 (agreed), NaN outputs."""
-    _patch(monkeypatch)
     m, n, tile = 54, 20, 20
     mesh = _mesh(shape, reverse)
     grid = _layout.Grid(mesh, ("x",), ("y",))
@@ -138,9 +137,9 @@ def test_qr_rank_deficient(shape, reverse, dtype, monkeypatch):
         assert np.all(np.isnan(np.asarray(out)))
 
 
-def test_qr_vmap(monkeypatch):
+@pytest.mark.usefixtures("emulator")
+def test_qr_vmap():
     """A batch axis under vmap reaches the handlers (expand_dims) and the back substitution."""
-    _patch(monkeypatch)
     m, n, tile = 48, 24, 8
     mesh = _mesh((2, 2), True)
     grid = _layout.Grid(mesh, ("x",), ("y",))

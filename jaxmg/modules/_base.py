@@ -1,4 +1,5 @@
-"""What every factorisation module shares: its plan, the kept operator and status."""
+"""What every factorisation module shares: its plan, the kept operator and status; and how it
+(and every function of ``jaxmg.functional``) calls the public boundary (:func:`build`)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,18 @@ from typing import Optional
 import equinox as eqx
 import jax
 
-from .._plan import Plan
+from .. import _dispatch
+from .._plan import Options, Plan
 from ..kernels import status as _status
+from . import check as _check
+
+
+def build(body, family: str, matrices, options: Options, **kwargs):
+    """``jaxmg._dispatch.build`` of ``body`` on ``matrices`` with the caller's ``options``, the
+    result check's ``check`` resolved (:func:`jaxmg.modules.check.enabled`) for the body, and
+    ``kwargs`` (the plan's keywords and the body's static arguments); returns (plan, outputs,
+    operators)."""
+    return _dispatch.build(body, family, matrices, options, check=_check.enabled(options.check), **kwargs)
 
 
 class Factorisation(eqx.Module):

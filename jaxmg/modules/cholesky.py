@@ -9,12 +9,13 @@ import jax
 
 from .. import _dispatch, _plan
 from .._docstrings import shared_arguments
+from .._plan import Options
 from .._typing import MeshLike, Rhs, Specs, SquareMatrix, Tile, checked
 from ..autodiff import decompositions, logdet, solves
 from ..kernels import status as _status
 from ..kernels.families import CholeskyState
 from . import check as _check
-from ._base import Factorisation
+from ._base import Factorisation, build
 
 
 @shared_arguments
@@ -64,19 +65,9 @@ class Cholesky(Factorisation):
         backend: str = "auto",
         check: Optional[bool] = None,
     ):
-        self.plan, (self.state, self.status), (self.operator,) = _dispatch.build(
-            _made,
-            "cholesky",
-            [("a", a)],
-            T_A=T_A,
-            mesh=mesh,
-            matrix_specs=matrix_specs,
-            donate=donate,
-            backend=backend,
-            num_rhs=1,
-            natural=natural,
-            flags=dict(natural=natural),
-            check=_check.enabled(check),
+        options = Options(T_A, mesh, matrix_specs, donate, backend, check)
+        self.plan, (self.state, self.status), (self.operator,) = build(
+            _made, "cholesky", [("a", a)], options, num_rhs=1, natural=natural
         )
 
     @checked

@@ -9,12 +9,13 @@ import jax.numpy as jnp
 
 from .. import _dispatch, _plan
 from .._docstrings import shared_arguments
+from .._plan import Options
 from .._typing import MeshLike, Rhs, Specs, SquareMatrix, Tile, checked
 from ..autodiff import logdet, solves
 from ..kernels import status as _status
 from ..kernels.families import LUState
 from . import check as _check
-from ._base import Factorisation
+from ._base import Factorisation, build
 
 #: op(A) -> how to apply op(A)^-T with the same factor: (trans, conjugate the rhs/solution).
 _TRANSPOSE = {"N": ("T", False), "T": ("N", False), "C": ("N", True)}
@@ -53,18 +54,8 @@ class LU(Factorisation):
         backend: str = "auto",
         check: Optional[bool] = None,
     ):
-        self.plan, (self.state, self.status), (self.operator,) = _dispatch.build(
-            _made,
-            "lu",
-            [("a", a)],
-            T_A=T_A,
-            mesh=mesh,
-            matrix_specs=matrix_specs,
-            donate=donate,
-            backend=backend,
-            num_rhs=1,
-            check=_check.enabled(check),
-        )
+        options = Options(T_A, mesh, matrix_specs, donate, backend, check)
+        self.plan, (self.state, self.status), (self.operator,) = build(_made, "lu", [("a", a)], options, num_rhs=1)
 
     @property
     def lu(self) -> jax.Array:

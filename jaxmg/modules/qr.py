@@ -11,12 +11,13 @@ import jax.numpy as jnp
 from .. import _dispatch, _plan
 from .._dense import adjoint, columns, matmul, spec_of, triu
 from .._docstrings import shared_arguments
+from .._plan import Options
 from .._typing import Matrix, MeshLike, Specs, TallRhs, Tile, checked
 from ..autodiff import _dist, decompositions, solves
 from ..kernels import status as _status
 from ..kernels.families import QRState
 from . import check as _check
-from ._base import Factorisation
+from ._base import Factorisation, build
 
 
 @shared_arguments
@@ -62,20 +63,8 @@ class QR(Factorisation):
         backend: str = "auto",
         check: Optional[bool] = None,
     ):
-        self.plan, (self.state, self.status), (self.operator,) = _dispatch.build(
-            _made,
-            "qr",
-            [("a", a)],
-            T_A=T_A,
-            mesh=mesh,
-            matrix_specs=matrix_specs,
-            donate=donate,
-            backend=backend,
-            square=False,
-            tall=False,
-            num_rhs=1,
-            check=_check.enabled(check),
-        )
+        options = Options(T_A, mesh, matrix_specs, donate, backend, check)
+        self.plan, (self.state, self.status), (self.operator,) = build(_made, "qr", [("a", a)], options, num_rhs=1)
 
     @property
     def wide(self) -> bool:

@@ -105,10 +105,7 @@ def potrs(
 def _potrs(plan, a, b, *, keep, return_logdet, return_status, check):
     """potrs's outputs, and the factor state when donating (so that XLA can give it a's donated
     buffer; the caller drops it)."""
-    a, probes = _check.before(plan, a, "solution", lower_read=True, check=check)
-    state, status, operator = _cholesky.factored(plan, a, keep=keep)
-    solved = _status.solved(status, _cholesky.solved(plan, operator, state, status, b))
-    x, status = _checked_solution(plan, probes, b, *solved)
+    x, status, state, operator = _solution(_cholesky, plan, a, b, keep=keep, check=check, lower_read=True)
     logdet = _status.masked(status, _cholesky.log_determinant(plan, operator, state, status)) if return_logdet else None
     return pick((x, logdet, status), (True, return_logdet, return_status)), None if keep else state
 
@@ -154,6 +151,17 @@ def _lower(plan, a, *, keep, return_status, check):
     rebuilt = lambda r: _check.product(plan, lower, _check.product(plan, lower, r, "C"))  # noqa: E731
     status = _check.verified(plan, status, probes, lambda p: _check.factorisation(p, rebuilt))
     return pick((_status.masked(status, lower), status), (True, return_status))
+
+
+def _solution(family, plan, a, b, *, keep, check, lower_read=False):
+    """(x, status, state, operator) of ``a @ x = b`` by the factorisation of ``family``
+    (:mod:`jaxmg.modules.cholesky`, which reads a's lower triangle, or :mod:`jaxmg.modules.lu`),
+    x checked against ``b`` (trace-only)."""
+    a, probes = _check.before(plan, a, "solution", lower_read=lower_read, check=check)
+    state, status, operator = family.factored(plan, a, keep=keep)
+    solved = _status.solved(status, family.solved(plan, operator, state, status, b))
+    x, status = _checked_solution(plan, probes, b, *solved)
+    return x, status, state, operator
 
 
 def _checked_solution(plan, probes, b, x, status, tests=_check.solution):
@@ -202,10 +210,7 @@ def lu_solve(
 def _lu_solve(plan, a, b, *, keep, return_status, check):
     """lu_solve's outputs, and the factor when donating (so that XLA can give it a's donated
     buffer; the caller drops it)."""
-    a, probes = _check.before(plan, a, "solution", check=check)
-    state, status, operator = _lu.factored(plan, a, keep=keep)
-    solved = _status.solved(status, _lu.solved(plan, operator, state, status, b))
-    x, status = _checked_solution(plan, probes, b, *solved)
+    x, status, state, _ = _solution(_lu, plan, a, b, keep=keep, check=check)
     return pick((x, status), (True, return_status)), None if keep else state
 
 

@@ -14,8 +14,8 @@ from .._typing import MeshLike, Rhs, Specs, SquareMatrix, Tile, checked
 from ..autodiff import logdet, solves
 from ..kernels import status as _status
 from ..kernels.families import LUState
-from . import check as _check
-from ._base import Factorisation, build
+from . import _base, check as _check
+from ._base import Factorisation
 
 #: op(A) -> how to apply op(A)^-T with the same factor: (trans, conjugate the rhs/solution).
 _TRANSPOSE = {"N": ("T", False), "T": ("N", False), "C": ("N", True)}
@@ -55,7 +55,9 @@ class LU(Factorisation):
         check: Optional[bool] = None,
     ):
         options = Options(T_A, mesh, matrix_specs, donate, backend, check)
-        self.plan, (self.state, self.status), (self.operator,) = build(_made, "lu", [("a", a)], options, num_rhs=1)
+        self.plan, (self.state, self.status), (self.operator,) = _base.build(
+            _made, "lu", [("a", a)], options, num_rhs=1
+        )
 
     @property
     def lu(self) -> jax.Array:
@@ -98,8 +100,7 @@ class LU(Factorisation):
 
 def factored(plan, a, *, keep: bool):
     """(state, status, operator) of the LU factorisation of ``a`` (trace-only)."""
-    state, status = plan.backend.lu(plan).factor(jax.lax.stop_gradient(plan.enter(a)))
-    return jax.lax.stop_gradient(state), status, a if keep else None
+    return _base.factored(plan.backend.lu(plan), plan, a, keep=keep)
 
 
 def _made(plan, a, *, keep: bool, check: bool):
@@ -136,9 +137,7 @@ def _solve(plan, module, b, *, trans):
 
 
 def _inverse(plan, module):
-    """a^-1 in a's layout from the saved factor (trace-only)."""
-    inverse = logdet.inverse(plan.backend.lu(plan), module.operator, module.state)
-    return module._masked(plan.leave(inverse, "the inverse"))
+    return _base.inverse(plan.backend.lu(plan), plan, module)
 
 
 def _slogdet(plan, module):

@@ -16,8 +16,8 @@ from .._typing import Matrix, MeshLike, Specs, TallRhs, Tile, checked
 from ..autodiff import _dist, decompositions, solves
 from ..kernels import status as _status
 from ..kernels.families import QRState
-from . import check as _check
-from ._base import Factorisation, build
+from . import _base, check as _check
+from ._base import Factorisation
 
 
 @shared_arguments
@@ -64,7 +64,9 @@ class QR(Factorisation):
         check: Optional[bool] = None,
     ):
         options = Options(T_A, mesh, matrix_specs, donate, backend, check)
-        self.plan, (self.state, self.status), (self.operator,) = build(_made, "qr", [("a", a)], options, num_rhs=1)
+        self.plan, (self.state, self.status), (self.operator,) = _base.build(
+            _made, "qr", [("a", a)], options, num_rhs=1
+        )
 
     @property
     def wide(self) -> bool:
@@ -124,9 +126,8 @@ def kernel_plan(plan):
 def factored(plan, a, *, keep: bool):
     """(state, status, operator) of the QR factorisation of ``a`` (of a^H for a wide a)."""
     kplan = kernel_plan(plan)
-    factor_of = adjoint(a) if plan.wide else a
-    state, status = kplan.backend.qr(kplan).factor(jax.lax.stop_gradient(kplan.enter(factor_of)))
-    return jax.lax.stop_gradient(state), status, a if keep else None
+    state, status, _ = _base.factored(kplan.backend.qr(kplan), kplan, adjoint(a) if plan.wide else a, keep=False)
+    return state, status, a if keep else None
 
 
 def _made(plan, a, *, keep: bool, check: bool):

@@ -28,6 +28,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from . import _checks, _context, _layout, _routes, _sharded
 from ._context import MANUAL, Context, concrete_value
 from ._layout import AnyMesh, Grid
+from ._typing import MeshLike, Specs, Tile
 from .kernels import local, native
 from .kernels.families import Backend
 
@@ -38,9 +39,9 @@ class Options(NamedTuple):
     (``donate``, ``backend``, and ``check``, the result check as the caller asked for it);
     ``jaxmg._docstrings``' groups ``{{layout}}`` and ``{{run}}`` describe them."""
 
-    T_A: Optional[int]
-    mesh: Any
-    matrix_specs: Any
+    T_A: Tile
+    mesh: MeshLike
+    matrix_specs: Specs
     donate: bool
     backend: str
     check: Optional[bool]

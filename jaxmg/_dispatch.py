@@ -30,7 +30,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from . import _context, _layout, _plan, _routes, _sharded
 from ._context import Context
-from ._plan import Plan
+from ._plan import Options, Plan
 
 
 def context(matrices, others=()) -> Context:
@@ -40,25 +40,9 @@ def context(matrices, others=()) -> Context:
     )
 
 
-def build(
-    body,
-    family: str,
-    matrices,
-    *,
-    rhs=(),
-    T_A=None,
-    mesh=None,
-    matrix_specs=None,
-    donate: bool = False,
-    backend: str = "auto",
-    square: bool = True,
-    tall: bool = True,
-    num_rhs: int = 0,
-    natural: bool = False,
-    flags=None,
-    **static,
-):
-    """Plan a construction of ``family`` on ``matrices`` (``(name, value)`` pairs) and run
+def build(body, family: str, matrices, options: Options, *, rhs=(), num_rhs: int = 0, natural: bool = False, **static):
+    """Plan a construction of ``family`` on ``matrices`` (``(name, value)`` pairs) with the caller's
+    ``options`` (``jaxmg._plan.resolve``, with ``rhs``, ``num_rhs`` and ``natural``) and run
     ``body(plan, *arrays, keep=..., **static)`` through the boundary; returns (plan, outputs,
     operators): the matrices as the module keeps them (None where consumed).
 
@@ -66,25 +50,11 @@ def build(
     tracer is always kept: the derivatives need it, and under eager differentiation its primal is
     the caller's own buffer. A kept matrix is the caller's own array (on the call's mesh), not an
     output of the compiled call, so that its cotangents keep its type."""
-    flags = dict(flags or {}, donate=donate)
     ctx = context([value for _, value in matrices], [value for _, value in rhs])
-    plan, arrays = _plan.resolve(
-        family,
-        ctx,
-        matrices=matrices,
-        rhs=rhs,
-        T_A=T_A,
-        mesh=mesh,
-        matrix_specs=matrix_specs,
-        backend=backend,
-        square=square,
-        tall=tall,
-        num_rhs=num_rhs,
-        natural=natural,
-        flags=flags,
-    )
+    plan, arrays = _plan.resolve(family, ctx, options, matrices=matrices, rhs=rhs, num_rhs=num_rhs, natural=natural)
+    donate = options.donate
     keep = not donate or not ctx.concrete
-    uncommitted = _context.uncommitted_call(mesh, arrays)
+    uncommitted = _context.uncommitted_call(options.mesh, arrays)
     if ctx.eager:
         arrays = _on_mesh(tuple(arrays), plan, len(matrices))
     out = run(

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
@@ -28,8 +28,28 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from . import _checks, _context, _layout, _routes, _sharded
 from ._context import MANUAL, Context, concrete_value
 from ._layout import AnyMesh, Grid
+from ._typing import MeshLike, Specs, Tile
 from .kernels import local, native
 from .kernels.families import Backend
+
+
+class Options(NamedTuple):
+    """The arguments that every public function and module constructor takes after its arrays and
+    forwards as given: the layout (``T_A``, ``mesh``, ``matrix_specs``) and how the call runs
+    (``donate``, ``backend``, and ``check``, the result check as the caller asked for it);
+    ``jaxmg._docstrings``' groups ``{{layout}}`` and ``{{run}}`` describe them."""
+
+    T_A: Tile
+    mesh: MeshLike
+    matrix_specs: Specs
+    donate: bool
+    backend: str
+    check: Optional[bool]
+
+
+#: The matrices each family takes, (square, tall): square, or any shape (M, N), or M >= N; a
+#: family not named takes square matrices.
+_SHAPES: dict = {"qr": (False, False), "svd": (False, False), "polar": (False, True)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -274,26 +294,26 @@ def check(
 def resolve(
     family: str,
     context: Context,
+    options: Options,
     *,
     matrices: Sequence[tuple],
     rhs: Sequence[tuple] = (),
-    square: bool = True,
-    tall: bool = True,
-    T_A=None,
-    mesh=None,
-    matrix_specs=None,
-    backend: str = "auto",
-    flags: dict | None = None,
     num_rhs: int = 0,
     natural: bool = False,
 ) -> tuple[Plan, list]:
-    """Check the arguments of a call of ``family`` in ``context`` and plan it.
+    """Check the arguments of a call of ``family`` in ``context`` with the caller's ``options`` and
+    plan it.
 
-    ``matrices`` and ``rhs`` are ``(name, value)`` pairs: matrices rank 2, square when
-    ``square`` (else M >= N where ``tall``), with a's shape; right-hand sides a vector or a matrix with a's rows;
+    ``matrices`` and ``rhs`` are ``(name, value)`` pairs: matrices rank 2 and of the family's
+    shape (:data:`_SHAPES`), with a's shape; right-hand sides a vector or a matrix with a's rows;
     all of a's dtype. ``num_rhs`` right-hand sides given later (``module.solve(b)``) may have
-    specs in ``matrix_specs``. Returns the plan and the arguments as arrays (matrices first).
+    specs in ``matrix_specs``. ``natural`` (a flag, checked as ``donate`` is) keeps a native
+    Cholesky factor in natural order. Returns the plan and the arguments as arrays (matrices
+    first).
     """
+    square, tall = _SHAPES.get(family, (True, True))
+    flags = dict(natural=natural, donate=options.donate)
+    T_A, mesh, matrix_specs, backend = options.T_A, options.mesh, options.matrix_specs, options.backend
     arrays = check(matrices, rhs, square=square, tall=tall, T_A=T_A, backend=backend, flags=flags, family=family)
     a, count = arrays[0], len(matrices)
     if context.kind == MANUAL:

@@ -11,18 +11,28 @@ from __future__ import annotations
 
 from typing import Optional
 
-from . import _dispatch
 from ._checks import check_flag
 from ._docstrings import shared_arguments
+from ._plan import Options
 from ._typing import Matrix, MeshLike, Rhs, Specs, SquareMatrix, TallMatrix, TallRhs, Tile, checked
 from .autodiff import decompositions
 from .kernels import status as _status
-from .modules import check as _check, cholesky as _cholesky, decompositions as _decompositions, lu as _lu, qr as _qr
+from .modules import (
+    _base,
+    check as _check,
+    cholesky as _cholesky,
+    decompositions as _decompositions,
+    lu as _lu,
+    qr as _qr,
+)
 
 
-def _flags(**flags) -> None:
+def _flags(**flags) -> dict:
+    """``flags`` (a function's keyword flags, the body's static arguments), each checked to be a
+    plain bool."""
     for name, value in flags.items():
         check_flag(value, name)
+    return flags
 
 
 def pick(values, keep):
@@ -87,31 +97,15 @@ def potrs(
     lower=True), b)`` gives): zero above the diagonal, and below it the sum of the full-matrix
     gradient's two mirrored entries.
     """
-    _flags(return_logdet=return_logdet, return_status=return_status)
-    _, (out, _), _ = _dispatch.build(
-        _potrs,
-        "cholesky",
-        [("a", a)],
-        rhs=[("b", b)],
-        T_A=T_A,
-        mesh=mesh,
-        matrix_specs=matrix_specs,
-        donate=donate,
-        backend=backend,
-        return_logdet=return_logdet,
-        return_status=return_status,
-        check=_check.enabled(check),
-    )
-    return out
+    flags = _flags(return_logdet=return_logdet, return_status=return_status)
+    options = Options(T_A, mesh, matrix_specs, donate, backend, check)
+    return _base.build(_potrs, "cholesky", [("a", a)], options, rhs=[("b", b)], **flags)[1][0]
 
 
 def _potrs(plan, a, b, *, keep, return_logdet, return_status, check):
     """potrs's outputs, and the factor state when donating (so that XLA can give it a's donated
     buffer; the caller drops it)."""
-    a, probes = _check.before(plan, a, "solution", lower_read=True, check=check)
-    state, status, operator = _cholesky.factored(plan, a, keep=keep)
-    solved = _status.solved(status, _cholesky.solved(plan, operator, state, status, b))
-    x, status = _checked_solution(plan, probes, b, *solved)
+    x, status, state, operator = _solution(_cholesky, plan, a, b, keep=keep, check=check, lower_read=True)
     logdet = _status.masked(status, _cholesky.log_determinant(plan, operator, state, status)) if return_logdet else None
     return pick((x, logdet, status), (True, return_logdet, return_status)), None if keep else state
 
@@ -145,21 +139,9 @@ def cholesky(
     Returns:
       ``L`` (N, N), zero above the diagonal, with a's sharding; then ``status`` when asked.
     """
-    _flags(return_status=return_status)
-    _, out, _ = _dispatch.build(
-        _lower,
-        "cholesky",
-        [("a", a)],
-        T_A=T_A,
-        mesh=mesh,
-        matrix_specs=matrix_specs,
-        donate=donate,
-        backend=backend,
-        natural=True,
-        return_status=return_status,
-        check=_check.enabled(check),
-    )
-    return out
+    flags = _flags(return_status=return_status)
+    options = Options(T_A, mesh, matrix_specs, donate, backend, check)
+    return _base.build(_lower, "cholesky", [("a", a)], options, natural=True, **flags)[1]
 
 
 def _lower(plan, a, *, keep, return_status, check):
@@ -169,6 +151,17 @@ def _lower(plan, a, *, keep, return_status, check):
     rebuilt = lambda r: _check.product(plan, lower, _check.product(plan, lower, r, "C"))  # noqa: E731
     status = _check.verified(plan, status, probes, lambda p: _check.factorisation(p, rebuilt))
     return pick((_status.masked(status, lower), status), (True, return_status))
+
+
+def _solution(family, plan, a, b, *, keep, check, lower_read=False):
+    """(x, status, state, operator) of ``a @ x = b`` by the factorisation of ``family``
+    (:mod:`jaxmg.modules.cholesky`, which reads a's lower triangle, or :mod:`jaxmg.modules.lu`),
+    x checked against ``b`` (trace-only)."""
+    a, probes = _check.before(plan, a, "solution", lower_read=lower_read, check=check)
+    state, status, operator = family.factored(plan, a, keep=keep)
+    solved = _status.solved(status, family.solved(plan, operator, state, status, b))
+    x, status = _checked_solution(plan, probes, b, *solved)
+    return x, status, state, operator
 
 
 def _checked_solution(plan, probes, b, x, status, tests=_check.solution):
@@ -209,30 +202,15 @@ def lu_solve(
     Returns:
       ``x`` with b's shape and sharding; then ``status`` when asked.
     """
-    _flags(return_status=return_status)
-    _, (out, _), _ = _dispatch.build(
-        _lu_solve,
-        "lu",
-        [("a", a)],
-        rhs=[("b", b)],
-        T_A=T_A,
-        mesh=mesh,
-        matrix_specs=matrix_specs,
-        donate=donate,
-        backend=backend,
-        return_status=return_status,
-        check=_check.enabled(check),
-    )
-    return out
+    flags = _flags(return_status=return_status)
+    options = Options(T_A, mesh, matrix_specs, donate, backend, check)
+    return _base.build(_lu_solve, "lu", [("a", a)], options, rhs=[("b", b)], **flags)[1][0]
 
 
 def _lu_solve(plan, a, b, *, keep, return_status, check):
     """lu_solve's outputs, and the factor when donating (so that XLA can give it a's donated
     buffer; the caller drops it)."""
-    a, probes = _check.before(plan, a, "solution", check=check)
-    state, status, operator = _lu.factored(plan, a, keep=keep)
-    solved = _status.solved(status, _lu.solved(plan, operator, state, status, b))
-    x, status = _checked_solution(plan, probes, b, *solved)
+    x, status, state, _ = _solution(_lu, plan, a, b, keep=keep, check=check)
     return pick((x, status), (True, return_status)), None if keep else state
 
 
@@ -280,24 +258,17 @@ def least_squares(
       ``x``, (N,) or (N, NRHS), laid out like ``b`` (its row axes must divide N); then
       ``status`` when asked.
     """
-    _flags(return_status=return_status)
-    _, out, _ = _dispatch.build(
+    flags = _flags(return_status=return_status)
+    options = Options(T_A, mesh, matrix_specs, donate, backend, check)
+    return _base.build(
         _least_squares,
         "qr",
         [("a", a)],
+        options,
         rhs=[("b", b)],
-        T_A=T_A,
-        mesh=mesh,
-        matrix_specs=matrix_specs,
-        donate=donate,
-        backend=backend,
-        square=False,
-        tall=False,
         rcond=_status.checked_rcond(rcond),
-        return_status=return_status,
-        check=_check.enabled(check),
-    )
-    return out
+        **flags,
+    )[1]
 
 
 def _least_squares(plan, a, b, *, keep, rcond, return_status, check):
@@ -339,22 +310,9 @@ def qr(
       ``(q, r)``: with K = min(M, N), ``q`` (M, K) with orthonormal columns and ``r`` (K, N)
       upper triangular (trapezoidal), both with a's sharding; then ``status`` when asked.
     """
-    _flags(return_status=return_status)
-    _, out, _ = _dispatch.build(
-        _qr_factors,
-        "qr",
-        [("a", a)],
-        T_A=T_A,
-        mesh=mesh,
-        matrix_specs=matrix_specs,
-        donate=donate,
-        backend=backend,
-        square=False,
-        tall=False,
-        return_status=return_status,
-        check=_check.enabled(check),
-    )
-    return out
+    flags = _flags(return_status=return_status)
+    options = Options(T_A, mesh, matrix_specs, donate, backend, check)
+    return _base.build(_qr_factors, "qr", [("a", a)], options, **flags)[1]
 
 
 def _qr_factors(plan, a, *, keep, return_status, check):
@@ -404,21 +362,9 @@ def syevd(
       ``(w, v)``: ``w`` (N,) ascending and replicated, ``v`` (N, N) with the eigenvectors as
       columns in a's sharding; or ``w`` alone; then ``status`` when asked.
     """
-    _flags(return_eigenvectors=return_eigenvectors, return_status=return_status)
-    _, out, _ = _dispatch.build(
-        _eigh,
-        "eigh",
-        [("a", a)],
-        T_A=T_A,
-        mesh=mesh,
-        matrix_specs=matrix_specs,
-        donate=donate,
-        backend=backend,
-        return_eigenvectors=return_eigenvectors,
-        return_status=return_status,
-        check=_check.enabled(check),
-    )
-    return out
+    flags = _flags(return_eigenvectors=return_eigenvectors, return_status=return_status)
+    options = Options(T_A, mesh, matrix_specs, donate, backend, check)
+    return _base.build(_eigh, "eigh", [("a", a)], options, **flags)[1]
 
 
 @shared_arguments
@@ -462,21 +408,9 @@ def sygvd(
       ``(w, v)``: ``w`` (N,) ascending and replicated, ``v`` (N, N) in a's sharding; or ``w``
       alone; then ``status`` when asked.
     """
-    _flags(return_eigenvectors=return_eigenvectors, return_status=return_status)
-    _, out, _ = _dispatch.build(
-        _eigh,
-        "sygvd",
-        [("a", a), ("b", b)],
-        T_A=T_A,
-        mesh=mesh,
-        matrix_specs=matrix_specs,
-        donate=donate,
-        backend=backend,
-        return_eigenvectors=return_eigenvectors,
-        return_status=return_status,
-        check=_check.enabled(check),
-    )
-    return out
+    flags = _flags(return_eigenvectors=return_eigenvectors, return_status=return_status)
+    options = Options(T_A, mesh, matrix_specs, donate, backend, check)
+    return _base.build(_eigh, "sygvd", [("a", a), ("b", b)], options, **flags)[1]
 
 
 def _eigh(plan, a, b=None, *, keep, return_eigenvectors, return_status, check):
@@ -520,25 +454,9 @@ def gesvd(
       ``(u, s, vh)``, ``(u, s)``, ``(s, vh)`` or ``s`` as asked: ``s`` (K,) descending and
       replicated, ``u`` and ``vh`` with a's sharding; then ``status`` when asked.
     """
-    _flags(compute_u=compute_u, compute_vh=compute_vh, full_matrices=full_matrices, return_status=return_status)
-    _, out, _ = _dispatch.build(
-        _gesvd,
-        "svd",
-        [("a", a)],
-        T_A=T_A,
-        mesh=mesh,
-        matrix_specs=matrix_specs,
-        donate=donate,
-        backend=backend,
-        square=False,
-        tall=False,
-        compute_u=compute_u,
-        compute_vh=compute_vh,
-        full_matrices=full_matrices,
-        return_status=return_status,
-        check=_check.enabled(check),
-    )
-    return out
+    flags = _flags(compute_u=compute_u, compute_vh=compute_vh, full_matrices=full_matrices, return_status=return_status)
+    options = Options(T_A, mesh, matrix_specs, donate, backend, check)
+    return _base.build(_gesvd, "svd", [("a", a)], options, **flags)[1]
 
 
 def _gesvd(plan, a, *, keep, compute_u, compute_vh, full_matrices, return_status, check):
@@ -578,22 +496,9 @@ def polar(
       ``(u_p, h)`` or ``u_p``: ``u_p`` (M, N) with orthonormal columns and ``h`` (N, N)
       Hermitian positive semi-definite, both with a's sharding; then ``status`` when asked.
     """
-    _flags(compute_h=compute_h, return_status=return_status)
-    _, out, _ = _dispatch.build(
-        _polar,
-        "polar",
-        [("a", a)],
-        T_A=T_A,
-        mesh=mesh,
-        matrix_specs=matrix_specs,
-        donate=donate,
-        backend=backend,
-        square=False,
-        compute_h=compute_h,
-        return_status=return_status,
-        check=_check.enabled(check),
-    )
-    return out
+    flags = _flags(compute_h=compute_h, return_status=return_status)
+    options = Options(T_A, mesh, matrix_specs, donate, backend, check)
+    return _base.build(_polar, "polar", [("a", a)], options, **flags)[1]
 
 
 def _polar(plan, a, *, keep, compute_h, return_status, check):

@@ -36,6 +36,40 @@ def test_tall_required(mesh):
         jaxmg.polar(np.ones((16, 32)), mesh=mesh)
 
 
+WIDE = np.ones((16, 32))
+SQUARE = "a must be square"
+TALL = "a must have at least as many rows as columns"
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda a, mesh: jaxmg.lu_solve(a, np.ones(16), mesh=mesh), SQUARE),
+        (lambda a, mesh: jaxmg.LU(a, mesh=mesh), SQUARE),
+        (lambda a, mesh: jaxmg.Cholesky(a, mesh=mesh), SQUARE),
+        (lambda a, mesh: jaxmg.syevd(a, mesh=mesh), SQUARE),
+        (lambda a, mesh: jaxmg.sygvd(a, a, mesh=mesh), SQUARE),
+        (lambda a, mesh: jaxmg.Eigh(a, mesh=mesh), SQUARE),
+        (lambda a, mesh: jaxmg.Polar(a, mesh=mesh), TALL),
+    ],
+    ids=["lu_solve", "LU", "Cholesky", "syevd", "sygvd", "Eigh", "Polar"],
+)
+def test_functions_and_modules_take_their_familys_shape(mesh, call, match):
+    """A function and the module of its family check a's shape alike: square (Cholesky, LU, the
+    eigensolvers) or tall (polar); the QR and SVD families take any shape (their wide tests)."""
+    with pytest.raises(ValueError, match=match):
+        call(WIDE, mesh)
+
+
+def test_module_flags_are_checked(mesh):
+    with pytest.raises(TypeError, match=r"natural must be True or False"):
+        jaxmg.Cholesky(A, mesh=mesh, natural="yes")
+    with pytest.raises(TypeError, match=r"donate must be True or False"):
+        jaxmg.LU(A, mesh=mesh, donate=None)
+    with pytest.raises(TypeError, match=r"check must be True, False or None"):
+        jaxmg.QR(A, mesh=mesh, check=1)
+
+
 def test_mismatched_a_and_b(mesh):
     with pytest.raises(ValueError, match=r"b has 16 rows but a has 32"):
         jaxmg.potrs(A, np.ones(16), mesh=mesh)

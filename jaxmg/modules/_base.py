@@ -1,4 +1,5 @@
-"""What every factorisation module shares: its plan, the kept operator and status."""
+"""What every factorisation module shares: its plan, the kept operator and status; and how it
+(and every function of ``jaxmg.functional``) calls the public boundary (:func:`build`)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,34 @@ from typing import Optional
 import equinox as eqx
 import jax
 
-from .._plan import Plan
+from .. import _dispatch
+from .._plan import Options, Plan
+from ..autodiff import logdet
 from ..kernels import status as _status
+from . import check as _check
+
+
+def factored(kernels, plan: Plan, a, *, keep: bool):
+    """(state, status, operator) of the factorisation of ``a`` by ``kernels`` (a family's kernels for
+    ``plan``), ``a`` entered in the plan's layout (trace-only): the state carries no derivative (the
+    rules of ``jaxmg.autodiff`` differentiate through the operator), which is ``a`` where kept, else
+    None."""
+    state, status = kernels.factor(jax.lax.stop_gradient(plan.enter(a)))
+    return jax.lax.stop_gradient(state), status, a if keep else None
+
+
+def inverse(kernels, plan: Plan, module):
+    """a^-1 in a's layout from ``module``'s saved factor by ``kernels`` (trace-only), NaN where its
+    status is not 0."""
+    return module._masked(plan.leave(logdet.inverse(kernels, module.operator, module.state), "the inverse"))
+
+
+def build(body, family: str, matrices, options: Options, **kwargs):
+    """``jaxmg._dispatch.build`` of ``body`` on ``matrices`` with the caller's ``options``, the
+    result check's ``check`` resolved (:func:`jaxmg.modules.check.enabled`) for the body, and
+    ``kwargs`` (the plan's keywords and the body's static arguments); returns (plan, outputs,
+    operators)."""
+    return _dispatch.build(body, family, matrices, options, check=_check.enabled(options.check), **kwargs)
 
 
 class Factorisation(eqx.Module):

@@ -9,11 +9,12 @@ import jax
 
 from .. import _dispatch, _plan
 from .._docstrings import shared_arguments
+from .._plan import Options
 from .._typing import MeshLike, Rhs, Specs, SquareMatrix, Tile, checked
 from ..autodiff import decompositions, logdet, solves
 from ..kernels import status as _status
 from ..kernels.families import CholeskyState
-from . import check as _check
+from . import _base, check as _check
 from ._base import Factorisation
 
 
@@ -64,19 +65,9 @@ class Cholesky(Factorisation):
         backend: str = "auto",
         check: Optional[bool] = None,
     ):
-        self.plan, (self.state, self.status), (self.operator,) = _dispatch.build(
-            _made,
-            "cholesky",
-            [("a", a)],
-            T_A=T_A,
-            mesh=mesh,
-            matrix_specs=matrix_specs,
-            donate=donate,
-            backend=backend,
-            num_rhs=1,
-            natural=natural,
-            flags=dict(natural=natural),
-            check=_check.enabled(check),
+        options = Options(T_A, mesh, matrix_specs, donate, backend, check)
+        self.plan, (self.state, self.status), (self.operator,) = _base.build(
+            _made, "cholesky", [("a", a)], options, num_rhs=1, natural=natural
         )
 
     @checked
@@ -112,8 +103,7 @@ class Cholesky(Factorisation):
 
 def factored(plan, a, *, keep: bool):
     """(state, status, operator) of the factorisation of ``a`` (trace-only)."""
-    state, status = plan.backend.cholesky(plan).factor(jax.lax.stop_gradient(plan.enter(a)))
-    return jax.lax.stop_gradient(state), status, a if keep else None
+    return _base.factored(plan.backend.cholesky(plan), plan, a, keep=keep)
 
 
 def _made(plan, a, *, keep: bool, check: bool):
@@ -156,8 +146,7 @@ def _logdet(plan, module):
 
 
 def _inverse(plan, module):
-    inverse = logdet.inverse(plan.backend.cholesky(plan), module.operator, module.state)
-    return module._masked(plan.leave(inverse, "the inverse"))
+    return _base.inverse(plan.backend.cholesky(plan), plan, module)
 
 
 def _lower(plan, module):

@@ -6,15 +6,15 @@ from typing import Optional
 
 import jax
 
-from .. import _dispatch
 from .._checks import check_flag
 from .._dense import adjoint
 from .._docstrings import shared_arguments
+from .._plan import Options
 from .._typing import Matrix, MeshLike, Specs, SquareMatrix, TallMatrix, Tile, checked
 from ..autodiff import decompositions as rules
 from ..kernels import status as _status
 from . import check as _check
-from ._base import Factorisation
+from ._base import Factorisation, build
 
 
 @shared_arguments
@@ -59,16 +59,9 @@ class Eigh(Factorisation):
         check: Optional[bool] = None,
     ):
         matrices = [("a", a)] if b is None else [("a", a), ("b", b)]
-        self.plan, (self.w, self.v, self.status), kept = _dispatch.build(
-            eigen,
-            "eigh" if b is None else "sygvd",
-            matrices,
-            T_A=T_A,
-            mesh=mesh,
-            matrix_specs=matrix_specs,
-            donate=donate,
-            backend=backend,
-            check=_check.enabled(check),
+        options = Options(T_A, mesh, matrix_specs, donate, backend, check)
+        self.plan, (self.w, self.v, self.status), kept = build(
+            eigen, "eigh" if b is None else "sygvd", matrices, options
         )
         self.operator, self.pencil = kept[0], (kept[1] if b is not None else None)
 
@@ -113,20 +106,14 @@ class SVD(Factorisation):
         check: Optional[bool] = None,
     ):
         check_flag(full_matrices, "full_matrices")
-        self.plan, (self.u, self.s, self.vh, self.status), (self.operator,) = _dispatch.build(
+        options = Options(T_A, mesh, matrix_specs, donate, backend, check)
+        self.plan, (self.u, self.s, self.vh, self.status), (self.operator,) = build(
             singular,
             "svd",
             [("a", a)],
-            T_A=T_A,
-            mesh=mesh,
-            matrix_specs=matrix_specs,
-            donate=donate,
-            backend=backend,
-            square=False,
-            tall=False,
+            options,
             full_matrices=bool(full_matrices),
             compute_uv=True,
-            check=_check.enabled(check),
         )
 
     @property
@@ -168,17 +155,9 @@ class Polar(Factorisation):
         backend: str = "auto",
         check: Optional[bool] = None,
     ):
-        self.plan, (self.u_p, self.h, self.status), (self.operator,) = _dispatch.build(
-            polar_factors,
-            "polar",
-            [("a", a)],
-            T_A=T_A,
-            mesh=mesh,
-            matrix_specs=matrix_specs,
-            donate=donate,
-            backend=backend,
-            square=False,
-            check=_check.enabled(check),
+        options = Options(T_A, mesh, matrix_specs, donate, backend, check)
+        self.plan, (self.u_p, self.h, self.status), (self.operator,) = build(
+            polar_factors, "polar", [("a", a)], options
         )
 
 

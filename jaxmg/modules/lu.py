@@ -9,11 +9,12 @@ import jax.numpy as jnp
 
 from .. import _dispatch, _plan
 from .._docstrings import shared_arguments
+from .._plan import Options
 from .._typing import MeshLike, Rhs, Specs, SquareMatrix, Tile, checked
 from ..autodiff import logdet, solves
 from ..kernels import status as _status
 from ..kernels.families import LUState
-from . import check as _check
+from . import _base, check as _check
 from ._base import Factorisation
 
 #: op(A) -> how to apply op(A)^-T with the same factor: (trans, conjugate the rhs/solution).
@@ -53,17 +54,9 @@ class LU(Factorisation):
         backend: str = "auto",
         check: Optional[bool] = None,
     ):
-        self.plan, (self.state, self.status), (self.operator,) = _dispatch.build(
-            _made,
-            "lu",
-            [("a", a)],
-            T_A=T_A,
-            mesh=mesh,
-            matrix_specs=matrix_specs,
-            donate=donate,
-            backend=backend,
-            num_rhs=1,
-            check=_check.enabled(check),
+        options = Options(T_A, mesh, matrix_specs, donate, backend, check)
+        self.plan, (self.state, self.status), (self.operator,) = _base.build(
+            _made, "lu", [("a", a)], options, num_rhs=1
         )
 
     @property
@@ -107,8 +100,7 @@ class LU(Factorisation):
 
 def factored(plan, a, *, keep: bool):
     """(state, status, operator) of the LU factorisation of ``a`` (trace-only)."""
-    state, status = plan.backend.lu(plan).factor(jax.lax.stop_gradient(plan.enter(a)))
-    return jax.lax.stop_gradient(state), status, a if keep else None
+    return _base.factored(plan.backend.lu(plan), plan, a, keep=keep)
 
 
 def _made(plan, a, *, keep: bool, check: bool):
@@ -145,9 +137,7 @@ def _solve(plan, module, b, *, trans):
 
 
 def _inverse(plan, module):
-    """a^-1 in a's layout from the saved factor (trace-only)."""
-    inverse = logdet.inverse(plan.backend.lu(plan), module.operator, module.state)
-    return module._masked(plan.leave(inverse, "the inverse"))
+    return _base.inverse(plan.backend.lu(plan), plan, module)
 
 
 def _slogdet(plan, module):

@@ -11,11 +11,12 @@ import jax.numpy as jnp
 from .. import _dispatch, _plan
 from .._dense import adjoint, columns, matmul, spec_of, triu
 from .._docstrings import shared_arguments
+from .._plan import Options
 from .._typing import Matrix, MeshLike, Specs, TallRhs, Tile, checked
 from ..autodiff import _dist, decompositions, solves
 from ..kernels import status as _status
 from ..kernels.families import QRState
-from . import check as _check
+from . import _base, check as _check
 from ._base import Factorisation
 
 
@@ -62,19 +63,9 @@ class QR(Factorisation):
         backend: str = "auto",
         check: Optional[bool] = None,
     ):
-        self.plan, (self.state, self.status), (self.operator,) = _dispatch.build(
-            _made,
-            "qr",
-            [("a", a)],
-            T_A=T_A,
-            mesh=mesh,
-            matrix_specs=matrix_specs,
-            donate=donate,
-            backend=backend,
-            square=False,
-            tall=False,
-            num_rhs=1,
-            check=_check.enabled(check),
+        options = Options(T_A, mesh, matrix_specs, donate, backend, check)
+        self.plan, (self.state, self.status), (self.operator,) = _base.build(
+            _made, "qr", [("a", a)], options, num_rhs=1
         )
 
     @property
@@ -135,9 +126,8 @@ def kernel_plan(plan):
 def factored(plan, a, *, keep: bool):
     """(state, status, operator) of the QR factorisation of ``a`` (of a^H for a wide a)."""
     kplan = kernel_plan(plan)
-    factor_of = adjoint(a) if plan.wide else a
-    state, status = kplan.backend.qr(kplan).factor(jax.lax.stop_gradient(kplan.enter(factor_of)))
-    return jax.lax.stop_gradient(state), status, a if keep else None
+    state, status, _ = _base.factored(kplan.backend.qr(kplan), kplan, adjoint(a) if plan.wide else a, keep=False)
+    return state, status, a if keep else None
 
 
 def _made(plan, a, *, keep: bool, check: bool):

@@ -88,6 +88,14 @@ def map_batch(fn, args, core_ranks, *, solution: bool = False):
     return place(fn(*args))
 
 
+def map_solve(fn, args):
+    """:func:`map_batch` of a solve ``fn(a, ..., b)``: ``a`` (..., N, N) first, ``b`` last, (N,)
+    (one vector for every matrix) or (..., N, K), and any argument between them a vector (..., N);
+    ``x`` is laid out like ``b``."""
+    b = args[-1]
+    return map_batch(fn, args, (2, *(1,) * (len(args) - 2), 1 if b.ndim == 1 else 2), solution=True)
+
+
 def _in_matrix_layout(out, a):
     """Eagerly, the matrix outputs (those of a's rank) in a's layout: jaxmg's eager calls under
     ``jax.vmap`` return them replicated, and products on Auto mesh axes (pinv, a wide R) where

@@ -57,6 +57,7 @@ from ._util import (
     herm_input as _herm_input,
     inexact as _inexact,
     map_batch as _map_batch,
+    map_solve as _map_solve,
     square as _square,
     take_columns as _take_columns,
 )
@@ -88,7 +89,7 @@ def solve(a, b):
     a, b = _inexact(a, b)
     _square(a, "solve")
     _solve_shapes(a.shape, b.shape)
-    return _map_batch(_f.lu_solve, (a, b), (2, 1 if b.ndim == 1 else 2), solution=True)
+    return _map_solve(_f.lu_solve, (a, b))
 
 
 def _solve_shapes(a_shape: tuple, b_shape: tuple) -> None:

@@ -43,6 +43,7 @@ from ..numpy._util import (
     in_layout_of as _in_layout_of,
     inexact as _inexact,
     map_batch as _map_batch,
+    map_solve as _map_solve,
     square as _square,
     take_rows as _take_rows,
 )
@@ -81,7 +82,7 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
     c, b = _inexact(c, b)
     _square(c, "cho_solve")
     solve = functools.partial(_cho.solve_with_factor, lower=bool(lower))
-    return _map_batch(solve, (c, b), (2, 1 if b.ndim == 1 else 2), solution=True)
+    return _map_solve(solve, (c, b))
 
 
 def cholesky(a, lower=False, overwrite_a=False, check_finite=True):
@@ -158,7 +159,7 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     perm = jax.lax.linalg.lu_pivots_to_permutation(jnp.asarray(piv), lu.shape[-1])
     fn = functools.partial(_packed_lu_solve, trans=_TRANS[trans])
     # eagerly on Auto axes the permuted rows come back replicated: x is put in b's layout
-    return _in_layout_of(_map_batch(fn, (lu, perm, b), (2, 1, 1 if b.ndim == 1 else 2), solution=True), b)
+    return _in_layout_of(_map_solve(fn, (lu, perm, b)), b)
 
 
 def _packed_lu_solve(lu, perm, b, *, trans: str):
@@ -182,7 +183,7 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False, 
     a, b = _inexact(a, b)
     _square(a, "solve")
     a = _herm_input(a, False, lower=bool(lower))
-    return _map_batch(_f.potrs, (a, b), (2, 1 if b.ndim == 1 else 2), solution=True)
+    return _map_solve(_f.potrs, (a, b))
 
 
 def inv(a, overwrite_a=False, check_finite=True):
@@ -324,7 +325,7 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
         raise ValueError(f"solve_triangular: trans must be 0, 1 or 2 ('N', 'T', 'C'), got {trans!r}.")
     a, b = _triangle_and_rhs(a, b, "solve_triangular")
     fn = functools.partial(_triangular_solve, trans=_TRANS[trans], lower=bool(lower), unit=bool(unit_diagonal))
-    return _map_batch(fn, (a, b), (2, 1 if b.ndim == 1 else 2), solution=True)
+    return _map_solve(fn, (a, b))
 
 
 def _triangle_and_rhs(a, b, name: str):

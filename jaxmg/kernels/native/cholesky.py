@@ -65,42 +65,24 @@ _MODE_NATURAL = CODES["cholesky_natural"]
 _MODE_INPLACE = CODES["cholesky_in_place"]
 
 
-def _solve_call(f_m, b_m, members, nid, rank, *, n, tile, pr, pc, mode, solve):
-    """jaxmg_potrs with a factor made by _factor_call (read only): (x, local log det, status 0).
-    f_m is (nloc, mloc) row-major = the factor's column-major local block; b_m is (nrhs, mloc)."""
-    real = jnp.finfo(f_m.dtype).dtype
+def _handler_call(m, b_m, members, nid, rank, *, factor: bool, n, tile, pr, pc, mode, solve):
+    """One call of the Cholesky handlers. ``factor``: jaxmg_potrf factors ``m`` (and solves) in
+    place, returning (factor, x, local log det, status); else jaxmg_potrs solves with ``m``, a
+    factor jaxmg_potrf made (read only), returning (x, local log det, status 0). ``m`` is
+    (nloc, mloc) row-major = the matrix's column-major local block; b_m is (nrhs, mloc)."""
+    real = jnp.finfo(m.dtype).dtype
     results = (
         jax.ShapeDtypeStruct(b_m.shape, b_m.dtype),
         jax.ShapeDtypeStruct((), real),
         jax.ShapeDtypeStruct((), jnp.int32),
     )
     return _grid.ffi_call(
-        "jaxmg_potrs",
-        results,
-        (f_m, b_m),
+        "jaxmg_potrf" if factor else "jaxmg_potrs",
+        (jax.ShapeDtypeStruct(m.shape, m.dtype), *results) if factor else results,
+        (m, b_m),
         (members, nid, rank),
-        aliases={1: 0},
-        **_attrs(f_m, b_m, n, tile, pr, pc, mode, solve),
-    )
-
-
-def _factor_call(a_m, b_m, members, nid, rank, *, n, tile, pr, pc, mode, solve):
-    """jaxmg_potrf: factor (and solve) in place: (factor, x, local log det, status). a_m is
-    (nloc, mloc) row-major = M's column-major local block; b_m is (nrhs, mloc)."""
-    real = jnp.finfo(a_m.dtype).dtype
-    results = (
-        jax.ShapeDtypeStruct(a_m.shape, a_m.dtype),
-        jax.ShapeDtypeStruct(b_m.shape, b_m.dtype),
-        jax.ShapeDtypeStruct((), real),
-        jax.ShapeDtypeStruct((), jnp.int32),
-    )
-    return _grid.ffi_call(
-        "jaxmg_potrf",
-        results,
-        (a_m, b_m),
-        (members, nid, rank),
-        aliases={0: 0, 1: 1},
-        **_attrs(a_m, b_m, n, tile, pr, pc, mode, solve),
+        aliases={0: 0, 1: 1} if factor else {1: 0},
+        **_attrs(m, b_m, n, tile, pr, pc, mode, solve),
     )
 
 
@@ -169,16 +151,16 @@ def potrs(a, b, *, grid, tile):
 
     if _inplace_ok(n, tile, grid):
         bl = _permuted_rows(bc, grid, n, tile)
-        _, xt, logdet, status = _factor_call(
-            a, bl.T, members, nid, rank, n=n, tile=tile, pr=pr, pc=pc, mode=_MODE_INPLACE, solve=1
+        _, xt, logdet, status = _handler_call(
+            a, bl.T, members, nid, rank, factor=True, n=n, tile=tile, pr=pr, pc=pc, mode=_MODE_INPLACE, solve=1
         )
         x = _permuted_whole(xt.T, grid, n, tile)
     else:
         npad = _grid.padded_size(n, tile, grid)
         am = _grid.cyclic_matrix(a, grid, n, npad, tile)
         bl = _grid.rows_of(jnp.pad(bc, ((0, npad - n), (0, 0))), _grid.index(grid.col_axes), npad, tile, pr)
-        _, xt, logdet, status = _factor_call(
-            am, bl.T, members, nid, rank, n=npad, tile=tile, pr=pr, pc=pc, mode=_MODE_NATURAL, solve=1
+        _, xt, logdet, status = _handler_call(
+            am, bl.T, members, nid, rank, factor=True, n=npad, tile=tile, pr=pr, pc=pc, mode=_MODE_NATURAL, solve=1
         )
         x = _grid.whole_rows(xt.T, grid, npad, tile, pr)[:n]
     x = jnp.conj(x)
@@ -220,7 +202,7 @@ def cholesky_factor(a, *, grid, tile, natural=False):
     dummy = _grid.no_rhs(a)
     if attrs["mode"] == _MODE_NATURAL:
         a = _grid.cyclic_matrix(a, grid, n, n, t)
-    f, _, _, status = _factor_call(a, dummy, *boot, solve=0, **attrs)
+    f, _, _, status = _handler_call(a, dummy, *boot, factor=True, solve=0, **attrs)
     (status,) = _grid.agreed(status, grid)  # the handler already filled a failed factor with NaN
     return f, status
 
@@ -234,7 +216,7 @@ def cholesky_solve(state, b, *, grid, tile, natural=False):
         bl = _permuted_rows(bc, grid, n, t)
     else:
         bl = _grid.rows_of(bc, _grid.index(grid.col_axes), n, t, attrs["pr"])
-    xt, _, _ = _solve_call(state, bl.T, *boot, solve=1, **attrs)
+    xt, _, _ = _handler_call(state, bl.T, *boot, factor=False, solve=1, **attrs)
     if attrs["mode"] == _MODE_INPLACE:
         x = _permuted_whole(xt.T, grid, n, t)
     else:
@@ -247,7 +229,7 @@ def cholesky_logdet(state, *, grid, tile, natural=False):
     """log det A (real), from the factor's diagonal."""
     _, _, boot, attrs = _family_call(state, grid, tile, natural)
     dummy = _grid.no_rhs(state)
-    _, logdet, _ = _solve_call(state, dummy, *boot, solve=0, **attrs)
+    _, logdet, _ = _handler_call(state, dummy, *boot, factor=False, solve=0, **attrs)
     return (_logdet_sum(logdet, grid),)
 
 

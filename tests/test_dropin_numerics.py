@@ -180,6 +180,20 @@ def test_det_of_singular_matrices_is_a_number():
     assert complex(sign) == 0 and float(logabsdet) == -np.inf
 
 
+def test_lu_module_slogdet_of_singular_matrices_is_jaxs_with_the_status():
+    # The module's slogdet is (0, -inf) where a is singular, as jnp.linalg.slogdet, and its
+    # status flags the matrix, alone and in a stack made under vmap and read outside it.
+    exact = jnp.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]])
+    lu = jaxmg.LU(exact)
+    sign, logabsdet = lu.slogdet()
+    assert (float(sign), float(logabsdet), int(lu.status) != 0) == (0.0, -np.inf, True)
+    stack = jax.vmap(jaxmg.LU)(jnp.stack([exact, 2 * jnp.eye(3)]))
+    sign, logabsdet = stack.slogdet()
+    np.testing.assert_array_equal(sign, [0.0, 1.0])
+    np.testing.assert_allclose(logabsdet, [-np.inf, 3 * np.log(2.0)])
+    assert [int(s) != 0 for s in stack.status] == [True, False]
+
+
 def test_det_derivative_at_singular_matrices():
     np.testing.assert_array_equal(jax.grad(mla.det)(jnp.zeros((1, 1), jnp.float32)), [[1.0]])
     g = jax.grad(mla.det)(jnp.asarray(CORANK1))

@@ -7,6 +7,8 @@ to fix it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,7 +22,7 @@ SUPPORTED_DTYPES = (
 BACKENDS = ("auto", "portable", "native")
 
 
-def as_array(value, name: str):
+def as_array(value, name: str) -> Any:
     """Return ``value`` as something with ``.shape`` and ``.dtype``: JAX arrays and tracers pass
     through; NumPy arrays and scalars take the dtype that ``jnp.asarray`` gives them (float64
     becomes float32 unless ``jax_enable_x64`` is on) and stay on the host, so that an eager call

@@ -409,21 +409,20 @@ def test_pinv_derivative_of_a_wide_matrix_is_jax():
 
 # --- 6. Arguments converted as JAX converts them --------------------------------------------------
 
-# jaxmg's own solvers on NumPy arguments (a SPD 4 x 4): eagerly they must see the dtypes that
-# jax.jit gives them (float32 where x64 is off)
-NUMPY_SOLVES = {
-    "potrs": jaxmg.potrs,
-    "lu_solve": jaxmg.lu_solve,
-    "least_squares": jaxmg.least_squares,
-    "Cholesky.solve": lambda a, b: jaxmg.Cholesky(a).solve(b),
-    "LU.solve": lambda a, b: jaxmg.LU(a).solve(b),
-}
+
+def _own_solve(name: str, a, b):
+    """jaxmg's function ``name`` (potrs, lu_solve, least_squares), or its module's solve."""
+    if name in ("Cholesky", "LU"):
+        return getattr(jaxmg, name)(a).solve(b)
+    return getattr(jaxmg, name)(a, b)
 
 
 @pytest.mark.parametrize("numpy_args", ["a and b", "a", "b"])
-@pytest.mark.parametrize("name", sorted(NUMPY_SOLVES))
+@pytest.mark.parametrize("name", ["potrs", "lu_solve", "least_squares", "Cholesky", "LU"])
 def test_numpy_arguments_eagerly_as_in_jit_without_x64(name, numpy_args):
-    fn = NUMPY_SOLVES[name]
+    """jaxmg's own solvers on NumPy arguments (a 4 x 4 SPD matrix): eagerly they see the dtypes
+    that jax.jit gives them (float32 where x64 is off)."""
+    fn = functools.partial(_own_solve, name)
     a_host = np.diag([4.0, 3.0, 2.0, 1.0]) + 0.5
     b_host = np.arange(1.0, 5.0)
     want = np.linalg.solve(a_host, b_host)

@@ -7,6 +7,9 @@ to fix it.
 
 from __future__ import annotations
 
+from typing import Any
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -19,8 +22,14 @@ SUPPORTED_DTYPES = (
 BACKENDS = ("auto", "portable", "native")
 
 
-def as_array(value, name: str):
-    """Return ``value`` as something with ``.shape`` and ``.dtype`` (arrays and tracers pass through)."""
+def as_array(value, name: str) -> Any:
+    """Return ``value`` as something with ``.shape`` and ``.dtype``: JAX arrays and tracers pass
+    through; NumPy arrays and scalars take the dtype that ``jnp.asarray`` gives them (float64
+    becomes float32 unless ``jax_enable_x64`` is on) and stay on the host, so that an eager call
+    sees the dtypes that ``jax.jit`` gives its arguments; anything else goes through
+    ``jnp.asarray``."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return np.asarray(value, dtype=jax.dtypes.canonicalize_dtype(value.dtype))
     if hasattr(value, "shape") and hasattr(value, "dtype"):
         return value
     try:
@@ -29,12 +38,31 @@ def as_array(value, name: str):
         raise TypeError(f"{name} must be an array, got {type(value).__name__}.") from err
 
 
+def inexact_dtype(*dtypes) -> np.dtype:
+    """The dtype to which JAX's ``jnp.linalg`` and ``jax.scipy.linalg`` promote arguments of
+    ``dtypes`` (dtypes, arrays or scalars): their JAX result type, where it is an integer or
+    boolean the float of JAX's own table (float64 for 64-bit integers, float32 for the others,
+    whatever ``jax_enable_x64`` says), canonical for the current x64 mode."""
+    dtype = np.dtype(jax.dtypes.result_type(*dtypes))
+    if not jnp.issubdtype(dtype, jnp.inexact):
+        dtype = np.dtype(np.float64 if dtype.itemsize == 8 and dtype.kind in "iu" else np.float32)
+    return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+
+
+def _available() -> str:
+    """The supported dtypes that the current x64 mode offers (float32 and complex64 without it)."""
+    names = dict.fromkeys(str(jax.dtypes.canonicalize_dtype(d)) for d in SUPPORTED_DTYPES)
+    return ", ".join(names)
+
+
 def check_dtype(x, name: str, operation: str | None = None) -> None:
     """``x`` must be float32, float64, complex64 or complex128. With ``operation`` (the
     factorisation's family: "cholesky", "lu", "eigh", ...) the message begins as JAX's own
-    ("cholesky does not accept dtype float16"), then names the argument and the conversion."""
+    ("cholesky does not accept dtype float16"), then names the argument and the conversion to a
+    dtype that the current x64 mode offers."""
     if np.dtype(x.dtype) not in SUPPORTED_DTYPES:
-        fix = f"convert it with {name}.astype(jnp.float32) (or float64, complex64, complex128)."
+        others = _available().removeprefix("float32, ")
+        fix = f"convert it with {name}.astype(jnp.float32) (or {others})."
         if operation is None:
             raise TypeError(f"{name} has dtype {x.dtype}, which jaxmg does not support; {fix}")
         raise TypeError(f"{operation} does not accept dtype {x.dtype} (argument {name}); {fix}")

@@ -6,6 +6,7 @@ Small matrices; each check compares with JAX (or with the exact answer)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -418,3 +419,170 @@ def test_pinv_derivative_of_a_wide_matrix_is_jax():
     np.testing.assert_allclose(
         jax.jvp(mla.pinv, (a,), (t,))[1], jax.jvp(jnp.linalg.pinv, (a,), (t,))[1], rtol=1e-9, atol=1e-9
     )
+
+
+# --- 6. Arguments converted as JAX converts them --------------------------------------------------
+
+
+def _own_solve(name: str, a, b):
+    """jaxmg's function ``name`` (potrs, lu_solve, least_squares), or its module's solve."""
+    if name in ("Cholesky", "LU"):
+        return getattr(jaxmg, name)(a).solve(b)
+    return getattr(jaxmg, name)(a, b)
+
+
+@pytest.mark.parametrize("numpy_args", ["a and b", "a", "b"])
+@pytest.mark.parametrize("name", ["potrs", "lu_solve", "least_squares", "Cholesky", "LU"])
+def test_numpy_arguments_eagerly_as_in_jit_without_x64(name, numpy_args):
+    """jaxmg's own solvers on NumPy arguments (a 4 x 4 SPD matrix): eagerly they see the dtypes
+    that jax.jit gives them (float32 where x64 is off)."""
+    fn = functools.partial(_own_solve, name)
+    a_host = np.diag([4.0, 3.0, 2.0, 1.0]) + 0.5
+    b_host = np.arange(1.0, 5.0)
+    want = np.linalg.solve(a_host, b_host)
+    with jax.enable_x64(False):
+        a = a_host if "a" in numpy_args else jnp.asarray(a_host)
+        b = b_host if "b" in numpy_args.split(" ") else jnp.asarray(b_host)
+        eager, jitted = fn(a, b), jax.jit(fn)(a, b)
+    for x in (eager, jitted):
+        assert x.dtype == np.float32 and x.shape == (4,)
+        assert scaled(np.max(np.abs(np.asarray(x) - want)), np.max(np.abs(want)), 4, np.float32) <= 30 * 4
+
+
+def test_dtype_errors_without_x64_name_a_fix_that_works():
+    """A real mismatch names b and the conversion; an unsupported dtype offers only the dtypes that
+    the current x64 mode has."""
+    with jax.enable_x64(False):
+        with pytest.raises(TypeError, match=r"b has dtype float32 but a has dtype complex64.*b\.astype\(a\.dtype\)"):
+            jaxmg.potrs(np.eye(3, dtype=np.complex64), np.ones(3))
+        with pytest.raises(
+            TypeError, match=r"argument a\); convert it with a\.astype\(jnp\.float32\) \(or complex64\)\.$"
+        ):
+            jaxmg.potrs(np.eye(3, dtype=np.float16), np.ones(3, np.float16))
+
+
+# (factor dtype, b dtype): JAX promotes the factor and b together (promote_dtypes_inexact)
+PROMOTED = [
+    (np.complex128, np.float64),
+    (np.float64, np.complex128),
+    (np.float32, np.float64),
+    (np.float32, np.complex64),
+    (np.complex64, np.float64),
+    (np.float64, np.int32),
+    (np.float32, np.bool_),
+]
+
+
+@pytest.mark.parametrize(("a_dtype", "b_dtype"), PROMOTED)
+def test_factor_solves_promote_b_as_jax(a_dtype, b_dtype):
+    """cho_solve with jaxmg's Cholesky factor, lu_solve with jaxmg.LU and with JAX's packed factor:
+    the result dtype and values of jax.scipy.linalg's."""
+    a = jnp.asarray(spd_matrix(np.random.default_rng(8), 5, np.float64).astype(a_dtype))
+    b = jnp.asarray((np.arange(5) % 2 + (1j * np.arange(5) if np.dtype(b_dtype).kind == "c" else 0)).astype(b_dtype))
+    cases = (
+        (msla.cho_solve(msla.cho_factor(a), b), jsl.cho_solve(jsl.cho_factor(a), b)),
+        (msla.lu_solve((jaxmg.LU(a), None), b), jsl.lu_solve(jsl.lu_factor(a), b)),
+        (msla.lu_solve(msla.lu_factor(a), b), jsl.lu_solve(jsl.lu_factor(a), b)),
+    )
+    for got, want in cases:
+        assert got.dtype == want.dtype, (got.dtype, want.dtype)
+        np.testing.assert_allclose(
+            np.asarray(got), np.asarray(want), rtol=20 * eps(want.dtype), atol=20 * eps(want.dtype)
+        )
+
+
+FACTOR_SOLVES = {
+    "cho_solve": lambda a, b: msla.cho_solve(msla.cho_factor(a), b),
+    "lu_solve": lambda a, b: msla.lu_solve((jaxmg.LU(a), None), b, trans=1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FACTOR_SOLVES))
+def test_factor_solve_of_a_complex_b_with_a_real_factor_derivatives(name):
+    """The promoted solve's derivatives in a and b (a real factor, a complex b), under jax.jit too."""
+    fn = FACTOR_SOLVES[name]
+    a = jnp.asarray(spd_matrix(np.random.default_rng(9), 4, np.float64))
+    b = jnp.asarray(random_matrix(np.random.default_rng(10), (4,), np.complex128))
+    check_grads(lambda b: fn(a, b), (b,), 2, modes=("fwd", "rev"))
+    check_grads(lambda a: jnp.real(fn(a, b)) + jnp.imag(fn(a, b)), (a,), 1, modes=("fwd", "rev"))
+    want = jsl.cho_solve(jsl.cho_factor(a), b) if name == "cho_solve" else jsl.lu_solve(jsl.lu_factor(a), b, trans=1)
+    np.testing.assert_allclose(np.asarray(jax.jit(fn)(a, b)), np.asarray(want), rtol=1e-12)
+
+
+def _ints(dtype, n=3):
+    """A nonsingular, symmetric positive-definite matrix of integers (the identity for bool) and
+    a vector, of ``dtype``."""
+    if dtype == np.bool_:
+        return np.eye(n, dtype=bool), np.ones(n, bool)
+    return (np.eye(n, dtype=int) * 4 + 1).astype(dtype), np.arange(1, n + 1).astype(dtype)
+
+
+# every function of jaxmg.numpy.linalg and jaxmg.scipy.linalg that promotes, with JAX's own
+PROMOTING = {
+    "solve": (lambda m, a, b: m.solve(a, b), mla, jnp.linalg),
+    "inv": (lambda m, a, b: m.inv(a), mla, jnp.linalg),
+    "det": (lambda m, a, b: m.det(a), mla, jnp.linalg),
+    "slogdet": (lambda m, a, b: tuple(m.slogdet(a)), mla, jnp.linalg),
+    "cholesky": (lambda m, a, b: m.cholesky(a), mla, jnp.linalg),
+    "eigh": (lambda m, a, b: tuple(m.eigh(a)), mla, jnp.linalg),
+    "svd": (lambda m, a, b: tuple(m.svd(a)), mla, jnp.linalg),
+    "qr": (lambda m, a, b: tuple(m.qr(a)), mla, jnp.linalg),
+    "lstsq": (lambda m, a, b: m.lstsq(a, b), mla, jnp.linalg),
+    "pinv": (lambda m, a, b: m.pinv(a), mla, jnp.linalg),
+    "matrix_rank": (lambda m, a, b: m.matrix_rank(a), mla, jnp.linalg),
+    "cond": (lambda m, a, b: m.cond(a), mla, jnp.linalg),
+    "norm": (lambda m, a, b: m.norm(a, 2), mla, jnp.linalg),
+    "tensorsolve": (lambda m, a, b: m.tensorsolve(a, b), mla, jnp.linalg),
+    "sla.cho_solve": (lambda m, a, b: m.cho_solve(m.cho_factor(a), b), msla, jsl),
+    "sla.lu_factor": (lambda m, a, b: m.lu_factor(a), msla, jsl),
+    "sla.lu_solve": (lambda m, a, b: m.lu_solve(m.lu_factor(a), b), msla, jsl),
+    "sla.lu": (lambda m, a, b: m.lu(a), msla, jsl),
+    "sla.solve": (lambda m, a, b: m.solve(a, b, assume_a="pos"), msla, jsl),
+    "sla.solve_triangular": (lambda m, a, b: m.solve_triangular(a, b, lower=True), msla, jsl),
+    "sla.eigh": (lambda m, a, b: m.eigh(a), msla, jsl),
+    "sla.svd": (lambda m, a, b: m.svd(a), msla, jsl),
+}
+
+
+def _dtypes(tree):
+    return [np.dtype(x.dtype) for x in jax.tree.leaves(tree)]
+
+
+@pytest.mark.parametrize("x64", [True, False])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.bool_, np.uint8])
+def test_integer_and_bool_arguments_promote_as_jax(dtype, x64):
+    """The result dtypes of JAX's functions on integer and boolean arguments (float32 for all but
+    64-bit integers with x64 on), traced for every function and eagerly for solve, inv and det."""
+    a, b = _ints(dtype)
+    with jax.enable_x64(x64):
+        for name, (call, ours, theirs) in PROMOTING.items():
+            got = jax.eval_shape(functools.partial(call, ours), a, b)
+            want = jax.eval_shape(functools.partial(call, theirs), a, b)
+            assert _dtypes(got) == _dtypes(want), name
+        for name in ("solve", "inv", "det"):
+            call, ours, theirs = PROMOTING[name]
+            _same(call(ours, jnp.asarray(a), jnp.asarray(b)), call(theirs, jnp.asarray(a), jnp.asarray(b)))
+
+
+@pytest.mark.parametrize("shape", [(0, 0), (2, 0, 0), (0, 3), (3, 0)])
+def test_cond_of_an_empty_matrix_is_an_error_as_in_jax(shape):
+    for fn in (jnp.linalg.cond, mla.cond):
+        with pytest.raises(ValueError, match="must not be empty"):
+            fn(jnp.zeros(shape))
+
+
+def test_empty_and_rectangular_errors_as_jax():
+    """norm, pinv, det, slogdet, inv and solve of (0, 0) matrices and (0, 0, 0) stacks answer as
+    JAX's, matrix_rank with JAX's ValueError (no largest singular value for its tolerance);
+    matrix_power of a non-square matrix is JAX's TypeError."""
+    for shape in ((0, 0), (0, 0, 0)):
+        a = jnp.zeros(shape)
+        for name in ("norm", "pinv", "det", "slogdet", "inv"):
+            _same(getattr(mla, name)(a), getattr(jnp.linalg, name)(a))
+        for fn in (jnp.linalg.matrix_rank, mla.matrix_rank):
+            with pytest.raises(ValueError):
+                fn(a)
+        _same(mla.solve(a, jnp.zeros(shape[:-1] + (2,))), jnp.linalg.solve(a, jnp.zeros(shape[:-1] + (2,))))
+    for fn in (jnp.linalg.matrix_power, mla.matrix_power):
+        with pytest.raises(TypeError, match="square"):
+            fn(jnp.zeros((3, 0)), 2)

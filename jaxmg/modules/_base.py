@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
+import numpy as np
 
-from .. import _dispatch
+from .. import _checks, _dispatch
 from .._plan import Options, Plan
 from ..autodiff import logdet
 from ..kernels import status as _status
@@ -28,6 +31,25 @@ def inverse(kernels, plan: Plan, module):
     """a^-1 in a's layout from ``module``'s saved factor by ``kernels`` (trace-only), NaN where its
     status is not 0."""
     return module._masked(plan.leave(logdet.inverse(kernels, module.operator, module.state), "the inverse"))
+
+
+def promoted(module, body, b, **static):
+    """``body(plan, module, b, **static)`` (a module's solve) through the boundary, ``b`` and the
+    saved factor promoted together as ``jax.scipy.linalg.cho_solve`` and ``lu_solve`` promote
+    their factor and right-hand side (``jaxmg._checks.inexact_dtype``): the solution has that
+    dtype. A factor of a narrower dtype (float32 with a float64 ``b``, real with a complex one) is
+    converted inside the call, its operator too; the factorisation is not repeated."""
+    b = _checks.as_array(b, "b")
+    dtype = _checks.inexact_dtype(module.dtype, b)
+    return _dispatch.method(module, _at_dtype, b.astype(dtype), solve=body, dtype=dtype, static=tuple(static.items()))
+
+
+def _at_dtype(plan, module, b, *, solve, dtype: np.dtype, static: tuple):
+    """``solve`` with the module's plan and arrays in ``dtype`` (trace-only)."""
+    if dtype != plan.dtype:
+        module = jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.inexact) else x, module)
+        plan = dataclasses.replace(plan, dtype=dtype)
+    return solve(plan, module, b, **dict(static))
 
 
 def build(body, family: str, matrices, options: Options, **kwargs):

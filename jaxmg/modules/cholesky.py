@@ -101,6 +101,12 @@ class Cholesky(Factorisation):
         return _dispatch.method(self, _lower)
 
 
+def promoted_solve(module: Cholesky, b):
+    """:meth:`Cholesky.solve` with ``b`` and the factor promoted together as
+    ``jax.scipy.linalg.cho_solve`` promotes them (``jaxmg.modules._base.promoted``)."""
+    return _base.promoted(module, _solve, b)
+
+
 def factored(plan, a, *, keep: bool):
     """(state, status, operator) of the factorisation of ``a`` (trace-only)."""
     return _base.factored(plan.backend.cholesky(plan), plan, a, keep=keep)

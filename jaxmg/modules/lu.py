@@ -98,6 +98,12 @@ class LU(Factorisation):
         return _dispatch.method(self, _slogdet)
 
 
+def promoted_solve(module: LU, b, trans: str = "N"):
+    """:meth:`LU.solve` with ``b`` and the factor promoted together as
+    ``jax.scipy.linalg.lu_solve`` promotes them (``jaxmg.modules._base.promoted``)."""
+    return _base.promoted(module, _solve, b, trans=trans)
+
+
 def factored(plan, a, *, keep: bool):
     """(state, status, operator) of the LU factorisation of ``a`` (trace-only)."""
     return _base.factored(plan.backend.lu(plan), plan, a, keep=keep)

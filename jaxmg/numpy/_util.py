@@ -7,27 +7,24 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from .. import _context, _routes
+from .. import _checks, _context, _routes
 from .._context import is_tracer
 from .._dense import _explicit_mesh, adjoint, spec_of
 
 
 def inexact(*arrays):
-    """The arguments as arrays of one inexact dtype, promoted as JAX promotes (integers and
-    booleans become the default float dtype)."""
+    """The arguments as arrays of one inexact dtype, promoted as JAX's ``promote_dtypes_inexact``
+    promotes them (``jaxmg._checks.inexact_dtype``: 64-bit integers become float64, other integers
+    and booleans float32)."""
     arrays = [x if isinstance(x, jax.Array) else jnp.asarray(x) for x in arrays]
-    dtype = jnp.result_type(*arrays)
-    if not jnp.issubdtype(dtype, jnp.inexact):
-        dtype = jnp.result_type(float)
+    dtype = _checks.inexact_dtype(*arrays)
     return tuple(x if x.dtype == dtype else x.astype(dtype) for x in arrays)
 
 
-def square(a, name: str) -> None:
-    """``a`` must be (..., N, N)."""
+def square(a, name: str, error: type[Exception] = ValueError) -> None:
+    """``a`` must be (..., N, N); else ``error`` (the class that JAX's own function raises)."""
     if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
-        raise ValueError(
-            f"{name}: a must be a square matrix or a batch of them (..., N, N), got shape {tuple(a.shape)}."
-        )
+        raise error(f"{name}: a must be a square matrix or a batch of them (..., N, N), got shape {tuple(a.shape)}.")
 
 
 def in_layout(x, spec: P, like):

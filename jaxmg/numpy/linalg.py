@@ -474,11 +474,17 @@ def cond(x, p=None):
     """The condition number of ``x`` (..., M, N) in norm ``p``, as ``jnp.linalg.cond``.
 
     ``p`` None, 2 or -2: ratios of singular values (:func:`svdvals`); other norms (square x):
-    ``norm(x, p) * norm(inv(x), p)``. Singular matrices give inf.
+    ``norm(x, p) * norm(inv(x), p)``. Singular matrices give inf; an empty matrix (M or N zero)
+    is a ``ValueError``, as in JAX.
     """
     (x,) = _inexact(x)
     if x.ndim < 2:
         raise ValueError(f"cond: x must be at least 2-D, got shape {x.shape}.")
+    if 0 in x.shape[-2:]:
+        raise ValueError(
+            f"cond: x must not be empty (as in jnp.linalg.cond), got shape {x.shape}; "
+            "the condition number of a matrix without rows or columns is not defined."
+        )
     if p is None or p == 2:
         s = svdvals(x)
         r = s[..., 0] / s[..., -1]
@@ -529,7 +535,7 @@ def matrix_power(a, n):
     """``a`` (..., N, N) to the integer power ``n`` by repeated squaring; negative ``n`` raise
     :func:`inv` (a) to ``-n``. Products in a's layout."""
     a = jnp.asarray(a)
-    _square(a, "matrix_power")
+    _square(a, "matrix_power", TypeError)  # as jnp.linalg.matrix_power
     n = operator.index(n)
     if n < 0:
         a, n = inv(a), -n

@@ -36,6 +36,8 @@ from .._dense import (
 from ..kernels import triangular as _triangular
 from ..kernels.ffi.solver import getrf as _getrf
 from ..modules import LU as _LU, Cholesky as _Cholesky
+from ..modules.cholesky import promoted_solve as _cho_promoted_solve
+from ..modules.lu import promoted_solve as _lu_promoted_solve
 from ..numpy import linalg as _np
 from ..numpy._util import (
     herm_input as _herm_input,
@@ -74,11 +76,13 @@ def cho_factor(a, lower=False, overwrite_a=False, check_finite=True):
 def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
     """Solve ``a @ x = b`` with ``(c, lower)`` from :func:`cho_factor`; ``x`` has b's shape and
     layout. ``c`` may also be JAX's array (..., N, N), the factor in its ``lower`` triangle: x
-    then comes from two triangular solves with it (no new factorisation), batched as b."""
+    then comes from two triangular solves with it (no new factorisation), batched as b. ``c`` and
+    ``b`` are promoted together as JAX promotes them: x has their common inexact dtype (complex
+    for a real factor and a complex ``b``)."""
     del overwrite_b, check_finite
     c, lower = c_and_lower
     if isinstance(c, _Cholesky):
-        return c.solve(b)
+        return _cho_promoted_solve(c, b)
     c, b = _inexact(c, b)
     _square(c, "cho_solve")
     solve = functools.partial(_cho.solve_with_factor, lower=bool(lower))
@@ -148,13 +152,14 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     0 (a), 1 (a^T) or 2 (a^H). ``lu`` (..., N, N), ``b`` (N,) or (..., N, K); ``x`` has b's shape
     and layout. Two triangular solves with the factor as :func:`solve_triangular` runs them (over
     the factor's mesh, no refactoring), differentiable in ``lu`` and ``b``. ``lu`` may also be a
-    :class:`jaxmg.LU` (``piv`` then unused): its saved, possibly distributed, factor solves."""
+    :class:`jaxmg.LU` (``piv`` then unused): its saved, possibly distributed, factor solves. The
+    factor and ``b`` are promoted together as JAX promotes them (x has their common dtype)."""
     del overwrite_b, check_finite
     if trans not in _TRANS:
         raise ValueError(f"lu_solve: trans must be 0, 1 or 2 ('N', 'T', 'C'), got {trans!r}.")
     lu, piv = lu_and_piv
     if isinstance(lu, _LU):
-        return lu.solve(b, trans=_TRANS[trans])
+        return _lu_promoted_solve(lu, b, trans=_TRANS[trans])
     lu, b = _triangle_and_rhs(lu, b, "lu_solve")
     perm = jax.lax.linalg.lu_pivots_to_permutation(jnp.asarray(piv), lu.shape[-1])
     fn = functools.partial(_packed_lu_solve, trans=_TRANS[trans])

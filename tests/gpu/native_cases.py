@@ -638,6 +638,33 @@ if _harness.PUBLIC_API and hasattr(native, "lu_factor"):
             assert max(out.values()) < 1e-10, out
             return ", ".join(f"{k} {v:.1e}" for k, v in out.items())
 
+        @case(f"public-promoted-factor-solves-{mname}-native")
+        def _():
+            """cho_solve / lu_solve with a native jaxmg.Cholesky / jaxmg.LU promote the saved factor
+            and b together as jax.scipy.linalg: complex128 b with a float64 factor, float64 b with a
+            float32 one; the result has JAX's dtype and solves a x = b."""
+            import jaxmg.scipy.linalg as msla
+
+            n, out = 256, {}
+            g = general(n, np.float64, seed=5)
+            a64 = g @ g.T / n + np.eye(n)
+            for a_dtype, b_dtype in ((np.float64, np.complex128), (np.float32, np.float64)):
+                a = a64.astype(a_dtype)
+                b = (np.sin(np.arange(n)) + (1j * np.cos(np.arange(n)) if b_dtype == np.complex128 else 0)).astype(
+                    b_dtype
+                )
+                ag = to_global(a, mesh, spec)
+                chol = jaxmg.Cholesky(ag, T_A=64, mesh=mesh, backend="native")
+                lu = jaxmg.LU(ag, T_A=64, mesh=mesh, backend="native")
+                for name, x in (("cho", msla.cho_solve((chol, False), b)), ("lu", msla.lu_solve((lu, None), b))):
+                    assert x.dtype == np.result_type(a_dtype, b_dtype), (name, x.dtype)
+                    out[f"{name}-{np.dtype(a_dtype).name}-{np.dtype(b_dtype).name}"] = relerr(
+                        a.astype(b_dtype) @ host(x), b
+                    )
+            assert max(out.values()) < 1e-4, out
+            return ", ".join(f"{k} {v:.1e}" for k, v in out.items())
+
+
 # --------------------------------------------------------------------------------------------
 # The QR family: qr_factor once, Q (orgqr), R, least squares (Q^H b from the reflectors + back substitution)
 # --------------------------------------------------------------------------------------------

@@ -283,3 +283,31 @@ def test_scipy_lu_factor_from_the_distributed_lu(shape, spec, reverse, explicit,
     b = _rhs(n, 2, dtype)
     np.testing.assert_allclose(np.asarray(sla.lu_solve(sla.lu_factor(ag), b)), np.linalg.solve(a, b), **tol)
     assert {c[0] for c in native_backend.calls} == {"getrf"}
+
+
+@pytest.mark.parametrize(("a_dtype", "b_dtype"), [(np.float64, np.complex128), (np.float32, np.float64)])
+def test_scipy_solves_promote_a_distributed_factor(a_dtype, b_dtype, native_backend):
+    """cho_solve with a distributed jaxmg.Cholesky and lu_solve with a distributed jaxmg.LU promote
+    the factor and b together as jax.scipy.linalg does: the saved factor is converted inside the
+    call and solved by the native handlers in the common dtype, never factored again."""
+    import jax.scipy.linalg as jsl
+
+    import jaxmg
+    import jaxmg.scipy.linalg as msla
+
+    n = 48
+    mesh = _mesh((2, 2), False)
+    a = _general(n, np.float64)
+    a = (a @ a.T / n + np.eye(n)).astype(a_dtype)
+    b = _rhs(n, 2, b_dtype)
+    placed = jax.device_put(a, NamedSharding(mesh, P("x", "y")))
+    chol = jaxmg.Cholesky(placed, T_A=8, mesh=mesh, backend="native")
+    lu = jaxmg.LU(placed, T_A=8, mesh=mesh, backend="native")
+    factored = len(native_backend.calls)
+    got = (msla.cho_solve((chol, False), b), msla.lu_solve((lu, None), b, trans=1))
+    want = (jsl.cho_solve(jsl.cho_factor(a), b), jsl.lu_solve(jsl.lu_factor(a), b, trans=1))
+    for x, w in zip(got, want):
+        assert x.dtype == w.dtype
+        np.testing.assert_allclose(np.asarray(x), np.asarray(w), **_tol(a_dtype))
+    assert chol.route == lu.route == "distributed"
+    assert {c[0] for c in native_backend.calls[factored:]} == {"potrs", "getrs"}

@@ -275,7 +275,8 @@ def _least_squares(plan, a, b, *, keep, rcond, return_status, check):
     a, probes = _check.before(plan, a, "normal", check=check)
     state, status, operator = _qr.factored(plan, a, keep=keep or plan.wide)
     status = _qr.rank_status(plan, state, status, rcond)
-    solved = _status.solved(status, _qr.solved(plan, operator, state, status, b))
+    x, status = _qr.solved(plan, operator, state, status, b)
+    solved = _status.solved(status, x)
     x, status = _checked_solution(plan, probes, b, *solved, tests=_check.least_squares)
     return pick((x, status), (True, return_status))
 

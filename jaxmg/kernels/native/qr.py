@@ -258,9 +258,8 @@ def _apply_q(f, tau_l, c_l, grid, s: _Shape, adjoint: bool):
     panels = -(-s.n0 // w)
 
     def panel(i, c_l):
-        first = (
-            i if adjoint else panels - 1 - i
-        ) * w  # the panel's first global column, in global tile column first // t
+        k = i if adjoint else panels - 1 - i  # Q^H: panels from the first; Q: from the last
+        first = k * w  # the panel's first global column, in global tile column first // t
         owner = (first // s.t) % s.pc
         local = (first // s.t // s.pc) * s.t + first % s.t
         cols = first + jnp.arange(w)

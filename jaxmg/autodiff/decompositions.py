@@ -191,9 +191,8 @@ def _lstsq_jvp(kernels, spec, primals, tangents_in):
     (A^H A)^-1 is applied by ``jax.lax.custom_linear_solve`` with the saved factor (R^-1 R^-H,
     two triangular solves, never a refactorisation), and the products are distributed: the
     whole tangent is linear and JAX transposes it (reverse mode: one more such solve)."""
-    a, state, b = primals
-    x = least_squares(kernels, spec, a, state, b)
-    placed = _placed_tangents(kernels, spec, a, b, tangents_in)
+    _, state, b = primals
+    x, placed = _solution_and_tangents(least_squares, kernels, spec, primals, tangents_in)
     if placed is None:
         return x, jnp.zeros_like(x)
     a, a_dot, b_dot, layout = placed
@@ -210,22 +209,25 @@ def _lstsq_jvp(kernels, spec, primals, tangents_in):
     return x, normal_solve(kernels, spec, a, state, rhs)
 
 
-def _placed_tangents(kernels, spec, a, b, tangents_in):
-    """(a in the computation's layout, a's tangent, b's tangent, b's layout) of a least-squares
-    rule, a tangent None where it is zero; None where both are."""
+def _solution_and_tangents(solve, kernels, spec, primals, tangents_in):
+    """(x, placed) of a least-squares rule: x = ``solve(kernels, spec, a, state, b)`` and placed =
+    (a in the computation's layout, a's tangent, b's tangent, b's layout), a tangent None where
+    it is zero; placed is None where both are."""
+    a, state, b = primals
+    x = solve(kernels, spec, a, state, b)
     a_dot, _, b_dot = tangents_in
     plan = kernels.plan
     layout = solves.rhs_layout(plan, spec)
     a_dot = _dist.placed_tangent(a, a_dot, plan.layout)
     b_dot = _dist.placed_tangent(b, b_dot, layout)
     if a_dot is None and b_dot is None:
-        return None
+        return x, None
     if a is None:
         raise ValueError(
             "least_squares: a was donated (QR(a, donate=True)), so no derivative can be "
             "taken; keep a (donate=False) to differentiate the solution."
         )
-    return plan.enter(a), a_dot, b_dot, layout
+    return x, (plan.enter(a), a_dot, b_dot, layout)
 
 
 def normal_solve(kernels, spec, a, state, y):
@@ -264,9 +266,8 @@ def _minimum_norm_jvp(kernels, spec, primals, tangents_in):
 
     (A^H A)^-1 is :func:`normal_solve` with the saved factor (linear and transposable, so JAX
     transposes the tangent for reverse mode); every primal inside is differentiable again."""
-    a, state, b = primals
-    x = minimum_norm(kernels, spec, a, state, b)
-    placed = _placed_tangents(kernels, spec, a, b, tangents_in)
+    _, state, b = primals
+    x, placed = _solution_and_tangents(minimum_norm, kernels, spec, primals, tangents_in)
     if placed is None:
         return x, jnp.zeros_like(x)
     a, a_dot, b_dot, layout = placed

@@ -233,7 +233,8 @@ def least_squares(
     ``a`` (M < N) of full row rank, the ``x`` of least norm with ``a @ x = b``.
 
     A wide ``a`` is factored through its conjugate transpose, ``a^H = Q R``, and
-    ``x = Q R^-H b``. A numerically rank-deficient ``a`` (a diagonal entry of R below
+    ``x = Q R^-H b``: backward stable at any condition number that passes the rank test (the
+    error of x at most about cond(a) eps). A numerically rank-deficient ``a`` (a diagonal entry of R below
     ``rcond * max|R_ii|``) is flagged by the status and gives NaN, never a finite wrong ``x``;
     ``jaxmg.numpy.linalg.lstsq`` (by SVD) gives the minimum-norm solution for any rank.
 
@@ -250,8 +251,9 @@ def least_squares(
         negative value for ``eps``; 0 flags exactly zero entries only.
       return_status: also return the status (int32, replicated): 0 on success, else the 1-based
         index of the first diagonal entry of R that is zero or below ``rcond * max|R_ii|``
-        (``a`` is numerically rank deficient), or -1 for a non-finite result. Failed outputs
-        are NaN.
+        (``a`` is numerically rank deficient), -2 where a wide ``a``'s solution fails its backward
+        check (``jaxmg.kernels.status.CHECK_FAILED``), or -1 for a non-finite result. Failed
+        outputs are NaN.
       {{run}}
 
     Returns:
@@ -275,7 +277,8 @@ def _least_squares(plan, a, b, *, keep, rcond, return_status, check):
     a, probes = _check.before(plan, a, "normal", check=check)
     state, status, operator = _qr.factored(plan, a, keep=keep or plan.wide)
     status = _qr.rank_status(plan, state, status, rcond)
-    solved = _status.solved(status, _qr.solved(plan, operator, state, status, b))
+    x, status = _qr.solved(plan, operator, state, status, b)
+    solved = _status.solved(status, x)
     x, status = _checked_solution(plan, probes, b, *solved, tests=_check.least_squares)
     return pick((x, status), (True, return_status))
 

@@ -5,7 +5,10 @@
 the 1-based index of the first small entry as its status and NaN outputs, on the local and
 batch routes here (the distributed route: tests/gpu/test_qr_emulated.py). Full-rank inputs keep
 LAPACK's least-squares test ratio and their derivatives; ``jaxmg.numpy.linalg.lstsq`` stays
-the minimum-norm solution of any rank, as ``jnp.linalg.lstsq``.
+the minimum-norm solution of any rank, as ``jnp.linalg.lstsq``. Wide matrices of full row rank
+are solved, not flagged, however ill-conditioned (up to the rank test): their minimum-norm
+solutions ``x = Q R^-H b`` (``a^H = Q R``) keep LAPACK's ratios at condition numbers 1e2 to 1e12.
+Empty matrices give ``jnp.linalg.lstsq``'s empty or zero solutions with status 0.
 """
 
 from __future__ import annotations
@@ -179,3 +182,124 @@ def test_per_shard_least_squares_is_flagged():
     full = random_matrix(np.random.default_rng(8), (M, N), np.float64)
     x, status = step(put(full, mesh, P("x", "y")), b)
     assert int(status) == 0 and _lstsq_ratio(full, x, np.ones(M)) <= 30
+
+
+# --- wide matrices of full row rank: the minimum-norm solution, at any condition number ---------
+
+#: condition numbers of the wide problems, per dtype (float32's eps is 1.2e-7)
+WIDE_CONDS = {np.float64: (1e2, 1e8, 1e12), np.complex128: (1e2, 1e8, 1e12), np.float32: (1e3, 1e5)}
+
+
+def _wide(m, n, cond, dtype, seed):
+    """(a, b, v): a = U diag(s) V^H (m < n) with s geometric from 1 to 1 / cond (full row rank,
+    not graded by rows or columns), b (m,) random, v (n, m) an orthonormal basis of a's row space."""
+    rng = np.random.default_rng(seed)
+    u = np.linalg.qr(random_matrix(rng, (m, m), np.complex128 if np.iscomplexobj(dtype(0)) else np.float64))[0]
+    v = np.linalg.qr(random_matrix(rng, (n, m), np.complex128 if np.iscomplexobj(dtype(0)) else np.float64))[0]
+    a = (u * np.geomspace(1.0, 1.0 / cond, m)) @ np.conj(v).T
+    return a.astype(dtype), random_matrix(rng, (m,), dtype), v
+
+
+def _wide_ratios(a, x, b, v, cond, dtype) -> dict:
+    """LAPACK's ratios of a wide problem's x (each at most 30 for a correct x): the residual
+    ||a x - b|| / (N eps ||a|| ||x||), the normal-equation residual ||a^H (a x - b)|| / (||a||
+    (||a|| ||x|| + ||b||) N eps), and x's distance from a's row space, ||(I - V V^H) x|| /
+    (cond N eps ||x||) (a backward-stable x lies in the row space of a matrix within eps ||a||
+    of a, which is within cond eps of a's own)."""
+    a, x, b = (np.asarray(t, np.complex128) for t in (a, x, b))
+    n, e = a.shape[1], eps(dtype)
+    na, nx, nb = np.linalg.norm(a, 2), np.linalg.norm(x), np.linalg.norm(b)
+    r = a @ x - b
+    return {
+        "residual": np.linalg.norm(r) / (n * e * na * nx),
+        "normal": np.linalg.norm(a.conj().T @ r) / (na * (na * nx + nb) * n * e),
+        "row space": np.linalg.norm(x - v @ (v.conj().T @ x)) / (cond * n * e * nx),
+    }
+
+
+@functools.cache
+def _wide_solvers():
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Explicit)
+    solve = lambda a, b: jaxmg.least_squares(a, b, return_status=True)  # noqa: E731
+    module = lambda a, b: (jaxmg.QR(a).solve(b), jaxmg.QR(a).rank_status())  # noqa: E731
+    return mesh, solve, jax.jit(module), jax.jit(jax.vmap(solve)), jax.jit(solve)
+
+
+@pytest.mark.parametrize("m,n", [(16, 40), (24, 36)])
+@pytest.mark.parametrize("dtype", list(WIDE_CONDS))
+def test_wide_ill_conditioned_minimum_norm(m, n, dtype):
+    """Full row rank, condition 1e2 to 1e12 (float32: 1e3, 1e5): status 0 and every ratio of
+    :func:`_wide_ratios` at most 30, eagerly, QR(a).solve in jit, a stack under vmap and on an
+    Explicit (4, 2) mesh (where the corrected semi-normal equations gave NaN and status -1 from
+    cond 1e11 in float64)."""
+    mesh, solve, module, stacked, jitted = _wide_solvers()
+    cases = [_wide(m, n, cond, dtype, seed) for seed, cond in enumerate(WIDE_CONDS[dtype])]
+    xs, statuses = stacked(np.stack([a for a, _, _ in cases]), np.stack([b for _, b, _ in cases]))
+    for k, ((a, b, v), cond) in enumerate(zip(cases, WIDE_CONDS[dtype])):
+        runs = {
+            "eager": solve(a, b),
+            "QR(a).solve in jit": module(a, b),
+            "vmap": (xs[k], statuses[k]),
+            "mesh": jitted(put(a, mesh, P("x", "y")), put(b, mesh, P("x"))),
+        }
+        for how, (x, status) in runs.items():
+            ratios = _wide_ratios(a, x, b, v, cond, dtype)
+            assert int(status) == 0 and max(ratios.values()) <= 30, (how, cond, int(status), ratios)
+
+
+def test_wrong_wide_solution_is_check_failed(monkeypatch):
+    """The wide solution's backward check reaches the caller as CHECK_FAILED (-2) with NaN, not
+    as NOT_FINITE (-1) from the NaN it masks: a kernel made to return 2 x fails it."""
+    from jaxmg.kernels import local, status as codes
+
+    right = local.QR.minimum_norm
+    monkeypatch.setattr(local.QR, "minimum_norm", lambda self, state, b, spec=None: 2 * right(self, state, b, spec))
+    a, b, _ = _wide(6, 10, 2.0, np.float64, seed=10)
+    x, status = jaxmg.least_squares(a, b, return_status=True)
+    assert int(status) == codes.CHECK_FAILED and np.isnan(np.asarray(x)).all()
+
+
+def test_wide_minimum_norm_derivatives():
+    """The wide solution's derivatives (forward and reverse, order 2) in a and b, and reverse
+    mode equal to jnp.linalg.lstsq's, on a matrix of condition 2."""
+    a, b, _ = _wide(6, 10, 2.0, np.float64, seed=9)
+    check_grads(jax.jit(lambda a, b: jaxmg.least_squares(a, b)), (a, b), order=2, modes=("fwd", "rev"))
+
+    def loss(solver):
+        return lambda a, b: jnp.sum(jnp.sin(solver(a, b)))
+
+    got = jax.grad(loss(jaxmg.least_squares), argnums=(0, 1))(a, b)
+    ref = jax.grad(loss(lambda a, b: jnp.linalg.lstsq(a, b)[0]), argnums=(0, 1))(a, b)
+    for g, r in zip(got, ref):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-7, atol=1e-7 * np.abs(r).max())
+
+
+# --- empty matrices: jnp.linalg.lstsq's answers, status 0 ---------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(3, 0), (0, 3), (0, 0)])
+@pytest.mark.parametrize("rhs", [(), (2,)])
+def test_empty_least_squares(shape, rhs):
+    """x of shape (N,) or (N, K), zeros (jnp.linalg.lstsq's), and status 0 from least_squares
+    (eagerly and in jit), QR(a).solve and rank_status, jaxmg.lineax.QR,
+    jaxmg.numpy.linalg.lstsq and pinv (where a reduction over R's empty diagonal raised)."""
+    a, b = jnp.zeros(shape), jnp.ones(shape[:1] + rhs)
+    expected = np.zeros(shape[1:] + rhs)
+    solve = lambda a, b: jaxmg.least_squares(a, b, return_status=True)  # noqa: E731
+    for x, status in (solve(a, b), jax.jit(solve)(a, b)):
+        assert int(status) == 0
+        np.testing.assert_array_equal(np.asarray(x), expected)
+    module = jaxmg.QR(a)
+    assert int(module.status) == 0 and int(module.rank_status()) == 0
+    np.testing.assert_array_equal(np.asarray(module.solve(b)), expected)
+    x, _, rank, s = jaxmg.numpy.linalg.lstsq(a, b)
+    np.testing.assert_array_equal(np.asarray(x), expected)
+    assert int(rank) == 0 and s.shape == (0,)
+    assert jaxmg.numpy.linalg.pinv(a).shape == shape[::-1]
+    if not rhs:
+        lx = pytest.importorskip("lineax")
+        import jaxmg.lineax as jl
+
+        sol = lx.linear_solve(lx.MatrixLinearOperator(a), b, solver=jl.QR(), throw=False)
+        assert sol.result == lx.RESULTS.successful
+        np.testing.assert_array_equal(np.asarray(sol.value), expected)

@@ -191,21 +191,11 @@ def _lstsq_jvp(kernels, spec, primals, tangents_in):
     (A^H A)^-1 is applied by ``jax.lax.custom_linear_solve`` with the saved factor (R^-1 R^-H,
     two triangular solves, never a refactorisation), and the products are distributed: the
     whole tangent is linear and JAX transposes it (reverse mode: one more such solve)."""
-    a, state, b = primals
-    a_dot, _, b_dot = tangents_in
-    x = least_squares(kernels, spec, a, state, b)
-    plan = kernels.plan
-    layout = solves.rhs_layout(plan, spec)
-    a_dot = _dist.placed_tangent(a, a_dot, plan.layout)
-    b_dot = _dist.placed_tangent(b, b_dot, layout)
-    if a_dot is None and b_dot is None:
+    _, state, b = primals
+    x, placed = _solution_and_tangents(least_squares, kernels, spec, primals, tangents_in)
+    if placed is None:
         return x, jnp.zeros_like(x)
-    if a is None:
-        raise ValueError(
-            "least_squares: a was donated (QR(a, donate=True)), so no derivative can be "
-            "taken; keep a (donate=False) to differentiate the solution."
-        )
-    a = plan.enter(a)
+    a, a_dot, b_dot, layout = placed
 
     def adjoint(m, y):  # m^H y
         return _dist.matvec(m, y, layout, "C")
@@ -217,6 +207,27 @@ def _lstsq_jvp(kernels, spec, primals, tangents_in):
     if b_dot is not None:
         rhs = rhs + adjoint(a, b_dot)
     return x, normal_solve(kernels, spec, a, state, rhs)
+
+
+def _solution_and_tangents(solve, kernels, spec, primals, tangents_in):
+    """(x, placed) of a least-squares rule: x = ``solve(kernels, spec, a, state, b)`` and placed =
+    (a in the computation's layout, a's tangent, b's tangent, b's layout), a tangent None where
+    it is zero; placed is None where both are."""
+    a, state, b = primals
+    x = solve(kernels, spec, a, state, b)
+    a_dot, _, b_dot = tangents_in
+    plan = kernels.plan
+    layout = solves.rhs_layout(plan, spec)
+    a_dot = _dist.placed_tangent(a, a_dot, plan.layout)
+    b_dot = _dist.placed_tangent(b, b_dot, layout)
+    if a_dot is None and b_dot is None:
+        return x, None
+    if a is None:
+        raise ValueError(
+            "least_squares: a was donated (QR(a, donate=True)), so no derivative can be "
+            "taken; keep a (donate=False) to differentiate the solution."
+        )
+    return x, (plan.enter(a), a_dot, b_dot, layout)
 
 
 def normal_solve(kernels, spec, a, state, y):
@@ -240,3 +251,33 @@ def normal_solve(kernels, spec, a, state, y):
 
 
 least_squares.defjvp(_lstsq_jvp, symbolic_zeros=True)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def minimum_norm(kernels, spec, a, state, b):
+    """The x of least norm with ``A^H x = b`` from the saved QR factor of the tall ``A = Q R`` of
+    full column rank (a wide matrix's conjugate transpose): ``x = Q R^-H b``, backward stable (no
+    product with A^H A). b, x in layout ``spec`` (None: as they are)."""
+    return kernels.minimum_norm(state, b, spec)
+
+
+def _minimum_norm_jvp(kernels, spec, primals, tangents_in):
+    """x = A y with y = (A^H A)^-1 b, so  x' = A' y + A (A^H A)^-1 (b' - A'^H x - A^H A' y).
+
+    (A^H A)^-1 is :func:`normal_solve` with the saved factor (linear and transposable, so JAX
+    transposes the tangent for reverse mode); every primal inside is differentiable again."""
+    _, state, b = primals
+    x, placed = _solution_and_tangents(minimum_norm, kernels, spec, primals, tangents_in)
+    if placed is None:
+        return x, jnp.zeros_like(x)
+    a, a_dot, b_dot, layout = placed
+    rhs, x_dot = 0, 0
+    if a_dot is not None:
+        x_dot = _dist.matvec(a_dot, normal_solve(kernels, spec, a, state, b), layout)
+        rhs = -_dist.matvec(a_dot, x, layout, "C") - _dist.matvec(a, x_dot, layout, "C")
+    if b_dot is not None:
+        rhs = rhs + b_dot
+    return x, x_dot + _dist.matvec(a, normal_solve(kernels, spec, a, state, rhs), layout)
+
+
+minimum_norm.defjvp(_minimum_norm_jvp, symbolic_zeros=True)

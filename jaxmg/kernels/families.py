@@ -101,6 +101,7 @@ class QRKernels(Protocol):
     def diagonal(self, state: QRState) -> jax.Array: ...  # R's diagonal (N,), replicated
     def solve(self, state: QRState, b, spec) -> jax.Array: ...
     def normal_solve(self, state: QRState, y, spec) -> jax.Array: ...
+    def minimum_norm(self, state: QRState, b, spec) -> jax.Array: ...  # Q R^-H b: least-norm x of A^H x = b
 
 
 @runtime_checkable  # annotations that a run-time type checker can check

@@ -179,6 +179,11 @@ class QR(_Local):
         z = solve_triangular(state.aux, _as_matrix(y), lower=False, trans="C")
         return _like_rhs(solve_triangular(state.aux, z, lower=False), y)
 
+    def minimum_norm(self, state, b, spec=None):
+        """The x of least norm with A^H x = b: x = Q R^-H b."""
+        y = solve_triangular(state.aux, _as_matrix(b), lower=False, trans="C")
+        return _like_rhs(matmul(state.factor, y), b)
+
 
 class Decompositions(_Local):
     """Eigen-, singular value and polar decompositions. Every Hermitian eigenproblem (syevd, sygvd

@@ -84,9 +84,9 @@ def rank_deficient(diagonal: jax.Array, rcond: float) -> jax.Array:
     Unpivoted QR puts a near-zero diagonal entry wherever a column lies in the span of the
     columns before it, which is what this test sees; a triangular R whose diagonal is large while
     its smallest singular value is not (Kahan's matrix) passes it. The SVD-based
-    ``jaxmg.numpy.linalg.lstsq`` handles any rank."""
+    ``jaxmg.numpy.linalg.lstsq`` handles any rank. An empty ``diagonal`` (n = 0) has full rank."""
     magnitude = jnp.abs(diagonal)
-    largest = jnp.max(magnitude, axis=-1, keepdims=True)
+    largest = jnp.max(magnitude, axis=-1, keepdims=True, initial=0)
     small = magnitude < jnp.asarray(rcond, magnitude.dtype) * largest
     return _first(~jnp.isfinite(diagonal) | (diagonal == 0) | small)
 

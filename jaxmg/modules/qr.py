@@ -46,7 +46,8 @@ class QR(Factorisation):
     Attributes:
       status: int32, replicated: 0 on success, else the 1-based index of the first zero
         diagonal entry of R (``a`` is rank deficient), or -1 for a non-finite result. The
-        solves also test R's diagonal against ``rcond`` (:meth:`rank_status`).
+        solves also test R's diagonal against ``rcond`` (:meth:`rank_status`); a wide ``a``'s
+        solution that fails its backward check is NaN (``jaxmg.least_squares`` reports -2).
     """
 
     state: QRState
@@ -88,8 +89,8 @@ class QR(Factorisation):
         """
         if self.wide and self.operator is None:
             raise ValueError(
-                "QR(a, donate=True).solve with a wide a: the minimum-norm solution x = a^H "
-                "(a a^H)^-1 b needs a, which was donated; keep a (donate=False)."
+                "QR(a, donate=True).solve with a wide a: the check of the minimum-norm solution "
+                "x = Q R^-H b (a^H = Q R) needs a, which was donated; keep a (donate=False)."
             )
         return _dispatch.method(self, _solve, b, rcond=_status.checked_rcond(rcond))
 
@@ -146,51 +147,37 @@ def _made(plan, a, *, keep: bool, check: bool):
 
 
 def solved(plan, operator, state, status, b):
-    """The least-squares (or, for a wide a, minimum-norm) solution from the saved factor."""
+    """(x, status): the least-squares (or, for a wide a, minimum-norm) solution from the saved
+    factor, and ``status`` with the wide solution's backward check (:func:`_backward_status`)."""
     kplan = kernel_plan(plan)
     kernels = kplan.backend.qr(kplan)
     b, spec, home = _plan.place_rhs(kplan, b, rows=plan.shape[0])
     if not plan.wide:
         x = decompositions.least_squares(kernels, spec, operator, state, b)
     else:
-        ah = kplan.enter(adjoint(operator))
-        x = _minimum_norm(kernels, spec, ah, state, b)
-        status = _status.either(status, _backward_status(ah, x, b, solves.rhs_layout(kernels.plan, spec)))
-    return home(_status.masked(status, x))
+        x = decompositions.minimum_norm(kernels, spec, adjoint(operator), state, b)
+        layout = solves.rhs_layout(kernels.plan, spec)
+        status = _status.either(status, _backward_status(kplan.enter(adjoint(operator)), x, b, layout))
+    return home(_status.masked(status, x)), status
 
 
 def _backward_status(ah, x, b, layout):
     """:data:`~jaxmg.kernels.status.CHECK_FAILED` where the minimum-norm ``x`` of a wide ``a``
     (``ah`` = a^H) does not solve ``a x = b`` to LAPACK's test ratio: ||a x - b||_1 above
     30 max(M, N) eps (||a||_1 ||x||_1 + ||b||_1), per column of ``b`` (one product with ``a``
-    and two column sums, O(M N)). The corrected semi-normal equations are backward stable only
-    while cond(a)^2 eps < 1; past that (a matrix rank-deficient to working precision, or graded
-    over more than eps^-1/2) the answer is flagged rather than returned wrong. Not differentiated."""
+    and two column sums, O(M N)). ``x = Q R^-H b`` is backward stable for ``a`` of full row rank
+    whatever its condition number (up to the rank test's ``rcond``), so this holds for every
+    matrix that passes the rank test; the check guards that claim rather than trusting it. Not
+    differentiated."""
     ah, x, b = (jax.lax.stop_gradient(v) for v in (ah, x, b))
     r = b - _dist.matvec(ah, x, layout, "C")
     norm = lambda v: jnp.sum(jnp.abs(v), axis=0)  # noqa: E731  (1-norm of each column)
-    a_norm = jnp.max(jnp.sum(jnp.abs(ah), axis=-1))  # a's largest column sum: a^H's largest row sum
+    a_norm = jnp.max(jnp.sum(jnp.abs(ah), axis=-1), initial=0)  # a's largest column sum: a^H's largest row sum
     m, n = ah.shape[-1], ah.shape[-2]
     eps = jnp.finfo(ah.dtype).eps
     bound = 30 * max(m, n) * eps * (a_norm * norm(x) + norm(b))
     bad = jnp.any(~(norm(r) <= bound))
     return jnp.where(bad, _status.CHECK_FAILED, _status.OK).astype(jnp.int32)
-
-
-def _minimum_norm(kernels, spec, ah, state, b):
-    """The x of least norm with ``a x = b`` for a wide ``a`` (ah = a^H = Q' R'), by the corrected
-    semi-normal equations: a a^H = R'^H R', so x = a^H (R'^H R')^-1 b, and one step of
-    refinement with the residual b - a x. The plain semi-normal solution's backward error grows
-    with cond(a)^2 eps (1e3 N eps at cond(a) = 1e7 in float64); the step brings it back to
-    O(N eps) while cond(a)^2 eps < 1, at the cost of two more triangular solves and two
-    products with a (exact in exact arithmetic, so its derivative is the solution's)."""
-    layout = solves.rhs_layout(kernels.plan, spec)
-
-    def step(r):
-        return _dist.matvec(ah, decompositions.normal_solve(kernels, spec, ah, state, r), layout)
-
-    x = step(b)
-    return x + step(b - _dist.matvec(ah, x, layout, "C"))
 
 
 def rank_status(plan, state, status, rcond: Optional[float]):
@@ -207,7 +194,7 @@ def _rank_status(plan, module, *, rcond):
 
 def _solve(plan, module, b, *, rcond):
     status = rank_status(plan, module.state, module.status, rcond)
-    return solved(plan, module.operator, module.state, status, b)
+    return solved(plan, module.operator, module.state, status, b)[0]
 
 
 def factors(plan, operator, state, status):

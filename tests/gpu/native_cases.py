@@ -772,6 +772,25 @@ if _harness.PUBLIC_API and "qr" in native.FAMILIES:
             assert max(out.values()) < 1e-9, out
             return ", ".join(f"{k} {v:.1e}" for k, v in out.items())
 
+        @case(f"public-lstsq-wide-{mname}-float64-cond1e12")
+        def _():
+            """A wide a of condition 1e12 (full row rank): x = Q R^-H b, status 0, LAPACK's ratios."""
+            m, n = 256, 640
+            rng = np.random.default_rng(5)
+            u, v = np.linalg.qr(rng.standard_normal((m, m)))[0], np.linalg.qr(rng.standard_normal((n, m)))[0]
+            a = (u * np.geomspace(1.0, 1e-12, m)) @ v.T
+            b = rng.standard_normal(m)
+            ag, bg = to_global(a, mesh, spec), to_global(b, mesh, P("x"))
+            x, st = jaxmg.least_squares(ag, bg, T_A=64, mesh=mesh, backend="native", return_status=True)
+            x, eps, na = host(x), np.finfo(np.float64).eps, np.linalg.norm(a, 2)
+            r = a @ x - b
+            out = {
+                "residual": np.linalg.norm(r) / (n * eps * na * np.linalg.norm(x)),
+                "normal": np.linalg.norm(a.T @ r) / (na * (na * np.linalg.norm(x) + np.linalg.norm(b)) * n * eps),
+            }
+            assert int(host(st)) == 0 and max(out.values()) <= 30, (int(host(st)), out)
+            return ", ".join(f"{k} {v:.1e}" for k, v in out.items())
+
 # --------------------------------------------------------------------------------------------
 # The eigensolver family: syevd and sygvd, LAPACK's scaled residual and orthogonality
 # --------------------------------------------------------------------------------------------

@@ -1,9 +1,9 @@
 """The native QR family kernels, checked on CPU against an emulated cuSOLVERMp.
 
-``qr_factor`` / ``qr_q`` / ``qr_r`` / ``qr_solve`` / ``qr_normal_solve`` of
+``qr_factor`` / ``qr_q`` / ``qr_r`` / ``qr_solve`` / ``qr_normal_solve`` / ``qr_minimum_norm`` of
 ``jaxmg.kernels.native`` call two FFI handlers (csrc/qr.cc): ``jaxmg_geqrf`` (Householder QR in
 place of the padded natural block-cyclic matrix on a row-major-mapped grid; tau of this process
-column) and ``jaxmg_orgqr`` (the explicit Q); ``Q^H b`` is applied from the reflectors.
+column) and ``jaxmg_orgqr`` (the explicit Q); ``Q^H b`` and ``Q y`` are applied from the reflectors.
 tests/gpu/_emulation.py emulates the handlers on the assembled global matrix (LAPACK's geqrf and
 Householder product). The kernels' own work is what is tested: the layout and its padding (a
 tall M x N whose M is not a multiple of the grid times the tile), tau's gather and scatter, the
@@ -49,7 +49,8 @@ def _random(shape, dtype, seed):
 
 
 def _family(grid, mesh, tile, m):
-    """qr_factor, then Q, R, least-squares solves (vector, matrix) and a normal solve."""
+    """qr_factor, then Q, R, least-squares solves (vector, matrix), a normal solve and the
+    minimum-norm solve of A^H w = y."""
     kw = dict(grid=grid, tile=tile)
 
     def body(a, bv, bm, y):
@@ -59,14 +60,15 @@ def _family(grid, mesh, tile, m):
         (xv,) = native.qr_solve(f, tau, bv, **kw)
         (xm,) = native.qr_solve(f, tau, bm, **kw)
         (z,) = native.qr_normal_solve(f, tau, y, **kw)
-        return status, q, r, xv, xm, z
+        (w,) = native.qr_minimum_norm(f, tau, y, m=m, **kw)
+        return status, q, r, xv, xm, z, w
 
     return jax.jit(
         jax.shard_map(
             body,
             mesh=mesh,
             in_specs=(grid.spec, P(), P(), P()),
-            out_specs=(P(), grid.spec, grid.spec, P(), P(), P()),
+            out_specs=(P(), grid.spec, grid.spec, P(), P(), P(), P()),
             check_vma=False,
         )
     )
@@ -105,7 +107,7 @@ def _check_kernels(shape, m, n, tile, reverse, dtype, emulator):
     bm = _random((m, 3), dtype, 1)
     bv = bm[:, 0] * 2
     y = _random((n, 2), dtype, 2)
-    status, q, r, xv, xm, z = (np.asarray(o) for o in _family(grid, mesh, tile, m)(a, bv, bm, y))
+    status, q, r, xv, xm, z, w = (np.asarray(o) for o in _family(grid, mesh, tile, m)(a, bv, bm, y))
     assert int(status) == 0
     tol = _tol(dtype)
     assert q.shape == (m, n) and r.shape == (n, n)
@@ -116,6 +118,7 @@ def _check_kernels(shape, m, n, tile, reverse, dtype, emulator):
     np.testing.assert_allclose(xv, np.linalg.lstsq(a, bv, rcond=None)[0], **tol)
     np.testing.assert_allclose(xm, np.linalg.lstsq(a, bm, rcond=None)[0], **tol)
     np.testing.assert_allclose(z, np.linalg.solve(np.conj(a).T @ a, y), **tol)
+    np.testing.assert_allclose(w, np.linalg.lstsq(np.conj(a).T, y, rcond=None)[0], **tol)  # Q R^-H y
     # one factorization; Q by orgqr; Q^H b from the reflectors (Q never formed for the solves)
     assert [c[0] for c in emulator.calls] == ["geqrf", "orgqr"]
 
@@ -131,9 +134,9 @@ def test_qr_rank_deficient(shape, reverse, dtype):
     a = _random((m, n), dtype, 0)
     a[:, 13] = 0
     b = _random((m, 2), dtype, 1)
-    status, q, r, xv, xm, z = _family(grid, mesh, tile, m)(a, b[:, 0], b, b[:n])
+    status, *outs = _family(grid, mesh, tile, m)(a, b[:, 0], b, b[:n])
     assert int(status) == 14
-    for out in (q, r, xv, xm, z):
+    for out in outs:
         assert np.all(np.isnan(np.asarray(out)))
 
 
@@ -230,6 +233,45 @@ def test_public_api_native_rank_deficient_least_squares(shape, reverse, dtype, n
         assert (int(st), int(stw), int(factored), int(ranked), int(exact)) == (14, 14, 0, 14, 0)
         for out in (x, xw, xf):
             assert np.all(np.isnan(out))
+    assert "geqrf" in {c[0] for c in native_backend.calls}
+
+
+def _wide(m, n, cond, dtype, seed):
+    """A full-row-rank wide m x n matrix with singular values geometric from 1 to 1 / cond."""
+    rng = np.random.default_rng(seed)
+    u = np.linalg.qr(_random((m, m), np.complex128 if np.iscomplexobj(dtype(0)) else np.float64, seed))[0]
+    v = np.linalg.qr(_random((n, m), np.complex128 if np.iscomplexobj(dtype(0)) else np.float64, seed + 1))[0]
+    return ((u * np.geomspace(1.0, 1.0 / cond, m)) @ np.conj(v).T).astype(dtype), rng
+
+
+@pytest.mark.parametrize("m,n,dtype", [(16, 40, np.float64), (24, 36, np.complex128)])
+def test_public_api_native_wide_minimum_norm(m, n, dtype, native_backend):
+    """A wide a of condition 1e12 on the distributed route: x = Q R^-H b (Q applied from the
+    reflectors, panels from the last) with status 0 and LAPACK's residual ratios, from
+    least_squares and QR.solve in jit; the derivative in b of a well-conditioned one is
+    pinv(a)^T 1 (JAX's gradient of a real function of a complex b)."""
+    import jaxmg
+
+    mesh = _mesh((2, 2), True)
+    native = dict(T_A=8, mesh=mesh, backend="native")
+    a, _ = _wide(m, n, 1e12, dtype, 0)
+    mild, _ = _wide(m, n, 4.0, dtype, 2)
+    b = _random((m,), dtype, 4)
+
+    def run(a, mild, b):
+        x, st = jaxmg.least_squares(a, b, return_status=True, **native)
+        grad = jax.grad(lambda b: jnp.sum(jnp.real(jaxmg.least_squares(mild, b, **native))))(b)
+        return x, st, jaxmg.QR(a, **native).solve(b), grad
+
+    place = lambda x: jax.device_put(x, NamedSharding(mesh, P("x", "y")))  # noqa: E731
+    x, st, xf, grad = (np.asarray(o) for o in jax.jit(run)(place(a), place(mild), b))
+    assert int(st) == 0
+    e, na = np.finfo(dtype).eps, np.linalg.norm(a, 2)
+    for sol in (x, xf):
+        r = a @ sol - b
+        assert np.linalg.norm(r) / (n * e * na * np.linalg.norm(sol)) <= 30
+        assert np.linalg.norm(a.conj().T @ r) / (na * (na * np.linalg.norm(sol) + np.linalg.norm(b)) * n * e) <= 30
+    np.testing.assert_allclose(grad, np.linalg.pinv(mild).T @ np.ones(n), rtol=1e-9, atol=1e-9)  # JAX's convention
     assert "geqrf" in {c[0] for c in native_backend.calls}
 
 

@@ -32,7 +32,7 @@ from .cholesky import (
 from .eig import syevd, sygvd
 from .lu import LU, lu_factor, lu_factor_order, lu_solve, lu_triangles
 from .polar import Decompositions, gesvd, polar
-from .qr import QR, qr_diagonal, qr_factor, qr_normal_solve, qr_q, qr_r, qr_solve
+from .qr import QR, qr_diagonal, qr_factor, qr_minimum_norm, qr_normal_solve, qr_q, qr_r, qr_solve
 
 #: The native backend (``jaxmg.kernels.families.Backend``): the distributed route's kernels.
 BACKEND = Backend("native", cholesky=Cholesky, lu=LU, qr=QR, decompositions=Decompositions)
@@ -70,6 +70,7 @@ __all__ = [
     "potrs",
     "qr_diagonal",
     "qr_factor",
+    "qr_minimum_norm",
     "qr_normal_solve",
     "qr_q",
     "qr_r",

@@ -26,8 +26,11 @@ them, and R's padding diagonal (+-1) stays as geqrf left it.
 * ``qr_r``: the upper triangle of the factor's first Np rows, laid back out.
 * ``qr_solve``: ``c = Q^H [b; 0]``, then ``R x = c[:Np]`` by tile-by-tile back substitution on
   the distributed R (:func:`_r_solve`): Q is never formed. ``Q^H`` is applied from the saved
-  reflectors panel by panel in compact WY form (:func:`_apply_qh`), measured faster than
+  reflectors panel by panel in compact WY form (:func:`_apply_q`), measured faster than
   cuSOLVERMp's ormqr (``benchmarks/bench_qr.py``).
+* ``qr_minimum_norm``: ``x = Q R^-H b``, the minimum-norm solution of ``A^H x = b`` (a wide
+  matrix's, factored through its conjugate transpose): forward substitution with R^H, then Q
+  applied from the reflectors as ``Q^H`` is for ``qr_solve``.
 * ``qr_normal_solve``: ``R^-1 R^-H y`` with the same substitution (the least-squares derivative).
 * ``qr_diagonal``: R's diagonal, whole (the rank test of least-squares solves).
 
@@ -198,17 +201,32 @@ def qr_solve(f, tau, b, *, grid, tile):
     p, _ = _coords(grid)
     c = jnp.pad(b2, ((0, s.m - s.m0), (0, 0)))
     c_l = _grid.rows_of(c, p, s.m, s.t, s.pr)  # (mloc, nrhs): this process row's rows
-    c = _gathered_rows(_apply_qh(f, tau_l, c_l, grid, s), grid, s)
+    c = _gathered_rows(_apply_q(f, tau_l, c_l, grid, s, adjoint=True), grid, s)
     x = _r_solve(f, c[: s.n], grid, s, adjoint=False)[: s.n0]
     return (x[:, 0] if vector else x,)
 
 
-#: The widest compact-WY panel of :func:`_apply_qh` (below a tile when the tile is wider).
+def qr_minimum_norm(f, tau, b, *, grid, tile, m):
+    """The x of least norm with ``A^H x = b`` (A = Q R, M x N, M >= N, of full column rank; b
+    whole, N rows; x whole, M rows): ``x = Q R^-H b``, forward substitution with R^H on the
+    distributed R, then Q applied from the saved reflectors; Q is never formed."""
+    vector = b.ndim == 1
+    b2 = b[:, None] if vector else b
+    s, tau_l = _of_state(f, tau, grid, tile, m)
+    assert s.m0 is not None
+    p, _ = _coords(grid)
+    y = _r_solve(f, jnp.pad(b2, ((0, s.n - s.n0), (0, 0))), grid, s, adjoint=True)[: s.n0]
+    c_l = _grid.rows_of(jnp.pad(y, ((0, s.m - s.n0), (0, 0))), p, s.m, s.t, s.pr)  # Q [y; 0]
+    x = _gathered_rows(_apply_q(f, tau_l, c_l, grid, s, adjoint=False), grid, s)[: s.m0]
+    return (x[:, 0] if vector else x,)
+
+
+#: The widest compact-WY panel of :func:`_apply_q` (below a tile when the tile is wider).
 PANEL_WIDTH = 256
 
 
 def _panel_width(tile: int) -> int:
-    """Columns per compact-WY panel of :func:`_apply_qh`: the tile, halved while above
+    """Columns per compact-WY panel of :func:`_apply_q`: the tile, halved while above
     :data:`PANEL_WIDTH` (a panel lies within one tile; its Gram matrix costs 2 M w^2 per panel,
     2 M N w in all)."""
     w = tile
@@ -217,17 +235,17 @@ def _panel_width(tile: int) -> int:
     return w
 
 
-def _apply_qh(f, tau_l, c_l, grid, s: _Shape):
-    """``Q^H c`` for the saved factor's reflectors: c_l is this process row's (mloc, nrhs) rows of
-    c, the same on every process column, and so is the result.
+def _apply_q(f, tau_l, c_l, grid, s: _Shape, adjoint: bool):
+    """``Q^H c`` (``adjoint``) or ``Q c`` for the saved factor's reflectors: c_l is this process
+    row's (mloc, nrhs) rows of c, the same on every process column, and so is the result.
 
     ``Q = H_1 ... H_n``, ``H_i = I - tau_i v_i v_i^H`` (v_i: unit lower trapezoidal column i of the
     factor). A panel of w reflectors is ``I - V T V^H`` with ``T^-1 = S = diag(1/tau) +
-    striu(V^H V)``, so ``Q^H c`` is, panel by panel from the first, ``c -= V S^-H (V^H c)``. The
-    panel's owner process column forms ``V^H V`` and ``V^H c`` from its local rows (summed over
-    the process rows), solves with the w x w triangle, updates its rows and shares them with the
-    other process columns. The padding columns' reflectors (tau = 0) are the identity: v is taken
-    as zero there.
+    striu(V^H V)``, so ``Q^H c`` is, panel by panel from the first, ``c -= V S^-H (V^H c)``, and
+    ``Q c``, panel by panel from the last, ``c -= V S^-1 (V^H c)``. The panel's owner process
+    column forms ``V^H V`` and ``V^H c`` from its local rows (summed over the process rows), solves
+    with the w x w triangle, updates its rows and shares them with the other process columns. The
+    padding columns' reflectors (tau = 0) are the identity: v is taken as zero there.
     """
     p, q = _coords(grid)
     w = _panel_width(s.t)
@@ -237,7 +255,10 @@ def _apply_qh(f, tau_l, c_l, grid, s: _Shape):
     def row_sum(x):
         return jax.lax.psum(x, _grid.name(grid.row_axes)) if grid.row_axes else x
 
-    def panel(k, c_l):
+    panels = -(-s.n0 // w)
+
+    def panel(i, c_l):
+        k = i if adjoint else panels - 1 - i  # Q^H: panels from the first; Q: from the last
         first = k * w  # the panel's first global column, in global tile column first // t
         owner = (first // s.t) % s.pc
         local = (first // s.t // s.pc) * s.t + first % s.t
@@ -249,13 +270,13 @@ def _apply_qh(f, tau_l, c_l, grid, s: _Shape):
         v = jnp.where(live[:, None], v, zero)
         gram, proj = row_sum((matmul(jnp.conj(v), v.T), matmul(jnp.conj(v), c_l)))
         tri = jnp.triu(gram, 1) + jnp.diag(jnp.where(live, 1 / jnp.where(live, tau_k, 1), 1).astype(f.dtype))
-        y = jax.scipy.linalg.solve_triangular(tri, proj, lower=False, trans="C")
+        y = jax.scipy.linalg.solve_triangular(tri, proj, lower=False, trans="C" if adjoint else 0)
         c_l = c_l - matmul(v.T, y)
         if grid.col_axes:  # the owner's rows, to every process column
             c_l = jax.lax.psum(jnp.where(q == owner, c_l, zero), _grid.name(grid.col_axes))
         return c_l
 
-    return jax.lax.fori_loop(0, -(-s.n0 // w), panel, c_l)
+    return jax.lax.fori_loop(0, panels, panel, c_l)
 
 
 def qr_normal_solve(f, tau, y, *, grid, tile):
@@ -350,6 +371,11 @@ class QR(_grid.GridKernels):
 
     def normal_solve(self, state, y, spec):
         return self.run(qr_normal_solve, [*state, y], [*_STATE, Rows(spec)], [Rows(spec)])[0]
+
+    def minimum_norm(self, state, b, spec):
+        m = self.plan.shape[0]
+        args, inputs = [*state, b], [*_STATE, Rows(spec)]
+        return self.run(qr_minimum_norm, args, inputs, [Rows(spec)], [(m,) + b.shape[1:]], ["x"], m=m)[0]
 
 
 _STATE = [Block(), Replicated()]

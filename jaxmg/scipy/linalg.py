@@ -36,7 +36,7 @@ from .._dense import (
 from ..kernels import triangular as _triangular
 from ..kernels.ffi.solver import getrf as _getrf
 from ..modules import LU as _LU, Cholesky as _Cholesky
-from ..numpy import linalg as _np
+from ..numpy import _jax_rules, linalg as _np
 from ..numpy._util import (
     herm_input as _herm_input,
     in_layout as _in_layout,
@@ -182,8 +182,7 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False, 
         return _np.solve(a, b)
     a, b = _inexact(a, b)
     _square(a, "solve")
-    a = _herm_input(a, False, lower=bool(lower))
-    return _map_solve(_f.potrs, (a, b))
+    return _map_solve(functools.partial(_jax_rules.positive_solve, lower=bool(lower)), (a, b))
 
 
 def inv(a, overwrite_a=False, check_finite=True):

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 import pytest
-from jax.sharding import PartitionSpec as P
+from jax.sharding import AxisType, PartitionSpec as P
 
 import jaxmg.numpy.linalg as mla
 import jaxmg.scipy.linalg as msla
@@ -215,12 +215,20 @@ def _compare(name, dtype, *, jit, batch=(), seed=0):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-9, atol=1e-10, err_msg=name)
 
 
-@pytest.mark.parametrize(
-    "dtype,jit", [(np.float64, False), (np.complex128, True)], ids=["float64-eager", "complex128-jit"]
-)
+#: The cases whose options decide how a Hermitian matrix is read (a triangle, or symmetrized).
+HERMITIAN = [n for n in CASES if any(k in n for k in ("symmetrize_input", "assume_a=pos", "cho", "eigh", "hermitian"))]
+
+
 @pytest.mark.parametrize("name", list(CASES))
-def test_jvp_and_vjp_equal_jax(name, dtype, jit):
-    _compare(name, dtype, jit=jit)
+def test_jvp_and_vjp_equal_jax(name):
+    """Every case in complex128, compiled."""
+    _compare(name, np.complex128, jit=True)
+
+
+@pytest.mark.parametrize("name", HERMITIAN)
+def test_jvp_and_vjp_equal_jax_eagerly(name):
+    """The cases of Hermitian inputs in float64, eagerly."""
+    _compare(name, np.float64, jit=False)
 
 
 @pytest.mark.parametrize(
@@ -244,8 +252,6 @@ def test_full_matrix_derivatives_batched(name, dtype, jit):
 def test_full_matrix_derivatives_on_a_mesh(axis_type):
     """eigh(symmetrize_input=False) and solve(assume_a="pos") of a matrix split over a 4 x 2 mesh:
     the gradient is JAX's and keeps a's layout (eagerly and in jit)."""
-    from jax.sharding import AxisType
-
     mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Explicit if axis_type == "explicit" else AxisType.Auto)
     rng = np.random.default_rng(2)
     a = _matrix(rng, "positive", (16, 16), np.float64)

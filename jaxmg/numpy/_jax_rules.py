@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 
 import jax
-import jax.numpy as jnp
 
 from .. import functional as _f
 from ..autodiff import _dist, solves, tangents

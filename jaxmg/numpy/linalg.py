@@ -189,7 +189,8 @@ def eigh(a, UPLO=None, symmetrize_input=True):
 
     Eigenvalues ascending and replicated, eigenvectors as columns in a's layout. With
     ``symmetrize_input`` (default) ``(a + a^H)/2`` is decomposed; otherwise the triangle
-    ``UPLO`` ("L", the default, or "U") is read.
+    ``UPLO`` ("L", the default, or "U") is read, and the derivative is JAX's, that of the full
+    matrix (:mod:`jaxmg.numpy._jax_rules`).
     """
     return EighResult(*_eigh(a, UPLO, symmetrize_input, "eigh", vectors=True))
 

@@ -174,7 +174,10 @@ def _packed_lu_solve(lu, perm, b, *, trans: str):
 
 def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False, check_finite=True, assume_a="gen"):
     """Solve ``a @ x = b``: LU for ``assume_a`` "gen", "sym" or "her"; Cholesky for "pos" (from
-    a's ``lower`` triangle, default upper, as SciPy). Shapes as :func:`jaxmg.numpy.linalg.solve`."""
+    a's ``lower`` triangle, default upper, as SciPy). Shapes as :func:`jaxmg.numpy.linalg.solve`.
+
+    The derivative is JAX's: for "pos" that of the full matrix, ``x' = H^-1 (b' - a' x)`` with
+    ``H`` the Hermitian matrix read (one factorisation, :mod:`jaxmg.numpy._jax_rules`)."""
     del overwrite_a, overwrite_b, debug, check_finite
     if assume_a not in ("gen", "sym", "her", "pos"):
         raise ValueError(f"solve: assume_a must be 'gen', 'sym', 'her' or 'pos', got {assume_a!r}.")

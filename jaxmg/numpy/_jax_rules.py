@@ -27,7 +27,7 @@ import jax
 from .. import functional as _f
 from ..autodiff import _dist, solves, tangents
 from ..modules import Cholesky
-from ._util import herm_input
+from ._util import herm_input, in_layout_of
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
@@ -53,10 +53,11 @@ def positive_solve(a: jax.Array, b: jax.Array, *, lower: bool) -> jax.Array:
     assume_a="pos")`` is: through the product ``a @ x`` with the full ``a``."""
     factor = Cholesky(jax.lax.stop_gradient(herm_input(a, False, lower=lower)))
     layout = _dist.resolve(b)
-    solve = factor.solve
+    transpose_solve = solves.hermitian_transpose_solve(factor.solve, a.dtype)
+    # every vector in b's layout, as custom_linear_solve types its transpose
     return jax.lax.custom_linear_solve(
-        lambda x: _dist.matvec(a, x, layout),
+        lambda x: in_layout_of(_dist.matvec(a, x, layout), x),
         b,
-        solve=lambda _, r: solve(r),
-        transpose_solve=lambda _, r: solves.hermitian_transpose_solve(solve, a.dtype)(r),
+        solve=lambda _, r: in_layout_of(factor.solve(r), r),
+        transpose_solve=lambda _, r: in_layout_of(transpose_solve(r), r),
     )

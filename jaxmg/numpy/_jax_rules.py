@@ -26,6 +26,7 @@ import jax
 
 from .. import functional as _f
 from ..autodiff import _dist, solves, tangents
+from ..kernels.varying import varying_like
 from ..modules import Cholesky
 from ._util import herm_input, in_layout_of
 
@@ -52,6 +53,7 @@ def positive_solve(a: jax.Array, b: jax.Array, *, lower: bool) -> jax.Array:
     or (N, K), x in its shape and layout. Differentiated as ``jax.scipy.linalg.solve(a, b,
     assume_a="pos")`` is: through the product ``a @ x`` with the full ``a``."""
     factor = Cholesky(jax.lax.stop_gradient(herm_input(a, False, lower=lower)))
+    b = varying_like(a, b)  # inside a shard_map, b varies as a does (as x does)
     layout = _dist.resolve(b)
     transpose_solve = solves.hermitian_transpose_solve(factor.solve, a.dtype)
     # every vector in b's layout, as custom_linear_solve types its transpose

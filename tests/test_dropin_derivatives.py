@@ -274,3 +274,30 @@ def test_full_matrix_derivatives_on_a_mesh(axis_type):
             got = grad(a_s)
             np.testing.assert_allclose(np.asarray(got), want, rtol=1e-9, atol=1e-10)
     assert tuple(got.sharding.spec)[:1] == ("x",)
+
+
+def test_full_matrix_derivatives_inside_shard_map():
+    """Inside a shard_map, each device's own matrix (eigh and eigvalsh with symmetrize_input=False,
+    solve(assume_a="pos") against a right-hand side every device shares): the gradient is JAX's."""
+    mesh = jax.make_mesh((4,), ("d",), axis_types=(AxisType.Explicit,))
+    rng = np.random.default_rng(3)
+    a = np.stack([_matrix(rng, "positive", (6, 6), np.float64) for _ in range(4)])
+    b = random_matrix(rng, (6,), np.float64)
+    weights = random_matrix(rng, (6, 6), np.float64)
+
+    def loss(la, sla):
+        def f(a):
+            w = la.eigvalsh(a, UPLO="U", symmetrize_input=False)
+            v = la.eigh(a, symmetrize_input=False)[1]
+            return (
+                jnp.sum(w * jnp.arange(6))
+                + jnp.sum(weights * jnp.abs(v) ** 2)
+                + jnp.sum(sla.solve(a, b, assume_a="pos"))
+            )
+
+        return f
+
+    body = lambda a: jax.grad(loss(*OURS))(a[0])[None]  # noqa: E731
+    got = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("d"), out_specs=P("d")))(put(a, mesh, P("d")))
+    want = np.stack([jax.grad(loss(*JAX))(a[k]) for k in range(4)])
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-9, atol=1e-10)

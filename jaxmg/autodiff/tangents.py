@@ -123,15 +123,16 @@ def qr_jvp(q, r, a_dot, sh):
 # --------------------------------------------------------------------------- Hermitian eigenproblems
 
 
-def eigh_jvp(w, v, a_dot, sh):
+def eigh_jvp(w, v, a_dot, sh, *, full: bool = False):
     r"""Tangents ``(w', v')`` of ``w, v = eigh(a)`` for Hermitian ``a = v diag(w) v^H``.
 
     Math: ``X = v^H H(a') v`` (``H``: the Hermitian matrix read from the lower triangle), ``w' = Re diag(X)``,
     ``v' = v (F o X)`` with ``F`` the inverse gaps (module docstring: degenerate pairs dropped). w (N,) replicated;
-    v and a' (N, N) in layout ``sh``.
+    v and a' (N, N) in layout ``sh``. ``full``: ``a'`` itself in place of ``H(a')``, also where it is not
+    Hermitian (the rule of ``jnp.linalg.eigh``, whose derivative is that of the full matrix).
     """
     v = _place(v, sh)
-    z = _matmul(_lower_read(a_dot, sh), v, sh)  # H(a') v
+    z = _matmul(_place(a_dot, sh) if full else _lower_read(a_dot, sh), v, sh)  # H(a') v
     _, v_dot = _generalized(w, v, _matmul(v, z, sh, adj_x=True), None, sh, _rtol(v.shape[0], v.dtype))
     # w' = Re diag(v^H Z) as the column sums of conj(v) * Z: transposed, (v diag(w-bar)) v^H is
     # one product, where the diagonal of the product would first make the N x N diag(w-bar).

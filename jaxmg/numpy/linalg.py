@@ -50,7 +50,7 @@ from .._dense import (
     triu as _triu,
 )
 from ..modules import LU as _LU
-from . import _det, _util
+from . import _det, _jax_rules, _util
 from ._results import EighResult, QRResult, SlogdetResult, SVDResult
 from ._util import (
     distributed_mesh as _distributed_mesh,
@@ -189,20 +189,27 @@ def eigh(a, UPLO=None, symmetrize_input=True):
 
     Eigenvalues ascending and replicated, eigenvectors as columns in a's layout. With
     ``symmetrize_input`` (default) ``(a + a^H)/2`` is decomposed; otherwise the triangle
-    ``UPLO`` ("L", the default, or "U") is read.
+    ``UPLO`` ("L", the default, or "U") is read, and the derivative is JAX's, that of the full
+    matrix (:mod:`jaxmg.numpy._jax_rules`).
     """
-    (a,) = _inexact(a)
-    _square(a, "eigh")
-    a = _herm_input(a, symmetrize_input, lower=_uplo(UPLO, "eigh"))
-    return EighResult(*_map_batch(_f.syevd, (a,), (2,)))
+    return EighResult(*_eigh(a, UPLO, symmetrize_input, "eigh", vectors=True))
 
 
 def eigvalsh(a, UPLO="L", *, symmetrize_input=True):
     """The eigenvalues (ascending, replicated) of Hermitian ``a`` (..., N, N), as in :func:`eigh`."""
+    return _eigh(a, UPLO, symmetrize_input, "eigvalsh", vectors=False)
+
+
+def _eigh(a, UPLO, symmetrize_input, name: str, *, vectors: bool):
+    """eigh's or eigvalsh's outputs: syevd of ``(a + a^H)/2``, or of the triangle ``UPLO`` with
+    ``jnp.linalg.eigh``'s derivative (that of the full matrix: :mod:`._jax_rules`)."""
     (a,) = _inexact(a)
-    _square(a, "eigvalsh")
-    a = _herm_input(a, symmetrize_input, lower=_uplo(UPLO, "eigvalsh"))
-    return _map_batch(functools.partial(_f.syevd, return_eigenvectors=False), (a,), (2,))
+    _square(a, name)
+    lower = _uplo(UPLO, name)
+    if symmetrize_input:
+        fn = functools.partial(_f.syevd, return_eigenvectors=vectors)
+        return _map_batch(fn, (_herm_input(a, True, lower=lower),), (2,))
+    return _map_batch(functools.partial(_jax_rules.eigh_of_triangle, lower=lower, vectors=vectors), (a,), (2,))
 
 
 # --- SVD -----------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from ..kernels.ffi.solver import getrf as _getrf
 from ..modules import LU as _LU, Cholesky as _Cholesky
 from ..modules.cholesky import promoted_solve as _cho_promoted_solve
 from ..modules.lu import promoted_solve as _lu_promoted_solve
-from ..numpy import linalg as _np
+from ..numpy import _jax_rules, linalg as _np
 from ..numpy._util import (
     herm_input as _herm_input,
     in_layout as _in_layout,
@@ -179,7 +179,10 @@ def _packed_lu_solve(lu, perm, b, *, trans: str):
 
 def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False, check_finite=True, assume_a="gen"):
     """Solve ``a @ x = b``: LU for ``assume_a`` "gen", "sym" or "her"; Cholesky for "pos" (from
-    a's ``lower`` triangle, default upper, as SciPy). Shapes as :func:`jaxmg.numpy.linalg.solve`."""
+    a's ``lower`` triangle, default upper, as SciPy). Shapes as :func:`jaxmg.numpy.linalg.solve`.
+
+    The derivative is JAX's: for "pos" that of the full matrix, ``x' = H^-1 (b' - a' x)`` with
+    ``H`` the Hermitian matrix read (one factorisation, :mod:`jaxmg.numpy._jax_rules`)."""
     del overwrite_a, overwrite_b, debug, check_finite
     if assume_a not in ("gen", "sym", "her", "pos"):
         raise ValueError(f"solve: assume_a must be 'gen', 'sym', 'her' or 'pos', got {assume_a!r}.")
@@ -187,8 +190,7 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False, 
         return _np.solve(a, b)
     a, b = _inexact(a, b)
     _square(a, "solve")
-    a = _herm_input(a, False, lower=bool(lower))
-    return _map_solve(_f.potrs, (a, b))
+    return _map_solve(functools.partial(_jax_rules.positive_solve, lower=bool(lower)), (a, b))
 
 
 def inv(a, overwrite_a=False, check_finite=True):

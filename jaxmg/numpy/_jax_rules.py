@@ -1,0 +1,65 @@
+"""The derivatives that JAX's own functions define where they differ from jaxmg's.
+
+jaxmg's Hermitian operations read one triangle of ``a`` and are differentiated as functions of
+that triangle (docs/derivatives.md). Two of JAX's drop-in counterparts differentiate the full
+matrix instead, and ``jaxmg.numpy.linalg`` and ``jaxmg.scipy.linalg`` take JAX's derivative there,
+so that a port by import takes the same gradient steps:
+
+* ``jnp.linalg.eigh`` and ``eigvalsh`` with ``symmetrize_input=False`` (either ``UPLO``): the
+  eigendecomposition of the triangle read, with JAX's rule applied to the tangent ``a'`` as given
+  (``w' = Re diag(v^H a' v)``, ``v' = v (F o v^H a' v)``), not to the Hermitian matrix read from
+  its triangle; the same syevd gives the values and the derivative.
+* ``jax.scipy.linalg.solve(a, b, assume_a="pos")``: ``x = H^-1 b`` by Cholesky of the triangle
+  ``lower`` read (``H``), with the derivative of the full matrix, ``x' = H^-1 (b' - a' x)``: a
+  ``jax.lax.custom_linear_solve`` with the product ``a @ x`` and the solves of one saved factor
+  (one factorisation, as JAX's).
+
+Both equal jaxmg's own rules wherever ``a'`` is Hermitian (``a'`` read from a triangle, or
+symmetrized), which is the derivative of the computed function there.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+
+from .. import functional as _f
+from ..autodiff import _dist, solves, tangents
+from ..kernels.varying import varying_like
+from ..modules import Cholesky
+from ._util import herm_input, in_layout_of
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
+def eigh_of_triangle(a: jax.Array, lower: bool, vectors: bool):
+    """``(w, v)`` (or ``w`` alone unless ``vectors``) of the Hermitian matrix read from the triangle
+    ``lower`` of ``a`` (N, N) by :func:`jaxmg.syevd`, differentiated as ``jnp.linalg.eigh(a,
+    symmetrize_input=False)`` is (module docstring). w (N,) replicated, v in a's layout."""
+    return _f.syevd(herm_input(a, False, lower=lower), return_eigenvectors=vectors)
+
+
+@eigh_of_triangle.defjvp
+def _eigh_of_triangle_jvp(lower, vectors, primals, tangents_in):
+    (a,), (a_dot,) = primals, tangents_in
+    w, v = _f.syevd(herm_input(a, False, lower=lower))
+    w_dot, v_dot = tangents.eigh_jvp(w, v, a_dot, _dist.resolve(v), full=True)
+    return ((w, v), (w_dot, v_dot)) if vectors else (w, w_dot)
+
+
+def positive_solve(a: jax.Array, b: jax.Array, *, lower: bool) -> jax.Array:
+    """``x`` with ``H x = b`` for the Hermitian positive-definite ``H`` read from the triangle
+    ``lower`` of ``a`` (N, N), by one Cholesky factorisation (:class:`jaxmg.Cholesky`); ``b`` (N,)
+    or (N, K), x in its shape and layout. Differentiated as ``jax.scipy.linalg.solve(a, b,
+    assume_a="pos")`` is: through the product ``a @ x`` with the full ``a``."""
+    factor = Cholesky(jax.lax.stop_gradient(herm_input(a, False, lower=lower)))
+    b = varying_like(a, b)  # inside a shard_map, b varies as a does (as x does)
+    layout = _dist.resolve(b)
+    transpose_solve = solves.hermitian_transpose_solve(factor.solve, a.dtype)
+    # every vector in b's layout, as custom_linear_solve types its transpose
+    return jax.lax.custom_linear_solve(
+        lambda x: in_layout_of(_dist.matvec(a, x, layout), x),
+        b,
+        solve=lambda _, r: in_layout_of(factor.solve(r), r),
+        transpose_solve=lambda _, r: in_layout_of(transpose_solve(r), r),
+    )

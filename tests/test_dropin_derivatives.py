@@ -1,0 +1,303 @@
+"""The drop-ins' derivatives are JAX's: for every differentiable function of
+``jaxmg.numpy.linalg`` and ``jaxmg.scipy.linalg``, with each of its options, ``jax.jvp`` at a
+random tangent that is not Hermitian and ``jax.vjp`` at a random cotangent equal those of the
+same call to ``jax.numpy.linalg`` / ``jax.scipy.linalg`` (float64 and complex128, eagerly and
+in ``jax.jit``, batched, on a mesh).
+
+Each case is written once as ``fn(la, sla, a, rhs)`` and run with jaxmg's modules and with
+JAX's. Hermitian functions are taken at Hermitian ``a`` (where their definitions agree); outputs
+defined up to a gauge (eigen- and singular vectors, Q and R) are compared through functions
+that do not depend on it (projectors, the QR with positive diagonal).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+import pytest
+from jax.sharding import AxisType, PartitionSpec as P
+
+import jaxmg.numpy.linalg as mla
+import jaxmg.scipy.linalg as msla
+from helpers import make_mesh, put, random_matrix
+
+JAX = (jnp.linalg, jsl)
+OURS = (mla, msla)
+
+
+def _projectors(v):
+    """``v_k v_k^H`` for each column k: free of the columns' phases."""
+    return jnp.einsum("...ik,...jk->...kij", v, jnp.conj(v))
+
+
+def _eigh(out):
+    w, v = out
+    return w, _projectors(v)
+
+
+def _svd(out):
+    u, s, vh = out
+    k = s.shape[-1]
+    return s, jnp.einsum("...ik,...kj->...kij", u[..., :k], vh[..., :k, :]), _projectors(u[..., :k])
+
+
+def _qr(out):
+    """Q and R with R's diagonal made positive (the QR that is unique for full rank)."""
+    q, r = out
+    k = r.shape[-2]
+    d = jnp.diagonal(r, axis1=-2, axis2=-1)
+    phase = d / jnp.abs(d)
+    return q[..., :k] * jnp.conj(phase)[..., None, :], phase[..., :, None] * r
+
+
+def _cases():
+    """(name, fn(la, sla, a, rhs), kind of a, shape of a)."""
+    cases = [
+        ("np.solve", lambda la, sla, a, r: la.solve(a, r["b"]), "general", (4, 4)),
+        ("np.inv", lambda la, sla, a, r: la.inv(a), "general", (4, 4)),
+        ("np.det", lambda la, sla, a, r: la.det(a), "general", (4, 4)),
+        ("np.slogdet", lambda la, sla, a, r: tuple(la.slogdet(a)), "general", (4, 4)),
+        ("np.svdvals", lambda la, sla, a, r: la.svdvals(a), "general", (4, 6)),
+        ("np.lstsq(tall)", lambda la, sla, a, r: la.lstsq(a, r["b6"])[0], "general", (6, 4)),
+        ("np.lstsq(wide)", lambda la, sla, a, r: la.lstsq(a, r["b"])[0], "general", (4, 6)),
+        ("np.matrix_power(3)", lambda la, sla, a, r: la.matrix_power(a, 3), "general", (4, 4)),
+        ("np.matrix_power(-2)", lambda la, sla, a, r: la.matrix_power(a, -2), "general", (4, 4)),
+        ("np.tensorinv", lambda la, sla, a, r: la.tensorinv(a.reshape(2, 2, 4)), "general", (4, 4)),
+        ("np.tensorsolve", lambda la, sla, a, r: la.tensorsolve(a.reshape(4, 2, 2), r["b"]), "general", (4, 4)),
+        ("sp.inv", lambda la, sla, a, r: sla.inv(a), "general", (4, 4)),
+        ("sp.det", lambda la, sla, a, r: sla.det(a), "general", (4, 4)),
+        ("sp.lu_factor", lambda la, sla, a, r: sla.lu_factor(a)[0], "general", (4, 4)),
+        ("sp.svd", lambda la, sla, a, r: _svd(sla.svd(a)), "general", (4, 4)),
+        ("sp.svd(compute_uv=False)", lambda la, sla, a, r: sla.svd(a, compute_uv=False), "general", (4, 4)),
+        ("sp.qr(r)", lambda la, sla, a, r: jnp.abs(sla.qr(a, mode="r")[0]), "general", (4, 4)),
+        ("sp.eigh(b) in b", lambda la, sla, b, r: _eigh(sla.eigh(r["hermitian"], b)), "positive", (4, 4)),
+    ]
+    for upper in (False, True):
+        for sym in (True, False):
+            fn = lambda la, sla, a, r, u=upper, s=sym: la.cholesky(a, upper=u, symmetrize_input=s)  # noqa: E731
+            cases.append((f"np.cholesky(upper={upper}, symmetrize_input={sym})", fn, "positive", (4, 4)))
+    for uplo in ("L", "U"):
+        for sym in (True, False):
+            eigh = lambda la, sla, a, r, u=uplo, s=sym: _eigh(la.eigh(a, UPLO=u, symmetrize_input=s))  # noqa: E731
+            vals = lambda la, sla, a, r, u=uplo, s=sym: la.eigvalsh(a, UPLO=u, symmetrize_input=s)  # noqa: E731
+            cases.append((f"np.eigh(UPLO={uplo}, symmetrize_input={sym})", eigh, "hermitian", (4, 4)))
+            cases.append((f"np.eigvalsh(UPLO={uplo}, symmetrize_input={sym})", vals, "hermitian", (4, 4)))
+    for shape, full in (((4, 4), True), ((4, 4), False), ((6, 4), False), ((4, 6), False)):
+        fn = lambda la, sla, a, r, f=full: _svd(la.svd(a, full_matrices=f))  # noqa: E731
+        cases.append((f"np.svd{shape}(full_matrices={full})", fn, "general", shape))
+    for uv in (True, False):
+        fn = lambda la, sla, a, r, uv=uv: (_svd if uv else (lambda s: s))(la.svd(a, compute_uv=uv, hermitian=True))  # noqa: E731
+        cases.append((f"np.svd(hermitian=True, compute_uv={uv})", fn, "indefinite", (4, 4)))
+    for mode, shape in (("reduced", (4, 4)), ("complete", (4, 4)), ("reduced", (6, 4)), ("reduced", (4, 6))):
+        cases.append((f"np.qr{shape}({mode})", lambda la, sla, a, r, m=mode: _qr(la.qr(a, mode=m)), "general", shape))
+    cases.append(("np.qr(r)", lambda la, sla, a, r: jnp.abs(la.qr(a, mode="r")), "general", (4, 4)))
+    for mode in ("full", "economic"):
+        cases.append((f"sp.qr({mode})", lambda la, sla, a, r, m=mode: _qr(sla.qr(a, mode=m)), "general", (4, 4)))
+    for shape in ((4, 4), (6, 4), (4, 6)):
+        cases.append((f"np.pinv{shape}", lambda la, sla, a, r: la.pinv(a), "general", shape))
+    cases.append(("np.pinv(hermitian=True)", lambda la, sla, a, r: la.pinv(a, hermitian=True), "indefinite", (4, 4)))
+    for p in (None, -2, 1, "fro"):
+        cases.append((f"np.cond({p})", lambda la, sla, a, r, p=p: la.cond(a, p), "general", (4, 4)))
+    for order in (2, -2, "nuc"):
+        cases.append((f"np.norm({order})", lambda la, sla, a, r, o=order: la.norm(a, o), "general", (4, 4)))
+        fn = lambda la, sla, a, r, o=order: la.matrix_norm(a, ord=o)  # noqa: E731
+        cases.append((f"np.matrix_norm({order})", fn, "general", (4, 6)))
+    for assume in ("gen", "sym", "her", "pos"):
+        for lower in (False, True):
+            kind = {"gen": "general", "pos": "positive"}.get(assume, "hermitian")
+            fn = lambda la, sla, a, r, s=assume, lo=lower: sla.solve(a, r["b"], lower=lo, assume_a=s)  # noqa: E731
+            cases.append((f"sp.solve(assume_a={assume}, lower={lower})", fn, kind, (4, 4)))
+    for lower in (False, True):
+        fn = lambda la, sla, a, r, lo=lower: sla.cho_solve(sla.cho_factor(a, lower=lo), r["b2"])  # noqa: E731
+        cases.append((f"sp.cho_solve(cho_factor(lower={lower}))", fn, "positive", (4, 4)))
+        fn = lambda la, sla, a, r, lo=lower: sla.cho_solve((a, lo), r["b2"])  # noqa: E731
+        cases.append((f"sp.cho_solve(array factor, lower={lower})", fn, "triangular", (4, 4)))
+        cases.append(
+            (
+                f"sp.cholesky(lower={lower})",
+                lambda la, sla, a, r, lo=lower: sla.cholesky(a, lower=lo),
+                "positive",
+                (4, 4),
+            )
+        )
+        for only in (False, True):
+            for b in (None, "positive"):
+                fn = lambda la, sla, a, r, lo=lower, o=only, b=b: (lambda out: out if o else _eigh(out))(  # noqa: E731
+                    sla.eigh(a, None if b is None else r[b], lower=lo, eigvals_only=o)
+                )
+                cases.append((f"sp.eigh(b={b}, lower={lower}, eigvals_only={only})", fn, "hermitian", (4, 4)))
+    for trans in (0, 1, 2):
+        fn = lambda la, sla, a, r, t=trans: sla.lu_solve(sla.lu_factor(a), r["b2"], trans=t)  # noqa: E731
+        cases.append((f"sp.lu_solve(trans={trans})", fn, "general", (4, 4)))
+        for lower in (False, True):
+            for unit in (False, True):
+                fn = lambda la, sla, a, r, t=trans, lo=lower, u=unit: sla.solve_triangular(  # noqa: E731
+                    a, r["b2"], trans=t, lower=lo, unit_diagonal=u
+                )
+                cases.append(
+                    (f"sp.solve_triangular(trans={trans}, lower={lower}, unit={unit})", fn, "triangular", (4, 4))
+                )
+    for permute in (False, True):
+        fn = lambda la, sla, a, r, pl=permute: sla.lu(a, permute_l=pl)[-2:]  # noqa: E731
+        cases.append((f"sp.lu(permute_l={permute})", fn, "general", (4, 4)))
+    for side in ("right", "left"):
+        fn = lambda la, sla, a, r, s=side: sla.polar(a, side=s, method="svd")  # noqa: E731
+        cases.append((f"sp.polar({side})", fn, "general", (4, 4)))
+    return {name: (fn, kind, shape) for name, fn, kind, shape in cases}
+
+
+CASES = _cases()
+
+
+def _matrix(rng, kind, shape, dtype):
+    """A well-conditioned ``a`` of ``kind``: general, Hermitian (distinct eigenvalues), Hermitian
+    indefinite (distinct |eigenvalues|), positive definite or triangular-dominant."""
+    x = random_matrix(rng, shape, dtype)
+    n = shape[-1]
+    if kind == "general":
+        return x + 3 * np.eye(*shape[-2:], dtype=dtype)
+    if kind == "triangular":
+        return x + 4 * np.eye(n, dtype=dtype)
+    h = x + np.swapaxes(x, -1, -2).conj()
+    if kind == "hermitian":
+        return h
+    if kind == "indefinite":
+        return h + np.diag([6.0, -3.0, 1.5, -0.5]).astype(dtype)
+    return (x @ np.swapaxes(x, -1, -2).conj() + n * np.eye(n)).astype(dtype)
+
+
+def _rhs(rng, dtype):
+    g = lambda *shape: jnp.asarray(random_matrix(rng, shape, dtype))  # noqa: E731
+    return {
+        "b": g(4),
+        "b2": g(4, 2),
+        "b6": g(6),
+        "hermitian": jnp.asarray(_matrix(rng, "hermitian", (4, 4), dtype)),
+        "positive": jnp.asarray(_matrix(rng, "positive", (4, 4), dtype)),
+    }
+
+
+def _reference(name):
+    """JAX's function that the case's derivative is compared with. ``jax.scipy.linalg.solve(...,
+    assume_a="pos")``'s own reverse mode is not the transpose of its forward mode for complex
+    dtypes (its ``custom_linear_solve`` is declared symmetric, and a complex Hermitian matrix is
+    not), so there the reference is the derivative its forward mode defines: that of
+    ``jnp.linalg.solve`` at the Hermitian ``a``."""
+    fn = CASES[name][0]
+    if "assume_a=pos" in name:
+        return lambda la, sla, a, r: la.solve(a, r["b"])
+    return fn
+
+
+def _derivatives(fn, a, t, ct):
+    """(tangent, cotangent of a) of ``fn`` at ``a``."""
+    return jax.jvp(fn, (a,), (t,))[1], jax.vjp(fn, a)[1](ct)[0]
+
+
+def _compare(name, dtype, *, jit, batch=(), seed=0):
+    fn, kind, shape = CASES[name]
+    rng = np.random.default_rng(seed)
+    r = _rhs(rng, dtype)
+    a = jnp.asarray(
+        np.stack([_matrix(rng, kind, shape, dtype) for _ in range(int(np.prod(batch)))]).reshape(*batch, *shape)
+    )
+    t = jnp.asarray(random_matrix(rng, a.shape, dtype))  # not Hermitian, not triangular
+    ours = lambda a: fn(*OURS, a, r)  # noqa: E731
+    theirs = lambda a: _reference(name)(*JAX, a, r)  # noqa: E731
+    shapes = jax.eval_shape(theirs, a)
+    ct = jax.tree.map(lambda s: jnp.asarray(random_matrix(rng, s.shape, s.dtype)), shapes)
+    run = jax.jit(_derivatives, static_argnums=0) if jit else _derivatives
+    got = run(ours, a, t, ct)
+    want = _derivatives(theirs, a, t, ct)
+    for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-9, atol=1e-10, err_msg=name)
+
+
+#: The cases whose options decide how a Hermitian matrix is read (a triangle, or symmetrized).
+HERMITIAN = [n for n in CASES if any(k in n for k in ("symmetrize_input", "assume_a=pos", "cho", "eigh", "hermitian"))]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_jvp_and_vjp_equal_jax(name):
+    """Every case in complex128, compiled."""
+    _compare(name, np.complex128, jit=True)
+
+
+@pytest.mark.parametrize("name", HERMITIAN)
+def test_jvp_and_vjp_equal_jax_eagerly(name):
+    """The cases of Hermitian inputs in float64, eagerly."""
+    _compare(name, np.float64, jit=False)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "np.eigh(UPLO=U, symmetrize_input=False)",
+        "np.eigvalsh(UPLO=L, symmetrize_input=False)",
+        "sp.solve(assume_a=pos, lower=False)",
+    ],
+)
+@pytest.mark.parametrize(
+    "dtype,jit", [(np.float64, True), (np.complex128, False)], ids=["float64-jit", "complex128-eager"]
+)
+def test_full_matrix_derivatives_batched(name, dtype, jit):
+    """The drop-ins whose derivative is that of the full matrix (not of the triangle read), on a
+    batch (2, 4, 4), both dtypes, eagerly and in jit."""
+    _compare(name, dtype, jit=jit, batch=(2,), seed=1)
+
+
+@pytest.mark.parametrize("axis_type", ["explicit", "auto"])
+def test_full_matrix_derivatives_on_a_mesh(axis_type):
+    """eigh(symmetrize_input=False) and solve(assume_a="pos") of a matrix split over a 4 x 2 mesh:
+    the gradient is JAX's and keeps a's layout (eagerly and in jit)."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Explicit if axis_type == "explicit" else AxisType.Auto)
+    rng = np.random.default_rng(2)
+    a = _matrix(rng, "positive", (16, 16), np.float64)
+    b = random_matrix(rng, (16, 2), np.float64)
+    weights = random_matrix(rng, (16, 16), np.float64)
+
+    def loss(la, sla, b):
+        def f(a):
+            w, v = la.eigh(a, UPLO="U", symmetrize_input=False)
+            x = sla.solve(a, b, assume_a="pos")
+            return jnp.sum(w * jnp.arange(16)) + jnp.sum(weights * jnp.abs(v) ** 2) + jnp.sum(x**2)
+
+        return f
+
+    want = jax.grad(loss(*JAX, b))(a)
+    # b replicated on Explicit axes, its rows split on Auto ones: x and its derivatives in b's layout
+    a_s, b_s = put(a, mesh, P("x", "y")), put(b, mesh, P() if axis_type == "explicit" else P("x", None))
+    with jax.set_mesh(mesh):
+        for grad in (jax.grad(loss(*OURS, b_s)), jax.jit(jax.grad(loss(*OURS, b_s)))):
+            got = grad(a_s)
+            np.testing.assert_allclose(np.asarray(got), want, rtol=1e-9, atol=1e-10)
+    assert tuple(got.sharding.spec)[:1] == ("x",)
+
+
+def test_full_matrix_derivatives_inside_shard_map():
+    """Inside a shard_map, each device's own matrix (eigh and eigvalsh with symmetrize_input=False,
+    solve(assume_a="pos") against a right-hand side every device shares): the gradient is JAX's."""
+    mesh = jax.make_mesh((4,), ("d",), axis_types=(AxisType.Explicit,))
+    rng = np.random.default_rng(3)
+    a = np.stack([_matrix(rng, "positive", (6, 6), np.float64) for _ in range(4)])
+    b = random_matrix(rng, (6,), np.float64)
+    weights = random_matrix(rng, (6, 6), np.float64)
+
+    def loss(la, sla):
+        def f(a):
+            w = la.eigvalsh(a, UPLO="U", symmetrize_input=False)
+            v = la.eigh(a, symmetrize_input=False)[1]
+            return (
+                jnp.sum(w * jnp.arange(6))
+                + jnp.sum(weights * jnp.abs(v) ** 2)
+                + jnp.sum(sla.solve(a, b, assume_a="pos"))
+            )
+
+        return f
+
+    body = lambda a: jax.grad(loss(*OURS))(a[0])[None]  # noqa: E731
+    got = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("d"), out_specs=P("d")))(put(a, mesh, P("d")))
+    want = np.stack([jax.grad(loss(*JAX))(a[k]) for k in range(4)])
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-9, atol=1e-10)

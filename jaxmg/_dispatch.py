@@ -89,7 +89,7 @@ def method(module, body, *args, **static):
     ctx = context(matrices, (module, args))
     plan = _plan.with_rhs_layouts(_plan.module_plan(module.plan, leaves), [x for x in args if hasattr(x, "ndim")])
     uncommitted = _context.uncommitted_call(None, (module, args))
-    return run(body, plan, ctx, (module, *args), matrices=0, uncommitted=uncommitted, **static)
+    return run(body, plan, ctx, (module, *args), matrices=0, module=True, uncommitted=uncommitted, **static)
 
 
 def _method_of_one(module, *, body, args, static):
@@ -103,6 +103,7 @@ def run(
     args: Sequence,
     *,
     matrices: int = 1,
+    module: bool = False,
     donate: bool = False,
     uncommitted: bool = False,
     **static,
@@ -111,18 +112,21 @@ def run(
 
     ``args`` may hold pytrees (a module); the first ``matrices`` are the matrix arguments (placed
     in the plan's layout when an eager call brings them from elsewhere). ``donate``: the matrix
-    arguments may be consumed (eager concrete calls only). ``uncommitted``: the outputs of an
-    eager call are made uncommitted (no mesh was asked for and every input was uncommitted).
+    arguments may be consumed (eager concrete calls only). ``module``: the first argument is a
+    factorisation module, whose kept matrices are the call's matrix arguments. ``uncommitted``:
+    the outputs of an eager call are made uncommitted (no mesh was asked for and every input was
+    uncommitted). The body sees the matrix arguments as the caller holds them (``Plan.held``).
     """
     args = tuple(args)
     rule = ctx.stack is not None and not ctx.differentiated and plan.route != _routes.LOCAL
     key = tuple(sorted(static.items()))
+    held = -1 if module else matrices
     if not ctx.eager:  # inline: NumPy arguments become arrays here, as a compiled call's do
-        return _traced(body, plan, key, rule)(*_as_arrays(args))
+        return _traced(body, plan, key, rule, held)(*_as_arrays(args))
     args = _on_mesh(args, plan, matrices)
     donated = tuple(range(matrices)) if donate and ctx.concrete else ()
     with _entered(plan.mesh, ctx):
-        out = _compiled(body, plan, key, rule, donated)(*args)
+        out = _compiled(body, plan, key, rule, held, donated)(*args)
     return _context.uncommitted(out) if uncommitted and ctx.concrete else out
 
 
@@ -133,25 +137,34 @@ def _as_arrays(args: tuple) -> tuple:
 
 
 @functools.lru_cache(maxsize=512)
-def _compiled(body, plan: Plan, static: tuple, rule: bool, donate: tuple):
-    return jax.jit(_traced(body, plan, static, rule), donate_argnums=donate)
+def _compiled(body, plan: Plan, static: tuple, rule: bool, held: int, donate: tuple):
+    return jax.jit(_traced(body, plan, static, rule, held), donate_argnums=donate)
 
 
-def _traced(body, plan: Plan, static: tuple, rule: bool) -> Callable:
-    """The body of one call, to be traced; with the stack rule where ``rule``."""
+def _traced(body, plan: Plan, static: tuple, rule: bool, held: int) -> Callable:
+    """The body of one call, to be traced; with the stack rule where ``rule``. ``held``: how many
+    leading arguments are matrices (-1: the first is a module, whose kept matrices they are)."""
     options = dict(static)
 
     def traced(*args):
         # the batch route's body runs on each device's own matrices (inside the rule's shard_map)
         mesh = None if plan.route == _routes.BATCH else plan.mesh
         with contextlib.nullcontext() if mesh is None else _sharded.abstract_context(mesh):
-            return body(plan, *args, **options)
+            return body(plan, *_held(plan, args, held), **options)
 
     if not rule:
         return traced
     stacked = jax.custom_batching.custom_vmap(traced)
     stacked.def_vmap(functools.partial(_stack_rule, traced, plan))
     return stacked
+
+
+def _held(plan: Plan, args: tuple, held: int) -> tuple:
+    """``args`` with the call's matrix arguments as the caller holds them (``Plan.held``): the first
+    ``held``, or for ``held`` = -1 the matrices that the module ``args[0]`` keeps."""
+    if held < 0:
+        return (args[0].held(plan.held), *args[1:])
+    return tuple(plan.held(x) for x in args[:held]) + args[held:]
 
 
 def _entered(mesh, ctx: Context):

@@ -145,6 +145,17 @@ class Plan:
             x = _sharded.place(x, _layout.padded_spec(self.caller.spec, x.ndim), self.mesh)
         return _sharded.pinned(x, layout.spec, self.mesh)
 
+    def held(self, x):
+        """Matrix argument ``x`` as the caller holds it: in the caller's layout of ``a`` where it is
+        known (trace-only; unchanged elsewhere). Every matrix argument of a call passes here once,
+        where the call's trace begins, so that its cotangent, the sum of what each of its uses
+        gives, comes back in that layout whatever layout the derivative rules compute in (on Auto
+        mesh axes XLA would otherwise choose it)."""
+        caller = self.caller
+        if caller is None or x is None:
+            return x
+        return _sharded.place(x, _layout.padded_spec(caller.spec, x.ndim), self.mesh)
+
     def leave(self, x, name: str = "the result"):
         """Matrix output ``x`` in the caller's layout of ``a`` (trace-only); on the local route an
         output that the caller's layout does not divide stays replicated."""
@@ -214,6 +225,26 @@ def place_rhs(plan: Plan, b, name: str = "b", rows: Optional[int] = None, index:
 
 def _same(x):
     return x
+
+
+def held_layout(x, *, default: bool = True) -> Optional[NamedSharding]:
+    """The layout in which the caller holds ``x`` for a call that composes JAX's operations with
+    jaxmg's (``jaxmg.numpy``, ``jaxmg.scipy``): x's own where it is known, else, for one matrix where
+    ``default``, the mesh's axes in order (rule 4 of ``jaxmg._layout``, as a call on it lays it
+    out) where they divide it. None where nothing is to be placed: a concrete ``x`` (it carries no
+    derivative), a stack under ``jax.vmap``, inside ``jax.shard_map``, and on no mesh of several
+    devices."""
+    if not _context.is_tracer(x) or _context.manual() or _context.stack_of(x) is not None:
+        return None
+    mesh = _context.find_mesh(None, x)
+    if mesh is None or mesh.size < 2:
+        return None
+    spec = _context.caller_spec(x, mesh)
+    if spec is None and default and x.ndim == 2 and len(mesh.axis_names) <= 2:
+        spec = _layout.default_spec(mesh)
+    if spec is None or not _layout.divides(x.shape, _layout.padded_spec(spec, x.ndim), mesh):
+        return None
+    return NamedSharding(mesh, _layout.padded_spec(spec, x.ndim))
 
 
 def _default_rows(plan: Plan, b) -> Optional[P]:

@@ -5,11 +5,14 @@
 * stacks under ``jax.vmap`` and ``(..., M, N)`` inputs split over the batch (Explicit and Auto
   axes, eagerly and in jit) run where they lie, with ``check_grads``; a compiled batch-split
   solve moves nothing between devices;
+* gradients keep the input's layout on a (4, 2) mesh, Auto and Explicit axes, eagerly and in jit;
 * ``jax.jit`` with ``in_shardings`` and no ``jax.set_mesh`` works;
 * the route reported (``jaxmg.route``, a module's ``.route``) is the route taken.
 
 Matrices are tiny (order 8): the checks are about composition, not arithmetic.
 """
+
+import contextlib
 
 import jax
 import jax.numpy as jnp
@@ -230,6 +233,25 @@ def test_check_grads_of_stacks_split_over_the_batch(axis_type):
         )
         check_grads(lambda t: la.pinv(t), (t,), order=1, modes=("fwd", "rev"))
         check_grads(jax.vmap(lambda a, b: jaxmg.LU(a).solve(b)), (a, b), order=1, modes=("fwd", "rev"))
+
+
+@pytest.mark.parametrize("group", list(GROUPS))
+@pytest.mark.parametrize("axis_type", AXES)
+def test_gradients_keep_the_input_layout(axis_type, group):
+    """Every loss's gradient with respect to a matrix split P("x", "y") over a (4, 2) mesh comes
+    back in that layout, eagerly and inside jax.jit, on Auto axes (where XLA would otherwise
+    choose it: replicated, or transposed) as on Explicit ones (docs/derivatives.md). An eager
+    gradient on Explicit axes needs the mesh set (JAX's own do too)."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=axis_type)
+    explicit = axis_type == AxisType.Explicit
+    for name in GROUPS[group]:
+        loss, kind = FUNCTIONS[name]
+        a, b = put(DATA[kind][0][0], mesh, P("x", "y")), put(DATA[kind][1][0], mesh, P("x"))
+        grad = jax.grad(loss)
+        for how, run in (("eager", grad), ("jit", jax.jit(grad))):
+            with jax.set_mesh(mesh) if explicit else contextlib.nullcontext():
+                got = run(a, b)
+            assert got.sharding.spec == P("x", "y"), (name, how, got.sharding)
 
 
 def test_vmap_of_grad_and_grad_of_vmap_agree(per_matrix):

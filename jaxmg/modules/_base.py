@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from collections.abc import Callable
+from typing import ClassVar, Optional
 
 import equinox as eqx
 import jax
@@ -72,6 +73,8 @@ class Factorisation(eqx.Module):
     operator: Optional[jax.Array]
     status: jax.Array
     plan: Plan = eqx.field(static=True)
+    #: The fields that hold the caller's matrices (kept for the derivatives).
+    kept: ClassVar[tuple] = ("operator",)
 
     @property
     def shape(self) -> tuple:
@@ -87,6 +90,11 @@ class Factorisation(eqx.Module):
     def route(self) -> str:
         """The route the factorisation took: "local", "batch" or "distributed" (docs/routes.md)."""
         return self.plan.route
+
+    def held(self, place: Callable) -> Factorisation:
+        """This module with ``place`` applied to each matrix it keeps (:data:`kept`; None stays None)."""
+        kept = lambda m: [getattr(m, name) for name in self.kept]  # noqa: E731
+        return eqx.tree_at(kept, self, [place(x) for x in kept(self)], is_leaf=lambda x: x is None)
 
     def _masked(self, *outputs):
         """``outputs``, NaN wherever :attr:`status` is not 0 (on every backend)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import ClassVar, Optional
 
 import jax
 
@@ -44,6 +44,7 @@ class Eigh(Factorisation):
     w: jax.Array
     v: jax.Array
     pencil: Optional[jax.Array]
+    kept: ClassVar[tuple] = ("operator", "pencil")
 
     @checked
     def __init__(

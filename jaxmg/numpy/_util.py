@@ -7,18 +7,29 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from .. import _checks, _context, _routes
+from .. import _checks, _context, _plan, _routes, _sharded
 from .._context import is_tracer
 from .._dense import _explicit_mesh, adjoint, spec_of
+from .._layout import divides
 
 
-def inexact(*arrays):
+def inexact(*arrays, matrices: int = 1):
     """The arguments as arrays of one inexact dtype, promoted as JAX's ``promote_dtypes_inexact``
     promotes them (``jaxmg._checks.inexact_dtype``: 64-bit integers become float64, other integers
-    and booleans float32)."""
+    and booleans float32), each as the caller holds it (:func:`held`; the first ``matrices`` are
+    matrices, the others right-hand sides)."""
     arrays = [x if isinstance(x, jax.Array) else jnp.asarray(x) for x in arrays]
     dtype = _checks.inexact_dtype(*arrays)
-    return tuple(x if x.dtype == dtype else x.astype(dtype) for x in arrays)
+    return tuple(held(x if x.dtype == dtype else x.astype(dtype), k < matrices) for k, x in enumerate(arrays))
+
+
+def held(x, matrix: bool = True):
+    """``x`` placed in the layout in which the caller holds it (``jaxmg._plan.held_layout``; a
+    right-hand side, not a ``matrix``, only where its own is known): the JAX operations that a
+    function runs on it before jaxmg's calls (``(a + a^H) / 2``, a transpose) then leave its
+    cotangent in that layout, as jaxmg's calls leave theirs (docs/derivatives.md)."""
+    layout = _plan.held_layout(x, default=matrix)
+    return x if layout is None else _sharded.place(x, layout.spec, layout.mesh)
 
 
 def square(a, name: str, error: type[Exception] = ValueError) -> None:
@@ -38,17 +49,21 @@ def in_layout(x, spec: P, like):
     return jax.sharding.reshard(x, NamedSharding(mesh, spec))
 
 
-def in_layout_of(x, like):
-    """``x`` laid out like ``like``: on Explicit mesh axes, and eagerly for a concrete ``like`` on
-    Auto axes (where an eager op between differently laid-out arrays returns a replicated one);
-    elsewhere unchanged."""
+def in_layout_of(x, like, matrix: bool = True):
+    """``x`` laid out like ``like``: on Explicit mesh axes; eagerly for a concrete ``like`` on Auto
+    axes (where an eager op between differently laid-out arrays returns a replicated one); and for
+    a traced ``like`` on Auto axes in the layout in which the caller holds it (:func:`held`: where
+    it is not known, that of a ``matrix``) where it divides x. Elsewhere unchanged."""
     mesh = _explicit_mesh(like)
     if mesh is not None:
         return jax.sharding.reshard(x, NamedSharding(mesh, spec_of(like)))
     sharding = getattr(like, "sharding", None)
     if not is_tracer(like) and not is_tracer(x) and isinstance(sharding, NamedSharding) and x.shape == like.shape:
         return jax.device_put(x, sharding)
-    return x
+    layout = _plan.held_layout(like, default=matrix)
+    if layout is None or x.ndim != like.ndim or not divides(x.shape, layout.spec, layout.mesh):
+        return x
+    return _sharded.place(x, layout.spec, layout.mesh)
 
 
 def herm_input(a, symmetrize: bool, lower: bool):

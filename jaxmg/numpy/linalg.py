@@ -397,7 +397,7 @@ def _pinv_from_svd(a, rtol, hermitian):
     u, s, vh = _svd(a, full_matrices=False, compute_uv=True, hermitian=hermitian)
     cutoff = rtol * jnp.max(s, initial=0)
     s_inv = jnp.where(s > cutoff, 1 / jnp.where(s > cutoff, s, 1), 0).astype(a.dtype)
-    return _matmul(_H(vh) * s_inv[None, :], _H(u), _spec_of(a))
+    return _util.in_layout_of(_matmul(_H(vh) * s_inv[None, :], _H(u), _spec_of(a)), a)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2,))

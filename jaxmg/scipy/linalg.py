@@ -133,7 +133,8 @@ def _packed_lu(a):
     gathered copy of ``a``."""
     mesh = _lu.distributed_mesh(a)
     if mesh is None:
-        return _getrf(_in_layout(a, _P(), a))
+        lu, piv = _getrf(_in_layout(a, _P(), a))
+        return _in_layout_of(lu, a), piv
     return _lu.packed(a, mesh, _mesh_solve)
 
 
@@ -164,7 +165,7 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     perm = jax.lax.linalg.lu_pivots_to_permutation(jnp.asarray(piv), lu.shape[-1])
     fn = functools.partial(_packed_lu_solve, trans=_TRANS[trans])
     # eagerly on Auto axes the permuted rows come back replicated: x is put in b's layout
-    return _in_layout_of(_map_solve(fn, (lu, perm, b)), b)
+    return _in_layout_of(_map_solve(fn, (lu, perm, b)), b, matrix=False)
 
 
 def _packed_lu_solve(lu, perm, b, *, trans: str):
@@ -229,7 +230,7 @@ def eigh(
         raise NotImplementedError("eigh: only eigvals=None is implemented (as in JAX); slice the result.")
     if type != 1:
         raise NotImplementedError(f"eigh: only type=1 (a v = w b v) is implemented, got type={type!r}.")
-    matrices = _inexact(a) if b is None else _inexact(a, b)
+    matrices = _inexact(a) if b is None else _inexact(a, b, matrices=2)
     for x, name in zip(matrices, ("eigh", "eigh (b)")):
         _square(x, name)
     matrices = tuple(_herm_input(x, True, lower=True) for x in matrices)
@@ -371,7 +372,7 @@ def _triangular_solve(a, b, *, trans: str, lower: bool, unit: bool):
             transpose_a=trans != "N",
             conjugate_a=trans == "C",
         )
-        x = _in_layout_of(x, rhs)
+        x = _in_layout_of(x, rhs, matrix=False)
         return x[:, 0] if vector else x
     mesh = _explicit_mesh(a) or _explicit_mesh(b)
     if mesh is None:

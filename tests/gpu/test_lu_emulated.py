@@ -271,9 +271,9 @@ def test_scipy_lu_factor_from_the_distributed_lu(shape, spec, reverse, explicit,
         np.testing.assert_allclose(np.asarray(lu), np.asarray(want_lu), **tol)
         np.testing.assert_array_equal(np.asarray(piv), np.asarray(want_piv))
         assert piv.dtype == want_piv.dtype
-    assert sla.lu_factor(ag)[0].sharding.spec == sharding.spec  # in a's layout (in jit on Auto axes: XLA's)
-    if explicit:
-        assert jitted[0].sharding.spec == sharding.spec
+    # in a's layout, eagerly and in jit (on Auto axes there the default layout, which a's is)
+    assert sla.lu_factor(ag)[0].sharding.spec == jitted[0].sharding.spec == sharding.spec
+    assert grad.sharding.spec == sharding.spec
     _, want_dot = jax.jvp(lambda a: jax.scipy.linalg.lu_factor(a)[0], (a,), (t,))
     want_grad = jax.grad(lambda a: jnp.real(jnp.sum(t * jax.scipy.linalg.lu_factor(a)[0])))(a)
     for got, want in ((lu_dot, want_dot), (grad, want_grad)):

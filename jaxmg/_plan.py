@@ -142,7 +142,7 @@ class Plan:
             mesh = _explicit_mesh_of(x)  # a device's own arrays, split over Explicit axes: gathered
             return x if mesh is None else _sharded.pinned(x, P(), mesh)
         if self.caller is not None and self.caller.spec != layout.spec:
-            x = _sharded.place(x, _layout.padded_spec(self.caller.spec, x.ndim), self.mesh)
+            x = self.held(x)
         return _sharded.pinned(x, layout.spec, self.mesh)
 
     def held(self, x):

@@ -5,11 +5,13 @@
 # the unit tests, the Lineax tests, and the documentation build (mkdocs build --strict,
 # tests/test_docs.py; JAXMG_REQUIRE_DOCS=1 makes a missing mkdocs a failure).
 # GPU tests skip here with their reason; run them on GPUs with tests/gpu/run.sh.
-# The tests marked slow (eager check_grads of order 2 of the decompositions, the four-process
-# run of every operation, the eager derivatives on meshes, the emulated native grid's
-# hard-matrix battery, QR and inverse tests, the benchmark scripts' runs, the repeated-call
-# runs, the time-limit tests of launches and Lineax failures) are left out: `bash tests/run.sh --slow` runs only
-# them, and CI (.ci/run) runs both.
+# The tests marked slow (check_grads of order 2, the four-process run of every operation, the
+# eager derivatives on meshes, the emulated native grid's hard-matrix battery, QR and inverse
+# tests and reversed device orders, the benchmark scripts' runs, the repeated-call runs, the
+# time-limit tests of launches and Lineax failures, and the second half of the pairwise cases:
+# the layout tests on Explicit axes, float64/complex128 strict promotion, the other right-hand
+# side of each solve's dtype) are left out: `bash tests/run.sh --slow` runs only them, and CI
+# (.ci/run) runs both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/venv.sh test,docs

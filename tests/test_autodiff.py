@@ -93,6 +93,7 @@ def test_logdet_grads_fwd_rev_order2(auto_mesh, dtype):
     )
 
 
+@pytest.mark.slow
 @dtypes
 @pytest.mark.parametrize("trans", ["N", "T", "C"])
 def test_lu_solve_grads_fwd_rev_order2(auto_mesh, dtype, trans):

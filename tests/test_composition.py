@@ -192,6 +192,8 @@ def test_inside_shard_map_with_a_shared_right_hand_side():
 
 
 AXES = [pytest.param(AxisType.Explicit, id="explicit"), pytest.param(AxisType.Auto, id="auto")]
+#: Auto axes in the quick run; Explicit axes (where JAX's sharding types hold the layout) in the slow one.
+AXES_EXPLICIT_SLOW = [pytest.param(AxisType.Explicit, id="explicit", marks=pytest.mark.slow), AXES[1]]
 STACKS = {"batch": P(("x", "y")), "batch-x": P("x"), "replicated": P(), "matrices": P(None, "x", "y")}
 
 
@@ -236,7 +238,7 @@ def test_check_grads_of_stacks_split_over_the_batch(axis_type):
 
 
 @pytest.mark.parametrize("group", list(GROUPS))
-@pytest.mark.parametrize("axis_type", AXES)
+@pytest.mark.parametrize("axis_type", AXES_EXPLICIT_SLOW)
 def test_gradients_keep_the_input_layout(axis_type, group):
     """Every loss's gradient with respect to a matrix split P("x", "y") over a (4, 2) mesh comes
     back in that layout, eagerly and inside jax.jit, on Auto axes (where XLA would otherwise

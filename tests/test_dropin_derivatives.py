@@ -225,6 +225,7 @@ def test_jvp_and_vjp_equal_jax(name):
     _compare(name, np.complex128, jit=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", HERMITIAN)
 def test_jvp_and_vjp_equal_jax_eagerly(name):
     """The cases of Hermitian inputs in float64, eagerly."""

@@ -27,6 +27,11 @@ import jaxmg.scipy.linalg as msla
 from helpers import eps, make_mesh, put, random_matrix, scaled, spd_matrix
 
 DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
+#: JAX's own tests' dtypes (float32, complex64) in the quick run; float64 and complex128 in the slow one.
+DTYPES_DOUBLE_SLOW = [
+    d if d in (np.float32, np.complex64) else pytest.param(d, marks=pytest.mark.slow, id=np.dtype(d).name)
+    for d in DTYPES
+]
 
 
 def _same(got, want):
@@ -207,6 +212,7 @@ def test_det_derivative_at_singular_matrices():
     check_grads(f, (jnp.ones((4, 1, 1)),), 2, atol=1e-1, rtol=1e-1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128])
 def test_det_derivatives_second_order_and_batched(dtype):
     rng = np.random.default_rng(0)
@@ -367,7 +373,7 @@ STRICT = {
 }
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPES_DOUBLE_SLOW)
 @pytest.mark.parametrize("name", sorted(STRICT))
 def test_strict_promotion(strict_promotion, name, dtype):
     """Values and reverse-mode derivatives under jax_numpy_dtype_promotion='strict' and
@@ -497,6 +503,7 @@ FACTOR_SOLVES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(FACTOR_SOLVES))
 def test_factor_solve_of_a_complex_b_with_a_real_factor_derivatives(name):
     """The promoted solve's derivatives in a and b (a real factor, a complex b), under jax.jit too."""

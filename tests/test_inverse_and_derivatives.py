@@ -32,6 +32,7 @@ def _lu_permutation(piv):
     return perm
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128], ids=["d", "z"])
 @pytest.mark.parametrize("n,base", [(1, 1), (7, 1), (19, 3)])
 def test_recursive_inverses_match_lapack(n, base, dtype):
@@ -55,7 +56,7 @@ def test_recursive_inverses_match_lapack(n, base, dtype):
     np.testing.assert_allclose(np.asarray(w), np.linalg.inv(unit_upper), rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.complex128], ids=["d", "z"])
+@pytest.mark.parametrize("dtype", [np.float64, pytest.param(np.complex128, marks=pytest.mark.slow)], ids=["d", "z"])
 @pytest.mark.parametrize(
     "shape",
     [(4, 2), (2, 4), pytest.param((8, 1), marks=pytest.mark.slow), pytest.param((1, 2), marks=pytest.mark.slow)],

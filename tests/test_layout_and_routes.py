@@ -39,6 +39,8 @@ SPD, GEN, TALL = (
 RHS, RHS_TALL = RNG.standard_normal((STACK, N)), RNG.standard_normal((STACK, 2 * N))
 MOVES = ("all-gather", "all-to-all", "collective-permute")
 AXES = [pytest.param(AxisType.Auto, id="auto"), pytest.param(AxisType.Explicit, id="explicit")]
+#: Auto axes in the quick run; Explicit axes (where JAX's sharding types hold the layout) in the slow one.
+AXES_EXPLICIT_SLOW = [AXES[0], pytest.param(AxisType.Explicit, id="explicit", marks=pytest.mark.slow)]
 MESHES = [pytest.param(((8,), ("x",)), id="8"), pytest.param(((4, 2), ("x", "y")), id="4x2")]
 
 
@@ -78,7 +80,9 @@ STACKED = {
 
 
 @pytest.mark.parametrize("placed", [True, False], ids=["placed", "inline"])
-@pytest.mark.parametrize("set_mesh", [False, True], ids=["no-set-mesh", "set-mesh"])
+@pytest.mark.parametrize(
+    "set_mesh", [pytest.param(False, id="no-set-mesh"), pytest.param(True, id="set-mesh", marks=pytest.mark.slow)]
+)
 @pytest.mark.parametrize("axis_type", AXES)
 @pytest.mark.parametrize("shape", MESHES)
 def test_batch_route_moves_nothing_and_keeps_the_stack_layout(shape, axis_type, set_mesh, placed):
@@ -193,7 +197,7 @@ def _cases(a, g, t, s, b, bt):
     ]
 
 
-@pytest.mark.parametrize("axis_type", AXES)
+@pytest.mark.parametrize("axis_type", AXES_EXPLICIT_SLOW)
 @pytest.mark.parametrize("shape", [pytest.param(((1,), ("r",)), id="1")] + MESHES)
 def test_outputs_keep_the_callers_layout_eager_and_jitted(shape, axis_type):
     mesh = make_mesh(*shape, axis_types=axis_type)

@@ -29,6 +29,16 @@ TOL = 60.0  # bound on scaled residuals (LAPACK's test suite uses 30 with a smal
 
 pytestmark = pytest.mark.parametrize("layout", list(LAYOUTS))
 dtypes = pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+#: The solves' (dtype, right-hand side) pairs: each dtype with a vector or a matrix b in the quick
+#: run, each with the other in the slow one.
+solve_cases = pytest.mark.parametrize(
+    "dtype,rhs",
+    [
+        pytest.param(d, r, id=f"{np.dtype(d).name}-{r}", marks=[pytest.mark.slow] if (i + j) % 2 else [])
+        for i, d in enumerate(DTYPES)
+        for j, r in enumerate(["vector", "matrix"])
+    ],
+)
 
 
 def setup(layout):
@@ -48,8 +58,7 @@ def assert_replicated(x):
     assert x.sharding.is_fully_replicated, x.sharding
 
 
-@dtypes
-@pytest.mark.parametrize("rhs", ["vector", "matrix"])
+@solve_cases
 def test_potrs(layout, dtype, rhs):
     mesh, spec = setup(layout)
     rng = np.random.default_rng(1)
@@ -78,8 +87,7 @@ def test_cholesky(layout, dtype):
     assert same_spec(L, spec)
 
 
-@dtypes
-@pytest.mark.parametrize("rhs", ["vector", "matrix"])
+@solve_cases
 def test_lu_solve(layout, dtype, rhs):
     mesh, spec = setup(layout)
     rng = np.random.default_rng(3)
@@ -92,8 +100,7 @@ def test_lu_solve(layout, dtype, rhs):
     assert same_spec(x, rows_spec(spec))
 
 
-@dtypes
-@pytest.mark.parametrize("rhs", ["vector", "matrix"])
+@solve_cases
 def test_least_squares(layout, dtype, rhs):
     mesh, spec = setup(layout)
     rng = np.random.default_rng(4)

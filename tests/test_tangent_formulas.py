@@ -164,6 +164,7 @@ LAYOUTS = [
 AXES = [pytest.param(AxisType.Explicit, id="explicit"), pytest.param(AxisType.Auto, id="auto")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("axis_type", AXES)
 @pytest.mark.parametrize("shape,names,spec", LAYOUTS)
 def test_sharded(cases, shape, names, spec, axis_type):

@@ -278,6 +278,7 @@ def test_pipelined_task_order_of_the_cuda_kernel_gives_the_same_tridiagonal(dtyp
         np.testing.assert_array_equal(x, y)
 
 
+@pytest.mark.slow
 def test_bench_eigen_records_the_two_stage_stages_and_vectors(tmp_path):
     from helpers import run_benchmark
 

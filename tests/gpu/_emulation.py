@@ -11,6 +11,7 @@ import importlib
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax._src.lax import linalg as _linalg  # geqrf and householder_product: LAPACK's, for the QR emulation
 from jax.sharding import PartitionSpec as P
 
@@ -65,7 +66,8 @@ GRIDS = [(1, 1), (2, 1), (1, 2), (2, 2)]
 def kernel_layouts(tiles, variants=DTYPES):
     """The cases of a family's kernel test: every process grid of GRIDS, ``(n, tile)`` of
     ``tiles`` and device order (plain, reversed), each with half of ``variants`` in turn, as
-    ``(shape, n, tile, reverse, variant)`` tuples.
+    ``pytest.param(shape, n, tile, reverse, variant)``; the reversed device orders are marked
+    slow (the quick run covers every grid, tile and dtype in the plain order).
 
     With ``variants`` the four DTYPES, each layout runs one real and one complex dtype, and each
     dtype meets every grid, tile and device order: the redistribution depends on the dtype only
@@ -78,10 +80,14 @@ def kernel_layouts(tiles, variants=DTYPES):
         for i, (n, tile) in enumerate(tiles):
             for reverse in (False, True):
                 turn = (i + reverse) % 2
+                marks = [pytest.mark.slow] if reverse else []
                 if len(variants) == 2:
-                    cases.append((shape, n, tile, reverse, variants[turn]))
+                    cases.append(pytest.param(shape, n, tile, reverse, variants[turn], marks=marks))
                 else:
-                    cases += [(shape, n, tile, reverse, variants[2 * k + (turn + k) % 2]) for k in range(2)]
+                    cases += [
+                        pytest.param(shape, n, tile, reverse, variants[2 * k + (turn + k) % 2], marks=marks)
+                        for k in range(2)
+                    ]
     return cases
 
 

@@ -311,6 +311,23 @@ def test_public_api_native_least_squares_grad_and_local(native_backend):
     assert int(st) == 14 and np.all(np.isnan(np.asarray(x)))
 
 
+def test_native_module_that_consumed_a_differentiates_in_b(native_backend):
+    """QR(a, donate=True) on the native route keeps no a; its solve's derivative in b takes a
+    rebuilt from the saved reflectors (Q R), and equals (a^+)^T for the sum of x."""
+    import jaxmg
+
+    m, n, tile = 48, 24, 8
+    mesh = _mesh((2, 2), False)
+    a = _random((m, n), np.float64, 0)
+    b = jnp.asarray(_random((m,), np.float64, 1))
+    module = jaxmg.QR(jax.device_put(a, NamedSharding(mesh, P("x", "y"))), T_A=tile, backend="native", donate=True)
+    assert module.route == "distributed" and module.operator is None
+    grad = jax.grad(lambda b: jnp.sum(module.solve(b)))(b)
+    np.testing.assert_allclose(np.asarray(grad), np.linalg.pinv(a).T @ np.ones(n), rtol=1e-9, atol=1e-9)
+    _, tangent = jax.jvp(module.solve, (b,), (b,))
+    np.testing.assert_allclose(np.asarray(tangent), np.linalg.lstsq(a, np.asarray(b), rcond=None)[0], rtol=1e-9)
+
+
 def test_native_least_squares_products_are_full_precision(native_backend):
     """Q^H b from the reflectors and the back substitution multiply at full precision (no TF32
     for float32 on GPUs: tests/test_precision.py)."""

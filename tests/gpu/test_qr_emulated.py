@@ -206,6 +206,22 @@ def test_public_api_native_qr(shape, spec, tile, reverse, dtype, explicit, nativ
     assert {c[0] for c in native_backend.calls} == {"geqrf", "orgqr"}  # Q^H b from the reflectors
 
 
+@pytest.mark.parametrize("explicit", [True, False], ids=["explicit", "auto"])
+def test_public_api_native_wide_qr_factors_in_a_layout(explicit, native_backend):
+    """A wide a's q and r (jaxmg.qr, QR(a).q and .r) on the native route: a = q r, both in a's layout."""
+    import jaxmg
+
+    m, n, tile = 20, 54, 8
+    mesh = _mesh((2, 2), False, explicit)
+    a = _random((m, n), np.float64, 0)
+    ag = jax.device_put(a, NamedSharding(mesh, P("x", "y")))
+    module = jaxmg.QR(ag, T_A=tile, backend="native")
+    assert module.route == "distributed"
+    for q, r in (jaxmg.qr(ag, T_A=tile, backend="native"), (module.q, module.r)):
+        np.testing.assert_allclose(np.asarray(q) @ np.asarray(r), a, **_tol(np.float64))
+        assert q.sharding.spec == r.sharding.spec == P("x", "y"), (q.sharding.spec, r.sharding.spec)
+
+
 @pytest.mark.parametrize("shape,reverse,dtype", [((2, 2), True, np.float64), ((1, 2), False, np.complex64)])
 def test_public_api_native_rank_deficient_least_squares(shape, reverse, dtype, native_backend):
     """A numerically rank-deficient a (column 13 a combination of columns 0-2, R_13,13 at rounding

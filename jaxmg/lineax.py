@@ -62,6 +62,7 @@ from jax.scipy.linalg import solve_triangular
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from . import modules
+from ._checks import check_flag
 from ._typing import MeshLike, Specs
 from .kernels import status as _status
 from .modules._base import Factorisation
@@ -123,6 +124,9 @@ class _Options(eqx.Module):
     matrix_specs: Specs = eqx.field(default=None, static=True)
     backend: str = eqx.field(default="auto", static=True)
     throw: bool = eqx.field(default=True, static=True)
+
+    def __check_init__(self):
+        check_flag(self.throw, "throw")
 
     def _options(self) -> dict:
         """The keywords of the jaxmg call that factors the operator's matrix."""

@@ -251,6 +251,22 @@ def test_matrix_outputs_follow_callers_layout_and_inputs_survive():
     assert not a.is_deleted() and np.allclose(np.asarray(a), A)
 
 
+@pytest.mark.parametrize("spec", [P("x", "y"), P("x")], ids=["rows-cols", "rows"])
+@pytest.mark.parametrize("axis_type", [AxisType.Auto, AxisType.Explicit])
+def test_wide_qr_factors_follow_callers_layout(axis_type, spec):
+    """A wide a's q and r (QR(a).q, .r and jaxmg.qr) are both in a's layout, on Auto axes too, as
+    a tall a's are; inside jit both in one layout (on Auto axes rule 4's)."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=axis_type)
+    wide = RNG.standard_normal((8, 16))
+    a = put(wide, mesh, spec)
+    module = jaxmg.QR(a)
+    for q, r in [(module.q, module.r), jaxmg.qr(a)]:
+        assert same_spec(q, spec) and same_spec(r, spec), (q.sharding.spec, r.sharding.spec)
+        np.testing.assert_allclose(np.asarray(q) @ np.asarray(r), wide, atol=1e-12)
+    q, r = jax.jit(jaxmg.qr)(a)
+    assert same_spec(r, q.sharding.spec), (q.sharding.spec, r.sharding.spec)
+
+
 @pytest.mark.parametrize("axis_type", [AxisType.Auto, AxisType.Explicit])
 def test_replicated_inputs_give_replicated_outputs_eagerly(axis_type):
     """Eager calls compile one program per layout: a replicated matrix or right-hand side

@@ -34,3 +34,13 @@ def test_solvers_take_throw_and_auto_passes_it_on():
     op = lx.MatrixLinearOperator(jnp.eye(4), lx.positive_semidefinite_tag)
     assert jl.Auto(throw=False).select(op).throw is False
     assert jl.Auto().select(op).throw is True
+
+
+def test_throw_that_is_not_a_bool_is_named(library_errors):
+    """throw="no" would read as True (raise on every device): refused when the solver is made."""
+    import pytest
+
+    for solver in (jl.LU, jl.Cholesky, jl.QR, jl.Auto):
+        with pytest.raises(TypeError, match="throw must be True or False"):
+            solver(throw="no")
+        assert solver(throw=False).throw is False

@@ -5,7 +5,9 @@
 * module solves under an eager ``jax.vmap`` (outside ``jax.jit`` and ``jax.set_mesh``) on
   Explicit axes, where each solve's placements need a compiled program;
 * ``donate=True`` modules under an eager ``jax.grad``/``jax.jvp`` with respect to ``a``: the
-  caller's buffer is the tangent's primal, needed by the derivative, so it is not consumed.
+  caller's buffer is the tangent's primal, needed by the derivative, so it is not consumed;
+* a module that consumed its ``a`` (``donate=True`` on a concrete array) still differentiates
+  its solves with respect to ``b``, QR's too (it rebuilds ``a = Q R`` from its factor for them).
 """
 
 import contextlib
@@ -15,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import AxisType, PartitionSpec as P
+from jax.test_util import check_grads
 
 import jaxmg
 from helpers import make_mesh, put, spd_matrix
@@ -104,3 +107,18 @@ def test_donated_module_differentiates_eagerly_and_keeps_the_callers_array(name,
     np.testing.assert_allclose(float(np.sum(np.asarray(grad) * direction)), numeric, rtol=1e-6)
     consumed = put(matrix, mesh, P("x", "y"))
     np.testing.assert_allclose(np.asarray(make(consumed).solve(b)), reference(matrix, rhs), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("axis_types", [AxisType.Auto, AxisType.Explicit], ids=["auto", "explicit"])
+@pytest.mark.parametrize("name", list(DONATED))
+def test_module_that_consumed_a_differentiates_in_b(name, axis_types):
+    make, matrix, rhs, reference = DONATED[name]
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=axis_types)
+    module = make(put(matrix, mesh, P("x", "y")))
+    assert module.operator is None
+    b = jnp.asarray(rhs)
+    with jax.set_mesh(mesh) if axis_types == AxisType.Explicit else contextlib.nullcontext():
+        check_grads(module.solve, (b,), order=1, modes=("fwd", "rev"))
+        grad = jax.grad(lambda b: jnp.sum(module.solve(b)))(b)
+    # x = A^+ b is linear in b: the gradient of sum(x) is (A^+)^T 1
+    np.testing.assert_allclose(np.asarray(grad), np.linalg.pinv(matrix).T @ np.ones(matrix.shape[1]), rtol=1e-9)

@@ -134,6 +134,14 @@ def test_rcond_must_be_known_when_traced():
         jax.jit(lambda a, r: jaxmg.least_squares(a, jnp.ones(M), rcond=r))(a, 1e-3)
 
 
+def test_rcond_that_is_not_a_number_is_named(library_errors):
+    """A string rcond is refused with rcond's name, not with float()'s own message."""
+    module = jaxmg.QR(_dependent_column(np.float64, 3))
+    for call in (lambda: module.solve(np.ones(M), rcond="small"), lambda: module.rank_status(rcond="tiny")):
+        with pytest.raises(TypeError, match="rcond must be None or a Python float"):
+            call()
+
+
 @pytest.mark.parametrize("rcond", [None, 1e-3, -1.0])
 def test_numpy_lstsq_stays_minimum_norm(rcond):
     """jaxmg.numpy.linalg.lstsq on the rank-4 matrix is jnp.linalg.lstsq's minimum-norm solution."""

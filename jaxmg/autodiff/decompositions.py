@@ -212,7 +212,8 @@ def _lstsq_jvp(kernels, spec, primals, tangents_in):
 def _solution_and_tangents(solve, kernels, spec, primals, tangents_in):
     """(x, placed) of a least-squares rule: x = ``solve(kernels, spec, a, state, b)`` and placed =
     (a in the computation's layout, a's tangent, b's tangent, b's layout), a tangent None where
-    it is zero; placed is None where both are."""
+    it is zero; placed is None where both are. A donated ``a`` (None) is rebuilt from the saved
+    factor (:func:`_rebuilt`) for the products of b's tangent."""
     a, state, b = primals
     x = solve(kernels, spec, a, state, b)
     a_dot, _, b_dot = tangents_in
@@ -222,12 +223,17 @@ def _solution_and_tangents(solve, kernels, spec, primals, tangents_in):
     b_dot = _dist.placed_tangent(b, b_dot, layout)
     if a_dot is None and b_dot is None:
         return x, None
-    if a is None:
-        raise ValueError(
-            "least_squares: a was donated (QR(a, donate=True)), so no derivative can be "
-            "taken; keep a (donate=False) to differentiate the solution."
-        )
+    if a is None:  # donated (QR(a, donate=True)): b alone has a tangent
+        return x, (_rebuilt(kernels, state), None, b_dot, layout)
     return x, (plan.enter(a), a_dot, b_dot, layout)
+
+
+def _rebuilt(kernels, state):
+    """The factored matrix ``Q R`` from the saved factor, in the computation's layout and without
+    a derivative: the products of a derivative with respect to ``b`` once ``a`` was donated (one
+    more M x N matrix, made only for that derivative)."""
+    layout = kernels.plan.layout
+    return jax.lax.stop_gradient(_dist.matmul(kernels.q(state), kernels.r(state), layout))
 
 
 def normal_solve(kernels, spec, a, state, y):

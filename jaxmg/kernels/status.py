@@ -58,7 +58,7 @@ def checked_rcond(rcond):
         return None
     try:
         value = float(rcond)
-    except (TypeError, jax.errors.ConcretizationTypeError) as error:
+    except (TypeError, ValueError, jax.errors.ConcretizationTypeError) as error:
         raise TypeError(
             f"rcond must be None or a Python float (a value known when the call is traced), "
             f"got {rcond!r}; pass it as a number, not a traced array."

@@ -218,4 +218,5 @@ def wide_factors(plan, a):
     head = columns(a, 0, m)
     state, status, _ = factored(square, head, keep=True)
     q, _ = factors(square, head, state, status)
-    return (*_status.masked(status, q, triu(matmul(adjoint(q), a, spec_of(a)))), status)
+    r = plan.leave(triu(matmul(adjoint(q), a, spec_of(a))), "r")
+    return (*_status.masked(status, q, r), status)

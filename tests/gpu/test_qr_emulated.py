@@ -206,6 +206,22 @@ def test_public_api_native_qr(shape, spec, tile, reverse, dtype, explicit, nativ
     assert {c[0] for c in native_backend.calls} == {"geqrf", "orgqr"}  # Q^H b from the reflectors
 
 
+@pytest.mark.parametrize("explicit", [True, False], ids=["explicit", "auto"])
+def test_public_api_native_wide_qr_factors_in_a_layout(explicit, native_backend):
+    """A wide a's q and r (jaxmg.qr, QR(a).q and .r) on the native route: a = q r, both in a's layout."""
+    import jaxmg
+
+    m, n, tile = 20, 54, 8
+    mesh = _mesh((2, 2), False, explicit)
+    a = _random((m, n), np.float64, 0)
+    ag = jax.device_put(a, NamedSharding(mesh, P("x", "y")))
+    module = jaxmg.QR(ag, T_A=tile, backend="native")
+    assert module.route == "distributed"
+    for q, r in (jaxmg.qr(ag, T_A=tile, backend="native"), (module.q, module.r)):
+        np.testing.assert_allclose(np.asarray(q) @ np.asarray(r), a, **_tol(np.float64))
+        assert q.sharding.spec == r.sharding.spec == P("x", "y"), (q.sharding.spec, r.sharding.spec)
+
+
 @pytest.mark.parametrize("shape,reverse,dtype", [((2, 2), True, np.float64), ((1, 2), False, np.complex64)])
 def test_public_api_native_rank_deficient_least_squares(shape, reverse, dtype, native_backend):
     """A numerically rank-deficient a (column 13 a combination of columns 0-2, R_13,13 at rounding
@@ -309,6 +325,23 @@ def test_public_api_native_least_squares_grad_and_local(native_backend):
     a[:, 13] = a[:, :3] @ _random((3,), np.float64, 2)  # numerically rank deficient: flagged, NaN
     x, st = step(jax.device_put(a, NamedSharding(mesh, spec)), jax.device_put(b, NamedSharding(mesh, P("x"))))
     assert int(st) == 14 and np.all(np.isnan(np.asarray(x)))
+
+
+def test_native_module_that_consumed_a_differentiates_in_b(native_backend):
+    """QR(a, donate=True) on the native route keeps no a; its solve's derivative in b takes a
+    rebuilt from the saved reflectors (Q R), and equals (a^+)^T for the sum of x."""
+    import jaxmg
+
+    m, n, tile = 48, 24, 8
+    mesh = _mesh((2, 2), False)
+    a = _random((m, n), np.float64, 0)
+    b = jnp.asarray(_random((m,), np.float64, 1))
+    module = jaxmg.QR(jax.device_put(a, NamedSharding(mesh, P("x", "y"))), T_A=tile, backend="native", donate=True)
+    assert module.route == "distributed" and module.operator is None
+    grad = jax.grad(lambda b: jnp.sum(module.solve(b)))(b)
+    np.testing.assert_allclose(np.asarray(grad), np.linalg.pinv(a).T @ np.ones(n), rtol=1e-9, atol=1e-9)
+    _, tangent = jax.jvp(module.solve, (b,), (b,))
+    np.testing.assert_allclose(np.asarray(tangent), np.linalg.lstsq(a, np.asarray(b), rcond=None)[0], rtol=1e-9)
 
 
 def test_native_least_squares_products_are_full_precision(native_backend):

@@ -159,7 +159,7 @@ class QR(_Local):
 
     def factor(self, a):
         q, r = jnp.linalg.qr(a, mode="reduced")
-        return QRState(q, r), _status.first_bad_pivot(jnp.diagonal(r))
+        return QRState(q, r), _status.finite_diagonal(jnp.diagonal(r, axis1=-2, axis2=-1))
 
     def q(self, state):
         return state.factor

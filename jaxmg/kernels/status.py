@@ -5,8 +5,8 @@
   leading minor that is not positive definite (``?potrf``); for LU the 1-based index of the
   first exactly zero pivot of U (``?getrf``). A QR factorisation exists for every finite matrix,
   rank deficient or not (Householder QR, as LAPACK's ``?geqrf``), so its status flags only a
-  non-finite R (:func:`finite_diagonal`). Least-squares solves by QR (``jaxmg.least_squares``, ``jaxmg.QR.solve``, ``jaxmg.lineax.QR``)
-  also report numerical rank deficiency this way (:func:`rank_deficient`): the 1-based index of
+  non-finite R (:func:`finite_diagonal`). Least-squares solves by QR (``jaxmg.least_squares``,
+  ``jaxmg.QR.solve``, ``jaxmg.lineax.QR``) report numerical rank deficiency this way (:func:`rank_deficient`): the 1-based index of
   the first diagonal entry of R with ``|R_ii| < rcond * max_j |R_jj|`` (default ``rcond``:
   ``max(M, N) * eps`` of the dtype, :func:`default_rcond`).
 * :data:`NOT_FINITE` (-1): a result is not finite for another reason (for example an

@@ -6,9 +6,10 @@
   first exactly zero pivot of U (``?getrf``). A QR factorisation exists for every finite matrix,
   rank deficient or not (Householder QR, as LAPACK's ``?geqrf``), so its status flags only a
   non-finite R (:func:`finite_diagonal`). Least-squares solves by QR (``jaxmg.least_squares``,
-  ``jaxmg.QR.solve``, ``jaxmg.lineax.QR``) report numerical rank deficiency this way (:func:`rank_deficient`): the 1-based index of
-  the first diagonal entry of R with ``|R_ii| < rcond * max_j |R_jj|`` (default ``rcond``:
-  ``max(M, N) * eps`` of the dtype, :func:`default_rcond`).
+  ``jaxmg.QR.solve``, ``jaxmg.lineax.QR``) report numerical rank deficiency this way
+  (:func:`rank_deficient`): the 1-based index of the first diagonal entry of R with
+  ``|R_ii| < rcond * max_j |R_jj|`` (default ``rcond``: ``max(M, N) * eps`` of the dtype,
+  :func:`default_rcond`).
 * :data:`NOT_FINITE` (-1): a result is not finite for another reason (for example an
   eigensolver given NaN).
 * :data:`CHECK_FAILED` (-2): a finite result failed its check: the distributed route's result

@@ -46,7 +46,8 @@ class QR(Factorisation):
     Attributes:
       status: int32, replicated: 0 on success (a rank-deficient ``a`` too: its factor exists),
         or -1 for a non-finite result. The solves also test R's diagonal against ``rcond``
-        (:meth:`rank_status`); a wide ``a``'s solution that fails its backward check is NaN (``jaxmg.least_squares`` reports -2).
+        (:meth:`rank_status`); a wide ``a``'s solution that fails its backward check is NaN
+        (``jaxmg.least_squares`` reports -2).
     """
 
     state: QRState

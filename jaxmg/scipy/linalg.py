@@ -379,9 +379,7 @@ def _triangular_solve(a, b, *, trans: str, lower: bool, unit: bool):
         return body(a, b)
     context = jax.set_mesh(mesh) if isinstance(mesh, jax.sharding.Mesh) else _sharded.abstract_context(mesh)
     with context:
-        # jax.sharding.auto_axes has no return annotation: the inferred one includes its decorator form
-        auto = jax.sharding.auto_axes(body, out_sharding=_NamedSharding(mesh, _spec_of(b)))
-        return auto(a, b)  # pyright: ignore[reportCallIssue]
+        return _sharded.auto_axes(body, mesh, _NamedSharding(mesh, _spec_of(b)))(a, b)
 
 
 def _whole_rows(x):

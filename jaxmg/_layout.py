@@ -101,8 +101,11 @@ def entry_axes(entry) -> Axes:
 
 
 def all_explicit(mesh: AnyMesh) -> bool:
-    types = getattr(mesh, "axis_types", ())
-    return bool(types) and all(t == jax.sharding.AxisType.Explicit for t in types)
+    """Whether the axes of ``mesh`` that an array's layout can name are all Explicit: some axis is
+    Explicit and none is Auto (inside a ``jax.shard_map`` over some of the axes, the Manual ones
+    are named by no layout, and the free Explicit ones type the arrays as outside)."""
+    types = set(getattr(mesh, "axis_types", ()))
+    return jax.sharding.AxisType.Explicit in types and jax.sharding.AxisType.Auto not in types
 
 
 def check_mesh(mesh) -> None:

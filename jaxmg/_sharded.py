@@ -80,6 +80,14 @@ def auto_axes_of(mesh):
     )
 
 
+def auto_axes(body: Callable, mesh, out_sharding) -> Callable:
+    """``jax.sharding.auto_axes(body)`` over the Explicit axes of ``mesh`` alone: inside a
+    ``jax.shard_map`` over some of the axes, the Manual ones stay Manual (JAX refuses to make
+    them Auto)."""
+    names = tuple(n for n, t in zip(mesh.axis_names, mesh.axis_types) if t == jax.sharding.AxisType.Explicit)
+    return jax.sharding.auto_axes(body, axes=names, out_sharding=out_sharding)
+
+
 def abstract_context(mesh):
     """The abstract mesh of ``mesh`` (concrete or abstract), entered as the context of a trace."""
     return jax.sharding.use_abstract_mesh(mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh)
@@ -206,7 +214,7 @@ def whole(fn: Callable, args: Sequence, grid: Grid, **static) -> Any:
     specs = jax.tree.map(lambda o: _whole_spec(o, grid), shapes)
     with abstract_context(mesh):
         if explicit(mesh):
-            return jax.sharding.auto_axes(body, out_sharding=specs)(*args)
+            return auto_axes(body, mesh, specs)(*args)
         return jax.tree.map(
             lambda o, spec: jax.lax.with_sharding_constraint(o, NamedSharding(mesh, spec)), body(*args), specs
         )

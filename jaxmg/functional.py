@@ -304,9 +304,9 @@ def qr(
     Args:
       a: (M, N) matrix sharded ``P(r, c)``, ``P(r)`` or ``P(None, c)`` over ``mesh``.
       {{layout}}
-      return_status: also return the status (int32, replicated): 0 on success, else the 1-based
-        index of the first zero diagonal entry of R, or -1 for a non-finite result. Failed outputs
-        are NaN.
+      return_status: also return the status (int32, replicated): 0 on success, rank-deficient
+        ``a`` included (a zero diagonal entry of R is its exact factor, as LAPACK's and JAX's), or
+        -1 for a non-finite result. Failed outputs are NaN.
       {{run}}
 
     Returns:

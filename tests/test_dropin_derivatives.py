@@ -302,3 +302,24 @@ def test_full_matrix_derivatives_inside_shard_map():
     got = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("d"), out_specs=P("d")))(put(a, mesh, P("d")))
     want = np.stack([jax.grad(loss(*JAX))(a[k]) for k in range(4)])
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-9, atol=1e-10)
+
+
+def test_per_matrix_gradients_of_a_stack_sharded_on_its_batch_axis():
+    """``jax.jit(jax.vmap(jax.grad(f)))`` of a stack split over an Explicit mesh axis: det,
+    slogdet and inv (the inverse from the LU factor: its permuted identity is batched like the
+    factor) give JAX's gradients, matrix by matrix, in the stack's layout."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Explicit)
+    rng = np.random.default_rng(4)
+    stack = np.stack([_matrix(rng, "general", (5, 5), np.float64) for _ in range(8)])
+    losses = {
+        "det": (lambda la: la.det, jnp.linalg.det),
+        "slogdet": (lambda la: lambda a: la.slogdet(a)[1], lambda a: jnp.linalg.slogdet(a)[1]),
+        "inv": (lambda la: lambda a: jnp.sum(la.inv(a) ** 2), lambda a: jnp.sum(jnp.linalg.inv(a) ** 2)),
+    }
+    sharded = put(stack, mesh, P("x"))
+    with jax.set_mesh(mesh):
+        for name, (ours, theirs) in losses.items():
+            got = jax.jit(jax.vmap(jax.grad(ours(mla))))(sharded)
+            want = jax.vmap(jax.grad(theirs))(stack)
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9, atol=1e-10, err_msg=name)
+            assert tuple(got.sharding.spec)[:1] == ("x",), name

@@ -135,7 +135,7 @@ def test_solve_triangular_derivatives(monkeypatch):
 @pytest.mark.parametrize("axis_type,dtype", [(AxisType.Explicit, np.float64), (AxisType.Auto, np.complex128)])
 def test_lu_factor_and_lu_are_jaxs_arrays(axis_type, dtype):
     """lu_factor returns JAX's packed (lu, piv) (np.tril of it works); lu's p @ l @ u = a, in
-    a's layout, batched."""
+    a's layout, batched, with JAX's dtypes (p real for a complex a)."""
     mesh = make_mesh((4, 2), ("x", "y"), axis_types=axis_type)
     rng = np.random.default_rng(3)
     a = random_matrix(rng, (8, 8), dtype)
@@ -156,6 +156,7 @@ def test_lu_factor_and_lu_are_jaxs_arrays(axis_type, dtype):
     np.testing.assert_allclose(msla.lu_solve((lu, piv), a[:, 0]), np.eye(8)[:, 0], atol=1e-11)
     p, l, u = msla.lu(a_s)
     for x, y in zip((p, l, u), jsl.lu(a)):
+        assert x.dtype == y.dtype  # p real for a complex a, as JAX's
         np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(np.asarray(p) @ np.asarray(l) @ np.asarray(u), a, atol=1e-13)
     pl, u2 = msla.lu(a_s, permute_l=True)
@@ -164,6 +165,7 @@ def test_lu_factor_and_lu_are_jaxs_arrays(axis_type, dtype):
         assert tuple(l.sharding.spec) == ("x", "y")
     batch = random_matrix(rng, (3, 8, 8), dtype)
     p, l, u = msla.lu(batch)
+    assert p.dtype == jsl.lu(batch)[0].dtype
     np.testing.assert_allclose(np.asarray(p) @ np.asarray(l) @ np.asarray(u), batch, atol=1e-13)
     lu, piv = msla.lu_factor(batch)
     assert lu.shape == (3, 8, 8) and piv.shape == (3, 8)

@@ -265,3 +265,12 @@ def test_ops_local_checks_backend_and_tile(mesh, kwargs, match):
     )
     with pytest.raises(ValueError, match=match):
         jax.jit(step)(a, b)
+
+
+def test_matrix_power_names_a_non_integer_exponent():
+    """As jnp.linalg.matrix_power: a TypeError that names the exponent (not Python's index error)."""
+    import jaxmg.numpy.linalg as la
+
+    with pytest.raises(TypeError, match=r"matrix_power: n \(the exponent\) must be an integer, got 2.0"):
+        la.matrix_power(np.eye(3), 2.0)
+    assert np.allclose(np.asarray(la.matrix_power(np.eye(3) * 2, np.int64(3))), 8 * np.eye(3))

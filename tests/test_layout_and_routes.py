@@ -116,6 +116,34 @@ def test_batch_route_moves_nothing_and_keeps_the_stack_layout(shape, axis_type, 
     assert routes and set(routes) == {"batch"} == {jaxmg.route("Cholesky", (N, N), "float64", mesh, stacked=STACK)}
 
 
+#: The drop-ins on a stack (..., N, N) and right-hand sides (..., N, 2), as users call them.
+RHS2 = np.stack([RHS, 2 * RHS], axis=-1)
+DROPINS_STACKED = {
+    "la.solve": (la.solve, (GEN, RHS2)),
+    "la.inv": (la.inv, (GEN,)),
+    "la.slogdet": (la.slogdet, (GEN,)),
+    "la.cholesky": (la.cholesky, (SPD,)),
+    "sla.solve(pos)": (lambda a, b: sla.solve(a, b, assume_a="pos"), (SPD, RHS2)),
+    "sla.lu_solve": (lambda a, b: sla.lu_solve(sla.lu_factor(a), b), (GEN, RHS2)),
+    "sla.solve_triangular": (lambda a, b: sla.solve_triangular(a, b, lower=True), (SPD, RHS2)),
+}
+
+
+@pytest.mark.parametrize("set_mesh", [False, True], ids=["no-set-mesh", "set-mesh"])
+def test_dropins_on_a_stack_move_nothing(set_mesh):
+    """jax.jit(f, in_shardings=...) of jaxmg.numpy / jaxmg.scipy functions over a stack split over
+    its batch axis on Auto mesh axes: no collective, and the outputs keep the batch layout
+    (solve(assume_a="pos") included, whose product and solves run in a custom_linear_solve)."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Auto)
+    stack = NamedSharding(mesh, P(("x", "y")))
+    with jax.set_mesh(mesh) if set_mesh else contextlib.nullcontext():
+        for name, (op, args) in DROPINS_STACKED.items():
+            fn = jax.jit(op, in_shardings=(stack,) * len(args))
+            assert _moves(fn, *args) == set(), name
+            for leaf in jax.tree.leaves(fn(*args)):
+                assert _normal(leaf.sharding.spec, mesh)[:1] == (("x", "y"),), (name, leaf.sharding)
+
+
 def _gathered(fn, *args) -> list:
     """The shapes that the compiled program's all-gathers produce."""
     text = fn.lower(*args).compile().as_text()

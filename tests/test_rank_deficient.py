@@ -311,3 +311,44 @@ def test_empty_least_squares(shape, rhs):
         sol = lx.linear_solve(lx.MatrixLinearOperator(a), b, solver=jl.QR(), throw=False)
         assert sol.result == lx.RESULTS.successful
         np.testing.assert_array_equal(np.asarray(sol.value), expected)
+
+
+def _exactly_rank_deficient(shape) -> dict:
+    """Matrices whose Householder R has an exactly zero diagonal entry: a zero column, the zero
+    matrix, and a wide matrix of full row rank whose first M columns are singular."""
+    tall = np.random.default_rng(9).standard_normal(shape)
+    tall[:, 1] = 0.0
+    wide = np.zeros((4, 8))
+    wide[0, 5], wide[1, 1], wide[2, 6], wide[3, 7] = 1.0, 2.0, 3.0, 4.0
+    return {"zero column": tall, "zero": np.zeros(shape), "wide": wide}
+
+
+@pytest.mark.parametrize("mesh_kind", MESHES)
+def test_qr_of_an_exactly_rank_deficient_matrix(mesh_kind):
+    """A QR factorisation exists for every finite matrix: jaxmg.qr (status 0), QR(a).q and .r, and
+    the drop-ins' qr give Q with orthonormal columns and R with a = Q R, as JAX's (not NaN); a
+    least-squares solve of a tall one is still flagged, the wide one (full row rank) is solved."""
+    import jaxmg.numpy.linalg as la
+    import jaxmg.scipy.linalg as sla
+
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=MESHES[mesh_kind])
+    for name, a in _exactly_rank_deficient((8, 4)).items():
+        sharded = put(a, mesh, P("x", "y"))
+        q, r, status = jax.jit(lambda a: jaxmg.qr(a, return_status=True))(sharded)
+        assert int(status) == 0, name
+        results = {
+            "jaxmg.qr": (q, r),
+            "QR": (jaxmg.QR(sharded).q, jaxmg.QR(sharded).r),
+            "la.qr": tuple(la.qr(sharded)),
+            "sla.qr": sla.qr(sharded, mode="economic"),
+        }
+        for where, (q, r) in results.items():
+            q, r = np.asarray(q), np.asarray(r)
+            k = min(a.shape)
+            assert np.allclose(q.T @ q, np.eye(k), atol=1e-14) and np.allclose(q @ r, a, atol=1e-14), (name, where)
+            assert np.allclose(np.abs(r), np.abs(np.asarray(jnp.linalg.qr(a)[1])), atol=1e-14), (name, where)
+        x, status = jaxmg.least_squares(sharded, put(np.ones(a.shape[0]), mesh, P("x")), return_status=True)
+        if name == "wide":
+            assert int(status) == 0 and np.allclose(np.asarray(x), np.linalg.pinv(a) @ np.ones(4), atol=1e-14)
+        else:
+            assert int(status) > 0 and np.isnan(np.asarray(x)).all(), name

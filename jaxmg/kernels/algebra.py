@@ -51,6 +51,14 @@ def by_platform(operand, choose: Callable[[str], Callable]) -> Any:
     return lax.platform_dependent(operand, cuda=pick["cuda"], rocm=pick["rocm"], default=pick["cpu"])
 
 
+def permutation_matrix(perm, dtype):
+    """P (..., n, n): the identity's rows in the order ``perm`` (..., n), ``P[i, j] = perm[i] == j``.
+    Made by comparisons rather than by a gather from the identity, so that under ``jax.vmap`` it
+    is batched, and sharded, like ``perm``: a gather from an unbatched identity has no layout on
+    Explicit mesh axes."""
+    return (perm[..., :, None] == jnp.arange(perm.shape[-1], dtype=perm.dtype)).astype(dtype)
+
+
 def slogdet_of(diagonal, pivots, parity):
     """(sign, log|det A|) from U's diagonal, the row pivots and the sign ``parity`` of any other
     permutation of the factored matrix: det A = parity * (-1)^swaps * prod(diag U). A zero pivot

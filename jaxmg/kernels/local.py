@@ -30,7 +30,7 @@ from jax.scipy.linalg import solve_triangular
 from .. import _layout
 from .._dense import adjoint
 from . import qdwh, status as _status, two_stage
-from .algebra import by_platform, matmul, slogdet_of
+from .algebra import by_platform, matmul, permutation_matrix, slogdet_of
 from .families import Backend, CholeskyState, KernelPlan, LUState, QRState
 from .ffi import gemm, relayout
 from .ffi.solver import getrf, potrf
@@ -132,10 +132,10 @@ class LU(_Local):
         return _like_rhs(x, b)
 
     def inverse(self, state):
+        perm = lax.linalg.lu_pivots_to_permutation(state.pivots, state.lu.shape[-1])
         if self.cublas:
-            perm = lax.linalg.lu_pivots_to_permutation(state.pivots, state.lu.shape[-1])
             return gemm.lu_inverse(self.packed(state), perm)  # getri in the factor's buffer (getrf's layout)
-        return self.solve(state, _eye_like(state.lu))
+        return _lu_inverse(self.packed(state), perm)
 
     def slogdet(self, state):
         return slogdet_of(jnp.diagonal(state.lu), state.pivots, 1)
@@ -154,12 +154,19 @@ def lower_of(factor):
     return lax.platform_dependent(factor, cuda=moved, default=jnp.tril)
 
 
+def _lu_inverse(lu, perm):
+    """``A^-1 = U^-1 L^-1 P`` from the packed factor ``lu`` (..., n, n) and the row order ``perm``
+    (P batched like the factor under ``jax.vmap``: :func:`~.algebra.permutation_matrix`)."""
+    p = permutation_matrix(perm, lu.dtype)
+    return solve_triangular(lu, solve_triangular(lu, p, lower=True, unit_diagonal=True), lower=False)
+
+
 class QR(_Local):
     """The reduced A = Q R (M >= N); the state is (Q, R)."""
 
     def factor(self, a):
         q, r = jnp.linalg.qr(a, mode="reduced")
-        return QRState(q, r), _status.first_bad_pivot(jnp.diagonal(r))
+        return QRState(q, r), _status.finite_diagonal(jnp.diagonal(r, axis1=-2, axis2=-1))
 
     def q(self, state):
         return state.factor

@@ -3,11 +3,13 @@
 * :data:`OK` (0): success.
 * A positive value is LAPACK's ``info``: for a Cholesky factorisation the order of the first
   leading minor that is not positive definite (``?potrf``); for LU the 1-based index of the
-  first exactly zero pivot of U (``?getrf``); for QR the first zero diagonal entry of R.
-  Least-squares solves by QR (``jaxmg.least_squares``, ``jaxmg.QR.solve``, ``jaxmg.lineax.QR``)
-  also report numerical rank deficiency this way (:func:`rank_deficient`): the 1-based index of
-  the first diagonal entry of R with ``|R_ii| < rcond * max_j |R_jj|`` (default ``rcond``:
-  ``max(M, N) * eps`` of the dtype, :func:`default_rcond`).
+  first exactly zero pivot of U (``?getrf``). A QR factorisation exists for every finite matrix,
+  rank deficient or not (Householder QR, as LAPACK's ``?geqrf``), so its status flags only a
+  non-finite R (:func:`finite_diagonal`). Least-squares solves by QR (``jaxmg.least_squares``,
+  ``jaxmg.QR.solve``, ``jaxmg.lineax.QR``) report numerical rank deficiency this way
+  (:func:`rank_deficient`): the 1-based index of the first diagonal entry of R with
+  ``|R_ii| < rcond * max_j |R_jj|`` (default ``rcond``: ``max(M, N) * eps`` of the dtype,
+  :func:`default_rcond`).
 * :data:`NOT_FINITE` (-1): a result is not finite for another reason (for example an
   eigensolver given NaN).
 * :data:`CHECK_FAILED` (-2): a finite result failed its check: the distributed route's result
@@ -36,6 +38,13 @@ def first_bad_pivot(pivots: jax.Array) -> jax.Array:
     """LAPACK's info from the diagonal of a triangular factor: the 1-based index of the
     first zero or non-finite entry, else :data:`OK`."""
     return _first(~jnp.isfinite(pivots) | (pivots == 0))
+
+
+def finite_diagonal(diagonal: jax.Array) -> jax.Array:
+    """:data:`OK` for each matrix whose factor's ``diagonal`` (..., n) is finite, else
+    :data:`NOT_FINITE`: the status of a factorisation that exists for every finite matrix (QR),
+    where a zero entry is a rank-deficient matrix's exact factor, not a failure."""
+    return jnp.where(jnp.all(jnp.isfinite(diagonal), axis=-1), OK, NOT_FINITE).astype(jnp.int32)
 
 
 def _first(bad: jax.Array) -> jax.Array:

@@ -44,10 +44,10 @@ class QR(Factorisation):
       {{run}}
 
     Attributes:
-      status: int32, replicated: 0 on success, else the 1-based index of the first zero
-        diagonal entry of R (``a`` is rank deficient), or -1 for a non-finite result. The
-        solves also test R's diagonal against ``rcond`` (:meth:`rank_status`); a wide ``a``'s
-        solution that fails its backward check is NaN (``jaxmg.least_squares`` reports -2).
+      status: int32, replicated: 0 on success (a rank-deficient ``a`` too: its factor exists),
+        or -1 for a non-finite result. The solves also test R's diagonal against ``rcond``
+        (:meth:`rank_status`); a wide ``a``'s solution that fails its backward check is NaN
+        (``jaxmg.least_squares`` reports -2).
     """
 
     state: QRState

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from jax.scipy.linalg import solve_triangular
 
 from .._routes import DISTRIBUTED
+from ..kernels.algebra import permutation_matrix
 from ..modules import LU
 from ._util import in_layout_of
 
@@ -76,7 +77,7 @@ def _cofactor(lu: jax.Array, pivots: jax.Array) -> jax.Array:
     swaps = jnp.sum(pivots != jnp.arange(n, dtype=pivots.dtype))
     parity = (1 - 2 * (swaps % 2)).astype(lu.dtype)
     perm = jax.lax.linalg.lu_pivots_to_permutation(pivots, n)
-    rest = solve_triangular(lu, jnp.eye(n, dtype=lu.dtype)[perm], lower=True, unit_diagonal=True)  # L^-1 P
+    rest = solve_triangular(lu, permutation_matrix(perm, lu.dtype), lower=True, unit_diagonal=True)  # L^-1 P
 
     def adjugate_times_rest(t):
         shifted = jnp.triu(lu).at[k, k].add(t)

@@ -24,7 +24,8 @@ import functools
 
 import jax
 
-from .. import functional as _f
+from .. import _context, functional as _f
+from .._dense import _explicit_mesh
 from ..autodiff import _dist, solves, tangents
 from ..kernels.varying import varying_like
 from ..modules import Cholesky
@@ -56,10 +57,22 @@ def positive_solve(a: jax.Array, b: jax.Array, *, lower: bool) -> jax.Array:
     b = varying_like(a, b)  # inside a shard_map, b varies as a does (as x does)
     layout = _dist.resolve(b)
     transpose_solve = solves.hermitian_transpose_solve(factor.solve, a.dtype)
+    place = _vector_placement(a, b)
     # every vector in b's layout, as custom_linear_solve types its transpose
     return jax.lax.custom_linear_solve(
-        lambda x: in_layout_of(_dist.matvec(a, x, layout), x),
+        lambda x: place(_dist.matvec(a, x, layout), x),
         b,
-        solve=lambda _, r: in_layout_of(factor.solve(r), r),
-        transpose_solve=lambda _, r: in_layout_of(transpose_solve(r), r),
+        solve=lambda _, r: place(factor.solve(r), r),
+        transpose_solve=lambda _, r: place(transpose_solve(r), r),
     )
+
+
+def _vector_placement(a: jax.Array, b: jax.Array):
+    """How :func:`positive_solve` lays out the vectors of its ``custom_linear_solve``: each in the
+    layout of the vector it replaces (:func:`in_layout_of`). The closures are traced apart from
+    ``jax.vmap``, where a member of a stack looks like one matrix and would be put in one matrix's
+    layout (rows and columns over the mesh, the stack gathered), so for a stack on Auto mesh axes
+    the vectors stay where XLA puts them (with the stack, split on its batch axis)."""
+    if (_context.stack_of(a) is None and _context.stack_of(b) is None) or _explicit_mesh(b) is not None:
+        return in_layout_of
+    return lambda x, like: x

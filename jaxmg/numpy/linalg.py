@@ -543,7 +543,10 @@ def matrix_power(a, n):
     :func:`inv` (a) to ``-n``. Products in a's layout."""
     a = jnp.asarray(a)
     _square(a, "matrix_power", TypeError)  # as jnp.linalg.matrix_power
-    n = operator.index(n)
+    try:
+        n = operator.index(n)
+    except TypeError:
+        raise TypeError(f"matrix_power: n (the exponent) must be an integer, got {n!r}; pass int(n).") from None
     if n < 0:
         a, n = inv(a), -n
     if n == 0:

@@ -379,9 +379,7 @@ def _triangular_solve(a, b, *, trans: str, lower: bool, unit: bool):
         return body(a, b)
     context = jax.set_mesh(mesh) if isinstance(mesh, jax.sharding.Mesh) else _sharded.abstract_context(mesh)
     with context:
-        # jax.sharding.auto_axes has no return annotation: the inferred one includes its decorator form
-        auto = jax.sharding.auto_axes(body, out_sharding=_NamedSharding(mesh, _spec_of(b)))
-        return auto(a, b)  # pyright: ignore[reportCallIssue]
+        return _sharded.auto_axes(body, mesh, _NamedSharding(mesh, _spec_of(b)))(a, b)
 
 
 def _whole_rows(x):
@@ -442,7 +440,8 @@ def _plu(a, *, permute_l: bool):
     if permute_l:
         # p l: row perm[i] of it is row i of l, so row j is row argsort(perm)[j] (a gather, in l's layout)
         return _in_layout_of(_take_rows(l, jnp.argsort(perm)), a), _in_layout_of(u, a)
-    p = (perm[None, :] == jnp.arange(n, dtype=perm.dtype)[:, None]).astype(a.dtype)  # p[perm[j], j] = 1
+    real = jnp.finfo(a.dtype).dtype  # p is real for a complex a, as JAX's
+    p = (perm[None, :] == jnp.arange(n, dtype=perm.dtype)[:, None]).astype(real)  # p[perm[j], j] = 1
     return tuple(_in_layout_of(x, a) for x in (p, l, u))
 
 

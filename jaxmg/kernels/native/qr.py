@@ -49,7 +49,7 @@ import jax.numpy as jnp
 from ..._sharded import Block, Replicated, Rows
 from ..algebra import matmul
 from ..families import QRState
-from ..status import first_bad_pivot
+from ..status import finite_diagonal
 from . import _grid
 
 
@@ -146,7 +146,7 @@ def qr_factor(a, *, grid, tile):
         jax.ShapeDtypeStruct((), jnp.int32),
     )
     f, tau, status = _grid.ffi_call("jaxmg_geqrf", results, (_laid_out(a, grid, s),), boot, aliases={0: 0}, **s.attrs())
-    status = jnp.where(status != 0, status, first_bad_pivot(_diagonal(f, grid, s)[:n0]))
+    status = jnp.where(status != 0, status, finite_diagonal(_diagonal(f, grid, s)[:n0]))
     status, f, tau = _grid.agreed(status, grid, f, _whole_cols(tau, grid, s)[:n0])
     return f, tau, status
 

@@ -388,6 +388,19 @@ def test_generalized_eigh_of_every_type_as_jax(eig_type):
     check_grads(lambda x, y: (loss(x, y)[0], jnp.abs(loss(x, y)[1]) ** 2), (a[0], b), order=1, modes=("fwd", "rev"))
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128], ids=["float64", "complex128"])
+def test_lstsq_derivatives_at_repeated_singular_values(dtype):
+    """lstsq's solution is pinv(a) b, smooth where the rank is constant: a design with
+    orthogonal columns of equal norm (every singular value repeated) and a wide one have its
+    exact first derivatives in a and b, and so have the residuals."""
+    rng = np.random.default_rng(12)
+    design = 2 * np.linalg.qr(random_matrix(rng, (8, 4), dtype))[0]
+    for a in (design, random_matrix(rng, (4, 8), dtype)):
+        b = random_matrix(rng, (a.shape[0], 2), dtype)
+        check_grads(lambda x, y: mla.lstsq(x, y)[:2], (a, b), order=1, modes=("fwd", "rev"))
+        check_grads(lambda x, y: mla.lstsq(x, y)[0], (a, b[:, 0]), order=1, modes=("fwd", "rev"))
+
+
 def test_model_with_switched_import():
     mesh, _ = _mesh("4x2-auto")
     x = jnp.linspace(0.0, 1.0, 16)

@@ -354,16 +354,53 @@ def _lstsq(a, b, rcond, numpy_resid):
     b = b[:, None] if vector else b
     eps = float(jnp.finfo(a.dtype).eps)
     rcond = eps * max(m, n) if rcond is None else jnp.where(rcond < 0, eps, rcond)
-    u, s, vh = _f.gesvd(a)
-    mask = (s > 0) & (s >= jnp.asarray(rcond, s.dtype) * jnp.max(s, initial=0))
-    rank = jnp.sum(mask)
-    s_inv = jnp.where(mask, 1 / jnp.where(mask, s, 1), 0).astype(a.dtype)
-    x = _matmul(_H(vh), s_inv[:, None] * _matmul(_H(u), b))
+    x, s, rank = _least_norm(a, b, jnp.asarray(rcond, jnp.finfo(a.dtype).dtype))
     if numpy_resid and (m <= n or _concrete(rank, "lstsq(numpy_resid=True)") < n):
         resid = jnp.asarray([], dtype=s.dtype)  # NumPy's empty residuals
     else:
         resid = jnp.sum(jnp.abs(b - _matmul(a, x)) ** 2, axis=0)
     return (x[:, 0] if vector else x), resid, rank, s
+
+
+def _kept_svd(a, rcond):
+    """a's SVD ``(u, s, vh)``, the number of singular values kept (``s > 0`` and
+    ``s >= rcond * s[0]``) and their reciprocals (0 for the others), in a's dtype."""
+    u, s, vh = _f.gesvd(a)
+    mask = (s > 0) & (s >= rcond * jnp.max(s, initial=0))
+    s_inv = jnp.where(mask, 1 / jnp.where(mask, s, 1), 0).astype(a.dtype)
+    return u, s, vh, jnp.sum(mask), s_inv
+
+
+@jax.custom_jvp
+def _least_norm(a, b, rcond):
+    """``(x, s, rank)``: the least-squares solution of least norm ``x = pinv(a) b`` (b (M, K)),
+    a's singular values and the rank kept; differentiated as ``pinv(a) b`` (Golub and Pereyra),
+    smooth where the rank is constant, repeated singular values included."""
+    u, s, vh, rank, s_inv = _kept_svd(a, rcond)
+    return _matmul(_H(vh), s_inv[:, None] * _matmul(_H(u), b)), s, rank
+
+
+@_least_norm.defjvp
+def _least_norm_jvp(primals, tangents):
+    """``x' = P (b' - a' x) + P P^H a'^H r + (I - P a) a'^H P^H x`` with ``P = pinv(a)`` and
+    ``r = b - a x``, P applied through the SVD's factors; ``s' = Re diag(u^H a' v)``."""
+    a, b, rcond = primals
+    a_dot, b_dot, _ = tangents
+    u, s, vh, rank, s_inv = _kept_svd(a, rcond)
+    v, kept = _H(vh), (s_inv != 0).astype(a.dtype)[:, None]
+
+    def pinv(y):  # P y
+        return _matmul(v, s_inv[:, None] * _matmul(_H(u), y))
+
+    def pinv_h(y):  # P^H y
+        return _matmul(u, s_inv[:, None] * _matmul(vh, y))
+
+    x = pinv(b)
+    y = _matmul(_H(a_dot), pinv_h(x))
+    x_dot = pinv(b_dot - _matmul(a_dot, x)) + pinv(pinv_h(_matmul(_H(a_dot), b - _matmul(a, x))))
+    x_dot = x_dot + y - _matmul(v, kept * _matmul(vh, y))
+    s_dot = jnp.real(jnp.diagonal(_matmul(_H(u), _matmul(a_dot, v)))).astype(s.dtype)  # replicated, as s
+    return (x, s, rank), (x_dot, s_dot, np.zeros(rank.shape, jax.dtypes.float0))
 
 
 def _concrete(value, name):

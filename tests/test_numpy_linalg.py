@@ -401,6 +401,25 @@ def test_lstsq_derivatives_at_repeated_singular_values(dtype):
         check_grads(lambda x, y: mla.lstsq(x, y)[0], (a, b[:, 0]), order=1, modes=("fwd", "rev"))
 
 
+def test_svd_subset_by_index_as_jax():
+    """subset_by_index=(0, min(M, N)) keeps full matrices (JAX's shapes); another range with
+    full_matrices is JAX's ValueError; with full_matrices=False it keeps that range."""
+    a = random_matrix(np.random.default_rng(13), (6, 4), np.float64)
+    shapes = [x.shape for x in mla.svd(a, subset_by_index=(0, 4))]
+    assert shapes == [x.shape for x in jnp.linalg.svd(a, subset_by_index=(0, 4))] == [(6, 6), (4,), (4, 4)]
+    for compute_uv in (True, False):
+        with pytest.raises(ValueError, match="full_matrices and subset_by_index"):
+            mla.svd(a, compute_uv=compute_uv, subset_by_index=(1, 3))
+    u, s, vh = mla.svd(a, full_matrices=False, subset_by_index=(1, 3))
+    assert (u.shape, s.shape, vh.shape) == ((6, 2), (2,), (2, 4))
+    _close(
+        (np.asarray(u) * np.asarray(s)) @ np.asarray(vh),
+        np.linalg.svd(a)[0][:, 1:3] * np.linalg.svd(a)[1][1:3] @ np.linalg.svd(a)[2][1:3],
+        np.float64,
+        10,
+    )
+
+
 def test_model_with_switched_import():
     mesh, _ = _mesh("4x2-auto")
     x = jnp.linspace(0.0, 1.0, 16)

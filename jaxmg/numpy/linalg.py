@@ -271,15 +271,33 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False, subset_by_index
     fn = functools.partial(
         _svd, full_matrices=bool(full_matrices), compute_uv=bool(compute_uv), hermitian=bool(hermitian)
     )
+    subset = _svd_subset(subset_by_index, a.shape, full_matrices and not hermitian)
     out = _map_batch(fn, (a,), (2,))
-    if subset_by_index is not None:
-        start, end = (int(i) for i in subset_by_index)
+    if subset is not None:
+        start, end = subset
         if compute_uv:
             u, s, vh = out
             out = (_columns(u, start, end), s[..., start:end], jax.lax.slice_in_dim(vh, start, end, axis=vh.ndim - 2))
         else:
             out = out[..., start:end]
     return SVDResult(*out) if compute_uv else out
+
+
+def _svd_subset(subset_by_index, shape: tuple, full_matrices: bool):
+    """``(start, end)``, or None for all min(M, N) singular values (as JAX, where
+    ``(0, min(M, N))`` keeps full matrices); with ``full_matrices`` any other range is JAX's
+    ``ValueError``."""
+    if subset_by_index is None:
+        return None
+    start, end = (int(i) for i in subset_by_index)
+    if (start, end) == (0, min(shape[-2:])):
+        return None
+    if full_matrices:
+        raise ValueError(
+            f"svd: full_matrices and subset_by_index cannot both be set (as in jnp.linalg.svd), got "
+            f"subset_by_index={subset_by_index!r} for a of shape {shape}; pass full_matrices=False."
+        )
+    return start, end
 
 
 def svdvals(x, /):

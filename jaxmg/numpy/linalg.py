@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from typing import Literal, Union, overload
+from typing import Any, Literal, Union, overload
 
 import jax
 import jax.numpy as jnp
@@ -399,7 +399,7 @@ def _least_norm(a, b, rcond):
 
 
 @_least_norm.defjvp
-def _least_norm_jvp(primals, tangents):
+def _least_norm_jvp(primals, tangents) -> Any:
     """``x' = P (b' - a' x) + P P^H a'^H r + (I - P a) a'^H P^H x`` with ``P = pinv(a)`` and
     ``r = b - a x``, P applied through the SVD's factors; ``s' = Re diag(u^H a' v)``."""
     a, b, rcond = primals

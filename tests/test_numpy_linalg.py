@@ -420,6 +420,14 @@ def test_svd_subset_by_index_as_jax():
     )
 
 
+def test_hermitian_svd_orders_equal_singular_values_as_jax():
+    """svd(hermitian=True) of a matrix with eigenvalues w and -w: the same U and Vh as JAX's
+    (ascending |w| sorted stably, then reversed), not only the same singular values."""
+    a = np.diag([1.0, -1.0, 0.5, 2.0, -2.0])
+    for x, y in zip(mla.svd(a, hermitian=True), jnp.linalg.svd(a, hermitian=True)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
 def test_model_with_switched_import():
     mesh, _ = _mesh("4x2-auto")
     x = jnp.linspace(0.0, 1.0, 16)

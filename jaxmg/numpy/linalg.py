@@ -217,11 +217,12 @@ def _eigh(a, UPLO, symmetrize_input, name: str, *, vectors: bool):
 
 def _hermitian_svd(a, compute_uv):
     """The SVD of Hermitian ``a`` from its eigendecomposition: s = |w| descending, u = v
-    reordered and vh = (u sign(w))^H."""
+    reordered and vh = (u sign(w))^H. Equal |w| (w and -w) are ordered as JAX orders them:
+    ascending |w| sorted stably, then reversed (the later eigenvector first)."""
     if not compute_uv:
         return -jnp.sort(-jnp.abs(_f.syevd(a, return_eigenvectors=False)))
     w, v = _f.syevd(a)
-    order = jnp.argsort(-jnp.abs(w))
+    order = jnp.argsort(jnp.abs(w), stable=True)[::-1]
     w = w[order]
     u = _take_columns(v, order)
     return u, jnp.abs(w), _H(u * jnp.sign(w).astype(u.dtype)[None, :])

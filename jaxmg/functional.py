@@ -349,8 +349,8 @@ def syevd(
     """Eigenvalues and eigenvectors of a Hermitian matrix: ``a @ v = v @ diag(w)``.
 
     Differentiable (forward and reverse, any order); for degenerate eigenvalues the terms
-    between equal eigenvalues are dropped (exact for losses invariant to rotations within an
-    eigenspace, as in ``jnp.linalg.eigh``).
+    between equal eigenvalues are dropped: exact for losses that depend on an eigenspace only
+    through its projector and on its eigenvalues only through their sum (docs/derivatives.md).
 
     Args:
       a: (N, N) matrix sharded ``P(r, c)``, ``P(r)`` or ``P(None, c)`` over ``mesh``; Hermitian,

@@ -256,3 +256,25 @@ def test_degenerate_eigenvalues_give_finite_derivatives(mesh):
     h = 1e-5
     fd = (loss(a + _put(h * e, mesh)) - loss(a - _put(h * e, mesh))) / (2 * h)
     np.testing.assert_allclose(np.sum(grad * e), fd, rtol=1e-6, atol=1e-8)
+
+
+def test_repeated_singular_values_keep_the_coupling_that_is_defined(mesh):
+    """Exactly repeated singular values: only the Hermitian part of U^H A' V couples equal
+    values singularly; its skew-Hermitian part couples them by 1/(s_i + s_j), which is kept, so
+    that the polar factor u vh (smooth there) has its exact derivative."""
+    rng = np.random.default_rng(4)
+    q1, _ = np.linalg.qr(rng.standard_normal((M, N)))
+    q2, _ = np.linalg.qr(rng.standard_normal((N, N)))
+    s = np.array([2.0, 2.0, 2.0, 1.5, 1.0, 1.0, 0.7, 0.5])
+    g = rng.standard_normal((M, N))
+
+    def loss(a):
+        u, s, vh = jaxmg.gesvd(a)
+        return jnp.sum(g * (_whole(u) @ _whole(vh))) + jnp.sum(s**2)
+
+    a = _put((q1 * s) @ q2.T, mesh)
+    e = _put(rng.standard_normal((M, N)), mesh)
+    grad = np.asarray(jax.grad(loss)(a))
+    h = 1e-5
+    fd = (loss(a + h * e) - loss(a - h * e)) / (2 * h)
+    np.testing.assert_allclose(np.sum(grad * np.asarray(e)), fd, rtol=1e-6, atol=1e-8)

@@ -359,6 +359,75 @@ def _gp_model(la):
     return nll
 
 
+@pytest.mark.parametrize("eig_type", [1, 2, 3])
+def test_generalized_eigh_of_every_type_as_jax(eig_type):
+    """jax.scipy.linalg.eigh(a, b, type=1, 2 or 3): eigenvalues and eigenvectors as JAX's
+    (eigenvectors normalised alike: v^H b v = I, or v^H b^-1 v = I for type 3), b's batch
+    dimensions broadcast against a's, on an Explicit mesh, and derivatives in a and b."""
+    rng = np.random.default_rng(11)
+    a = random_matrix(rng, (2, 8, 8), np.complex128)
+    a = a + np.conj(np.swapaxes(a, -1, -2))
+    b = spd_matrix(rng, 8, np.complex128)
+    mesh, spec = _mesh("4x2-explicit")
+    w_ref, v_ref = jsl.eigh(a, b, type=eig_type)
+    with jax.set_mesh(mesh):
+        w, v = msla.eigh(a, put(b, mesh, spec), type=eig_type)
+        w0, v0 = msla.eigh(put(a[0], mesh, spec), put(b, mesh, spec), type=eig_type)
+    assert v0.sharding.spec == spec
+    _close(w, w_ref, np.complex128, 10)
+    _close(w0, w_ref[0], np.complex128, 10)
+    gram = np.linalg.inv(b) if eig_type == 3 else b
+    for vv in (np.asarray(v)[0], np.asarray(v0)):
+        _close(vv.conj().T @ gram @ vv, np.eye(8), np.complex128, 10)
+        _close(np.abs(vv), np.abs(np.asarray(v_ref)[0]), np.complex128, 1e3)  # phases apart, as JAX's
+    _close(msla.eigh(a, b, type=eig_type, eigvals_only=True), w_ref, np.complex128, 10)
+
+    def loss(x, y):
+        return msla.eigh(x + jnp.conj(x.T), y @ jnp.conj(y.T) + np.eye(8), type=eig_type)
+
+    check_grads(lambda x, y: (loss(x, y)[0], jnp.abs(loss(x, y)[1]) ** 2), (a[0], b), order=1, modes=("fwd", "rev"))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128], ids=["float64", "complex128"])
+def test_lstsq_derivatives_at_repeated_singular_values(dtype):
+    """lstsq's solution is pinv(a) b, smooth where the rank is constant: a design with
+    orthogonal columns of equal norm (every singular value repeated) and a wide one have its
+    exact first derivatives in a and b, and so have the residuals."""
+    rng = np.random.default_rng(12)
+    design = 2 * np.linalg.qr(random_matrix(rng, (8, 4), dtype))[0]
+    for a in (design, random_matrix(rng, (4, 8), dtype)):
+        b = random_matrix(rng, (a.shape[0], 2), dtype)
+        check_grads(lambda x, y: mla.lstsq(x, y)[:2], (a, b), order=1, modes=("fwd", "rev"))
+        check_grads(lambda x, y: mla.lstsq(x, y)[0], (a, b[:, 0]), order=1, modes=("fwd", "rev"))
+
+
+def test_svd_subset_by_index_as_jax():
+    """subset_by_index=(0, min(M, N)) keeps full matrices (JAX's shapes); another range with
+    full_matrices is JAX's ValueError; with full_matrices=False it keeps that range."""
+    a = random_matrix(np.random.default_rng(13), (6, 4), np.float64)
+    shapes = [x.shape for x in mla.svd(a, subset_by_index=(0, 4))]
+    assert shapes == [x.shape for x in jnp.linalg.svd(a, subset_by_index=(0, 4))] == [(6, 6), (4,), (4, 4)]
+    for compute_uv in (True, False):
+        with pytest.raises(ValueError, match="full_matrices and subset_by_index"):
+            mla.svd(a, compute_uv=compute_uv, subset_by_index=(1, 3))
+    u, s, vh = mla.svd(a, full_matrices=False, subset_by_index=(1, 3))
+    assert (u.shape, s.shape, vh.shape) == ((6, 2), (2,), (2, 4))
+    _close(
+        (np.asarray(u) * np.asarray(s)) @ np.asarray(vh),
+        np.linalg.svd(a)[0][:, 1:3] * np.linalg.svd(a)[1][1:3] @ np.linalg.svd(a)[2][1:3],
+        np.float64,
+        10,
+    )
+
+
+def test_hermitian_svd_orders_equal_singular_values_as_jax():
+    """svd(hermitian=True) of a matrix with eigenvalues w and -w: the same U and Vh as JAX's
+    (ascending |w| sorted stably, then reversed), not only the same singular values."""
+    a = np.diag([1.0, -1.0, 0.5, 2.0, -2.0])
+    for x, y in zip(mla.svd(a, hermitian=True), jnp.linalg.svd(a, hermitian=True)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
 def test_model_with_switched_import():
     mesh, _ = _mesh("4x2-auto")
     x = jnp.linspace(0.0, 1.0, 16)

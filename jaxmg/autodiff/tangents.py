@@ -25,12 +25,15 @@ Conventions, as ``jnp.linalg``:
   (``Im diag(v^H v') = 0``). Derivatives of a loss are right whenever the loss is
   invariant under those gauges (``|v|**2`` elementwise, ``v diag(g) v^H``,
   ``u diag(g) vh``, ...).
-* **Degenerate eigen-/singular values.** The coupling ``F_ij = 1/(w_j - w_i)``
-  (``1/(s_j^2 - s_i^2)`` for the SVD) is set to zero where ``|w_i - w_j| <= rtol * max|w|``,
-  ``rtol = max(n, 10) * eps(dtype)``: the terms between (near-)equal values are dropped,
-  as ``jnp.linalg.eigh``'s derivative does for exactly equal ones (where it gives
-  ``inf``/``nan``, these stay finite). That is exact for losses invariant to rotations
-  within each degenerate eigenspace; other losses have no derivative there.
+* **Degenerate eigen-/singular values.** The coupling ``F_ij = 1/(w_j - w_i)`` is set to
+  zero where ``|w_i - w_j| <= rtol * max|w|``, ``rtol = max(n, 10) * eps(dtype)``: the terms
+  between (near-)equal values are dropped (where ``jnp.linalg.eigh`` gives ``inf``/``nan``,
+  these stay finite). That is exact for losses that depend on each degenerate eigenspace only
+  through its projector and on its eigenvalues only through their sum; a matrix function
+  ``v diag(f(w)) v^H`` misses its terms inside the eigenspace. The SVD's coupling
+  ``1/(s_j^2 - s_i^2)`` is ``1/(s_j - s_i)`` on the Hermitian part of ``U^H A' V`` (dropped
+  likewise) and ``1/(s_j + s_i)`` on its skew-Hermitian part (dropped only between zeros),
+  so that the polar factor ``u vh`` keeps its exact derivative at repeated singular values.
 * **QR**: the LAPACK gauge, ``diag(r)`` real.
 """
 
@@ -64,14 +67,15 @@ def _rtol(n: int, dtype) -> float:
     return max(n, 10) * float(jnp.finfo(dtype).eps)
 
 
-def _inverse_gaps(w, sh, rtol, squared=False):
-    """``F_ij = 1/(w_j - w_i)`` (``1/(w_j^2 - w_i^2)`` when ``squared``), laid out; 0 on the
-    diagonal and wherever ``|w_j - w_i| <= rtol * max|w|`` (degenerate pairs dropped)."""
+def _inverse_gaps(w, sh, rtol, *, sums=False):
+    """``F_ij = 1/(w_j - w_i)`` (``1/(w_j + w_i)`` with ``sums``), laid out; 0 on the diagonal
+    and wherever ``|w_j -+ w_i| <= rtol * max|w|`` (degenerate pairs, or with ``sums`` pairs of
+    zeros, dropped)."""
     n = w.shape[0]
     wi, wj = _rows(w, n, sh), _cols(w, n, sh)
     tol = rtol * jnp.max(jnp.abs(_replicate(w, sh)), initial=0)
-    keep = jnp.abs(wj - wi) > tol
-    gap = (wj * wj - wi * wi) if squared else (wj - wi)
+    gap = (wj + wi) if sums else (wj - wi)
+    keep = (jnp.abs(gap) > tol) & ~_eye((n, n), sh)
     return jnp.where(keep, 1 / jnp.where(keep, gap, jnp.ones((), gap.dtype)), jnp.zeros((), gap.dtype))
 
 
@@ -193,14 +197,15 @@ def svd_jvp(u, s, vh, a_dot, sh, full_matrices=False):
     inv_s = _safe_inverse(s).astype(dtype)
     dav = _matmul(a_dot, vh, sh, adj_y=True)  # a' V  (M, N)
     x = _matmul(u1, dav, sh, adj_x=True)  # U^H a' V  (N, N)
-    f = _inverse_gaps(s, sh, rtol, squared=True).astype(dtype)
-    s_c, s_r = _cols(s.astype(dtype), n, sh), _rows(s.astype(dtype), n, sh)
-    xs = x * s_c
-    phase = _where(_eye((n, n), sh), (x - _ct(x, sh)) / 2) * _cols(inv_s, n, sh)
-    du = _matmul(u1, f * (xs + _ct(xs, sh)) + phase, sh)
+    # F o (X S + S X^H) = h / (s_j - s_i) + k / (s_j + s_i), h and k X's Hermitian and
+    # skew-Hermitian parts: only h's coupling is singular between equal singular values
+    h, k = (x + _ct(x, sh)) / 2, (x - _ct(x, sh)) / 2
+    hf = _inverse_gaps(s, sh, rtol).astype(dtype) * h
+    kf = _inverse_gaps(s, sh, rtol, sums=True).astype(dtype) * k
+    phase = _where(_eye((n, n), sh), k) * _cols(inv_s, n, sh)
+    du = _matmul(u1, hf + kf + phase, sh)
     du = du + (dav - _matmul(u1, x, sh)) * _cols(inv_s, m, sh)
-    sx = s_r * x
-    dvh = _matmul(f * (sx + _ct(sx, sh)), vh, sh, adj_x=True)  # (V (F o (S X + X^H S)))^H
+    dvh = _matmul(hf - kf, vh, sh, adj_x=True)  # (V (F o (S X + X^H S)))^H
     if full_matrices:
         # U2' = -U S^{-1} (U^H a' V)^H restricted to u's columns >= N, as an (M, M) in place
         g = _matmul(_matmul(u, a_dot, sh, adj_x=True), vh, sh, adj_y=True)  # u^H a' V  (M, N)

@@ -25,8 +25,9 @@ class Eigh(Factorisation):
     backend="auto")``: with ``b`` None, ``a v = v diag(w)``; with ``b``, ``a v = b v diag(w)``
     and ``v^H b v = I``. :attr:`w` (N,) is ascending and replicated, :attr:`v` (N x N) has
     the eigenvectors as columns in a's layout. Differentiable (forward and reverse mode, any order) in ``a`` (and
-    ``b``); for degenerate eigenvalues the derivative is that of a loss invariant to
-    rotations within each eigenspace (the terms between equal eigenvalues are dropped).
+    ``b``); for degenerate eigenvalues the terms between equal eigenvalues are dropped: exact
+    for losses that depend on an eigenspace only through its projector and on its eigenvalues
+    only through their sum.
 
     Args:
       a: (N, N) matrix sharded ``P(r, c)``, ``P(r)`` or ``P(None, c)`` over ``mesh``; Hermitian,

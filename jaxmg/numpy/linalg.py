@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from typing import Literal, Union, overload
+from typing import Any, Literal, Union, overload
 
 import jax
 import jax.numpy as jnp
@@ -217,11 +217,12 @@ def _eigh(a, UPLO, symmetrize_input, name: str, *, vectors: bool):
 
 def _hermitian_svd(a, compute_uv):
     """The SVD of Hermitian ``a`` from its eigendecomposition: s = |w| descending, u = v
-    reordered and vh = (u sign(w))^H."""
+    reordered and vh = (u sign(w))^H. Equal |w| (w and -w) are ordered as JAX orders them:
+    ascending |w| sorted stably, then reversed (the later eigenvector first)."""
     if not compute_uv:
         return -jnp.sort(-jnp.abs(_f.syevd(a, return_eigenvectors=False)))
     w, v = _f.syevd(a)
-    order = jnp.argsort(-jnp.abs(w))
+    order = jnp.argsort(jnp.abs(w), stable=True)[::-1]
     w = w[order]
     u = _take_columns(v, order)
     return u, jnp.abs(w), _H(u * jnp.sign(w).astype(u.dtype)[None, :])
@@ -271,15 +272,33 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False, subset_by_index
     fn = functools.partial(
         _svd, full_matrices=bool(full_matrices), compute_uv=bool(compute_uv), hermitian=bool(hermitian)
     )
+    subset = _svd_subset(subset_by_index, a.shape, full_matrices and not hermitian)
     out = _map_batch(fn, (a,), (2,))
-    if subset_by_index is not None:
-        start, end = (int(i) for i in subset_by_index)
+    if subset is not None:
+        start, end = subset
         if compute_uv:
             u, s, vh = out
             out = (_columns(u, start, end), s[..., start:end], jax.lax.slice_in_dim(vh, start, end, axis=vh.ndim - 2))
         else:
             out = out[..., start:end]
     return SVDResult(*out) if compute_uv else out
+
+
+def _svd_subset(subset_by_index, shape: tuple, full_matrices: bool):
+    """``(start, end)``, or None for all min(M, N) singular values (as JAX, where
+    ``(0, min(M, N))`` keeps full matrices); with ``full_matrices`` any other range is JAX's
+    ``ValueError``."""
+    if subset_by_index is None:
+        return None
+    start, end = (int(i) for i in subset_by_index)
+    if (start, end) == (0, min(shape[-2:])):
+        return None
+    if full_matrices:
+        raise ValueError(
+            f"svd: full_matrices and subset_by_index cannot both be set (as in jnp.linalg.svd), got "
+            f"subset_by_index={subset_by_index!r} for a of shape {shape}; pass full_matrices=False."
+        )
+    return start, end
 
 
 def svdvals(x, /):
@@ -354,16 +373,53 @@ def _lstsq(a, b, rcond, numpy_resid):
     b = b[:, None] if vector else b
     eps = float(jnp.finfo(a.dtype).eps)
     rcond = eps * max(m, n) if rcond is None else jnp.where(rcond < 0, eps, rcond)
-    u, s, vh = _f.gesvd(a)
-    mask = (s > 0) & (s >= jnp.asarray(rcond, s.dtype) * jnp.max(s, initial=0))
-    rank = jnp.sum(mask)
-    s_inv = jnp.where(mask, 1 / jnp.where(mask, s, 1), 0).astype(a.dtype)
-    x = _matmul(_H(vh), s_inv[:, None] * _matmul(_H(u), b))
+    x, s, rank = _least_norm(a, b, jnp.asarray(rcond, jnp.finfo(a.dtype).dtype))
     if numpy_resid and (m <= n or _concrete(rank, "lstsq(numpy_resid=True)") < n):
         resid = jnp.asarray([], dtype=s.dtype)  # NumPy's empty residuals
     else:
         resid = jnp.sum(jnp.abs(b - _matmul(a, x)) ** 2, axis=0)
     return (x[:, 0] if vector else x), resid, rank, s
+
+
+def _kept_svd(a, rcond):
+    """a's SVD ``(u, s, vh)``, the number of singular values kept (``s > 0`` and
+    ``s >= rcond * s[0]``) and their reciprocals (0 for the others), in a's dtype."""
+    u, s, vh = _f.gesvd(a)
+    mask = (s > 0) & (s >= rcond * jnp.max(s, initial=0))
+    s_inv = jnp.where(mask, 1 / jnp.where(mask, s, 1), 0).astype(a.dtype)
+    return u, s, vh, jnp.sum(mask), s_inv
+
+
+@jax.custom_jvp
+def _least_norm(a, b, rcond):
+    """``(x, s, rank)``: the least-squares solution of least norm ``x = pinv(a) b`` (b (M, K)),
+    a's singular values and the rank kept; differentiated as ``pinv(a) b`` (Golub and Pereyra),
+    smooth where the rank is constant, repeated singular values included."""
+    u, s, vh, rank, s_inv = _kept_svd(a, rcond)
+    return _matmul(_H(vh), s_inv[:, None] * _matmul(_H(u), b)), s, rank
+
+
+@_least_norm.defjvp
+def _least_norm_jvp(primals, tangents) -> Any:
+    """``x' = P (b' - a' x) + P P^H a'^H r + (I - P a) a'^H P^H x`` with ``P = pinv(a)`` and
+    ``r = b - a x``, P applied through the SVD's factors; ``s' = Re diag(u^H a' v)``."""
+    a, b, rcond = primals
+    a_dot, b_dot, _ = tangents
+    u, s, vh, rank, s_inv = _kept_svd(a, rcond)
+    v, kept = _H(vh), (s_inv != 0).astype(a.dtype)[:, None]
+
+    def pinv(y):  # P y
+        return _matmul(v, s_inv[:, None] * _matmul(_H(u), y))
+
+    def pinv_h(y):  # P^H y
+        return _matmul(u, s_inv[:, None] * _matmul(vh, y))
+
+    x = pinv(b)
+    y = _matmul(_H(a_dot), pinv_h(x))
+    x_dot = pinv(b_dot - _matmul(a_dot, x)) + pinv(pinv_h(_matmul(_H(a_dot), b - _matmul(a, x))))
+    x_dot = x_dot + y - _matmul(v, kept * _matmul(vh, y))
+    s_dot = jnp.real(jnp.diagonal(_matmul(_H(u), _matmul(a_dot, v)))).astype(s.dtype)  # replicated, as s
+    return (x, s, rank), (x_dot, s_dot, np.zeros(rank.shape, jax.dtypes.float0))
 
 
 def _concrete(value, name):

@@ -31,6 +31,7 @@ from .._context import is_tracer as _is_tracer
 from .._dense import (
     _explicit_mesh,
     adjoint as _H,
+    matmul as _matmul,
     spec_of as _spec_of,
 )
 from ..kernels import triangular as _triangular
@@ -220,22 +221,46 @@ def eigh(
 ):
     """Eigenvalues ``w`` (ascending), and eigenvectors ``v`` in a's layout unless
     ``eigvals_only``, of Hermitian ``a`` (..., N, N): ``a v = v diag(w)`` by syevd, or with
-    ``b`` (Hermitian positive definite) ``a v = b v diag(w)``, ``v^H b v = I`` by sygvd.
+    ``b`` (Hermitian positive definite, batch dimensions broadcast against a's) the problem of
+    ``type``: 1, ``a v = b v diag(w)`` by sygvd; 2, ``a b v = v diag(w)``; 3,
+    ``b a v = v diag(w)``. Eigenvectors are normalised as JAX's: ``v^H b v = I`` for types 1
+    and 2, ``v^H b^-1 v = I`` for type 3.
 
     As JAX does, ``(a + a^H)/2`` (and ``(b + b^H)/2``) is decomposed, so that the result and
     its derivative are those of a Hermitian matrix; ``lower`` is accepted for the signature.
-    ``type`` must be 1 and ``eigvals`` None."""
+    ``eigvals`` must be None."""
     del lower, overwrite_a, overwrite_b, turbo, check_finite
     if eigvals is not None:
         raise NotImplementedError("eigh: only eigvals=None is implemented (as in JAX); slice the result.")
-    if type != 1:
-        raise NotImplementedError(f"eigh: only type=1 (a v = w b v) is implemented, got type={type!r}.")
+    if type not in (1, 2, 3):
+        raise ValueError(f"eigh: type must be 1 (a v = w b v), 2 (a b v = w v) or 3 (b a v = w v), got {type!r}.")
     matrices = _inexact(a) if b is None else _inexact(a, b, matrices=2)
     for x, name in zip(matrices, ("eigh", "eigh (b)")):
         _square(x, name)
     matrices = tuple(_herm_input(x, True, lower=True) for x in matrices)
-    fn = functools.partial(_f.syevd if b is None else _f.sygvd, return_eigenvectors=not eigvals_only)
+    vectors = not eigvals_only
+    if b is None or type == 1:
+        fn = functools.partial(_f.syevd if b is None else _f.sygvd, return_eigenvectors=vectors)
+    else:
+        fn = functools.partial(_eigh_of_product, third=type == 3, vectors=vectors)
     return _map_batch(fn, matrices, (2,) * len(matrices))
+
+
+def _eigh_of_product(a, b, *, third: bool, vectors: bool):
+    """Eigenvalues (and eigenvectors) of ``a b`` (type 2) or ``b a`` (``third``, type 3) for one
+    Hermitian a and Hermitian positive definite b = L L^H: those of the Hermitian
+    ``C = L^H a L``, with ``v = L^-H y`` (type 2) or ``v = L y`` (type 3) for C's eigenvectors
+    y; every step distributed (jaxmg's Cholesky, products in a's layout, syevd, triangular
+    solve) and differentiable through its own rule."""
+    spec = _spec_of(a)
+    l_factor = _f.cholesky(b)
+    c = _matmul(_H(l_factor), _matmul(a, l_factor, spec), spec)
+    c = _herm_input(c, True, lower=True)
+    if not vectors:
+        return _f.syevd(c, return_eigenvectors=False)
+    w, y = _f.syevd(c)
+    v = _matmul(l_factor, y, spec) if third else _triangular_solve(l_factor, y, trans="C", lower=True, unit=False)
+    return w, _in_layout_of(v, a)
 
 
 def svd(a, full_matrices=True, compute_uv=True, overwrite_a=False, check_finite=True, lapack_driver="gesdd"):

@@ -56,7 +56,8 @@ def permutation_matrix(perm, dtype):
     Made by comparisons rather than by a gather from the identity, so that under ``jax.vmap`` it
     is batched, and sharded, like ``perm``: a gather from an unbatched identity has no layout on
     Explicit mesh axes."""
-    return (perm[..., :, None] == jnp.arange(perm.shape[-1], dtype=perm.dtype)).astype(dtype)
+    columns = jax.lax.broadcasted_iota(perm.dtype, (*perm.shape, perm.shape[-1]), perm.ndim)
+    return (perm[..., :, None] == columns).astype(dtype)
 
 
 def slogdet_of(diagonal, pivots, parity):

@@ -373,7 +373,9 @@ def _lstsq(a, b, rcond, numpy_resid):
     b = b[:, None] if vector else b
     eps = float(jnp.finfo(a.dtype).eps)
     rcond = eps * max(m, n) if rcond is None else jnp.where(rcond < 0, eps, rcond)
-    x, s, rank = _least_norm(a, b, jnp.asarray(rcond, jnp.finfo(a.dtype).dtype))
+    rcond = jnp.asarray(rcond, jnp.finfo(a.dtype).dtype)
+    x, s = _least_norm(a, b, rcond)
+    rank = jnp.sum(_kept(s, rcond))
     if numpy_resid and (m <= n or _concrete(rank, "lstsq(numpy_resid=True)") < n):
         resid = jnp.asarray([], dtype=s.dtype)  # NumPy's empty residuals
     else:
@@ -381,22 +383,27 @@ def _lstsq(a, b, rcond, numpy_resid):
     return (x[:, 0] if vector else x), resid, rank, s
 
 
+def _kept(s, rcond):
+    """Which singular values ``s`` (descending) least squares keeps: ``s > 0`` and
+    ``s >= rcond * s[0]``; the rank is their count."""
+    return (s > 0) & (s >= rcond * jnp.max(s, initial=0))
+
+
 def _kept_svd(a, rcond):
-    """a's SVD ``(u, s, vh)``, the number of singular values kept (``s > 0`` and
-    ``s >= rcond * s[0]``) and their reciprocals (0 for the others), in a's dtype."""
+    """a's SVD ``(u, s, vh)`` and the reciprocals of the singular values kept (0 for the
+    others), in a's dtype."""
     u, s, vh = _f.gesvd(a)
-    mask = (s > 0) & (s >= rcond * jnp.max(s, initial=0))
-    s_inv = jnp.where(mask, 1 / jnp.where(mask, s, 1), 0).astype(a.dtype)
-    return u, s, vh, jnp.sum(mask), s_inv
+    mask = _kept(s, rcond)
+    return u, s, vh, jnp.where(mask, 1 / jnp.where(mask, s, 1), 0).astype(a.dtype)
 
 
 @jax.custom_jvp
 def _least_norm(a, b, rcond):
-    """``(x, s, rank)``: the least-squares solution of least norm ``x = pinv(a) b`` (b (M, K)),
-    a's singular values and the rank kept; differentiated as ``pinv(a) b`` (Golub and Pereyra),
+    """``(x, s)``: the least-squares solution of least norm ``x = pinv(a) b`` (b (M, K)) and
+    a's singular values; differentiated as ``pinv(a) b`` (Golub and Pereyra),
     smooth where the rank is constant, repeated singular values included."""
-    u, s, vh, rank, s_inv = _kept_svd(a, rcond)
-    return _matmul(_H(vh), s_inv[:, None] * _matmul(_H(u), b)), s, rank
+    u, s, vh, s_inv = _kept_svd(a, rcond)
+    return _matmul(_H(vh), s_inv[:, None] * _matmul(_H(u), b)), s
 
 
 @_least_norm.defjvp
@@ -405,7 +412,7 @@ def _least_norm_jvp(primals, tangents) -> Any:
     ``r = b - a x``, P applied through the SVD's factors; ``s' = Re diag(u^H a' v)``."""
     a, b, rcond = primals
     a_dot, b_dot, _ = tangents
-    u, s, vh, rank, s_inv = _kept_svd(a, rcond)
+    u, s, vh, s_inv = _kept_svd(a, rcond)
     v, kept = _H(vh), (s_inv != 0).astype(a.dtype)[:, None]
 
     def pinv(y):  # P y
@@ -419,7 +426,7 @@ def _least_norm_jvp(primals, tangents) -> Any:
     x_dot = pinv(b_dot - _matmul(a_dot, x)) + pinv(pinv_h(_matmul(_H(a_dot), b - _matmul(a, x))))
     x_dot = x_dot + y - _matmul(v, kept * _matmul(vh, y))
     s_dot = jnp.real(jnp.diagonal(_matmul(_H(u), _matmul(a_dot, v)))).astype(s.dtype)  # replicated, as s
-    return (x, s, rank), (x_dot, s_dot, np.zeros(rank.shape, jax.dtypes.float0))
+    return (x, s), (x_dot, s_dot)
 
 
 def _concrete(value, name):

@@ -82,6 +82,12 @@ def conditioned(m, n, cond, dtype, seed=0):
     return ((unitary(m)[:, :n] * s) @ np.conj(unitary(n)).T).astype(dtype)
 
 
+#: Both mesh axis types, as a test parameter ("auto", "explicit").
+AXES = [pytest.param(AxisType.Auto, id="auto"), pytest.param(AxisType.Explicit, id="explicit")]
+#: Auto axes in the quick run; Explicit axes (where JAX's sharding types hold the layout) in the slow one.
+AXES_EXPLICIT_SLOW = [AXES[0], pytest.param(AxisType.Explicit, id="explicit", marks=pytest.mark.slow)]
+
+
 def make_mesh(shape, names, devices=None, axis_types=AxisType.Explicit):
     """A mesh of the first prod(shape) devices (or ``devices``), Explicit axes by default."""
     devices = np.asarray(jax.devices() if devices is None else devices)

@@ -25,7 +25,7 @@ from jax.test_util import check_grads
 import jaxmg
 import jaxmg.numpy.linalg as la
 import jaxmg.scipy.linalg as sla
-from helpers import lower_read, make_mesh, put, random_matrix, spd_matrix
+from helpers import AXES, AXES_EXPLICIT_SLOW, lower_read, make_mesh, put, random_matrix, spd_matrix
 
 N = 8
 B = 8  # stack size: one matrix per device
@@ -233,9 +233,6 @@ def _squares(solve, a, b):
     return jnp.sum(solve(a, b) ** 2)
 
 
-AXES = [pytest.param(AxisType.Explicit, id="explicit"), pytest.param(AxisType.Auto, id="auto")]
-#: Auto axes in the quick run; Explicit axes (where JAX's sharding types hold the layout) in the slow one.
-AXES_EXPLICIT_SLOW = [pytest.param(AxisType.Explicit, id="explicit", marks=pytest.mark.slow), AXES[1]]
 STACKS = {"batch": P(("x", "y")), "batch-x": P("x"), "replicated": P(), "matrices": P(None, "x", "y")}
 
 

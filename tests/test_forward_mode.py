@@ -16,7 +16,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 from jax.test_util import check_grads
 
 import jaxmg
-from helpers import lower_read, make_mesh, random_matrix, spd_matrix
+from helpers import AXES, lower_read, make_mesh, random_matrix, spd_matrix
 
 N = 8
 M = 16
@@ -27,7 +27,6 @@ COMBOS = [
     pytest.param((AxisType.Auto, np.float64), id="auto-float64"),
     pytest.param((AxisType.Explicit, np.complex128), id="explicit-complex128"),
 ]
-AXES = [pytest.param(AxisType.Auto, id="auto"), pytest.param(AxisType.Explicit, id="explicit")]
 
 
 def _entered(axis_type):

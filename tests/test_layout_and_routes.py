@@ -23,7 +23,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 import jaxmg
 import jaxmg.numpy.linalg as la
 import jaxmg.scipy.linalg as sla
-from helpers import make_mesh, random_matrix, spd_matrix
+from helpers import AXES, AXES_EXPLICIT_SLOW, make_mesh, random_matrix, spd_matrix
 from test_memory_grid import opaque_native  # noqa: F401 (a fixture)
 
 N, STACK = 8, 16
@@ -38,9 +38,6 @@ SPD, GEN, TALL = (
 )
 RHS, RHS_TALL = RNG.standard_normal((STACK, N)), RNG.standard_normal((STACK, 2 * N))
 MOVES = ("all-gather", "all-to-all", "collective-permute")
-AXES = [pytest.param(AxisType.Auto, id="auto"), pytest.param(AxisType.Explicit, id="explicit")]
-#: Auto axes in the quick run; Explicit axes (where JAX's sharding types hold the layout) in the slow one.
-AXES_EXPLICIT_SLOW = [AXES[0], pytest.param(AxisType.Explicit, id="explicit", marks=pytest.mark.slow)]
 MESHES = [pytest.param(((8,), ("x",)), id="8"), pytest.param(((4, 2), ("x", "y")), id="4x2")]
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
-from helpers import hermitian_matrix, lower_read, random_matrix, spd_matrix
+from helpers import AXES, hermitian_matrix, lower_read, random_matrix, spd_matrix
 from jaxmg._layout import padded_spec
 from jaxmg.autodiff import _dist, tangents
 
@@ -161,7 +161,6 @@ LAYOUTS = [
     pytest.param((4, 2), ("x", "y"), P("x", "y"), id="4x2"),
     pytest.param((2, 4), ("x", "y"), P("x", "y"), id="2x4"),
 ]
-AXES = [pytest.param(AxisType.Explicit, id="explicit"), pytest.param(AxisType.Auto, id="auto")]
 
 
 @pytest.mark.slow

@@ -58,8 +58,7 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jax.scipy.linalg import solve_triangular
-from jax.sharding import AxisType, NamedSharding, PartitionSpec
+from jax.sharding import PartitionSpec
 
 from . import modules
 from ._checks import check_flag
@@ -280,8 +279,8 @@ class QR(_JaxmgSolver):
 
     A tall or square operator (M >= N) gets the least-squares solution; a wide one
     (M < N) is factored through its transpose and gets the minimum-norm solution. The
-    transposed operator (Lineax's reverse mode) reuses the same factor; the minimum-norm
-    solve gathers R (min(M, N) squared) for its triangular solve. A numerically
+    transposed operator (Lineax's reverse mode) reuses the same factor: its minimum-norm
+    solution is ``Q R^-H b`` from the saved factor, with no Q formed. A numerically
     rank-deficient matrix (a diagonal entry of R below ``rcond * max|R_ii|``) gives
     ``RESULTS.singular`` and a NaN value. For a wide operator the factored matrix is its
     transpose, which ``matrix_specs`` then describes.
@@ -308,20 +307,8 @@ class QR(_JaxmgSolver):
         assert isinstance(factor, modules.QR), "the state of QR.init"
         if not state.transposed:  # tall M: least squares
             return factor.solve(b, rcond=self.rcond)
-        # wide M^T with M = Q R: the minimum-norm x is conj(Q) R^-T b (R gathered for the
-        # triangular solve; Q stays in its layout).
-        y = solve_triangular(_unsharded(factor.r), b, trans="T", lower=False)
-        return jnp.conj(factor.q) @ y
-
-
-def _unsharded(x):
-    """``x`` replicated where its sharding is part of its type (Explicit mesh axes), which
-    ``solve_triangular`` requires; unchanged elsewhere (XLA places it)."""
-    sharding = jax.typeof(x).sharding
-    explicit = any(t == AxisType.Explicit for t in getattr(sharding.mesh, "axis_types", ()))
-    if not explicit or sharding.mesh.empty:
-        return x
-    return jax.sharding.reshard(x, NamedSharding(sharding.mesh, PartitionSpec()))
+        # wide M^T = conj(M)^H: the minimum-norm x is conj(Q R^-H conj(b)) from M's factor.
+        return jnp.conj(factor._adjoint_solve(jnp.conj(b)))
 
 
 class _AutoState(eqx.Module):

@@ -100,6 +100,18 @@ class QR(Factorisation):
         numerically rank deficient), else 0. int32, one per matrix."""
         return _dispatch.method(self, _rank_status, rcond=_status.checked_rcond(rcond))
 
+    def _adjoint_solve(self, b: TallRhs):
+        """The x of least norm with ``a^H x = b`` for a tall or square ``a`` (b (N,) or (N, NRHS), x
+        (M,) or (M, NRHS)): ``x = Q R^-H b`` from the saved factor, with no Q formed and no second
+        factorisation; laid out like b (its row axes must divide M). NaN where :attr:`status` is
+        not 0; ``a`` must have full column rank (:meth:`rank_status`)."""
+        if self.wide:
+            raise ValueError(
+                "QR._adjoint_solve needs a tall or square a (M >= N); for a wide a, QR(a).solve(b) "
+                "already gives the x of least norm with a x = b."
+            )
+        return _dispatch.method(self, _adjoint_solved, b)
+
     @property
     def q(self):
         """Q in a's layout: M x N with orthonormal columns (M x M for a wide a)."""
@@ -190,6 +202,13 @@ def rank_status(plan, state, status, rcond: Optional[float]):
 
 def _rank_status(plan, module, *, rcond):
     return rank_status(plan, module.state, module.status, rcond)
+
+
+def _adjoint_solved(plan, module, b):
+    kernels = plan.backend.qr(plan)
+    b, spec, home = _plan.place_rhs(plan, b, rows=plan.shape[1])
+    x = decompositions.minimum_norm(kernels, spec, module.operator, module.state, b)
+    return home(_status.masked(module.status, x))
 
 
 def _solve(plan, module, b, *, rcond):

@@ -48,6 +48,7 @@ class Stack:
     size: int
     sharding: Optional[NamedSharding] = None
     concrete: bool = False
+    nested: bool = False
 
     @property
     def mesh(self):
@@ -57,7 +58,10 @@ class Stack:
     def home(self) -> Optional[P]:
         """The layout the stack's outputs return to: its batch axis split as the stack's is (whole
         matrices on each device), replicated for a concrete stack on no mesh (a NumPy array),
-        None where it is not known (Auto mesh axes inside ``jax.jit``)."""
+        None where it is not known (Auto mesh axes inside ``jax.jit``) and for a stack inside an
+        enclosing ``jax.vmap`` (its members' layout is the enclosing stack's to keep)."""
+        if self.nested:
+            return None
         if self.sharding is not None:
             entries = tuple(self.sharding.spec)
             return P(entries[0] if entries else None)
@@ -133,18 +137,21 @@ def stack_of(x) -> Optional[Stack]:
                 int(jax.typeof(value).shape[axis]),
                 _sharding(value, axis),
                 concrete is not None and not isinstance(concrete, jax.core.Tracer),
+                _mapped_again(value),
             )
         x = _primal(x)
     return None
 
 
 def _sharding(value, axis: int) -> Optional[NamedSharding]:
-    """The sharding of a stacked ``value`` with its batch axis ``axis`` moved first, if known."""
-    concrete = concrete_value(value, through_vmap=True)
+    """The sharding of a stacked ``value`` with its batch axis ``axis`` moved first, if known (the
+    axes of enclosing ``jax.vmap`` calls left out: each of their members is one such stack)."""
+    concrete, position, outer = _beneath(value, axis)
     if concrete is not None and not isinstance(concrete, jax.core.Tracer):
         sharding = getattr(concrete, "sharding", None)
-        ndim = concrete.ndim
+        ndim, axis = concrete.ndim, position
     else:
+        outer = ()
         sharding = getattr(jax.typeof(value), "sharding", None)
         ndim = jax.typeof(value).ndim
     if not isinstance(sharding, NamedSharding) or sharding.mesh.empty:
@@ -152,8 +159,37 @@ def _sharding(value, axis: int) -> Optional[NamedSharding]:
     if concrete is None and not all(t == AxisType.Explicit for t in sharding.mesh.axis_types):
         return None  # Auto axes inside jax.jit: the layout is not known while tracing
     entries = list(tuple(sharding.spec) + (None,) * (ndim - len(tuple(sharding.spec))))
-    entries.insert(0, entries.pop(axis))
-    return NamedSharding(sharding.mesh, P(*entries))
+    first = entries[axis]
+    entries = [e for i, e in enumerate(entries) if i != axis and i not in outer]
+    return NamedSharding(sharding.mesh, P(first, *entries))
+
+
+def _mapped_again(value) -> bool:
+    """Whether an enclosing ``jax.vmap`` maps ``value`` (a stack inside a stack)."""
+    while isinstance(value, jax.core.Tracer):
+        found = _batched(value)
+        if found is not None and isinstance(found[1], int):
+            return True
+        value = _primal(value) if found is None else found[0]
+    return False
+
+
+def _beneath(value, axis: int) -> tuple[Any, int, tuple[int, ...]]:
+    """(the concrete array beneath ``value`` or None, the position of ``value``'s axis ``axis`` in
+    it, the positions of the axes that enclosing ``jax.vmap`` calls map over)."""
+    outer: list[int] = []
+    while isinstance(value, jax.core.Tracer):
+        inner = _primal(value)
+        if inner is None:
+            found = _batched(value)
+            if found is None:
+                return None, axis, ()
+            inner, mapped = found
+            if isinstance(mapped, int):
+                axis += mapped <= axis
+                outer = [o + (mapped <= o) for o in outer] + [mapped]
+        value = inner
+    return value, axis, tuple(outer)
 
 
 def manual() -> bool:

@@ -113,6 +113,37 @@ def test_batch_route_moves_nothing_and_keeps_the_stack_layout(shape, axis_type, 
     assert routes and set(routes) == {"batch"} == {jaxmg.route("Cholesky", (N, N), "float64", mesh, stacked=STACK)}
 
 
+#: Nested jax.vmap over a (4, 4, N, N) stack split over its outer axis: (op, inputs, NumPy's answer).
+NESTED = {
+    "potrs": (jaxmg.potrs, (SPD, RHS), lambda a, b: np.linalg.solve(a, b[..., None])[..., 0]),
+    "la.solve": (la.solve, (GEN, RHS), lambda a, b: np.linalg.solve(a, b[..., None])[..., 0]),
+    "la.eigvalsh": (la.eigvalsh, (SPD,), np.linalg.eigvalsh),
+    "la.svd": (lambda a: la.svd(a, compute_uv=False), (GEN,), lambda a: np.linalg.svd(a, compute_uv=False)),
+    "least_squares": (jaxmg.least_squares, (TALL, RHS_TALL), lambda a, b: np.linalg.pinv(a) @ b[..., None]),
+}
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("axis_type", AXES)
+def test_nested_vmap_over_a_stack_split_on_its_outer_axis(axis_type, jit):
+    """jax.vmap(jax.vmap(op)) over a stack split over its outer batch axis: each inner stack is
+    one member of the outer one (its own layout, not the outer axis's), the values are NumPy's,
+    nothing moves between devices and the outputs keep the outer split."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=axis_type)
+    with jax.set_mesh(mesh):
+        for name, (op, args, want) in NESTED.items():
+            if name == "least_squares" and axis_type == AxisType.Explicit:
+                continue  # JAX's own nested vmap of jnp.linalg.qr fails on Explicit axes
+            nested = tuple(jax.device_put(x.reshape(4, 4, *x.shape[1:]), NamedSharding(mesh, P("x"))) for x in args)
+            fn = jax.vmap(jax.vmap(op))
+            out = (jax.jit(fn) if jit else fn)(*nested)
+            if jit:
+                assert _moves(jax.jit(fn), *nested) == set(), name
+            expected = np.reshape(want(*(np.asarray(x) for x in nested)), out.shape)
+            np.testing.assert_allclose(np.asarray(out), expected, rtol=0, atol=1e-10, err_msg=name)
+            assert _normal(out.sharding.spec, mesh)[:1] == ("x",), (name, out.sharding)
+
+
 #: The drop-ins on a stack (..., N, N) and right-hand sides (..., N, 2), as users call them.
 RHS2 = np.stack([RHS, 2 * RHS], axis=-1)
 DROPINS_STACKED = {

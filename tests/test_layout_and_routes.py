@@ -242,3 +242,25 @@ def test_outputs_keep_the_callers_layout_eager_and_jitted(shape, axis_type):
             outs = outs if isinstance(outs, tuple) else (outs,)
             got = tuple(_normal(x.sharding.spec, mesh) for x in outs)
             assert got == tuple(want[k] for k in kinds), (name, how, got)
+
+
+SOLVES = {
+    "potrs": jaxmg.potrs,
+    "la.solve": la.solve,
+    "sla.solve pos": lambda a, b: sla.solve(a, b, assume_a="pos"),
+    "sla.solve_triangular": lambda a, b: sla.solve_triangular(a, b, lower=True),
+    "sla.cho_solve": lambda a, b: sla.cho_solve(sla.cho_factor(a, lower=True), b),
+    "sla.lu_solve": lambda a, b: sla.lu_solve(sla.lu_factor(a), b),
+}
+
+
+@pytest.mark.parametrize("b_spec", [P("y"), P(("x", "y")), P()], ids=str)
+@pytest.mark.parametrize("name", SOLVES)
+def test_eager_solution_has_b_layout_where_it_differs_from_a_rows(name, b_spec):
+    """Eagerly on Auto axes a solution comes back in b's layout, also where b's rows are not
+    split as a's (XLA's placement of the last step is a's rows, or replicated)."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Auto)
+    a = jax.device_put(SPD[0], NamedSharding(mesh, P("x", "y")))
+    b = jax.device_put(RHS[0], NamedSharding(mesh, b_spec))
+    x = SOLVES[name](a, b)
+    assert _normal(x.sharding.spec, mesh) == _normal(b_spec, mesh), x.sharding.spec

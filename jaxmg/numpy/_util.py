@@ -82,12 +82,16 @@ def map_batch(fn, args, core_ranks, *, solution: bool = False):
     before them are broadcast together and mapped with nested ``jax.vmap`` (the stack's route
     is jaxmg's: each device solves its own matrices where they fit, docs/routes.md); an
     argument without batch dimensions is shared by every matrix. Eagerly, matrix outputs are
-    returned in a's layout, except a ``solution`` (laid out like its right-hand side).
+    returned in a's layout, and a ``solution`` in the layout of its right-hand side (the last
+    argument).
     """
     shapes = [x.shape[: x.ndim - r] for x, r in zip(args, core_ranks)]
     batch = tuple(jnp.broadcast_shapes(*shapes)) if shapes else ()
-    a = args[0]
-    place = (lambda out: out) if solution else (lambda out: _in_matrix_layout(out, a))
+    like = args[-1] if solution else args[0]
+
+    def place(out):
+        return _in_layout_eagerly(out, like)
+
     if not batch:
         return place(fn(*args))
     args = [
@@ -108,16 +112,17 @@ def map_solve(fn, args):
     return map_batch(fn, args, (2, *(1,) * (len(args) - 2), 1 if b.ndim == 1 else 2), solution=True)
 
 
-def _in_matrix_layout(out, a):
-    """Eagerly, the matrix outputs (those of a's rank) in a's layout: jaxmg's eager calls under
-    ``jax.vmap`` return them replicated, and products on Auto mesh axes (pinv, a wide R) where
-    XLA put them. A no-op for outputs already there."""
-    sharding = getattr(a, "sharding", None)
-    if is_tracer(a) or not isinstance(sharding, NamedSharding):
+def _in_layout_eagerly(out, like):
+    """Eagerly, the outputs of like's rank in like's layout (``like``: the matrix ``a``, or the
+    right-hand side of a solution): jaxmg's eager calls under ``jax.vmap`` return them replicated,
+    and products on Auto mesh axes (pinv, a wide R, a solution's permuted or triangular solves)
+    where XLA put them. A no-op for outputs already there."""
+    sharding = getattr(like, "sharding", None)
+    if is_tracer(like) or not isinstance(sharding, NamedSharding):
         return out
 
     def place(x):
-        if getattr(x, "ndim", None) != a.ndim or is_tracer(x):
+        if getattr(x, "ndim", None) != like.ndim or is_tracer(x):
             return x
         try:
             return jax.device_put(x, sharding)

@@ -264,3 +264,25 @@ def test_eager_solution_has_b_layout_where_it_differs_from_a_rows(name, b_spec):
     b = jax.device_put(RHS[0], NamedSharding(mesh, b_spec))
     x = SOLVES[name](a, b)
     assert _normal(x.sharding.spec, mesh) == _normal(b_spec, mesh), x.sharding.spec
+
+
+def test_stack_split_inside_its_matrices_keeps_its_layout_eager_and_jitted():
+    """A stack split over its batch axis and inside its matrices (Explicit ``P("x", None, "y")``,
+    no ``jax.set_mesh``): matrix outputs come back in its layout and solutions in b's, eagerly as
+    inside ``jax.jit``, and a solve with JAX's array factor runs eagerly too."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Explicit)
+    a = jax.device_put(SPD[:8], NamedSharding(mesh, P("x", None, "y")))
+    c = jax.device_put(np.linalg.cholesky(SPD[:8]), a.sharding)
+    b = jax.device_put(RHS[:8, :, None], NamedSharding(mesh, P("x")))
+    cases = {
+        "la.inv": (la.inv, (a,), P("x", None, "y")),
+        "la.eigh": (lambda a: la.eigh(a)[1], (a,), P("x", None, "y")),
+        "sla.cho_solve": (lambda c, b: sla.cho_solve((c, True), b), (c, b), P("x")),
+    }
+    want_x = np.linalg.solve(SPD[:8], RHS[:8, :, None])
+    for name, (fn, args, spec) in cases.items():
+        for how, run in (("eager", fn), ("jit", jax.jit(fn))):
+            out = run(*args)
+            assert _normal(out.sharding.spec, mesh) == _normal(spec, mesh), (name, how, out.sharding.spec)
+            if name == "sla.cho_solve":
+                np.testing.assert_allclose(np.asarray(out), want_x, rtol=1e-12, atol=1e-12)

@@ -7,7 +7,7 @@ import contextlib
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from .. import _checks, _context, _plan, _routes, _sharded
 from .._context import is_tracer
@@ -108,8 +108,9 @@ def _own_mesh(args):
     else no context."""
     for x in args:
         sharding = getattr(x, "sharding", None)
-        if not is_tracer(x) and isinstance(sharding, NamedSharding) and _explicit_mesh(x) is not None:
-            return jax.set_mesh(sharding.mesh)
+        mesh = getattr(sharding, "mesh", None)
+        if not is_tracer(x) and isinstance(mesh, Mesh) and _explicit_mesh(x) is not None:
+            return jax.set_mesh(mesh)
     return contextlib.nullcontext()
 
 

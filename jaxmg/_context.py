@@ -141,6 +141,8 @@ def stack_of(x) -> Optional[Stack]:
 def _sharding(value, axis: int) -> Optional[NamedSharding]:
     """The sharding of a stacked ``value`` with its batch axis ``axis`` moved first, if known."""
     concrete = concrete_value(value, through_vmap=True)
+    if getattr(concrete, "ndim", None) != jax.typeof(value).ndim:
+        concrete = None  # beneath an outer jax.vmap too: its axes are not value's
     if concrete is not None and not isinstance(concrete, jax.core.Tracer):
         sharding = getattr(concrete, "sharding", None)
         ndim = concrete.ndim

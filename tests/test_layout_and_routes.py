@@ -286,3 +286,19 @@ def test_stack_split_inside_its_matrices_keeps_its_layout_eager_and_jitted():
             assert _normal(out.sharding.spec, mesh) == _normal(spec, mesh), (name, how, out.sharding.spec)
             if name == "sla.cho_solve":
                 np.testing.assert_allclose(np.asarray(out), want_x, rtol=1e-12, atol=1e-12)
+
+
+def test_nested_vmap_over_a_stack_split_on_two_batch_axes():
+    """``jax.vmap(jax.vmap(potrs))`` of a (2, 4, N, N) stack split ``P("y", "x")`` over Explicit
+    axes: each level's batch axis is read from its own stacked value (the inner one's from the
+    inner value, not from the array beneath both), so the batch route moves nothing and x keeps
+    the stack's layout, eagerly and inside ``jax.jit``."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Explicit)
+    a = jax.device_put(SPD[:8].reshape(2, 4, N, N), NamedSharding(mesh, P("y", "x")))
+    b = jax.device_put(RHS[:8].reshape(2, 4, N), NamedSharding(mesh, P("y", "x")))
+    fn = jax.vmap(jax.vmap(jaxmg.potrs))
+    want = np.linalg.solve(SPD[:8], RHS[:8, :, None])[..., 0].reshape(2, 4, N)
+    for x in (fn(a, b), jax.jit(fn)(a, b)):
+        assert _normal(x.sharding.spec, mesh) == ("y", "x"), x.sharding.spec
+        np.testing.assert_allclose(np.asarray(x), want, rtol=1e-12, atol=1e-12)
+    assert not _moves(jax.jit(fn), a, b)

@@ -106,10 +106,12 @@ def _own_mesh(args):
     """Eagerly, the mesh of Explicit axes that the arguments lie on, as the context of the call
     (JAX refuses an eager ``jax.vmap`` that makes arrays on Explicit axes outside ``jax.set_mesh``);
     else no context."""
+    if _context.tracing() or any(is_tracer(x) for x in args):
+        return contextlib.nullcontext()
     for x in args:
         sharding = getattr(x, "sharding", None)
         mesh = getattr(sharding, "mesh", None)
-        if not is_tracer(x) and isinstance(mesh, Mesh) and _explicit_mesh(x) is not None:
+        if isinstance(mesh, Mesh) and _explicit_mesh(x) is not None:
             return jax.set_mesh(mesh)
     return contextlib.nullcontext()
 

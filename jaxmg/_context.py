@@ -59,12 +59,15 @@ class Stack:
         """The layout the stack's outputs return to: its batch axis split as the stack's is (whole
         matrices on each device), replicated for a concrete stack on no mesh (a NumPy array),
         None where it is not known (Auto mesh axes inside ``jax.jit``) and for a stack inside an
-        enclosing ``jax.vmap`` (its members' layout is the enclosing stack's to keep)."""
-        if self.nested:
-            return None
+        enclosing ``jax.vmap`` whose own batch axis is not split (the enclosing stack's split is
+        the one its outputs keep)."""
         if self.sharding is not None:
             entries = tuple(self.sharding.spec)
+            if self.nested and (not entries or entries[0] is None):
+                return None
             return P(entries[0] if entries else None)
+        if self.nested:
+            return None
         return P() if self.concrete else None
 
 

@@ -200,16 +200,20 @@ def _batch(fn, plan: Plan, size: int, in_batched, args):
       the mesh by one all-to-all, and the outputs return to its layout.
     * A stack whose layout is not known while tracing (Auto mesh axes inside ``jax.jit``): the
       body mapped as it is; the device's solvers are split over the batch where XLA places the
-      stack (``jaxmg.kernels.ffi.per_matrix``), as ``jax.numpy.linalg`` is.
+      stack (``jaxmg.kernels.ffi.per_matrix``), as ``jax.numpy.linalg`` is; so too a stack inside
+      an enclosing ``jax.vmap`` whose own batch axis is not split (the enclosing split is kept).
     """
     in_axes = tuple(jax.tree.map(lambda b: 0 if b else None, flags) for flags in in_batched)
     mapped = jax.vmap(fn, in_axes=in_axes)
     mesh, home = plan.mesh, plan.stack_spec
-    if mesh is None or home is None:
+    if mesh is None:
         return mapped(*args)
-    axes = _layout.entry_axes(tuple(home)[0] if tuple(home) else None) or _layout.batch_axes(mesh, size)
-    if not axes:
-        return mapped(*args)
+    axes = None if home is None else _layout.entry_axes(tuple(home)[0] if tuple(home) else None)
+    axes = axes or (None if home is None else _layout.batch_axes(mesh, size))
+    if not axes:  # XLA places the mapped solvers where the stack lies, in the mesh's context
+        unset = jax.sharding.get_abstract_mesh().empty
+        with _sharded.abstract_context(mesh) if unset else contextlib.nullcontext():
+            return mapped(*args)
     spread = P(_layout.entry(axes))
     in_specs = tuple(jax.tree.map(lambda b: spread if b else P(), flags) for flags in in_batched)
     args = tuple(jax.tree.map(lambda x, s: _put(x, s, mesh), a, spec) for a, spec in zip(args, in_specs))

@@ -273,3 +273,63 @@ def test_outputs_keep_the_callers_layout_eager_and_jitted(shape, axis_type):
             outs = outs if isinstance(outs, tuple) else (outs,)
             got = tuple(_normal(x.sharding.spec, mesh) for x in outs)
             assert got == tuple(want[k] for k in kinds), (name, how, got)
+
+
+SOLVES = {
+    "potrs": jaxmg.potrs,
+    "la.solve": la.solve,
+    "sla.solve pos": lambda a, b: sla.solve(a, b, assume_a="pos"),
+    "sla.solve_triangular": lambda a, b: sla.solve_triangular(a, b, lower=True),
+    "sla.cho_solve": lambda a, b: sla.cho_solve(sla.cho_factor(a, lower=True), b),
+    "sla.lu_solve": lambda a, b: sla.lu_solve(sla.lu_factor(a), b),
+}
+
+
+@pytest.mark.parametrize("b_spec", [P("y"), P(("x", "y")), P()], ids=str)
+@pytest.mark.parametrize("name", SOLVES)
+def test_eager_solution_has_b_layout_where_it_differs_from_a_rows(name, b_spec):
+    """Eagerly on Auto axes a solution comes back in b's layout, also where b's rows are not
+    split as a's (XLA's placement of the last step is a's rows, or replicated)."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Auto)
+    a = jax.device_put(SPD[0], NamedSharding(mesh, P("x", "y")))
+    b = jax.device_put(RHS[0], NamedSharding(mesh, b_spec))
+    x = SOLVES[name](a, b)
+    assert _normal(x.sharding.spec, mesh) == _normal(b_spec, mesh), x.sharding.spec
+
+
+def test_stack_split_inside_its_matrices_keeps_its_layout_eager_and_jitted():
+    """A stack split over its batch axis and inside its matrices (Explicit ``P("x", None, "y")``,
+    no ``jax.set_mesh``): matrix outputs come back in its layout and solutions in b's, eagerly as
+    inside ``jax.jit``, and a solve with JAX's array factor runs eagerly too."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Explicit)
+    a = jax.device_put(SPD[:8], NamedSharding(mesh, P("x", None, "y")))
+    c = jax.device_put(np.linalg.cholesky(SPD[:8]), a.sharding)
+    b = jax.device_put(RHS[:8, :, None], NamedSharding(mesh, P("x")))
+    cases = {
+        "la.inv": (la.inv, (a,), P("x", None, "y")),
+        "la.eigh": (lambda a: la.eigh(a)[1], (a,), P("x", None, "y")),
+        "sla.cho_solve": (lambda c, b: sla.cho_solve((c, True), b), (c, b), P("x")),
+    }
+    want_x = np.linalg.solve(SPD[:8], RHS[:8, :, None])
+    for name, (fn, args, spec) in cases.items():
+        for how, run in (("eager", fn), ("jit", jax.jit(fn))):
+            out = run(*args)
+            assert _normal(out.sharding.spec, mesh) == _normal(spec, mesh), (name, how, out.sharding.spec)
+            if name == "sla.cho_solve":
+                np.testing.assert_allclose(np.asarray(out), want_x, rtol=1e-12, atol=1e-12)
+
+
+def test_nested_vmap_over_a_stack_split_on_two_batch_axes():
+    """``jax.vmap(jax.vmap(potrs))`` of a (2, 4, N, N) stack split ``P("y", "x")`` over Explicit
+    axes: each level's batch axis is read from its own stacked value (the inner one's from the
+    inner value, not from the array beneath both), so the batch route moves nothing and x keeps
+    the stack's layout, eagerly and inside ``jax.jit``."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Explicit)
+    a = jax.device_put(SPD[:8].reshape(2, 4, N, N), NamedSharding(mesh, P("y", "x")))
+    b = jax.device_put(RHS[:8].reshape(2, 4, N), NamedSharding(mesh, P("y", "x")))
+    fn = jax.vmap(jax.vmap(jaxmg.potrs))
+    want = np.linalg.solve(SPD[:8], RHS[:8, :, None])[..., 0].reshape(2, 4, N)
+    for x in (fn(a, b), jax.jit(fn)(a, b)):
+        assert _normal(x.sharding.spec, mesh) == ("y", "x"), x.sharding.spec
+        np.testing.assert_allclose(np.asarray(x), want, rtol=1e-12, atol=1e-12)
+    assert not _moves(jax.jit(fn), a, b)

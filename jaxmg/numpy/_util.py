@@ -3,9 +3,11 @@ promotion, shape checks, the Hermitian input convention and leading batch dimens
 
 from __future__ import annotations
 
+import contextlib
+
 import jax
 import jax.numpy as jnp
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from .. import _checks, _context, _plan, _routes, _sharded
 from .._context import is_tracer
@@ -82,22 +84,36 @@ def map_batch(fn, args, core_ranks, *, solution: bool = False):
     before them are broadcast together and mapped with nested ``jax.vmap`` (the stack's route
     is jaxmg's: each device solves its own matrices where they fit, docs/routes.md); an
     argument without batch dimensions is shared by every matrix. Eagerly, matrix outputs are
-    returned in a's layout, except a ``solution`` (laid out like its right-hand side).
+    returned in a's layout, and a ``solution`` in the layout of its right-hand side (the last
+    argument).
     """
     shapes = [x.shape[: x.ndim - r] for x, r in zip(args, core_ranks)]
     batch = tuple(jnp.broadcast_shapes(*shapes)) if shapes else ()
-    a = args[0]
-    place = (lambda out: out) if solution else (lambda out: _in_matrix_layout(out, a))
-    if not batch:
-        return place(fn(*args))
-    args = [
-        x if x.shape[: x.ndim - r] in (batch, ()) else jnp.broadcast_to(x, batch + x.shape[x.ndim - r :])
-        for x, r in zip(args, core_ranks)
-    ]
-    for depth in range(len(batch)):
-        in_axes = tuple(0 if x.ndim - r > depth else None for x, r in zip(args, core_ranks))
-        fn = jax.vmap(fn, in_axes=in_axes)
-    return place(fn(*args))
+    like = args[-1] if solution else args[0]
+    if batch:
+        args = [
+            x if x.shape[: x.ndim - r] in (batch, ()) else jnp.broadcast_to(x, batch + x.shape[x.ndim - r :])
+            for x, r in zip(args, core_ranks)
+        ]
+        for depth in range(len(batch)):
+            in_axes = tuple(0 if x.ndim - r > depth else None for x, r in zip(args, core_ranks))
+            fn = jax.vmap(fn, in_axes=in_axes)
+    with _own_mesh(args):
+        return _in_layout_kept(fn(*args), like)
+
+
+def _own_mesh(args):
+    """Eagerly, the mesh of Explicit axes that the arguments lie on, as the context of the call
+    (JAX refuses an eager ``jax.vmap`` that makes arrays on Explicit axes outside ``jax.set_mesh``);
+    else no context."""
+    if _context.tracing() or any(is_tracer(x) for x in args):
+        return contextlib.nullcontext()
+    for x in args:
+        sharding = getattr(x, "sharding", None)
+        mesh = getattr(sharding, "mesh", None)
+        if isinstance(mesh, Mesh) and _explicit_mesh(x) is not None:
+            return jax.set_mesh(mesh)
+    return contextlib.nullcontext()
 
 
 def map_solve(fn, args):
@@ -108,21 +124,25 @@ def map_solve(fn, args):
     return map_batch(fn, args, (2, *(1,) * (len(args) - 2), 1 if b.ndim == 1 else 2), solution=True)
 
 
-def _in_matrix_layout(out, a):
-    """Eagerly, the matrix outputs (those of a's rank) in a's layout: jaxmg's eager calls under
-    ``jax.vmap`` return them replicated, and products on Auto mesh axes (pinv, a wide R) where
-    XLA put them. A no-op for outputs already there."""
-    sharding = getattr(a, "sharding", None)
-    if is_tracer(a) or not isinstance(sharding, NamedSharding):
+def _in_layout_kept(out, like):
+    """The outputs of like's rank in like's layout (``like``: the matrix ``a``, or the right-hand
+    side of a solution) where that layout is known: eagerly, and on Explicit mesh axes inside
+    ``jax.jit`` (a stack split inside its matrices, whose batch route returns its outputs split
+    over the batch axis alone). jaxmg's eager calls under ``jax.vmap`` return them replicated, and
+    products on Auto mesh axes (pinv, a wide R, a solution's permuted or triangular solves) where
+    XLA put them. A no-op for outputs already there, and for shapes the mesh does not divide."""
+    traced = is_tracer(like)
+    mesh = _explicit_mesh(like) if traced else None
+    sharding = NamedSharding(mesh, spec_of(like)) if mesh is not None else getattr(like, "sharding", None)
+    if (traced and mesh is None) or not isinstance(sharding, NamedSharding):
         return out
 
     def place(x):
-        if getattr(x, "ndim", None) != a.ndim or is_tracer(x):
+        if getattr(x, "ndim", None) != like.ndim or not divides(x.shape, tuple(sharding.spec), sharding.mesh):
             return x
-        try:
-            return jax.device_put(x, sharding)
-        except ValueError:  # a shape the mesh does not divide: left as computed
-            return x
+        if traced:
+            return jax.sharding.reshard(x, sharding)
+        return x if is_tracer(x) else jax.device_put(x, sharding)
 
     return jax.tree.map(place, out)
 

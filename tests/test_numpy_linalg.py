@@ -7,7 +7,9 @@ the invariant parts). Small matrices, several functions per compiled case.
 
 from __future__ import annotations
 
+import functools
 import inspect
+import re
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +23,7 @@ from jax.test_util import check_grads
 import jaxmg
 import jaxmg.numpy.linalg as mla
 import jaxmg.scipy.linalg as msla
-from helpers import make_mesh, put, random_matrix, spd_matrix
+from helpers import AXES, make_mesh, put, random_matrix, same_spec, spd_matrix
 
 # (mesh shape, axis names, axis type, spec of a): two-axis Explicit and Auto, one-axis rows and columns
 MESHES = {
@@ -541,3 +543,71 @@ def test_solve_refuses_what_jax_refuses(b_shape, message):
         jnp.linalg.solve(a, b)
     with pytest.raises(ValueError, match=message):
         mla.solve(a, b)
+
+
+# the scipy solves that take JAX's batch of vectors (b (..., N) with a (..., N, N)), and the fix
+# that JAX's FutureWarning names
+BATCHED_VECTOR_SOLVES = {
+    "lu_solve": (lambda sl, a, b: sl.lu_solve(sl.lu_factor(a), b, trans=1), "lu_and_piv"),
+    "solve_triangular": (lambda sl, a, b: sl.solve_triangular(a, b, trans="C", lower=True), "a"),
+    "cho_solve": (lambda sl, a, b: sl.cho_solve((jnp.linalg.cholesky(a), True), b), "c_and_lower"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BATCHED_VECTOR_SOLVES))
+def test_scipy_solves_take_a_batch_of_vectors_as_jax(name):
+    """lu_solve, solve_triangular and cho_solve read b (..., N), one dimension fewer than the
+    factors (..., N, N), as one vector for each matrix, as JAX's do (with JAX's FutureWarning
+    and fix), on a stack split over its batch axis too; the derivative is JAX's."""
+    fn, first = BATCHED_VECTOR_SOLVES[name]
+    fix = re.escape(f"Use {name}({first}, b[..., None]).squeeze(-1)")
+    rng = np.random.default_rng(0)
+    a = np.stack([spd_matrix(rng, 8, np.complex128) for _ in range(8)])
+    b = random_matrix(rng, (8, 8), np.complex128)
+    tangents = (b[:, None, :] * a, b)
+    with pytest.warns(FutureWarning, match=fix):
+        want = fn(jsl, a, b)
+        want_tangent = jax.jvp(functools.partial(fn, jsl), (a, b), tangents)[1]
+    with pytest.warns(FutureWarning, match=fix):
+        got = fn(msla, a, b)
+        tangent = jax.jvp(functools.partial(fn, msla), (a, b), tangents)[1]
+        mesh = make_mesh((4, 2), ("x", "y"))
+        on_mesh = jax.jit(functools.partial(fn, msla))(put(a, mesh, P("x")), put(b, mesh, P("x")))
+    for x in (got, on_mesh):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(want), rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(tangent), np.asarray(want_tangent), rtol=1e-9)
+
+
+@pytest.mark.parametrize("axis_type", AXES)
+@pytest.mark.parametrize("name", ["cho_solve", "lu_solve"])
+def test_factor_modules_solve_a_stack_of_right_hand_sides(name, axis_type):
+    """cho_solve((jaxmg.Cholesky, lower), b) and lu_solve((jaxmg.LU, None), b) solve each matrix of
+    a stack b (..., N, K) with the one factor, as JAX broadcasts its factor, a stack split over its
+    batch axis included (x in b's layout)."""
+    rng = np.random.default_rng(1)
+    a = spd_matrix(rng, 8, np.float64)
+    b = rng.standard_normal((2, 4, 8, 3))
+    if name == "cho_solve":
+        want = jsl.cho_solve(jsl.cho_factor(a), b)
+        fn = lambda a, b: msla.cho_solve(msla.cho_factor(a), b)  # noqa: E731
+    else:
+        want = jsl.lu_solve(jsl.lu_factor(a), b, trans=1)
+        fn = lambda a, b: msla.lu_solve((jaxmg.LU(a), None), b, trans=1)  # noqa: E731
+    np.testing.assert_allclose(np.asarray(fn(a, b)), np.asarray(want), rtol=1e-10)
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=axis_type)
+    b_split = put(b, mesh, P(None, "x"))
+    x = jax.jit(fn)(put(a, mesh, P()), b_split)
+    np.testing.assert_allclose(np.asarray(x), np.asarray(want), rtol=1e-10)
+    if axis_type == AxisType.Explicit:
+        assert same_spec(x, P(None, "x"))
+
+
+@pytest.mark.parametrize("shape,side", [((6, 4), "left"), ((4, 6), "right")])
+def test_polar_of_the_shape_its_side_does_not_take_names_the_side(shape, side):
+    """polar refuses a tall a on the left side (and a wide one on the right) as JAX's qdwh does,
+    naming a's shape as given and the side that takes it."""
+    other = "right" if side == "left" else "left"
+    with pytest.raises(NotImplementedError):
+        jsl.polar(jnp.ones(shape), side=side)
+    with pytest.raises(NotImplementedError, match=re.escape(f"got a of shape {shape}; pass side='{other}'")):
+        msla.polar(jnp.ones(shape), side=side)

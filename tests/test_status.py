@@ -2,6 +2,9 @@
 Cholesky, the first zero pivot of LU, compared with scipy.linalg.lapack on matrices that fail
 at different places; NaN outputs on failure."""
 
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,7 +13,7 @@ from jax.sharding import AxisType, PartitionSpec as P
 from scipy.linalg import lapack
 
 import jaxmg
-from helpers import make_mesh, put, spd_matrix
+from helpers import child_env, make_mesh, put, spd_matrix
 from jaxmg.kernels import status
 
 N = 32
@@ -132,3 +135,45 @@ def test_non_finite_input_gives_status_and_nan(name, where, value):
             assert int(st) == (0 if module else -1), name
         for out in outputs:
             assert np.all(np.isnan(np.asarray(out))), (name, where, out)
+
+
+_INFINITE_SVD_SCRIPT = """
+import jax, numpy as np
+jax.config.update("jax_enable_x64", True)
+import jaxmg, jaxmg.numpy.linalg as la, jaxmg.scipy.linalg as sla
+a = 3 * np.eye(4) + 0.1
+a[0, 0] = np.inf
+tall = np.ones((6, 4))
+tall[2, 1] = -np.inf
+outputs = [la.svd(a), la.svd(tall.T, full_matrices=False), la.pinv(a), sla.polar(tall), la.lstsq(a, np.ones(4))[0]]
+*factors, st = jaxmg.gesvd(tall, return_status=True)
+assert int(st) != 0, int(st)
+for x in jax.tree.leaves(outputs + factors):
+    assert np.all(np.isnan(np.asarray(x))), x
+print("returned")
+"""
+
+
+def test_svd_of_a_matrix_with_an_infinity_returns_nan_and_status():
+    """The SVD on one device (LAPACK's gesdd, which does not return on a matrix with an infinity)
+    is not given such a matrix: the singular vectors, pinv, the polar factors and lstsq's solution
+    are NaN and gesvd's status flags it, promptly (in a child process, so that a hang fails the
+    test rather than stopping the run)."""
+    done = _run_child(_INFINITE_SVD_SCRIPT)
+    assert done == "returned"
+
+
+def _run_child(script: str, timeout: float = 120) -> str:
+    """The last line that ``script`` prints in a fresh Python process, or what stopped it."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            env=child_env(JAX_PLATFORMS="cpu"),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return f"no result within {timeout} s"
+    lines = (done.stdout or done.stderr).strip().splitlines()
+    return lines[-1] if done.returncode == 0 and lines else done.stderr[-2000:]

@@ -247,18 +247,32 @@ def _syevd(a):
     return w, v, _status.finite(w)
 
 
+def _platform_svd(a, **options):
+    """``jnp.linalg.svd(a, **options)``, NaN for a matrix with an entry that is not finite, which
+    the platform's SVD is not given: LAPACK's gesdd does not return on a matrix with an infinity
+    (``jnp.linalg.svd`` hangs there on CPUs), so such a matrix is replaced by zeros and its
+    factors by NaN (their status then flags them)."""
+    finite = jnp.all(jnp.isfinite(a), axis=(-2, -1))
+    factors = jnp.linalg.svd(jnp.where(finite[..., None, None], a, jnp.zeros_like(a)), **options)
+
+    def flagged(x):
+        return jnp.where(finite.reshape(finite.shape + (1,) * (x.ndim - finite.ndim)), x, jnp.full_like(x, jnp.nan))
+
+    return jax.tree.map(flagged, factors)
+
+
 def _gesvd_own(a, full_matrices: bool):
-    u, s, vh = jnp.linalg.svd(a, full_matrices=full_matrices)
+    u, s, vh = _platform_svd(a, full_matrices=full_matrices)
     return u, s, vh, _status.finite(s)
 
 
 def _svdvals_own(a):
-    s = jnp.linalg.svd(a, compute_uv=False)
+    s = _platform_svd(a, compute_uv=False)
     return None, s, None, _status.finite(s)
 
 
 def _polar_own(a):
-    u, s, vh = jnp.linalg.svd(a, full_matrices=False)
+    u, s, vh = _platform_svd(a, full_matrices=False)
     u_p = matmul(u, vh)
     h = matmul(adjoint(vh) * s.astype(vh.dtype)[..., None, :], vh)
     return u_p, (h + adjoint(h)) / 2, _status.finite(s)

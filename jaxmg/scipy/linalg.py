@@ -20,6 +20,7 @@ is present: :func:`solve_triangular` runs as products over the mesh
 from __future__ import annotations
 
 import functools
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -84,11 +85,23 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
     del overwrite_b, check_finite
     c, lower = c_and_lower
     if isinstance(c, _Cholesky):
-        return _cho_promoted_solve(c, b)
-    c, b = _inexact(c, b)
-    _square(c, "cho_solve")
+        return _each_rhs(functools.partial(_cho_promoted_solve, c), b)
+    c, b, vectors = _triangle_and_rhs(c, b, "cho_solve", first="c_and_lower")
     solve = functools.partial(_cho.solve_with_factor, lower=bool(lower))
-    return _map_solve(solve, (c, b))
+    return _vectors_back(_map_solve(solve, (c, b)), vectors)
+
+
+def _each_rhs(solve, b):
+    """``solve`` (a module's, of one matrix) of ``b`` (N,), (N, K) or, as JAX broadcasts one
+    factor against a stack, of each matrix of a stack (..., N, K) (``jax.vmap``; on Explicit mesh
+    axes the stack's dimensions unsplit while it is solved, x then back in b's layout)."""
+    b = b if isinstance(b, jax.Array) else jnp.asarray(b)
+    if b.ndim <= 2:
+        return solve(b)
+    for _ in range(b.ndim - 2):
+        solve = jax.vmap(solve)
+    unsplit = _P(*(None,) * (b.ndim - 2), *_spec_of(b)[-2:])
+    return _in_layout_of(solve(_in_layout(b, unsplit, b)), b, matrix=False)
 
 
 def cholesky(a, lower=False, overwrite_a=False, check_finite=True):
@@ -162,12 +175,12 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
         raise ValueError(f"lu_solve: trans must be 0, 1 or 2 ('N', 'T', 'C'), got {trans!r}.")
     lu, piv = lu_and_piv
     if isinstance(lu, _LU):
-        return _lu_promoted_solve(lu, b, trans=_TRANS[trans])
-    lu, b = _triangle_and_rhs(lu, b, "lu_solve")
+        return _each_rhs(functools.partial(_lu_promoted_solve, lu, trans=_TRANS[trans]), b)
+    lu, b, vectors = _triangle_and_rhs(lu, b, "lu_solve", first="lu_and_piv")
     perm = jax.lax.linalg.lu_pivots_to_permutation(jnp.asarray(piv), lu.shape[-1])
     fn = functools.partial(_packed_lu_solve, trans=_TRANS[trans])
     # eagerly on Auto axes the permuted rows come back replicated: x is put in b's layout
-    return _in_layout_of(_map_solve(fn, (lu, perm, b)), b, matrix=False)
+    return _vectors_back(_in_layout_of(_map_solve(fn, (lu, perm, b)), b, matrix=False), vectors)
 
 
 def _packed_lu_solve(lu, perm, b, *, trans: str):
@@ -309,6 +322,13 @@ def polar(a, side="right", *, method="qdwh", eps=None, max_iterations=None):
             "polar: eps and max_iterations are not supported; jaxmg's polar iterates to its own tolerance."
         )
     (a,) = _inexact(a)
+    rows, cols = a.shape[-2:] if a.ndim >= 2 else (0, 0)
+    if rows < cols if side == "right" else rows > cols:
+        fit, other = ("M >= N", "left") if side == "right" else ("M <= N", "right")
+        raise NotImplementedError(
+            f"polar: side={side!r} takes a (..., M, N) with {fit}, got a of shape {a.shape}; "
+            f"pass side={other!r} for this shape."
+        )
     if side == "right":
         return _map_batch(_f.polar, (a,), (2,))
     u, p = _map_batch(_f.polar, (_H(a),), (2,))  # a^H = u p, so a = p u^H
@@ -357,20 +377,38 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
     del overwrite_b, debug, check_finite
     if trans not in _TRANS:
         raise ValueError(f"solve_triangular: trans must be 0, 1 or 2 ('N', 'T', 'C'), got {trans!r}.")
-    a, b = _triangle_and_rhs(a, b, "solve_triangular")
+    a, b, vectors = _triangle_and_rhs(a, b, "solve_triangular", first="a")
     fn = functools.partial(_triangular_solve, trans=_TRANS[trans], lower=bool(lower), unit=bool(unit_diagonal))
-    return _map_solve(fn, (a, b))
+    return _vectors_back(_map_solve(fn, (a, b)), vectors)
 
 
-def _triangle_and_rhs(a, b, name: str):
-    """``a`` (..., N, N) and ``b`` (N,) or (..., N, K) promoted together, their shapes checked."""
+def _triangle_and_rhs(a, b, name: str, *, first: str):
+    """``a`` (..., N, N) and ``b`` promoted together, their shapes checked, and whether ``b`` is a
+    batch of vectors: ``b`` is (N,) or (..., N, K), or, as JAX's ``name`` (whose ``first`` argument
+    holds ``a``) reads a ``b`` (..., N) of one dimension fewer than ``a``, one vector for each
+    matrix, then returned as (..., N, 1) (undone by :func:`_vectors_back`), with JAX's
+    FutureWarning."""
     a, b = _inexact(a, b)
     _square(a, name)
-    if b.ndim < 1 or b.shape[-1 if b.ndim == 1 else -2] != a.shape[-1]:
+    vectors = b.ndim > 1 and a.ndim == b.ndim + 1 and b.shape[-1] == a.shape[-1]
+    if vectors:
+        warnings.warn(
+            f"jax.scipy.linalg.{name}: batched 1D solves with b.ndim > 1 are deprecated, and in the future "
+            f"will be treated as a batched 2D solve. Use {name}({first}, b[..., None]).squeeze(-1) to avoid this "
+            "warning.",
+            category=FutureWarning,
+            stacklevel=3,
+        )
+    if b.ndim < 1 or b.shape[-1 if b.ndim == 1 or vectors else -2] != a.shape[-1]:
         raise ValueError(
             f"{name}: b must be (N,) or (..., N, K) with N = {a.shape[-1]} (the matrix's order), got shape {b.shape}."
         )
-    return a, b
+    return a, (b[..., None] if vectors else b), vectors
+
+
+def _vectors_back(x, vectors: bool):
+    """The solutions of a batch of vectors (:func:`_triangle_and_rhs`) as (..., N); else ``x``."""
+    return x[..., 0] if vectors else x
 
 
 def _triangular_solve(a, b, *, trans: str, lower: bool, unit: bool):

@@ -129,7 +129,7 @@ def _in_matrix_layout(out, a):
 
 def take_columns(v, order):
     """Columns ``order`` (an index array) of matrix ``v``, in v's layout."""
-    mesh = _explicit_mesh(v)
+    mesh = _sharded_explicitly(v, order)
     if mesh is None:
         return v[:, order]
     return v.at[:, order].get(out_sharding=NamedSharding(mesh, spec_of(v)))
@@ -137,10 +137,20 @@ def take_columns(v, order):
 
 def take_rows(x, order):
     """Rows ``order`` (an index array) of ``x`` (n,) or (n, k), in x's layout."""
-    mesh = _explicit_mesh(x)
+    mesh = _sharded_explicitly(x, order)
     if mesh is None:
         return x[order]
     return x.at[order].get(out_sharding=NamedSharding(mesh, spec_of(x)))
+
+
+def _sharded_explicitly(x, order):
+    """x's mesh where x or the index array ``order`` is split over Explicit mesh axes (the gather
+    then needs an ``out_sharding`` to stay in x's layout), else None: a gather from arrays that are
+    not split is not split either, and one with an ``out_sharding`` cannot be differentiated
+    inside a partially manual ``jax.shard_map`` (whose other axes are Explicit)."""
+    mesh = _explicit_mesh(x)
+    split = any(e is not None for y in (x, order) if _explicit_mesh(y) is not None for e in spec_of(y))
+    return mesh if mesh is not None and split else None
 
 
 def distributed_mesh(a, op: str):

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from ..autodiff import _dist
+from ..kernels.triangular import triangular_solve
 
 
 def solve_with_factor(c: jax.Array, b: jax.Array, lower: bool) -> jax.Array:
@@ -24,7 +25,7 @@ def solve_with_factor(c: jax.Array, b: jax.Array, lower: bool) -> jax.Array:
     layout = _dist.resolve(c)
     if _dist.kind(layout) is None:
         t = jnp.tril(c) if lower else jnp.triu(c)
-        solve = jax.lax.linalg.triangular_solve
+        solve = triangular_solve
         y = solve(t, rhs, left_side=True, lower=lower, transpose_a=not lower, conjugate_a=not lower)
         x = solve(t, y, left_side=True, lower=lower, transpose_a=lower, conjugate_a=lower)
     else:

@@ -389,7 +389,7 @@ def _triangular_solve(a, b, *, trans: str, lower: bool, unit: bool):
 
     if not _spread(a):  # on one device: its triangular solve, in one call, then x in b's layout
         rhs = b[:, None] if vector else b
-        x = jax.lax.linalg.triangular_solve(
+        x = _triangular.triangular_solve(
             a,
             _whole_rows(rhs),
             left_side=True,

@@ -422,3 +422,23 @@ def test_second_derivatives_of_the_full_matrix_rules_are_jax(name):
     )
     if "eigh(" not in name:  # JAX's eigenvector rule along a' as given is no function's derivative
         np.testing.assert_allclose(hessian, hessian.T, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", ["det", "pinv"])
+def test_gradients_of_a_stack_stay_per_matrix_on_auto_axes(name):
+    """``jax.grad`` of ``jax.vmap`` of det and pinv (each one compiled computation) on a stack
+    split over its batch axis on Auto mesh axes, eagerly and in jit: JAX's gradients, in the
+    stack's layout (whole matrices where the stack lies, not each matrix spread over the mesh)."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Auto)
+    rng = np.random.default_rng(8)
+    stack = np.stack([_matrix(rng, "general", (8, 8), np.float64) for _ in range(4)])
+    weights = random_matrix(rng, (8, 8), np.float64)
+    fn = {"det": lambda la: la.det, "pinv": lambda la: lambda a: jnp.sum(weights * la.pinv(a))}[name]
+    loss = lambda la: lambda a: jnp.sum(jax.vmap(fn(la))(a))  # noqa: E731
+    want = jax.grad(loss(jnp.linalg))(stack)
+    sharded = put(stack, mesh, P("x"))
+    with jax.set_mesh(mesh):
+        for grad in (jax.grad(loss(mla)), jax.jit(jax.grad(loss(mla)))):
+            got = grad(sharded)
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9, atol=1e-10)
+            assert got.sharding.is_equivalent_to(sharded.sharding, 3), got.sharding

@@ -3,6 +3,8 @@ promotion, shape checks, the Hermitian input convention and leading batch dimens
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
@@ -73,6 +75,23 @@ def herm_input(a, symmetrize: bool, lower: bool):
     if symmetrize:
         return in_layout_of((a + in_layout_of(adjoint(a), a)) / 2, a)
     return a if lower else in_layout_of(adjoint(a), a)
+
+
+def compiled_once(fn, **jit_options):
+    """``fn`` as one ``jax.jit`` (eagerly and inside ``jax.jit`` the same computation, the same
+    numbers), except on a member of a stack under ``jax.vmap`` (its first argument): there ``fn``
+    runs as it is, since a ``jax.jit`` would hide the stack from jaxmg's calls inside it, which
+    would then lay each matrix out over the mesh (and its derivatives with it) instead of keeping
+    whole matrices where the stack lies (docs/routes.md)."""
+    compiled = jax.jit(fn, **jit_options)
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if args and _context.stack_of(args[0]) is not None:
+            return fn(*args, **kwargs)
+        return compiled(*args, **kwargs)
+
+    return call
 
 
 def map_batch(fn, args, core_ranks, *, solution: bool = False):

@@ -28,8 +28,6 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from .varying import varying_like
-
 #: Diagonal blocks of at most this order are inverted by a triangular solve, and triangular
 #: products of at most this order are one product with the other triangle masked (the default
 #: of every ``base`` argument; smaller means fewer wasted flops, but more and smaller products).
@@ -263,8 +261,9 @@ def triangular_solve(
     product with ``op(T)``, whose solves are never differentiated themselves: every order is
     available. JAX's own rule masks the triangle with an unsplit array, which a stack split over
     Explicit mesh axes refuses (``jax.vmap`` of a solve, or of its derivative, there), and its
-    reverse mode emits its triangular solve, which a second derivative then differentiates so."""
-    b = varying_like(t, b)  # inside a shard_map the product with t varies as t does: b must too
+    reverse mode emits its triangular solve, which a second derivative then differentiates so.
+    Inside a ``jax.shard_map``, ``b`` must vary over every manual axis that ``t`` varies over
+    (``jaxmg.kernels.varying.varying_like``), as the product with ``t`` does."""
     conjugate_a = conjugate_a and jnp.issubdtype(t.dtype, jnp.complexfloating)
 
     def solve(transposed: bool):

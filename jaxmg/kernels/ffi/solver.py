@@ -71,7 +71,13 @@ def getrf(a: ArrayLike) -> tuple[jax.Array, jax.Array]:
 def _solve(t, b, *, lower: bool, unit: bool = False, right: bool = False, trans: str = "N"):
     """op(T)^-1 b (or b op(T)^-1 where ``right``) for the stored triangle of ``t``."""
     return triangular_solve(
-        t, b, left_side=not right, lower=lower, unit_diagonal=unit, transpose_a=trans != "N", conjugate_a=trans == "C"
+        t,
+        varying_like(t, b),
+        left_side=not right,
+        lower=lower,
+        unit_diagonal=unit,
+        transpose_a=trans != "N",
+        conjugate_a=trans == "C",
     )
 
 

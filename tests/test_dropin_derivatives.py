@@ -323,3 +323,122 @@ def test_per_matrix_gradients_of_a_stack_sharded_on_its_batch_axis():
             want = jax.vmap(jax.grad(theirs))(stack)
             np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9, atol=1e-10, err_msg=name)
             assert tuple(got.sharding.spec)[:1] == ("x",), name
+
+
+def _second_order(fn, a, t):
+    """(gradient, its derivative along ``t``, the derivative along ``t`` of ``fn``'s derivative
+    along ``t``) of the real loss ``fn``."""
+    grad = jax.grad(fn)
+    return grad(a), jax.jvp(grad, (a,), (t,))[1], jax.jvp(lambda a: jax.jvp(fn, (a,), (t,))[1], (a,), (t,))[1]
+
+
+#: Losses of a stack (..., 4, 4) through the triangular solves of the drop-ins (the device's
+#: triangular solve under jax.vmap): fn(la, sla, a, b).
+TRIANGULAR_LOSSES = {
+    "solve_triangular": lambda la, sla, a, b: sla.solve_triangular(a, b, trans=2, lower=True),
+    "lu_solve": lambda la, sla, a, b: sla.lu_solve(sla.lu_factor(a), b, trans=1),
+    "lu": lambda la, sla, a, b: sla.lu(a)[2] @ b,
+    "cho_solve(array factor)": lambda la, sla, a, b: sla.cho_solve((jnp.triu(a), False), b),
+}
+
+
+@pytest.mark.parametrize("name", list(TRIANGULAR_LOSSES))
+def test_triangular_solve_derivatives_of_a_stack_split_on_its_batch_axis(name):
+    """First and second derivatives of the drop-ins that solve with a triangular factor, on a stack
+    split over an Explicit mesh axis (JAX's own derivative of its triangular solve fails there):
+    JAX's, matrix by matrix, in jit."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Explicit)
+    rng = np.random.default_rng(5)
+    stack = np.stack([_matrix(rng, "general", (4, 4), np.complex128) for _ in range(4)])
+    b = random_matrix(rng, (4, 4, 2), np.complex128)
+    t = random_matrix(rng, stack.shape, np.complex128)
+    fn = TRIANGULAR_LOSSES[name]
+
+    def loss(modules, b):
+        return lambda a: jnp.sum(jnp.abs(fn(*modules, a, b)) ** 2)
+
+    want = _second_order(loss(JAX, b), stack, t)
+    with jax.set_mesh(mesh):
+        a_s, b_s, t_s = (put(x, mesh, P("x")) for x in (stack, b, t))
+        got = jax.jit(lambda a, b, t: _second_order(loss(OURS, b), a, t))(a_s, b_s, t_s)
+    for x, y in zip(got, want):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-9, atol=1e-10, err_msg=name)
+    assert all(tuple(x.sharding.spec)[:1] == ("x",) for x in got[:2]), name  # the matrices, per matrix
+
+
+def test_lu_solve_gradients_inside_a_partially_manual_shard_map():
+    """``jax.vmap`` of ``lu_solve`` inside a ``shard_map`` over one axis of an Explicit mesh (the
+    other stays Explicit): the gradients with respect to the factor's matrix and to b are JAX's."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Explicit)
+    rng = np.random.default_rng(6)
+    stack = np.stack([_matrix(rng, "general", (4, 4), np.float64) for _ in range(8)])
+    b = random_matrix(rng, (8, 4), np.float64)
+
+    def loss(sla):
+        solve = lambda a, b: jnp.sum(sla.lu_solve(sla.lu_factor(a), b) ** 2)  # noqa: E731
+        return lambda a, b: jax.vmap(solve)(a, b)
+
+    body = jax.shard_map(loss(msla), mesh=mesh, in_specs=(P("x"), P("x")), out_specs=P("x"), axis_names={"x"})
+    grad = jax.jit(jax.grad(lambda a, b: jnp.sum(body(a, b)), argnums=(0, 1)))
+    got = grad(put(stack, mesh, P("x")), put(b, mesh, P("x")))
+    want = jax.grad(lambda a, b: jnp.sum(loss(jsl)(a, b)), argnums=(0, 1))(stack, b)
+    for x, y in zip(got, want):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "np.eigh(UPLO=L, symmetrize_input=False)",
+        "np.eigvalsh(UPLO=U, symmetrize_input=False)",
+        "sp.solve(assume_a=pos, lower=False)",
+    ],
+)
+def test_second_derivatives_of_the_full_matrix_rules_are_jax(name):
+    """eigh and eigvalsh with symmetrize_input=False, and solve(assume_a="pos"): the gradient, its
+    derivative and the second derivative along a tangent that is not Hermitian, and the whole
+    Hessian (symmetric but for eigh's vectors), are those of the reference (:func:`_reference`: JAX's own function, and
+    for solve(assume_a="pos") jnp.linalg.solve, whose derivatives JAX's forward mode defines),
+    float64, N = 4, at a Hermitian (positive definite) ``a``."""
+    fn, kind, _ = CASES[name]
+    rng = np.random.default_rng(7)
+    r = _rhs(rng, np.float64)
+    a = jnp.asarray(_matrix(rng, kind, (4, 4), np.float64))
+    t = jnp.asarray(random_matrix(rng, (4, 4), np.float64))
+    weights = jnp.asarray(random_matrix(rng, (64,), np.float64))
+
+    def loss(fn, modules):  # a weighted sum of the outputs (eigenvalues, or projectors, or x)
+        return lambda a: (lambda out: jnp.sum(weights[: out.size] * out.ravel()))(
+            jax.tree.leaves(fn(*modules, a, r))[-1]
+        )
+
+    got = jax.jit(_second_order, static_argnums=0)(loss(fn, OURS), a, t)
+    want = _second_order(loss(_reference(name), JAX), a, t)
+    for x, y in zip(got, want):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-9, atol=1e-10, err_msg=name)
+    hessian = np.asarray(jax.jit(jax.hessian(loss(fn, OURS)))(a)).reshape(16, 16)
+    np.testing.assert_allclose(
+        hessian, np.asarray(jax.hessian(loss(_reference(name), JAX))(a)).reshape(16, 16), rtol=1e-9, atol=1e-10
+    )
+    if "eigh(" not in name:  # JAX's eigenvector rule along a' as given is no function's derivative
+        np.testing.assert_allclose(hessian, hessian.T, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", ["det", "pinv"])
+def test_gradients_of_a_stack_stay_per_matrix_on_auto_axes(name):
+    """``jax.grad`` of ``jax.vmap`` of det and pinv (each one compiled computation) on a stack
+    split over its batch axis on Auto mesh axes, eagerly and in jit: JAX's gradients, in the
+    stack's layout (whole matrices where the stack lies, not each matrix spread over the mesh)."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Auto)
+    rng = np.random.default_rng(8)
+    stack = np.stack([_matrix(rng, "general", (8, 8), np.float64) for _ in range(4)])
+    weights = random_matrix(rng, (8, 8), np.float64)
+    fn = {"det": lambda la: la.det, "pinv": lambda la: lambda a: jnp.sum(weights * la.pinv(a))}[name]
+    loss = lambda la: lambda a: jnp.sum(jax.vmap(fn(la))(a))  # noqa: E731
+    want = jax.grad(loss(jnp.linalg))(stack)
+    sharded = put(stack, mesh, P("x"))
+    with jax.set_mesh(mesh):
+        for grad in (jax.grad(loss(mla)), jax.jit(jax.grad(loss(mla)))):
+            got = grad(sharded)
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9, atol=1e-10)
+            assert got.sharding.is_equivalent_to(sharded.sharding, 3), got.sharding

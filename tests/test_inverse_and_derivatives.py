@@ -18,6 +18,7 @@ from jax.sharding import AxisType, PartitionSpec as P
 from jax.test_util import check_grads
 
 import jaxmg
+import jaxmg.numpy.linalg as mla
 from helpers import ORDERS, make_mesh, put, random_matrix, spd_matrix
 from jaxmg.kernels import triangular
 from jaxmg.kernels.ffi import per_matrix
@@ -238,6 +239,25 @@ def test_complex_slogdet_and_a_singular_factor():
     singular = np.ones((N, N))
     lu = jaxmg.LU(singular)
     assert int(lu.status) != 0 and np.all(np.isnan(np.asarray(lu.inverse())))
+
+
+@pytest.mark.parametrize("slogdet", [lambda a: jaxmg.LU(a).slogdet()[1], lambda a: mla.slogdet(a)[1]], ids=["LU", "np"])
+def test_slogdet_derivative_of_a_singular_matrix_is_nan(slogdet):
+    """log|det a| of a singular matrix is -inf and has no derivative: its gradient and its
+    derivative along a direction are NaN wherever a matrix of a stack is singular (as JAX's are,
+    not finite numbers from the rounding of its inverse), and the others' are JAX's."""
+    rng = np.random.default_rng(5)
+    stack = random_matrix(rng, (3, N, N), np.float64) + 3 * np.eye(N)
+    stack[1, :, 2] = 0.0  # singular: a zero column
+    t = random_matrix(rng, stack.shape, np.float64)
+    loss = lambda a: jnp.sum(jax.vmap(slogdet)(a))  # noqa: E731
+    grad = jax.jit(jax.grad(loss))(stack)
+    tangent = jax.jit(lambda a, t: jax.jvp(jax.vmap(slogdet), (a,), (t,))[1])(stack, t)
+    assert np.all(np.isnan(np.asarray(grad[1]))) and np.isnan(float(tangent[1]))
+    keep = np.array([0, 2])
+    want = jax.grad(lambda a: jnp.sum(jnp.linalg.slogdet(a)[1]))(stack[keep])
+    np.testing.assert_allclose(np.asarray(grad)[keep], np.asarray(want), rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(tangent)[keep], np.sum(np.asarray(want) * t[keep], axis=(1, 2)), rtol=1e-9)
 
 
 def _spd_b(a):

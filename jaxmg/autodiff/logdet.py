@@ -88,6 +88,9 @@ def _slogdet(kernels, state):
 def _slogdet_tangent(kernels, a, state, value, a_dot):
     sign, logabsdet = value
     trace = jnp.sum(inverse_transposed(kernels, a, state) * a_dot)  # tr(A^-1 A')
+    # a singular A (sign 0, log|det A| = -inf) has no derivative: NaN (in both modes, not the
+    # rounding of its inverse), a factor rather than a choice, whose transpose would give 0
+    trace = trace * jnp.where(sign == 0, jnp.nan, 1).astype(trace.dtype)
     if jnp.iscomplexobj(sign):  # i Im tr(A^-1 A'), built as a complex number (no implicit promotion)
         sign_dot = sign * jax.lax.complex(jnp.zeros_like(jnp.imag(trace)), jnp.imag(trace)).astype(sign.dtype)
     else:

@@ -241,6 +241,53 @@ def trmm(t: Tri, x, *, left: bool, base: int | None = None) -> jax.Array:
     return _LAYOUT.get().concatenate([first, second], axis=1)
 
 
+def triangular_solve(
+    t: jax.Array,
+    b: jax.Array,
+    *,
+    left_side: bool = False,
+    lower: bool = False,
+    transpose_a: bool = False,
+    conjugate_a: bool = False,
+    unit_diagonal: bool = False,
+) -> jax.Array:
+    """``jax.lax.linalg.triangular_solve`` (same arguments, same result: ``op(T)^-1 b``, or
+    ``b op(T)^-1`` unless ``left_side``, T read from the ``lower`` (else upper) triangle of ``t``
+    (..., N, N), its diagonal taken as ones where ``unit_diagonal``), with a derivative that holds
+    on stacks split over Explicit mesh axes.
+
+    The derivative is JAX's, that of what is computed (``x' = op(T)^-1 (b' - op(T') x)`` on the
+    left, T' the tangent of the triangle read), through a ``jax.lax.custom_linear_solve`` of the
+    product with ``op(T)``, whose solves are never differentiated themselves: every order is
+    available. JAX's own rule masks the triangle with an unsplit array, which a stack split over
+    Explicit mesh axes refuses (``jax.vmap`` of a solve, or of its derivative, there), and its
+    reverse mode emits its triangular solve, which a second derivative then differentiates so.
+    Inside a ``jax.shard_map``, ``b`` must vary over every manual axis that ``t`` varies over
+    (``jaxmg.kernels.varying.varying_like``), as the product with ``t`` does."""
+    conjugate_a = conjugate_a and jnp.issubdtype(t.dtype, jnp.complexfloating)
+
+    def solve(transposed: bool):
+        return lambda _, r: jax.lax.linalg.triangular_solve(
+            t,
+            r,
+            left_side=left_side,
+            lower=lower,
+            transpose_a=transposed,
+            conjugate_a=conjugate_a,
+            unit_diagonal=unit_diagonal,
+        )
+
+    def product(x):
+        op = jnp.tril(t, -1) if lower else jnp.triu(t, 1)
+        op = op + (jnp.eye(t.shape[-1], dtype=t.dtype) if unit_diagonal else jnp.tril(jnp.triu(t)))
+        op = jnp.swapaxes(op, -1, -2) if transpose_a else op
+        op = jnp.conj(op) if conjugate_a else op
+        operands = (op, x) if left_side else (x, op)
+        return jnp.matmul(*operands, precision=jax.lax.Precision.HIGHEST)
+
+    return jax.lax.custom_linear_solve(product, b, solve=solve(transpose_a), transpose_solve=solve(not transpose_a))
+
+
 def trsm(t: Tri, b: jax.Array, *, base: int | None = None) -> jax.Array:
     """``x`` with ``t @ x = b`` for triangular ``t`` (order n) and ``b`` (n, k): BLAS's trsm
     (n^2 k flops), recursive: with ``t`` lower, x1 from T11 x1 = b1, then x2 from
@@ -251,7 +298,7 @@ def trsm(t: Tri, b: jax.Array, *, base: int | None = None) -> jax.Array:
     n = t.n
     if n <= base:
         stored_lower = t.lower != t.adj
-        return jax.lax.linalg.triangular_solve(
+        return triangular_solve(
             t.x, b, left_side=True, lower=stored_lower, unit_diagonal=t.unit, transpose_a=t.adj, conjugate_a=t.adj
         )
     s1, s2 = _halves(n)

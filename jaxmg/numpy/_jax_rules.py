@@ -43,9 +43,25 @@ def eigh_of_triangle(a: jax.Array, lower: bool, vectors: bool):
 @eigh_of_triangle.defjvp
 def _eigh_of_triangle_jvp(lower, vectors, primals, tangents_in):
     (a,), (a_dot,) = primals, tangents_in
-    w, v = _f.syevd(herm_input(a, False, lower=lower))
+    w, v = _f.syevd(_triangle_moving_symmetrised(a, lower))
     w_dot, v_dot = tangents.eigh_jvp(w, v, a_dot, _dist.resolve(v), full=True)
     return ((w, v), (w_dot, v_dot)) if vectors else (w, w_dot)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _triangle_moving_symmetrised(a: jax.Array, lower: bool) -> jax.Array:
+    """The matrix whose lower triangle :func:`eigh_of_triangle` decomposes (``a``, or ``a^H`` for
+    the upper triangle), with the tangent ``(a' + a'^H) / 2``: inside its rule, ``w`` and ``v``
+    then move as JAX's, whose rule decomposes ``(a + a^H) / 2``, so that its second and higher
+    derivatives are JAX's too (the first applies JAX's rule to ``a'`` as given). The other
+    triangle's values are never read (it may hold anything)."""
+    return herm_input(a, False, lower=lower)
+
+
+@_triangle_moving_symmetrised.defjvp
+def _triangle_moving_symmetrised_jvp(lower, primals, tangents_in):
+    (a,), (a_dot,) = primals, tangents_in
+    return _triangle_moving_symmetrised(a, lower), herm_input(a_dot, True, lower=lower)
 
 
 def positive_solve(a: jax.Array, b: jax.Array, *, lower: bool) -> jax.Array:

@@ -4,6 +4,7 @@ promotion, shape checks, the Hermitian input convention and leading batch dimens
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -75,6 +76,23 @@ def herm_input(a, symmetrize: bool, lower: bool):
     if symmetrize:
         return in_layout_of((a + in_layout_of(adjoint(a), a)) / 2, a)
     return a if lower else in_layout_of(adjoint(a), a)
+
+
+def compiled_once(fn, **jit_options):
+    """``fn`` as one ``jax.jit`` (eagerly and inside ``jax.jit`` the same computation, the same
+    numbers), except on a member of a stack under ``jax.vmap`` (its first argument): there ``fn``
+    runs as it is, since a ``jax.jit`` would hide the stack from jaxmg's calls inside it, which
+    would then lay each matrix out over the mesh (and its derivatives with it) instead of keeping
+    whole matrices where the stack lies (docs/routes.md)."""
+    compiled = jax.jit(fn, **jit_options)
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if args and _context.stack_of(args[0]) is not None:
+            return fn(*args, **kwargs)
+        return compiled(*args, **kwargs)
+
+    return call
 
 
 def map_batch(fn, args, core_ranks, *, solution: bool = False):
@@ -149,7 +167,7 @@ def _in_layout_kept(out, like):
 
 def take_columns(v, order):
     """Columns ``order`` (an index array) of matrix ``v``, in v's layout."""
-    mesh = _explicit_mesh(v)
+    mesh = _sharded_explicitly(v, order)
     if mesh is None:
         return v[:, order]
     return v.at[:, order].get(out_sharding=NamedSharding(mesh, spec_of(v)))
@@ -157,10 +175,20 @@ def take_columns(v, order):
 
 def take_rows(x, order):
     """Rows ``order`` (an index array) of ``x`` (n,) or (n, k), in x's layout."""
-    mesh = _explicit_mesh(x)
+    mesh = _sharded_explicitly(x, order)
     if mesh is None:
         return x[order]
     return x.at[order].get(out_sharding=NamedSharding(mesh, spec_of(x)))
+
+
+def _sharded_explicitly(x, order):
+    """x's mesh where x or the index array ``order`` is split over Explicit mesh axes (the gather
+    then needs an ``out_sharding`` to stay in x's layout), else None: a gather from arrays that are
+    not split is not split either, and one with an ``out_sharding`` cannot be differentiated
+    inside a partially manual ``jax.shard_map`` (whose other axes are Explicit)."""
+    mesh = _explicit_mesh(x)
+    split = any(e is not None for y in (x, order) if _explicit_mesh(y) is not None for e in spec_of(y))
+    return mesh if mesh is not None and split else None
 
 
 def distributed_mesh(a, op: str):

@@ -150,7 +150,7 @@ def det(a):
     return _det_compiled(a)
 
 
-@jax.jit
+@_util.compiled_once
 def _det_compiled(a):
     """The determinants of a stack as one compiled call (eagerly too: the same numbers as in jit)."""
     return _map_batch(_det.det, (a,), (2,))
@@ -513,7 +513,7 @@ def pinv(a, rtol=None, hermitian=False, *, rcond=None):
     return _map_batch(functools.partial(_pinv_compiled, hermitian=bool(hermitian)), (a, rtol), (2, 0))
 
 
-@functools.partial(jax.jit, static_argnames="hermitian")
+@functools.partial(_util.compiled_once, static_argnames="hermitian")
 def _pinv_compiled(a, rtol, *, hermitian):
     """The pseudo-inverse and its derivative as one compiled call (eagerly too)."""
     return _pinv(a, rtol, hermitian)

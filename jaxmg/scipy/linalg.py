@@ -38,6 +38,7 @@ from .._dense import (
 from ..kernels import triangular as _triangular
 from ..kernels.algebra import permutation_matrix
 from ..kernels.ffi.solver import getrf as _getrf
+from ..kernels.varying import varying_like as _varying_like
 from ..modules import LU as _LU, Cholesky as _Cholesky
 from ..modules.cholesky import promoted_solve as _cho_promoted_solve
 from ..modules.lu import promoted_solve as _lu_promoted_solve
@@ -417,6 +418,7 @@ def _triangular_solve(a, b, *, trans: str, lower: bool, unit: bool):
     mesh axes traced with the axes Auto, x in b's layout); one on one device (or inside
     ``jax.jit`` on Auto axes) through the device's triangular solve."""
     vector = b.ndim == 1
+    b = _varying_like(a, b)  # inside a shard_map, b varies as a does (as x and the product with a do)
 
     def body(a, b):
         rhs = b[:, None] if vector else b
@@ -427,7 +429,7 @@ def _triangular_solve(a, b, *, trans: str, lower: bool, unit: bool):
 
     if not _spread(a):  # on one device: its triangular solve, in one call, then x in b's layout
         rhs = b[:, None] if vector else b
-        x = jax.lax.linalg.triangular_solve(
+        x = _triangular.triangular_solve(
             a,
             _whole_rows(rhs),
             left_side=True,

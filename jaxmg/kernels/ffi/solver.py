@@ -27,6 +27,7 @@ from jax.typing import ArrayLike
 from ..._checks import check_dtype
 from ..._dense import adjoint
 from .. import status as _status
+from ..triangular import triangular_solve
 from ..varying import varying_like
 from . import per_matrix, relayout
 
@@ -69,8 +70,14 @@ def getrf(a: ArrayLike) -> tuple[jax.Array, jax.Array]:
 
 def _solve(t, b, *, lower: bool, unit: bool = False, right: bool = False, trans: str = "N"):
     """op(T)^-1 b (or b op(T)^-1 where ``right``) for the stored triangle of ``t``."""
-    return jax.lax.linalg.triangular_solve(
-        t, b, left_side=not right, lower=lower, unit_diagonal=unit, transpose_a=trans != "N", conjugate_a=trans == "C"
+    return triangular_solve(
+        t,
+        varying_like(t, b),
+        left_side=not right,
+        lower=lower,
+        unit_diagonal=unit,
+        transpose_a=trans != "N",
+        conjugate_a=trans == "C",
     )
 
 

@@ -3,7 +3,8 @@
 Change ``import jax.scipy.linalg as sla`` to ``import jaxmg.scipy.linalg as sla``. The
 arguments that tune SciPy's LAPACK calls (``overwrite_a``, ``overwrite_b``,
 ``check_finite``, ``lapack_driver``, ``turbo``, ``lwork``, ``debug``) are accepted and
-ignored, as JAX ignores them. Leading batch dimensions are mapped with ``jax.vmap`` as in
+ignored, as JAX ignores them (``svd``'s ``lapack_driver`` must name one of SciPy's
+drivers). Leading batch dimensions are mapped with ``jax.vmap`` as in
 :mod:`jaxmg.numpy.linalg`.
 
 ``cho_factor(a)`` returns the tuple ``(c, lower)`` whose ``c`` is a :class:`jaxmg.Cholesky`

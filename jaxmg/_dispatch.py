@@ -211,7 +211,7 @@ def _batch(fn, plan: Plan, size: int, in_batched, args):
     axes = None if home is None else _layout.entry_axes(tuple(home)[0] if tuple(home) else None)
     axes = axes or (None if home is None else _layout.batch_axes(mesh, size))
     if home is None or not axes:  # XLA places the mapped solvers where the stack lies, in the mesh's context
-        unset = jax.sharding.get_abstract_mesh().empty
+        unset = _context.context_mesh() is None
         with _sharded.abstract_context(mesh) if unset else contextlib.nullcontext():
             return mapped(*args)
     spread = P(_layout.entry(axes))

@@ -63,7 +63,7 @@ from jax.typing import ArrayLike
 from .._checks import SUPPORTED_DTYPES
 from .._dense import adjoint
 from . import algebra
-from .algebra import full_precision
+from .algebra import divided, full_precision
 from .ffi import band as native_band
 from .varying import varying_like
 
@@ -88,7 +88,7 @@ def _scaled_norm(x: jax.Array) -> jax.Array:
     """``||x||_2`` without underflow or overflow of the squares (scaled by ``max |x|``)."""
     s = jnp.max(jnp.abs(x))
     safe = jnp.where(s > 0, s, 1)
-    return s * jnp.sqrt(jnp.sum(jnp.abs(x / safe) ** 2))
+    return s * jnp.sqrt(jnp.sum(divided(jnp.abs(x), safe) ** 2))
 
 
 def householder(x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:

@@ -156,7 +156,7 @@ def scaled_into_range(a: jax.Array) -> tuple[jax.Array, jax.Array]:
     rmin, rmax = np.sqrt(small), np.sqrt(1 / small)
     top = jnp.max(jnp.abs(a), axis=(-2, -1), keepdims=True)
     sigma = jnp.where((top > 0) & (top < rmin), rmin / top, jnp.where(top > rmax, rmax / top, 1))
-    sigma = jnp.where(jnp.isfinite(sigma), sigma, 1).astype(top.dtype)
+    sigma = jnp.where(jnp.isfinite(sigma) & (sigma > 0), sigma, 1).astype(top.dtype)  # NaN or Inf in a: 1
     return a * sigma.astype(a.dtype), sigma[..., 0]
 
 

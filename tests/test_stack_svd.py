@@ -156,6 +156,19 @@ def _check_polar(a, u_p, h, dtype):
         assert max(orth, back, sym) <= LIMIT and low >= -LIMIT, (i, orth, back, sym, low)
 
 
+@pytest.mark.parametrize("dtype,scale", [(np.float32, 1e37), (np.float64, 1e307), (np.float64, 1e-300)])
+def test_svd_and_polar_of_matrices_near_the_overflow_and_underflow_thresholds(dtype, scale):
+    """||A||_F near the dtype's largest number: A / ||A||_F, as XLA divides by a scalar (times
+    its reciprocal, flushed to zero), would be 0, and the SVD U = I, s = 0 with status 0."""
+    rng = np.random.default_rng(3)
+    a = np.stack([_with_singular_values(rng, 33, 33, scale * np.linspace(1, 3, 33), dtype) for _ in range(2)])
+    u, s, vh = la.svd(a, full_matrices=False)
+    u_p, h = sla.polar(a)
+    unit = (a / scale).astype(dtype)  # the ratios of the matrix scaled back (their norms would overflow)
+    _check(unit, u, np.asarray(s) / scale, vh, dtype)
+    _check_polar(unit, u_p, np.asarray(h) / scale, dtype)
+
+
 def test_float32_without_x64():
     """Without x64 the iteration stays in float32 and takes Householder QR steps."""
     a = _stack(40, 38, np.float32, seed=12)

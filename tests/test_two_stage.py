@@ -327,6 +327,22 @@ def test_eigh_vectors_by_lapack_ratios_on_hard_spectra(dtype):
     assert not failures, failures
 
 
+def test_tiny_and_huge_scales_are_scaled_into_range():
+    """A stack of one matrix near 1e-300 and one near 1e300 (each scaled into range on its own,
+    as LAPACK's heevd scales): without the scaling, stage 2's products of entries near 1e-300
+    lose digits to underflow."""
+    base = hm.matrix("geometric-1e2", 37, 37, np.complex128, structure="hermitian")
+    scales = np.array([1e-300, 1e300])
+    a = base[None] * scales[:, None, None]
+    values = ts.eigvalsh(a, 2)
+    w, v = ts.eigh(a, 2)
+    for k, scale in enumerate(scales):
+        want = np.linalg.eigvalsh(base)
+        err = hm.value_error(np.asarray(values[k]) / scale, want, np.linalg.norm(base, 2), 37, np.complex128)
+        assert err <= hm.THRESHOLD, (scale, err)
+        _assert_eigenpairs(base, np.asarray(w[k]) / scale, v[k], np.complex128)
+
+
 def test_eigh_eagerly_in_jit_and_under_vmap_as_jnp():
     a = hm.rhs(3 * N, N, np.complex64).reshape(3, N, N)  # general matrices: (a + a^H) / 2, as jnp
     w, v = jax.jit(jax.vmap(functools.partial(ts.eigh, band=BAND)))(a)

@@ -20,6 +20,15 @@ def matmul(x, y):
     return jnp.matmul(x, y, precision=lax.Precision.HIGHEST)
 
 
+def divided(x, scale):
+    """``x / scale`` for a positive scale of any magnitude: as ``x * r * r`` with ``r = 1 /
+    sqrt(scale)``. XLA divides by a scalar as a product with its reciprocal, and a reciprocal
+    below the dtype's smallest normal number (scale above 8.5e37 in float32, 4.5e307 in float64)
+    is flushed to zero on CPUs, which would give 0 for every entry."""
+    r = 1 / jnp.sqrt(scale)
+    return (x * r) * r
+
+
 def full_precision(kernel):
     """``kernel`` with its matrix products traced at full precision (no TF32 on GPUs)."""
 

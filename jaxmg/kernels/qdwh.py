@@ -75,7 +75,7 @@ from jax.sharding import AbstractMesh
 
 from .._layout import Grid
 from .._sharded import axis_name as _axes_name, gather_block, local_block
-from .algebra import full_precision, platform_name
+from .algebra import divided, full_precision, platform_name
 
 #: The local and batch routes' SVD and polar method, by the platform compiled for: the order
 #: (min(M, N)) above which svd, svdvals, pinv, lstsq and polar run through QDWH polar + batched
@@ -136,7 +136,7 @@ def _frobenius(x, grid):
     big = jnp.max(jnp.abs(x), initial=0.0)
     big = jax.lax.pmax(big, _axes_name(grid.row_axes)) if grid.row_axes else big
     safe = jnp.where(big > 0, big, 1)
-    return safe * jnp.sqrt(_psum_rows(jnp.sum((jnp.abs(x) / safe) ** 2), grid))
+    return safe * jnp.sqrt(_psum_rows(jnp.sum(divided(jnp.abs(x), safe) ** 2), grid))
 
 
 def _gram(x, grid):
@@ -266,7 +266,7 @@ def _polar_slab(a, grid, local: bool = False):
     x0 = _slab(a, grid)
     alpha = _frobenius(x0, grid)
     alpha = jnp.where(alpha > 0, alpha, 1).astype(x0.dtype)
-    x = _iterate((x0 / alpha).astype(_iteration_dtype(x0.dtype, local)), grid, x0.dtype, local).astype(x0.dtype)
+    x = _iterate(divided(x0, alpha).astype(_iteration_dtype(x0.dtype, local)), grid, x0.dtype, local).astype(x0.dtype)
     return x, _hermitian_part(_psum_rows(jnp.conj(x).T @ x0, grid)), x0
 
 

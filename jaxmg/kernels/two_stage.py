@@ -63,7 +63,7 @@ from jax.typing import ArrayLike
 from .._checks import SUPPORTED_DTYPES
 from .._dense import adjoint
 from . import algebra
-from .algebra import full_precision
+from .algebra import divided, full_precision
 from .ffi import band as native_band
 from .varying import varying_like
 
@@ -88,7 +88,7 @@ def _scaled_norm(x: jax.Array) -> jax.Array:
     """``||x||_2`` without underflow or overflow of the squares (scaled by ``max |x|``)."""
     s = jnp.max(jnp.abs(x))
     safe = jnp.where(s > 0, s, 1)
-    return s * jnp.sqrt(jnp.sum(jnp.abs(x / safe) ** 2))
+    return s * jnp.sqrt(jnp.sum(divided(jnp.abs(x), safe) ** 2))
 
 
 def householder(x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -143,6 +143,21 @@ def _check_band(band, n: int, name: str) -> int:
     if isinstance(band, bool) or not isinstance(band, (int, np.integer)) or band < 1:
         raise ValueError(f"{name}: band must be a positive int (the half-bandwidth b); got {band!r}")
     return int(min(band, max(n - 1, 1)))
+
+
+def scaled_into_range(a: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(sigma a, sigma)``: each matrix of ``a`` (..., N, N) scaled as LAPACK's ``?heevd`` scales
+    it, so that its largest entry lies in ``[sqrt(safmin / eps), sqrt(eps / safmin)]`` (sigma = 1
+    where it does, or where the matrix is zero); the eigenvalues of ``sigma a`` are ``sigma``
+    times ``a``'s, its eigenvectors ``a``'s. Without it, stage 2's products of entries near
+    1e-300 underflow (XLA on CPUs flushes subnormals to zero) and entries near 1e300 overflow."""
+    info = jnp.finfo(a.dtype)
+    small = float(info.tiny) / float(info.eps)
+    rmin, rmax = np.sqrt(small), np.sqrt(1 / small)
+    top = jnp.max(jnp.abs(a), axis=(-2, -1), keepdims=True)
+    sigma = jnp.where((top > 0) & (top < rmin), rmin / top, jnp.where(top > rmax, rmax / top, 1))
+    sigma = jnp.where(jnp.isfinite(sigma) & (sigma > 0), sigma, 1).astype(top.dtype)  # NaN or Inf in a: 1
+    return a * sigma.astype(a.dtype), sigma[..., 0]
 
 
 # --- stage 1: dense -> band ------------------------------------------------------------------
@@ -715,11 +730,12 @@ def _eigvalsh(a, band: int, symmetrize_input: bool, stage2: str, stage3: str):
         return jnp.zeros(a.shape[:-1], jnp.real(a).dtype)
     if symmetrize_input:
         a = (a + adjoint(a)) / 2
+    a, sigma = scaled_into_range(a)
 
     def one(m):
         return band_eigvalsh(lower_band(reduce_to_band(m, band), band), stage2=stage2, stage3=stage3)
 
-    return jnp.vectorize(one, signature="(n,n)->(n)")(a)
+    return jnp.vectorize(one, signature="(n,n)->(n)")(a) / sigma
 
 
 # --- with eigenvectors ---------------------------------------------------------------------------
@@ -742,11 +758,12 @@ def _reduce_with_reflectors(a, band: int, stage2: str):
 def _eigh(a, band: int, stage2: str, stage3: str):
     if a.shape[-1] == 0:
         return jnp.zeros(a.shape[:-1], jnp.real(a).dtype), jnp.zeros(a.shape, a.dtype)
+    a, sigma = scaled_into_range(a)
     reduce = functools.partial(_reduce_with_reflectors, band=band, stage2=stage2)
     d, e, v, tau, ys, ts = jnp.vectorize(reduce, signature="(n,n)->(n),(m),(s,t,b),(s,t),(p,n,b),(p,b,b)")(a)
     w, z = tridiagonal_eigh(d, e, method=stage3)  # a stack in one call
     back = jnp.vectorize(back_transform, signature="(p,n,b),(p,b,b),(s,t,b),(s,t),(n,n)->(n,n)")
-    return w, back(ys, ts, v, tau, z)
+    return w / sigma, back(ys, ts, v, tau, z)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3))

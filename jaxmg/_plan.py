@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple, Optional
 
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 from . import _checks, _context, _layout, _routes, _sharded
 from ._context import MANUAL, Context, concrete_value
@@ -367,6 +367,7 @@ def resolve(
         assert stack is not None, "the batch route runs over a stack"
         return Plan(family, route, found, None, None, (), 1, stack_spec=stack.home, **common), arrays
     if route == _routes.DISTRIBUTED:
+        _check_stack_unsplit(stack, family)
         named = [(x, name) for (name, _), x in zip(matrices, arrays)]
         layout = grid_layout(found, matrix_specs, named, num_rhs=max(len(rhs), num_rhs))
         tile = T_A if T_A is not None else _layout.auto_tile(a.shape, layout.grid)
@@ -375,6 +376,26 @@ def resolve(
         spec, rhs_specs = _local_specs(found, matrix_specs, matrices, arrays, max(len(rhs), num_rhs))
         plan = Plan(family, route, found, None, spec, rhs_specs, 1, **common)
     return with_rhs_layouts(plan, arrays[count:]), arrays
+
+
+def _check_stack_unsplit(stack, family: str) -> None:
+    """Refuse a stack under ``jax.vmap`` whose batch axis Explicit mesh axes split where each matrix
+    takes the distributed route (over the whole grid, one matrix at a time): inside the vmap those
+    axes belong to the batch, so no grid over the mesh can be formed there."""
+    if stack is None or stack.sharding is None:
+        return
+    entries = tuple(stack.sharding.spec)
+    axes = _layout.entry_axes(entries[0] if entries else None)
+    mesh = stack.sharding.mesh
+    explicit = [name for name in axes if dict(zip(mesh.axis_names, mesh.axis_types))[name] == AxisType.Explicit]
+    if explicit:
+        raise ValueError(
+            f"{family}: the stack under jax.vmap is split over its batch axis by the Explicit mesh axes "
+            f"{tuple(explicit)}, and its matrices take the distributed route (each one over the whole grid, "
+            "one at a time), which needs those axes. Leave the batch axis unsplit "
+            "(jax.sharding.reshard(stack, P(None, ...)), or split the matrices instead, e.g. P(None, 'x', 'y')), "
+            "or pass backend='portable' for the batch route if each matrix fits on one device."
+        )
 
 
 def grid_layout(mesh, matrix_specs, matrices: Sequence[tuple], num_rhs: int = 0) -> _layout.Layout:

@@ -265,16 +265,20 @@ def triangular_solve(
     Inside a ``jax.shard_map``, ``b`` must vary over every manual axis that ``t`` varies over
     (``jaxmg.kernels.varying.varying_like``), as the product with ``t`` does."""
     conjugate_a = conjugate_a and jnp.issubdtype(t.dtype, jnp.complexfloating)
+    t = _whole_matrices(t)
 
     def solve(transposed: bool):
-        return lambda _, r: jax.lax.linalg.triangular_solve(
-            t,
+        return lambda _, r: _typed_like(
             r,
-            left_side=left_side,
-            lower=lower,
-            transpose_a=transposed,
-            conjugate_a=conjugate_a,
-            unit_diagonal=unit_diagonal,
+            jax.lax.linalg.triangular_solve(
+                t,
+                r,
+                left_side=left_side,
+                lower=lower,
+                transpose_a=transposed,
+                conjugate_a=conjugate_a,
+                unit_diagonal=unit_diagonal,
+            ),
         )
 
     def product(x):
@@ -283,9 +287,33 @@ def triangular_solve(
         op = jnp.swapaxes(op, -1, -2) if transpose_a else op
         op = jnp.conj(op) if conjugate_a else op
         operands = (op, x) if left_side else (x, op)
-        return jnp.matmul(*operands, precision=jax.lax.Precision.HIGHEST)
+        return _typed_like(x, jnp.matmul(*operands, precision=jax.lax.Precision.HIGHEST))
 
     return jax.lax.custom_linear_solve(product, b, solve=solve(transpose_a), transpose_solve=solve(not transpose_a))
+
+
+def _whole_matrices(t):
+    """``t`` (..., N, N) with its last two axes unsplit where its sharding type splits them over
+    Explicit mesh axes (JAX's triangular solve, transposed or not, needs whole matrices); else ``t``."""
+    sharding = jax.typeof(t).sharding
+    spec = tuple(sharding.spec) + (None,) * (t.ndim - len(tuple(sharding.spec)))
+    if (
+        sharding.mesh.empty
+        or jax.sharding.AxisType.Explicit not in sharding.mesh.axis_types
+        or spec[-2:] == (None, None)
+    ):
+        return t
+    return jax.sharding.reshard(
+        t, jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec(*spec[:-2], None, None))
+    )
+
+
+def _typed_like(x, y):
+    """``y`` with ``x``'s sharding type where that names Explicit mesh axes (the product and the
+    solves of :func:`triangular_solve` then have the type of its right-hand side); else ``y``."""
+    sharding = jax.typeof(x).sharding
+    explicit = not sharding.mesh.empty and jax.sharding.AxisType.Explicit in sharding.mesh.axis_types
+    return jax.sharding.reshard(y, sharding) if explicit else y
 
 
 def trsm(t: Tri, b: jax.Array, *, base: int | None = None) -> jax.Array:

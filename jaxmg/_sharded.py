@@ -67,6 +67,16 @@ def explicit(mesh) -> bool:
     return any(t == jax.sharding.AxisType.Explicit for t in getattr(mesh, "axis_types", ()))
 
 
+def typed_like(like, y) -> jax.Array:
+    """``y`` with ``like``'s sharding type where that names Explicit mesh axes; else ``y``. Reverse
+    mode then hands a cotangent back in that layout whatever layout it arrives in, and a
+    ``custom_linear_solve``'s solve returns the type of its right-hand side."""
+    sharding = getattr(jax.typeof(like), "sharding", None)
+    if sharding is None or sharding.mesh.empty or not explicit(sharding.mesh):
+        return y
+    return jax.sharding.reshard(y, sharding)
+
+
 def auto_axes_of(mesh):
     """The abstract mesh of ``mesh`` with its Explicit axes Auto: the mesh that a body run by
     ``jax.sharding.auto_axes`` sees."""

@@ -29,6 +29,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from .. import _sharded
+
 OK = 0
 NOT_FINITE = -1
 CHECK_FAILED = -2
@@ -122,23 +124,10 @@ def masked(status: jax.Array, *outputs) -> Any:
     out = tuple(
         x
         if x is None or not jnp.issubdtype(x.dtype, jnp.inexact)
-        else _in_layout_of(x, x + _nan_or_zero(_leading(bad, x), x.dtype))
+        else _sharded.typed_like(x, x + _nan_or_zero(_leading(bad, x), x.dtype))
         for x in outputs
     )
     return out[0] if len(out) == 1 else out
-
-
-def _in_layout_of(x, y):
-    """``y`` with ``x``'s layout recorded (on Explicit axes), so that reverse mode hands the
-    cotangent back in that layout whatever layout it arrives in."""
-    sharding = getattr(jax.typeof(x), "sharding", None)
-    if (
-        sharding is None
-        or sharding.mesh.empty
-        or not any(t == jax.sharding.AxisType.Explicit for t in sharding.mesh.axis_types)
-    ):
-        return y
-    return jax.sharding.reshard(y, sharding)
 
 
 def _nan_or_zero(bad, dtype):

@@ -28,6 +28,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from .. import _sharded
+
 #: Diagonal blocks of at most this order are inverted by a triangular solve, and triangular
 #: products of at most this order are one product with the other triangle masked (the default
 #: of every ``base`` argument; smaller means fewer wasted flops, but more and smaller products).
@@ -268,7 +270,7 @@ def triangular_solve(
     t = _whole_matrices(t)
 
     def solve(transposed: bool):
-        return lambda _, r: _typed_like(
+        return lambda _, r: _sharded.typed_like(
             r,
             jax.lax.linalg.triangular_solve(
                 t,
@@ -287,7 +289,7 @@ def triangular_solve(
         op = jnp.swapaxes(op, -1, -2) if transpose_a else op
         op = jnp.conj(op) if conjugate_a else op
         operands = (op, x) if left_side else (x, op)
-        return _typed_like(x, jnp.matmul(*operands, precision=jax.lax.Precision.HIGHEST))
+        return _sharded.typed_like(x, jnp.matmul(*operands, precision=jax.lax.Precision.HIGHEST))
 
     return jax.lax.custom_linear_solve(product, b, solve=solve(transpose_a), transpose_solve=solve(not transpose_a))
 
@@ -306,14 +308,6 @@ def _whole_matrices(t):
     return jax.sharding.reshard(
         t, jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec(*spec[:-2], None, None))
     )
-
-
-def _typed_like(x, y):
-    """``y`` with ``x``'s sharding type where that names Explicit mesh axes (the product and the
-    solves of :func:`triangular_solve` then have the type of its right-hand side); else ``y``."""
-    sharding = jax.typeof(x).sharding
-    explicit = not sharding.mesh.empty and jax.sharding.AxisType.Explicit in sharding.mesh.axis_types
-    return jax.sharding.reshard(y, sharding) if explicit else y
 
 
 def trsm(t: Tri, b: jax.Array, *, base: int | None = None) -> jax.Array:

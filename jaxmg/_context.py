@@ -135,22 +135,22 @@ def stack_of(x) -> Optional[Stack]:
             value, axis = found
             if not isinstance(axis, int):  # not mapped: this argument is not batched
                 return None
-            concrete = concrete_value(value, through_vmap=True)
+            concrete, position, outer = _beneath(value, axis)
             return Stack(
                 int(jax.typeof(value).shape[axis]),
-                _sharding(value, axis),
-                concrete is not None and not isinstance(concrete, jax.core.Tracer),
-                _mapped_again(value),
+                _sharding(value, axis, concrete, position, outer),
+                concrete is not None,
+                bool(outer),
             )
         x = _primal(x)
     return None
 
 
-def _sharding(value, axis: int) -> Optional[NamedSharding]:
+def _sharding(value, axis: int, concrete, position: int, outer: tuple[int, ...]) -> Optional[NamedSharding]:
     """The sharding of a stacked ``value`` with its batch axis ``axis`` moved first, if known (the
-    axes of enclosing ``jax.vmap`` calls left out: each of their members is one such stack)."""
-    concrete, position, outer = _beneath(value, axis)
-    if concrete is not None and not isinstance(concrete, jax.core.Tracer):
+    axes of enclosing ``jax.vmap`` calls left out: each of their members is one such stack), from
+    what :func:`_beneath` found under it."""
+    if concrete is not None:
         sharding = getattr(concrete, "sharding", None)
         ndim, axis = concrete.ndim, position
     else:
@@ -167,26 +167,17 @@ def _sharding(value, axis: int) -> Optional[NamedSharding]:
     return NamedSharding(sharding.mesh, P(first, *entries))
 
 
-def _mapped_again(value) -> bool:
-    """Whether an enclosing ``jax.vmap`` maps ``value`` (a stack inside a stack)."""
-    while isinstance(value, jax.core.Tracer):
-        found = _batched(value)
-        if found is not None and isinstance(found[1], int):
-            return True
-        value = _primal(value) if found is None else found[0]
-    return False
-
-
 def _beneath(value, axis: int) -> tuple[Any, int, tuple[int, ...]]:
-    """(the concrete array beneath ``value`` or None, the position of ``value``'s axis ``axis`` in
-    it, the positions of the axes that enclosing ``jax.vmap`` calls map over)."""
+    """What lies beneath a stacked ``value``: (the concrete array, or None inside ``jax.jit``; the
+    position of ``value``'s axis ``axis`` in it; the positions of the axes that enclosing
+    ``jax.vmap`` calls map over, non-empty for a stack inside a stack)."""
     outer: list[int] = []
     while isinstance(value, jax.core.Tracer):
         inner = _primal(value)
         if inner is None:
             found = _batched(value)
             if found is None:
-                return None, axis, ()
+                return None, axis, tuple(outer)
             inner, mapped = found
             if isinstance(mapped, int):
                 axis += mapped <= axis

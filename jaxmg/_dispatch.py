@@ -208,8 +208,9 @@ def _batch(fn, plan: Plan, size: int, in_batched, args):
     mesh, home = plan.mesh, plan.stack_spec
     if mesh is None:
         return mapped(*args)
-    axes = None if home is None else _layout.entry_axes(tuple(home)[0] if tuple(home) else None)
-    axes = axes or (None if home is None else _layout.batch_axes(mesh, size))
+    axes = None
+    if home is not None:
+        axes = _layout.entry_axes(tuple(home)[0] if tuple(home) else None) or _layout.batch_axes(mesh, size)
     if home is None or not axes:  # XLA places the mapped solvers where the stack lies, in the mesh's context
         unset = _context.context_mesh() is None
         with _sharded.abstract_context(mesh) if unset else contextlib.nullcontext():

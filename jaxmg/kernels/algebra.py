@@ -29,6 +29,21 @@ def divided(x, scale):
     return (x * r) * r
 
 
+def _unchanged(x):
+    return x
+
+
+def scaled_norm(x, max_over: Callable = _unchanged, sum_over: Callable = _unchanged):
+    """The 2-norm of all of ``x``'s entries (a vector's, or a matrix's Frobenius norm), with every
+    entry divided by the largest magnitude before it is squared, so that no square underflows (a
+    matrix of norm 1e-293 in float64 or 1e-32 in float32 would give 0) or overflows; 0 for zeros.
+    ``max_over`` and ``sum_over`` combine the local largest magnitude and sum of squares across the
+    devices that hold parts of ``x`` (``jax.lax.pmax`` and ``jax.lax.psum`` over their axes)."""
+    big = max_over(jnp.max(jnp.abs(x), initial=0.0))
+    safe = jnp.where(big > 0, big, 1)
+    return big * jnp.sqrt(sum_over(jnp.sum(divided(jnp.abs(x), safe) ** 2)))
+
+
 def full_precision(kernel):
     """``kernel`` with its matrix products traced at full precision (no TF32 on GPUs)."""
 

@@ -75,7 +75,7 @@ from jax.sharding import AbstractMesh
 
 from .._layout import Grid
 from .._sharded import axis_name as _axes_name, gather_block, local_block
-from .algebra import divided, full_precision, platform_name
+from .algebra import divided, full_precision, platform_name, scaled_norm
 
 #: The local and batch routes' SVD and polar method, by the platform compiled for: the order
 #: (min(M, N)) above which svd, svdvals, pinv, lstsq and polar run through QDWH polar + batched
@@ -130,13 +130,11 @@ def _psum_rows(x, grid):
 
 
 def _frobenius(x, grid):
-    """||A||_F from the row slabs, scaled by the largest entry first so that no square
-    underflows (a matrix of norm 1e-293 in float64, or 1e-32 in float32, would give 0 and leave
-    A unscaled) or overflows; 0 for a zero matrix."""
-    big = jnp.max(jnp.abs(x), initial=0.0)
-    big = jax.lax.pmax(big, _axes_name(grid.row_axes)) if grid.row_axes else big
-    safe = jnp.where(big > 0, big, 1)
-    return safe * jnp.sqrt(_psum_rows(jnp.sum(divided(jnp.abs(x), safe) ** 2), grid))
+    """||A||_F from the row slabs (``algebra.scaled_norm``: no square underflows or overflows)."""
+    if not grid.row_axes:
+        return scaled_norm(x)
+    axes = _axes_name(grid.row_axes)
+    return scaled_norm(x, max_over=lambda big: jax.lax.pmax(big, axes), sum_over=lambda s: jax.lax.psum(s, axes))
 
 
 def _gram(x, grid):

@@ -63,7 +63,7 @@ from jax.typing import ArrayLike
 from .._checks import SUPPORTED_DTYPES
 from .._dense import adjoint
 from . import algebra
-from .algebra import divided, full_precision
+from .algebra import full_precision, scaled_norm
 from .ffi import band as native_band
 from .varying import varying_like
 
@@ -84,22 +84,15 @@ def hermitian_from_lower(a: jax.Array) -> jax.Array:
     return low + adjoint(low) + diag[..., None] * jnp.eye(a.shape[-1], dtype=a.dtype)
 
 
-def _scaled_norm(x: jax.Array) -> jax.Array:
-    """``||x||_2`` without underflow or overflow of the squares (scaled by ``max |x|``)."""
-    s = jnp.max(jnp.abs(x))
-    safe = jnp.where(s > 0, s, 1)
-    return s * jnp.sqrt(jnp.sum(divided(jnp.abs(x), safe) ** 2))
-
-
 def householder(x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """LAPACK's ``larfg``: ``(v, tau, beta)`` with ``v[0] = 1``, beta real and
     ``(I - tau v v^H)^H x = beta e_0``; tau = 0 (the identity) where ``x[1:]`` is zero and
     ``x[0]`` is real. x: (m,)."""
     alpha = x[0]
-    xnorm = _scaled_norm(x[1:])
+    xnorm = scaled_norm(x[1:])
     alphr, alphi = jnp.real(alpha), jnp.imag(alpha)
     trivial = (xnorm == 0) & (alphi == 0)
-    beta = -jnp.copysign(_scaled_norm(jnp.stack([jnp.abs(alpha), xnorm])), alphr)
+    beta = -jnp.copysign(scaled_norm(jnp.stack([jnp.abs(alpha), xnorm])), alphr)
     beta = jnp.where(trivial, alphr, beta)
     safe_beta = jnp.where(trivial, 1, beta)
     tau = jnp.where(trivial, 0, (beta - alpha) / safe_beta).astype(x.dtype)

@@ -43,12 +43,15 @@ EAGER, TRACED, MANUAL = "eager", "traced", "manual"
 class Stack:
     """A stack of matrices under ``jax.vmap``: ``size`` matrices, and the stacked value's
     ``sharding`` where it is known (a concrete stack, or Explicit mesh axes), with the batch axis
-    first, else None; ``concrete``: the stack is a concrete array (an eager ``jax.vmap``)."""
+    first, else None; ``concrete``: the stack is a concrete array (an eager ``jax.vmap``);
+    ``nested``: it is a member of a stack of an enclosing ``jax.vmap``; ``outer_split``: a concrete
+    enclosing stack's batch axis is split over the mesh."""
 
     size: int
     sharding: Optional[NamedSharding] = None
     concrete: bool = False
     nested: bool = False
+    outer_split: bool = False
 
     @property
     def mesh(self):
@@ -63,7 +66,7 @@ class Stack:
         the one its outputs keep)."""
         if self.sharding is not None:
             entries = tuple(self.sharding.spec)
-            if self.nested and (not entries or entries[0] is None):
+            if self.nested and (not entries or entries[0] is None or self.outer_split):
                 return None
             return P(entries[0] if entries else None)
         if self.nested:
@@ -141,6 +144,7 @@ def stack_of(x) -> Optional[Stack]:
                 _sharding(value, axis, concrete, position, outer),
                 concrete is not None,
                 bool(outer),
+                _split_over(concrete, outer),
             )
         x = _primal(x)
     return None
@@ -165,6 +169,15 @@ def _sharding(value, axis: int, concrete, position: int, outer: tuple[int, ...])
     first = entries[axis]
     entries = [e for i, e in enumerate(entries) if i != axis and i not in outer]
     return NamedSharding(sharding.mesh, P(first, *entries))
+
+
+def _split_over(concrete, axes: tuple[int, ...]) -> bool:
+    """Whether the concrete array's sharding splits any of its dimensions ``axes``."""
+    sharding = getattr(concrete, "sharding", None)
+    if not axes or not isinstance(sharding, NamedSharding):
+        return False
+    spec = tuple(sharding.spec)
+    return any(i < len(spec) and spec[i] is not None for i in axes)
 
 
 def _beneath(value, axis: int) -> tuple[Any, int, tuple[int, ...]]:

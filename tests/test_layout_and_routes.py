@@ -319,12 +319,14 @@ def test_stack_split_inside_its_matrices_keeps_its_layout_eager_and_jitted():
                 np.testing.assert_allclose(np.asarray(out), want_x, rtol=1e-12, atol=1e-12)
 
 
-def test_nested_vmap_over_a_stack_split_on_two_batch_axes():
+@pytest.mark.parametrize("axis_type", AXES)
+def test_nested_vmap_over_a_stack_split_on_two_batch_axes(axis_type):
     """``jax.vmap(jax.vmap(potrs))`` of a (2, 4, N, N) stack split ``P("y", "x")`` over Explicit
-    axes: each level's batch axis is read from its own stacked value (the inner one's from the
-    inner value, not from the array beneath both), so the batch route moves nothing and x keeps
-    the stack's layout, eagerly and inside ``jax.jit``."""
-    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Explicit)
+    or Auto axes: each level's batch axis is read from its own stacked value (the inner one's from
+    the inner value, not from the array beneath both), so the batch route moves nothing and x
+    keeps both axes' split, eagerly (where the outer vmap would otherwise map the inner level's
+    shard_map unsplit) and inside ``jax.jit``."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=axis_type)
     a = jax.device_put(SPD[:8].reshape(2, 4, N, N), NamedSharding(mesh, P("y", "x")))
     b = jax.device_put(RHS[:8].reshape(2, 4, N), NamedSharding(mesh, P("y", "x")))
     fn = jax.vmap(jax.vmap(jaxmg.potrs))

@@ -195,7 +195,8 @@ def _batch(fn, plan: Plan, size: int, in_batched, args):
 
     * A stack whose layout is known and split over the batch axis: inside a ``jax.shard_map``
       over the mesh axes that split it (devices along other axes hold and solve the same
-      matrices): no collective runs, and the outputs keep its layout.
+      matrices; those axes stay outside it, so that its transpose sums nothing over them): no
+      collective runs, in the derivatives neither, and the outputs keep its layout.
     * A stack known not to be split so (replicated, or split inside its matrices): spread over
       the mesh by one all-to-all, and the outputs return to its layout.
     * A stack whose layout is not known while tracing (Auto mesh axes inside ``jax.jit``): the
@@ -218,7 +219,10 @@ def _batch(fn, plan: Plan, size: int, in_batched, args):
     spread = P(_layout.entry(axes))
     in_specs = tuple(jax.tree.map(lambda b: spread if b else P(), flags) for flags in in_batched)
     args = tuple(jax.tree.map(lambda x, s: _put(x, s, mesh), a, spec) for a, spec in zip(args, in_specs))
-    out = jax.shard_map(mapped, mesh=mesh, in_specs=in_specs, out_specs=spread, check_vma=False)(*args)
+    manual = frozenset(axes)  # the axes that split the stack; the others stay outside the shard_map
+    out = jax.shard_map(mapped, mesh=mesh, in_specs=in_specs, out_specs=spread, axis_names=manual, check_vma=False)(
+        *args
+    )
     if home == spread:
         return out
     return jax.tree.map(lambda x: _put(x, home, mesh) if _divisible(x, home, mesh) else x, out)

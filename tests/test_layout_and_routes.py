@@ -141,6 +141,20 @@ def test_gradient_over_a_stack_split_on_some_mesh_axes_moves_nothing(axis_type):
         assert _normal(grad.sharding.spec, mesh)[:1] == ("x",), (name, grad.sharding)
 
 
+def test_eager_gradient_over_a_replicated_stack_keeps_its_layout():
+    """An eager jax.grad of a loss summed over jax.vmap(op) on a replicated stack on Auto mesh
+    axes: the stack is spread over the mesh to be solved and the outputs return to its layout;
+    the gradient returns to it too (replicated, as JAX's own gradient is), with the values of
+    the same call on the NumPy stack."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Auto)
+    for name, (loss, args) in GRADIENTS.items():
+        placed = tuple(jax.device_put(x, NamedSharding(mesh, P())) for x in args)
+        fn = jax.grad(lambda *xs, loss=loss: jnp.sum(jax.vmap(loss)(*xs)))
+        grad = fn(*placed)
+        np.testing.assert_allclose(np.asarray(grad), np.asarray(fn(*args)), rtol=1e-10, atol=1e-12, err_msg=name)
+        assert _normal(grad.sharding.spec, mesh) == (), (name, grad.sharding)
+
+
 #: Nested jax.vmap over a (4, 4, N, N) stack split over its outer axis: (op, inputs, NumPy's answer).
 NESTED = {
     "potrs": (jaxmg.potrs, (SPD, RHS), lambda a, b: np.linalg.solve(a, b[..., None])[..., 0]),

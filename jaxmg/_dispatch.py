@@ -195,9 +195,11 @@ def _batch(fn, plan: Plan, size: int, in_batched, args):
 
     * A stack whose layout is known and split over the batch axis: inside a ``jax.shard_map``
       over the mesh axes that split it (devices along other axes hold and solve the same
-      matrices): no collective runs, and the outputs keep its layout.
+      matrices; those axes stay outside it, so that its transpose sums nothing over them): no
+      collective runs, in the derivatives neither, and the outputs keep its layout.
     * A stack known not to be split so (replicated, or split inside its matrices): spread over
-      the mesh by one all-to-all, and the outputs return to its layout.
+      the mesh by one all-to-all, and the outputs (and, on Auto axes, the stack's cotangents)
+      return to its layout.
     * A stack whose layout is not known while tracing (Auto mesh axes inside ``jax.jit``): the
       body mapped as it is; the device's solvers are split over the batch where XLA places the
       stack (``jaxmg.kernels.ffi.per_matrix``), as ``jax.numpy.linalg`` is; so too a stack inside
@@ -217,8 +219,15 @@ def _batch(fn, plan: Plan, size: int, in_batched, args):
             return mapped(*args)
     spread = P(_layout.entry(axes))
     in_specs = tuple(jax.tree.map(lambda b: spread if b else P(), flags) for flags in in_batched)
+    if home != spread and not _layout.all_explicit(mesh):  # gradients return to the stack's layout, as outputs do
+        args = tuple(
+            jax.tree.map(lambda x, b: _home(x, home, mesh) if b else x, a, f) for a, f in zip(args, in_batched)
+        )
     args = tuple(jax.tree.map(lambda x, s: _put(x, s, mesh), a, spec) for a, spec in zip(args, in_specs))
-    out = jax.shard_map(mapped, mesh=mesh, in_specs=in_specs, out_specs=spread, check_vma=False)(*args)
+    manual = frozenset(axes)  # the axes that split the stack; the others stay outside the shard_map
+    out = jax.shard_map(mapped, mesh=mesh, in_specs=in_specs, out_specs=spread, axis_names=manual, check_vma=False)(
+        *args
+    )
     if home == spread:
         return out
     return jax.tree.map(lambda x: _put(x, home, mesh) if _divisible(x, home, mesh) else x, out)
@@ -243,6 +252,14 @@ def _one_at_a_time(fn, plan: Plan, in_batched, args):
 
 def _divisible(x, spec, mesh) -> bool:
     return hasattr(x, "ndim") and x.ndim >= 1 and _layout.divides(x.shape[:1], tuple(spec)[:1], mesh)
+
+
+def _home(x, home: P | None, mesh):
+    """A stacked argument whose cotangent takes the stack's layout ``home`` on Auto mesh axes
+    (where the types do not carry it): the layout its outputs return to."""
+    if home is None or not hasattr(x, "ndim") or not _divisible(x, home, mesh):
+        return x
+    return _sharded.tangents_in(x, _layout.padded_spec(home, x.ndim), mesh)
 
 
 def _put(x, spec: P, mesh):

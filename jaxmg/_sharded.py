@@ -262,6 +262,20 @@ def _place_jvp(spec, mesh, primals, tangents):
     return place(x, spec, mesh), place(dx, spec, mesh)
 
 
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
+def tangents_in(x, spec: P, mesh) -> jax.Array:
+    """``x`` itself (nothing moves), whose tangents and cotangents take layout ``spec`` on
+    ``mesh`` (trace-only): placed before an operation that moves ``x`` elsewhere, it returns the
+    cotangent of ``x`` to ``spec`` (JAX's transpose of a placement keeps the placement's layout)."""
+    return x
+
+
+@tangents_in.defjvp
+def _tangents_in_jvp(spec, mesh, primals, tangents):
+    (x,), (dx,) = primals, tangents
+    return x, place(dx, spec, mesh)
+
+
 def check_outputs(kinds: Sequence[Kind], shapes: Sequence[tuple], grid: Grid, names: Sequence[str]) -> None:
     """Every output shape must be divisible by the mesh axes of its layout."""
     for kind, shape, name in zip(kinds, shapes, names):

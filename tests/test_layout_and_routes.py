@@ -16,6 +16,7 @@ import contextlib
 import re
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
@@ -111,6 +112,47 @@ def test_batch_route_moves_nothing_and_keeps_the_stack_layout(shape, axis_type, 
             for leaf in outs:
                 assert _normal(leaf.sharding.spec, mesh)[:1] == ("x",), (name, leaf.sharding)
     assert routes and set(routes) == {"batch"} == {jaxmg.route("Cholesky", (N, N), "float64", mesh, stacked=STACK)}
+
+
+#: Losses of one matrix whose gradients are summed over a stack: (loss, arguments).
+GRADIENTS = {
+    "potrs": (lambda a, b: jnp.sum(jaxmg.potrs(a, b) ** 2), (SPD, RHS)),
+    "Cholesky.logdet": (lambda a: jaxmg.Cholesky(a).logdet(), (SPD,)),
+    "syevd": (lambda a: jnp.sum(jaxmg.syevd(a)[1] ** 3), (SPD,)),
+}
+
+
+@pytest.mark.parametrize("axis_type", AXES)
+def test_gradient_over_a_stack_split_on_some_mesh_axes_moves_nothing(axis_type):
+    """jax.grad of a loss summed over jax.vmap(op) on a stack split over "x" of a (4, 2) mesh (the
+    two devices along "y" hold the same matrices): the gradient keeps the stack's layout,
+    and the compiled program has no collective at all (no all-reduce of the gradient over "y");
+    the gradient is that of the same call on the unsharded NumPy stack."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=axis_type)
+    stack = NamedSharding(mesh, P("x"))
+    for name, (loss, args) in GRADIENTS.items():
+        placed = tuple(jax.device_put(x, stack) for x in args)
+        fn = jax.jit(jax.grad(lambda *xs, loss=loss: jnp.sum(jax.vmap(loss)(*xs))))
+        text = fn.lower(*placed).compile().as_text()
+        assert {m for m in MOVES + ("all-reduce", "reduce-scatter") if m in text} == set(), name
+        grad = fn(*placed)
+        want = fn(*args)
+        np.testing.assert_allclose(np.asarray(grad), np.asarray(want), rtol=1e-10, atol=1e-12, err_msg=name)
+        assert _normal(grad.sharding.spec, mesh)[:1] == ("x",), (name, grad.sharding)
+
+
+def test_eager_gradient_over_a_replicated_stack_keeps_its_layout():
+    """An eager jax.grad of a loss summed over jax.vmap(op) on a replicated stack on Auto mesh
+    axes: the stack is spread over the mesh to be solved and the outputs return to its layout;
+    the gradient returns to it too (replicated, as JAX's own gradient is), with the values of
+    the same call on the NumPy stack."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Auto)
+    for name, (loss, args) in GRADIENTS.items():
+        placed = tuple(jax.device_put(x, NamedSharding(mesh, P())) for x in args)
+        fn = jax.grad(lambda *xs, loss=loss: jnp.sum(jax.vmap(loss)(*xs)))
+        grad = fn(*placed)
+        np.testing.assert_allclose(np.asarray(grad), np.asarray(fn(*args)), rtol=1e-10, atol=1e-12, err_msg=name)
+        assert _normal(grad.sharding.spec, mesh) == (), (name, grad.sharding)
 
 
 #: Nested jax.vmap over a (4, 4, N, N) stack split over its outer axis: (op, inputs, NumPy's answer).

@@ -68,11 +68,22 @@ def check_dtype(x, name: str, operation: str | None = None) -> None:
         raise TypeError(f"{operation} does not accept dtype {x.dtype} (argument {name}); {fix}")
 
 
-def check_same_dtype(x, name: str, ref, ref_name: str) -> None:
-    """``x`` must have the dtype of ``ref``."""
-    if x.dtype != ref.dtype:
+def of_dtype(x, dtype) -> Any:
+    """``x`` in ``dtype`` where ``x`` is weakly typed (the type of a Python scalar, which
+    ``jnp.full(n, 1.0)`` and ``jnp.where(mask, 1.0, 0.0)`` give) and JAX promotes it to ``dtype``
+    (a weak float next to a float32 or complex matrix), as JAX's own operations read it whatever
+    ``jax_enable_x64`` says; else ``x`` unchanged."""
+    if getattr(x, "weak_type", False) and x.dtype != dtype and jax.dtypes.result_type(x, dtype) == dtype:
+        return x.astype(dtype)
+    return x
+
+
+def check_same_dtype(x, name: str, dtype, ref_name: str) -> None:
+    """``x`` must have the dtype ``dtype`` of argument ``ref_name`` (the message's fix converts it
+    to that dtype, also where x's own dtype is one that jaxmg does not take)."""
+    if x.dtype != dtype:
         raise TypeError(
-            f"{name} has dtype {x.dtype} but {ref_name} has dtype {ref.dtype}; "
+            f"{name} has dtype {x.dtype} but {ref_name} has dtype {np.dtype(dtype)}; "
             f"convert {name} with {name}.astype({ref_name}.dtype)."
         )
 

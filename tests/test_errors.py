@@ -95,6 +95,41 @@ def test_b_with_another_dtype(mesh):
         jaxmg.potrs(A, B.astype(np.float32), mesh=mesh)
 
 
+def test_b_of_an_unsupported_dtype_names_a_dtype_as_the_fix(mesh):
+    """An integer b next to a float64 a: the fix is a's dtype, not float32 (which a float64 a refuses)."""
+    with pytest.raises(
+        TypeError, match=r"b has dtype int64 but a has dtype float64; convert b with b.astype\(a.dtype\)"
+    ):
+        jaxmg.lu_solve(A, np.ones(N, np.int64), mesh=mesh)
+    with pytest.raises(
+        TypeError, match=r"b has dtype int64 but a has dtype float64; convert b with b.astype\(a.dtype\)"
+    ):
+        jaxmg.Cholesky(A, mesh=mesh).solve(np.ones(N, np.int64))
+
+
+def _weak(value, shape):
+    """A weakly typed array (the type of a Python scalar), as ``jnp.full(shape, value)`` gives."""
+    x = jnp.full(shape, value)
+    assert x.weak_type
+    return x
+
+
+def test_weakly_typed_inputs_take_the_matrix_dtype():
+    """A weakly typed b (jnp.full(n, 1.0): float64 with x64 on) next to a float32 a is read in a's
+    dtype, as JAX reads it; a weakly typed matrix factors by LU (its pivots stay int32)."""
+    a32 = jnp.asarray(A, jnp.float32)
+    for solve in (jaxmg.potrs, jaxmg.lu_solve, jaxmg.least_squares, jax.jit(jaxmg.lu_solve)):
+        x = solve(a32, _weak(1.0, N))
+        assert x.dtype == jnp.float32
+        np.testing.assert_allclose(x, np.linalg.solve(A, B), rtol=1e-4)
+    a = _weak(0.5, (N, N)).at[jnp.arange(N), jnp.arange(N)].add(float(N))
+    expected = np.linalg.solve(np.asarray(a), B)
+    np.testing.assert_allclose(jaxmg.lu_solve(a, B), expected, rtol=1e-12)
+    np.testing.assert_allclose(jaxmg.LU(a).solve(B), expected, rtol=1e-12)
+    np.testing.assert_allclose(jaxmg.numpy.linalg.solve(a, B), expected, rtol=1e-12)
+    np.testing.assert_allclose(jaxmg.numpy.linalg.det(a), np.linalg.det(np.asarray(a)), rtol=1e-12)
+
+
 @pytest.mark.parametrize("tile", [0, -4])
 def test_tile_below_one(mesh, tile):
     with pytest.raises(ValueError, match=r"T_A must be at least 1"):

@@ -545,6 +545,33 @@ def test_solve_refuses_what_jax_refuses(b_shape, message):
         mla.solve(a, b)
 
 
+@pytest.mark.parametrize("b_shape", [(8,), (8, 3), (2, 8), (2, 8, 3), (2, 7), (2, 7, 1), (8, 2, 8, 1)])
+def test_scipy_positive_solve_takes_the_right_hand_sides_jax_takes(b_shape):
+    """solve(assume_a="pos") reads b as JAX's does: (..., N), one vector per matrix, or
+    (..., N, K), with its values and derivatives; other shapes are JAX's ValueError, whose message
+    names both shapes (not a failure inside the product of a and x)."""
+    rng = np.random.default_rng(0)
+    a = (
+        np.stack([spd_matrix(rng, 8, np.float64) for _ in range(2)])
+        if len(b_shape) > 1
+        else spd_matrix(rng, 8, np.float64)
+    )
+    b = rng.standard_normal(b_shape)
+
+    def loss(sl, a, b):
+        return jnp.sum(jnp.sin(sl.solve(a, b, assume_a="pos", lower=True)))
+
+    try:
+        want = jax.value_and_grad(functools.partial(loss, jsl), (0, 1))(a, b)
+    except ValueError:
+        with pytest.raises(ValueError, match=r"solve\(assume_a='pos'\): b must be .*got a of shape .* and b of shape"):
+            msla.solve(a, b, assume_a="pos")
+        return
+    got = jax.value_and_grad(functools.partial(loss, msla), (0, 1))(a, b)
+    for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-10, atol=1e-12)
+
+
 # the scipy solves that take JAX's batch of vectors (b (..., N) with a (..., N, N)), and the fix
 # that JAX's FutureWarning names
 BATCHED_VECTOR_SOLVES = {

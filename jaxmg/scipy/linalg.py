@@ -208,7 +208,22 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False, 
         return _np.solve(a, b)
     a, b = _inexact(a, b)
     _square(a, "solve")
-    return _map_solve(functools.partial(_jax_rules.positive_solve, lower=bool(lower)), (a, b))
+    vectors = _positive_rhs(a.shape, b.shape)
+    solve = functools.partial(_jax_rules.positive_solve, lower=bool(lower))
+    return _vectors_back(_map_solve(solve, (a, b[..., None] if vectors else b)), vectors)
+
+
+def _positive_rhs(a_shape: tuple, b_shape: tuple) -> bool:
+    """Whether ``b`` is a batch of vectors (..., N) for ``solve(assume_a="pos")``, which takes, as
+    JAX's, ``b`` (..., N) of one dimension fewer than ``a`` (..., N, N) or (..., N, K) of as many;
+    else JAX's ``ValueError``."""
+    n = a_shape[-1]
+    if len(b_shape) not in (len(a_shape), len(a_shape) - 1) or b_shape[len(a_shape) - 2] != n:
+        raise ValueError(
+            f"solve(assume_a='pos'): b must be (..., {n}) or (..., {n}, K) with as many batch dimensions as a "
+            f"(as in jax.scipy.linalg.solve), got a of shape {a_shape} and b of shape {b_shape}."
+        )
+    return len(b_shape) == len(a_shape) - 1
 
 
 def inv(a, overwrite_a=False, check_finite=True):

@@ -456,6 +456,27 @@ def test_bad_arguments():
         msla.qr(np.eye(8), mode="raw")
 
 
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda la: la.norm(np.ones((3, 4)), ord=2, axis=(5, 6)),
+        lambda la: la.norm(np.ones((2, 3, 4)), ord="nuc", axis=(-4, 1)),
+        lambda la: la.norm(np.ones((2, 3, 4)), ord=-2, axis=(1, 1)),
+        lambda la: la.tensorsolve(np.eye(6).reshape(6, 2, 3), np.ones(6), axes=(5,)),
+        lambda la: la.tensorsolve(np.eye(6).reshape(3, 2, 6), np.ones((2, 3))),
+    ],
+    ids=["norm-out-of-bounds", "norm-negative-out-of-bounds", "norm-repeated", "tensorsolve-axes", "tensorsolve-shape"],
+)
+def test_axes_that_jax_refuses_are_refused(call):
+    """An axis out of bounds or repeated, and a tensorsolve whose b is not a's leading shape, are
+    a ValueError, as JAX's (they were wrapped around, or reshaped, into a result; JAX's own norm
+    over a repeated axis fails in its transpose, a TypeError, where NumPy's says ValueError)."""
+    with pytest.raises((ValueError, TypeError)):
+        call(jnp.linalg)
+    with pytest.raises(ValueError, match="out of bounds|repeated|leading shape"):
+        call(mla)
+
+
 # --- wide matrices in the top-level functions and modules -----------------------------------------
 
 

@@ -571,8 +571,14 @@ def cond(x, p=None):
 
 
 def _spectral(x, ord, axis, keepdims):
-    """Matrix norms from singular values (ord 2, -2, 'nuc') over ``axis`` (two dimensions)."""
+    """Matrix norms from singular values (ord 2, -2, 'nuc') over ``axis`` (two dimensions; an
+    axis out of bounds or repeated is JAX's ValueError)."""
+    for a in axis:
+        if not -x.ndim <= a < x.ndim:
+            raise ValueError(f"norm: axis {a} is out of bounds for array of dimension {x.ndim}.")
     rows, cols = (a % x.ndim for a in axis)
+    if rows == cols:
+        raise ValueError(f"norm: axis {tuple(axis)} repeats an axis; a matrix norm takes two different axes.")
     moved = jnp.moveaxis(x, (rows, cols), (-2, -1))
     s = svdvals(moved)
     out = {
@@ -648,10 +654,15 @@ def tensorinv(a, ind=2):
 def tensorsolve(a, b, axes=None):
     """Solve the tensor equation ``tensordot(a, x, x.ndim) = b`` for x, via :func:`solve`."""
     a, b = _inexact(a, b)
-    if axes is not None:
-        axes = tuple(ax % a.ndim for ax in axes)
+    if axes is not None:  # an axis out of bounds or repeated is JAX's ValueError, from jnp.moveaxis
+        axes = tuple(axes)
         a = jnp.moveaxis(a, axes, tuple(range(a.ndim - len(axes), a.ndim)))
     out_shape = a.shape[b.ndim :]
+    if a.shape[: b.ndim] != b.shape:
+        raise ValueError(
+            f"tensorsolve: after moving the axes to the end, a's leading shape must be b's (as in "
+            f"jnp.linalg.tensorsolve), got a.shape={a.shape}, b.shape={b.shape}."
+        )
     rows, cols = int(np.prod(b.shape)), int(np.prod(out_shape))
     if rows != cols:
         raise ValueError(f"tensorsolve: prod(b.shape) = {rows} must equal prod(x.shape) = {cols}.")

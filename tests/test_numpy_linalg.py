@@ -473,7 +473,7 @@ def test_axes_that_jax_refuses_are_refused(call):
     over a repeated axis fails in its transpose, a TypeError, where NumPy's says ValueError)."""
     with pytest.raises((ValueError, TypeError)):
         call(jnp.linalg)
-    with pytest.raises(ValueError, match="out of bounds|repeated|leading shape"):
+    with pytest.raises(ValueError, match="out of bounds|repeats an axis|leading shape"):
         call(mla)
 
 

@@ -456,6 +456,31 @@ def test_bad_arguments():
         msla.qr(np.eye(8), mode="raw")
 
 
+@pytest.mark.parametrize("shape", [(4,), ()])
+@pytest.mark.parametrize(
+    "module, name",
+    [
+        ("numpy", "svd"),
+        ("numpy", "svdvals"),
+        ("numpy", "qr"),
+        ("scipy", "svd"),
+        ("scipy", "qr"),
+        ("scipy", "lu_factor"),
+        ("scipy", "lu"),
+    ],
+)
+def test_decompositions_of_fewer_than_two_dimensions_raise_jax_errors(module, name, shape):
+    """A vector or a scalar given to a decomposition is JAX's error: its TypeError (rank at least
+    2), or for scipy's lu, which JAX maps with jnp.vectorize, its ValueError."""
+    theirs, ours = (jnp.linalg, mla) if module == "numpy" else (jsl, msla)
+    error = ValueError if (module, name) == ("scipy", "lu") else TypeError
+    with pytest.raises(error, match="rank at least 2|enough dimensions"):
+        getattr(theirs, name)(np.ones(shape))
+    message = rf"{name.removesuffix('vals')}: a must be a matrix .*got shape {re.escape(str(shape))}"
+    with pytest.raises(error, match=message):
+        getattr(ours, name)(np.ones(shape))
+
+
 @pytest.mark.parametrize(
     "call",
     [

@@ -41,6 +41,16 @@ def square(a, name: str, error: type[Exception] = ValueError) -> None:
         raise error(f"{name}: a must be a square matrix or a batch of them (..., N, N), got shape {tuple(a.shape)}.")
 
 
+def matrices(a, name: str, error: type[Exception] = TypeError) -> None:
+    """``a`` must be a matrix or a stack of them (..., M, N); else ``error``, the class that JAX's
+    own function raises (its decompositions a TypeError: "Input 0 to svd must have rank at least
+    2")."""
+    if a.ndim < 2:
+        raise error(
+            f"{name}: a must be a matrix or a stack of them (..., M, N) (rank at least 2), got shape {a.shape}."
+        )
+
+
 def in_layout(x, spec: P, like):
     """``x`` laid out as ``spec`` on like's mesh where it has Explicit axes (elsewhere unchanged;
     a concrete ``x`` is put there, as an eager reshard outside ``jax.set_mesh`` cannot)."""

@@ -263,8 +263,7 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False, subset_by_index
     values ``start:end`` (and their vectors) of the full decomposition.
     """
     (a,) = _inexact(a)
-    if a.ndim < 2:
-        raise ValueError(f"svd: a must be at least 2-D (..., M, N), got shape {a.shape}.")
+    _util.matrices(a, "svd")
     if hermitian:
         _square(a, "svd(hermitian=True)")
         a = _herm_input(a, True, lower=True)
@@ -358,8 +357,7 @@ def qr(a, mode="reduced"):
         return jnp.linalg.qr(a, mode="raw")
     mode = "reduced" if mode == "full" else mode
     (a,) = _inexact(a)
-    if a.ndim < 2:
-        raise ValueError(f"qr: a must be at least 2-D (..., M, N), got shape {a.shape}.")
+    _util.matrices(a, "qr")
     out = _map_batch(functools.partial(_qr, mode=mode), (a,), (2,))
     return out if mode == "r" else QRResult(*out)
 

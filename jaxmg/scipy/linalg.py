@@ -51,6 +51,7 @@ from ..numpy._util import (
     inexact as _inexact,
     map_batch as _map_batch,
     map_solve as _map_solve,
+    matrices as _matrices,
     square as _square,
     take_rows as _take_rows,
 )
@@ -132,13 +133,13 @@ def lu_factor(a, overwrite_a=False, check_finite=True):
     return _square_lu(a, "lu_factor", _packed_lu, _jsl.lu_factor)
 
 
-def _square_lu(a, name: str, square, rectangular):
+def _square_lu(a, name: str, square, rectangular, error: type[Exception] = TypeError):
     """``square`` of each matrix of ``a`` (..., N, N) mapped over its batch; JAX's
-    ``rectangular`` of a rectangular ``a`` (jaxmg's LU is of square matrices)."""
+    ``rectangular`` of a rectangular ``a`` (jaxmg's LU is of square matrices); ``error`` (JAX's
+    class) for an ``a`` of fewer than two dimensions."""
     (a,) = _inexact(a)
     _checks.check_dtype(a, "a", "lu")
-    if a.ndim < 2:
-        raise ValueError(f"{name}: a must be a matrix or a batch of them (..., M, N), got shape {a.shape}.")
+    _matrices(a, name, error)
     if a.shape[-1] != a.shape[-2]:
         return rectangular(a)
     return _map_batch(square, (a,), (2,))
@@ -509,6 +510,7 @@ def lu(a, permute_l=False, overwrite_a=False, check_finite=True):
         "lu",
         functools.partial(_plu, permute_l=bool(permute_l)),
         functools.partial(_jsl.lu, permute_l=bool(permute_l)),
+        ValueError,  # as JAX's lu, which maps over (..., M, N) with jnp.vectorize
     )
 
 

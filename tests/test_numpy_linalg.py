@@ -422,6 +422,18 @@ def test_svd_subset_by_index_as_jax():
     )
 
 
+@pytest.mark.parametrize(
+    "subset, error",
+    [((-1, 2), ValueError), ((0, 5), ValueError), ((3, 1), ValueError), ((0,), TypeError), ((0.0, 2.0), TypeError)],
+)
+def test_svd_subset_by_index_out_of_range_names_the_range(subset, error):
+    """A range outside 0 <= start <= end <= min(M, N), or not a pair of ints, is refused with the
+    valid range (it failed inside a slice, or was sliced from the end)."""
+    a = random_matrix(np.random.default_rng(13), (6, 4), np.float64)
+    with pytest.raises(error, match=r"svd: subset_by_index.*(min\(M, N\) = 4|a pair of ints)"):
+        mla.svd(a, full_matrices=False, subset_by_index=subset)
+
+
 def test_hermitian_svd_orders_equal_singular_values_as_jax():
     """svd(hermitian=True) of a matrix with eigenvalues w and -w: the same U and Vh as JAX's
     (ascending |w| sorted stably, then reversed), not only the same singular values."""

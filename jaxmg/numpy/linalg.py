@@ -289,8 +289,17 @@ def _svd_subset(subset_by_index, shape: tuple, full_matrices: bool):
     ``ValueError``."""
     if subset_by_index is None:
         return None
-    start, end = (int(i) for i in subset_by_index)
-    if (start, end) == (0, min(shape[-2:])):
+    k = min(shape[-2:])
+    pair = tuple(subset_by_index) if isinstance(subset_by_index, (tuple, list)) else ()
+    if len(pair) != 2 or not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in pair):
+        raise TypeError(f"svd: subset_by_index must be None or a pair of ints (start, end), got {subset_by_index!r}.")
+    start, end = (int(i) for i in pair)
+    if not 0 <= start <= end <= k:
+        raise ValueError(
+            f"svd: subset_by_index=(start, end) must have 0 <= start <= end <= min(M, N) = {k} for a of "
+            f"shape {shape} (singular values start:end, descending), got {subset_by_index!r}."
+        )
+    if (start, end) == (0, k):
         return None
     if full_matrices:
         raise ValueError(

@@ -440,7 +440,8 @@ def _concrete(value, name):
     if _is_tracer(value):
         raise ValueError(
             f"{name} needs the rank as a Python value, which inside jax.jit is not known: "
-            f"call it outside jax.jit, or use numpy_resid=False (residuals always returned)."
+            f"call it outside jax.jit, or call jaxmg.numpy.linalg.lstsq(a, b, rcond) with numpy_resid=False "
+            f"(its default: the residuals always returned)."
         )
     return int(value)
 

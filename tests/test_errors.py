@@ -222,6 +222,17 @@ def test_native_backend_unavailable_on_cpu(mesh):
         jaxmg.potrs(put(A, mesh, P("x", "y")), B, backend="native")
 
 
+def test_native_backend_without_a_mesh_on_cpu_says_it_needs_gpus():
+    """Inside jax.jit (no mesh known) on CPUs the reason is the platform, not a missing mesh, which
+    passing mesh= would not cure."""
+    for call in (
+        lambda: jax.jit(lambda a, b: jaxmg.lu_solve(a, b, backend="native"))(A, B),
+        lambda: jaxmg.potrs(A, B, backend="native"),
+    ):
+        with pytest.raises(RuntimeError, match=r"cannot run .* here: the devices are 'cpu', .*NVIDIA GPUs.*'portable'"):
+            call()
+
+
 def test_errors_are_raised_at_trace_time(mesh):
     traced = jax.jit(lambda a, b: jaxmg.potrs(a, b, mesh=mesh))
     with pytest.raises(ValueError, match=r"b has 16 rows"):

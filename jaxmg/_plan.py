@@ -341,6 +341,7 @@ def resolve(
     flags = dict(natural=natural, donate=options.donate)
     T_A, mesh, matrix_specs, backend = options.T_A, options.mesh, options.matrix_specs, options.backend
     arrays = check(matrices, rhs, square=square, tall=tall, T_A=T_A, backend=backend, flags=flags, family=family)
+    _layout.split_specs(matrix_specs, len(matrices) + max(len(rhs), num_rhs))  # their type and count, on any route
     a, count = arrays[0], len(matrices)
     if context.kind == MANUAL:
         _routes.choose(family, backend, None, a.shape, a.dtype, manual=True)

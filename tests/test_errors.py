@@ -206,6 +206,11 @@ def test_mesh_of_wrong_type():
 def test_bad_matrix_specs_type(mesh):
     with pytest.raises(TypeError, match=r"matrix_specs must be a PartitionSpec"):
         jaxmg.potrs(A, B, mesh=mesh, matrix_specs="x")
+    # inside jax.jit with no mesh known (the local route, where no spec is read): checked all the same
+    with pytest.raises(TypeError, match=r"matrix_specs must be a PartitionSpec"):
+        jax.jit(lambda a, b: jaxmg.lu_solve(a, b, matrix_specs="x"))(A, B)
+    with pytest.raises(ValueError, match=r"matrix_specs has 3 entries but this operation takes 2"):
+        jax.jit(lambda a, b: jaxmg.potrs(a, b, matrix_specs=[P(), P(), P()]))(A, B)
 
 
 def test_bad_backend_and_flags(mesh):

@@ -639,6 +639,36 @@ def test_scipy_positive_solve_takes_the_right_hand_sides_jax_takes(b_shape):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-10, atol=1e-12)
 
 
+RANK_PROMOTED = {
+    "solve": lambda la, a, b: la.solve(a, b),
+    "cho_solve": lambda la, a, b: la.cho_solve((jnp.linalg.cholesky(a), True), b),
+    "lu_solve": lambda la, a, b: la.lu_solve(la.lu_factor(a), b),
+    "solve_triangular": lambda la, a, b: la.solve_triangular(a, b, lower=True),
+    "eigh": lambda la, a, b: la.eigh(a, jnp.broadcast_to(2 * jnp.eye(8), b.shape[:-1] + (8,)), eigvals_only=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RANK_PROMOTED))
+@pytest.mark.parametrize("b_shape", [(8, 3), (3, 2, 8, 3)])
+def test_rank_promotion_of_batch_dimensions_follows_jax_config(name, b_shape):
+    """A stack a (2, N, N) with b of fewer or more batch dimensions is broadcast as JAX broadcasts
+    it, and under jax.numpy_rank_promotion("raise") refused as JAX's own functions refuse it
+    ("warn": JAX's warning)."""
+    fn = RANK_PROMOTED[name]
+    rng = np.random.default_rng(0)
+    a = np.stack([spd_matrix(rng, 8, np.float64) for _ in range(2)])
+    b = rng.standard_normal(b_shape)
+    module = (mla, jnp.linalg) if name == "solve" else (msla, jsl)
+    np.testing.assert_allclose(fn(module[0], a, b), fn(module[1], a, b), rtol=1e-9)
+    with jax.numpy_rank_promotion("raise"):
+        with pytest.raises(ValueError):
+            fn(module[1], a, b)
+        with pytest.raises(ValueError, match="jax_numpy_rank_promotion='raise'"):
+            fn(module[0], a, b)
+    with jax.numpy_rank_promotion("warn"), pytest.warns(UserWarning, match="rank promotion"):
+        fn(module[0], a, b)
+
+
 # the scipy solves that take JAX's batch of vectors (b (..., N) with a (..., N, N)), and the fix
 # that JAX's FutureWarning names
 BATCHED_VECTOR_SOLVES = {

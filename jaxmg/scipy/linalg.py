@@ -45,6 +45,7 @@ from ..modules.cholesky import promoted_solve as _cho_promoted_solve
 from ..modules.lu import promoted_solve as _lu_promoted_solve
 from ..numpy import _jax_rules, linalg as _np
 from ..numpy._util import (
+    check_rank_promotion as _check_rank_promotion,
     herm_input as _herm_input,
     in_layout as _in_layout,
     in_layout_of as _in_layout_of,
@@ -275,6 +276,7 @@ def eigh(
         fn = functools.partial(_f.syevd if b is None else _f.sygvd, return_eigenvectors=vectors)
     else:
         fn = functools.partial(_eigh_of_product, third=type == 3, vectors=vectors)
+    _check_rank_promotion(matrices, (2,) * len(matrices))
     return _map_batch(fn, matrices, (2,) * len(matrices))
 
 

@@ -79,13 +79,20 @@ def of_dtype(x, dtype) -> Any:
 
 
 def check_same_dtype(x, name: str, dtype, ref_name: str) -> None:
-    """``x`` must have the dtype ``dtype`` of argument ``ref_name`` (the message's fix converts it
-    to that dtype, also where x's own dtype is one that jaxmg does not take)."""
-    if x.dtype != dtype:
-        raise TypeError(
-            f"{name} has dtype {x.dtype} but {ref_name} has dtype {np.dtype(dtype)}; "
-            f"convert {name} with {name}.astype({ref_name}.dtype)."
+    """``x`` must have the dtype ``dtype`` of argument ``ref_name``. The message's fix converts
+    ``x`` to that dtype (also where x's own dtype is one that jaxmg does not take), except for a
+    complex ``x`` next to a real ``ref_name``, which would lose its imaginary part: there both
+    take their complex dtype."""
+    if x.dtype == dtype:
+        return
+    fix = f"convert {name} with {name}.astype({ref_name}.dtype)"
+    if jnp.issubdtype(x.dtype, jnp.complexfloating) and not jnp.issubdtype(dtype, jnp.complexfloating):
+        common = inexact_dtype(x.dtype, dtype)
+        fix = (
+            f"a real {ref_name} with a complex {name} is solved in complex arithmetic: convert both with "
+            f".astype(jnp.{common}) ({name}.astype({ref_name}.dtype) would drop {name}'s imaginary part)"
         )
+    raise TypeError(f"{name} has dtype {x.dtype} but {ref_name} has dtype {np.dtype(dtype)}; {fix}.")
 
 
 def check_matrix(x, name: str, *, square: bool = False, tall: bool = False) -> None:

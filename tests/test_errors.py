@@ -95,6 +95,15 @@ def test_b_with_another_dtype(mesh):
         jaxmg.potrs(A, B.astype(np.float32), mesh=mesh)
 
 
+def test_complex_b_with_a_real_a_is_told_to_convert_both():
+    """The fix for a complex b next to a real a keeps b's imaginary part: both complex."""
+    message = r"b has dtype complex64 but a has dtype float32; .*convert both with \.astype\(jnp\.complex64\)"
+    with pytest.raises(TypeError, match=message):
+        jaxmg.lu_solve(A.astype(np.float32), B.astype(np.complex64))
+    with pytest.raises(TypeError, match=message):
+        jaxmg.sygvd(A.astype(np.float32), A.astype(np.complex64))
+
+
 def test_b_of_an_unsupported_dtype_names_a_dtype_as_the_fix(mesh):
     """An integer b next to a float64 a: the fix is a's dtype, not float32 (which a float64 a refuses)."""
     with pytest.raises(

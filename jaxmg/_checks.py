@@ -68,13 +68,31 @@ def check_dtype(x, name: str, operation: str | None = None) -> None:
         raise TypeError(f"{operation} does not accept dtype {x.dtype} (argument {name}); {fix}")
 
 
-def check_same_dtype(x, name: str, ref, ref_name: str) -> None:
-    """``x`` must have the dtype of ``ref``."""
-    if x.dtype != ref.dtype:
-        raise TypeError(
-            f"{name} has dtype {x.dtype} but {ref_name} has dtype {ref.dtype}; "
-            f"convert {name} with {name}.astype({ref_name}.dtype)."
+def of_dtype(x, dtype) -> Any:
+    """``x`` in ``dtype`` where ``x`` is weakly typed (the type of a Python scalar, which
+    ``jnp.full(n, 1.0)`` and ``jnp.where(mask, 1.0, 0.0)`` give) and JAX promotes it to ``dtype``
+    (a weak float next to a float32 or complex matrix), as JAX's own operations read it whatever
+    ``jax_enable_x64`` says; else ``x`` unchanged."""
+    if getattr(x, "weak_type", False) and x.dtype != dtype and jax.dtypes.result_type(x, dtype) == dtype:
+        return x.astype(dtype)
+    return x
+
+
+def check_same_dtype(x, name: str, dtype, ref_name: str) -> None:
+    """``x`` must have the dtype ``dtype`` of argument ``ref_name``. The message's fix converts
+    ``x`` to that dtype (also where x's own dtype is one that jaxmg does not take), except for a
+    complex ``x`` next to a real ``ref_name``, which would lose its imaginary part: there both
+    take their complex dtype."""
+    if x.dtype == dtype:
+        return
+    fix = f"convert {name} with {name}.astype({ref_name}.dtype)"
+    if jnp.issubdtype(x.dtype, jnp.complexfloating) and not jnp.issubdtype(dtype, jnp.complexfloating):
+        common = inexact_dtype(x.dtype, dtype)
+        fix = (
+            f"a real {ref_name} with a complex {name} is solved in complex arithmetic: convert both with "
+            f".astype(jnp.{common}) ({name}.astype({ref_name}.dtype) would drop {name}'s imaginary part)"
         )
+    raise TypeError(f"{name} has dtype {x.dtype} but {ref_name} has dtype {np.dtype(dtype)}; {fix}.")
 
 
 def check_matrix(x, name: str, *, square: bool = False, tall: bool = False) -> None:

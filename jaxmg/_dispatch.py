@@ -285,17 +285,30 @@ def _on_mesh(args, plan: Plan, matrices: int):
 
     def put(x, spec):
         values = _context.eager_values(x)
-        if not values or all(_on(v, devices) for v in values):
+        own = getattr(values[0], "sharding", None) if values else None
+        if not values or (all(_on(v, devices) for v in values) and not _retyped(own, mesh)):
             return x  # on the mesh, or vmapped values (placed by the compiled call's own batching)
-        own = getattr(values[0], "sharding", None)
         if _on(values[0], devices) and isinstance(own, NamedSharding):
-            target = own
+            target = NamedSharding(mesh, own.spec) if _retyped(own, mesh) else own
         else:
             target = NamedSharding(mesh, _layout.padded_spec(spec, x.ndim) if x.ndim >= len(tuple(spec)) else P())
         return jax.device_put(x, target)
 
     return tuple(
         jax.tree.map(lambda x, s=(matrix_spec if k < matrices else P()): put(x, s), a) for k, a in enumerate(args)
+    )
+
+
+def _retyped(sharding, mesh: Mesh) -> bool:
+    """Whether ``sharding`` lies on a mesh of mesh's axes and devices whose axis types differ (an
+    array of Auto axes given to a call on Explicit ones, or the reverse): its spec is then read on
+    ``mesh``, whose types every array of the compiled call must have."""
+    own = getattr(sharding, "mesh", None)
+    return (
+        isinstance(own, Mesh)
+        and own.axis_types != mesh.axis_types
+        and own.axis_names == mesh.axis_names
+        and own.devices.shape == mesh.devices.shape
     )
 
 

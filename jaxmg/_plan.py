@@ -190,12 +190,8 @@ def place_rhs(plan: Plan, b, name: str = "b", rows: Optional[int] = None, index:
 
     Returns ``(b, spec, home)``: ``b`` in the layout it is solved in, that layout (None where
     the arrays are not placed), and ``home``, which takes a solution back to b's own layout."""
-    b = _checks.as_array(b, name)
-    _checks.check_dtype(b, name)
-    if b.dtype != plan.dtype:
-        raise TypeError(
-            f"{name} has dtype {b.dtype} but a has dtype {plan.dtype}; convert {name} with {name}.astype(a.dtype)."
-        )
+    b = _checks.of_dtype(_checks.as_array(b, name), plan.dtype)
+    _checks.check_same_dtype(b, name, plan.dtype, "a")
     _checks.check_rhs(b, name, plan.shape[0] if rows is None else rows, "a")
     given = plan.rhs_specs[index] if index < len(plan.rhs_specs) else None
     if plan.distributed:
@@ -305,12 +301,11 @@ def check(
     _checks.check_tile(T_A)
     a_name = matrices[0][0]
     named = list(matrices) + list(rhs)
-    arrays = [_checks.as_array(value, name) for name, value in named]
-    a = arrays[0]
-    for (name, _), x in zip(named, arrays):
-        _checks.check_dtype(x, name, family)
-        if x is not a:
-            _checks.check_same_dtype(x, name, a, a_name)
+    a = _checks.as_array(named[0][1], a_name)
+    _checks.check_dtype(a, a_name, family)
+    arrays = [a] + [_checks.of_dtype(_checks.as_array(value, name), a.dtype) for name, value in named[1:]]
+    for (name, _), x in zip(named[1:], arrays[1:]):
+        _checks.check_same_dtype(x, name, a.dtype, a_name)
     for (name, _), x in zip(matrices, arrays):
         _checks.check_matrix(x, name, square=square, tall=tall and not square)
         if x.shape != a.shape:
@@ -346,6 +341,7 @@ def resolve(
     flags = dict(natural=natural, donate=options.donate)
     T_A, mesh, matrix_specs, backend = options.T_A, options.mesh, options.matrix_specs, options.backend
     arrays = check(matrices, rhs, square=square, tall=tall, T_A=T_A, backend=backend, flags=flags, family=family)
+    _layout.split_specs(matrix_specs, len(matrices) + max(len(rhs), num_rhs))  # their type and count, on any route
     a, count = arrays[0], len(matrices)
     if context.kind == MANUAL:
         _routes.choose(family, backend, None, a.shape, a.dtype, manual=True)

@@ -170,15 +170,15 @@ def choose(fam: str, backend: str, mesh, shape, dtype, *, stacked: int = 0, manu
     if 0 in tuple(shape):
         return BATCH if stacked else LOCAL  # nothing to distribute: JAX's answers for empty matrices
     if backend == "native":
+        reason = native_unavailable(fam, mesh)  # without a mesh: of the default devices
+        if reason is not None:
+            raise RuntimeError(f"backend='native' cannot run {fam} here: {reason}. Use backend='portable' or 'auto'.")
         if mesh is None:
             raise RuntimeError(
                 "backend='native' needs a mesh, and none is known here (inside jax.jit the "
                 "layout of an array on Auto mesh axes is not known): pass mesh=, or call it "
                 "inside jax.set_mesh(mesh)."
             )
-        reason = native_unavailable(fam, mesh)
-        if reason is not None:
-            raise RuntimeError(f"backend='native' cannot run {fam} here: {reason}. Use backend='portable' or 'auto'.")
         return DISTRIBUTED
     if stacked:
         share = -(-int(stacked) // (1 if mesh is None else mesh.size))  # matrices per device, spread

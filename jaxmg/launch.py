@@ -78,6 +78,8 @@ from __future__ import annotations
 import argparse
 import collections
 import itertools
+import math
+import numbers
 import os
 import queue
 import re
@@ -155,9 +157,11 @@ def failure_detection_settings(timeout: float | int | None = None) -> dict[str, 
                 f"jaxmg: {ENV_FAILURE_TIMEOUT}={value!r} is not a number of seconds; "
                 f"set it to e.g. {DEFAULT_FAILURE_TIMEOUT:g} or unset it."
             ) from None
-    if not timeout >= 4:
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise TypeError(f"jaxmg: timeout must be a number of seconds (at least 4) or None, got {timeout!r}.")
+    if not 4 <= timeout < math.inf:
         raise ValueError(
-            f"jaxmg: the failure timeout must be at least 4 seconds, got {timeout:g} "
+            f"jaxmg: the failure timeout must be at least 4 seconds, got {timeout:g}, and finite "
             f"(argument timeout or {ENV_FAILURE_TIMEOUT}); JAX's heartbeats need a "
             "few seconds."
         )

@@ -95,6 +95,50 @@ def test_b_with_another_dtype(mesh):
         jaxmg.potrs(A, B.astype(np.float32), mesh=mesh)
 
 
+def test_complex_b_with_a_real_a_is_told_to_convert_both():
+    """The fix for a complex b next to a real a keeps b's imaginary part: both complex."""
+    message = r"b has dtype complex64 but a has dtype float32; .*convert both with \.astype\(jnp\.complex64\)"
+    with pytest.raises(TypeError, match=message):
+        jaxmg.lu_solve(A.astype(np.float32), B.astype(np.complex64))
+    with pytest.raises(TypeError, match=message):
+        jaxmg.sygvd(A.astype(np.float32), A.astype(np.complex64))
+
+
+def test_b_of_an_unsupported_dtype_names_a_dtype_as_the_fix(mesh):
+    """An integer b next to a float64 a: the fix is a's dtype, not float32 (which a float64 a refuses)."""
+    with pytest.raises(
+        TypeError, match=r"b has dtype int64 but a has dtype float64; convert b with b.astype\(a.dtype\)"
+    ):
+        jaxmg.lu_solve(A, np.ones(N, np.int64), mesh=mesh)
+    with pytest.raises(
+        TypeError, match=r"b has dtype int64 but a has dtype float64; convert b with b.astype\(a.dtype\)"
+    ):
+        jaxmg.Cholesky(A, mesh=mesh).solve(np.ones(N, np.int64))
+
+
+def _weak(value, shape):
+    """A weakly typed array (the type of a Python scalar), as ``jnp.full(shape, value)`` gives."""
+    x = jnp.full(shape, value)
+    assert x.weak_type
+    return x
+
+
+def test_weakly_typed_inputs_take_the_matrix_dtype():
+    """A weakly typed b (jnp.full(n, 1.0): float64 with x64 on) next to a float32 a is read in a's
+    dtype, as JAX reads it; a weakly typed matrix factors by LU (its pivots stay int32)."""
+    a32 = jnp.asarray(A, jnp.float32)
+    for solve in (jaxmg.potrs, jaxmg.lu_solve, jaxmg.least_squares, jax.jit(jaxmg.lu_solve)):
+        x = solve(a32, _weak(1.0, N))
+        assert x.dtype == jnp.float32
+        np.testing.assert_allclose(x, np.linalg.solve(A, B), rtol=1e-4)
+    a = _weak(0.5, (N, N)).at[jnp.arange(N), jnp.arange(N)].add(float(N))
+    expected = np.linalg.solve(np.asarray(a), B)
+    np.testing.assert_allclose(jaxmg.lu_solve(a, B), expected, rtol=1e-12)
+    np.testing.assert_allclose(jaxmg.LU(a).solve(B), expected, rtol=1e-12)
+    np.testing.assert_allclose(jaxmg.numpy.linalg.solve(a, B), expected, rtol=1e-12)
+    np.testing.assert_allclose(jaxmg.numpy.linalg.det(a), np.linalg.det(np.asarray(a)), rtol=1e-12)
+
+
 @pytest.mark.parametrize("tile", [0, -4])
 def test_tile_below_one(mesh, tile):
     with pytest.raises(ValueError, match=r"T_A must be at least 1"):
@@ -171,6 +215,11 @@ def test_mesh_of_wrong_type():
 def test_bad_matrix_specs_type(mesh):
     with pytest.raises(TypeError, match=r"matrix_specs must be a PartitionSpec"):
         jaxmg.potrs(A, B, mesh=mesh, matrix_specs="x")
+    # inside jax.jit with no mesh known (the local route, where no spec is read): checked all the same
+    with pytest.raises(TypeError, match=r"matrix_specs must be a PartitionSpec"):
+        jax.jit(lambda a, b: jaxmg.lu_solve(a, b, matrix_specs="x"))(A, B)
+    with pytest.raises(ValueError, match=r"matrix_specs has 3 entries but this operation takes 2"):
+        jax.jit(lambda a, b: jaxmg.potrs(a, b, matrix_specs=[P(), P(), P()]))(A, B)
 
 
 def test_bad_backend_and_flags(mesh):
@@ -185,6 +234,17 @@ def test_bad_backend_and_flags(mesh):
 def test_native_backend_unavailable_on_cpu(mesh):
     with pytest.raises(RuntimeError, match=r"backend=.native. cannot run cholesky here.*backend='portable'"):
         jaxmg.potrs(put(A, mesh, P("x", "y")), B, backend="native")
+
+
+def test_native_backend_without_a_mesh_on_cpu_says_it_needs_gpus():
+    """Inside jax.jit (no mesh known) on CPUs the reason is the platform, not a missing mesh, which
+    passing mesh= would not cure."""
+    for call in (
+        lambda: jax.jit(lambda a, b: jaxmg.lu_solve(a, b, backend="native"))(A, B),
+        lambda: jaxmg.potrs(A, B, backend="native"),
+    ):
+        with pytest.raises(RuntimeError, match=r"cannot run .* here: the devices are 'cpu', .*NVIDIA GPUs.*'portable'"):
+            call()
 
 
 def test_errors_are_raised_at_trace_time(mesh):

@@ -518,6 +518,18 @@ def test_failure_detection_settings_errors(monkeypatch, value, message):
         launch.failure_detection_settings()
 
 
+@pytest.mark.parametrize(
+    "timeout, error, message",
+    [("60", TypeError, "timeout must be a number of seconds"), (float("inf"), ValueError, "got inf, and finite")],
+)
+@pytest.mark.usefixtures("library_errors")
+def test_failure_detection_settings_names_a_bad_timeout(timeout, error, message):
+    """A timeout that is not a number, or is infinite, is named (not a comparison's TypeError or an
+    integer conversion's ValueError)."""
+    with pytest.raises(error, match=message):
+        launch.failure_detection_settings(timeout)
+
+
 def test_first_failure_is_the_earliest_not_the_first_seen():
     """Ranks that end together (a failure and the peers whose collective it broke) are ordered by
     when they failed (the runners' stamps), a rank killed by a signal first; not by the order in

@@ -46,3 +46,15 @@ def test_meshes_used_alternately(axis_type):
             np.testing.assert_allclose(
                 x, np.linalg.solve(spd, rhs), rtol=1e-10, err_msg=f"pass {pass_}, kept module of mesh {shape}"
             )
+
+
+def test_right_hand_side_on_the_same_devices_with_other_axis_types():
+    """b on a mesh of a's devices and axes whose axis types differ (Auto against Explicit) is read
+    on a's mesh, eagerly as inside jax.jit (eagerly it reached a product on the other mesh)."""
+    rng = np.random.default_rng(1)
+    spd, rhs = spd_matrix(rng, N, np.float64), rng.standard_normal(N)
+    explicit, auto = (make_mesh((4, 2), ("x", "y"), axis_types=t) for t in (AxisType.Explicit, AxisType.Auto))
+    for a_mesh, b_mesh in ((explicit, auto), (auto, explicit)):
+        a, b = put(spd, a_mesh, P("x", "y")), put(rhs, b_mesh, P("x"))
+        for x in (jaxmg.potrs(a, b), jaxmg.Cholesky(a).solve(b), jaxmg.numpy.linalg.solve(a, b)):
+            np.testing.assert_allclose(x, np.linalg.solve(spd, rhs), rtol=1e-10)

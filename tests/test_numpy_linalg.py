@@ -422,6 +422,27 @@ def test_svd_subset_by_index_as_jax():
     )
 
 
+@pytest.mark.parametrize(
+    "subset, error",
+    [((-1, 2), ValueError), ((0, 5), ValueError), ((3, 1), ValueError), ((0,), TypeError), ((0.0, 2.0), TypeError)],
+)
+def test_svd_subset_by_index_out_of_range_names_the_range(subset, error):
+    """A range outside 0 <= start <= end <= min(M, N), or not a pair of ints, is refused with the
+    valid range (it failed inside a slice, or was sliced from the end)."""
+    a = random_matrix(np.random.default_rng(13), (6, 4), np.float64)
+    with pytest.raises(error, match=r"svd: subset_by_index.*(min\(M, N\) = 4|a pair of ints)"):
+        mla.svd(a, full_matrices=False, subset_by_index=subset)
+
+
+def test_scipy_lstsq_inside_jit_names_a_call_that_works():
+    """scipy's lstsq (SciPy's residues: empty unless the rank is full) inside jax.jit names
+    jaxmg.numpy.linalg.lstsq, whose numpy_resid=False works there (scipy's has no such argument)."""
+    a, b = np.eye(6, 4) + 1.0, np.ones(6)
+    with pytest.raises(ValueError, match=r"jaxmg\.numpy\.linalg\.lstsq\(a, b, rcond\) with numpy_resid=False"):
+        jax.jit(msla.lstsq)(a, b)
+    np.testing.assert_allclose(jax.jit(mla.lstsq)(a, b)[0], np.linalg.lstsq(a, b)[0], rtol=1e-12)
+
+
 def test_hermitian_svd_orders_equal_singular_values_as_jax():
     """svd(hermitian=True) of a matrix with eigenvalues w and -w: the same U and Vh as JAX's
     (ascending |w| sorted stably, then reversed), not only the same singular values."""
@@ -454,6 +475,52 @@ def test_bad_arguments():
         msla.lu_solve(msla.lu_factor(np.eye(8)), np.ones(8), trans=3)
     with pytest.raises(ValueError, match="mode"):
         msla.qr(np.eye(8), mode="raw")
+
+
+@pytest.mark.parametrize("shape", [(4,), ()])
+@pytest.mark.parametrize(
+    "module, name",
+    [
+        ("numpy", "svd"),
+        ("numpy", "svdvals"),
+        ("numpy", "qr"),
+        ("scipy", "svd"),
+        ("scipy", "qr"),
+        ("scipy", "lu_factor"),
+        ("scipy", "lu"),
+    ],
+)
+def test_decompositions_of_fewer_than_two_dimensions_raise_jax_errors(module, name, shape):
+    """A vector or a scalar given to a decomposition is JAX's error: its TypeError (rank at least
+    2), or for scipy's lu, which JAX maps with jnp.vectorize, its ValueError."""
+    theirs, ours = (jnp.linalg, mla) if module == "numpy" else (jsl, msla)
+    error = ValueError if (module, name) == ("scipy", "lu") else TypeError
+    with pytest.raises(error, match="rank at least 2|enough dimensions"):
+        getattr(theirs, name)(np.ones(shape))
+    message = rf"{name.removesuffix('vals')}: a must be a matrix .*got shape {re.escape(str(shape))}"
+    with pytest.raises(error, match=message):
+        getattr(ours, name)(np.ones(shape))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda la: la.norm(np.ones((3, 4)), ord=2, axis=(5, 6)),
+        lambda la: la.norm(np.ones((2, 3, 4)), ord="nuc", axis=(-4, 1)),
+        lambda la: la.norm(np.ones((2, 3, 4)), ord=-2, axis=(1, 1)),
+        lambda la: la.tensorsolve(np.eye(6).reshape(6, 2, 3), np.ones(6), axes=(5,)),
+        lambda la: la.tensorsolve(np.eye(6).reshape(3, 2, 6), np.ones((2, 3))),
+    ],
+    ids=["norm-out-of-bounds", "norm-negative-out-of-bounds", "norm-repeated", "tensorsolve-axes", "tensorsolve-shape"],
+)
+def test_axes_that_jax_refuses_are_refused(call):
+    """An axis out of bounds or repeated, and a tensorsolve whose b is not a's leading shape, are
+    a ValueError, as JAX's (they were wrapped around, or reshaped, into a result; JAX's own norm
+    over a repeated axis fails in its transpose, a TypeError, where NumPy's says ValueError)."""
+    with pytest.raises((ValueError, TypeError)):
+        call(jnp.linalg)
+    with pytest.raises(ValueError, match="out of bounds|repeats an axis|leading shape"):
+        call(mla)
 
 
 # --- wide matrices in the top-level functions and modules -----------------------------------------
@@ -543,6 +610,63 @@ def test_solve_refuses_what_jax_refuses(b_shape, message):
         jnp.linalg.solve(a, b)
     with pytest.raises(ValueError, match=message):
         mla.solve(a, b)
+
+
+@pytest.mark.parametrize("b_shape", [(8,), (8, 3), (2, 8), (2, 8, 3), (2, 7), (2, 7, 1), (8, 2, 8, 1)])
+def test_scipy_positive_solve_takes_the_right_hand_sides_jax_takes(b_shape):
+    """solve(assume_a="pos") reads b as JAX's does: (..., N), one vector per matrix, or
+    (..., N, K), with its values and derivatives; other shapes are JAX's ValueError, whose message
+    names both shapes (not a failure inside the product of a and x)."""
+    rng = np.random.default_rng(0)
+    a = (
+        np.stack([spd_matrix(rng, 8, np.float64) for _ in range(2)])
+        if len(b_shape) > 1
+        else spd_matrix(rng, 8, np.float64)
+    )
+    b = rng.standard_normal(b_shape)
+
+    def loss(sl, a, b):
+        return jnp.sum(jnp.sin(sl.solve(a, b, assume_a="pos", lower=True)))
+
+    try:
+        want = jax.value_and_grad(functools.partial(loss, jsl), (0, 1))(a, b)
+    except ValueError:
+        with pytest.raises(ValueError, match=r"solve\(assume_a='pos'\): b must be .*got a of shape .* and b of shape"):
+            msla.solve(a, b, assume_a="pos")
+        return
+    got = jax.value_and_grad(functools.partial(loss, msla), (0, 1))(a, b)
+    for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-10, atol=1e-12)
+
+
+RANK_PROMOTED = {
+    "solve": lambda la, a, b: la.solve(a, b),
+    "cho_solve": lambda la, a, b: la.cho_solve((jnp.linalg.cholesky(a), True), b),
+    "lu_solve": lambda la, a, b: la.lu_solve(la.lu_factor(a), b),
+    "solve_triangular": lambda la, a, b: la.solve_triangular(a, b, lower=True),
+    "eigh": lambda la, a, b: la.eigh(a, jnp.broadcast_to(2 * jnp.eye(8), b.shape[:-1] + (8,)), eigvals_only=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RANK_PROMOTED))
+@pytest.mark.parametrize("b_shape", [(8, 3), (3, 2, 8, 3)])
+def test_rank_promotion_of_batch_dimensions_follows_jax_config(name, b_shape):
+    """A stack a (2, N, N) with b of fewer or more batch dimensions is broadcast as JAX broadcasts
+    it, and under jax.numpy_rank_promotion("raise") refused as JAX's own functions refuse it
+    ("warn": JAX's warning)."""
+    fn = RANK_PROMOTED[name]
+    rng = np.random.default_rng(0)
+    a = np.stack([spd_matrix(rng, 8, np.float64) for _ in range(2)])
+    b = rng.standard_normal(b_shape)
+    module = (mla, jnp.linalg) if name == "solve" else (msla, jsl)
+    np.testing.assert_allclose(fn(module[0], a, b), fn(module[1], a, b), rtol=1e-9)
+    with jax.numpy_rank_promotion("raise"):
+        with pytest.raises(ValueError):
+            fn(module[1], a, b)
+        with pytest.raises(ValueError, match="jax_numpy_rank_promotion='raise'"):
+            fn(module[0], a, b)
+    with jax.numpy_rank_promotion("warn"), pytest.warns(UserWarning, match="rank promotion"):
+        fn(module[0], a, b)
 
 
 # the scipy solves that take JAX's batch of vectors (b (..., N) with a (..., N, N)), and the fix

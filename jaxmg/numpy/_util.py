@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -39,6 +40,16 @@ def square(a, name: str, error: type[Exception] = ValueError) -> None:
     """``a`` must be (..., N, N); else ``error`` (the class that JAX's own function raises)."""
     if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
         raise error(f"{name}: a must be a square matrix or a batch of them (..., N, N), got shape {tuple(a.shape)}.")
+
+
+def matrices(a, name: str, error: type[Exception] = TypeError) -> None:
+    """``a`` must be a matrix or a stack of them (..., M, N); else ``error``, the class that JAX's
+    own function raises (its decompositions a TypeError: "Input 0 to svd must have rank at least
+    2")."""
+    if a.ndim < 2:
+        raise error(
+            f"{name}: a must be a matrix or a stack of them (..., M, N) (rank at least 2), got shape {a.shape}."
+        )
 
 
 def in_layout(x, spec: P, like):
@@ -137,9 +148,33 @@ def _own_mesh(args):
 def map_solve(fn, args):
     """:func:`map_batch` of a solve ``fn(a, ..., b)``: ``a`` (..., N, N) first, ``b`` last, (N,)
     (one vector for every matrix) or (..., N, K), and any argument between them a vector (..., N);
-    ``x`` is laid out like ``b``."""
+    ``x`` is laid out like ``b``. Batch dimensions of different ranks are JAX's rank promotion
+    (:func:`check_rank_promotion`)."""
     b = args[-1]
-    return map_batch(fn, args, (2, *(1,) * (len(args) - 2), 1 if b.ndim == 1 else 2), solution=True)
+    core_ranks = (2, *(1,) * (len(args) - 2), 1 if b.ndim == 1 else 2)
+    check_rank_promotion(args, core_ranks)
+    return map_batch(fn, args, core_ranks, solution=True)
+
+
+def check_rank_promotion(args, core_ranks) -> None:
+    """Arguments whose batch dimensions (those before each one's ``core_ranks`` trailing ones)
+    differ in rank are broadcast by rank promotion, which JAX's own linear algebra (``jnp.vectorize``)
+    refuses under ``jax.numpy_rank_promotion("raise")`` and warns of under ``"warn"``: so here."""
+    mode = jax.config.jax_numpy_rank_promotion
+    if mode == "allow" or len({x.ndim - r for x, r in zip(args, core_ranks)}) < 2:
+        return
+    shapes = " ".join(str(tuple(x.shape)) for x in args)
+    if mode == "raise":
+        raise ValueError(
+            f"Operands could not be broadcast together on shapes {shapes} (their batch dimensions differ in rank) "
+            "with the config option jax_numpy_rank_promotion='raise', as in JAX; add the leading dimensions "
+            "(b[None]) or set jax_numpy_rank_promotion='allow'."
+        )
+    warnings.warn(
+        f"Following NumPy automatic rank promotion on shapes {shapes}. Set the jax_numpy_rank_promotion "
+        "config option to 'allow' to disable this warning.",
+        stacklevel=4,  # the caller of the jaxmg.numpy or jaxmg.scipy function
+    )
 
 
 def _in_layout_kept(out, like):

@@ -263,8 +263,7 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False, subset_by_index
     values ``start:end`` (and their vectors) of the full decomposition.
     """
     (a,) = _inexact(a)
-    if a.ndim < 2:
-        raise ValueError(f"svd: a must be at least 2-D (..., M, N), got shape {a.shape}.")
+    _util.matrices(a, "svd")
     if hermitian:
         _square(a, "svd(hermitian=True)")
         a = _herm_input(a, True, lower=True)
@@ -290,8 +289,17 @@ def _svd_subset(subset_by_index, shape: tuple, full_matrices: bool):
     ``ValueError``."""
     if subset_by_index is None:
         return None
-    start, end = (int(i) for i in subset_by_index)
-    if (start, end) == (0, min(shape[-2:])):
+    k = min(shape[-2:])
+    pair = tuple(subset_by_index) if isinstance(subset_by_index, (tuple, list)) else ()
+    if len(pair) != 2 or not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in pair):
+        raise TypeError(f"svd: subset_by_index must be None or a pair of ints (start, end), got {subset_by_index!r}.")
+    start, end = (int(i) for i in pair)
+    if not 0 <= start <= end <= k:
+        raise ValueError(
+            f"svd: subset_by_index=(start, end) must have 0 <= start <= end <= min(M, N) = {k} for a of "
+            f"shape {shape} (singular values start:end, descending), got {subset_by_index!r}."
+        )
+    if (start, end) == (0, k):
         return None
     if full_matrices:
         raise ValueError(
@@ -358,8 +366,7 @@ def qr(a, mode="reduced"):
         return jnp.linalg.qr(a, mode="raw")
     mode = "reduced" if mode == "full" else mode
     (a,) = _inexact(a)
-    if a.ndim < 2:
-        raise ValueError(f"qr: a must be at least 2-D (..., M, N), got shape {a.shape}.")
+    _util.matrices(a, "qr")
     out = _map_batch(functools.partial(_qr, mode=mode), (a,), (2,))
     return out if mode == "r" else QRResult(*out)
 
@@ -433,7 +440,8 @@ def _concrete(value, name):
     if _is_tracer(value):
         raise ValueError(
             f"{name} needs the rank as a Python value, which inside jax.jit is not known: "
-            f"call it outside jax.jit, or use numpy_resid=False (residuals always returned)."
+            f"call it outside jax.jit, or call jaxmg.numpy.linalg.lstsq(a, b, rcond) with numpy_resid=False "
+            f"(its default: the residuals always returned)."
         )
     return int(value)
 
@@ -571,8 +579,14 @@ def cond(x, p=None):
 
 
 def _spectral(x, ord, axis, keepdims):
-    """Matrix norms from singular values (ord 2, -2, 'nuc') over ``axis`` (two dimensions)."""
+    """Matrix norms from singular values (ord 2, -2, 'nuc') over ``axis`` (two dimensions; an
+    axis out of bounds or repeated is JAX's ValueError)."""
+    for a in axis:
+        if not -x.ndim <= a < x.ndim:
+            raise ValueError(f"norm: axis {a} is out of bounds for array of dimension {x.ndim}.")
     rows, cols = (a % x.ndim for a in axis)
+    if rows == cols:
+        raise ValueError(f"norm: axis {tuple(axis)} repeats an axis; a matrix norm takes two different axes.")
     moved = jnp.moveaxis(x, (rows, cols), (-2, -1))
     s = svdvals(moved)
     out = {
@@ -648,10 +662,15 @@ def tensorinv(a, ind=2):
 def tensorsolve(a, b, axes=None):
     """Solve the tensor equation ``tensordot(a, x, x.ndim) = b`` for x, via :func:`solve`."""
     a, b = _inexact(a, b)
-    if axes is not None:
-        axes = tuple(ax % a.ndim for ax in axes)
+    if axes is not None:  # an axis out of bounds or repeated is JAX's ValueError, from jnp.moveaxis
+        axes = tuple(axes)
         a = jnp.moveaxis(a, axes, tuple(range(a.ndim - len(axes), a.ndim)))
     out_shape = a.shape[b.ndim :]
+    if a.shape[: b.ndim] != b.shape:
+        raise ValueError(
+            f"tensorsolve: after moving the axes to the end, a's leading shape must be b's (as in "
+            f"jnp.linalg.tensorsolve), got a.shape={a.shape}, b.shape={b.shape}."
+        )
     rows, cols = int(np.prod(b.shape)), int(np.prod(out_shape))
     if rows != cols:
         raise ValueError(f"tensorsolve: prod(b.shape) = {rows} must equal prod(x.shape) = {cols}.")

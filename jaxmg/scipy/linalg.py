@@ -45,12 +45,14 @@ from ..modules.cholesky import promoted_solve as _cho_promoted_solve
 from ..modules.lu import promoted_solve as _lu_promoted_solve
 from ..numpy import _jax_rules, linalg as _np
 from ..numpy._util import (
+    check_rank_promotion as _check_rank_promotion,
     herm_input as _herm_input,
     in_layout as _in_layout,
     in_layout_of as _in_layout_of,
     inexact as _inexact,
     map_batch as _map_batch,
     map_solve as _map_solve,
+    matrices as _matrices,
     square as _square,
     take_rows as _take_rows,
 )
@@ -132,13 +134,13 @@ def lu_factor(a, overwrite_a=False, check_finite=True):
     return _square_lu(a, "lu_factor", _packed_lu, _jsl.lu_factor)
 
 
-def _square_lu(a, name: str, square, rectangular):
+def _square_lu(a, name: str, square, rectangular, error: type[Exception] = TypeError):
     """``square`` of each matrix of ``a`` (..., N, N) mapped over its batch; JAX's
-    ``rectangular`` of a rectangular ``a`` (jaxmg's LU is of square matrices)."""
+    ``rectangular`` of a rectangular ``a`` (jaxmg's LU is of square matrices); ``error`` (JAX's
+    class) for an ``a`` of fewer than two dimensions."""
     (a,) = _inexact(a)
     _checks.check_dtype(a, "a", "lu")
-    if a.ndim < 2:
-        raise ValueError(f"{name}: a must be a matrix or a batch of them (..., M, N), got shape {a.shape}.")
+    _matrices(a, name, error)
     if a.shape[-1] != a.shape[-2]:
         return rectangular(a)
     return _map_batch(square, (a,), (2,))
@@ -208,7 +210,22 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False, 
         return _np.solve(a, b)
     a, b = _inexact(a, b)
     _square(a, "solve")
-    return _map_solve(functools.partial(_jax_rules.positive_solve, lower=bool(lower)), (a, b))
+    vectors = _positive_rhs(a.shape, b.shape)
+    solve = functools.partial(_jax_rules.positive_solve, lower=bool(lower))
+    return _vectors_back(_map_solve(solve, (a, b[..., None] if vectors else b)), vectors)
+
+
+def _positive_rhs(a_shape: tuple, b_shape: tuple) -> bool:
+    """Whether ``b`` is a batch of vectors (..., N) for ``solve(assume_a="pos")``, which takes, as
+    JAX's, ``b`` (..., N) of one dimension fewer than ``a`` (..., N, N) or (..., N, K) of as many;
+    else JAX's ``ValueError``."""
+    n = a_shape[-1]
+    if len(b_shape) not in (len(a_shape), len(a_shape) - 1) or b_shape[len(a_shape) - 2] != n:
+        raise ValueError(
+            f"solve(assume_a='pos'): b must be (..., {n}) or (..., {n}, K) with as many batch dimensions as a "
+            f"(as in jax.scipy.linalg.solve), got a of shape {a_shape} and b of shape {b_shape}."
+        )
+    return len(b_shape) == len(a_shape) - 1
 
 
 def inv(a, overwrite_a=False, check_finite=True):
@@ -259,6 +276,7 @@ def eigh(
         fn = functools.partial(_f.syevd if b is None else _f.sygvd, return_eigenvectors=vectors)
     else:
         fn = functools.partial(_eigh_of_product, third=type == 3, vectors=vectors)
+    _check_rank_promotion(matrices, (2,) * len(matrices))
     return _map_batch(fn, matrices, (2,) * len(matrices))
 
 
@@ -494,6 +512,7 @@ def lu(a, permute_l=False, overwrite_a=False, check_finite=True):
         "lu",
         functools.partial(_plu, permute_l=bool(permute_l)),
         functools.partial(_jsl.lu, permute_l=bool(permute_l)),
+        ValueError,  # as JAX's lu, which maps over (..., M, N) with jnp.vectorize
     )
 
 

@@ -58,6 +58,7 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import PartitionSpec
 
 from . import modules
@@ -323,15 +324,42 @@ class Auto(_Options, lx.AbstractLinearSolver[_AutoState]):
     [`Cholesky`][jaxmg.lineax.Cholesky]; square -> [`LU`][jaxmg.lineax.LU]; rectangular -> [`QR`][jaxmg.lineax.QR]
     (least squares or minimum norm).
 
+    ``well_posed`` reads as in ``lineax.AutoLinearSolver``: None (the default) picks as above;
+    True takes square operators only (a rectangular one raises ValueError, as Lineax's does).
+    False, Lineax's SVD for operators of any rank, has no jaxmg solver: it raises ValueError
+    naming ``jaxmg.numpy.linalg.lstsq`` (jaxmg's SVD, least squares of any rank).
+
     The state is the chosen solver's; it never changes after ``init`` (``transpose`` and
     ``conj`` keep the choice).
 
     Options (fields): ``T_A``, ``mesh``, ``matrix_specs``, ``backend``, as described in
-    [`jaxmg.lineax`][jaxmg.lineax].
+    [`jaxmg.lineax`][jaxmg.lineax], and ``well_posed``.
     """
+
+    well_posed: Optional[bool] = eqx.field(default=None, static=True)
+
+    def __check_init__(self):
+        if self.well_posed is None:
+            return
+        if not isinstance(self.well_posed, (bool, np.bool_)):
+            raise TypeError(
+                f"well_posed must be None, True or False (as in lineax.AutoLinearSolver), got {self.well_posed!r}."
+            )
+        if not self.well_posed:
+            raise ValueError(
+                "jaxmg.lineax.Auto(well_posed=False): lineax.AutoLinearSolver(well_posed=False) picks Lineax's SVD "
+                "for operators of any rank, which jaxmg.lineax has no solver for; use jaxmg.numpy.linalg.lstsq(a, b) "
+                "(jaxmg's SVD: the least-squares solution of least norm for any rank), or well_posed=None or True."
+            )
 
     def select(self, operator: lx.AbstractLinearOperator) -> _JaxmgSolver:
         """The solver that ``Auto`` uses for ``operator`` (with Auto's options)."""
+        if self.well_posed and operator.in_size() != operator.out_size():
+            raise ValueError(
+                f"jaxmg.lineax.Auto(well_posed=True) needs a square operator, got {operator.out_size()} x "
+                f"{operator.in_size()}; for least squares use jaxmg.lineax.Auto() (well_posed=None) or "
+                "jaxmg.lineax.QR()."
+            )
         if lx.is_positive_semidefinite(operator) or lx.is_negative_semidefinite(operator):
             kind = Cholesky
         elif operator.in_size() == operator.out_size():

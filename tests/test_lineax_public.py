@@ -48,8 +48,8 @@ def test_throw_that_is_not_a_bool_is_named(library_errors):
 
 def test_auto_reads_well_posed_as_lineax(library_errors):
     """Auto(well_posed=...) as lineax.AutoLinearSolver: None and True pick the same solvers for
-    square operators and solve as Lineax's; True refuses a rectangular operator; False (Lineax's
-    SVD) is refused when the solver is made, naming the SVD-based least squares."""
+    square operators and solve as Lineax's; True refuses a rectangular operator; False picks the
+    SVD for every operator (and assumes no full rank)."""
     import lineax as lx
     import pytest
 
@@ -66,7 +66,8 @@ def test_auto_reads_well_posed_as_lineax(library_errors):
     assert isinstance(jl.Auto().select(tall), jl.QR)
     with pytest.raises(ValueError, match=r"well_posed=True\) needs a square operator, got 4 x 3"):
         jl.Auto(well_posed=True).select(tall)
-    with pytest.raises(ValueError, match="jaxmg.numpy.linalg.lstsq"):
-        jl.Auto(well_posed=False)
+    for op in (tall, lx.MatrixLinearOperator(a, lx.positive_semidefinite_tag)):
+        assert isinstance(jl.Auto(well_posed=False).select(op), jl.SVD)
+    assert not jl.Auto(well_posed=False).assume_full_rank()
     with pytest.raises(TypeError, match="well_posed must be None, True or False"):
         jl.Auto(well_posed="yes")

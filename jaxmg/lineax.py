@@ -344,7 +344,8 @@ class SVD(_JaxmgSolver):
         u, s, vh = factor.u, factor.s, factor.vh
         m, n = factor.shape
         eps = float(jnp.finfo(s.dtype).eps)
-        rcond = 2 * max(m, n) * eps if self.rcond is None else (eps if self.rcond < 0 else self.rcond)
+        rcond = _status.checked_rcond(self.rcond)
+        rcond = 2 * max(m, n) * eps if rcond is None else (eps if rcond < 0 else rcond)  # Lineax's reading
         kept = s > rcond * jnp.max(s, initial=0)
         s_inv = jnp.where(kept, 1 / jnp.where(kept, s, 1), 0).astype(u.dtype)
         if state.transposed:  # pinv(A^T) b = conj(pinv(A^H) conj(b)), pinv(A^H) = U S^+ V^H

@@ -314,6 +314,8 @@ def test_svd_rcond_and_failure_as_lineax_svd():
     for rcond in (None, 1e-6, 1e-2, -1.0):
         got = lx.linear_solve(lx.MatrixLinearOperator(a), b, jl.SVD(rcond=rcond)).value
         _close(got, lx.linear_solve(lx.MatrixLinearOperator(a), b, lx.SVD(rcond=rcond)).value)
+    with pytest.raises(TypeError, match="rcond"):  # named by the type check where it runs, else by the solve
+        lx.linear_solve(lx.MatrixLinearOperator(a), b, jl.SVD(rcond="small"))
     bad = lx.linear_solve(lx.MatrixLinearOperator(jnp.full((3, 3), jnp.nan)), b, jl.SVD(), throw=False)
     assert bad.result == lx.RESULTS.singular and np.isnan(np.asarray(bad.value)).all()
 

@@ -394,8 +394,8 @@ class Auto(_Options, lx.AbstractLinearSolver[_AutoState]):
         if self.well_posed and operator.in_size() != operator.out_size():
             raise ValueError(
                 f"jaxmg.lineax.Auto(well_posed=True) needs a square operator, got {operator.out_size()} x "
-                f"{operator.in_size()}; for least squares use jaxmg.lineax.Auto() (well_posed=None) or "
-                "jaxmg.lineax.QR()."
+                f"{operator.in_size()}; for least squares use jaxmg.lineax.Auto() (well_posed=None: QR, full "
+                "rank) or jaxmg.lineax.Auto(well_posed=False) (SVD, any rank)."
             )
         if self.well_posed is False:
             return SVD(**self._options(), throw=self.throw)

@@ -24,9 +24,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import Optional, Union
+from typing import NamedTuple, Optional, Union
 
 import jax
+import numpy as np
 from jax.sharding import AbstractMesh, Mesh, PartitionSpec as P
 
 AnyMesh = Union[Mesh, AbstractMesh]
@@ -36,6 +37,44 @@ Axes = tuple  # tuple[str, ...]
 MAX_AUTO_TILE = 1024
 LARGE_AUTO_TILE = 2048
 LARGE_N = 32768
+
+
+class _MeshRecord(NamedTuple):
+    """A concrete mesh as pickle keeps it (JAX's ``Mesh`` holds devices, which do not pickle):
+    its devices' ids in mesh order, their shape, the axis names and types."""
+
+    ids: tuple
+    shape: tuple
+    axis_names: tuple
+    axis_types: tuple
+
+    @classmethod
+    def of(cls, mesh: Mesh) -> _MeshRecord:
+        return cls(tuple(int(d.id) for d in mesh.devices.flat), mesh.devices.shape, mesh.axis_names, mesh.axis_types)
+
+    def mesh(self) -> Mesh:
+        """The mesh of this process's devices with these ids (``jax.devices()``)."""
+        found = {d.id: d for d in jax.devices()}
+        missing = [i for i in self.ids if i not in found]
+        if missing:
+            raise ValueError(
+                f"the pickled mesh's devices {missing} are not among this process's devices "
+                f"(ids {sorted(found)}); unpickle where the same devices exist, or save the arrays with "
+                "equinox.tree_serialise_leaves and make the module again."
+            )
+        devices = np.array([found[i] for i in self.ids], dtype=object).reshape(self.shape)
+        return Mesh(devices, self.axis_names, axis_types=self.axis_types)
+
+
+def reduce_meshes(obj) -> tuple:
+    """``__reduce__`` of a frozen dataclass whose fields may hold concrete meshes: each is pickled
+    as a :class:`_MeshRecord` and rebuilt from this process's devices when loaded."""
+    values = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    return _rebuilt, (type(obj), {k: _MeshRecord.of(v) if isinstance(v, Mesh) else v for k, v in values.items()})
+
+
+def _rebuilt(cls, values: dict):
+    return cls(**{k: v.mesh() if isinstance(v, _MeshRecord) else v for k, v in values.items()})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +89,9 @@ class Grid:
     mesh: AnyMesh
     row_axes: Axes
     col_axes: Axes
+
+    def __reduce__(self):
+        return reduce_meshes(self)
 
     @property
     def nprow(self) -> int:

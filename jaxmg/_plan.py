@@ -86,6 +86,11 @@ class Plan:
     stack_spec: Optional[P] = None
     backend: Backend = dataclasses.field(kw_only=True)
 
+    def __reduce__(self):
+        """Pickled with its meshes kept as device ids (``jaxmg._layout.reduce_meshes``), so that a
+        module pickles as its arrays do."""
+        return _layout.reduce_meshes(self)
+
     @property
     def distributed(self) -> bool:
         return self.route == _routes.DISTRIBUTED

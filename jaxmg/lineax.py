@@ -2,7 +2,7 @@
 
 Lineax (https://docs.kidger.site/lineax) is an optional dependency: ``pip install lineax``
 (or ``pip install ".[lineax]"`` in jaxmg's source folder).
-The four solvers are ``lineax.AbstractLinearSolver`` subclasses and slot into Lineax
+The five solvers are ``lineax.AbstractLinearSolver`` subclasses and slot into Lineax
 wherever its own solvers do:
 
 ```python
@@ -15,8 +15,9 @@ x = lx.linear_solve(operator, b, solver=jaxmg.lineax.Auto()).value
 
 - [`Cholesky`][jaxmg.lineax.Cholesky] for positive (or negative) definite operators, [`LU`][jaxmg.lineax.LU] for square
   nonsingular ones, [`QR`][jaxmg.lineax.QR] for full-rank rectangular ones (least squares when tall,
-  the minimum-norm solution when wide), and [`Auto`][jaxmg.lineax.Auto], which picks one of these from
-  the operator's tags and shape.
+  the minimum-norm solution when wide), [`SVD`][jaxmg.lineax.SVD] for operators of any shape and rank
+  (the pseudo-inverse solution), and [`Auto`][jaxmg.lineax.Auto], which picks one of these from the
+  operator's tags and shape (and ``well_posed``, as ``lineax.AutoLinearSolver``).
 - When the operator's matrix (``operator.as_matrix()``) is sharded over a mesh, the
   factorisation and the solves run distributed on that mesh through jaxmg (cuSOLVERMp on
   NVIDIA GPUs, else the portable backend); the layout rules are jaxmg's.
@@ -37,9 +38,9 @@ x = lx.linear_solve(operator, b, solver=jaxmg.lineax.Auto()).value
   every device (True) or is returned as ``RESULTS.singular`` for ``linear_solve(...,
   throw=False)`` (False).
 - Derivatives and ``jax.vmap`` are Lineax's own: ``jax.grad`` through ``linear_solve`` and
-  ``jax.vmap`` over operators and vectors work as with Lineax's solvers. Every solver
-  assumes a full-rank operator (``assume_full_rank()`` is True), as Lineax's own
-  ``Cholesky``, ``LU`` and ``QR`` do.
+  ``jax.vmap`` over operators and vectors work as with Lineax's solvers. ``Cholesky``, ``LU``
+  and ``QR`` assume a full-rank operator (``assume_full_rank()`` is True), as Lineax's own
+  do; ``SVD`` does not, as Lineax's ``SVD``.
 """
 
 from __future__ import annotations
@@ -58,15 +59,17 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import PartitionSpec
 
 from . import modules
 from ._checks import check_flag
+from ._dense import adjoint, matmul
 from ._typing import MeshLike, Specs
 from .kernels import status as _status
 from .modules._base import Factorisation
 
-__all__ = ["Auto", "Cholesky", "LU", "QR"]
+__all__ = ["Auto", "Cholesky", "LU", "QR", "SVD"]
 
 
 class _Structure(eqx.Module):
@@ -311,6 +314,45 @@ class QR(_JaxmgSolver):
         return jnp.conj(factor._adjoint_solve(jnp.conj(b)))
 
 
+class SVD(_JaxmgSolver):
+    """SVD solver (jaxmg's ``SVD``) for operators of any shape and rank: the pseudo-inverse
+    solution ``x = pinv(A) b`` (least squares of least norm), as ``lineax.SVD``.
+
+    Singular values at or below ``rcond * s[0]`` count as zero, with ``rcond`` read as Lineax
+    reads it (None: ``2 * max(M, N) * eps``; negative: ``eps``). A rank-deficient operator is
+    no failure (``RESULTS.successful``); a non-finite decomposition (jaxmg's ``status`` -1) gives
+    ``RESULTS.singular``. Transposed solves (Lineax's derivatives) reuse the decomposition:
+    ``pinv(A^T) b = conj(U S^+ V^H conj(b))``. ``assume_full_rank()`` is False, as Lineax's SVD's,
+    so that Lineax differentiates the pseudo-inverse in full.
+
+    Options (fields): ``T_A``, ``mesh``, ``matrix_specs``, ``backend``, as described in
+    [`jaxmg.lineax`][jaxmg.lineax], and ``rcond`` (a Python float).
+    """
+
+    rcond: Optional[float] = eqx.field(default=None, static=True)
+
+    def assume_full_rank(self) -> bool:
+        """False: any rank is solved (as Lineax's SVD)."""
+        return False
+
+    def _factor(self, matrix, operator):
+        return modules.SVD(matrix, **self._options()), False, False
+
+    def _solve(self, state, b):
+        factor = state.factor
+        assert isinstance(factor, modules.SVD), "the state of SVD.init"
+        u, s, vh = factor.u, factor.s, factor.vh
+        m, n = factor.shape
+        eps = float(jnp.finfo(s.dtype).eps)
+        rcond = _status.checked_rcond(self.rcond)
+        rcond = 2 * max(m, n) * eps if rcond is None else (eps if rcond < 0 else rcond)  # Lineax's reading
+        kept = s > rcond * jnp.max(s, initial=0)
+        s_inv = jnp.where(kept, 1 / jnp.where(kept, s, 1), 0).astype(u.dtype)
+        if state.transposed:  # pinv(A^T) b = conj(pinv(A^H) conj(b)), pinv(A^H) = U S^+ V^H
+            return jnp.conj(matmul(u, s_inv * matmul(vh, jnp.conj(b))))
+        return matmul(adjoint(vh), s_inv * matmul(adjoint(u), b))  # pinv(A) = V S^+ U^H
+
+
 class _AutoState(eqx.Module):
     """Auto's state: the chosen solver and its state."""
 
@@ -323,15 +365,40 @@ class Auto(_Options, lx.AbstractLinearSolver[_AutoState]):
     [`Cholesky`][jaxmg.lineax.Cholesky]; square -> [`LU`][jaxmg.lineax.LU]; rectangular -> [`QR`][jaxmg.lineax.QR]
     (least squares or minimum norm).
 
+    ``well_posed`` reads as in ``lineax.AutoLinearSolver``: None (the default) picks as above;
+    True takes square operators only (a rectangular one raises ValueError, as Lineax's does);
+    False picks [`SVD`][jaxmg.lineax.SVD] for every operator (the pseudo-inverse solution, any
+    rank).
+
     The state is the chosen solver's; it never changes after ``init`` (``transpose`` and
     ``conj`` keep the choice).
 
     Options (fields): ``T_A``, ``mesh``, ``matrix_specs``, ``backend``, as described in
-    [`jaxmg.lineax`][jaxmg.lineax].
+    [`jaxmg.lineax`][jaxmg.lineax], and ``well_posed``.
     """
+
+    well_posed: Optional[bool] = eqx.field(default=None, static=True)
+
+    def __check_init__(self):
+        if self.well_posed is not None and not isinstance(self.well_posed, (bool, np.bool_)):
+            raise TypeError(
+                f"well_posed must be None, True or False (as in lineax.AutoLinearSolver), got {self.well_posed!r}."
+            )
+
+    def assume_full_rank(self) -> bool:
+        """As ``lineax.AutoLinearSolver``'s: False only for ``well_posed=False`` (the SVD)."""
+        return self.well_posed is not False
 
     def select(self, operator: lx.AbstractLinearOperator) -> _JaxmgSolver:
         """The solver that ``Auto`` uses for ``operator`` (with Auto's options)."""
+        if self.well_posed and operator.in_size() != operator.out_size():
+            raise ValueError(
+                f"jaxmg.lineax.Auto(well_posed=True) needs a square operator, got {operator.out_size()} x "
+                f"{operator.in_size()}; for least squares use jaxmg.lineax.Auto() (well_posed=None: QR, full "
+                "rank) or jaxmg.lineax.Auto(well_posed=False) (SVD, any rank)."
+            )
+        if self.well_posed is False:
+            return SVD(**self._options(), throw=self.throw)
         if lx.is_positive_semidefinite(operator) or lx.is_negative_semidefinite(operator):
             kind = Cholesky
         elif operator.in_size() == operator.out_size():

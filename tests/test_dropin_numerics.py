@@ -571,6 +571,23 @@ def test_integer_and_bool_arguments_promote_as_jax(dtype, x64):
             _same(call(ours, jnp.asarray(a), jnp.asarray(b)), call(theirs, jnp.asarray(a), jnp.asarray(b)))
 
 
+def test_weakly_typed_matrices_as_jax():
+    """A weakly typed float64 matrix (built from Python floats, ``jnp.where(mask, 5.0, 1.0)``) in
+    64-bit mode: every function gives JAX's dtypes, and LU-based ones JAX's values (JAX's own LU
+    branch made weak pivots, which 64-bit mode promoted to int64 against LAPACK's int32)."""
+    with jax.enable_x64(True):
+        weak = jnp.where(jnp.eye(4, dtype=bool), 5.0, 1.0)
+        b = jnp.arange(1.0, 5.0)
+        assert jax.typeof(weak).weak_type
+        for name, (call, ours, theirs) in PROMOTING.items():
+            got = jax.eval_shape(functools.partial(call, ours), weak, b)
+            assert _dtypes(got) == _dtypes(jax.eval_shape(functools.partial(call, theirs), weak, b)), name
+        for name in ("solve", "inv", "det", "slogdet"):
+            call, ours, theirs = PROMOTING[name]
+            _same(call(ours, weak, b), call(theirs, weak, b))
+        np.testing.assert_allclose(jaxmg.LU(weak).solve(b), np.linalg.solve(np.asarray(weak), np.asarray(b)))
+
+
 @pytest.mark.parametrize("shape", [(0, 0), (2, 0, 0), (0, 3), (3, 0)])
 def test_cond_of_an_empty_matrix_is_an_error_as_in_jax(shape):
     for fn in (jnp.linalg.cond, mla.cond):

@@ -258,6 +258,68 @@ def test_grad_of_least_squares_and_jvp():
     _close(t_ours, t_ref, factor=1e5)
 
 
+def _rank_deficient(rng, shape, rank, dtype):
+    return random_matrix(rng, (shape[0], rank), dtype) @ random_matrix(rng, (rank, shape[1]), dtype)
+
+
+#: (dtype, shape): a real square and a complex wide operator in the quick run, the others with --slow
+SVD_QUICK = {("square", np.float64), ("wide", np.complex128)}
+SVD_CASES = [
+    pytest.param(d, shape, id=f"{np.dtype(d).name}-{name}", marks=[] if (name, d) in SVD_QUICK else [pytest.mark.slow])
+    for name, shape in {"square": (12, 12), "tall": (20, 12), "wide": (12, 20)}.items()
+    for d in (np.float64, np.complex128)
+]
+
+
+@pytest.mark.parametrize("dtype,shape", SVD_CASES)
+def test_svd_solves_any_rank_as_lineax_svd(dtype, shape):
+    """jaxmg.lineax.SVD (and Auto(well_posed=False)) on rank-deficient operators, sharded over an
+    Auto mesh: the pseudo-inverse solution and a successful result, as lineax.SVD; the transposed
+    and conjugated operators from the same state; the derivatives with respect to the matrix and
+    the vector (Lineax's, of an operator of not full rank) as lineax.SVD's."""
+    rng = np.random.default_rng(12)
+    A, b = _rank_deficient(rng, shape, 5, dtype), random_matrix(rng, (shape[0],), dtype)
+    a = put(A, _auto_mesh(), P("x", "y"))
+
+    def solve(a, b, solver, transform=lambda op: op, state=None):
+        op = transform(lx.MatrixLinearOperator(a))
+        return lx.linear_solve(op, b, solver=solver, **({} if state is None else {"state": state}))
+
+    want = solve(A, b, lx.SVD())
+    for solver in (jl.SVD(), jl.Auto(well_posed=False)):
+        sol = solve(a, b, solver)
+        assert sol.result == lx.RESULTS.successful and not solver.assume_full_rank()
+        _close(sol.value, want.value, dtype)
+    state = jl.SVD().init(lx.MatrixLinearOperator(a), {})
+    c = random_matrix(rng, (shape[1],), dtype)
+    transposed, _ = jl.SVD().transpose(state, {})
+    _close(
+        solve(a, c, jl.SVD(), lambda op: op.T, transposed).value, solve(A, c, lx.SVD(), lambda op: op.T).value, dtype
+    )
+    conjugated, _ = jl.SVD().conj(state, {})
+    _close(solve(a, b, jl.SVD(), lx.conj, conjugated).value, solve(A, b, lx.SVD(), lx.conj).value, dtype)
+
+    def loss(a, b, solver):
+        return jnp.real(jnp.sum(jnp.sin(solve(a, b, solver).value)))
+
+    got = jax.grad(loss, argnums=(0, 1))(a, jnp.asarray(b), jl.SVD())
+    for g, w in zip(got, jax.grad(loss, argnums=(0, 1))(jnp.asarray(A), jnp.asarray(b), lx.SVD())):
+        _close(g, w, dtype, factor=1e4)
+
+
+def test_svd_rcond_and_failure_as_lineax_svd():
+    """rcond reads as lineax.SVD's (singular values at or below rcond * s[0] dropped); a
+    non-finite operator is RESULTS.singular (a NaN value) where Lineax's SVD gives NaN too."""
+    a, b = jnp.diag(jnp.array([1.0, 1e-3, 1e-9])), jnp.ones(3)
+    for rcond in (None, 1e-6, 1e-2, -1.0):
+        got = lx.linear_solve(lx.MatrixLinearOperator(a), b, jl.SVD(rcond=rcond)).value
+        _close(got, lx.linear_solve(lx.MatrixLinearOperator(a), b, lx.SVD(rcond=rcond)).value)
+    with pytest.raises(TypeError, match="rcond"):  # named by the type check where it runs, else by the solve
+        lx.linear_solve(lx.MatrixLinearOperator(a), b, jl.SVD(rcond="small"))
+    bad = lx.linear_solve(lx.MatrixLinearOperator(jnp.full((3, 3), jnp.nan)), b, jl.SVD(), throw=False)
+    assert bad.result == lx.RESULTS.singular and np.isnan(np.asarray(bad.value)).all()
+
+
 def test_vmap_over_operators_and_vectors():
     rng = np.random.default_rng(11)
     As = np.stack([spd_matrix(rng, 8, np.float64) for _ in range(3)])
@@ -295,9 +357,9 @@ def test_pytree_operator():
 
 
 def test_solvers_are_lineax_solvers_and_hashable():
-    for solver in (jl.Cholesky(), jl.LU(), jl.QR(), jl.Auto(T_A=8, backend="portable")):
+    for solver in (jl.Cholesky(), jl.LU(), jl.QR(), jl.SVD(), jl.Auto(T_A=8, backend="portable")):
         assert isinstance(solver, lx.AbstractLinearSolver)
-        assert solver.assume_full_rank() is True
+        assert solver.assume_full_rank() is not isinstance(solver, jl.SVD)
         hash(solver)
         assert eqx.tree_equal(
             solver, type(solver)(**{f: getattr(solver, f) for f in ("T_A", "mesh", "matrix_specs", "backend")})

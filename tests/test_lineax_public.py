@@ -44,3 +44,30 @@ def test_throw_that_is_not_a_bool_is_named(library_errors):
         with pytest.raises(TypeError, match="throw must be True or False"):
             solver(throw="no")
         assert solver(throw=False).throw is False
+
+
+def test_auto_reads_well_posed_as_lineax(library_errors):
+    """Auto(well_posed=...) as lineax.AutoLinearSolver: None and True pick the same solvers for
+    square operators and solve as Lineax's; True refuses a rectangular operator; False picks the
+    SVD for every operator (and assumes no full rank)."""
+    import lineax as lx
+    import pytest
+
+    a = jnp.asarray(np.diag([4.0, 3.0, 2.0]) + 0.5)
+    b = jnp.arange(1.0, 4.0)
+    for tags, kind in (((), jl.LU), (lx.positive_semidefinite_tag, jl.Cholesky)):
+        op = lx.MatrixLinearOperator(a, tags)
+        for well_posed in (None, True):
+            solver = jl.Auto(well_posed=well_posed)
+            assert isinstance(solver.select(op), kind) and solver.assume_full_rank()
+            want = lx.linear_solve(op, b, lx.AutoLinearSolver(well_posed=well_posed)).value
+            np.testing.assert_allclose(lx.linear_solve(op, b, solver).value, want, rtol=1e-12)
+    tall = lx.MatrixLinearOperator(jnp.ones((4, 3)))
+    assert isinstance(jl.Auto().select(tall), jl.QR)
+    with pytest.raises(ValueError, match=r"well_posed=True\) needs a square operator, got 4 x 3"):
+        jl.Auto(well_posed=True).select(tall)
+    for op in (tall, lx.MatrixLinearOperator(a, lx.positive_semidefinite_tag)):
+        assert isinstance(jl.Auto(well_posed=False).select(op), jl.SVD)
+    assert not jl.Auto(well_posed=False).assume_full_rank()
+    with pytest.raises(TypeError, match="well_posed must be None, True or False"):
+        jl.Auto(well_posed="yes")

@@ -7,10 +7,13 @@
 * ``donate=True`` modules under an eager ``jax.grad``/``jax.jvp`` with respect to ``a``: the
   caller's buffer is the tangent's primal, needed by the derivative, so it is not consumed;
 * a module that consumed its ``a`` (``donate=True`` on a concrete array) still differentiates
-  its solves with respect to ``b``, QR's too (it rebuilds ``a = Q R`` from its factor for them).
+  its solves with respect to ``b``, QR's too (it rebuilds ``a = Q R`` from its factor for them);
+* every module (made under ``jax.vmap`` too) and a ``jaxmg.lineax`` state pickle, their meshes kept
+  as device ids, and solve as before once loaded.
 """
 
 import contextlib
+import pickle
 
 import jax
 import jax.numpy as jnp
@@ -122,3 +125,28 @@ def test_module_that_consumed_a_differentiates_in_b(name, axis_types):
         grad = jax.grad(lambda b: jnp.sum(module.solve(b)))(b)
     # x = A^+ b is linear in b: the gradient of sum(x) is (A^+)^T 1
     np.testing.assert_allclose(np.asarray(grad), np.linalg.pinv(matrix).T @ np.ones(matrix.shape[1]), rtol=1e-9)
+
+
+@pytest.mark.parametrize("on_mesh", [False, True], ids=["one-device", "explicit-mesh"])
+def test_modules_and_lineax_states_pickle(on_mesh):
+    """pickle.dumps of a module failed on the jax Mesh its plan holds (a device does not pickle);
+    the plan now keeps its meshes as device ids, so a loaded module has the same plan (the same
+    compiled calls) and the same results."""
+    import lineax as lx
+
+    import jaxmg.lineax as jl
+
+    mesh = make_mesh((4, 2), ("x", "y")) if on_mesh else None
+    a, t = (put(A, mesh, P("x", "y")), put(TALL, mesh, P("x", "y"))) if on_mesh else (A, TALL)
+    modules = [jaxmg.Cholesky(a), jaxmg.LU(a), jaxmg.QR(t), jaxmg.Eigh(a), jaxmg.SVD(t), jaxmg.Polar(t)]
+    for module in modules + [jax.vmap(jaxmg.Cholesky)(jnp.stack([jnp.asarray(a)] * 2))]:
+        loaded = pickle.loads(pickle.dumps(module))
+        assert loaded.plan == module.plan and hash(loaded.plan) == hash(module.plan)
+        for got, want in zip(jax.tree.leaves(loaded), jax.tree.leaves(module)):
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    np.testing.assert_allclose(pickle.loads(pickle.dumps(modules[0])).solve(jnp.asarray(B)), _expected("LU"), rtol=1e-9)
+    op = lx.MatrixLinearOperator(jnp.asarray(a))
+    state = pickle.loads(pickle.dumps(jl.LU().init(op, {})))
+    np.testing.assert_allclose(
+        lx.linear_solve(op, jnp.asarray(B), jl.LU(), state=state).value, _expected("LU"), rtol=1e-9
+    )

@@ -136,6 +136,9 @@ def _factorization(
     ``TRANSPOSE`` for a handler that reads the whole matrix, ``SYMMETRIC_FROM_LOWER`` for one
     that reads its lower triangle. Elsewhere XLA transposes ``a`` into the copy it makes."""
     check_dtype(a, "a", name)
+    # a weakly typed a (jnp.full((n, n), 1.0)) would make JAX's own branch's pivots weak, which
+    # 64-bit mode promotes to int64 where LAPACK's are int32: every branch reads a strongly typed a
+    a = a.astype(a.dtype)
     if a.shape[-1] == 0:  # an empty factor: nothing to compute (LAPACK's handlers would divide by n)
         return tuple(varying_like(a, _empty_result(a, o)) for o in out)
 

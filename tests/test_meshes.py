@@ -12,6 +12,8 @@ import pytest
 from jax.sharding import AxisType, PartitionSpec as P
 
 import jaxmg
+import jaxmg.numpy.linalg as la
+import jaxmg.scipy.linalg as sla
 from helpers import hermitian_matrix, make_mesh, put, random_matrix, spd_matrix
 
 N = 16
@@ -46,3 +48,35 @@ def test_meshes_used_alternately(axis_type):
             np.testing.assert_allclose(
                 x, np.linalg.solve(spd, rhs), rtol=1e-10, err_msg=f"pass {pass_}, kept module of mesh {shape}"
             )
+
+
+MIXED = {
+    "potrs": (lambda a, b: jaxmg.potrs(a, b), lambda a, b: np.linalg.solve(a, b), "spd"),
+    "cholesky": (lambda a, b: jaxmg.cholesky(a), lambda a, b: np.linalg.cholesky(a), "spd"),
+    "qr.r": (lambda a, b: abs(jaxmg.qr(a)[1]), lambda a, b: abs(np.linalg.qr(a)[1]), "gen"),
+    "la.inv": (lambda a, b: la.inv(a), lambda a, b: np.linalg.inv(a), "gen"),
+    "la.eigvalsh": (lambda a, b: la.eigvalsh(a), lambda a, b: np.linalg.eigvalsh(a), "spd"),
+    "sla.lu_solve": (lambda a, b: sla.lu_solve(sla.lu_factor(a), b), lambda a, b: np.linalg.solve(a, b), "gen"),
+    "grad la.inv": (
+        lambda a, b: jax.grad(lambda a: (la.inv(a) ** 2).sum())(a),
+        lambda a, b: -2 * np.linalg.inv(a).T @ np.linalg.inv(a) @ np.linalg.inv(a).T,
+        "gen",
+    ),
+}
+
+
+@pytest.mark.parametrize("types", [(AxisType.Explicit, AxisType.Auto), (AxisType.Auto, AxisType.Explicit)])
+@pytest.mark.parametrize("name", list(MIXED))
+def test_a_mesh_of_explicit_and_auto_axes(name, types):
+    """On a mesh with one Explicit and one Auto axis (a's layout naming both), jitted calls under
+    jax.set_mesh give NumPy's answers, and a gradient comes back in a's layout."""
+    mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:8]).reshape(4, 2), ("x", "y"), axis_types=types)
+    rng = np.random.default_rng(3)
+    data = {"spd": spd_matrix(rng, 8, np.float64), "gen": random_matrix(rng, (8, 8), np.float64) + 8 * np.eye(8)}
+    fn, want, kind = MIXED[name]
+    a, b = put(data[kind], mesh, P("x", "y")), put(np.arange(8.0), mesh, P("x"))
+    with jax.set_mesh(mesh):
+        got = jax.jit(fn)(a, b)
+    np.testing.assert_allclose(np.asarray(got), want(data[kind], np.arange(8.0)), rtol=1e-9, atol=1e-12)
+    if name.startswith("grad"):
+        assert got.sharding.is_equivalent_to(a.sharding, 2)

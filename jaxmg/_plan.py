@@ -258,11 +258,11 @@ def _default_rows(plan: Plan, b) -> Optional[P]:
 
 def _explicit_mesh_of(x):
     """The mesh of ``x`` where it is split over Explicit axes (the device's own solver cannot take
-    it so: it is gathered), else None."""
-    sharding = _context.known_sharding(x)
+    it so: it is gathered; on a mesh of Explicit and Auto axes too), else None."""
+    sharding = _context.typed_sharding(x)
     if sharding is None or not any(_layout.entry_axes(e) for e in sharding.spec):
         return None
-    return sharding.mesh if _layout.all_explicit(sharding.mesh) else None
+    return sharding.mesh
 
 
 def _swapped(spec: P) -> P:

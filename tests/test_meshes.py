@@ -80,3 +80,21 @@ def test_a_mesh_of_explicit_and_auto_axes(name, types):
     np.testing.assert_allclose(np.asarray(got), want(data[kind], np.arange(8.0)), rtol=1e-9, atol=1e-12)
     if name.startswith("grad"):
         assert got.sharding.is_equivalent_to(a.sharding, 2)
+
+
+@pytest.mark.parametrize("types", [(AxisType.Explicit, AxisType.Auto), (AxisType.Auto, AxisType.Explicit)])
+@pytest.mark.parametrize("spec", [P(None, "x", "y"), P(("x", "y"))], ids=["matrices-split", "batch-split"])
+def test_stacks_on_a_mesh_of_explicit_and_auto_axes(spec, types):
+    """A stack under jax.vmap on a mesh with one Explicit and one Auto axis, split inside its
+    matrices or over its batch axis: each matrix's solve and its gradient, as NumPy's."""
+    mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:8]).reshape(4, 2), ("x", "y"), axis_types=types)
+    rng = np.random.default_rng(4)
+    spd = np.stack([spd_matrix(rng, 8, np.float64) for _ in range(8)])
+    rhs = rng.standard_normal((8, 8))
+    grad = jax.vmap(jax.grad(lambda a, b: (jaxmg.potrs(a, b) ** 2).sum(), argnums=1))
+    with jax.set_mesh(mesh):
+        a, b = put(spd, mesh, spec), put(rhs, mesh, P(tuple(spec)[0]))
+        x, g = jax.jit(jax.vmap(jaxmg.potrs))(a, b), jax.jit(grad)(a, b)
+    want = np.linalg.solve(spd, rhs[..., None])[..., 0]
+    np.testing.assert_allclose(np.asarray(x), want, rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(g), 2 * np.linalg.solve(spd, want[..., None])[..., 0], rtol=1e-9)

@@ -24,7 +24,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 import jax
-import jax.core
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
@@ -204,8 +203,6 @@ def _place(x, spec: P, mesh) -> jax.Array:
     if not explicit(mesh):
         return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
     typed, free = _split_by_type(spec, mesh)
-    if free is not None and isinstance(mesh, Mesh) and not isinstance(x, jax.core.Tracer):
-        return jax.device_put(x, NamedSharding(mesh, spec))  # a concrete array (an eager rule's primal)
     current = jax.typeof(x).sharding
     if isinstance(current, NamedSharding) and not current.mesh.empty and current.spec == padded_spec(typed, x.ndim):
         return _constrained(x, free, mesh)

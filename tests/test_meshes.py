@@ -20,36 +20,6 @@ N = 16
 SHAPES = [(8, 1), (4, 2), (2, 4)]
 
 
-@pytest.mark.parametrize("axis_type", [AxisType.Explicit, AxisType.Auto])
-def test_meshes_used_alternately(axis_type):
-    rng = np.random.default_rng(0)
-    spd, her = spd_matrix(rng, N, np.float64), hermitian_matrix(rng, N, np.float64)
-    g, rhs = random_matrix(rng, (N, N), np.float64), rng.standard_normal(N)
-    meshes = [make_mesh(shape, ("x", "y"), axis_types=axis_type) for shape in SHAPES]
-    potrs_jit = jax.jit(lambda a, b: jaxmg.potrs(a, b, backend="portable"))
-    kept = {}  # one Cholesky module per mesh, made in the first pass, solved in every pass
-    for pass_ in range(2):
-        for shape, mesh in zip(SHAPES, meshes):
-            where = f"pass {pass_}, mesh {shape}"
-            a, b = put(spd, mesh, P("x", "y")), put(rhs, mesh, P("x"))
-            x, logdet = jaxmg.potrs(a, b, return_logdet=True, backend="portable")
-            np.testing.assert_allclose(x, np.linalg.solve(spd, rhs), rtol=1e-10, err_msg=where)
-            np.testing.assert_allclose(logdet, np.linalg.slogdet(spd)[1], rtol=1e-12)
-            assert x.sharding.mesh.shape == mesh.shape, where
-            np.testing.assert_allclose(potrs_jit(a, b), np.linalg.solve(spd, rhs), rtol=1e-10, err_msg=where)
-            x = jaxmg.lu_solve(put(g, mesh, P("x", "y")), b, backend="portable")
-            np.testing.assert_allclose(x, np.linalg.solve(g, rhs), rtol=1e-9, err_msg=where)
-            w = jaxmg.syevd(put(her, mesh, P("x", "y")), return_eigenvectors=False, backend="portable")
-            np.testing.assert_allclose(w, np.linalg.eigvalsh(her), atol=1e-12, err_msg=where)
-            if pass_ == 0:
-                kept[shape] = jaxmg.Cholesky(a, backend="portable")
-        for shape, mesh in zip(SHAPES, meshes):
-            x = kept[shape].solve(put(rhs, mesh, P("x")))
-            np.testing.assert_allclose(
-                x, np.linalg.solve(spd, rhs), rtol=1e-10, err_msg=f"pass {pass_}, kept module of mesh {shape}"
-            )
-
-
 MIXED = {
     "potrs": (lambda a, b: jaxmg.potrs(a, b), lambda a, b: np.linalg.solve(a, b), "spd"),
     "cholesky": (lambda a, b: jaxmg.cholesky(a), lambda a, b: np.linalg.cholesky(a), "spd"),
@@ -98,3 +68,33 @@ def test_stacks_on_a_mesh_of_explicit_and_auto_axes(spec, types):
     want = np.linalg.solve(spd, rhs[..., None])[..., 0]
     np.testing.assert_allclose(np.asarray(x), want, rtol=1e-10)
     np.testing.assert_allclose(np.asarray(g), 2 * np.linalg.solve(spd, want[..., None])[..., 0], rtol=1e-9)
+
+
+@pytest.mark.parametrize("axis_type", [AxisType.Explicit, AxisType.Auto])
+def test_meshes_used_alternately(axis_type):
+    rng = np.random.default_rng(0)
+    spd, her = spd_matrix(rng, N, np.float64), hermitian_matrix(rng, N, np.float64)
+    g, rhs = random_matrix(rng, (N, N), np.float64), rng.standard_normal(N)
+    meshes = [make_mesh(shape, ("x", "y"), axis_types=axis_type) for shape in SHAPES]
+    potrs_jit = jax.jit(lambda a, b: jaxmg.potrs(a, b, backend="portable"))
+    kept = {}  # one Cholesky module per mesh, made in the first pass, solved in every pass
+    for pass_ in range(2):
+        for shape, mesh in zip(SHAPES, meshes):
+            where = f"pass {pass_}, mesh {shape}"
+            a, b = put(spd, mesh, P("x", "y")), put(rhs, mesh, P("x"))
+            x, logdet = jaxmg.potrs(a, b, return_logdet=True, backend="portable")
+            np.testing.assert_allclose(x, np.linalg.solve(spd, rhs), rtol=1e-10, err_msg=where)
+            np.testing.assert_allclose(logdet, np.linalg.slogdet(spd)[1], rtol=1e-12)
+            assert x.sharding.mesh.shape == mesh.shape, where
+            np.testing.assert_allclose(potrs_jit(a, b), np.linalg.solve(spd, rhs), rtol=1e-10, err_msg=where)
+            x = jaxmg.lu_solve(put(g, mesh, P("x", "y")), b, backend="portable")
+            np.testing.assert_allclose(x, np.linalg.solve(g, rhs), rtol=1e-9, err_msg=where)
+            w = jaxmg.syevd(put(her, mesh, P("x", "y")), return_eigenvectors=False, backend="portable")
+            np.testing.assert_allclose(w, np.linalg.eigvalsh(her), atol=1e-12, err_msg=where)
+            if pass_ == 0:
+                kept[shape] = jaxmg.Cholesky(a, backend="portable")
+        for shape, mesh in zip(SHAPES, meshes):
+            x = kept[shape].solve(put(rhs, mesh, P("x")))
+            np.testing.assert_allclose(
+                x, np.linalg.solve(spd, rhs), rtol=1e-10, err_msg=f"pass {pass_}, kept module of mesh {shape}"
+            )

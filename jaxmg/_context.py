@@ -249,6 +249,16 @@ def known_sharding(x) -> Optional[NamedSharding]:
     return sharding
 
 
+def typed_sharding(x) -> Optional[NamedSharding]:
+    """The sharding of ``x`` where its mesh has Explicit axes, inside ``jax.jit`` too: there its
+    type names the Explicit axes that split it (on a mesh of Explicit and Auto axes, the part of
+    its layout that the type carries); None elsewhere."""
+    sharding = _array_sharding(x)
+    if sharding is None or AxisType.Explicit not in sharding.mesh.axis_types:
+        return None
+    return sharding
+
+
 def mesh_of(x) -> Optional[AnyMesh]:
     """The mesh ``x`` is placed on, concrete or abstract, if any (Auto axes included; under eager
     transformations, that of the concrete array beneath the tracers)."""

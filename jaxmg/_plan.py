@@ -259,11 +259,11 @@ def _default_rows(plan: Plan, b) -> Optional[P]:
 
 def _explicit_mesh_of(x):
     """The mesh of ``x`` where it is split over Explicit axes (the device's own solver cannot take
-    it so: it is gathered), else None."""
-    sharding = _context.known_sharding(x)
+    it so: it is gathered; on a mesh of Explicit and Auto axes too), else None."""
+    sharding = _context.typed_sharding(x)
     if sharding is None or not any(_layout.entry_axes(e) for e in sharding.spec):
         return None
-    return sharding.mesh if _layout.all_explicit(sharding.mesh) else None
+    return sharding.mesh
 
 
 def _swapped(spec: P) -> P:
@@ -350,9 +350,7 @@ def resolve(
     a, count = arrays[0], len(matrices)
     if context.kind == MANUAL:
         _routes.choose(family, backend, None, a.shape, a.dtype, manual=True)
-        return Plan(
-            family, _routes.LOCAL, None, None, None, (), 1, tuple(a.shape), np.dtype(a.dtype), backend=local.BACKEND
-        ), arrays
+        return _manual_plan(family, arrays, count), arrays
     stack = context.stack
     found = _context.find_mesh(mesh, a, arrays[1:])
     if found is None and stack is not None:
@@ -377,6 +375,24 @@ def resolve(
         spec, rhs_specs = _local_specs(found, matrix_specs, matrices, arrays, max(len(rhs), num_rhs))
         plan = Plan(family, route, found, None, spec, rhs_specs, 1, **common)
     return with_rhs_layouts(plan, arrays[count:]), arrays
+
+
+def _manual_plan(family: str, arrays: Sequence, count: int) -> Plan:
+    """The plan of a call on a device's own arrays (inside a ``jax.shard_map``): the local route.
+    Where an array is split over mesh axes left free and Explicit (a ``jax.shard_map`` over some of
+    the axes), the call runs on that mesh as the local route over a mesh does: matrices and
+    their tangents enter whole (the device's solver needs whole matrices), and matrix outputs
+    and cotangents leave in a's layout, so the derivative rules see no split matrix."""
+    a = arrays[0]
+    common: dict[str, Any] = dict(shape=tuple(a.shape), dtype=np.dtype(a.dtype), backend=local.BACKEND)
+    free = next((m for m in map(_explicit_mesh_of, arrays) if m is not None), None)
+    if free is None:
+        return Plan(family, _routes.LOCAL, None, None, None, (), 1, **common)
+    spec = _context.caller_spec(a, free)
+    plan = Plan(
+        family, _routes.LOCAL, free, None, None if spec is None else P(*_layout.padded_spec(spec, 2)), (), 1, **common
+    )
+    return with_rhs_layouts(plan, arrays[count:])
 
 
 def _check_stack_unsplit(stack, family: str) -> None:

@@ -202,10 +202,31 @@ def _place(x, spec: P, mesh) -> jax.Array:
     """Inside a trace: give ``x`` layout ``spec``."""
     if not explicit(mesh):
         return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
+    typed, free = _split_by_type(spec, mesh)
     current = jax.typeof(x).sharding
-    if isinstance(current, NamedSharding) and not current.mesh.empty and current.spec == padded_spec(spec, x.ndim):
-        return x
-    return jax.sharding.reshard(x, spec)
+    if isinstance(current, NamedSharding) and not current.mesh.empty and current.spec == padded_spec(typed, x.ndim):
+        return _constrained(x, free, mesh)
+    return _constrained(jax.sharding.reshard(x, typed), free, mesh)
+
+
+def _split_by_type(spec: P, mesh) -> tuple[P, Optional[P]]:
+    """``spec`` on a mesh with Explicit axes as (its Explicit axes, which an array's type carries
+    and ``jax.sharding.reshard`` places; its Auto axes, which ``with_sharding_constraint`` places,
+    or None where it names none): on a mesh of Explicit and Auto axes a layout names both."""
+    types = dict(zip(mesh.axis_names, mesh.axis_types))
+
+    def keep(entry, kind):
+        axes = tuple(name for name in entry_axes(entry) if types[name] == kind)
+        return None if not axes else axes[0] if len(axes) == 1 else axes
+
+    typed = P(*(keep(e, jax.sharding.AxisType.Explicit) for e in spec))
+    free = P(*(keep(e, jax.sharding.AxisType.Auto) for e in spec))
+    return typed, (free if any(e is not None for e in free) else None)
+
+
+def _constrained(x, free: Optional[P], mesh) -> jax.Array:
+    """``x`` with the Auto-axes part ``free`` of its layout (:func:`_split_by_type`) constrained."""
+    return x if free is None else jax.lax.with_sharding_constraint(x, NamedSharding(mesh, free))
 
 
 def whole(fn: Callable, args: Sequence, grid: Grid, **static) -> Any:
@@ -240,8 +261,9 @@ def pinned(x, spec: P, mesh) -> jax.Array:
     traced once on cotangents in any layout, and an elided placement would leave the replayed
     shard_map a value of the wrong layout."""
     if explicit(mesh):
+        typed, free = _split_by_type(spec, mesh)
         with abstract_context(mesh):
-            return jax.sharding.reshard(x, spec)
+            return _constrained(jax.sharding.reshard(x, typed), free, mesh)
     return place(x, spec, mesh)
 
 

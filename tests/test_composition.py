@@ -223,6 +223,39 @@ def test_inside_a_shard_map_over_some_axes():
                 np.testing.assert_allclose(np.asarray(got), want, rtol=1e-9, err_msg=name)
 
 
+#: Losses of one matrix (and a right-hand side) whose derivatives with respect to the matrix
+#: failed inside a shard_map over some axes when the matrix was split over a free Explicit axis.
+SPLIT_LOSSES = {
+    "cholesky": (lambda a, b: jnp.sum(jnp.sin(jaxmg.cholesky(a))), "spd"),
+    "least_squares": (lambda a, b: jnp.sum(jnp.sin(jaxmg.least_squares(a, b))), "gen"),
+    "la.eigvalsh": (lambda a, b: jnp.sum(jnp.sin(la.eigvalsh(a))), "spd"),
+    "sygvd": (lambda a, b: jnp.sum(jnp.sin(jaxmg.sygvd(a, a + 2 * jnp.eye(N), return_eigenvectors=False))), "spd"),
+    "Eigh.v": (lambda a, b: jnp.sum(jnp.abs(jaxmg.Eigh(a).v) ** 2 * jnp.arange(N)), "spd"),
+    "sla.cholesky": (lambda a, b: jnp.sum(jnp.sin(sla.cholesky(a, lower=True))), "spd"),
+    "sla.solve_triangular": (lambda a, b: jnp.sum(jnp.sin(sla.solve_triangular(a, b, lower=True))), "gen"),
+    "sla.lu_solve": (lambda a, b: jnp.sum(jnp.sin(sla.lu_solve(sla.lu_factor(a), b))), "gen"),
+}
+
+
+@pytest.mark.parametrize("name", list(SPLIT_LOSSES))
+def test_derivatives_inside_a_shard_map_over_some_axes(name):
+    """A jax.shard_map over "x" alone of a (4, 2) Explicit mesh, each matrix split over the free
+    "y" axis: the gradient of the whole loss (taken outside the shard_map) with respect to the
+    matrices and the right-hand sides is each matrix's own, in the matrices' layout."""
+    loss, kind = SPLIT_LOSSES[name]
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Explicit)
+    a, b = DATA[kind][0][:4], DATA[kind][1][:4]
+    body = lambda a, b: loss(a[0], b[0])[None]  # noqa: E731
+    mapped = jax.shard_map(body, mesh=mesh, in_specs=(P("x"), P("x")), out_specs=P("x"), axis_names={"x"})
+    grad = jax.jit(jax.grad(lambda a, b: jnp.sum(mapped(a, b)), argnums=(0, 1)))
+    with jax.set_mesh(mesh):
+        got = grad(put(a, mesh, P("x", None, "y")), put(b, mesh, P("x")))
+    assert got[0].sharding.spec == P("x", None, "y")
+    own = jax.jit(jax.grad(loss, argnums=(0, 1)))
+    for k in range(4):
+        _close(jax.tree.map(lambda g, k=k: np.asarray(g)[k], got), own(a[k], b[k]))
+
+
 def _mapped_over_x(solve, mesh):
     """``solve`` of each matrix of a stack in a jax.shard_map over the mesh's "x" axis alone."""
     body = lambda a, b: solve(a[0], b[0])[None]  # noqa: E731

@@ -12,10 +12,62 @@ import pytest
 from jax.sharding import AxisType, PartitionSpec as P
 
 import jaxmg
+import jaxmg.numpy.linalg as la
+import jaxmg.scipy.linalg as sla
 from helpers import hermitian_matrix, make_mesh, put, random_matrix, spd_matrix
 
 N = 16
 SHAPES = [(8, 1), (4, 2), (2, 4)]
+
+
+MIXED = {
+    "potrs": (lambda a, b: jaxmg.potrs(a, b), lambda a, b: np.linalg.solve(a, b), "spd"),
+    "cholesky": (lambda a, b: jaxmg.cholesky(a), lambda a, b: np.linalg.cholesky(a), "spd"),
+    "qr.r": (lambda a, b: abs(jaxmg.qr(a)[1]), lambda a, b: abs(np.linalg.qr(a)[1]), "gen"),
+    "la.inv": (lambda a, b: la.inv(a), lambda a, b: np.linalg.inv(a), "gen"),
+    "la.eigvalsh": (lambda a, b: la.eigvalsh(a), lambda a, b: np.linalg.eigvalsh(a), "spd"),
+    "sla.lu_solve": (lambda a, b: sla.lu_solve(sla.lu_factor(a), b), lambda a, b: np.linalg.solve(a, b), "gen"),
+    "grad la.inv": (
+        lambda a, b: jax.grad(lambda a: (la.inv(a) ** 2).sum())(a),
+        lambda a, b: -2 * np.linalg.inv(a).T @ np.linalg.inv(a) @ np.linalg.inv(a).T,
+        "gen",
+    ),
+}
+
+
+@pytest.mark.parametrize("types", [(AxisType.Explicit, AxisType.Auto), (AxisType.Auto, AxisType.Explicit)])
+@pytest.mark.parametrize("name", list(MIXED))
+def test_a_mesh_of_explicit_and_auto_axes(name, types):
+    """On a mesh with one Explicit and one Auto axis (a's layout naming both), jitted calls under
+    jax.set_mesh give NumPy's answers, and a gradient comes back in a's layout."""
+    mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:8]).reshape(4, 2), ("x", "y"), axis_types=types)
+    rng = np.random.default_rng(3)
+    data = {"spd": spd_matrix(rng, 8, np.float64), "gen": random_matrix(rng, (8, 8), np.float64) + 8 * np.eye(8)}
+    fn, want, kind = MIXED[name]
+    a, b = put(data[kind], mesh, P("x", "y")), put(np.arange(8.0), mesh, P("x"))
+    with jax.set_mesh(mesh):
+        got = jax.jit(fn)(a, b)
+    np.testing.assert_allclose(np.asarray(got), want(data[kind], np.arange(8.0)), rtol=1e-9, atol=1e-12)
+    if name.startswith("grad"):
+        assert got.sharding.is_equivalent_to(a.sharding, 2)
+
+
+@pytest.mark.parametrize("types", [(AxisType.Explicit, AxisType.Auto), (AxisType.Auto, AxisType.Explicit)])
+@pytest.mark.parametrize("spec", [P(None, "x", "y"), P(("x", "y"))], ids=["matrices-split", "batch-split"])
+def test_stacks_on_a_mesh_of_explicit_and_auto_axes(spec, types):
+    """A stack under jax.vmap on a mesh with one Explicit and one Auto axis, split inside its
+    matrices or over its batch axis: each matrix's solve and its gradient, as NumPy's."""
+    mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:8]).reshape(4, 2), ("x", "y"), axis_types=types)
+    rng = np.random.default_rng(4)
+    spd = np.stack([spd_matrix(rng, 8, np.float64) for _ in range(8)])
+    rhs = rng.standard_normal((8, 8))
+    grad = jax.vmap(jax.grad(lambda a, b: (jaxmg.potrs(a, b) ** 2).sum(), argnums=1))
+    with jax.set_mesh(mesh):
+        a, b = put(spd, mesh, spec), put(rhs, mesh, P(tuple(spec)[0]))
+        x, g = jax.jit(jax.vmap(jaxmg.potrs))(a, b), jax.jit(grad)(a, b)
+    want = np.linalg.solve(spd, rhs[..., None])[..., 0]
+    np.testing.assert_allclose(np.asarray(x), want, rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(g), 2 * np.linalg.solve(spd, want[..., None])[..., 0], rtol=1e-9)
 
 
 @pytest.mark.parametrize("axis_type", [AxisType.Explicit, AxisType.Auto])

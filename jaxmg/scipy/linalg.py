@@ -29,7 +29,7 @@ import jax.scipy.linalg as _jsl
 from jax.sharding import NamedSharding as _NamedSharding, PartitionSpec as _P
 
 from .. import _checks, _sharded, functional as _f
-from .._context import is_tracer as _is_tracer
+from .._context import is_tracer as _is_tracer, manual as _manual
 from .._dense import (
     _explicit_mesh,
     adjoint as _H,
@@ -490,7 +490,11 @@ def _whole_rows(x):
 
 def _spread(a) -> bool:
     """Whether ``a`` is known to be split over several devices: by its type on Explicit mesh axes,
-    or by its placement eagerly (inside ``jax.jit`` on Auto axes its layout is XLA's to choose)."""
+    or by its placement eagerly (inside ``jax.jit`` on Auto axes its layout is XLA's to choose).
+    Inside a ``jax.shard_map`` a matrix is the device's own: one split over free Explicit axes is
+    gathered for the device's solve, as every solver of jaxmg gathers it there."""
+    if _manual():
+        return False
     mesh = _explicit_mesh(a)
     sharding = jax.typeof(a).sharding if mesh is not None else getattr(a, "sharding", None)
     if _is_tracer(a) and mesh is None:

@@ -362,6 +362,15 @@ def _tri_inv_jvp(sh, lower, max_block, primals, tangents):
     return y, -_matmul(_matmul(y, t_dot, sh), y, sh)
 
 
+def _right_tri_solve(x, t, sh, lower=True):
+    """``x T^-1`` for square triangular ``t``, laid out as ``sh``. Without a layout: one triangular
+    solve from the right (the cost of one product, as JAX's own rules); over a layout: the
+    distributed :func:`_tri_inv` and one distributed product, nothing gathered."""
+    if kind(sh) is None:
+        return jax.lax.linalg.triangular_solve(t, x, left_side=False, lower=lower)
+    return _matmul(_place(x, sh), _tri_inv(t, sh, lower=lower), sh)
+
+
 def _tri_inv_blocks(t, sh, lower, max_block):
     n = t.shape[-1]
     if t.ndim != 2 or t.shape[0] != n:

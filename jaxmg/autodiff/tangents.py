@@ -50,11 +50,12 @@ from ._dist import (
     _matmul,
     _place,
     _replicate,
+    _right_tri_solve,
     _rows,
-    _tri_inv,
     _tril,
     _where,
     _zeros,
+    kind,
 )
 
 __all__ = ["qr_jvp", "eigh_jvp", "sygvd_jvp", "svd_jvp", "polar_jvp"]
@@ -113,11 +114,12 @@ def qr_jvp(q, r, a_dot, sh):
 
         q' = q (O - X) + a' r^{-1},      r' = (X - O) r     (upper triangular)
 
-    ``r^{-1}`` comes from the distributed :func:`~jaxmg.autodiff._dist.tri_inv`.
+    ``a' r^{-1}`` is one triangular solve without a layout and the distributed
+    :func:`~jaxmg.autodiff._dist.tri_inv` and a product over one.
     q (M, N), r (N, N) and a' (M, N) in layout ``sh``.
     """
     q, r = _place(q, sh), _place(r, sh)
-    dx_rinv = _matmul(_place(a_dot, sh), _tri_inv(r, sh, lower=False), sh)
+    dx_rinv = _right_tri_solve(a_dot, r, sh, lower=False)
     x = _matmul(q, dx_rinv, sh, adj_x=True)
     low = _tril(x, sh, -1)
     o = low - _ct(low, sh) + _where(_eye(x.shape, sh), x - _real(x).astype(x.dtype))
@@ -191,9 +193,10 @@ def svd_jvp(u, s, vh, a_dot, sh, full_matrices=False):
     m, rtol = a_dot.shape[0], _rtol(vh.shape[0], vh.dtype)
     dtype = vh.dtype
     n = vh.shape[0]
+    full_matrices = full_matrices and m > n  # a square u has no extra columns
     u, vh, a_dot = _place(u, sh), _place(vh, sh), _place(a_dot, sh)
     s = _replicate(s, sh)
-    u1 = _matmul(u, _eye((m, n), sh).astype(dtype), sh) if full_matrices else u  # u[:, :N], no slicing
+    u1 = _leading_columns(u, n, sh) if full_matrices else u
     inv_s = _safe_inverse(s).astype(dtype)
     dav = _matmul(a_dot, vh, sh, adj_y=True)  # a' V  (M, N)
     x = _matmul(u1, dav, sh, adj_x=True)  # U^H a' V  (N, N)
@@ -204,14 +207,31 @@ def svd_jvp(u, s, vh, a_dot, sh, full_matrices=False):
     kf = _inverse_gaps(s, sh, rtol, sums=True).astype(dtype) * k
     phase = _where(_eye((n, n), sh), k) * _cols(inv_s, n, sh)
     du = _matmul(u1, hf + kf + phase, sh)
-    du = du + (dav - _matmul(u1, x, sh)) * _cols(inv_s, m, sh)
+    if m > n:  # (I - U U^H) a' V S^-1: zero for a square (unitary) U, as in JAX's rule
+        du = du + (dav - _matmul(u1, x, sh)) * _cols(inv_s, m, sh)
     dvh = _matmul(hf - kf, vh, sh, adj_x=True)  # (V (F o (S X + X^H S)))^H
     if full_matrices:
         # U2' = -U S^{-1} (U^H a' V)^H restricted to u's columns >= N, as an (M, M) in place
-        g = _matmul(_matmul(u, a_dot, sh, adj_x=True), vh, sh, adj_y=True)  # u^H a' V  (M, N)
+        g = _matmul(u, dav, sh, adj_x=True)  # u^H a' V  (M, N)
         t = _where(_iota((n, m), 1, sh) >= n, _ct(g, sh)) * _rows(inv_s, m, sh)
-        du = _matmul(du, _eye((n, m), sh).astype(dtype), sh) - _matmul(u1, t, sh)
+        du = _padded_columns(du, m, sh) - _matmul(u1, t, sh)
     return du, _real(_diag(x, sh)), dvh
+
+
+def _leading_columns(x, n, sh):
+    """``x[:, :n]``: a slice without a layout, a product with the (M, n) identity over one (no
+    slicing of a laid-out matrix)."""
+    if kind(sh) is None:
+        return x[:, :n]
+    return _matmul(x, _eye((x.shape[1], n), sh).astype(x.dtype), sh)
+
+
+def _padded_columns(x, m, sh):
+    """``x`` (M, N) with zero columns appended up to (M, m): a pad without a layout, a product
+    with the (N, m) identity over one."""
+    if kind(sh) is None:
+        return jnp.pad(x, ((0, 0), (0, m - x.shape[1])))
+    return _matmul(x, _eye((x.shape[1], m), sh).astype(x.dtype), sh)
 
 
 # --------------------------------------------------------------------------- polar

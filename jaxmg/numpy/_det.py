@@ -54,12 +54,19 @@ def _value_and_adjugate(a):
         return det(a), jnp.ones_like(a)
     factor = LU(a)
     value = _value(factor)  # from the same factor; its own derivative is slogdet's
-    regular = jnp.asarray(value, a.dtype) * factor.inverse()
+
+    def regular(factor: LU) -> jax.Array:
+        return jnp.asarray(value, a.dtype) * factor.inverse()
+
     if factor.route == DISTRIBUTED:
-        return value, regular
+        return value, regular(factor)
+
+    def cofactor(factor: LU) -> jax.Array:
+        return in_layout_of(_cofactor(jax.lax.stop_gradient(factor.lu), factor.pivots), a).astype(a.dtype)
+
+    # one branch runs: the cofactor's solves only for an exactly singular matrix (under vmap both run)
     singular = jnp.any(jnp.diagonal(factor.lu) == 0)
-    cofactor = in_layout_of(_cofactor(jax.lax.stop_gradient(factor.lu), factor.pivots), regular)
-    return value, jnp.where(singular, cofactor, regular)
+    return value, jax.lax.cond(singular, cofactor, regular, factor)
 
 
 def _cofactor(lu: jax.Array, pivots: jax.Array) -> jax.Array:

@@ -225,8 +225,18 @@ def _split_by_type(spec: P, mesh) -> tuple[P, Optional[P]]:
 
 
 def _constrained(x, free: Optional[P], mesh) -> jax.Array:
-    """``x`` with the Auto-axes part ``free`` of its layout (:func:`_split_by_type`) constrained."""
-    return x if free is None else jax.lax.with_sharding_constraint(x, NamedSharding(mesh, free))
+    """``x`` with the Auto-axes part ``free`` of its layout (:func:`_split_by_type`) constrained,
+    inside a ``jax.jit``: traced, the constraint keeps the Explicit axes of x's type, where an eager
+    one (a concrete primal, or the eager transpose of an eager ``jax.grad``) would lay ``x`` out as
+    ``free`` alone and drop them."""
+    if free is None:
+        return x
+    return _jitted_constraint(x, NamedSharding(mesh, free))
+
+
+@functools.partial(jax.jit, static_argnums=(1,))
+def _jitted_constraint(x, sharding: NamedSharding) -> jax.Array:
+    return jax.lax.with_sharding_constraint(x, sharding)
 
 
 def whole(fn: Callable, args: Sequence, grid: Grid, **static) -> Any:

@@ -54,6 +54,8 @@ def test_a_mesh_of_explicit_and_auto_axes(name, types):
         assert got.sharding.is_equivalent_to(a.sharding, 2)
 
 
+MIXED_TYPES = (AxisType.Explicit, AxisType.Auto)
+
 #: Eager losses of jaxmg.numpy functions and JAX's own, for their gradients on a mesh of both kinds of axes.
 EAGER_LOSSES = {
     "la.inv": (lambda a: (la.inv(a) ** 2).sum(), lambda a: (jnp.linalg.inv(a) ** 2).sum()),
@@ -81,6 +83,15 @@ def test_eager_gradients_on_a_mesh_of_explicit_and_auto_axes(name, types):
     np.testing.assert_allclose(np.asarray(grad), np.asarray(jax.grad(own)(a_np)), rtol=1e-10, atol=1e-13)
     assert grad.sharding.is_equivalent_to(a.sharding, 2), grad.sharding
     np.testing.assert_array_equal(np.asarray(a), a_np)
+
+
+def test_eager_gradient_on_a_mesh_of_explicit_and_auto_axes_names_set_mesh():
+    """Without jax.set_mesh (which JAX's own functions on such a mesh need too), an eager jax.grad
+    there says to set the mesh, instead of JAX's lowering error."""
+    mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:8]).reshape(4, 2), ("x", "y"), axis_types=MIXED_TYPES)
+    a = put(random_matrix(np.random.default_rng(5), (8, 8), np.float64) + 8 * np.eye(8), mesh, P("x", "y"))
+    with pytest.raises(ValueError, match=r"jax\.set_mesh\(mesh\)"):
+        jax.grad(lambda a: la.inv(a).sum())(a)
 
 
 @pytest.mark.parametrize("types", [(AxisType.Explicit, AxisType.Auto), (AxisType.Auto, AxisType.Explicit)])

@@ -85,6 +85,20 @@ def test_eager_gradients_on_a_mesh_of_explicit_and_auto_axes(name, types):
     np.testing.assert_array_equal(np.asarray(a), a_np)
 
 
+@pytest.mark.parametrize("types", [(AxisType.Explicit, AxisType.Auto), (AxisType.Auto, AxisType.Explicit)])
+def test_eager_gradient_of_a_stack_split_inside_its_matrices_on_explicit_and_auto_axes(types):
+    """An eager jax.grad under jax.set_mesh of la.inv of a stack split inside its matrices over both
+    kinds of axes (solved spread over the batch, its cotangents returned on the Auto axes): JAX's
+    values, in the stack's layout."""
+    mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:8]).reshape(4, 2), ("x", "y"), axis_types=types)
+    a_np = random_matrix(np.random.default_rng(6), (4, 8, 8), np.float64) + 8 * np.eye(8)
+    a = put(a_np, mesh, P(None, "x", "y"))
+    with jax.set_mesh(mesh):
+        grad = jax.grad(EAGER_LOSSES["la.inv"][0])(a)
+    np.testing.assert_allclose(np.asarray(grad), np.asarray(jax.grad(EAGER_LOSSES["la.inv"][1])(a_np)), rtol=1e-10)
+    assert grad.sharding.is_equivalent_to(a.sharding, 3), grad.sharding
+
+
 def test_eager_gradient_on_a_mesh_of_explicit_and_auto_axes_names_set_mesh():
     """Without jax.set_mesh (which JAX's own functions on such a mesh need too), an eager jax.grad
     there says to set the mesh, instead of JAX's lowering error."""

@@ -56,3 +56,30 @@ def triu(x):
     rows = jax.lax.broadcasted_iota(jnp.int32, (m, n), 0)
     cols = jax.lax.broadcasted_iota(jnp.int32, (m, n), 1)
     return jnp.where(rows <= cols, x, jnp.zeros((), x.dtype))
+
+
+def householder_qr(a, complete: bool = False):
+    """``(q, r)`` of the Householder QR ``a = q r`` of ``a`` (..., M, N), as ``jnp.linalg.qr``'s
+    ``"reduced"`` (q (..., M, K), r (..., K, N), K = min(M, N)) or ``"complete"`` mode (q (..., M, M),
+    r (..., M, N); Q's last M - N columns of a tall ``a`` are LAPACK's completion, H_1 ... H_K applied
+    to the last columns of I): the same numbers as JAX's.
+
+    Built from LAPACK's geqrf (``jnp.linalg.qr(mode="raw")``), the product of its reflectors
+    (``jax.lax.linalg.householder_product``) and :func:`triu`, each of which keeps a stack's layout
+    on Explicit mesh axes (JAX's own QR masks its triangle with a replicated mask, which fails on a
+    stack split over an Explicit axis under ``jax.set_mesh``). Primal only: the callers state its
+    derivative."""
+    m, n = a.shape[-2:]
+    k = min(m, n)
+    cols = m if complete else k
+    if k == 0:  # nothing to reflect: Q is the identity, R empty or zero
+        eye = jnp.eye(m, cols, dtype=a.dtype)
+        return jnp.broadcast_to(eye, a.shape[:-2] + eye.shape), jnp.zeros(a.shape[:-2] + (cols, n), a.dtype)
+    h, tau = jnp.linalg.qr(a, mode="raw")
+    h = jnp.swapaxes(h, -1, -2)  # geqrf's factor (..., M, N): R above the diagonal, reflectors below
+    if cols > n:  # the reflectors in the first N columns, zeros where Q's completion starts from I
+        reflectors = jnp.pad(h, [(0, 0)] * (a.ndim - 1) + [(0, cols - n)])
+    else:
+        reflectors = columns(h, 0, cols)
+    q = jax.lax.linalg.householder_product(reflectors, tau)
+    return q, triu(jax.lax.slice_in_dim(h, 0, cols, axis=a.ndim - 2))

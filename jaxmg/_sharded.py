@@ -225,8 +225,18 @@ def _split_by_type(spec: P, mesh) -> tuple[P, Optional[P]]:
 
 
 def _constrained(x, free: Optional[P], mesh) -> jax.Array:
-    """``x`` with the Auto-axes part ``free`` of its layout (:func:`_split_by_type`) constrained."""
-    return x if free is None else jax.lax.with_sharding_constraint(x, NamedSharding(mesh, free))
+    """``x`` with the Auto-axes part ``free`` of its layout (:func:`_split_by_type`) constrained,
+    inside a ``jax.jit``: traced, the constraint keeps the Explicit axes of x's type, where an eager
+    one (a concrete primal, or the eager transpose of an eager ``jax.grad``) would lay ``x`` out as
+    ``free`` alone and drop them."""
+    if free is None:
+        return x
+    return _jitted_constraint(x, NamedSharding(mesh, free))
+
+
+@functools.partial(jax.jit, static_argnums=(1,))
+def _jitted_constraint(x, sharding: NamedSharding) -> jax.Array:
+    return jax.lax.with_sharding_constraint(x, sharding)
 
 
 def whole(fn: Callable, args: Sequence, grid: Grid, **static) -> Any:
@@ -295,7 +305,19 @@ def tangents_in(x, spec: P, mesh) -> jax.Array:
 @tangents_in.defjvp
 def _tangents_in_jvp(spec, mesh, primals, tangents):
     (x,), (dx,) = primals, tangents
-    return x, place(dx, spec, mesh)
+    return x, place(dx, _typed_as(x, spec, mesh), mesh)
+
+
+def _typed_as(x, spec: P, mesh) -> P:
+    """``spec`` with the Explicit mesh axes of x's type in place of its own (a tangent's type is its
+    primal's: only the Auto axes of a layout can differ), on a mesh of Explicit and Auto axes."""
+    if not explicit(mesh) or all(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types):
+        return spec
+    _, free = _split_by_type(spec, mesh)
+    typed = padded_spec(P(*jax.typeof(x).sharding.spec), x.ndim)
+    free = padded_spec(free if free is not None else P(), x.ndim)
+    merged = (entry_axes(t) + entry_axes(f) for t, f in zip(typed, free))
+    return P(*(None if not axes else axes[0] if len(axes) == 1 else axes for axes in merged))
 
 
 def check_outputs(kinds: Sequence[Kind], shapes: Sequence[tuple], grid: Grid, names: Sequence[str]) -> None:

@@ -7,9 +7,11 @@ version, (2, 1) and (1, 2) through jaxmg.launch, is tests/launch_scripts/two_mes
 """
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import AxisType, PartitionSpec as P
+from jax.test_util import check_grads
 
 import jaxmg
 import jaxmg.numpy.linalg as la
@@ -50,6 +52,60 @@ def test_a_mesh_of_explicit_and_auto_axes(name, types):
     np.testing.assert_allclose(np.asarray(got), want(data[kind], np.arange(8.0)), rtol=1e-9, atol=1e-12)
     if name.startswith("grad"):
         assert got.sharding.is_equivalent_to(a.sharding, 2)
+
+
+MIXED_TYPES = (AxisType.Explicit, AxisType.Auto)
+
+#: Eager losses of jaxmg.numpy functions and JAX's own, for their gradients on a mesh of both kinds of axes.
+EAGER_LOSSES = {
+    "la.inv": (lambda a: (la.inv(a) ** 2).sum(), lambda a: (jnp.linalg.inv(a) ** 2).sum()),
+    "la.solve": (
+        lambda a: (la.solve(a, jnp.arange(8.0)) ** 2).sum(),
+        lambda a: (jnp.linalg.solve(a, jnp.arange(8.0)) ** 2).sum(),
+    ),
+    "la.slogdet": (lambda a: la.slogdet(a)[1], lambda a: jnp.linalg.slogdet(a)[1]),
+}
+
+
+@pytest.mark.parametrize("types", [(AxisType.Explicit, AxisType.Auto), (AxisType.Auto, AxisType.Explicit)])
+@pytest.mark.parametrize("name", list(EAGER_LOSSES))
+def test_eager_gradients_on_a_mesh_of_explicit_and_auto_axes(name, types):
+    """An eager jax.grad (and derivatives to second order) under jax.set_mesh of a jaxmg.numpy function of a
+    matrix laid out over both kinds of axes: JAX's values, in a's layout, a itself unchanged."""
+    mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:8]).reshape(4, 2), ("x", "y"), axis_types=types)
+    a_np = random_matrix(np.random.default_rng(5), (8, 8), np.float64) + 8 * np.eye(8)
+    loss, own = EAGER_LOSSES[name]
+    a = put(a_np, mesh, P("x", "y"))
+    with jax.set_mesh(mesh):
+        grad = jax.grad(loss)(a)
+        check_grads(loss, (a,), order=1, modes=("fwd", "rev"))
+        check_grads(loss, (a,), order=2, modes=("fwd",))  # its rev-over-rev draws cotangents untyped by "x"
+    np.testing.assert_allclose(np.asarray(grad), np.asarray(jax.grad(own)(a_np)), rtol=1e-10, atol=1e-13)
+    assert grad.sharding.is_equivalent_to(a.sharding, 2), grad.sharding
+    np.testing.assert_array_equal(np.asarray(a), a_np)
+
+
+@pytest.mark.parametrize("types", [(AxisType.Explicit, AxisType.Auto), (AxisType.Auto, AxisType.Explicit)])
+def test_eager_gradient_of_a_stack_split_inside_its_matrices_on_explicit_and_auto_axes(types):
+    """An eager jax.grad under jax.set_mesh of la.inv of a stack split inside its matrices over both
+    kinds of axes (solved spread over the batch, its cotangents returned on the Auto axes): JAX's
+    values, in the stack's layout."""
+    mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:8]).reshape(4, 2), ("x", "y"), axis_types=types)
+    a_np = random_matrix(np.random.default_rng(6), (4, 8, 8), np.float64) + 8 * np.eye(8)
+    a = put(a_np, mesh, P(None, "x", "y"))
+    with jax.set_mesh(mesh):
+        grad = jax.grad(EAGER_LOSSES["la.inv"][0])(a)
+    np.testing.assert_allclose(np.asarray(grad), np.asarray(jax.grad(EAGER_LOSSES["la.inv"][1])(a_np)), rtol=1e-10)
+    assert grad.sharding.is_equivalent_to(a.sharding, 3), grad.sharding
+
+
+def test_eager_gradient_on_a_mesh_of_explicit_and_auto_axes_names_set_mesh():
+    """Without jax.set_mesh (which JAX's own functions on such a mesh need too), an eager jax.grad
+    there says to set the mesh, instead of JAX's lowering error."""
+    mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:8]).reshape(4, 2), ("x", "y"), axis_types=MIXED_TYPES)
+    a = put(random_matrix(np.random.default_rng(5), (8, 8), np.float64) + 8 * np.eye(8), mesh, P("x", "y"))
+    with pytest.raises(ValueError, match=r"jax\.set_mesh\(mesh\)"):
+        jax.grad(lambda a: la.inv(a).sum())(a)
 
 
 @pytest.mark.parametrize("types", [(AxisType.Explicit, AxisType.Auto), (AxisType.Auto, AxisType.Explicit)])

@@ -584,6 +584,53 @@ def test_complete_qr_of_a_tall_sharded_matrix_inside_set_mesh(dtype):
             )
 
 
+def _qr_ratios(q, r, a):
+    """LAPACK's QR test ratios: ||Q R - A|| / (M eps ||A||) and ||Q^H Q - I|| / (M eps), per matrix."""
+    q, r, a = (np.asarray(x) for x in (q, r, a))
+    eps, m = np.finfo(a.dtype).eps, a.shape[-2]
+    norm = np.linalg.norm(a, axis=(-2, -1), keepdims=True)
+    residual = np.linalg.norm(q @ r - a, axis=(-2, -1)) / (m * eps * norm[..., 0, 0])
+    gram = np.swapaxes(q.conj(), -1, -2) @ q
+    orthogonality = np.linalg.norm(gram - np.eye(gram.shape[-1]), axis=(-2, -1)) / (m * eps)
+    return residual.max(), orthogonality.max()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex64], ids=["float64", "complex64"])
+@pytest.mark.parametrize("mode", ["complete", "reduced"])
+def test_qr_of_a_stack_split_over_its_batch_axis_on_explicit_axes(mode, dtype):
+    """qr of a (8, 6, 4) stack split over its batch axis on a (4, 2) Explicit mesh, eagerly (where
+    jaxmg enters the stack's mesh, in which JAX's own QR fails to mask its triangle), in jit and
+    in a jax.shard_map manual over "x" alone with the stack split over the free "y" axis: JAX's
+    factors (LAPACK's Householder completion included) within LAPACK's test ratios, in the stack's
+    layout."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Explicit)
+    rng = np.random.default_rng(5)
+    a_np = random_matrix(rng, (8, 6, 4), dtype)
+    a_np[1, :, 3] = a_np[1, :, 0]  # rank-deficient: the exact factor, as LAPACK's
+    q_want, r_want = jnp.linalg.qr(a_np, mode=mode)
+    qr = functools.partial(mla.qr, mode=mode)
+    partial = jax.shard_map(qr, mesh=mesh, in_specs=P(), out_specs=P(), axis_names={"x"})
+    for spec, fn in ((P("x"), qr), (P("x"), jax.jit(qr)), (P("y"), jax.jit(partial)), (P("y"), partial)):
+        a = put(a_np, mesh, spec)
+        with jax.set_mesh(mesh):
+            q, r = fn(a)
+        assert same_spec(q, spec) and same_spec(r, spec), (spec, q.sharding, r.sharding)
+        assert max(_qr_ratios(q, r, a_np)) <= 30
+        tol = 1e-4 if dtype == np.complex64 else 1e-12
+        np.testing.assert_allclose(np.asarray(q), np.asarray(q_want), atol=tol)
+        np.testing.assert_allclose(np.asarray(r), np.asarray(r_want), atol=tol)
+    np.testing.assert_array_equal(np.asarray(a), a_np)
+
+
+def test_complete_qr_derivative_refused_as_jax():
+    """The completion columns of a tall a's complete Q have no derivative (as in jnp.linalg.qr): a
+    NotImplementedError that names mode='reduced'; reduced QR's own derivative is checked."""
+    a = random_matrix(np.random.default_rng(6), (6, 4), np.float64)
+    with pytest.raises(NotImplementedError, match="mode='reduced'"):
+        jax.grad(lambda a: jnp.sum(mla.qr(a, mode="complete")[0]))(a)
+    check_grads(lambda a: mla.qr(a), (a,), order=2, modes=("fwd", "rev"))
+
+
 @pytest.mark.parametrize("b_shape", [(8,), (8, 3), (2, 8, 3), (1, 8, 3), (8, 8)])
 def test_solve_right_hand_sides_as_jax(b_shape):
     """solve takes the right-hand sides jnp.linalg.solve takes, with its results: (N,) for every

@@ -28,7 +28,7 @@ from jax import lax
 from jax.scipy.linalg import solve_triangular
 
 from .. import _layout
-from .._dense import adjoint
+from .._dense import adjoint, householder_qr
 from . import qdwh, status as _status, two_stage
 from .algebra import by_platform, matmul, permutation_matrix, slogdet_of
 from .families import Backend, CholeskyState, KernelPlan, LUState, QRState
@@ -165,7 +165,7 @@ class QR(_Local):
     """The reduced A = Q R (M >= N); the state is (Q, R)."""
 
     def factor(self, a):
-        q, r = jnp.linalg.qr(a, mode="reduced")
+        q, r = householder_qr(a)
         return QRState(q, r), _status.finite_diagonal(jnp.diagonal(r, axis1=-2, axis2=-1))
 
     def q(self, state):

@@ -45,6 +45,7 @@ from .._context import is_tracer as _is_tracer
 from .._dense import (
     adjoint as _H,
     columns as _columns,
+    householder_qr as _householder_qr,
     matmul as _matmul,
     spec_of as _spec_of,
     triu as _triu,
@@ -327,7 +328,7 @@ def _complete_qr(a):
     if n == 0:  # no columns to keep: Q is the identity, as LAPACK's (and JAX's) Householder Q
         return _util.in_layout_of(jnp.eye(m, dtype=a.dtype), a), jnp.zeros((m, 0), a.dtype)
     if _distributed_mesh(a, "qr") is None:
-        q, r = jnp.linalg.qr(_util.in_layout(a, _P(), a), mode="complete")
+        q, r = _householder_complete(_util.in_layout(a, _P(), a))
         return _util.in_layout_of(q, a), _util.in_layout_of(r, a)
     g = np.random.default_rng(0).standard_normal((m, m - n))
     if jnp.issubdtype(a.dtype, jnp.complexfloating):
@@ -336,6 +337,24 @@ def _complete_qr(a):
     blocks = [_util.in_layout(a, rows, a), _util.in_layout(jnp.asarray(g, a.dtype), rows, a)]
     q, _ = _f.qr(jnp.concatenate(blocks, axis=1))
     return q, _triu(_matmul(_H(q), a, _spec_of(a)))
+
+
+@jax.custom_jvp
+def _householder_complete(a):
+    """One device's complete Householder QR of a tall ``a`` (jaxmg's own, which keeps a stack's
+    layout on Explicit mesh axes); not differentiable, as JAX's: Q's completion has no derivative
+    rule."""
+    return _householder_qr(a, complete=True)
+
+
+@_householder_complete.defjvp
+def _householder_complete_jvp(primals, tangents):
+    m, n = primals[0].shape
+    raise NotImplementedError(
+        f"qr: mode='complete' of a tall a ({m} x {n}) has no derivative (as in jnp.linalg.qr): the last "
+        "M - N columns of Q are one choice of basis of the complement of a's columns; differentiate "
+        "mode='reduced' (the Q and R that a determines)."
+    )
 
 
 def _qr(a, *, mode):

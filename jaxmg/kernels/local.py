@@ -30,7 +30,7 @@ from jax.scipy.linalg import solve_triangular
 from .. import _layout
 from .._dense import adjoint
 from . import qdwh, status as _status, two_stage
-from .algebra import by_platform, matmul, permutation_matrix, slogdet_of
+from .algebra import batched_like, by_platform, matmul, permutation_matrix, slogdet_of
 from .families import Backend, CholeskyState, KernelPlan, LUState, QRState
 from .ffi import gemm, relayout
 from .ffi.solver import getrf, potrf
@@ -128,7 +128,8 @@ class LU(_Local):
         return _factor(state.lu)
 
     def solve(self, state, b, spec=None, trans: str = "N"):
-        x = jax.scipy.linalg.lu_solve((self.packed(state), state.pivots), _as_matrix(b), trans=_TRANS[trans])
+        rhs = batched_like(_as_matrix(b), state.pivots)  # the pivots' gather of b keeps their layout
+        x = jax.scipy.linalg.lu_solve((self.packed(state), state.pivots), rhs, trans=_TRANS[trans])
         return _like_rhs(x, b)
 
     def inverse(self, state):
@@ -161,11 +162,24 @@ def _lu_inverse(lu, perm):
     return solve_triangular(lu, solve_triangular(lu, p, lower=True, unit_diagonal=True), lower=False)
 
 
+def _reduced_qr(a):
+    """The reduced (Q, R) of ``a`` (..., M, N), M >= N, from geqrf's factor and Householder
+    scalars (``jnp.linalg.qr(mode="raw")``; Q by ``householder_product``, R the factor's upper
+    triangle), as ``jnp.linalg.qr(mode="reduced")`` computes them: here R's triangle is taken
+    where the call is traced, so that under ``jax.vmap`` of a stack split over Explicit mesh
+    axes it is batched with the stack's layout (JAX's own reduced QR masks R when it is
+    compiled, with a mask of no layout, which those axes refuse)."""
+    h, tau = jnp.linalg.qr(a, mode="raw")  # h is geqrf's factor, transposed as NumPy's
+    packed = jnp.swapaxes(h, -1, -2)
+    n = a.shape[-1]
+    return lax.linalg.householder_product(packed, tau), jnp.triu(packed[..., :n, :])
+
+
 class QR(_Local):
     """The reduced A = Q R (M >= N); the state is (Q, R)."""
 
     def factor(self, a):
-        q, r = jnp.linalg.qr(a, mode="reduced")
+        q, r = _reduced_qr(a)
         return QRState(q, r), _status.finite_diagonal(jnp.diagonal(r, axis1=-2, axis2=-1))
 
     def q(self, state):

@@ -62,7 +62,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec
 
-from . import modules
+from . import _sharded, modules
 from ._checks import check_flag
 from ._dense import adjoint, matmul
 from ._typing import MeshLike, Specs
@@ -168,16 +168,16 @@ class _JaxmgSolver(_Options, lx.AbstractLinearSolver[_State]):
         b = state.out_structure.flatten(vector)
         if state.conjugated:  # conj(A) x = b  <=>  A conj(x) = conj(b)
             b = jnp.conj(b)
-        status = self._solve_status(state)
-        x = _status.masked(status, self._solve(state, b))
+        x = self._solve(state, b)
+        status = _sharded.on_mesh_of(x, self._solve_status(state))
+        x = _status.masked(status, x)
         if state.conjugated:
             x = jnp.conj(x)
         if state.negated:
             x = -x
         if self.throw:
             status = _raise_on_every_device(status, state.factor)
-        result = lx.RESULTS.where(status == 0, lx.RESULTS.successful, lx.RESULTS.singular)
-        return state.in_structure.unflatten(x), result, {}
+        return state.in_structure.unflatten(x), _result(status, x), {}
 
     def transpose(self, state: _State, options: dict[str, Any]):
         """The state of ``operator.T``: a flag flip, no new factorisation."""
@@ -200,6 +200,15 @@ class _JaxmgSolver(_Options, lx.AbstractLinearSolver[_State]):
 
     def _solve(self, state: _State, b):  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+def _result(status: jax.Array, x: jax.Array):
+    """Lineax's result of a solve of ``status``: ``RESULTS.singular`` where it is not 0. Its code
+    is typed on the mesh of the solution ``x`` (``RESULTS.where`` makes it at compile time, with
+    no mesh), so that a solve traced one matrix at a time and batched over an Explicit mesh axis
+    (``jax.vmap`` of a stack split over it) has a result code per matrix in the stack's layout."""
+    result = lx.RESULTS.where(status == 0, lx.RESULTS.successful, lx.RESULTS.singular)
+    return eqx.tree_at(lambda r: r._value, result, _sharded.on_mesh_of(x, result._value))
 
 
 def _raise_on_every_device(status: jax.Array, factor: Factorisation) -> jax.Array:

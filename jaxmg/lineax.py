@@ -62,7 +62,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec
 
-from . import _sharded, modules
+from . import _context, _sharded, modules
 from ._checks import check_flag
 from ._dense import adjoint, matmul
 from ._typing import MeshLike, Specs
@@ -218,7 +218,7 @@ def _raise_on_every_device(status: jax.Array, factor: Factorisation) -> jax.Arra
     Lineax's own check raises on one device while the others wait for it in a collective (until
     XLA aborts the process); checked on every device at once, the error is raised and catchable."""
     mesh = factor.plan.mesh
-    if mesh is None or mesh.size <= 1:
+    if mesh is None or mesh.size <= 1 or _split_stack(status):
         return status
 
     def check(s):
@@ -226,6 +226,16 @@ def _raise_on_every_device(status: jax.Array, factor: Factorisation) -> jax.Arra
         return result.error_if(s, result != lx.RESULTS.successful)
 
     return jax.shard_map(check, mesh=mesh, in_specs=PartitionSpec(), out_specs=PartitionSpec(), check_vma=False)(status)
+
+
+def _split_stack(status: jax.Array) -> bool:
+    """Whether ``status`` is one of a stack's statuses under ``jax.vmap`` whose batch axis an
+    Explicit mesh axis splits (each device holds and solves its own matrices): JAX cannot run the
+    check of :func:`_raise_on_every_device` there (a ``jax.shard_map`` batched over that axis
+    leaves it automatic, where a callback cannot run), so the failure is left to Lineax's own
+    check, as on one device."""
+    stack = _context.stack_of(status)
+    return stack is not None and stack.sharding is not None and tuple(stack.sharding.spec)[:1] != (None,)
 
 
 def _square(operator, name: str) -> None:

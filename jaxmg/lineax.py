@@ -176,7 +176,7 @@ class _JaxmgSolver(_Options, lx.AbstractLinearSolver[_State]):
         if state.negated:
             x = -x
         if self.throw:
-            status = _raise_on_every_device(status, state.factor)
+            status = _raise_on_every_device(status, state.factor, type(self).__name__)
         return state.in_structure.unflatten(x), _result(status, x), {}
 
     def transpose(self, state: _State, options: dict[str, Any]):
@@ -211,15 +211,16 @@ def _result(status: jax.Array, x: jax.Array):
     return eqx.tree_at(lambda r: r._value, result, _sharded.on_mesh_of(x, result._value))
 
 
-def _raise_on_every_device(status: jax.Array, factor: Factorisation) -> jax.Array:
+def _raise_on_every_device(status: jax.Array, factor: Factorisation, name: str) -> jax.Array:
     """``status`` (a scalar, the same on every device), after a check that raises Lineax's
     ``RESULTS.singular`` error on every device of the factorisation's mesh where it is not 0 (a
     solver made with ``throw=True``, the default; a mesh of one device is left to Lineax):
     Lineax's own check raises on one device while the others wait for it in a collective (until
     XLA aborts the process); checked on every device at once, the error is raised and catchable."""
     mesh = factor.plan.mesh
-    if mesh is None or mesh.size <= 1 or _split_stack(status):
+    if mesh is None or mesh.size <= 1:
         return status
+    _refuse_a_split_stack(status, name)
 
     def check(s):
         result = lx.RESULTS.where(s == 0, lx.RESULTS.successful, lx.RESULTS.singular)
@@ -228,14 +229,23 @@ def _raise_on_every_device(status: jax.Array, factor: Factorisation) -> jax.Arra
     return jax.shard_map(check, mesh=mesh, in_specs=PartitionSpec(), out_specs=PartitionSpec(), check_vma=False)(status)
 
 
-def _split_stack(status: jax.Array) -> bool:
-    """Whether ``status`` is one of a stack's statuses under ``jax.vmap`` whose batch axis an
-    Explicit mesh axis splits (each device holds and solves its own matrices): JAX cannot run the
-    check of :func:`_raise_on_every_device` there (a ``jax.shard_map`` batched over that axis
-    leaves it automatic, where a callback cannot run), so the failure is left to Lineax's own
-    check, as on one device."""
+def _refuse_a_split_stack(status: jax.Array, name: str) -> None:
+    """Raise where ``status`` is one of a stack's statuses under ``jax.vmap`` whose batch axis an
+    Explicit mesh axis splits (each device holds and solves its own matrices). JAX cannot batch
+    the check of :func:`_raise_on_every_device` over that axis (a callback cannot run where it is
+    left automatic), and Lineax's own check would run on the devices of the failed matrix alone,
+    in a collective that the others never join (the process stops): failures are results there."""
     stack = _context.stack_of(status)
-    return stack is not None and stack.sharding is not None and tuple(stack.sharding.spec)[:1] != (None,)
+    if stack is None or stack.sharding is None or tuple(stack.sharding.spec)[:1] == (None,):
+        return
+    axes = tuple(stack.sharding.spec)[0]
+    raise ValueError(
+        f"jaxmg.lineax.{name}(throw=True) cannot raise a failure under jax.vmap over a stack split over "
+        f"its batch axis by the Explicit mesh axis {axes!r}: a failed matrix would stop only the devices "
+        f"that hold it. Pass throw=False to the solver and to linear_solve, and read each matrix's "
+        f"result: lx.linear_solve(op, b, solver=jaxmg.lineax.{name}(throw=False), throw=False).result "
+        f"(or use Auto mesh axes)."
+    )
 
 
 def _square(operator, name: str) -> None:

@@ -354,24 +354,28 @@ def _stack_of_operators(rng, solver):
 @pytest.mark.parametrize("solver", STACK_SOLVERS, ids=lambda s: type(s).__name__)
 def test_vmap_over_a_stack_split_on_explicit_axes(solver):
     """jax.vmap over a stack split over its batch axis by an Explicit mesh axis (Lineax traces the
-    solve one matrix at a time and JAX batches it): eagerly, in jax.jit and under jax.set_mesh,
-    each matrix's solution as a loop's, and with throw=False a result code per matrix (a zero
-    matrix in the stack fails alone; SVD solves it, as lx.SVD)."""
+    solve one matrix at a time and JAX batches it), with throw=False: eagerly, in jax.jit and
+    under jax.set_mesh, each matrix's solution as a loop's, and a result code per matrix (a zero
+    matrix in the stack fails alone; SVD solves it, as lx.SVD). A solver left at throw=True
+    refuses, naming throw=False: a failure raised there would stop only some devices."""
     rng = np.random.default_rng(21)
     mats, tag, b = _stack_of_operators(rng, solver)
     mesh = make_mesh((4, 2), ("x", "y"))
-    a = put(mats, mesh, P("x"))
-    solve = jax.vmap(lambda m: lx.linear_solve(lx.MatrixLinearOperator(m, tag), jnp.asarray(b), solver=solver).value)
-    want = np.stack([np.linalg.solve(m, b) for m in mats])
-    _close(solve(a), want)
-    _close(jax.jit(solve)(a), want)
-    with jax.set_mesh(mesh):
-        _close(jax.jit(solve)(a), want)
-    mats[2] = 0.0
     quiet = type(solver)(throw=False)
-    sols = jax.vmap(
-        lambda m: lx.linear_solve(lx.MatrixLinearOperator(m, tag), jnp.asarray(b), solver=quiet, throw=False)
-    )(put(mats, mesh, P("x")))
+
+    def solve(m, solver=quiet):
+        return lx.linear_solve(lx.MatrixLinearOperator(m, tag), jnp.asarray(b), solver=solver, throw=False)
+
+    want = np.stack([np.linalg.solve(m, b) for m in mats])
+    a = put(mats, mesh, P("x"))
+    _close(jax.vmap(solve)(a).value, want)
+    _close(jax.jit(jax.vmap(solve))(a).value, want)
+    with jax.set_mesh(mesh):
+        _close(jax.jit(jax.vmap(solve))(a).value, want)
+    with pytest.raises(ValueError, match="throw=False"):
+        jax.vmap(lambda m: solve(m, solver))(a)
+    mats[2] = 0.0
+    sols = jax.vmap(solve)(put(mats, mesh, P("x")))
     failed = np.asarray(sols.result._value) != lx.RESULTS.successful._value
     svd = isinstance(solver, jl.SVD)
     np.testing.assert_array_equal(failed, [False, False, not svd, False])

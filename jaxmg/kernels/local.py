@@ -163,16 +163,16 @@ def _lu_inverse(lu, perm):
 
 
 def _reduced_qr(a):
-    """The reduced (Q, R) of ``a`` (..., M, N), M >= N, from geqrf's factor and Householder
-    scalars (``jnp.linalg.qr(mode="raw")``; Q by ``householder_product``, R the factor's upper
-    triangle), as ``jnp.linalg.qr(mode="reduced")`` computes them: here R's triangle is taken
-    where the call is traced, so that under ``jax.vmap`` of a stack split over Explicit mesh
-    axes it is batched with the stack's layout (JAX's own reduced QR masks R when it is
-    compiled, with a mask of no layout, which those axes refuse)."""
+    """The reduced (Q, R) of ``a`` (..., M, N) (Q: M x K, R: K x N, K = min(M, N)) from geqrf's
+    factor and Householder scalars (``jnp.linalg.qr(mode="raw")``; Q by ``householder_product``,
+    R the factor's upper triangle), as ``jnp.linalg.qr(mode="reduced")`` computes them: here R's
+    triangle is taken where the call is traced, so that under ``jax.vmap`` of a stack split over
+    Explicit mesh axes it is batched with the stack's layout (JAX's own reduced QR masks R when
+    it is compiled, with a mask of no layout, which those axes refuse)."""
     h, tau = jnp.linalg.qr(a, mode="raw")  # h is geqrf's factor, transposed as NumPy's
     packed = jnp.swapaxes(h, -1, -2)
-    n = a.shape[-1]
-    return lax.linalg.householder_product(packed, tau), jnp.triu(packed[..., :n, :])
+    k = min(a.shape[-2:])
+    return lax.linalg.householder_product(packed[..., :k], tau), jnp.triu(packed[..., :k, :])
 
 
 class QR(_Local):

@@ -77,6 +77,19 @@ def typed_like(like, y) -> jax.Array:
     return jax.sharding.reshard(y, sharding)
 
 
+def on_mesh_of(like, y) -> jax.Array:
+    """``y`` typed as replicated on the mesh of ``like``'s sharding type where that names Explicit
+    mesh axes and ``y`` has no mesh; else ``y``. A value traced one matrix at a time (Lineax's
+    solves) whose mesh type was dropped on the way (an integer status that a primitive handed back
+    with no mesh) is then batched by JAX over an Explicit axis of that mesh, which a value of no
+    mesh cannot be."""
+    sharding = getattr(jax.typeof(like), "sharding", None)
+    own = getattr(jax.typeof(y), "sharding", None)
+    if sharding is None or sharding.mesh.empty or not explicit(sharding.mesh) or (own and not own.mesh.empty):
+        return y
+    return jax.sharding.reshard(y, NamedSharding(sharding.mesh, P()))
+
+
 def auto_axes_of(mesh):
     """The abstract mesh of ``mesh`` with its Explicit axes Auto: the mesh that a body run by
     ``jax.sharding.auto_axes`` sees."""

@@ -62,7 +62,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec
 
-from . import modules
+from . import _context, _sharded, modules
 from ._checks import check_flag
 from ._dense import adjoint, matmul
 from ._typing import MeshLike, Specs
@@ -168,16 +168,16 @@ class _JaxmgSolver(_Options, lx.AbstractLinearSolver[_State]):
         b = state.out_structure.flatten(vector)
         if state.conjugated:  # conj(A) x = b  <=>  A conj(x) = conj(b)
             b = jnp.conj(b)
-        status = self._solve_status(state)
-        x = _status.masked(status, self._solve(state, b))
+        x = self._solve(state, b)
+        status = _sharded.on_mesh_of(x, self._solve_status(state))
+        x = _status.masked(status, x)
         if state.conjugated:
             x = jnp.conj(x)
         if state.negated:
             x = -x
         if self.throw:
-            status = _raise_on_every_device(status, state.factor)
-        result = lx.RESULTS.where(status == 0, lx.RESULTS.successful, lx.RESULTS.singular)
-        return state.in_structure.unflatten(x), result, {}
+            status = _raise_on_every_device(status, state.factor, type(self).__name__)
+        return state.in_structure.unflatten(x), _result(status, x), {}
 
     def transpose(self, state: _State, options: dict[str, Any]):
         """The state of ``operator.T``: a flag flip, no new factorisation."""
@@ -202,7 +202,16 @@ class _JaxmgSolver(_Options, lx.AbstractLinearSolver[_State]):
         raise NotImplementedError
 
 
-def _raise_on_every_device(status: jax.Array, factor: Factorisation) -> jax.Array:
+def _result(status: jax.Array, x: jax.Array):
+    """Lineax's result of a solve of ``status``: ``RESULTS.singular`` where it is not 0. Its code
+    is typed on the mesh of the solution ``x`` (``RESULTS.where`` makes it at compile time, with
+    no mesh), so that a solve traced one matrix at a time and batched over an Explicit mesh axis
+    (``jax.vmap`` of a stack split over it) has a result code per matrix in the stack's layout."""
+    result = lx.RESULTS.where(status == 0, lx.RESULTS.successful, lx.RESULTS.singular)
+    return eqx.tree_at(lambda r: r._value, result, _sharded.on_mesh_of(x, result._value))
+
+
+def _raise_on_every_device(status: jax.Array, factor: Factorisation, name: str) -> jax.Array:
     """``status`` (a scalar, the same on every device), after a check that raises Lineax's
     ``RESULTS.singular`` error on every device of the factorisation's mesh where it is not 0 (a
     solver made with ``throw=True``, the default; a mesh of one device is left to Lineax):
@@ -211,12 +220,32 @@ def _raise_on_every_device(status: jax.Array, factor: Factorisation) -> jax.Arra
     mesh = factor.plan.mesh
     if mesh is None or mesh.size <= 1:
         return status
+    _refuse_a_split_stack(status, name)
 
     def check(s):
         result = lx.RESULTS.where(s == 0, lx.RESULTS.successful, lx.RESULTS.singular)
         return result.error_if(s, result != lx.RESULTS.successful)
 
     return jax.shard_map(check, mesh=mesh, in_specs=PartitionSpec(), out_specs=PartitionSpec(), check_vma=False)(status)
+
+
+def _refuse_a_split_stack(status: jax.Array, name: str) -> None:
+    """Raise where ``status`` is one of a stack's statuses under ``jax.vmap`` whose batch axis an
+    Explicit mesh axis splits (each device holds and solves its own matrices). JAX cannot batch
+    the check of :func:`_raise_on_every_device` over that axis (a callback cannot run where it is
+    left automatic), and Lineax's own check would run on the devices of the failed matrix alone,
+    in a collective that the others never join (the process stops): failures are results there."""
+    stack = _context.stack_of(status)
+    if stack is None or stack.sharding is None or tuple(stack.sharding.spec)[:1] == (None,):
+        return
+    axes = tuple(stack.sharding.spec)[0]
+    raise ValueError(
+        f"jaxmg.lineax.{name}(throw=True) cannot raise a failure under jax.vmap over a stack split over "
+        f"its batch axis by the Explicit mesh axis {axes!r}: a failed matrix would stop only the devices "
+        f"that hold it. Pass throw=False to the solver and to linear_solve, and read each matrix's "
+        f"result: lx.linear_solve(op, b, solver=jaxmg.lineax.{name}(throw=False), throw=False).result "
+        f"(or use Auto mesh axes)."
+    )
 
 
 def _square(operator, name: str) -> None:

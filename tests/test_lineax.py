@@ -342,6 +342,68 @@ def test_vmap_over_operators_and_vectors():
     _close(g, jax.grad(lambda A: jnp.sum(jnp.linalg.solve(A, bs[..., None])))(As))
 
 
+STACK_SOLVERS = [jl.LU(), jl.Cholesky(), jl.QR(), jl.SVD(), jl.Auto()]
+
+
+def _stack_of_operators(rng, solver):
+    """Four operators of order 8 (positive definite, tagged so, for Cholesky), the tag and b."""
+    mats = np.stack([spd_matrix(rng, 8, np.float64) for _ in range(4)])
+    return mats, (PSD if isinstance(solver, jl.Cholesky) else ()), rng.standard_normal(8)
+
+
+@pytest.mark.parametrize("solver", STACK_SOLVERS, ids=lambda s: type(s).__name__)
+def test_vmap_over_a_stack_split_on_explicit_axes(solver):
+    """jax.vmap over a stack split over its batch axis by an Explicit mesh axis (Lineax traces the
+    solve one matrix at a time and JAX batches it), with throw=False: eagerly, in jax.jit and
+    under jax.set_mesh, each matrix's solution as a loop's, and a result code per matrix (a zero
+    matrix in the stack fails alone; SVD solves it, as lx.SVD). A solver left at throw=True
+    refuses, naming throw=False: a failure raised there would stop only some devices."""
+    rng = np.random.default_rng(21)
+    mats, tag, b = _stack_of_operators(rng, solver)
+    mesh = make_mesh((4, 2), ("x", "y"))
+    quiet = type(solver)(throw=False)
+
+    def solve(m, solver=quiet):
+        return lx.linear_solve(lx.MatrixLinearOperator(m, tag), jnp.asarray(b), solver=solver, throw=False)
+
+    want = np.stack([np.linalg.solve(m, b) for m in mats])
+    a = put(mats, mesh, P("x"))
+    _close(jax.vmap(solve)(a).value, want)
+    _close(jax.jit(jax.vmap(solve))(a).value, want)
+    with jax.set_mesh(mesh):
+        _close(jax.jit(jax.vmap(solve))(a).value, want)
+    with pytest.raises(ValueError, match="throw=False"):
+        jax.vmap(lambda m: solve(m, solver))(a)
+    mats[2] = 0.0
+    sols = jax.vmap(solve)(put(mats, mesh, P("x")))
+    failed = np.asarray(sols.result._value) != lx.RESULTS.successful._value
+    svd = isinstance(solver, jl.SVD)
+    np.testing.assert_array_equal(failed, [False, False, not svd, False])
+    _close(np.asarray(sols.value)[[0, 1, 3]], want[[0, 1, 3]])
+    assert np.isnan(np.asarray(sols.value)[2]).all() != svd
+
+
+@pytest.mark.parametrize("solver", [jl.LU(), jl.Cholesky(), jl.QR()], ids=lambda s: type(s).__name__)
+def test_vmap_over_a_stack_split_on_auto_axes_and_its_gradients(solver):
+    """The same stack on Auto axes: values, and the gradients with respect to every operator and
+    the shared vector, in jax.jit, as those of jnp.linalg.solve."""
+    rng = np.random.default_rng(22)
+    mats, tag, b = _stack_of_operators(rng, solver)
+    mesh = _auto_mesh()
+    a = put(mats, mesh, P("x"))
+
+    def loss(m, v, solve):
+        return jnp.sum(jax.vmap(solve, in_axes=(0, None))(m, v) ** 2)
+
+    ours = lambda m, v: lx.linear_solve(lx.MatrixLinearOperator(m, tag), v, solver=solver).value  # noqa: E731
+    ga, gb = jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)(a, jnp.asarray(b), ours)
+    wa, wb = jax.grad(loss, argnums=(0, 1))(jnp.asarray(mats), jnp.asarray(b), jnp.linalg.solve)
+    if tag:  # only the lower triangle is read: compare the symmetric parts
+        ga, wa = ga + jnp.swapaxes(ga, -1, -2), wa + jnp.swapaxes(wa, -1, -2)
+    _close(ga, wa)
+    _close(gb, wb)
+
+
 def test_pytree_operator():
     """Operators on pytrees of vectors: the vector is flattened and the solution unflattened."""
     rng = np.random.default_rng(12)

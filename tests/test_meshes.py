@@ -166,3 +166,39 @@ def test_right_hand_side_on_the_same_devices_with_other_axis_types():
         a, b = put(spd, a_mesh, P("x", "y")), put(rhs, b_mesh, P("x"))
         for x in (jaxmg.potrs(a, b), jaxmg.Cholesky(a).solve(b), jaxmg.numpy.linalg.solve(a, b)):
             np.testing.assert_allclose(x, np.linalg.solve(spd, rhs), rtol=1e-10)
+
+
+PER_MATRIX = {
+    "LU.solve": (lambda a, b: jaxmg.LU(a).solve(b), lambda a: a + 8 * np.eye(8)),
+    "QR.solve": (lambda a, b: jaxmg.QR(a).solve(b), lambda a: a + 8 * np.eye(8)),
+    "la.solve": (lambda a, b: la.solve(a, b), lambda a: a + 8 * np.eye(8)),
+    "Cholesky.solve": (lambda a, b: jaxmg.Cholesky(a).solve(b), lambda a: a @ a.T + 8 * np.eye(8)),
+}
+
+
+@pytest.mark.parametrize("shared_b", [True, False], ids=["b-shared", "b-stacked"])
+@pytest.mark.parametrize("name", list(PER_MATRIX))
+def test_a_jitted_body_under_vmap_of_a_stack_split_on_explicit_axes(name, shared_b):
+    """jax.vmap(jax.jit(f)) over a stack split over its batch axis by an Explicit axis: JAX traces
+    the body one matrix at a time and then batches it (as it does Lineax's solves). Each
+    matrix's solve, and the gradients with respect to the stack and b, as a loop over the
+    matrices."""
+    mesh = make_mesh((4, 2), ("x", "y"))
+    rng = np.random.default_rng(5)
+    fn, shaped = PER_MATRIX[name]
+    stack = np.stack([shaped(random_matrix(rng, (8, 8), np.float64)) for _ in range(4)])
+    rhs = random_matrix(rng, (8,) if shared_b else (4, 8), np.float64)
+    a = put(stack, mesh, P("x"))
+    b = jax.numpy.asarray(rhs) if shared_b else put(rhs, mesh, P("x"))
+    in_axes = (0, None) if shared_b else (0, 0)
+    got = jax.vmap(jax.jit(fn), in_axes=in_axes)(a, b)
+    want = np.stack([np.linalg.solve(stack[i], rhs if shared_b else rhs[i]) for i in range(4)])
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-10, atol=1e-12)
+    assert got.sharding.spec[0] == "x"
+    with jax.set_mesh(mesh):  # an eager gradient on Explicit axes needs the mesh set
+        ga, gb = jax.grad(lambda a, b: jax.vmap(jax.jit(fn), in_axes=in_axes)(a, b).sum(), argnums=(0, 1))(a, b)
+    inv = np.linalg.inv(stack)
+    want_gb = np.einsum("bij,bi->bj", inv, np.ones((4, 8)))  # A^-T 1 per matrix
+    np.testing.assert_allclose(np.asarray(gb), want_gb.sum(0) if shared_b else want_gb, rtol=1e-9, atol=1e-12)
+    if name != "Cholesky.solve":  # a Hermitian operator's gradient is symmetrised
+        np.testing.assert_allclose(np.asarray(ga), -np.einsum("bi,bj->bij", want_gb, want), rtol=1e-9, atol=1e-12)

@@ -75,6 +75,15 @@ def by_platform(operand, choose: Callable[[str], Callable]) -> Any:
     return lax.platform_dependent(operand, cuda=pick["cuda"], rocm=pick["rocm"], default=pick["cpu"])
 
 
+def batched_like(x: jax.Array, index: jax.Array) -> jax.Array:
+    """``x`` unchanged, made to depend on the integer array ``index`` (..., n) by adding zeros, so
+    that under ``jax.vmap`` it is batched, and sharded, like ``index``. A gather of an unbatched
+    ``x`` by batched indices has no layout on Explicit mesh axes (JAX asks for an
+    ``out_sharding`` it cannot infer); one batched like its indices has theirs. Exact: the added
+    term is 0 (an integer times zero), and integers carry no derivative."""
+    return x + jnp.zeros((), x.dtype) * index[..., :1, None]
+
+
 def permutation_matrix(perm, dtype):
     """P (..., n, n): the identity's rows in the order ``perm`` (..., n), ``P[i, j] = perm[i] == j``.
     Made by comparisons rather than by a gather from the identity, so that under ``jax.vmap`` it

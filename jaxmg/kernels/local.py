@@ -30,7 +30,7 @@ from jax.scipy.linalg import solve_triangular
 from .. import _layout
 from .._dense import adjoint, householder_qr
 from . import qdwh, status as _status, two_stage
-from .algebra import by_platform, matmul, permutation_matrix, slogdet_of
+from .algebra import batched_like, by_platform, matmul, permutation_matrix, slogdet_of
 from .families import Backend, CholeskyState, KernelPlan, LUState, QRState
 from .ffi import gemm, relayout
 from .ffi.solver import getrf, potrf
@@ -128,7 +128,8 @@ class LU(_Local):
         return _factor(state.lu)
 
     def solve(self, state, b, spec=None, trans: str = "N"):
-        x = jax.scipy.linalg.lu_solve((self.packed(state), state.pivots), _as_matrix(b), trans=_TRANS[trans])
+        rhs = batched_like(_as_matrix(b), state.pivots)  # the pivots' gather of b keeps their layout
+        x = jax.scipy.linalg.lu_solve((self.packed(state), state.pivots), rhs, trans=_TRANS[trans])
         return _like_rhs(x, b)
 
     def inverse(self, state):

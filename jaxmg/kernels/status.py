@@ -28,6 +28,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from .. import _sharded
 
@@ -120,27 +121,34 @@ def masked(status: jax.Array, *outputs) -> Any:
     :data:`OK` (integer outputs are left as they are). Elementwise, so each output keeps its
     layout; under ``jax.vmap`` each system follows its own status, and a stack's statuses
     (shape ``(...)``) mark the outputs' leading axes (``(..., ...)``): matrix by matrix."""
-    bad = status != OK
+    bad = lax.ne(status, jnp.asarray(OK, status.dtype))
     out = tuple(
         x
         if x is None or not jnp.issubdtype(x.dtype, jnp.inexact)
-        else _sharded.typed_like(x, x + _nan_or_zero(_leading(bad, x), x.dtype))
+        else _sharded.typed_like(x, lax.add(x, _nan_or_zero(_leading(bad, x), x)))
         for x in outputs
     )
     return out[0] if len(out) == 1 else out
 
 
-def _nan_or_zero(bad, dtype):
-    """NaN (NaN + NaN i for complex dtypes) where ``bad``, else 0: a scalar added to an output
-    (an addition, not ``jnp.where``, so that derivatives pass through in the output's own
-    layout: the transpose of a select makes replicated zeros, which Explicit axes reject)."""
-    nan = jnp.nan * (1 + 1j) if jnp.issubdtype(dtype, jnp.complexfloating) else jnp.nan
-    return jnp.where(bad, jnp.asarray(nan, dtype), jnp.zeros((), dtype))
+def _nan_or_zero(bad, x):
+    """NaN (NaN + NaN i for complex dtypes) where ``bad``, else -0 (which leaves every number as
+    it is when added), broadcast to ``x``: an addend of an output. An addition, not
+    ``jnp.where``, so that derivatives pass through in the output's own layout (the transpose of a
+    select makes replicated zeros, which Explicit axes reject); and made of ``lax`` primitives
+    alone (the square root of -1 is NaN), whose batching rules hold where JAX batches a body that
+    was traced one matrix at a time with no mesh (a Lineax solve under ``jax.vmap`` of a stack
+    split over Explicit mesh axes), where the batching of a jitted ``jnp`` function fails."""
+    real = jnp.finfo(x.dtype).dtype
+    value = lax.sqrt(lax.neg(lax.convert_element_type(bad, real)))
+    if jnp.issubdtype(x.dtype, jnp.complexfloating):
+        value = lax.complex(value, value)
+    return lax.broadcast_in_dim(value, x.shape, tuple(range(value.ndim))) if value.ndim else value
 
 
 def _leading(bad, x):
     """``bad`` (the statuses' shape, a prefix of x's) shaped to broadcast over x's trailing axes."""
-    return jnp.reshape(bad, bad.shape + (1,) * (x.ndim - bad.ndim)) if 0 < bad.ndim < x.ndim else bad
+    return lax.reshape(bad, bad.shape + (1,) * (x.ndim - bad.ndim)) if 0 < bad.ndim < x.ndim else bad
 
 
 def solved(status: jax.Array, x: jax.Array):

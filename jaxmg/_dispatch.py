@@ -161,12 +161,13 @@ def _traced(body, plan: Plan, static: tuple, rule: bool, held: int) -> Callable:
 
 def _held(plan: Plan, args: tuple, held: int) -> tuple:
     """``args`` with the call's matrix arguments as the caller holds them (``Plan.held``): the first
-    ``held``, or for ``held`` = -1 the matrices that the module ``args[0]`` keeps, and then each of
-    the module's arrays whole where the device's solvers run on them (``Plan.whole``: a member of
-    a stack split inside its matrices)."""
+    ``held``, or for ``held`` = -1 the matrices that the module ``args[0]`` keeps; then each of
+    them (each of the module's arrays) whole where the device's solvers run on them
+    (``Plan.whole``: a member of a stack split inside its matrices), so that the derivative
+    rules, which compute with the caller's matrix and its tangents, see whole matrices too."""
     if held < 0:
         return (jax.tree.map(plan.whole, args[0].held(plan.held)), *args[1:])
-    return tuple(plan.held(x) for x in args[:held]) + args[held:]
+    return tuple(plan.whole(plan.held(x)) for x in args[:held]) + args[held:]
 
 
 def _entered(mesh, ctx: Context):

@@ -201,7 +201,7 @@ def _batch(fn, plan: Plan, held: int, size: int, in_batched, args):
       the same matrices; those axes stay outside it, so that its transpose sums nothing over
       them): no collective runs, in the derivatives neither, and the outputs keep its layout.
     * A stack known not to be split so (replicated, or split inside its matrices): spread over
-      the mesh by one all-to-all, and the outputs return to their layouts (:func:`_returned`: a
+      the mesh by all-to-alls, one mesh axis at a time, and the outputs return to their layouts (:func:`_returned`: a
       matrix to the stack's, a solution to its right-hand side's), and so, on Auto axes, do the
       arguments' cotangents.
     * A stack whose layout is not known while tracing (Auto mesh axes inside ``jax.jit``): the
@@ -255,6 +255,7 @@ def _spread(plan: Plan, held: int, args: tuple, in_batched, spread: P) -> tuple:
     side's its own (:func:`_returned`; on Explicit axes, its type's), to which, on Auto axes,
     its cotangent returns (there the types do not carry it)."""
     mesh = plan.mesh
+    assert mesh is not None, "the batch route's stack of known layout is on a mesh"
     explicit = _layout.all_explicit(mesh)
     matrices = max(held, 1)
     out = []

@@ -205,21 +205,22 @@ def with_stack_rhs(plan: Plan, rhs) -> Plan:
     """A batch-route ``plan`` with the layouts its solutions of right-hand sides ``rhs`` return to
     (:attr:`Plan.stack_rhs`): a stacked b's own where it is known, on the stack's mesh; a b shared
     by every matrix, its own behind the stack's batch entry; else the batch entry alone."""
-    if plan.route != _routes.BATCH or plan.stack_spec is None or plan.mesh is None:
+    mesh = plan.mesh
+    if plan.route != _routes.BATCH or plan.stack_spec is None or mesh is None:
         return plan
     batch = tuple(plan.stack_spec)[:1] or (None,)
     layouts = []
     for b in rhs:
         ndim = getattr(b, "ndim", 0) + 1
         stack = _context.stack_of(b)
-        own = stack.layout if stack is not None and stack.mesh is not None else None
+        own = None
         if stack is None:
-            known = _context.caller_spec(b, plan.mesh)
+            known = _context.caller_spec(b, mesh)
             used = set(_layout.entry_axes(batch[0]))
             if known is not None and not used & {n for e in known for n in _layout.entry_axes(e)}:
                 own = P(*batch, *known)
-        elif own is not None and not _layout.same_mesh(stack.mesh, plan.mesh):
-            own = None
+        elif stack.mesh is not None and _layout.same_mesh(stack.mesh, mesh):
+            own = stack.layout
         layouts.append(_layout.padded_spec(P(*batch) if own is None else own, ndim))
     return dataclasses.replace(plan, stack_rhs=tuple(layouts))
 

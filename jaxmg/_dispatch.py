@@ -201,9 +201,9 @@ def _batch(fn, plan: Plan, held: int, size: int, in_batched, args):
       the same matrices; those axes stay outside it, so that its transpose sums nothing over
       them): no collective runs, in the derivatives neither, and the outputs keep its layout.
     * A stack known not to be split so (replicated, or split inside its matrices): spread over
-      the mesh by all-to-alls, one mesh axis at a time, and the outputs return to their layouts (:func:`_returned`: a
-      matrix to the stack's, a solution to its right-hand side's), and so, on Auto axes, do the
-      arguments' cotangents.
+      the mesh by all-to-alls, one mesh axis at a time, and the outputs return to their layouts
+      (:func:`_returned`: a matrix to the stack's, a solution to its right-hand side's), and so,
+      on Auto axes, do the arguments' cotangents.
     * A stack whose layout is not known while tracing (Auto mesh axes inside ``jax.jit``): the
       body mapped as it is; the device's solvers are split over the batch where XLA places the
       stack (``jaxmg.kernels.ffi.per_matrix``), as ``jax.numpy.linalg`` is; so too a stack inside

@@ -58,17 +58,17 @@ class Stack:
         return None if self.sharding is None else self.sharding.mesh
 
     @property
-    def home(self) -> Optional[P]:
-        """The layout the stack's outputs return to: its batch axis split as the stack's is (whole
-        matrices on each device), replicated for a concrete stack on no mesh (a NumPy array),
-        None where it is not known (Auto mesh axes inside ``jax.jit``) and for a stack inside an
-        enclosing ``jax.vmap`` whose own batch axis is not split (the enclosing stack's split is
-        the one its outputs keep)."""
+    def layout(self) -> Optional[P]:
+        """The layout the stack's outputs return to: the stack's own, batch axis first (its matrix
+        entries too: a stack split inside its matrices keeps that split), replicated for a concrete
+        stack on no mesh (a NumPy array), None where it is not known (Auto mesh axes inside
+        ``jax.jit``) and for a stack inside an enclosing ``jax.vmap`` whose own batch axis is not
+        split (the enclosing stack's split is the one its outputs keep)."""
         if self.sharding is not None:
             entries = tuple(self.sharding.spec)
             if self.nested and (not entries or entries[0] is None or self.outer_split):
                 return None
-            return P(entries[0] if entries else None)
+            return P(*entries)
         if self.nested:
             return None
         return P() if self.concrete else None

@@ -155,16 +155,19 @@ def _traced(body, plan: Plan, static: tuple, rule: bool, held: int) -> Callable:
     if not rule:
         return traced
     stacked = jax.custom_batching.custom_vmap(traced)
-    stacked.def_vmap(functools.partial(_stack_rule, traced, plan))
+    stacked.def_vmap(functools.partial(_stack_rule, traced, plan, held))
     return stacked
 
 
 def _held(plan: Plan, args: tuple, held: int) -> tuple:
     """``args`` with the call's matrix arguments as the caller holds them (``Plan.held``): the first
-    ``held``, or for ``held`` = -1 the matrices that the module ``args[0]`` keeps."""
+    ``held``, or for ``held`` = -1 the matrices that the module ``args[0]`` keeps; then each of
+    them (each of the module's arrays) whole where the device's solvers run on them
+    (``Plan.whole``: a member of a stack split inside its matrices), so that the derivative
+    rules, which compute with the caller's matrix and its tangents, see whole matrices too."""
     if held < 0:
-        return (args[0].held(plan.held), *args[1:])
-    return tuple(plan.held(x) for x in args[:held]) + args[held:]
+        return (jax.tree.map(plan.whole, args[0].held(plan.held)), *args[1:])
+    return tuple(plan.whole(plan.held(x)) for x in args[:held]) + args[held:]
 
 
 def _entered(mesh, ctx: Context):
@@ -179,27 +182,28 @@ def _entered(mesh, ctx: Context):
 # --- Stacks under jax.vmap ---
 
 
-def _stack_rule(fn, plan: Plan, size: int, in_batched, *args):
+def _stack_rule(fn, plan: Plan, held: int, size: int, in_batched, *args):
     """The batching rule of one call: the batch route (:func:`_batch`), or the distributed route
     over the stack one matrix at a time. Every output is batched."""
     in_batched = list(in_batched)
     if plan.route == _routes.BATCH:
-        out = _batch(fn, plan, size, in_batched, args)
+        out = _batch(fn, plan, held, size, in_batched, args)
     else:
         out = _one_at_a_time(fn, plan, in_batched, args)
     return out, jax.tree.map(lambda _: True, out)
 
 
-def _batch(fn, plan: Plan, size: int, in_batched, args):
+def _batch(fn, plan: Plan, held: int, size: int, in_batched, args):
     """The batch route: each device maps the body over its own whole matrices of the stack.
 
-    * A stack whose layout is known and split over the batch axis: inside a ``jax.shard_map``
-      over the mesh axes that split it (devices along other axes hold and solve the same
-      matrices; those axes stay outside it, so that its transpose sums nothing over them): no
-      collective runs, in the derivatives neither, and the outputs keep its layout.
+    * A stack whose layout is known and split over the batch axis alone: inside a
+      ``jax.shard_map`` over the mesh axes that split it (devices along other axes hold and solve
+      the same matrices; those axes stay outside it, so that its transpose sums nothing over
+      them): no collective runs, in the derivatives neither, and the outputs keep its layout.
     * A stack known not to be split so (replicated, or split inside its matrices): spread over
-      the mesh by one all-to-all, and the outputs (and, on Auto axes, the stack's cotangents)
-      return to its layout.
+      the mesh by all-to-alls, one mesh axis at a time, and the outputs return to their layouts
+      (:func:`_returned`: a matrix to the stack's, a solution to its right-hand side's), and so,
+      on Auto axes, do the arguments' cotangents.
     * A stack whose layout is not known while tracing (Auto mesh axes inside ``jax.jit``): the
       body mapped as it is; the device's solvers are split over the batch where XLA places the
       stack (``jaxmg.kernels.ffi.per_matrix``), as ``jax.numpy.linalg`` is; so too a stack inside
@@ -207,30 +211,68 @@ def _batch(fn, plan: Plan, size: int, in_batched, args):
     """
     in_axes = tuple(jax.tree.map(lambda b: 0 if b else None, flags) for flags in in_batched)
     mapped = jax.vmap(fn, in_axes=in_axes)
-    mesh, home = plan.mesh, plan.stack_spec
+    mesh, layout = plan.mesh, plan.stack_spec
     if mesh is None:
         return mapped(*args)
     axes = None
-    if home is not None:
-        axes = _layout.entry_axes(tuple(home)[0] if tuple(home) else None) or _layout.batch_axes(mesh, size)
-    if home is None or not axes:  # XLA places the mapped solvers where the stack lies, in the mesh's context
+    if layout is not None:
+        axes = _layout.entry_axes(tuple(layout)[0] if tuple(layout) else None) or _layout.batch_axes(mesh, size)
+    if layout is None or not axes:  # XLA places the mapped solvers where the stack lies, in the mesh's context
         unset = _context.context_mesh() is None
         with _sharded.abstract_context(mesh) if unset else contextlib.nullcontext():
             return mapped(*args)
     spread = P(_layout.entry(axes))
     in_specs = tuple(jax.tree.map(lambda b: spread if b else P(), flags) for flags in in_batched)
-    if home != spread and not _layout.all_explicit(mesh):  # gradients return to the stack's layout, as outputs do
-        args = tuple(
-            jax.tree.map(lambda x, b: _home(x, home, mesh) if b else x, a, f) for a, f in zip(args, in_batched)
-        )
-    args = tuple(jax.tree.map(lambda x, s: _put(x, s, mesh), a, spec) for a, spec in zip(args, in_specs))
+    args = _spread(plan, held, args, in_batched, spread)
     manual = frozenset(axes)  # the axes that split the stack; the others stay outside the shard_map
     out = jax.shard_map(mapped, mesh=mesh, in_specs=in_specs, out_specs=spread, axis_names=manual, check_vma=False)(
         *args
     )
-    if home == spread:
-        return out
-    return jax.tree.map(lambda x: _put(x, home, mesh) if _divisible(x, home, mesh) else x, out)
+    return jax.tree.map(lambda x: _moved(x, spread, _returned(plan, x, plan.stack_rhs), mesh), out)
+
+
+def _returned(plan: Plan, x, rhs: Sequence = ()) -> P:
+    """The layout to which a stacked value ``x`` of the batch route returns: that of ``rhs`` (the
+    right-hand sides' solutions) of x's rank where there is one, else the stack's where x is a
+    stack of matrices, else the stack's batch entry; each where it divides x (else the next)."""
+    assert plan.stack_spec is not None and plan.mesh is not None, "a stack of known layout"
+    batch = P(*tuple(plan.stack_spec)[:1])
+    ndim = getattr(x, "ndim", 0)
+    candidates = [spec for spec in rhs if len(tuple(spec)) == ndim][:1]
+    if not candidates and len(tuple(plan.stack_spec)) == ndim:
+        candidates = [plan.stack_spec]
+    for spec in [*candidates, batch]:
+        if ndim >= len(tuple(spec)) and _layout.divides(x.shape, spec, plan.mesh):
+            return spec
+    return P()
+
+
+def _spread(plan: Plan, held: int, args: tuple, in_batched, spread: P) -> tuple:
+    """The arguments in the batch route's layout ``spread`` (the stacked ones; the others
+    replicated), each moved from its own layout one mesh axis at a time (``jaxmg._sharded.moved``:
+    an all-to-all per axis, never a gather of the whole stack). Its own: a matrix's (the first
+    ``held`` arguments, or the module ``args[0]`` where ``held`` is -1) the stack's, a right-hand
+    side's its own (:func:`_returned`; on Explicit axes, its type's), to which, on Auto axes,
+    its cotangent returns (there the types do not carry it)."""
+    mesh = plan.mesh
+    assert mesh is not None, "the batch route's stack of known layout is on a mesh"
+    explicit = _layout.all_explicit(mesh)
+    matrices = max(held, 1)
+    out = []
+    for k, (a, flags) in enumerate(zip(args, in_batched)):
+        rhs = plan.stack_rhs[k - matrices : k - matrices + 1] if k >= matrices else ()
+
+        def one(x, batched, rhs=rhs):
+            if not batched or not hasattr(x, "ndim"):
+                return _put(x, P(), mesh)
+            typed = _context.typed_sharding(x) if explicit else None
+            own = typed.spec if typed is not None else _returned(plan, x, rhs)
+            if not explicit and not _same_spec(own, spread, x.ndim):
+                x = _sharded.tangents_in(x, _layout.padded_spec(own, x.ndim), mesh)
+            return _moved(x, own, spread, mesh)
+
+        out.append(jax.tree.map(one, a, flags))
+    return tuple(out)
 
 
 def _one_at_a_time(fn, plan: Plan, in_batched, args):
@@ -250,16 +292,18 @@ def _one_at_a_time(fn, plan: Plan, in_batched, args):
     return jax.lax.map(one, [x for x, b in zip(leaves, flags) if b])
 
 
-def _divisible(x, spec, mesh) -> bool:
-    return hasattr(x, "ndim") and x.ndim >= 1 and _layout.divides(x.shape[:1], tuple(spec)[:1], mesh)
-
-
-def _home(x, home: P | None, mesh):
-    """A stacked argument whose cotangent takes the stack's layout ``home`` on Auto mesh axes
-    (where the types do not carry it): the layout its outputs return to."""
-    if home is None or not hasattr(x, "ndim") or not _divisible(x, home, mesh):
+def _moved(x, source: P, target: P, mesh):
+    """Stacked ``x`` from layout ``source`` to ``target`` one mesh axis at a time
+    (``jaxmg._sharded.moved``); unchanged where they are the same."""
+    if not hasattr(x, "ndim") or _same_spec(source, target, x.ndim):
         return x
-    return _sharded.tangents_in(x, _layout.padded_spec(home, x.ndim), mesh)
+    return _sharded.moved(x, _layout.padded_spec(source, x.ndim), _layout.padded_spec(target, x.ndim), mesh)
+
+
+def _same_spec(one: P, other: P, ndim: int) -> bool:
+    return ndim >= max(len(tuple(one)), len(tuple(other))) and _layout.padded_spec(one, ndim) == _layout.padded_spec(
+        other, ndim
+    )
 
 
 def _put(x, spec: P, mesh):

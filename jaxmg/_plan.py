@@ -66,8 +66,10 @@ class Plan:
     tile: the native tile size ``T_A`` (distributed route).
     shape, dtype: a's.
     natural: native Cholesky only: keep the factor in a's order, so that L can be read.
-    stack_spec: batch route: the layout of the stack's batch axis that outputs return to (None
-      where it is not known).
+    stack_spec: batch route: the stack's layout, batch axis first, to which its matrix outputs
+      return (its batch entry alone for other outputs; None where it is not known).
+    stack_rhs: batch route: the layouts of the solutions of the right-hand sides, stacked (b's
+      own where it is a stack; a shared b's behind the stack's batch entry).
     backend: the kernels of the route (``jaxmg.kernels.families.Backend``): ``kernels.native``'s on
       the distributed route, ``kernels.local``'s on the others; ``plan.backend.cholesky(plan)``
       runs the Cholesky family's kernels for this plan.
@@ -84,6 +86,7 @@ class Plan:
     dtype: np.dtype
     natural: bool = False
     stack_spec: Optional[P] = None
+    stack_rhs: tuple = ()
     backend: Backend = dataclasses.field(kw_only=True)
 
     def __reduce__(self):
@@ -144,11 +147,18 @@ class Plan:
         layout first, so that its cotangent comes back in that layout."""
         layout = self.layout
         if layout is None:
-            mesh = _explicit_mesh_of(x)  # a device's own arrays, split over Explicit axes: gathered
-            return x if mesh is None else _sharded.pinned(x, P(), mesh)
+            return self.whole(x)
         if self.caller is not None and self.caller.spec != layout.spec:
             x = self.held(x)
         return _sharded.pinned(x, layout.spec, self.mesh)
+
+    def whole(self, x):
+        """Array ``x`` whole where the plan computes on a device's own arrays (the batch route, and
+        the local route without a mesh: no layout) and ``x`` is split over Explicit mesh axes (as
+        the type of a member of a stack split inside its matrices is, under ``jax.vmap``): the
+        device's solvers take whole matrices (trace-only; unchanged elsewhere)."""
+        mesh = _explicit_mesh_of(x) if self.layout is None and hasattr(x, "ndim") else None
+        return x if mesh is None else _sharded.pinned(x, P(), mesh)
 
     def held(self, x):
         """Matrix argument ``x`` as the caller holds it: in the caller's layout of ``a`` where it is
@@ -177,7 +187,8 @@ class Plan:
 def with_rhs_layouts(plan: Plan, rhs) -> Plan:
     """``plan`` with the known layouts of right-hand sides ``rhs`` recorded where none is given
     (inside the boundary's compiled call an array on Auto axes no longer says its layout, and
-    solutions return to their right-hand side's)."""
+    solutions return to their right-hand side's), on the batch route their stacks' too
+    (:func:`with_stack_rhs`)."""
     if plan.mesh is None or not rhs:
         return plan
     specs = list(plan.rhs_specs) + [None] * (len(rhs) - len(plan.rhs_specs))
@@ -187,7 +198,31 @@ def with_rhs_layouts(plan: Plan, rhs) -> Plan:
             if known is None and concrete_value(b) is not None:
                 known = P()  # a concrete array off the mesh (NumPy, one device): placed whole
             specs[k] = None if known is None else _layout.padded_spec(known, b.ndim)
-    return dataclasses.replace(plan, rhs_specs=tuple(specs))
+    return with_stack_rhs(dataclasses.replace(plan, rhs_specs=tuple(specs)), rhs)
+
+
+def with_stack_rhs(plan: Plan, rhs) -> Plan:
+    """A batch-route ``plan`` with the layouts its solutions of right-hand sides ``rhs`` return to
+    (:attr:`Plan.stack_rhs`): a stacked b's own where it is known, on the stack's mesh; a b shared
+    by every matrix, its own behind the stack's batch entry; else the batch entry alone."""
+    mesh = plan.mesh
+    if plan.route != _routes.BATCH or plan.stack_spec is None or mesh is None:
+        return plan
+    batch = tuple(plan.stack_spec)[:1] or (None,)
+    layouts = []
+    for b in rhs:
+        ndim = getattr(b, "ndim", 0) + 1
+        stack = _context.stack_of(b)
+        own = None
+        if stack is None:
+            known = _context.caller_spec(b, mesh)
+            used = set(_layout.entry_axes(batch[0]))
+            if known is not None and not used & {n for e in known for n in _layout.entry_axes(e)}:
+                own = P(*batch, *known)
+        elif stack.mesh is not None and _layout.same_mesh(stack.mesh, mesh):
+            own = stack.layout
+        layouts.append(_layout.padded_spec(P(*batch) if own is None else own, ndim))
+    return dataclasses.replace(plan, stack_rhs=tuple(layouts))
 
 
 def place_rhs(plan: Plan, b, name: str = "b", rows: Optional[int] = None, index: int = 0):
@@ -364,7 +399,8 @@ def resolve(
     )
     if route == _routes.BATCH:
         assert stack is not None, "the batch route runs over a stack"
-        return Plan(family, route, found, None, None, (), 1, stack_spec=stack.home, **common), arrays
+        plan = Plan(family, route, found, None, None, (), 1, stack_spec=stack.layout, **common)
+        return with_stack_rhs(plan, arrays[count:]), arrays
     if route == _routes.DISTRIBUTED:
         _check_stack_unsplit(stack, family)
         named = [(x, name) for (name, _), x in zip(matrices, arrays)]

@@ -7,8 +7,8 @@ Routes (docs/routes.md):
   device or on no known mesh, and where :data:`CROSSOVERS` says one device's solver is faster
   and the matrix fits (a matrix sharded over a mesh is then gathered: the ``portable`` backend).
 * ``batch``: a stack of matrices (``jax.vmap``) each of which fits on one device: the local route
-  on each matrix, where the stack lies (spread over the mesh by one all-to-all where it is not;
-  the results return to its layout).
+  on each matrix, where the stack lies (spread over the mesh by all-to-alls where it is not; the
+  results return to its layout: matrices to the stack's, solutions to b's).
 * ``distributed``: one matrix over the process grid, through cuSOLVERMp (the ``native``
   backend); a stack of matrices too large for one device runs one such call after another.
 

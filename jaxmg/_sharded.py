@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from ._layout import Grid, check_output_fits, entry_axes, padded_spec
+from ._layout import Grid, check_output_fits, entry, entry_axes, padded_spec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -305,6 +305,45 @@ def place(x, spec: P, mesh) -> jax.Array:
 def _place_jvp(spec, mesh, primals, tangents):
     (x,), (dx,) = primals, tangents
     return place(x, spec, mesh), place(dx, spec, mesh)
+
+
+def moved(x, source: P, target: P, mesh) -> jax.Array:
+    """``x``, laid out as ``source``, in layout ``target`` on ``mesh``, one mesh axis at a time
+    (trace-only; tangents move as ``x`` does, cotangents back the same way): XLA moves one axis
+    from one dimension to another by an all-to-all, where a move of several at once gathers the
+    whole array onto every device first ("involuntary full rematerialization"). Axes that
+    ``target`` does not name are gathered, those that ``source`` does not name are sliced
+    locally."""
+    for spec in _axis_moves(source, target, x.ndim):
+        x = place(x, spec, mesh)
+    return place(x, target, mesh)
+
+
+def _axis_moves(source: P, target: P, ndim: int) -> list[P]:
+    """The layouts between ``source`` and ``target`` (each one mesh axis moved, or the axes after
+    it in its dimension that ``target`` does not name gathered first, so that it moves as the
+    minor axis of that dimension), the minor dimensions' axes first; the last step to ``target``
+    (gathering what is left) is the caller's."""
+    now = [list(entry_axes(e)) for e in padded_spec(source, ndim)]
+    want = [list(entry_axes(e)) for e in padded_spec(target, ndim)]
+    named = {name for axes in want for name in axes}
+    steps = []
+    for dim in reversed(range(ndim)):
+        for k, name in enumerate(want[dim]):
+            if now[dim][: k + 1] == want[dim][: k + 1]:
+                continue
+            if now[dim] != want[dim][:k]:
+                break
+            held = next((axes for axes in now if name in axes), None)
+            if held is not None:
+                minor = held[held.index(name) + 1 :]
+                if any(a not in named for a in minor):
+                    held[:] = [a for a in held if a not in minor or a in named]
+                    steps.append(P(*(entry(tuple(axes)) for axes in now)))
+                held.remove(name)
+            now[dim].append(name)
+            steps.append(P(*(entry(tuple(axes)) for axes in now)))
+    return steps
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))

@@ -375,3 +375,94 @@ def test_nested_vmap_over_a_stack_split_on_two_batch_axes(axis_type):
         assert _normal(x.sharding.spec, mesh) == ("y", "x"), x.sharding.spec
         np.testing.assert_allclose(np.asarray(x), want, rtol=1e-12, atol=1e-12)
     assert not _moves(jax.jit(fn), a, b)
+
+
+#: Functions of one matrix (and b) vmapped over a stack split inside its matrices: (function,
+#: arguments, what each output is: "a" a matrix in the stack's layout, "b" a solution in b's,
+#: "batch" by the batch axis alone).
+INSIDE = {
+    "potrs": (jaxmg.potrs, ("spd", "b"), ("b",)),
+    "cholesky": (jaxmg.cholesky, ("spd",), ("a",)),
+    "syevd": (jaxmg.syevd, ("spd",), ("batch", "a")),
+    "gesvd": (jaxmg.gesvd, ("gen",), ("a", "batch", "a")),
+    "LU.inverse": (lambda a: jaxmg.LU(a).inverse(), ("gen",), ("a",)),
+    "Cholesky.solve": (lambda a, b: jaxmg.Cholesky(a).solve(b), ("spd", "b"), ("b",)),
+    "QR.solve": (lambda a, b: jaxmg.QR(a).solve(b), ("gen", "b"), ("b",)),
+    "la.inv": (la.inv, ("gen",), ("a",)),
+}
+
+
+def _inside_stack(axis_type):
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=axis_type)
+    stack = NamedSharding(mesh, P(None, "x", "y"))
+    args = {
+        "spd": jax.device_put(SPD[:8], stack),
+        "gen": jax.device_put(GEN[:8], stack),
+        "b": jax.device_put(RHS[:8, :, None].repeat(2, axis=2), NamedSharding(mesh, P(None, "x"))),
+    }
+    return mesh, args, {"a": (None, "x", "y"), "b": (None, "x"), "batch": ()}
+
+
+@pytest.mark.parametrize("axis_type", AXES)
+def test_stack_split_inside_its_matrices_returns_every_output_to_its_layout(axis_type):
+    """jax.vmap of every family (functions, modules and their methods, a drop-in) over a stack split
+    ``P(None, "x", "y")`` of a (4, 2) mesh: matrix outputs come back in the stack's layout,
+    solutions in b's and eigenvalues/singular values by the batch axis (not every output whole on
+    every device), eagerly on Auto and Explicit axes and inside ``jax.jit`` on Explicit ones (on
+    Auto ones the layout is not known there: as JAX's own functions, XLA places them); the values
+    are those of the same call on the NumPy stack."""
+    mesh, args, want = _inside_stack(axis_type)
+    runs = [("eager", lambda f: f)] + ([("jit", jax.jit)] if axis_type == AxisType.Explicit else [])
+    for name, (fn, names, kinds) in INSIDE.items():
+        given = tuple(args[n] for n in names)
+        expected = jax.tree.leaves(jax.vmap(fn)(*(np.asarray(x) for x in given)))
+        for how, wrap in runs:
+            outs = jax.tree.leaves(wrap(jax.vmap(fn))(*given))
+            for out, kind, ref in zip(outs, kinds, expected):
+                got = _normal(out.sharding.spec, mesh)
+                assert got == _normal(P(*want[kind]), mesh), (name, how, kind, out.sharding.spec)
+                np.testing.assert_allclose(np.asarray(out), np.asarray(ref), rtol=1e-10, atol=1e-10)
+
+
+def test_stack_split_inside_its_matrices_moves_by_all_to_alls():
+    """The batch route spreads a stack split inside its matrices over the mesh and returns its
+    outputs one mesh axis at a time: the compiled program has all-to-alls and gathers no matrix
+    (XLA gathers the whole stack onto every device for a move of several axes at once; LU's
+    pivots, vectors by the batch axis, are gathered)."""
+    _, args, _ = _inside_stack(AxisType.Explicit)
+    for name in ("cholesky", "LU.inverse"):
+        fn, names, _ = INSIDE[name]
+        text = jax.jit(jax.vmap(fn)).lower(*(args[n] for n in names)).compile().as_text()
+        assert "all-to-all" in text, name
+        assert not re.search(r"= f64\[\d+,\d+,\d+\]\S* all-gather\(", text), name
+
+
+@pytest.mark.parametrize("name", ["cholesky", "syevd", "LU.inverse"])
+def test_per_matrix_gradients_of_a_stack_split_inside_its_matrices(name):
+    """``jax.vmap(jax.grad(f))`` over a stack split ``P(None, "x", "y")`` on Explicit axes (JAX
+    batches the body, whose derivative rules then compute on whole matrices): each matrix's
+    gradient, in the stack's layout, is that of the sum over the stack."""
+    mesh, args, _ = _inside_stack(AxisType.Explicit)
+    fn, names, _ = INSIDE[name]
+    a = args[names[0]]
+    loss = lambda x: jnp.sum(jnp.sin(jax.tree.leaves(fn(x))[-1]))  # noqa: E731
+    with jax.set_mesh(mesh):
+        per = jax.jit(jax.vmap(jax.grad(loss)))(a)
+    want = jax.grad(lambda x: jnp.sum(jax.vmap(loss)(x)))(np.asarray(a))
+    assert _normal(per.sharding.spec, mesh) == (None, "x", "y"), per.sharding.spec
+    np.testing.assert_allclose(np.asarray(per), np.asarray(want), rtol=1e-10, atol=1e-10)
+
+
+def test_eager_gradient_over_a_stack_split_inside_its_matrices_keeps_its_layout():
+    """An eager ``jax.grad`` through ``jax.vmap(potrs)`` over a stack split ``P(None, "x", "y")`` on
+    Auto axes (whose types do not carry the layout): a's gradient comes back in the stack's layout
+    and b's in its own, with JAX's values."""
+    mesh, args, want = _inside_stack(AxisType.Auto)
+    a, b = args["spd"], args["b"]
+    loss = lambda a, b: jnp.sum(jnp.sin(jax.vmap(jaxmg.potrs)(a, b)))  # noqa: E731
+    ga, gb = jax.grad(loss, argnums=(0, 1))(a, b)
+    assert _normal(ga.sharding.spec, mesh) == _normal(P(*want["a"]), mesh), ga.sharding.spec
+    assert _normal(gb.sharding.spec, mesh) == _normal(P(*want["b"]), mesh), gb.sharding.spec
+    reference = lambda a, b: jnp.sum(jnp.sin(jnp.linalg.solve(jnp.tril(a) + jnp.tril(a, -1).mT, b)))  # noqa: E731
+    for got, ref in zip((ga, gb), jax.grad(reference, argnums=(0, 1))(np.asarray(a), np.asarray(b))):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(ref), rtol=1e-9, atol=1e-9)

@@ -107,7 +107,7 @@ def _cases():
     for assume in ("gen", "sym", "her", "pos"):
         for lower in (False, True):
             kind = {"gen": "general", "pos": "positive"}.get(assume, "hermitian")
-            fn = lambda la, sla, a, r, s=assume, lo=lower: sla.solve(a, r["b"], lower=lo, assume_a=s)  # noqa: E731
+            fn = lambda la, sla, a, r, s=assume, lo=lower: sla.solve(a, _vectors(a, r), lower=lo, assume_a=s)  # noqa: E731
             cases.append((f"sp.solve(assume_a={assume}, lower={lower})", fn, kind, (4, 4)))
     for lower in (False, True):
         fn = lambda la, sla, a, r, lo=lower: sla.cho_solve(sla.cho_factor(a, lower=lo), r["b2"])  # noqa: E731
@@ -168,6 +168,12 @@ def _matrix(rng, kind, shape, dtype):
     return (x @ np.swapaxes(x, -1, -2).conj() + n * np.eye(n)).astype(dtype)
 
 
+def _vectors(a, r):
+    """The right-hand side ``r["b"]`` (N,) as one vector per matrix of ``a`` (..., N, N): the
+    shape that ``jax.scipy.linalg.solve(assume_a="pos")`` takes for a stack."""
+    return jnp.broadcast_to(r["b"], a.shape[:-1])
+
+
 def _rhs(rng, dtype):
     g = lambda *shape: jnp.asarray(random_matrix(rng, shape, dtype))  # noqa: E731
     return {
@@ -187,7 +193,7 @@ def _reference(name):
     ``jnp.linalg.solve`` at the Hermitian ``a``."""
     fn = CASES[name][0]
     if "assume_a=pos" in name:
-        return lambda la, sla, a, r: la.solve(a, r["b"])
+        return lambda la, sla, a, r: la.solve(a, _vectors(a, r)[..., None])[..., 0]
     return fn
 
 

@@ -81,7 +81,7 @@ def batched_like(x: jax.Array, index: jax.Array) -> jax.Array:
     ``x`` by batched indices has no layout on Explicit mesh axes (JAX asks for an
     ``out_sharding`` it cannot infer); one batched like its indices has theirs. Exact: the added
     term is 0 (an integer times zero), and integers carry no derivative."""
-    return x + jnp.zeros((), x.dtype) * index[..., :1, None]
+    return x + jnp.zeros((), x.dtype) * index[..., :1, None].astype(x.dtype)
 
 
 def permutation_matrix(perm, dtype):

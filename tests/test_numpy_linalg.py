@@ -622,12 +622,17 @@ def test_qr_of_a_stack_split_over_its_batch_axis_on_explicit_axes(mode, dtype):
     np.testing.assert_array_equal(np.asarray(a), a_np)
 
 
-def test_complete_qr_derivative_refused_as_jax():
-    """The completion columns of a tall a's complete Q have no derivative (as in jnp.linalg.qr): a
-    NotImplementedError that names mode='reduced'; reduced QR's own derivative is checked."""
+def test_complete_qr_derivatives_are_jax():
+    """The complete QR of a tall a is differentiated as JAX differentiates its own (the completion
+    columns' too): JAX's tangents and gradients; reduced QR's own derivative is checked."""
     a = random_matrix(np.random.default_rng(6), (6, 4), np.float64)
-    with pytest.raises(NotImplementedError, match="mode='reduced'"):
-        jax.grad(lambda a: jnp.sum(mla.qr(a, mode="complete")[0]))(a)
+    t = random_matrix(np.random.default_rng(7), (6, 4), np.float64)
+    ours = jax.jvp(lambda a: mla.qr(a, mode="complete"), (a,), (t,))[1]
+    jaxs = jax.jvp(lambda a: jnp.linalg.qr(a, mode="complete"), (a,), (t,))[1]
+    for x, y in zip(ours, jaxs):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-10, atol=1e-12)
+    grad = jax.grad(lambda a, qr: jnp.sum(jnp.sin(qr(a, mode="complete")[0])))
+    np.testing.assert_allclose(np.asarray(grad(a, mla.qr)), np.asarray(grad(a, jnp.linalg.qr)), rtol=1e-10, atol=1e-12)
     check_grads(lambda a: mla.qr(a), (a,), order=2, modes=("fwd", "rev"))
 
 

@@ -342,19 +342,16 @@ def _complete_qr(a):
 @jax.custom_jvp
 def _householder_complete(a):
     """One device's complete Householder QR of a tall ``a`` (jaxmg's own, which keeps a stack's
-    layout on Explicit mesh axes); not differentiable, as JAX's: Q's completion has no derivative
-    rule."""
+    layout on Explicit mesh axes: JAX's numbers), differentiated as JAX differentiates its own."""
     return _householder_qr(a, complete=True)
 
 
 @_householder_complete.defjvp
 def _householder_complete_jvp(primals, tangents):
-    m, n = primals[0].shape
-    raise NotImplementedError(
-        f"qr: mode='complete' of a tall a ({m} x {n}) has no derivative (as in jnp.linalg.qr): the last "
-        "M - N columns of Q are one choice of basis of the complement of a's columns; differentiate "
-        "mode='reduced' (the Q and R that a determines)."
-    )
+    """JAX's derivative of the complete QR (its completion columns' too), whose factors these are."""
+    (a,), (da,) = primals, tangents
+    _, tangent = jax.jvp(lambda x: jnp.linalg.qr(x, mode="complete"), (a,), (da,))
+    return _householder_complete(a), tuple(tangent)
 
 
 def _qr(a, *, mode):

@@ -58,6 +58,12 @@ def triu(x):
     return jnp.where(rows <= cols, x, jnp.zeros((), x.dtype))
 
 
+def kept_reciprocals(s, kept, dtype):
+    """``1 / s`` where ``kept``, else 0 (a pseudo-inverse's singular values; no division by the
+    others, which may be 0), in ``dtype``."""
+    return jnp.where(kept, 1 / jnp.where(kept, s, 1), 0).astype(dtype)
+
+
 def householder_qr(a, complete: bool = False):
     """``(q, r)`` of the Householder QR ``a = q r`` of ``a`` (..., M, N), as ``jnp.linalg.qr``'s
     ``"reduced"`` (q (..., M, K), r (..., K, N), K = min(M, N)) or ``"complete"`` mode (q (..., M, M),

@@ -67,14 +67,21 @@ def explicit(mesh) -> bool:
     return any(t == jax.sharding.AxisType.Explicit for t in getattr(mesh, "axis_types", ()))
 
 
+def explicit_type(x) -> Optional[NamedSharding]:
+    """The sharding of ``x``'s type where its mesh has Explicit axes (there the type carries the
+    layout, inside ``jax.jit`` too), else None."""
+    sharding = getattr(jax.typeof(x), "sharding", None)
+    if sharding is None or sharding.mesh.empty or not explicit(sharding.mesh):
+        return None
+    return sharding
+
+
 def typed_like(like, y) -> jax.Array:
     """``y`` with ``like``'s sharding type where that names Explicit mesh axes; else ``y``. Reverse
     mode then hands a cotangent back in that layout whatever layout it arrives in, and a
     ``custom_linear_solve``'s solve returns the type of its right-hand side."""
-    sharding = getattr(jax.typeof(like), "sharding", None)
-    if sharding is None or sharding.mesh.empty or not explicit(sharding.mesh):
-        return y
-    return jax.sharding.reshard(y, sharding)
+    sharding = explicit_type(like)
+    return y if sharding is None else jax.sharding.reshard(y, sharding)
 
 
 def on_mesh_of(like, y) -> jax.Array:
@@ -83,9 +90,9 @@ def on_mesh_of(like, y) -> jax.Array:
     solves) whose mesh type was dropped on the way (an integer status that a primitive handed back
     with no mesh) is then batched by JAX over an Explicit axis of that mesh, which a value of no
     mesh cannot be."""
-    sharding = getattr(jax.typeof(like), "sharding", None)
+    sharding = explicit_type(like)
     own = getattr(jax.typeof(y), "sharding", None)
-    if sharding is None or sharding.mesh.empty or not explicit(sharding.mesh) or (own and not own.mesh.empty):
+    if sharding is None or (own and not own.mesh.empty):
         return y
     return jax.sharding.reshard(y, NamedSharding(sharding.mesh, P()))
 
@@ -228,9 +235,8 @@ def _split_by_type(spec: P, mesh) -> tuple[P, Optional[P]]:
     or None where it names none): on a mesh of Explicit and Auto axes a layout names both."""
     types = dict(zip(mesh.axis_names, mesh.axis_types))
 
-    def keep(entry, kind):
-        axes = tuple(name for name in entry_axes(entry) if types[name] == kind)
-        return None if not axes else axes[0] if len(axes) == 1 else axes
+    def keep(axes, kind):
+        return entry(tuple(name for name in entry_axes(axes) if types[name] == kind))
 
     typed = P(*(keep(e, jax.sharding.AxisType.Explicit) for e in spec))
     free = P(*(keep(e, jax.sharding.AxisType.Auto) for e in spec))
@@ -369,7 +375,7 @@ def _typed_as(x, spec: P, mesh) -> P:
     typed = padded_spec(P(*jax.typeof(x).sharding.spec), x.ndim)
     free = padded_spec(free if free is not None else P(), x.ndim)
     merged = (entry_axes(t) + entry_axes(f) for t, f in zip(typed, free))
-    return P(*(None if not axes else axes[0] if len(axes) == 1 else axes for axes in merged))
+    return P(*(entry(axes) for axes in merged))
 
 
 def check_outputs(kinds: Sequence[Kind], shapes: Sequence[tuple], grid: Grid, names: Sequence[str]) -> None:

@@ -64,7 +64,7 @@ from jax.sharding import PartitionSpec
 
 from . import _context, _sharded, modules
 from ._checks import check_flag
-from ._dense import adjoint, matmul
+from ._dense import adjoint, kept_reciprocals, matmul
 from ._typing import MeshLike, Specs
 from .kernels import status as _status
 from .modules._base import Factorisation
@@ -376,7 +376,7 @@ class SVD(_JaxmgSolver):
         rcond = _status.checked_rcond(self.rcond)
         rcond = 2 * max(m, n) * eps if rcond is None else (eps if rcond < 0 else rcond)  # Lineax's reading
         kept = s > rcond * jnp.max(s, initial=0)
-        s_inv = jnp.where(kept, 1 / jnp.where(kept, s, 1), 0).astype(u.dtype)
+        s_inv = kept_reciprocals(s, kept, u.dtype)
         if state.transposed:  # pinv(A^T) b = conj(pinv(A^H) conj(b)), pinv(A^H) = U S^+ V^H
             return jnp.conj(matmul(u, s_inv * matmul(vh, jnp.conj(b))))
         return matmul(adjoint(vh), s_inv * matmul(adjoint(u), b))  # pinv(A) = V S^+ U^H

@@ -297,13 +297,11 @@ def triangular_solve(
 def _whole_matrices(t):
     """``t`` (..., N, N) with its last two axes unsplit where its sharding type splits them over
     Explicit mesh axes (JAX's triangular solve, transposed or not, needs whole matrices); else ``t``."""
-    sharding = jax.typeof(t).sharding
+    sharding = _sharded.explicit_type(t)
+    if sharding is None:
+        return t
     spec = tuple(sharding.spec) + (None,) * (t.ndim - len(tuple(sharding.spec)))
-    if (
-        sharding.mesh.empty
-        or jax.sharding.AxisType.Explicit not in sharding.mesh.axis_types
-        or spec[-2:] == (None, None)
-    ):
+    if spec[-2:] == (None, None):
         return t
     return jax.sharding.reshard(
         t, jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec(*spec[:-2], None, None))

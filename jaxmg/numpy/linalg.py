@@ -46,6 +46,7 @@ from .._dense import (
     adjoint as _H,
     columns as _columns,
     householder_qr as _householder_qr,
+    kept_reciprocals as _kept_reciprocals,
     matmul as _matmul,
     spec_of as _spec_of,
     triu as _triu,
@@ -348,10 +349,11 @@ def _householder_complete(a):
 
 @_householder_complete.defjvp
 def _householder_complete_jvp(primals, tangents):
-    """JAX's derivative of the complete QR (its completion columns' too), whose factors these are."""
+    """JAX's derivative of the complete QR (its completion columns' too), with JAX's factors, which
+    are these (one factorisation)."""
     (a,), (da,) = primals, tangents
-    _, tangent = jax.jvp(lambda x: jnp.linalg.qr(x, mode="complete"), (a,), (da,))
-    return _householder_complete(a), tuple(tangent)
+    primal, tangent = jax.jvp(lambda x: jnp.linalg.qr(x, mode="complete"), (a,), (da,))
+    return tuple(primal), tuple(tangent)
 
 
 def _qr(a, *, mode):
@@ -417,7 +419,7 @@ def _kept_svd(a, rcond):
     others), in a's dtype."""
     u, s, vh = _f.gesvd(a)
     mask = _kept(s, rcond)
-    return u, s, vh, jnp.where(mask, 1 / jnp.where(mask, s, 1), 0).astype(a.dtype)
+    return u, s, vh, _kept_reciprocals(s, mask, a.dtype)
 
 
 @jax.custom_jvp
@@ -483,7 +485,7 @@ def lstsq(a, b, rcond=None, *, numpy_resid=False):
 def _pinv_from_svd(a, rtol, hermitian):
     u, s, vh = _svd(a, full_matrices=False, compute_uv=True, hermitian=hermitian)
     cutoff = rtol * jnp.max(s, initial=0)
-    s_inv = jnp.where(s > cutoff, 1 / jnp.where(s > cutoff, s, 1), 0).astype(a.dtype)
+    s_inv = _kept_reciprocals(s, s > cutoff, a.dtype)
     return _util.in_layout_of(_matmul(_H(vh) * s_inv[None, :], _H(u), _spec_of(a)), a)
 
 

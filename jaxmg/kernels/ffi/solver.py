@@ -186,7 +186,6 @@ def own_potrf(a: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 def own_getrf(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``?getrf``'s (lu, pivots, info) from JAX's own ``jax.lax.linalg.lu`` (any platform):
-    pivots 1-based as LAPACK's (int32, as the handlers' pivots, also for a weakly typed ``a``, whose
-    pivots JAX types weakly), and info the 1-based index of U's first zero pivot, else 0."""
+    pivots 1-based as LAPACK's, and info the 1-based index of U's first zero pivot, else 0."""
     lu, pivots, _ = jax.lax.linalg.lu(a)
-    return lu, pivots + jnp.int32(1), _status.first_bad_pivot(jnp.diagonal(lu, axis1=-2, axis2=-1))
+    return lu, pivots + 1, _status.first_bad_pivot(jnp.diagonal(lu, axis1=-2, axis2=-1))

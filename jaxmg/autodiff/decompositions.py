@@ -102,11 +102,13 @@ def _svd_formula(full_matrices, kernels, outputs, dots):
 
 
 def _polar_formula(kernels, outputs, dots):
-    """h's eigendecomposition (sig, V: a's singular values and right singular vectors) comes
-    from the same backend's syevd of h, differentiable itself (higher orders)."""
-    u_p, h, _ = outputs
-    sig, vv, _ = syevd(kernels, h)
-    return tangents.polar_jvp(u_p, sig, vv, dots[0], kernels.plan.outputs)
+    """(u_p', h') from h's eigendecomposition ``h = vv diag(sig) vv^H`` (a's singular values and
+    right singular vectors) that the kernel computed with the factors, and the eigendecomposition's
+    own tangents (the eigh rule along h'), for the derivatives of higher order."""
+    u_p, _, sig, vv, _ = outputs
+    sh = kernels.plan.outputs
+    u_p_dot, h_dot = tangents.polar_jvp(u_p, sig, vv, dots[0], sh)
+    return (u_p_dot, h_dot, *tangents.eigh_jvp(sig, vv, h_dot, sh, full=True))
 
 
 @two_stage.eigh_of_lower.defjvp
@@ -133,8 +135,9 @@ def _entered(method):
 syevd = _decomposition(_entered(lambda k, a: k.syevd(a)), _syevd_formula)
 #: (w, v, status) of A v = w B v; derivatives with respect to both.
 sygvd = _decomposition(_entered(lambda k, a, b: k.sygvd(a, b)), _sygvd_formula)
-#: (u_p, h, status) of ``a``.
-polar_decomposition = _decomposition(_entered(lambda k, a: k.polar(a)), _polar_formula)
+#: (u_p, h, sig, vv, status) of ``a``: the polar factors and h's eigendecomposition
+#: ``h = vv diag(sig) vv^H`` (from the SVD where the polar factors are computed from one).
+polar_with_eigen = _decomposition(_entered(lambda k, a: k.polar(a, eigen=True)), _polar_formula)
 _GESVD = {
     full: _decomposition(_entered(lambda k, a, full=full: k.gesvd(a, full)), functools.partial(_svd_formula, full))
     for full in (False, True)
@@ -146,24 +149,40 @@ def gesvd(kernels, full_matrices: bool, a):
     return _GESVD[bool(full_matrices)](kernels, a)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def singular_values(kernels, a):
-    """(s, status) of ``a``, without the singular vectors (the device's own solver computes none);
-    their tangent, Re diag(U^H A' V), from the full decomposition, which only a derivative needs."""
-    _, s, _, status = kernels.gesvd(kernels.plan.enter(a), False, compute_uv=False)
-    return s, status
+def _differentiated_through(op, factored, kept: tuple):
+    """``f(kernels, a)`` = ``op(kernels, a)``, a decomposition computed without what only its
+    derivative needs, differentiated as the outputs ``kept`` (indices, the status last) of
+    ``factored(kernels, a)``, the decomposition that computes it too (itself differentiable, at
+    every order): a derivative runs ``factored``'s one decomposition, never ``op``'s beside it."""
+
+    def pick(outputs):
+        return tuple(outputs[i] for i in kept)
+
+    @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+    def f(kernels, a):
+        return op(kernels, a)
+
+    def jvp(kernels, primals, tangents_in):
+        (a,), (a_dot,) = primals, tangents_in
+        if isinstance(a_dot, jax.custom_derivatives.SymbolicZero):
+            outputs = f(kernels, a)
+            return outputs, _zeros(outputs)
+        outputs, dots = jax.jvp(functools.partial(factored, kernels), (a,), (a_dot,))
+        return pick(outputs), pick(dots)
+
+    f.defjvp(jvp, symbolic_zeros=True)
+    return f
 
 
-def _singular_values_jvp(kernels, primals, tangents_in):
-    (a,), (a_dot,) = primals, tangents_in
-    if isinstance(a_dot, jax.custom_derivatives.SymbolicZero):
-        s, status = singular_values(kernels, a)
-        return (s, status), (jnp.zeros_like(s), _no_tangent(status))
-    (_, s, _, status), (_, s_dot, _, _) = jax.jvp(functools.partial(gesvd, kernels, False), (a,), (a_dot,))
-    return (s, status), (s_dot, _no_tangent(status))
-
-
-singular_values.defjvp(_singular_values_jvp, symbolic_zeros=True)
+#: (u_p, h, status) of ``a``; its derivative runs :data:`polar_with_eigen` (the polar factors
+#: and h's eigendecomposition, computed once), not the polar decomposition and a second
+#: decomposition of h.
+polar_decomposition = _differentiated_through(_entered(lambda k, a: k.polar(a)), polar_with_eigen, (0, 1, 4))
+#: (s, status) of ``a``, without the singular vectors (the device's own solver computes none);
+#: their tangent, Re diag(U^H A' V), from the full decomposition, which only a derivative needs.
+singular_values = _differentiated_through(
+    _entered(lambda k, a: k.gesvd(a, False, compute_uv=False)[1::2]), _GESVD[False], (1, 3)
+)
 
 
 # --- QR and least squares --------------------------------------------------------------------

@@ -111,7 +111,8 @@ class DecompositionKernels(Protocol):
     def gesvd(
         self, a, full_matrices: bool, compute_uv: bool = True
     ) -> tuple[Optional[jax.Array], jax.Array, Optional[jax.Array], jax.Array]: ...
-    def polar(self, a) -> tuple[jax.Array, jax.Array, jax.Array]: ...
+    # (u_p, h, status); with eigen, (u_p, h, sig, vv, status) with h = vv diag(sig) vv^H, for derivatives
+    def polar(self, a, eigen: bool = False) -> tuple[jax.Array, ...]: ...
 
 
 @dataclasses.dataclass(frozen=True)

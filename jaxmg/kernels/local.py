@@ -224,12 +224,15 @@ class Decompositions(_Local):
             functools.partial(_gesvd_own, full_matrices=full_matrices),
         )
 
-    def polar(self, a):
+    def polar(self, a, eigen: bool = False):
         """(u_p, h, status), M >= N: by QDWH (:mod:`.qdwh`) where ``gesvd`` takes QDWH polar +
-        eigh, else from the platform's own SVD a = U S V^H: U_p = U V^H, H = V S V^H."""
+        eigh, else from the platform's own SVD a = U S V^H: U_p = U V^H, H = V S V^H. ``eigen``:
+        (u_p, h, sig, vv, status) with ``h = vv diag(sig) vv^H``, the SVD's S and V where it was
+        computed, else one eigendecomposition of h (QDWH computes none)."""
+        own = functools.partial(_polar_own, eigen=eigen)
         if a.shape[-2] < a.shape[-1]:  # wide (the per-shard kernels take any shape)
-            return _polar_own(a)
-        return _by_platform(a, functools.partial(qdwh.polar_local, eigh=two_stage.device_eigh), _polar_own)
+            return own(a)
+        return _by_platform(a, functools.partial(qdwh.polar_local, eigh=two_stage.device_eigh, eigen=eigen), own)
 
 
 #: The local backend (``jaxmg.kernels.families.Backend``): the local and batch routes' kernels.
@@ -272,11 +275,13 @@ def _svdvals_own(a):
     return None, s, None, _status.finite(s)
 
 
-def _polar_own(a):
+def _polar_own(a, eigen: bool = False):
+    """``Decompositions.polar`` from the platform's SVD (its s and V are h's eigendecomposition)."""
     u, s, vh = _platform_svd(a, full_matrices=False)
     u_p = matmul(u, vh)
     h = matmul(adjoint(vh) * s.astype(vh.dtype)[..., None, :], vh)
-    return u_p, (h + adjoint(h)) / 2, _status.finite(s)
+    factors = (s, adjoint(vh)) if eigen else ()
+    return u_p, (h + adjoint(h)) / 2, *factors, _status.finite(s)
 
 
 def _eigh_whole(h, grid):

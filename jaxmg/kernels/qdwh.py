@@ -325,12 +325,19 @@ def _complete_polar(x, h, x0, grid, eigh):
     return _at_most_once(_partial_isometry(x, grid), repair, (x, h))
 
 
-def polar_local(a, eigh: Callable[[jax.Array], tuple[jax.Array, jax.Array]]):
+def polar_local(a, eigh: Callable[[jax.Array], tuple[jax.Array, jax.Array]], eigen: bool = False):
     """(U_p, H, status) of a whole M x N matrix on one device, M >= N (vmappable): U_p's columns
     are orthonormal for rank-deficient A too (U V^H from its SVD where U_p is a partial isometry;
-    V by ``eigh(h) -> (w, v)``, the local route's eigensolver)."""
-    x, h = _complete_polar(*_polar_slab(a, WHOLE, local=True), WHOLE, eigh)
-    return _failed_nan(_finite(x, h), x, h)
+    V by ``eigh(h) -> (w, v)``, the local route's eigensolver). ``eigen``: (U_p, H, w, V, status)
+    with ``H = V diag(w) V^H`` (w ascending), one ``eigh`` of H that the completion reuses (for a
+    rank-deficient A, whose H it changes, the eigendecomposition of the H it started from)."""
+    x, h, x0 = _polar_slab(a, WHOLE, local=True)
+    if not eigen:
+        x, h = _complete_polar(x, h, x0, WHOLE, eigh)
+        return _failed_nan(_finite(x, h), x, h)
+    w, v = eigh(h)
+    x, h = _complete_polar(x, h, x0, WHOLE, lambda _: (w, v))
+    return _failed_nan(_finite(x, h), x, h, w, v)
 
 
 def svdvals_local(a, eigvalsh: Callable[[jax.Array], jax.Array]):

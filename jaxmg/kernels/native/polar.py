@@ -22,11 +22,17 @@ from . import _grid
 from .eig import syevd, sygvd
 
 
-def polar(a, *, grid, tile):
+def polar(a, *, grid, tile, eigen: bool = False):
     """(U_p: a's local block, H: local block of the N x N layout, status), M >= N, by QDWH; where
     U_p needs completing, H's eigendecomposition (whole on every device) by the solver of one device
-    that ``jaxmg.kernels.two_stage.TWO_STAGE_ABOVE`` names."""
-    return qdwh.polar(a, grid=grid, eigh=two_stage.device_eigh)
+    that ``jaxmg.kernels.two_stage.TWO_STAGE_ABOVE`` names. ``eigen``: (U_p, H, w whole, V block,
+    status) with ``H = V diag(w) V^H`` by this backend's syevd (QDWH computes no eigendecomposition;
+    a derivative needs one)."""
+    u_p, h, status = qdwh.polar(a, grid=grid, eigh=two_stage.device_eigh)
+    if not eigen:
+        return u_p, h, status
+    w, v, _ = syevd(h, grid=grid, tile=tile)
+    return u_p, h, w, v, status
 
 
 def gesvd(a, *, grid, full_matrices, tile):
@@ -58,13 +64,15 @@ class Decompositions(_grid.GridKernels):
         )
         return out if compute_uv else (None, out[1], None, out[3])
 
-    def polar(self, a):
+    def polar(self, a, eigen: bool = False):
         m, n = a.shape
+        factors = (Replicated(), self.caller) if eigen else ()
         return self.run(
             polar,
             [a],
             [Block()],
-            [self.caller, self.caller, Replicated()],
-            shapes=[(m, n), (n, n), ()],
-            names=["u_p", "h", "status"],
+            [self.caller, self.caller, *factors, Replicated()],
+            shapes=[(m, n), (n, n), *([(n,), (n, n)] if eigen else []), ()],
+            names=["u_p", "h", *(["sig", "vv"] if eigen else []), "status"],
+            eigen=bool(eigen),
         )

@@ -926,6 +926,37 @@ if _harness.PUBLIC_API and "polar" in native.FAMILIES:
                 return ", ".join(f"{k} {v:.1e}" for k, v in out.items())
 
 
+if _harness.PUBLIC_API and "polar" in native.FAMILIES:
+    for mname, mesh, spec in meshes():
+
+        @case(f"public-polar-derivative-{mname}-float64-native-one-syevd")
+        def _(mesh=mesh, spec=spec):
+            """jax.grad of a loss of polar's factors on the native route: QDWH computes no
+            eigendecomposition, so the derivative runs one native syevd of h, inside the polar
+            call; the gradient is that of U V^H and V S V^H from JAX's SVD of the whole matrix."""
+            m, n = 320, 192
+            a = conditioned(m, n, 1e3, np.float64, seed=6)
+            w = np.random.default_rng(7).standard_normal((m, n))
+
+            def loss(x, polar):
+                u, h = polar(x)
+                return jax.numpy.sum(u * w) + jax.numpy.sum(h**2)
+
+            def reference(x):
+                u, s, vh = jax.numpy.linalg.svd(x, full_matrices=False)
+                return u @ vh, (vh.conj().T * s) @ vh
+
+            grad = jax.jit(jax.grad(functools.partial(loss, polar=lambda x: jaxmg.polar(x, backend="native"))))
+            with jax.set_mesh(mesh):
+                x = to_global(a, mesh, spec)
+                syevd = grad.lower(x).compile().as_text().count('custom_call_target="jaxmg_syevd"')
+                got = host(grad(x))
+            want = np.asarray(jax.grad(functools.partial(loss, polar=reference))(jax.numpy.asarray(a)))
+            err = relerr(got, want)
+            assert syevd == 1 and err < 1e-9, (syevd, err)
+            return f"one native syevd; gradient error {err:.1e}"
+
+
 @case("gemm-cublas-products-every-dtype-and-op")
 def _():
     from jaxmg.kernels.ffi import gemm

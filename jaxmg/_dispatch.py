@@ -146,9 +146,11 @@ def run(
     donated = tuple(range(matrices)) if donate and ctx.concrete else ()
     mesh = plan.mesh if isinstance(plan.mesh, Mesh) and not ctx.tracing else None
     planned = Planned(plan, _compiled(body, plan, key, rule, held, donated), mesh, uncommitted and ctx.concrete)
-    placements = None if remember is None else _placements(jax.tree.leaves(args), remember[1])
-    if placements is not None:
-        _compiled.remember(remember[0], dataclasses.replace(planned, placements=placements))
+    if remember is not None:
+        key, values = remember
+        placements = _placements(jax.tree.leaves(args), values)
+        if placements is not None:
+            _compiled.remember(key, dataclasses.replace(planned, placements=placements))
     return planned.launch(args)
 
 

@@ -90,53 +90,35 @@ def test_a_module_method_is_planned_once(counts):
     assert counts["planned"] == planned
 
 
-def _changed(name, a, b):
-    """The call potrs(a, b) with one part of its key changed: (a, b, keywords, context)."""
-    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Auto)
-    explicit = make_mesh((4, 2), ("x", "y"))
-    if name == "dtype":
-        return a.astype(jnp.float32), b.astype(jnp.float32), {}, None
-    if name == "shape":
-        return jnp.eye(2 * N) * 3.0, jnp.ones(2 * N), {}, None
-    if name == "matrix of right-hand sides":
-        return a, b[:, None], {}, None
-    if name == "weak type":
-        return a, jnp.full(N, 1.0), {}, None
-    if name == "Auto sharding":
-        return put(a, mesh, P("x", "y")), put(b, mesh, P("x")), {}, None
-    if name == "Explicit sharding":
-        return put(a, explicit, P("x", "y")), put(b, explicit, P("x")), {}, None
-    if name == "committed":
-        return jax.device_put(a, jax.devices()[0]), b, {}, None
-    if name == "static option":
-        return a, b, {"return_logdet": True}, None
-    if name == "promotion mode":
-        return a, b, {}, jax.numpy_dtype_promotion("strict")
-    if name == "mesh in context":
-        return a, b, {}, jax.set_mesh(mesh)
-    raise AssertionError(name)
+def _auto():
+    return make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Auto)
 
 
-CHANGES = [
-    "dtype",
-    "shape",
-    "matrix of right-hand sides",
-    "weak type",
-    "Auto sharding",
-    "Explicit sharding",
-    "committed",
-    "static option",
-    "promotion mode",
-    "mesh in context",
-]
+def _explicit():
+    return make_mesh((4, 2), ("x", "y"))
 
 
-@pytest.mark.parametrize("change", CHANGES)
+#: potrs(a, b) with one part of its key changed: each gives (a, b, keywords, context).
+CHANGES = {
+    "dtype": lambda a, b: (a.astype(jnp.float32), b.astype(jnp.float32), {}, None),
+    "shape": lambda a, b: (jnp.eye(2 * N) * 3.0, jnp.ones(2 * N), {}, None),
+    "matrix of right-hand sides": lambda a, b: (a, b[:, None], {}, None),
+    "weak type": lambda a, b: (a, jnp.full(N, 1.0), {}, None),
+    "Auto sharding": lambda a, b: (put(a, _auto(), P("x", "y")), put(b, _auto(), P("x")), {}, None),
+    "Explicit sharding": lambda a, b: (put(a, _explicit(), P("x", "y")), put(b, _explicit(), P("x")), {}, None),
+    "committed": lambda a, b: (jax.device_put(a, jax.devices()[0]), b, {}, None),
+    "static option": lambda a, b: (a, b, {"return_logdet": True}, None),
+    "promotion mode": lambda a, b: (a, b, {}, jax.numpy_dtype_promotion("strict")),
+    "mesh in context": lambda a, b: (a, b, {}, jax.set_mesh(_auto())),
+}
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
 def test_a_changed_key_is_planned_again(counts, change):
     a, b = _system()
     jaxmg.potrs(a, b), jaxmg.potrs(a, b)
     planned = counts["planned"]
-    a2, b2, keywords, context = _changed(change, a, b)
+    a2, b2, keywords, context = CHANGES[change](a, b)
     with context if context is not None else contextlib.nullcontext():
         out = jaxmg.potrs(a2, b2, **keywords)
         again = jaxmg.potrs(a2, b2, **keywords)

@@ -249,12 +249,14 @@ def _known_call(call: tuple, values: Sequence):
 
 
 def _typed(value):
-    """``value`` with the type of each of its items (tuples, lists and dicts opened)."""
-    if isinstance(value, dict):
-        value = tuple(sorted(value.items()))
-    if type(value) in (tuple, list) or (isinstance(value, tuple) and hasattr(value, "_fields")):
-        return type(value), tuple(_typed(x) for x in value)
-    return type(value), value
+    """``value`` with the type of each of its items (tuples, lists, dicts and :class:`Options`
+    opened; strings and None, which equal nothing of another type, as they are)."""
+    kind = type(value)
+    if kind is dict:
+        return kind, tuple([(name, _typed(item)) for name, item in sorted(value.items())])
+    if kind is tuple or kind is list or kind is Options:
+        return kind, tuple([_typed(item) for item in value])
+    return value if kind is str or value is None else (kind, value)
 
 
 def _placements(leaves: list, values: tuple) -> Optional[tuple]:

@@ -167,3 +167,13 @@ def test_donate_false_keeps_the_arguments():
     for _ in range(3):
         jaxmg.potrs(a, b), jaxmg.Cholesky(a)
     assert not a.is_deleted() and not b.is_deleted()
+
+
+def test_numpy_inputs_and_lists_after_arrays_of_the_same_key():
+    """NumPy arrays and nested lists are converted as ``jnp.asarray`` converts them, on every
+    call, also after JAX arrays of the same shape and dtype were planned."""
+    a, b = _system()
+    jaxmg.potrs(a, b), jaxmg.potrs(a, b)
+    for a2, b2 in [(np.asarray(a), np.asarray(b)), (np.asarray(a).tolist(), np.asarray(b).tolist())]:
+        x = jaxmg.potrs(a2, b2)
+        assert isinstance(x, jax.Array) and _solved(a, b, x)

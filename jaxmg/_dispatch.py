@@ -96,7 +96,8 @@ def method(module, body, *args, **static):
     values, structure = jax.tree.flatten((module, *args))
     known = _known_call(("method", body, structure, static), values)
     if isinstance(known, Planned):
-        return known.launch(jax.tree.unflatten(structure, known.placed(values)))
+        moved = any(p is not None for p in known.placements)
+        return known.launch(jax.tree.unflatten(structure, known.placed(values)) if moved else (module, *args))
     leaves = jax.tree.leaves(module)
     matrices = [x for x in leaves if getattr(x, "ndim", 0) >= 2][:1]
     ctx = context(matrices, (module, args))

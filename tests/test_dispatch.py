@@ -177,3 +177,17 @@ def test_numpy_inputs_and_lists_after_arrays_of_the_same_key():
     for a2, b2 in [(np.asarray(a), np.asarray(b)), (np.asarray(a).tolist(), np.asarray(b).tolist())]:
         x = jaxmg.potrs(a2, b2)
         assert isinstance(x, jax.Array) and _solved(a, b, x)
+
+
+def test_a_method_on_a_mesh_moves_a_right_hand_side_from_one_device(counts):
+    """A module on a mesh solving a b that lies on one device: b is moved to the mesh on every
+    call, as the first call of the key moved it, and planned once."""
+    a, b = _system()
+    mesh = _auto()
+    module = jaxmg.Cholesky(put(a, mesh, P("x", "y")))
+    module.solve(b)
+    planned = counts["planned"]
+    for k in range(3):
+        x = module.solve(b * (k + 1))
+        assert _solved(a, b * (k + 1), x) and set(x.sharding.device_set) == set(mesh.devices.flat)
+    assert counts["planned"] == planned

@@ -180,9 +180,10 @@ def test_numpy_inputs_and_lists_after_arrays_of_the_same_key():
 
 
 def test_a_method_on_a_mesh_moves_a_right_hand_side_from_one_device(counts):
-    """A module on a mesh solving a b that lies on one device: b is moved to the mesh on every
+    """A module on a mesh solving a b committed to one device: b is moved to the mesh on every
     call, as the first call of the key moved it, and planned once."""
     a, b = _system()
+    b = jax.device_put(b, jax.devices()[0])
     mesh = _auto()
     module = jaxmg.Cholesky(put(a, mesh, P("x", "y")))
     module.solve(b)

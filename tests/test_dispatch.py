@@ -104,6 +104,7 @@ CHANGES = {
     "shape": lambda a, b: (jnp.eye(2 * N) * 3.0, jnp.ones(2 * N), {}, None),
     "matrix of right-hand sides": lambda a, b: (a, b[:, None], {}, None),
     "weak type": lambda a, b: (a, jnp.full(N, 1.0), {}, None),
+    "weak type of another dtype": lambda a, b: (a.astype(jnp.float32), jnp.full(N, 1.0), {}, None),
     "Auto sharding": lambda a, b: (put(a, _auto(), P("x", "y")), put(b, _auto(), P("x")), {}, None),
     "Explicit sharding": lambda a, b: (put(a, _explicit(), P("x", "y")), put(b, _explicit(), P("x")), {}, None),
     "committed": lambda a, b: (jax.device_put(a, jax.devices()[0]), b, {}, None),
@@ -117,13 +118,16 @@ CHANGES = {
 def test_a_changed_key_is_planned_again(counts, change):
     a, b = _system()
     jaxmg.potrs(a, b), jaxmg.potrs(a, b)
-    planned = counts["planned"]
+    planned, traced = counts["planned"], counts["traced"]
     a2, b2, keywords, context = CHANGES[change](a, b)
     with context if context is not None else contextlib.nullcontext():
         out = jaxmg.potrs(a2, b2, **keywords)
         again = jaxmg.potrs(a2, b2, **keywords)
     assert counts["planned"] == planned + 1, "a changed key reuses a stale plan"
+    # one trace at most (none where only the commitment changed: the same program), never a second
+    assert counts["traced"] <= traced + 1, "the second call of the changed key runs on other arrays than the first"
     x = out[0] if keywords else out
+    assert x.dtype == a2.dtype and (again[0] if keywords else again).dtype == a2.dtype
     assert _solved(a2, b2, x) and np.allclose(np.asarray(x), np.asarray(again[0] if keywords else again))
     if change.endswith("sharding"):
         assert x.sharding.spec == b2.sharding.spec  # the solution keeps b's layout on the fast path too

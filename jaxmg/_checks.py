@@ -43,6 +43,11 @@ def inexact_dtype(*dtypes) -> np.dtype:
     ``dtypes`` (dtypes, arrays or scalars): their JAX result type, where it is an integer or
     boolean the float of JAX's own table (float64 for 64-bit integers, float32 for the others,
     whatever ``jax_enable_x64`` says), canonical for the current x64 mode."""
+    kinds = {(np.dtype(x.dtype), bool(getattr(x, "weak_type", False))) for x in dtypes if hasattr(x, "dtype")}
+    if len(kinds) == 1 and len(dtypes) > 0 and all(hasattr(x, "dtype") for x in dtypes):
+        (dtype, weak), *_ = kinds
+        if not weak and jnp.issubdtype(dtype, jnp.inexact):  # arrays of one inexact dtype: their own
+            return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
     dtype = np.dtype(jax.dtypes.result_type(*dtypes))
     if not jnp.issubdtype(dtype, jnp.inexact):
         dtype = np.dtype(np.float64 if dtype.itemsize == 8 and dtype.kind in "iu" else np.float32)

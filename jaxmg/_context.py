@@ -31,6 +31,8 @@ from typing import Any, Optional
 import jax
 import jax.core
 import numpy as np
+from jax._src import config as _jax_config, core as _core  # the trace state and JAX's trace context
+from jax._src.array import ArrayImpl  # concrete arrays, and the only constructor that takes the commitment
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from . import _layout
@@ -372,15 +374,48 @@ def eager_values(x) -> list:
 def uncommitted(tree):
     """``tree`` with each concrete single-device array made uncommitted (no copy), as JAX's own
     results are when every input was uncommitted: such arrays then meet arrays on any device."""
-    from jax._src.array import ArrayImpl  # the only constructor that takes the commitment
 
     def release(x):
-        if not isinstance(x, ArrayImpl) or not x.committed or len(x.sharding.device_set) != 1:
+        if type(x) is not ArrayImpl or not x.committed or len(x.sharding.device_set) != 1:
             return x
         device = next(iter(x.sharding.device_set))
-        return ArrayImpl(x.aval, jax.sharding.SingleDeviceSharding(device), x._arrays, committed=False)
+        # the same buffer, whose device the sharding names: nothing for JAX to check again
+        return ArrayImpl(x.aval, _single_device(device), x._arrays, committed=False, _skip_checks=True)
 
     return jax.tree.map(release, tree)
+
+
+@functools.cache
+def _single_device(device) -> jax.sharding.SingleDeviceSharding:
+    return jax.sharding.SingleDeviceSharding(device)
+
+
+# --- What decides an eager call's compiled program ---
+
+
+def top_level() -> bool:
+    """Whether no transformation is tracing at all (an eager call on concrete arrays, outside
+    ``jax.jit``, ``jax.grad`` and every other trace)."""
+    return _core.trace_state_clean()
+
+
+def config_key() -> tuple:
+    """What of JAX's configuration changes a trace (JAX's own ``jax.jit`` cache keys on it): the
+    x64 mode, dtype and rank promotion, the default device and matmul precision, the meshes set
+    with ``jax.set_mesh`` (concrete and abstract), and the rest of JAX's trace context."""
+    return _jax_config.trace_context()
+
+
+def concrete_signature(values) -> Optional[tuple]:
+    """What of the concrete arrays ``values`` decides a call's plan and compiled program: each
+    one's shape, dtype and weak type (its abstract value), sharding and commitment; None where a
+    value is not a concrete JAX array (a NumPy array, a scalar, a tracer, None)."""
+    signature = []
+    for x in values:
+        if type(x) is not ArrayImpl:
+            return None
+        signature.append((x.aval, x.sharding, x.committed))
+    return tuple(signature)
 
 
 def uncommitted_call(mesh, arrays) -> bool:

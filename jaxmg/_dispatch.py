@@ -20,8 +20,10 @@ Nothing below the boundary places arrays, caches compiled calls or enters meshes
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -50,6 +52,12 @@ def build(body, family: str, matrices, options: Options, *, rhs=(), num_rhs: int
     tracer is always kept: the derivatives need it, and under eager differentiation its primal is
     the caller's own buffer. A kept matrix is the caller's own array (on the call's mesh), not an
     output of the compiled call, so that its cotangents keep its type."""
+    values = tuple(value for _, value in (*matrices, *rhs))
+    names = tuple(name for name, _ in matrices), tuple(name for name, _ in rhs)
+    known = _known_call(("build", body, family, names, num_rhs, natural, options, static), values)
+    if isinstance(known, Planned):  # planned before: a concrete call keeps a matrix unless it donates it
+        arrays = known.placed(values)
+        return known.plan, known.launch(arrays), tuple(None if options.donate else x for x in arrays[: len(matrices)])
     ctx = context([value for _, value in matrices], [value for _, value in rhs])
     plan, arrays = _plan.resolve(family, ctx, options, matrices=matrices, rhs=rhs, num_rhs=num_rhs, natural=natural)
     donate = options.donate
@@ -65,6 +73,7 @@ def build(body, family: str, matrices, options: Options, *, rhs=(), num_rhs: int
         matrices=len(matrices),
         donate=donate and not keep,
         uncommitted=uncommitted,
+        remember=known and (known, values),
         keep=keep,
         **static,
     )
@@ -84,12 +93,20 @@ def method(module, body, *args, **static):
         for _ in range(depth):
             one = jax.vmap(one)
         return one(module)
+    values, structure = jax.tree.flatten((module, *args))
+    known = _known_call(("method", body, structure, static), values)
+    if isinstance(known, Planned):
+        moved = any(p is not None for p in known.placements)
+        return known.launch(jax.tree.unflatten(structure, known.placed(values)) if moved else (module, *args))
     leaves = jax.tree.leaves(module)
     matrices = [x for x in leaves if getattr(x, "ndim", 0) >= 2][:1]
     ctx = context(matrices, (module, args))
     plan = _plan.with_rhs_layouts(_plan.module_plan(module.plan, leaves), [x for x in args if hasattr(x, "ndim")])
     uncommitted = _context.uncommitted_call(None, (module, args))
-    return run(body, plan, ctx, (module, *args), matrices=0, module=True, uncommitted=uncommitted, **static)
+    remember = known and (known, tuple(values))
+    return run(
+        body, plan, ctx, (module, *args), matrices=0, module=True, uncommitted=uncommitted, remember=remember, **static
+    )
 
 
 def _method_of_one(module, *, body, args, static):
@@ -106,6 +123,7 @@ def run(
     module: bool = False,
     donate: bool = False,
     uncommitted: bool = False,
+    remember: Optional[tuple] = None,
     **static,
 ):
     """``body(plan, *args, **static)`` as the context asks (module docstring).
@@ -116,6 +134,8 @@ def run(
     factorisation module, whose kept matrices are the call's matrix arguments. ``uncommitted``:
     the outputs of an eager call are made uncommitted (no mesh was asked for and every input was
     uncommitted). The body sees the matrix arguments as the caller holds them (``Plan.held``).
+    ``remember``: (key, values) of :func:`_known_call`: the eager call's plan and launch are kept
+    under that key, with how each of ``values`` became the array it runs on (:func:`_placements`).
     """
     args = tuple(args)
     rule = ctx.stack is not None and not ctx.differentiated and plan.route != _routes.LOCAL
@@ -125,9 +145,14 @@ def run(
         return _traced(body, plan, key, rule, held)(*_as_arrays(args))
     args = _on_mesh(args, plan, matrices)
     donated = tuple(range(matrices)) if donate and ctx.concrete else ()
-    with _entered(plan.mesh, ctx):
-        out = _compiled(body, plan, key, rule, held, donated)(*args)
-    return _context.uncommitted(out) if uncommitted and ctx.concrete else out
+    mesh = plan.mesh if isinstance(plan.mesh, Mesh) and not ctx.tracing else None
+    planned = Planned(plan, _compiled(body, plan, key, rule, held, donated), mesh, uncommitted and ctx.concrete)
+    if remember is not None:
+        key, values = remember
+        placements = _placements(jax.tree.leaves(args), values)
+        if placements is not None:
+            _compiled.remember(key, dataclasses.replace(planned, placements=placements))
+    return planned.launch(args)
 
 
 def _as_arrays(args: tuple) -> tuple:
@@ -136,9 +161,118 @@ def _as_arrays(args: tuple) -> tuple:
     return jax.tree.map(lambda x: jnp.asarray(x) if isinstance(x, (np.ndarray, np.generic)) else x, args)
 
 
-@functools.lru_cache(maxsize=512)
-def _compiled(body, plan: Plan, static: tuple, rule: bool, held: int, donate: tuple):
+def _jitted(body, plan: Plan, static: tuple, rule: bool, held: int, donate: tuple):
     return jax.jit(_traced(body, plan, static, rule, held), donate_argnums=donate)
+
+
+@dataclasses.dataclass(frozen=True)
+class Planned:
+    """An eager call ready to launch: its plan, its compiled body (a ``jax.jit``, which JAX's own
+    dispatch runs from then on), the concrete mesh it runs in (entered as the context; None: none)
+    and whether its outputs are made uncommitted (``jaxmg._context.uncommitted``)."""
+
+    plan: Plan
+    compiled: Callable
+    mesh: Optional[Mesh]
+    release: bool
+    placements: tuple = ()
+
+    def placed(self, values: Sequence) -> tuple:
+        """The concrete arrays ``values`` as the call runs on them (:func:`_placements`): each in
+        the dtype (a weakly typed right-hand side in a's) and on the devices the first call
+        gave it, else as it is."""
+        return tuple(v if p is None else _place(v, *p) for v, p in zip(values, self.placements))
+
+    def launch(self, args: Sequence):
+        """The compiled body on ``args``, in the plan's mesh."""
+        with contextlib.nullcontext() if self.mesh is None else jax.set_mesh(self.mesh):
+            out = self.compiled(*args)
+        return _context.uncommitted(out) if self.release else out
+
+
+class _Compiled:
+    """The compiled calls of eager calls, and the eager calls already planned.
+
+    Calling it gives the ``jax.jit`` of a body for (body, plan, static arguments, rule, held,
+    donated arguments), least recently used first forgotten beyond 512. :meth:`known` and
+    :meth:`remember` keep the :class:`Planned` eager calls by what decides their plan and compiled
+    program (:func:`_known_call`), the oldest forgotten beyond 512. :meth:`cache_clear` forgets
+    both (after a change of the routing tables, the next call plans and traces again)."""
+
+    size = 512
+
+    def __init__(self):
+        self._jit = functools.lru_cache(maxsize=self.size)(_jitted)
+        self._planned: dict = {}
+
+    def __call__(self, *key):
+        return self._jit(*key)
+
+    def known(self, key) -> Optional[Planned]:
+        return self._planned.get(key)
+
+    def remember(self, key, planned: Planned) -> None:
+        if len(self._planned) >= self.size:
+            self._planned.pop(next(iter(self._planned)))
+        self._planned[key] = planned
+
+    def cache_clear(self) -> None:
+        self._jit.cache_clear()
+        self._planned.clear()
+
+    def cache_info(self):
+        return self._jit.cache_info()
+
+
+_compiled = _Compiled()
+
+
+def _known_call(call: tuple, values: Sequence):
+    """The key of an eager call on the concrete arrays ``values`` (``call``: the body and every
+    static argument, each value with its type, so that ``T_A=2.0`` is not taken for ``T_A=2``),
+    or its :class:`Planned` launch where it was planned before; None where the call cannot be
+    keyed (a value is not a concrete JAX array, a transformation traces, a static argument is
+    not hashable). The key holds all that decides the plan and the compiled program: each array's
+    shape, dtype, weak type, sharding and commitment, and JAX's configuration that changes a trace
+    (dtype and rank promotion, x64, the meshes set with ``jax.set_mesh``, the default device);
+    every check of the arguments that :func:`jaxmg._plan.resolve` makes depends on these alone,
+    so a call with the same key passes them as the first did."""
+    if not _context.top_level():
+        return None
+    signature = _context.concrete_signature(values)
+    if signature is None:
+        return None
+    key = (_typed(call), signature, _context.config_key())
+    try:
+        return _compiled.known(key) or key
+    except TypeError:  # a static argument that cannot be hashed (a list of specs): planned each time
+        return None
+
+
+def _typed(value):
+    """``value`` with the type of each of its items (tuples, lists, dicts and :class:`Options`
+    opened; strings and None, which equal nothing of another type, as they are)."""
+    kind = type(value)
+    if kind is dict:
+        return kind, tuple([(name, _typed(item)) for name, item in sorted(value.items())])
+    if kind is tuple or kind is list or kind is Options:
+        return kind, tuple([_typed(item) for item in value])
+    return value if kind is str or value is None else (kind, value)
+
+
+def _placements(leaves: list, values: tuple) -> Optional[tuple]:
+    """How each of the concrete arrays ``values`` became the array ``leaves`` holds for the call:
+    None where it is the same array, else (dtype, sharding): converted (``jaxmg._checks.of_dtype``)
+    and put on the call's devices (:func:`_on_mesh`), each decided by the key alone. None where
+    the call's arrays are not the values' (another count, not concrete JAX arrays)."""
+    if len(leaves) != len(values) or not all(type(x) is type(v) for x, v in zip(leaves, values)):
+        return None
+    return tuple(None if x is v else (x.dtype, x.sharding) for x, v in zip(leaves, values))
+
+
+def _place(x, dtype, sharding):
+    x = x if x.dtype == dtype else x.astype(dtype)
+    return x if x.sharding == sharding else jax.device_put(x, sharding)
 
 
 def _traced(body, plan: Plan, static: tuple, rule: bool, held: int) -> Callable:
@@ -168,15 +302,6 @@ def _held(plan: Plan, args: tuple, held: int) -> tuple:
     if held < 0:
         return (jax.tree.map(plan.whole, args[0].held(plan.held)), *args[1:])
     return tuple(plan.whole(plan.held(x)) for x in args[:held]) + args[held:]
-
-
-def _entered(mesh, ctx: Context):
-    """The concrete mesh as the context of an eager call (a no-op while a transformation traces:
-    ``jax.set_mesh`` cannot be entered then). Each call runs in its own mesh, whatever mesh the
-    caller has set."""
-    if isinstance(mesh, Mesh) and not ctx.tracing:
-        return jax.set_mesh(mesh)
-    return contextlib.nullcontext()
 
 
 # --- Stacks under jax.vmap ---

@@ -49,6 +49,22 @@ def test_bench_numpy_linalg_writes_every_function(tmp_path):
 
 
 @pytest.mark.slow
+def test_bench_dispatch_writes_every_case_beside_jax(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_dispatch import STACK_OPS, _cases
+
+    records = run_benchmark(
+        "bench_dispatch.py",
+        tmp_path / "dispatch.jsonl",
+        *("--sizes", "8", "--places", "device", "stack", "--calls", "1", "--rounds", "1", "--warmup", "1"),
+    )
+    assert [(r["op"], r["place"]) for r in records] == [(op, "device") for op in _cases()] + [
+        (op, "stack") for op in STACK_OPS
+    ]
+    assert all(r["jaxmg_s"] > 0 and r["jax_s"] > 0 and r["ratio"] > 0 and r["devices"] == 8 for r in records)
+
+
+@pytest.mark.slow
 def test_bench_eigen_writes_every_case_beside_jax(tmp_path):
     records = run_benchmark(
         "bench_eigen.py",

@@ -134,7 +134,7 @@ def map_batch(fn, args, core_ranks, *, solution: bool = False):
     argument).
     """
     shapes = [x.shape[: x.ndim - r] for x, r in zip(args, core_ranks)]
-    batch = tuple(jnp.broadcast_shapes(*shapes)) if shapes else ()
+    batch = tuple(jnp.broadcast_shapes(*shapes)) if any(shapes) else ()
     like = args[-1] if solution else args[0]
     if batch:
         args = [

@@ -1,0 +1,198 @@
+"""The eager fast path of the public boundary (``jaxmg._dispatch``): an eager call on concrete
+arrays is planned and traced once per key (the function and its static arguments, each array's
+shape, dtype, weak type, sharding and commitment, JAX's configuration and the mesh in context);
+a later call with the same key goes straight to the compiled program. A changed key plans and
+traces again and gives the right answer; bad input raises every time; statuses are each call's."""
+
+from __future__ import annotations
+
+import contextlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType, PartitionSpec as P
+
+import jaxmg
+import jaxmg.numpy.linalg as la
+from helpers import make_mesh, put
+from jaxmg import _context, _dispatch
+
+N = 8
+
+
+@pytest.fixture
+def counts(monkeypatch):
+    """Counts the calls planned (each reads its context once) and the bodies traced, from fresh
+    caches."""
+    _dispatch._compiled.cache_clear()
+    found = {"planned": 0, "traced": 0}
+    of, traced = _context.of, _dispatch._traced
+
+    def planning(*args, **kwargs):
+        found["planned"] += 1
+        return of(*args, **kwargs)
+
+    def tracing(*args, **kwargs):
+        fn = traced(*args, **kwargs)
+
+        def counted(*inner):
+            found["traced"] += 1
+            return fn(*inner)
+
+        return counted
+
+    monkeypatch.setattr(_context, "of", planning)
+    monkeypatch.setattr(_dispatch, "_traced", tracing)
+    yield found
+    _dispatch._compiled.cache_clear()
+
+
+def _system(dtype=jnp.float64, n=N):
+    a = jnp.asarray(np.eye(n) * 4 + np.ones((n, n)), dtype)
+    return a, jnp.arange(1.0, n + 1, dtype=dtype)
+
+
+def _solved(a, b, x) -> bool:
+    a, b, x = (np.asarray(v, np.float64) for v in (a, b, x))
+    return np.linalg.norm(a @ x - b) <= 30 * N * 1e-6 * np.linalg.norm(a) * np.linalg.norm(x)
+
+
+CALLS = {
+    "potrs": lambda a, b: jaxmg.potrs(a, b),
+    "numpy solve": lambda a, b: la.solve(a, b),
+    "Cholesky.solve": lambda a, b: jaxmg.Cholesky(a).solve(b),
+}
+
+
+@pytest.mark.parametrize("call", list(CALLS))
+def test_repeated_eager_calls_are_planned_and_traced_once(counts, call):
+    a, b = _system()
+    first = CALLS[call](a, b)
+    planned, traced = counts["planned"], counts["traced"]
+    assert planned >= 1 and traced >= 1
+    for k in range(3):
+        x = CALLS[call](a * (k + 2), b)  # new values, the same key
+        assert _solved(a * (k + 2), b, x)
+    assert (counts["planned"], counts["traced"]) == (planned, traced)
+    assert _solved(a, b, first)
+
+
+def test_a_module_method_is_planned_once(counts):
+    a, b = _system()
+    module = jaxmg.Cholesky(a)
+    module.solve(b), module.logdet()
+    planned = counts["planned"]
+    for _ in range(3):
+        assert _solved(a, b, module.solve(b))
+    assert np.isclose(float(module.logdet()), np.linalg.slogdet(np.asarray(a))[1])
+    assert counts["planned"] == planned
+
+
+def _auto():
+    return make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Auto)
+
+
+def _explicit():
+    return make_mesh((4, 2), ("x", "y"))
+
+
+#: potrs(a, b) with one part of its key changed: each gives (a, b, keywords, context).
+CHANGES = {
+    "dtype": lambda a, b: (a.astype(jnp.float32), b.astype(jnp.float32), {}, None),
+    "shape": lambda a, b: (jnp.eye(2 * N) * 3.0, jnp.ones(2 * N), {}, None),
+    "matrix of right-hand sides": lambda a, b: (a, b[:, None], {}, None),
+    "weak type": lambda a, b: (a, jnp.full(N, 1.0), {}, None),
+    "weak type of another dtype": lambda a, b: (a.astype(jnp.float32), jnp.full(N, 1.0), {}, None),
+    "Auto sharding": lambda a, b: (put(a, _auto(), P("x", "y")), put(b, _auto(), P("x")), {}, None),
+    "Explicit sharding": lambda a, b: (put(a, _explicit(), P("x", "y")), put(b, _explicit(), P("x")), {}, None),
+    "committed": lambda a, b: (jax.device_put(a, jax.devices()[0]), b, {}, None),
+    "static option": lambda a, b: (a, b, {"return_logdet": True}, None),
+    "promotion mode": lambda a, b: (a, b, {}, jax.numpy_dtype_promotion("strict")),
+    "mesh in context": lambda a, b: (a, b, {}, jax.set_mesh(_auto())),
+}
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_a_changed_key_is_planned_again(counts, change):
+    a, b = _system()
+    jaxmg.potrs(a, b), jaxmg.potrs(a, b)
+    planned, traced = counts["planned"], counts["traced"]
+    a2, b2, keywords, context = CHANGES[change](a, b)
+    with context if context is not None else contextlib.nullcontext():
+        out = jaxmg.potrs(a2, b2, **keywords)
+        again = jaxmg.potrs(a2, b2, **keywords)
+    assert counts["planned"] == planned + 1, "a changed key reuses a stale plan"
+    # one trace at most (none where only the commitment changed: the same program), never a second
+    assert counts["traced"] <= traced + 1, "the second call of the changed key runs on other arrays than the first"
+    x = out[0] if keywords else out
+    assert x.dtype == a2.dtype and (again[0] if keywords else again).dtype == a2.dtype
+    assert _solved(a2, b2, x) and np.allclose(np.asarray(x), np.asarray(again[0] if keywords else again))
+    if change.endswith("sharding"):
+        assert x.sharding.spec == b2.sharding.spec  # the solution keeps b's layout on the fast path too
+    if change == "committed":
+        assert x.committed
+    elif change in ("dtype", "shape", "static option"):
+        assert not x.committed and not (again[0] if keywords else again).committed
+
+
+def test_a_static_option_of_another_type_is_checked_again(counts, library_errors):
+    """``T_A=2.0`` equals ``T_A=2`` as a Python value: the key holds each option's type, so the
+    check that refuses a float tile still runs on the call after a good one."""
+    a, b = _system()
+    jaxmg.potrs(a, b, T_A=2), jaxmg.potrs(a, b, T_A=2)
+    for _ in range(2):
+        with pytest.raises(TypeError, match="T_A must be a positive int"):
+            jaxmg.potrs(a, b, T_A=2.0)
+
+
+def test_bad_input_raises_every_time(counts, library_errors):
+    a, b = _system()
+    jaxmg.potrs(a, b)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="b has 7 rows but a has 8"):
+            jaxmg.potrs(a, b[:7])
+
+
+def test_statuses_are_each_calls_own():
+    """The fast path reuses the program, never a result: a matrix that is not positive definite
+    after a good one of the same key gives its own status and NaN."""
+    a, b = _system()
+    jaxmg.potrs(a, b, return_status=True)
+    x, status = jaxmg.potrs(-a, b, return_status=True)
+    assert int(status) != 0 and np.isnan(np.asarray(x)).all()
+    x, status = jaxmg.potrs(a, b, return_status=True)
+    assert int(status) == 0 and _solved(a, b, x)
+
+
+def test_donate_false_keeps_the_arguments():
+    a, b = _system()
+    for _ in range(3):
+        jaxmg.potrs(a, b), jaxmg.Cholesky(a)
+    assert not a.is_deleted() and not b.is_deleted()
+
+
+def test_numpy_inputs_and_lists_after_arrays_of_the_same_key():
+    """NumPy arrays and nested lists are converted as ``jnp.asarray`` converts them, on every
+    call, also after JAX arrays of the same shape and dtype were planned."""
+    a, b = _system()
+    jaxmg.potrs(a, b), jaxmg.potrs(a, b)
+    for a2, b2 in [(np.asarray(a), np.asarray(b)), (np.asarray(a).tolist(), np.asarray(b).tolist())]:
+        x = jaxmg.potrs(a2, b2)
+        assert isinstance(x, jax.Array) and _solved(a, b, x)
+
+
+def test_a_method_on_a_mesh_moves_a_right_hand_side_from_one_device(counts):
+    """A module on a mesh solving a b committed to one device: b is moved to the mesh on every
+    call, as the first call of the key moved it, and planned once."""
+    a, b = _system()
+    b = jax.device_put(b, jax.devices()[0])
+    mesh = _auto()
+    module = jaxmg.Cholesky(put(a, mesh, P("x", "y")))
+    module.solve(b)
+    planned = counts["planned"]
+    for k in range(3):
+        x = module.solve(b * (k + 1))
+        assert _solved(a, b * (k + 1), x) and set(x.sharding.device_set) == set(mesh.devices.flat)
+    assert counts["planned"] == planned

@@ -90,6 +90,15 @@ def test_unsupported_dtype(mesh, dtype):
         jaxmg.potrs(jnp.asarray(A).astype(dtype), jnp.asarray(B).astype(dtype), mesh=mesh)
 
 
+@pytest.mark.parametrize("which", ["a", "b"])
+def test_none_for_an_array_names_the_argument(mesh, which):
+    """None where an array belongs is jaxmg's TypeError naming the argument (not jnp.asarray's
+    ValueError about None)."""
+    a, b = (None, B) if which == "a" else (A, None)
+    with pytest.raises(TypeError, match=rf"{which} must be an array, got NoneType"):
+        jaxmg.potrs(a, b, mesh=mesh)
+
+
 def test_b_with_another_dtype(mesh):
     with pytest.raises(TypeError, match=r"b has dtype float32 but a has dtype float64.*b.astype"):
         jaxmg.potrs(A, B.astype(np.float32), mesh=mesh)

@@ -477,6 +477,18 @@ def test_bad_arguments():
         msla.qr(np.eye(8), mode="raw")
 
 
+def test_lstsq_of_a_b_of_rank_three_is_jaxs_type_error():
+    """As jnp.linalg.lstsq: a b that is neither (M,) nor (M, K) is a TypeError (a mismatched M a
+    ValueError)."""
+    a, b = np.eye(4), np.ones((4, 2, 1))
+    with pytest.raises(TypeError):
+        jnp.linalg.lstsq(a, b)
+    with pytest.raises(TypeError, match=r"lstsq: b must be \(M,\) or \(M, K\), got shape \(4, 2, 1\)"):
+        mla.lstsq(a, b)
+    with pytest.raises(ValueError, match="lstsq: b must have shape"):
+        mla.lstsq(a, np.ones(3))
+
+
 @pytest.mark.parametrize("shape", [(4,), ()])
 @pytest.mark.parametrize(
     "module, name",
@@ -521,6 +533,16 @@ def test_axes_that_jax_refuses_are_refused(call):
         call(jnp.linalg)
     with pytest.raises(ValueError, match="out of bounds|repeats an axis|leading shape"):
         call(mla)
+
+
+@pytest.mark.parametrize("ord", [None, 2])
+def test_norm_takes_numpy_integer_axes_as_jax(ord):
+    """``axis`` as a NumPy integer (as ``np.argmax`` or a shape arithmetic gives it), alone or in a
+    tuple, is an axis, as in JAX's norm: a vector norm over one axis, a matrix norm over two."""
+    x = np.arange(24.0).reshape(2, 3, 4) - 11.0
+    one, two = np.int64(1), (np.int64(0), np.int64(2))
+    np.testing.assert_allclose(mla.norm(x, ord, one), jnp.linalg.norm(x, ord, one), rtol=1e-12)
+    np.testing.assert_allclose(mla.norm(x, ord, two, True), jnp.linalg.norm(x, ord, two, True), rtol=1e-12)
 
 
 # --- wide matrices in the top-level functions and modules -----------------------------------------

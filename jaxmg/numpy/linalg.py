@@ -475,7 +475,9 @@ def lstsq(a, b, rcond=None, *, numpy_resid=False):
     a, b = _inexact(a, b)
     if a.ndim != 2:
         raise TypeError(f"lstsq: a must be two-dimensional (M, N), got shape {a.shape}.")
-    if b.ndim not in (1, 2) or b.shape[0] != a.shape[0]:
+    if b.ndim not in (1, 2):  # JAX's TypeError, as for a
+        raise TypeError(f"lstsq: b must be (M,) or (M, K), got shape {b.shape} (rank {b.ndim}) for a {a.shape}.")
+    if b.shape[0] != a.shape[0]:
         raise ValueError(
             f"lstsq: b must have shape ({a.shape[0]},) or ({a.shape[0]}, K) to match a {a.shape}, got {b.shape}."
         )
@@ -620,8 +622,8 @@ def _spectral(x, ord, axis, keepdims):
 def norm(x, ord=None, axis=None, keepdims=False):
     """``jnp.linalg.norm``; the matrix norms ord=2, -2 and 'nuc' from jaxmg's singular values."""
     (x,) = _inexact(x)
-    if isinstance(axis, int):
-        axis = (axis,)
+    if axis is not None and not isinstance(axis, (tuple, list)):
+        axis = (operator.index(axis),)  # an int, or NumPy's integer scalars, as JAX's norm takes
     matrix_axes = tuple(axis) if axis is not None else ((-2, -1) if x.ndim == 2 else None)
     if matrix_axes is not None and len(matrix_axes) == 2 and ord in (2, -2, "nuc"):
         return _spectral(x, ord, matrix_axes, keepdims)

@@ -15,7 +15,7 @@ from jax.test_util import check_grads
 import jaxmg
 import jaxmg.numpy.linalg as mla
 import jaxmg.scipy.linalg as msla
-from helpers import eps, make_mesh, put, random_matrix
+from helpers import eps, make_mesh, put, random_matrix, same_spec
 from jaxmg.kernels import triangular
 
 # jaxmg's names beyond JAX's: SciPy's lstsq (JAX has none) and the list of JAX's own functions
@@ -253,6 +253,21 @@ def test_complete_qr_is_jaxs_where_one_device_factors(dtype):
         for got in (mla.qr(a, mode="complete"), msla.qr(a)):
             for x, y in zip(got, want):
                 np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=tol, atol=tol)
+
+
+def test_scipy_qr_r_of_a_tall_matrix_forms_no_square_q():
+    """scipy qr(mode="r") of a tall (M, N) matrix is JAX's full R (M, N), its last M - N rows zero,
+    from the reduced factorisation: no M x M array is made (the complete Q, or on the
+    distributed route the QR of an M x M matrix), eagerly, batched and in a's layout."""
+    rng = np.random.default_rng(11)
+    stack = random_matrix(rng, (4, 32, 4), np.float64)
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Explicit)
+    for a, spec in ((stack, None), (stack[0], None), (put(stack[0], mesh, P("x", "y")), P("x", "y"))):
+        (got,), (want,) = msla.qr(a, mode="r"), jsl.qr(np.asarray(a), mode="r")
+        assert got.shape == want.shape
+        np.testing.assert_allclose(np.abs(np.asarray(got)), np.abs(np.asarray(want)), atol=1e-12)
+        assert spec is None or same_spec(got, spec)
+        assert "[32,32]" not in str(jax.make_jaxpr(lambda a: msla.qr(a, mode="r"))(a))
 
 
 def test_lu_and_triangular_solves_under_jaxs_test_configuration(monkeypatch):

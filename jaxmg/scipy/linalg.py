@@ -322,8 +322,21 @@ def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_fini
     if pivoting:
         return _jsl.qr(a, mode=mode, pivoting=True)
     if mode == "r":
-        return (_np.qr(a, mode="complete").R,)
+        return (_full_r(a),)
     return tuple(_np.qr(a, mode=modes[mode]))
+
+
+def _full_r(a):
+    """R (..., M, N) of the full QR of ``a`` (..., M, N), in a's layout: the reduced R with the
+    M - N zero rows of a tall ``a`` below it (no M x M Q is formed, nor the QR of an M x M matrix
+    that the complete Q of a tall matrix takes on the distributed route)."""
+    (a,) = _inexact(a)
+    _matrices(a, "qr")
+    r = _np.qr(a, mode="r")
+    zeros = a.shape[-2] - r.shape[-2]
+    if zeros <= 0:
+        return r
+    return _in_layout_of(jnp.pad(r, [(0, 0)] * (r.ndim - 2) + [(0, zeros), (0, 0)]), a)
 
 
 def polar(a, side="right", *, method="qdwh", eps=None, max_iterations=None):

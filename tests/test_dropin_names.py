@@ -34,6 +34,7 @@ def test_names_are_jaxs(ours, theirs, extra):
     results = {n for n in ours.__all__ if n.endswith("Result")}
     assert set(ours.__all__) - extra - results == _public(theirs)
     assert all(hasattr(ours, n) for n in ours.__all__)
+    assert _public(ours) == set(ours.__all__)  # dir() lists them, not the module's imports
 
 
 def test_jaxs_own_functions_are_jaxs():

@@ -738,3 +738,8 @@ eig = jnp.linalg.eig
 eigvals = jnp.linalg.eigvals
 
 __all__ += ["eig", "eigvals"]
+
+
+def __dir__() -> list:
+    """The module's public names, as ``dir(jax.numpy.linalg)`` lists JAX's (not its imports)."""
+    return sorted(__all__)

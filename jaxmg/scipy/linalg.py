@@ -37,7 +37,7 @@ from .._dense import (
     spec_of as _spec_of,
 )
 from ..kernels import triangular as _triangular
-from ..kernels.algebra import permutation_matrix
+from ..kernels.algebra import permutation_matrix as _permutation_matrix
 from ..kernels.ffi.solver import getrf as _getrf
 from ..kernels.varying import varying_like as _varying_like
 from ..modules import LU as _LU, Cholesky as _Cholesky
@@ -544,7 +544,7 @@ def _plu(a, *, permute_l: bool):
         # p l: row perm[i] of it is row i of l, so row j is row argsort(perm)[j] (a gather, in l's layout)
         return _in_layout_of(_take_rows(l, jnp.argsort(perm)), a), _in_layout_of(u, a)
     real = jnp.finfo(a.dtype).dtype  # p is real for a complex a, as JAX's
-    p = jnp.swapaxes(permutation_matrix(perm, real), -1, -2)  # p[perm[j], j] = 1
+    p = jnp.swapaxes(_permutation_matrix(perm, real), -1, -2)  # p[perm[j], j] = 1
     return tuple(_in_layout_of(x, a) for x in (p, l, u))
 
 
@@ -608,3 +608,8 @@ JAX_OWN = (
 )
 
 __all__ += ["lu", "solve_triangular", *JAX_OWN]
+
+
+def __dir__() -> list:
+    """The module's public names, as ``dir(jax.scipy.linalg)`` lists JAX's (not its imports)."""
+    return sorted(__all__)

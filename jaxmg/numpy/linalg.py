@@ -367,6 +367,12 @@ def _qr(a, *, mode):
     return r if mode == "r" else (q, r)
 
 
+@overload
+def qr(a, mode: Literal["reduced", "complete", "raw", "full"] = "reduced") -> QRResult: ...
+@overload
+def qr(a, mode: Literal["r"]) -> jax.Array: ...
+@overload
+def qr(a, mode: str) -> Union[QRResult, jax.Array]: ...
 def qr(a, mode="reduced"):
     """The QR decomposition of ``a`` (..., M, N), tall, square or wide, by distributed QR.
 

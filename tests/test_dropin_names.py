@@ -297,11 +297,30 @@ FLOAT16 = {
 }
 
 
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
+def test_half_precision_determinants_jax_writes_out_are_jaxs(dtype):
+    """JAX computes det of 2 x 2 and 3 x 3 matrices and slogdet of 1 x 1 and 2 x 2 ones from their
+    entries, in float16 and bfloat16 too (stacks included); so does jaxmg, in the same dtype,
+    where its LU refuses the dtype (larger orders: JAX's LU refuses it too)."""
+    rng = np.random.default_rng(4)
+    for n in (1, 2, 3):
+        a = jnp.asarray(rng.standard_normal((2, n, n)) + 2 * np.eye(n), dtype)
+        for ours, theirs, orders in ((mla.det, jnp.linalg.det, (2, 3)), (mla.slogdet, jnp.linalg.slogdet, (1, 2))):
+            if n not in orders:
+                continue
+            for x in (a, a[0]):
+                got, want = ours(x), theirs(x)
+                assert jax.tree.map(lambda v: v.dtype, got) == jax.tree.map(lambda v: v.dtype, want)
+                for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+                    np.testing.assert_array_equal(np.asarray(g, np.float32), np.asarray(w, np.float32))
+
+
 @pytest.mark.parametrize("family", sorted(FLOAT16))
 def test_float16_errors_say_what_jax_and_jaxmg_say(family):
     """A float16 matrix is refused with JAX's "<operation> does not accept dtype float16" and the
-    argument with its conversion; so are jaxmg's own functions."""
-    x = jnp.ones((3, 3), jnp.float16)
+    argument with its conversion; so are jaxmg's own functions. (4 x 4: JAX writes the
+    determinants of smaller matrices out, in float16 too.)"""
+    x = jnp.ones((4, 4), jnp.float16)
     for fn in FLOAT16[family]:
         with pytest.raises(TypeError, match=f"{family} does not accept dtype float16") as error:
             fn(x)

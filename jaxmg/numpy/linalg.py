@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as _P
 
-from .. import functional as _f
+from .. import _checks, functional as _f
 from .._context import is_tracer as _is_tracer
 from .._dense import (
     adjoint as _H,
@@ -140,6 +140,8 @@ def slogdet(a, *, method=None):
         return jnp.linalg.slogdet(a, method="qr")
     (a,) = _inexact(a)
     _square(a, "slogdet")
+    if _jaxs_closed_form(a, (1, 2)):
+        return jnp.linalg.slogdet(a)
     return SlogdetResult(*_map_batch(lambda a: _LU(a).slogdet(), (a,), (2,)))
 
 
@@ -149,7 +151,17 @@ def det(a):
     at singular matrices too (``jaxmg.numpy._det``). Eagerly and in ``jax.jit`` one computation."""
     (a,) = _inexact(a)
     _square(a, "det")
+    if _jaxs_closed_form(a, (2, 3)):
+        return jnp.linalg.det(a)
     return _det_compiled(a)
+
+
+def _jaxs_closed_form(a, orders: tuple) -> bool:
+    """Whether ``a`` is of a dtype that jaxmg does not factor (float16, bfloat16) and of an order
+    for which JAX writes its determinant out (``orders``: det 2 and 3, slogdet 1 and 2), where
+    ``jnp.linalg`` computes it in that dtype rather than refuse it as its LU does: then JAX's own
+    function gives it (a matrix of at most 3 x 3, nothing to distribute)."""
+    return np.dtype(a.dtype) not in _checks.SUPPORTED_DTYPES and a.shape[-1] in orders
 
 
 @_util.compiled_once

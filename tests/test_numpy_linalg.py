@@ -434,13 +434,28 @@ def test_svd_subset_by_index_out_of_range_names_the_range(subset, error):
         mla.svd(a, full_matrices=False, subset_by_index=subset)
 
 
-def test_scipy_lstsq_inside_jit_names_a_call_that_works():
-    """scipy's lstsq (SciPy's residues: empty unless the rank is full) inside jax.jit names
-    jaxmg.numpy.linalg.lstsq, whose numpy_resid=False works there (scipy's has no such argument)."""
-    a, b = np.eye(6, 4) + 1.0, np.ones(6)
-    with pytest.raises(ValueError, match=r"jaxmg\.numpy\.linalg\.lstsq\(a, b, rcond\) with numpy_resid=False"):
-        jax.jit(msla.lstsq)(a, b)
-    np.testing.assert_allclose(jax.jit(mla.lstsq)(a, b)[0], np.linalg.lstsq(a, b)[0], rtol=1e-12)
+def test_scipy_lstsq_is_scipys():
+    """scipy's lstsq as SciPy's: the default cutoff is eps (singular values between eps s0 and
+    max(M, N) eps s0 are kept), the residues are a scalar for a vector b, NaN where the rank is
+    below N and empty for M <= N; their shapes depend on the shapes alone, so it runs in jax.jit."""
+    rng = np.random.default_rng(21)
+    u, _ = np.linalg.qr(rng.standard_normal((8, 4)))
+    graded = u * np.array([1.0, 1e-1, 1e-2, 4e-16])  # its last singular value: 2 eps, below 8 eps
+    cases = [
+        (graded, rng.standard_normal(8)),  # SciPy keeps the last singular value: rank 4
+        (random_matrix(rng, (6, 3), np.complex128), random_matrix(rng, (6, 2), np.complex128)),
+        (np.ones((6, 3)), rng.standard_normal(6)),  # rank 1: NaN residues
+        (rng.standard_normal((3, 6)), rng.standard_normal(3)),  # wide: empty residues
+    ]
+    for a, b in cases:
+        want = scipy.linalg.lstsq(a, b)
+        for got in (msla.lstsq(a, b), jax.jit(msla.lstsq)(a, b)):
+            assert [np.shape(g) for g in got] == [np.shape(w) for w in want]
+            assert int(got[2]) == want[2]
+            if a is graded:  # x (about 1e15) and its residues agree only to cond(a) eps
+                continue
+            np.testing.assert_allclose(np.asarray(got[1]), np.real(want[1]), rtol=1e-8, atol=1e-10)
+            np.testing.assert_allclose(np.asarray(got[0]), want[0], rtol=1e-8, atol=1e-10)
 
 
 def test_hermitian_svd_orders_equal_singular_values_as_jax():

@@ -370,11 +370,21 @@ def polar(a, side="right", *, method="qdwh", eps=None, max_iterations=None):
 
 def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=True, lapack_driver=None):
     """``(x, residues, rank, s)`` as ``scipy.linalg.lstsq`` (JAX has no scipy lstsq): the
-    least-squares solution of least norm for ``a`` (M, N) of any shape and rank, from jaxmg's
-    SVD; ``cond`` is the relative cutoff for small singular values; ``residues`` is empty
-    where M <= N or rank < N (as SciPy), which needs a concrete rank (outside ``jax.jit``)."""
+    least-squares solution of least norm for ``a`` (M, N) of any shape and rank, from jaxmg's SVD.
+
+    ``cond`` is the relative cutoff for small singular values (those below ``cond * s[0]`` count as
+    zero), SciPy's default the dtype's eps. ``residues`` is SciPy's: for M > N the squared norm of
+    ``b - a x`` per column of ``b`` (a scalar for a vector ``b``), NaN where the rank is below N
+    (LAPACK makes no promise there); for M <= N empty (0,). Its shape depends on the shapes alone,
+    so that it works inside ``jax.jit``."""
     del overwrite_a, overwrite_b, check_finite, lapack_driver
-    return _np.lstsq(a, b, rcond=cond, numpy_resid=True)
+    a, b = _inexact(a, b)
+    x, residues, rank, s = _np.lstsq(a, b, rcond=-1.0 if cond is None else cond)  # -1: the dtype's eps
+    m, n = a.shape
+    if m <= n:
+        return x, jnp.zeros((0,), residues.dtype), rank, s
+    residues = jnp.where(rank < n, jnp.nan, residues).astype(residues.dtype)
+    return x, (residues[0] if b.ndim == 1 else residues), rank, s
 
 
 __all__ = [

@@ -34,7 +34,7 @@ def as_array(value, name: str) -> Any:
         return value
     try:
         return jnp.asarray(value)
-    except TypeError as err:
+    except (TypeError, ValueError) as err:  # jnp.asarray(None) is a ValueError
         raise TypeError(f"{name} must be an array, got {type(value).__name__}.") from err
 
 

@@ -25,7 +25,7 @@ from typing import Optional
 import numpy as np
 from jax.sharding import Mesh
 
-from . import _layout
+from . import _checks, _layout
 from .kernels import native
 
 LOCAL, BATCH, DISTRIBUTED = "local", "batch", "distributed"
@@ -202,7 +202,27 @@ def route(op: str, shape, dtype="float64", mesh=None, *, stacked: int = 0, backe
     ``shape`` and ``dtype`` are a's; ``mesh`` is the mesh the call finds (None: a device's own
     arrays); ``stacked``: the size of a stack of such matrices under ``jax.vmap`` (0: one matrix).
     A call inside a user's ``jax.shard_map`` always takes the local route."""
-    return choose(family(op), backend, mesh, tuple(shape), np.dtype(dtype), stacked=stacked)
+    fam, shape = family(op), _query_shape(shape, stacked)
+    _checks.check_backend(backend)
+    if np.dtype(dtype) not in _checks.SUPPORTED_DTYPES:
+        names = ", ".join(str(d) for d in _checks.SUPPORTED_DTYPES)
+        raise TypeError(f"dtype must be a's dtype, one of {names} (the dtypes jaxmg factors), got {np.dtype(dtype)}.")
+    if mesh is not None:
+        _layout.check_mesh(mesh)
+    return choose(fam, backend, mesh, shape, np.dtype(dtype), stacked=stacked)
+
+
+def _query_shape(shape, stacked) -> tuple:
+    """``shape`` checked to be one matrix's (M, N), and ``stacked`` a count (0: one matrix)."""
+    shape = tuple(shape)
+    if len(shape) != 2 or not all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape):
+        raise ValueError(
+            f"shape must be one matrix's (M, N), got {shape!r}; for a stack of matrices pass (M, N) and "
+            "stacked=the number of matrices."
+        )
+    if isinstance(stacked, bool) or not isinstance(stacked, (int, np.integer)) or stacked < 0:
+        raise ValueError(f"stacked must be the number of matrices of a stack (0: one matrix), got {stacked!r}.")
+    return shape
 
 
 def default_backend(op: str, mesh, shape, dtype="float64", *, stacked: int = 0) -> str:

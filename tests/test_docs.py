@@ -199,3 +199,38 @@ def test_the_project_speaks_only_of_the_product():
             if DEVELOPMENT_WORDS.search(line) and "DEVELOPMENT_WORDS" not in line:
                 found.append(f"{name}:{number}: {line.strip()[:120]}")
     assert not found, f"{len(found)} lines:\n" + "\n".join(found[:80])
+
+
+def _resolved(dotted: str):
+    """The object that a dotted name ``jaxmg.x.y`` names (modules imported as needed), or None."""
+    import importlib
+
+    parts = dotted.split(".")
+    obj = importlib.import_module(parts[0])
+    for k, part in enumerate(parts[1:], start=2):
+        if not hasattr(obj, part):
+            try:
+                obj = importlib.import_module(".".join(parts[:k]))
+                continue
+            except ImportError:
+                return None
+        obj = getattr(obj, part)
+    return obj
+
+
+def test_every_call_the_pages_name_exists():
+    """Each ``jaxmg.<name>(`` that README.md and docs/*.md tell users to call is there (those of
+    the compiled extension ``jaxmg._native`` where it is built)."""
+    pytest.importorskip("lineax")
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    named = {m for page in pages for m in re.findall(r"\b(jaxmg(?:\.[A-Za-z_]\w*)+)\(", page.read_text())}
+    built = importlib.util.find_spec("jaxmg._native") is not None
+    missing = sorted(n for n in named if (built or not n.startswith("jaxmg._native.")) and _resolved(n) is None)
+    assert not missing, f"the pages name calls that jaxmg does not have: {missing}"
+    assert len(named) > 20  # the pattern finds the pages' calls
+
+
+def test_clear_cache_is_a_no_op_without_the_native_library():
+    import jaxmg.kernels.native as native
+
+    assert native.clear_cache() is None

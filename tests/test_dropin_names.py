@@ -15,7 +15,7 @@ from jax.test_util import check_grads
 import jaxmg
 import jaxmg.numpy.linalg as mla
 import jaxmg.scipy.linalg as msla
-from helpers import eps, make_mesh, put, random_matrix
+from helpers import eps, make_mesh, put, random_matrix, same_spec
 from jaxmg.kernels import triangular
 
 # jaxmg's names beyond JAX's: SciPy's lstsq (JAX has none) and the list of JAX's own functions
@@ -34,6 +34,7 @@ def test_names_are_jaxs(ours, theirs, extra):
     results = {n for n in ours.__all__ if n.endswith("Result")}
     assert set(ours.__all__) - extra - results == _public(theirs)
     assert all(hasattr(ours, n) for n in ours.__all__)
+    assert _public(ours) == set(ours.__all__)  # dir() lists them, not the module's imports
 
 
 def test_jaxs_own_functions_are_jaxs():
@@ -255,6 +256,21 @@ def test_complete_qr_is_jaxs_where_one_device_factors(dtype):
                 np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=tol, atol=tol)
 
 
+def test_scipy_qr_r_of_a_tall_matrix_forms_no_square_q():
+    """scipy qr(mode="r") of a tall (M, N) matrix is JAX's full R (M, N), its last M - N rows zero,
+    from the reduced factorisation: no M x M array is made (the complete Q, or on the
+    distributed route the QR of an M x M matrix), eagerly, batched and in a's layout."""
+    rng = np.random.default_rng(11)
+    stack = random_matrix(rng, (4, 32, 4), np.float64)
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Explicit)
+    for a, spec in ((stack, None), (stack[0], None), (put(stack[0], mesh, P("x", "y")), P("x", "y"))):
+        (got,), (want,) = msla.qr(a, mode="r"), jsl.qr(np.asarray(a), mode="r")
+        assert got.shape == want.shape
+        np.testing.assert_allclose(np.abs(np.asarray(got)), np.abs(np.asarray(want)), atol=1e-12)
+        assert spec is None or same_spec(got, spec)
+        assert "[32,32]" not in str(jax.make_jaxpr(lambda a: msla.qr(a, mode="r"))(a))
+
+
 def test_lu_and_triangular_solves_under_jaxs_test_configuration(monkeypatch):
     """Strict dtype promotion and rank promotion raising (JAX's own test configuration), with
     64-bit integers the default: lu, lu_factor, lu_solve and solve_triangular (the recursion too)."""
@@ -281,11 +297,30 @@ FLOAT16 = {
 }
 
 
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
+def test_half_precision_determinants_jax_writes_out_are_jaxs(dtype):
+    """JAX computes det of 2 x 2 and 3 x 3 matrices and slogdet of 1 x 1 and 2 x 2 ones from their
+    entries, in float16 and bfloat16 too (stacks included); so does jaxmg, in the same dtype,
+    where its LU refuses the dtype (larger orders: JAX's LU refuses it too)."""
+    rng = np.random.default_rng(4)
+    for n in (1, 2, 3):
+        a = jnp.asarray(rng.standard_normal((2, n, n)) + 2 * np.eye(n), dtype)
+        for ours, theirs, orders in ((mla.det, jnp.linalg.det, (2, 3)), (mla.slogdet, jnp.linalg.slogdet, (1, 2))):
+            if n not in orders:
+                continue
+            for x in (a, a[0]):
+                got, want = ours(x), theirs(x)
+                assert jax.tree.map(lambda v: v.dtype, got) == jax.tree.map(lambda v: v.dtype, want)
+                for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+                    np.testing.assert_array_equal(np.asarray(g, np.float32), np.asarray(w, np.float32))
+
+
 @pytest.mark.parametrize("family", sorted(FLOAT16))
 def test_float16_errors_say_what_jax_and_jaxmg_say(family):
     """A float16 matrix is refused with JAX's "<operation> does not accept dtype float16" and the
-    argument with its conversion; so are jaxmg's own functions."""
-    x = jnp.ones((3, 3), jnp.float16)
+    argument with its conversion; so are jaxmg's own functions. (4 x 4: JAX writes the
+    determinants of smaller matrices out, in float16 too.)"""
+    x = jnp.ones((4, 4), jnp.float16)
     for fn in FLOAT16[family]:
         with pytest.raises(TypeError, match=f"{family} does not accept dtype float16") as error:
             fn(x)

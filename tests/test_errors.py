@@ -90,6 +90,15 @@ def test_unsupported_dtype(mesh, dtype):
         jaxmg.potrs(jnp.asarray(A).astype(dtype), jnp.asarray(B).astype(dtype), mesh=mesh)
 
 
+@pytest.mark.parametrize("which", ["a", "b"])
+def test_none_for_an_array_names_the_argument(mesh, which):
+    """None where an array belongs is jaxmg's TypeError naming the argument (not jnp.asarray's
+    ValueError about None)."""
+    a, b = (None, B) if which == "a" else (A, None)
+    with pytest.raises(TypeError, match=rf"{which} must be an array, got NoneType"):
+        jaxmg.potrs(a, b, mesh=mesh)
+
+
 def test_b_with_another_dtype(mesh):
     with pytest.raises(TypeError, match=r"b has dtype float32 but a has dtype float64.*b.astype"):
         jaxmg.potrs(A, B.astype(np.float32), mesh=mesh)
@@ -334,3 +343,30 @@ def test_matrix_power_names_a_non_integer_exponent():
     with pytest.raises(TypeError, match=r"matrix_power: n \(the exponent\) must be an integer, got 2.0"):
         la.matrix_power(np.eye(3), 2.0)
     assert np.allclose(np.asarray(la.matrix_power(np.eye(3) * 2, np.int64(3))), 8 * np.eye(3))
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(shape=(32,)), ValueError, r"shape must be one matrix's \(M, N\), got \(32,\)"),
+        (dict(shape=(2, 32, 32)), ValueError, r"stacked=the number of matrices"),
+        (dict(stacked=-1), ValueError, r"stacked must be the number of matrices"),
+        (dict(dtype="int32"), TypeError, r"dtype must be a's dtype, one of float32, .*got int32"),
+        (dict(mesh="x"), TypeError, r"mesh must be a jax.sharding.Mesh, got str"),
+        (dict(backend="gpu"), ValueError, r"backend must be one of"),
+    ],
+)
+def test_route_names_the_argument_it_cannot_read(mesh, kwargs, error, match):
+    """jaxmg.route answers for one matrix (M, N) of a dtype jaxmg factors, on a mesh, with a
+    backend jaxmg has: anything else is an error that names the argument (it was answered, or
+    failed on an attribute of a string)."""
+    call = dict(shape=(N, N), dtype="float64", mesh=mesh) | kwargs
+    with pytest.raises(error, match=match):
+        jaxmg.route(
+            "potrs",
+            call["shape"],
+            call["dtype"],
+            call["mesh"],
+            **{k: call[k] for k in call if k in ("stacked", "backend")},
+        )
+    assert jaxmg.route("potrs", (N, N), "float64", mesh) == "local"

@@ -434,13 +434,28 @@ def test_svd_subset_by_index_out_of_range_names_the_range(subset, error):
         mla.svd(a, full_matrices=False, subset_by_index=subset)
 
 
-def test_scipy_lstsq_inside_jit_names_a_call_that_works():
-    """scipy's lstsq (SciPy's residues: empty unless the rank is full) inside jax.jit names
-    jaxmg.numpy.linalg.lstsq, whose numpy_resid=False works there (scipy's has no such argument)."""
-    a, b = np.eye(6, 4) + 1.0, np.ones(6)
-    with pytest.raises(ValueError, match=r"jaxmg\.numpy\.linalg\.lstsq\(a, b, rcond\) with numpy_resid=False"):
-        jax.jit(msla.lstsq)(a, b)
-    np.testing.assert_allclose(jax.jit(mla.lstsq)(a, b)[0], np.linalg.lstsq(a, b)[0], rtol=1e-12)
+def test_scipy_lstsq_is_scipys():
+    """scipy's lstsq as SciPy's: the default cutoff is eps (singular values between eps s0 and
+    max(M, N) eps s0 are kept), the residues are a scalar for a vector b, NaN where the rank is
+    below N and empty for M <= N; their shapes depend on the shapes alone, so it runs in jax.jit."""
+    rng = np.random.default_rng(21)
+    u, _ = np.linalg.qr(rng.standard_normal((8, 4)))
+    graded = u * np.array([1.0, 1e-1, 1e-2, 4e-16])  # its last singular value: 2 eps, below 8 eps
+    cases = [
+        (graded, rng.standard_normal(8)),  # SciPy keeps the last singular value: rank 4
+        (random_matrix(rng, (6, 3), np.complex128), random_matrix(rng, (6, 2), np.complex128)),
+        (np.ones((6, 3)), rng.standard_normal(6)),  # rank 1: NaN residues
+        (rng.standard_normal((3, 6)), rng.standard_normal(3)),  # wide: empty residues
+    ]
+    for a, b in cases:
+        want = scipy.linalg.lstsq(a, b)
+        for got in (msla.lstsq(a, b), jax.jit(msla.lstsq)(a, b)):
+            assert [np.shape(g) for g in got] == [np.shape(w) for w in want]
+            assert int(got[2]) == want[2]
+            if a is graded:  # x (about 1e15) and its residues agree only to cond(a) eps
+                continue
+            np.testing.assert_allclose(np.asarray(got[1]), np.real(want[1]), rtol=1e-8, atol=1e-10)
+            np.testing.assert_allclose(np.asarray(got[0]), want[0], rtol=1e-8, atol=1e-10)
 
 
 def test_hermitian_svd_orders_equal_singular_values_as_jax():
@@ -475,6 +490,18 @@ def test_bad_arguments():
         msla.lu_solve(msla.lu_factor(np.eye(8)), np.ones(8), trans=3)
     with pytest.raises(ValueError, match="mode"):
         msla.qr(np.eye(8), mode="raw")
+
+
+def test_lstsq_of_a_b_of_rank_three_is_jaxs_type_error():
+    """As jnp.linalg.lstsq: a b that is neither (M,) nor (M, K) is a TypeError (a mismatched M a
+    ValueError)."""
+    a, b = np.eye(4), np.ones((4, 2, 1))
+    with pytest.raises(TypeError):
+        jnp.linalg.lstsq(a, b)
+    with pytest.raises(TypeError, match=r"lstsq: b must be \(M,\) or \(M, K\), got shape \(4, 2, 1\)"):
+        mla.lstsq(a, b)
+    with pytest.raises(ValueError, match="lstsq: b must have shape"):
+        mla.lstsq(a, np.ones(3))
 
 
 @pytest.mark.parametrize("shape", [(4,), ()])
@@ -521,6 +548,16 @@ def test_axes_that_jax_refuses_are_refused(call):
         call(jnp.linalg)
     with pytest.raises(ValueError, match="out of bounds|repeats an axis|leading shape"):
         call(mla)
+
+
+@pytest.mark.parametrize("ord", [None, 2])
+def test_norm_takes_numpy_integer_axes_as_jax(ord):
+    """``axis`` as a NumPy integer (as ``np.argmax`` or a shape arithmetic gives it), alone or in a
+    tuple, is an axis, as in JAX's norm: a vector norm over one axis, a matrix norm over two."""
+    x = np.arange(24.0).reshape(2, 3, 4) - 11.0
+    one, two = np.int64(1), (np.int64(0), np.int64(2))
+    np.testing.assert_allclose(mla.norm(x, ord, one), jnp.linalg.norm(x, ord, one), rtol=1e-12)
+    np.testing.assert_allclose(mla.norm(x, ord, two, True), jnp.linalg.norm(x, ord, two, True), rtol=1e-12)
 
 
 # --- wide matrices in the top-level functions and modules -----------------------------------------

@@ -251,6 +251,8 @@ def distributed_mesh(a, op: str):
     if a.ndim != 2 or _context.manual() or _context.stack_of(a) is not None:
         return None
     mesh = _context.find_mesh(None, a, ())
-    if mesh is None or _routes.route(op, a.shape, a.dtype, mesh) != _routes.DISTRIBUTED:
+    if mesh is None or a.dtype not in _checks.SUPPORTED_DTYPES:  # refused by the operation itself, with its name
+        return None
+    if _routes.route(op, a.shape, a.dtype, mesh) != _routes.DISTRIBUTED:
         return None
     return mesh

@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as _P
 
-from .. import functional as _f
+from .. import _checks, functional as _f
 from .._context import is_tracer as _is_tracer
 from .._dense import (
     adjoint as _H,
@@ -140,6 +140,8 @@ def slogdet(a, *, method=None):
         return jnp.linalg.slogdet(a, method="qr")
     (a,) = _inexact(a)
     _square(a, "slogdet")
+    if _jaxs_closed_form(a, (1, 2)):
+        return jnp.linalg.slogdet(a)
     return SlogdetResult(*_map_batch(lambda a: _LU(a).slogdet(), (a,), (2,)))
 
 
@@ -149,7 +151,17 @@ def det(a):
     at singular matrices too (``jaxmg.numpy._det``). Eagerly and in ``jax.jit`` one computation."""
     (a,) = _inexact(a)
     _square(a, "det")
+    if _jaxs_closed_form(a, (2, 3)):
+        return jnp.linalg.det(a)
     return _det_compiled(a)
+
+
+def _jaxs_closed_form(a, orders: tuple) -> bool:
+    """Whether ``a`` is of a dtype that jaxmg does not factor (float16, bfloat16) and of an order
+    for which JAX writes its determinant out (``orders``: det 2 and 3, slogdet 1 and 2), where
+    ``jnp.linalg`` computes it in that dtype rather than refuse it as its LU does: then JAX's own
+    function gives it (a matrix of at most 3 x 3, nothing to distribute)."""
+    return np.dtype(a.dtype) not in _checks.SUPPORTED_DTYPES and a.shape[-1] in orders
 
 
 @_util.compiled_once
@@ -367,6 +379,12 @@ def _qr(a, *, mode):
     return r if mode == "r" else (q, r)
 
 
+@overload
+def qr(a, mode: Literal["reduced", "complete", "raw", "full"] = "reduced") -> QRResult: ...
+@overload
+def qr(a, mode: Literal["r"]) -> jax.Array: ...
+@overload
+def qr(a, mode: str) -> Union[QRResult, jax.Array]: ...
 def qr(a, mode="reduced"):
     """The QR decomposition of ``a`` (..., M, N), tall, square or wide, by distributed QR.
 
@@ -475,7 +493,9 @@ def lstsq(a, b, rcond=None, *, numpy_resid=False):
     a, b = _inexact(a, b)
     if a.ndim != 2:
         raise TypeError(f"lstsq: a must be two-dimensional (M, N), got shape {a.shape}.")
-    if b.ndim not in (1, 2) or b.shape[0] != a.shape[0]:
+    if b.ndim not in (1, 2):  # JAX's TypeError, as for a
+        raise TypeError(f"lstsq: b must be (M,) or (M, K), got shape {b.shape} (rank {b.ndim}) for a {a.shape}.")
+    if b.shape[0] != a.shape[0]:
         raise ValueError(
             f"lstsq: b must have shape ({a.shape[0]},) or ({a.shape[0]}, K) to match a {a.shape}, got {b.shape}."
         )
@@ -620,8 +640,8 @@ def _spectral(x, ord, axis, keepdims):
 def norm(x, ord=None, axis=None, keepdims=False):
     """``jnp.linalg.norm``; the matrix norms ord=2, -2 and 'nuc' from jaxmg's singular values."""
     (x,) = _inexact(x)
-    if isinstance(axis, int):
-        axis = (axis,)
+    if axis is not None and not isinstance(axis, (tuple, list)):
+        axis = (operator.index(axis),)  # an int, or NumPy's integer scalars, as JAX's norm takes
     matrix_axes = tuple(axis) if axis is not None else ((-2, -1) if x.ndim == 2 else None)
     if matrix_axes is not None and len(matrix_axes) == 2 and ord in (2, -2, "nuc"):
         return _spectral(x, ord, matrix_axes, keepdims)
@@ -736,3 +756,8 @@ eig = jnp.linalg.eig
 eigvals = jnp.linalg.eigvals
 
 __all__ += ["eig", "eigvals"]
+
+
+def __dir__() -> list:
+    """The module's public names, as ``dir(jax.numpy.linalg)`` lists JAX's (not its imports)."""
+    return sorted(__all__)

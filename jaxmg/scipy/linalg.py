@@ -37,7 +37,7 @@ from .._dense import (
     spec_of as _spec_of,
 )
 from ..kernels import triangular as _triangular
-from ..kernels.algebra import permutation_matrix
+from ..kernels.algebra import permutation_matrix as _permutation_matrix
 from ..kernels.ffi.solver import getrf as _getrf
 from ..kernels.varying import varying_like as _varying_like
 from ..modules import LU as _LU, Cholesky as _Cholesky
@@ -322,8 +322,21 @@ def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_fini
     if pivoting:
         return _jsl.qr(a, mode=mode, pivoting=True)
     if mode == "r":
-        return (_np.qr(a, mode="complete").R,)
+        return (_full_r(a),)
     return tuple(_np.qr(a, mode=modes[mode]))
+
+
+def _full_r(a):
+    """R (..., M, N) of the full QR of ``a`` (..., M, N), in a's layout: the reduced R with the
+    M - N zero rows of a tall ``a`` below it (no M x M Q is formed, nor the QR of an M x M matrix
+    that the complete Q of a tall matrix takes on the distributed route)."""
+    (a,) = _inexact(a)
+    _matrices(a, "qr")
+    r = _np.qr(a, mode="r")
+    zeros = a.shape[-2] - r.shape[-2]
+    if zeros <= 0:
+        return r
+    return _in_layout_of(jnp.pad(r, [(0, 0)] * (r.ndim - 2) + [(0, zeros), (0, 0)]), a)
 
 
 def polar(a, side="right", *, method="qdwh", eps=None, max_iterations=None):
@@ -357,11 +370,21 @@ def polar(a, side="right", *, method="qdwh", eps=None, max_iterations=None):
 
 def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=True, lapack_driver=None):
     """``(x, residues, rank, s)`` as ``scipy.linalg.lstsq`` (JAX has no scipy lstsq): the
-    least-squares solution of least norm for ``a`` (M, N) of any shape and rank, from jaxmg's
-    SVD; ``cond`` is the relative cutoff for small singular values; ``residues`` is empty
-    where M <= N or rank < N (as SciPy), which needs a concrete rank (outside ``jax.jit``)."""
+    least-squares solution of least norm for ``a`` (M, N) of any shape and rank, from jaxmg's SVD.
+
+    ``cond`` is the relative cutoff for small singular values (those below ``cond * s[0]`` count as
+    zero), SciPy's default the dtype's eps. ``residues`` is SciPy's: for M > N the squared norm of
+    ``b - a x`` per column of ``b`` (a scalar for a vector ``b``), NaN where the rank is below N
+    (LAPACK makes no promise there); for M <= N empty (0,). Its shape depends on the shapes alone,
+    so that it works inside ``jax.jit``."""
     del overwrite_a, overwrite_b, check_finite, lapack_driver
-    return _np.lstsq(a, b, rcond=cond, numpy_resid=True)
+    a, b = _inexact(a, b)
+    x, residues, rank, s = _np.lstsq(a, b, rcond=-1.0 if cond is None else cond)  # -1: the dtype's eps
+    m, n = a.shape
+    if m <= n:
+        return x, jnp.zeros((0,), residues.dtype), rank, s
+    residues = jnp.where(rank < n, jnp.nan, residues).astype(residues.dtype)
+    return x, (residues[0] if b.ndim == 1 else residues), rank, s
 
 
 __all__ = [
@@ -531,7 +554,7 @@ def _plu(a, *, permute_l: bool):
         # p l: row perm[i] of it is row i of l, so row j is row argsort(perm)[j] (a gather, in l's layout)
         return _in_layout_of(_take_rows(l, jnp.argsort(perm)), a), _in_layout_of(u, a)
     real = jnp.finfo(a.dtype).dtype  # p is real for a complex a, as JAX's
-    p = jnp.swapaxes(permutation_matrix(perm, real), -1, -2)  # p[perm[j], j] = 1
+    p = jnp.swapaxes(_permutation_matrix(perm, real), -1, -2)  # p[perm[j], j] = 1
     return tuple(_in_layout_of(x, a) for x in (p, l, u))
 
 
@@ -595,3 +618,8 @@ JAX_OWN = (
 )
 
 __all__ += ["lu", "solve_triangular", *JAX_OWN]
+
+
+def __dir__() -> list:
+    """The module's public names, as ``dir(jax.scipy.linalg)`` lists JAX's (not its imports)."""
+    return sorted(__all__)

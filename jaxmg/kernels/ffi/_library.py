@@ -155,6 +155,15 @@ def abort_communicators(reason: str) -> None:
         _native_module().abort_communicators(str(reason))
 
 
+def clear_cache() -> None:
+    """Drop the native backend's cached grids: their NCCL communicators, cuSOLVERMp handles,
+    descriptors and device workspaces (which live beside XLA's memory pool, docs/memory.md) are
+    freed once no call holds them; the next native call builds its grid again. No-op where the
+    native library is not loaded."""
+    if unavailable_reason() is None:
+        _native_module().clear_cache()
+
+
 def last_timings() -> list:
     """GPU time (ms) of the native calls since the last reset on each local device, by call kind
     (``kind``: "potrf", "potrs", "getrf", "getrs"): layout step and cuSOLVERMp."""

@@ -14,7 +14,7 @@ over the grid; outputs are NaN whenever status != 0, and the grid stays usable.
 from __future__ import annotations
 
 from ..families import Backend
-from ..ffi._library import abort_communicators, last_timings, library_candidates, unavailable_reason
+from ..ffi._library import abort_communicators, clear_cache, last_timings, library_candidates, unavailable_reason
 from ._engine import info
 from ._grid import family_tile
 from .cholesky import (
@@ -57,6 +57,7 @@ __all__ = [
     "cholesky_to_a_order",
     "cholesky_triangle",
     "cholesky_triangle_kind",
+    "clear_cache",
     "family_tile",
     "gesvd",
     "info",

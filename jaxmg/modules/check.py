@@ -2,7 +2,7 @@
 
 cuSOLVERMp factors a matrix in its own buffer, so everything the check needs of the matrix is
 computed *before* the factorisation: a few products of the matrix with fixed pseudo-random
-probe vectors and its norm (O(N^2) work, one to three passes over the matrix), tied ahead of the
+probe vectors and its norm (O(N^2) work, two to four passes over the matrix), tied ahead of the
 factorisation by ``jax.lax.optimization_barrier`` (:func:`probed`), so that XLA neither keeps
 the matrix (or a copy of it) alive past the factorisation nor moves the products after it.
 After the engine returns, each result is tested with those vectors and products with its own
@@ -28,6 +28,9 @@ outputs only:
 
 ``||A||`` is the Frobenius norm (an upper bound of the 2-norm, so the bound is never below
 LAPACK's), N the larger dimension, eps the dtype's machine epsilon and T = :data:`THRESHOLD`.
+Every norm divides the entries by the largest magnitude before squaring them, and the normal
+equations' products are divided by ``||A||`` (:func:`normal_probes`): no square underflows or
+overflows (a float32 matrix's do below a norm of about 1e-19 and above 1e19).
 
 Power: a wrong result leaves a non-zero error E (a vector, or a matrix E applied to the
 probe), and a fixed non-zero E is orthogonal to a random Gaussian probe with probability 0, so
@@ -72,6 +75,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from .. import _layout, _plan, _sharded
 from ..autodiff import _dist
 from ..kernels import status as _status
+from ..kernels.algebra import divided, scaled_norm
 
 #: The test ratio above which a result is flagged: residual / (N eps ||A|| ...) as LAPACK's
 #: test programs use 30, here with Frobenius norms (an upper bound of the 2-norm).
@@ -174,7 +178,9 @@ def probe(n: int, dtype, salt: int = 0) -> jax.Array:
 
 
 def _norm(x) -> jax.Array:
-    return jnp.sqrt(jnp.sum(jnp.abs(x) ** 2))
+    """The 2-norm of all of ``x``'s entries, with no square underflowing or overflowing (a
+    float32 vector of entries below 1e-19 or above 1e19 has a norm, not 0 or inf)."""
+    return scaled_norm(x)
 
 
 def general(plan, a, *, by_columns: bool = False) -> Operator:
@@ -213,11 +219,21 @@ def _operator(plan, b, shape: tuple, *, hermitian: bool, norm_axis: int = -1) ->
     def columns(v):
         return each(v, lambda u: jnp.sum(jnp.conj(b) * u[:, None], axis=0))
 
-    norm = jnp.sqrt(jnp.sum(jnp.sum(jnp.abs(b) ** 2, axis=norm_axis)))  # in the products' direction
+    norm = _matrix_norm(b, norm_axis)
     if hermitian:
         apply = lambda v: rows(v) + columns(v)  # noqa: E731
         return Operator(apply, apply, 2 * norm, shape, b.dtype)
     return Operator(rows, columns, norm, shape, b.dtype)
+
+
+def _matrix_norm(b, axis: int) -> jax.Array:
+    """||B||_F with every entry divided by the largest magnitude before it is squared (as
+    ``algebra.scaled_norm``), so that no square underflows or overflows: a float32 matrix of norm
+    below 1e-19 or above 1e19 has a norm, not 0 or inf; the squares summed over ``axis`` first,
+    in the products' direction."""
+    big = jnp.max(jnp.abs(b), initial=0.0)
+    squares = divided(jnp.abs(b), jnp.where(big > 0, big, 1)) ** 2
+    return big * jnp.sqrt(jnp.sum(jnp.sum(squares, axis=axis)))
 
 
 def _replicated(plan, v):
@@ -274,10 +290,18 @@ def solution_probes(op: Operator) -> Probes:
 
 def normal_probes(op: Operator) -> Probes:
     """For the tests of least-squares solutions and of a saved QR factor: a probe ``q`` over
-    A's columns, ``A q`` and ``A^H (A q)`` (two passes over A)."""
+    A's columns, ``A q / ||A||`` and ``A^H (A q) / ||A||`` (two passes over A). Divided by
+    ``||A||`` so that the normal equations' products have the size of A's entries: ``A^H A q``
+    itself overflows or underflows where ``||A||^2`` does (float32 matrices of norm above 1e19
+    or below 1e-19)."""
     q = probe(op.shape[1], op.dtype, 5)
-    a_q = op.apply(q)
+    a_q = divided(op.apply(q), _positive(op.norm))
     return Probes((op.norm,), (q, a_q, op.adjoint(a_q)))
+
+
+def _positive(norm):
+    """``norm``, or 1 where it is 0 (a zero matrix): a divisor."""
+    return jnp.where(norm > 0, norm, 1).astype(norm.dtype)
 
 
 def factorisation_probes(op: Operator, pencil: Optional[Operator] = None) -> Probes:
@@ -324,11 +348,12 @@ def solution(plan, probes: Probes, x, b) -> list:
 def least_squares(plan, probes: Probes, x, b) -> list:
     """The test of a least-squares solution ``x``: the normal-equation residual
     ``A^H (A x - b)`` along the probe ``q``, ``|(A^H A q)^H x s - (A q)^H b s|``, against
-    ``||A|| (||A|| ||x s|| + ||b s||) ||q||`` (the bound of a backward-stable solution)."""
+    ``||A|| (||A|| ||x s|| + ||b s||) ||q||`` (the bound of a backward-stable solution), both
+    divided by ``||A||`` (:func:`normal_probes`)."""
     (norm,), (q, a_q, normal_q) = probes
     xs, bs = _columns_probe(plan, x), _columns_probe(plan, b)
     residual = jnp.abs(_inner(normal_q, xs) - _inner(a_q, bs))
-    return [(residual, norm * (norm * _norm(xs) + _norm(bs)) * _norm(q))]
+    return [(residual, (norm * _norm(xs) + _norm(bs)) * _norm(q))]
 
 
 def factor_solve(plan, probes: Probes, solve: Callable) -> list:
@@ -350,11 +375,13 @@ def factored_checked(plan, factored: tuple, kernels, probes: Optional[Probes]):
 def normal_solve(plan, probes: Probes, solve: Callable) -> list:
     """The test of a saved QR factor of the M x N matrix of ``plan`` through
     ``z = (R^H R)^-1 r`` (``solve(r, spec)``): ``|(A^H A q)^H z - q^H r|`` against
-    ``||A||^2 ||z|| ||q||`` (:func:`normal_probes`)."""
+    ``||A||^2 ||z|| ||q||`` (:func:`normal_probes`), with ``z`` solved for ``||A|| r`` (it is
+    ``||A|| z``, of the size of ``r / ||A||``: ``z`` itself overflows or underflows where
+    ``||A||^2`` does)."""
     (norm,), (q, _, normal_q) = probes
     r = probe(plan.shape[-1], plan.dtype)
-    z = _placed(plan, solve, r, plan.shape[0])
-    return [(jnp.abs(_inner(normal_q, z) - _inner(q, r)), norm**2 * _norm(z) * _norm(q))]
+    z = _placed(plan, solve, r * _positive(norm).astype(r.dtype), plan.shape[0])
+    return [(jnp.abs(_inner(normal_q, z) - _inner(q, r)), norm * _norm(z) * _norm(q))]
 
 
 def _placed(plan, solve: Callable, r, rows: int):

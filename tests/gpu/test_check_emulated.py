@@ -200,6 +200,52 @@ def test_hard_valid_results_pass_every_dtype(op, dtype, cond, native_backend):
     assert all(np.isfinite(v).all() for v in values)
 
 
+SCALES = pytest.mark.parametrize("scale", [1e-30, 1e30], ids=["norm-1e-30", "norm-1e30"])
+
+
+def _scaled_single(op, scale):
+    """(status, floating outputs) of ``op`` on float32 inputs scaled by ``scale``, with 64-bit
+    mode off (as most users run)."""
+    mesh = _mesh((2, 2), explicit=True)
+    with jax.enable_x64(False):
+        a, b, a2 = _inputs(mesh, "well", "well", np.float32)
+        return _status_and_outputs(_calls(mesh)[op](a * scale, b, a2 * scale))
+
+
+@SCALES
+@pytest.mark.parametrize("op", ["potrs", "LU", "least_squares", "QR"])
+def test_valid_results_of_any_norm_pass_in_single_precision(op, scale, native_backend):
+    """Correct float32 results on matrices of norm 1e-30 and 1e30 are not flagged: the check's
+    norms are taken without squares that underflow or overflow (float32 squares leave its range
+    beyond 1e19), and the normal equations' products (least squares, the QR module) are divided
+    by ||A||."""
+    status, values = _scaled_single(op, scale)
+    assert status == 0
+    assert all(np.isfinite(v).all() for v in values)
+
+
+@SCALES
+def test_wrong_results_of_any_norm_are_flagged_in_single_precision(scale, native_backend, monkeypatch):
+    """A returned Cholesky factor off by one part in a hundred (far above float32's bound,
+    30 N eps) is flagged at norms 1e-30 and 1e30 too (squared norms of 0 or inf passed it)."""
+    _inject(monkeypatch, "cholesky", size=1e-2)
+    status, values = _scaled_single("cholesky", scale)
+    assert status == FAILED
+    assert all(np.isnan(v).all() for v in values)
+
+
+@pytest.mark.parametrize("zero", ["column", "matrix"])
+def test_qr_module_of_an_exactly_rank_deficient_matrix_is_not_flagged(zero, grid_mesh, native_backend):
+    """A zero column (or a zero matrix) has an exact QR factor with zeros on R's diagonal: the
+    module's status is 0 and its factors finite, as on the local route, and its solve is flagged by
+    the rank test (the check's normal solve with R^H R, singular there, tests nothing)."""
+    a = matrices("general", seed=1, cond=1e3)
+    a = np.zeros_like(a) if zero == "matrix" else np.where(np.arange(N) == 3, 0.0, a)
+    m = jaxmg.QR(_placed(grid_mesh, a, P("x", "y")), T_A=TILE, backend="native")
+    assert int(m.status) == 0 and np.isfinite(np.asarray(m.r)).all() and np.isfinite(np.asarray(m.q)).all()
+    assert int(m.rank_status()) == (1 if zero == "matrix" else 4)
+
+
 @pytest.mark.parametrize("op", ["potrs", "Eigh"])
 @pytest.mark.parametrize("how", ["keyword", "environment"])
 def test_check_can_be_turned_off(op, how, grid_mesh, native_backend, monkeypatch):

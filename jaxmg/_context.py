@@ -44,14 +44,15 @@ class Stack:
     """A stack of matrices under ``jax.vmap``: ``size`` matrices, and the stacked value's
     ``sharding`` where it is known (a concrete stack, or Explicit mesh axes), with the batch axis
     first, else None; ``concrete``: the stack is a concrete array (an eager ``jax.vmap``);
-    ``nested``: it is a member of a stack of an enclosing ``jax.vmap``; ``outer_split``: a concrete
-    enclosing stack's batch axis is split over the mesh."""
+    ``nested``: it is a member of a stack of an enclosing ``jax.vmap``; ``outer_axes``: the mesh
+    axes that split the batch axes of the enclosing stacks, where their layout is known (those
+    axes are the enclosing ``jax.vmap``'s: this stack is spread over the others)."""
 
     size: int
     sharding: Optional[NamedSharding] = None
     concrete: bool = False
     nested: bool = False
-    outer_split: bool = False
+    outer_axes: tuple = ()
 
     @property
     def mesh(self):
@@ -60,15 +61,15 @@ class Stack:
     @property
     def layout(self) -> Optional[P]:
         """The layout the stack's outputs return to: the stack's own, batch axis first (its matrix
-        entries too: a stack split inside its matrices keeps that split), replicated for a concrete
-        stack on no mesh (a NumPy array), None where it is not known (Auto mesh axes inside
-        ``jax.jit``) and for a stack inside an enclosing ``jax.vmap`` whose own batch axis is not
-        split (the enclosing stack's split is the one its outputs keep)."""
+        entries too: a stack split inside its matrices keeps that split; a member of an enclosing
+        stack its own, without the enclosing batch axes, which the enclosing ``jax.vmap`` keeps),
+        replicated for a concrete stack on no mesh (a NumPy array), None where it is not known
+        (Auto mesh axes inside ``jax.jit``, and a member of an enclosing stack on no mesh) and for
+        a member of an enclosing stack that every device holding it holds whole (it is mapped as
+        it is: nothing moves)."""
         if self.sharding is not None:
-            entries = tuple(self.sharding.spec)
-            if self.nested and (not entries or entries[0] is None or self.outer_split):
-                return None
-            return P(*entries)
+            spec = P(*tuple(self.sharding.spec))
+            return None if self.nested and not any(_layout.entry_axes(e) for e in spec) else spec
         if self.nested:
             return None
         return P() if self.concrete else None
@@ -138,59 +139,57 @@ def stack_of(x) -> Optional[Stack]:
             value, axis = found
             if not isinstance(axis, int):  # not mapped: this argument is not batched
                 return None
-            concrete, position, outer = _beneath(value, axis)
+            deepest, position, outer = _beneath(value, axis)
+            sharding = _known(deepest)
             return Stack(
                 int(jax.typeof(value).shape[axis]),
-                _sharding(value, axis, concrete, position, outer),
-                concrete is not None,
+                None if sharding is None else _moved_first(sharding, jax.typeof(deepest).ndim, position, outer),
+                not is_tracer(deepest),
                 bool(outer),
-                _split_over(concrete, outer),
+                () if sharding is None else _axes_of(sharding, outer),
             )
         x = _primal(x)
     return None
 
 
-def _sharding(value, axis: int, concrete, position: int, outer: tuple[int, ...]) -> Optional[NamedSharding]:
-    """The sharding of a stacked ``value`` with its batch axis ``axis`` moved first, if known (the
-    axes of enclosing ``jax.vmap`` calls left out: each of their members is one such stack), from
-    what :func:`_beneath` found under it."""
-    if concrete is not None:
-        sharding = getattr(concrete, "sharding", None)
-        ndim, axis = concrete.ndim, position
-    else:
-        outer = ()
-        sharding = getattr(jax.typeof(value), "sharding", None)
-        ndim = jax.typeof(value).ndim
+def _known(value) -> Optional[NamedSharding]:
+    """The sharding of ``value`` (the array beneath a stack's tracers) where its layout is known: a
+    concrete array's on a mesh, a traced one's on Explicit mesh axes; else None."""
+    sharding = getattr(jax.typeof(value) if is_tracer(value) else value, "sharding", None)
     if not isinstance(sharding, NamedSharding) or sharding.mesh.empty:
         return None
-    if concrete is None and not all(t == AxisType.Explicit for t in sharding.mesh.axis_types):
+    if is_tracer(value) and not all(t == AxisType.Explicit for t in sharding.mesh.axis_types):
         return None  # Auto axes inside jax.jit: the layout is not known while tracing
+    return sharding
+
+
+def _moved_first(sharding: NamedSharding, ndim: int, axis: int, outer: tuple[int, ...]) -> NamedSharding:
+    """``sharding`` of an array of rank ``ndim`` with its dimension ``axis`` first and its
+    dimensions ``outer`` (the batch axes of enclosing ``jax.vmap`` calls) left out: the layout of
+    each member of the enclosing stacks, a stack along ``axis``."""
     entries = list(tuple(sharding.spec) + (None,) * (ndim - len(tuple(sharding.spec))))
-    first = entries[axis]
-    entries = [e for i, e in enumerate(entries) if i != axis and i not in outer]
-    return NamedSharding(sharding.mesh, P(first, *entries))
+    rest = [e for i, e in enumerate(entries) if i != axis and i not in outer]
+    return NamedSharding(sharding.mesh, P(entries[axis], *rest))
 
 
-def _split_over(concrete, axes: tuple[int, ...]) -> bool:
-    """Whether the concrete array's sharding splits any of its dimensions ``axes``."""
-    sharding = getattr(concrete, "sharding", None)
-    if not axes or not isinstance(sharding, NamedSharding):
-        return False
+def _axes_of(sharding: NamedSharding, dims: tuple[int, ...]) -> tuple:
+    """The mesh axes that split the dimensions ``dims`` of an array laid out as ``sharding``."""
     spec = tuple(sharding.spec)
-    return any(i < len(spec) and spec[i] is not None for i in axes)
+    return tuple(name for i in dims if i < len(spec) for name in _layout.entry_axes(spec[i]))
 
 
 def _beneath(value, axis: int) -> tuple[Any, int, tuple[int, ...]]:
-    """What lies beneath a stacked ``value``: (the concrete array, or None inside ``jax.jit``; the
-    position of ``value``'s axis ``axis`` in it; the positions of the axes that enclosing
-    ``jax.vmap`` calls map over, non-empty for a stack inside a stack)."""
+    """What lies beneath a stacked ``value``: (the array beneath every ``jax.vmap`` and JVP tracer,
+    concrete, or a tracer of ``jax.jit``; the position of ``value``'s axis ``axis`` in it; the
+    positions of the axes that enclosing ``jax.vmap`` calls map over, non-empty for a stack inside
+    a stack)."""
     outer: list[int] = []
     while isinstance(value, jax.core.Tracer):
         inner = _primal(value)
         if inner is None:
             found = _batched(value)
             if found is None:
-                return None, axis, tuple(outer)
+                return value, axis, tuple(outer)
             inner, mapped = found
             if isinstance(mapped, int):
                 axis += mapped <= axis

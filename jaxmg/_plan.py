@@ -70,6 +70,8 @@ class Plan:
       return (its batch entry alone for other outputs; None where it is not known).
     stack_rhs: batch route: the layouts of the solutions of the right-hand sides, stacked (b's
       own where it is a stack; a shared b's behind the stack's batch entry).
+    stack_outer: batch route: the mesh axes that split the batch axes of the stacks of enclosing
+      ``jax.vmap`` calls (the stack is spread over the others).
     backend: the kernels of the route (``jaxmg.kernels.families.Backend``): ``kernels.native``'s on
       the distributed route, ``kernels.local``'s on the others; ``plan.backend.cholesky(plan)``
       runs the Cholesky family's kernels for this plan.
@@ -87,6 +89,7 @@ class Plan:
     natural: bool = False
     stack_spec: Optional[P] = None
     stack_rhs: tuple = ()
+    stack_outer: tuple = ()
     backend: Backend = dataclasses.field(kw_only=True)
 
     def __reduce__(self):
@@ -399,7 +402,9 @@ def resolve(
     )
     if route == _routes.BATCH:
         assert stack is not None, "the batch route runs over a stack"
-        plan = Plan(family, route, found, None, None, (), 1, stack_spec=stack.layout, **common)
+        plan = Plan(
+            family, route, found, None, None, (), 1, stack_spec=stack.layout, stack_outer=stack.outer_axes, **common
+        )
         return with_stack_rhs(plan, arrays[count:]), arrays
     if route == _routes.DISTRIBUTED:
         _check_stack_unsplit(stack, family)

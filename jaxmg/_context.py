@@ -131,8 +131,10 @@ def is_eager(arrays) -> bool:
     return all(x is None or concrete_value(x, through_vmap=True) is not None for x in arrays)
 
 
-def stack_of(x) -> Optional[Stack]:
-    """The stack that ``x`` (a matrix argument) is a member of under ``jax.vmap``, or None."""
+def stack_of(x, matrix: bool = False) -> Optional[Stack]:
+    """The stack that ``x`` is a member of under ``jax.vmap``, or None. ``matrix``: ``x`` is a
+    matrix argument, whose layout on a mesh of Explicit and Auto axes inside ``jax.jit`` is
+    completed by rule 4 (:func:`_completed`)."""
     while isinstance(x, jax.core.Tracer):
         found = _batched(x)
         if found is not None:
@@ -140,27 +142,38 @@ def stack_of(x) -> Optional[Stack]:
             if not isinstance(axis, int):  # not mapped: this argument is not batched
                 return None
             deepest, position, outer = _beneath(value, axis)
-            sharding = _known(deepest)
-            return Stack(
-                int(jax.typeof(value).shape[axis]),
-                None if sharding is None else _moved_first(sharding, jax.typeof(deepest).ndim, position, outer),
-                not is_tracer(deepest),
-                bool(outer),
-                () if sharding is None else _axes_of(sharding, outer),
-            )
+            sharding = _placed(deepest)
+            layout = None if sharding is None else _moved_first(sharding, jax.typeof(deepest).ndim, position, outer)
+            outer_axes = () if sharding is None else _axes_of(sharding, outer)
+            if layout is not None and is_tracer(deepest) and not _layout.all_explicit(layout.mesh):
+                layout = _completed(layout) if matrix and not outer_axes else None
+            return Stack(int(jax.typeof(value).shape[axis]), layout, not is_tracer(deepest), bool(outer), outer_axes)
         x = _primal(x)
     return None
 
 
-def _known(value) -> Optional[NamedSharding]:
-    """The sharding of ``value`` (the array beneath a stack's tracers) where its layout is known: a
-    concrete array's on a mesh, a traced one's on Explicit mesh axes; else None."""
+def _placed(value) -> Optional[NamedSharding]:
+    """The sharding of ``value`` (the array beneath a stack's tracers) on a mesh: a concrete
+    array's, else its type's (inside ``jax.jit`` the type names its Explicit mesh axes alone)."""
     sharding = getattr(jax.typeof(value) if is_tracer(value) else value, "sharding", None)
-    if not isinstance(sharding, NamedSharding) or sharding.mesh.empty:
+    return sharding if isinstance(sharding, NamedSharding) and not sharding.mesh.empty else None
+
+
+def _completed(typed: NamedSharding) -> Optional[NamedSharding]:
+    """The layout of a stack of matrices inside ``jax.jit`` on a mesh of Explicit and Auto axes,
+    from ``typed``, its type (batch axis first), which names its Explicit axes alone: its matrices
+    laid out by rule 4 of ``jaxmg._layout`` (the mesh axes in order, as one matrix of unknown
+    layout is) and its batch axis whole, where the type agrees (no Explicit axis splits the batch
+    axis, and each one splits the dimension of the matrices that the rule gives it); else None,
+    not known (on Auto axes alone too: the type names none)."""
+    mesh = typed.mesh
+    entries = tuple(typed.spec) + (None,) * (3 - len(tuple(typed.spec)))
+    if AxisType.Explicit not in mesh.axis_types or len(mesh.axis_names) > 2 or len(entries) != 3 or entries[0]:
         return None
-    if is_tracer(value) and not all(t == AxisType.Explicit for t in sharding.mesh.axis_types):
-        return None  # Auto axes inside jax.jit: the layout is not known while tracing
-    return sharding
+    default = tuple(_layout.default_spec(mesh))
+    if any(not set(_layout.entry_axes(t)) <= set(_layout.entry_axes(d)) for t, d in zip(entries[1:], default)):
+        return None
+    return NamedSharding(mesh, P(None, *default))
 
 
 def _moved_first(sharding: NamedSharding, ndim: int, axis: int, outer: tuple[int, ...]) -> NamedSharding:
@@ -210,7 +223,7 @@ def of(matrices, others=()) -> Context:
     arrays = [x for x in list(matrices) + list(others) if x is not None]
     if manual():
         return Context(MANUAL)
-    stack = next((s for s in map(stack_of, matrices) if s is not None), None)
+    stack = next((s for s in (stack_of(x, matrix=True) for x in matrices) if s is not None), None)
     differentiated = any(_primal(x) is not None for x in arrays)
     kind = EAGER if is_eager(arrays) else TRACED
     concrete = not any(is_tracer(x) for x in arrays)

@@ -286,6 +286,20 @@ def held_layout(x, *, default: bool = True) -> Optional[NamedSharding]:
     return NamedSharding(mesh, _layout.padded_spec(spec, x.ndim))
 
 
+def check_mesh_context(x, mesh) -> None:
+    """An eager transformation (``jax.grad``, ``jax.jvp``) of an array ``x`` on a mesh of Explicit and
+    Auto axes places its tangents by a sharding constraint that needs the mesh as the context, as
+    JAX's own code there does: without it, say so (instead of JAX's lowering error)."""
+    types = set(getattr(mesh, "axis_types", ()))
+    if {AxisType.Explicit, AxisType.Auto} <= types and _context.is_eager((x,)):
+        if _context.context_mesh(eager=True) is None:
+            raise ValueError(
+                f"an eager jax.grad or jax.jvp of an array {tuple(x.shape)} on a mesh of Explicit and Auto axes "
+                f"{dict(zip(mesh.axis_names, mesh.axis_types))} needs that mesh as the context: call it inside "
+                "`with jax.set_mesh(mesh):` (as JAX's own functions there need), or inside jax.jit."
+            )
+
+
 def _default_rows(plan: Plan, b) -> Optional[P]:
     """The layout of a right-hand side whose own is not known (Auto mesh axes inside
     ``jax.jit``): rows split as a's (the default of rule 4), where they divide it; else None."""
@@ -394,6 +408,8 @@ def resolve(
     if found is None and stack is not None:
         found = stack.mesh or _context.context_mesh()
     route = _routes.choose(family, backend, found, a.shape, a.dtype, stacked=0 if stack is None else stack.size)
+    if context.differentiated and stack is None and found is not None:
+        check_mesh_context(a, found)
     common: dict[str, Any] = dict(
         shape=tuple(a.shape),
         dtype=np.dtype(a.dtype),

@@ -46,14 +46,15 @@ class Stack:
     """A stack of matrices under ``jax.vmap``: ``size`` matrices, and the stacked value's
     ``sharding`` where it is known (a concrete stack, or Explicit mesh axes), with the batch axis
     first, else None; ``concrete``: the stack is a concrete array (an eager ``jax.vmap``);
-    ``nested``: it is a member of a stack of an enclosing ``jax.vmap``; ``outer_split``: a concrete
-    enclosing stack's batch axis is split over the mesh."""
+    ``nested``: it is a member of a stack of an enclosing ``jax.vmap``; ``outer_axes``: the mesh
+    axes that split the batch axes of the enclosing stacks, where their layout is known (those
+    axes are the enclosing ``jax.vmap``'s: this stack is spread over the others)."""
 
     size: int
     sharding: Optional[NamedSharding] = None
     concrete: bool = False
     nested: bool = False
-    outer_split: bool = False
+    outer_axes: tuple = ()
 
     @property
     def mesh(self):
@@ -62,15 +63,15 @@ class Stack:
     @property
     def layout(self) -> Optional[P]:
         """The layout the stack's outputs return to: the stack's own, batch axis first (its matrix
-        entries too: a stack split inside its matrices keeps that split), replicated for a concrete
-        stack on no mesh (a NumPy array), None where it is not known (Auto mesh axes inside
-        ``jax.jit``) and for a stack inside an enclosing ``jax.vmap`` whose own batch axis is not
-        split (the enclosing stack's split is the one its outputs keep)."""
+        entries too: a stack split inside its matrices keeps that split; a member of an enclosing
+        stack its own, without the enclosing batch axes, which the enclosing ``jax.vmap`` keeps),
+        replicated for a concrete stack on no mesh (a NumPy array), None where it is not known
+        (Auto mesh axes inside ``jax.jit``, and a member of an enclosing stack on no mesh) and for
+        a member of an enclosing stack that every device holding it holds whole (it is mapped as
+        it is: nothing moves)."""
         if self.sharding is not None:
-            entries = tuple(self.sharding.spec)
-            if self.nested and (not entries or entries[0] is None or self.outer_split):
-                return None
-            return P(*entries)
+            spec = P(*tuple(self.sharding.spec))
+            return None if self.nested and not any(_layout.entry_axes(e) for e in spec) else spec
         if self.nested:
             return None
         return P() if self.concrete else None
@@ -132,67 +133,78 @@ def is_eager(arrays) -> bool:
     return all(x is None or concrete_value(x, through_vmap=True) is not None for x in arrays)
 
 
-def stack_of(x) -> Optional[Stack]:
-    """The stack that ``x`` (a matrix argument) is a member of under ``jax.vmap``, or None."""
+def stack_of(x, matrix: bool = False) -> Optional[Stack]:
+    """The stack that ``x`` is a member of under ``jax.vmap``, or None. ``matrix``: ``x`` is a
+    matrix argument, whose layout on a mesh of Explicit and Auto axes inside ``jax.jit`` is
+    completed by rule 4 (:func:`_completed`)."""
     while isinstance(x, jax.core.Tracer):
         found = _batched(x)
         if found is not None:
             value, axis = found
             if not isinstance(axis, int):  # not mapped: this argument is not batched
                 return None
-            concrete, position, outer = _beneath(value, axis)
-            return Stack(
-                int(jax.typeof(value).shape[axis]),
-                _sharding(value, axis, concrete, position, outer),
-                concrete is not None,
-                bool(outer),
-                _split_over(concrete, outer),
-            )
+            deepest, position, outer = _beneath(value, axis)
+            sharding = _placed(deepest)
+            layout = None if sharding is None else _moved_first(sharding, jax.typeof(deepest).ndim, position, outer)
+            outer_axes = () if sharding is None else _axes_of(sharding, outer)
+            if layout is not None and is_tracer(deepest) and not _layout.all_explicit(layout.mesh):
+                layout = _completed(layout) if matrix and not outer_axes else None
+            return Stack(int(jax.typeof(value).shape[axis]), layout, not is_tracer(deepest), bool(outer), outer_axes)
         x = _primal(x)
     return None
 
 
-def _sharding(value, axis: int, concrete, position: int, outer: tuple[int, ...]) -> Optional[NamedSharding]:
-    """The sharding of a stacked ``value`` with its batch axis ``axis`` moved first, if known (the
-    axes of enclosing ``jax.vmap`` calls left out: each of their members is one such stack), from
-    what :func:`_beneath` found under it."""
-    if concrete is not None:
-        sharding = getattr(concrete, "sharding", None)
-        ndim, axis = concrete.ndim, position
-    else:
-        outer = ()
-        sharding = getattr(jax.typeof(value), "sharding", None)
-        ndim = jax.typeof(value).ndim
-    if not isinstance(sharding, NamedSharding) or sharding.mesh.empty:
+def _placed(value) -> Optional[NamedSharding]:
+    """The sharding of ``value`` (the array beneath a stack's tracers) on a mesh: a concrete
+    array's, else its type's (inside ``jax.jit`` the type names its Explicit mesh axes alone)."""
+    sharding = getattr(jax.typeof(value) if is_tracer(value) else value, "sharding", None)
+    return sharding if isinstance(sharding, NamedSharding) and not sharding.mesh.empty else None
+
+
+def _completed(typed: NamedSharding) -> Optional[NamedSharding]:
+    """The layout of a stack of matrices inside ``jax.jit`` on a mesh of Explicit and Auto axes,
+    from ``typed``, its type (batch axis first), which names its Explicit axes alone: its matrices
+    laid out by rule 4 of ``jaxmg._layout`` (the mesh axes in order, as one matrix of unknown
+    layout is) and its batch axis whole, where the type agrees (no Explicit axis splits the batch
+    axis, and each one splits the dimension of the matrices that the rule gives it); else None,
+    not known (on Auto axes alone too: the type names none)."""
+    mesh = typed.mesh
+    entries = tuple(typed.spec) + (None,) * (3 - len(tuple(typed.spec)))
+    if AxisType.Explicit not in mesh.axis_types or len(mesh.axis_names) > 2 or len(entries) != 3 or entries[0]:
         return None
-    if concrete is None and not all(t == AxisType.Explicit for t in sharding.mesh.axis_types):
-        return None  # Auto axes inside jax.jit: the layout is not known while tracing
+    default = tuple(_layout.default_spec(mesh))
+    if any(not set(_layout.entry_axes(t)) <= set(_layout.entry_axes(d)) for t, d in zip(entries[1:], default)):
+        return None
+    return NamedSharding(mesh, P(None, *default))
+
+
+def _moved_first(sharding: NamedSharding, ndim: int, axis: int, outer: tuple[int, ...]) -> NamedSharding:
+    """``sharding`` of an array of rank ``ndim`` with its dimension ``axis`` first and its
+    dimensions ``outer`` (the batch axes of enclosing ``jax.vmap`` calls) left out: the layout of
+    each member of the enclosing stacks, a stack along ``axis``."""
     entries = list(tuple(sharding.spec) + (None,) * (ndim - len(tuple(sharding.spec))))
-    first = entries[axis]
-    entries = [e for i, e in enumerate(entries) if i != axis and i not in outer]
-    return NamedSharding(sharding.mesh, P(first, *entries))
+    rest = [e for i, e in enumerate(entries) if i != axis and i not in outer]
+    return NamedSharding(sharding.mesh, P(entries[axis], *rest))
 
 
-def _split_over(concrete, axes: tuple[int, ...]) -> bool:
-    """Whether the concrete array's sharding splits any of its dimensions ``axes``."""
-    sharding = getattr(concrete, "sharding", None)
-    if not axes or not isinstance(sharding, NamedSharding):
-        return False
+def _axes_of(sharding: NamedSharding, dims: tuple[int, ...]) -> tuple:
+    """The mesh axes that split the dimensions ``dims`` of an array laid out as ``sharding``."""
     spec = tuple(sharding.spec)
-    return any(i < len(spec) and spec[i] is not None for i in axes)
+    return tuple(name for i in dims if i < len(spec) for name in _layout.entry_axes(spec[i]))
 
 
 def _beneath(value, axis: int) -> tuple[Any, int, tuple[int, ...]]:
-    """What lies beneath a stacked ``value``: (the concrete array, or None inside ``jax.jit``; the
-    position of ``value``'s axis ``axis`` in it; the positions of the axes that enclosing
-    ``jax.vmap`` calls map over, non-empty for a stack inside a stack)."""
+    """What lies beneath a stacked ``value``: (the array beneath every ``jax.vmap`` and JVP tracer,
+    concrete, or a tracer of ``jax.jit``; the position of ``value``'s axis ``axis`` in it; the
+    positions of the axes that enclosing ``jax.vmap`` calls map over, non-empty for a stack inside
+    a stack)."""
     outer: list[int] = []
     while isinstance(value, jax.core.Tracer):
         inner = _primal(value)
         if inner is None:
             found = _batched(value)
             if found is None:
-                return None, axis, tuple(outer)
+                return value, axis, tuple(outer)
             inner, mapped = found
             if isinstance(mapped, int):
                 axis += mapped <= axis
@@ -213,7 +225,7 @@ def of(matrices, others=()) -> Context:
     arrays = [x for x in list(matrices) + list(others) if x is not None]
     if manual():
         return Context(MANUAL)
-    stack = next((s for s in map(stack_of, matrices) if s is not None), None)
+    stack = next((s for s in (stack_of(x, matrix=True) for x in matrices) if s is not None), None)
     differentiated = any(_primal(x) is not None for x in arrays)
     kind = EAGER if is_eager(arrays) else TRACED
     concrete = not any(is_tracer(x) for x in arrays)

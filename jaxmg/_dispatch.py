@@ -326,34 +326,43 @@ def _batch(fn, plan: Plan, held: int, size: int, in_batched, args):
       the same matrices; those axes stay outside it, so that its transpose sums nothing over
       them): no collective runs, in the derivatives neither, and the outputs keep its layout.
     * A stack known not to be split so (replicated, or split inside its matrices): spread over
-      the mesh by all-to-alls, one mesh axis at a time, and the outputs return to their layouts
-      (:func:`_returned`: a matrix to the stack's, a solution to its right-hand side's), and so,
-      on Auto axes, do the arguments' cotangents.
+      the mesh axes that the enclosing stacks' batch axes leave free (all of them outside a
+      nested ``jax.vmap``) by all-to-alls, one mesh axis at a time, and the outputs return to
+      their layouts (:func:`_returned`: a matrix to the stack's, a solution to its right-hand
+      side's), and so, on Auto axes, do the arguments' cotangents; where no such axes divide the
+      stack, its matrices are whole on every device and the outputs return so too.
     * A stack whose layout is not known while tracing (Auto mesh axes inside ``jax.jit``): the
       body mapped as it is; the device's solvers are split over the batch where XLA places the
-      stack (``jaxmg.kernels.ffi.per_matrix``), as ``jax.numpy.linalg`` is; so too a stack inside
-      an enclosing ``jax.vmap`` whose own batch axis is not split (the enclosing split is kept).
+      stack (``jaxmg.kernels.ffi.per_matrix``), as ``jax.numpy.linalg`` is.
     """
     in_axes = tuple(jax.tree.map(lambda b: 0 if b else None, flags) for flags in in_batched)
     mapped = jax.vmap(fn, in_axes=in_axes)
     mesh, layout = plan.mesh, plan.stack_spec
     if mesh is None:
         return mapped(*args)
-    axes = None
-    if layout is not None:
-        axes = _layout.entry_axes(tuple(layout)[0] if tuple(layout) else None) or _layout.batch_axes(mesh, size)
-    if layout is None or not axes:  # XLA places the mapped solvers where the stack lies, in the mesh's context
-        unset = _context.context_mesh() is None
-        with _sharded.abstract_context(mesh) if unset else contextlib.nullcontext():
-            return mapped(*args)
+    if layout is None:
+        return _in_mesh_context(mapped, mesh, args)
+    axes = _layout.entry_axes(tuple(layout)[0] if tuple(layout) else None)
+    axes = axes or _layout.batch_axes(mesh, size, plan.stack_outer)
     spread = P(_layout.entry(axes))
-    in_specs = tuple(jax.tree.map(lambda b: spread if b else P(), flags) for flags in in_batched)
     args = _spread(plan, held, args, in_batched, spread)
-    manual = frozenset(axes)  # the axes that split the stack; the others stay outside the shard_map
-    out = jax.shard_map(mapped, mesh=mesh, in_specs=in_specs, out_specs=spread, axis_names=manual, check_vma=False)(
-        *args
-    )
+    if not axes:
+        out = _in_mesh_context(mapped, mesh, args)
+    else:
+        in_specs = tuple(jax.tree.map(lambda b: spread if b else P(), flags) for flags in in_batched)
+        manual = frozenset(axes)  # the axes that split the stack; the others stay outside the shard_map
+        out = jax.shard_map(mapped, mesh=mesh, in_specs=in_specs, out_specs=spread, axis_names=manual, check_vma=False)(
+            *args
+        )
     return jax.tree.map(lambda x: _moved(x, spread, _returned(plan, x, plan.stack_rhs), mesh), out)
+
+
+def _in_mesh_context(mapped, mesh, args):
+    """``mapped(*args)`` with ``mesh`` as the context mesh where none is set: XLA places the mapped
+    solvers where the stack lies."""
+    unset = _context.context_mesh() is None
+    with _sharded.abstract_context(mesh) if unset else contextlib.nullcontext():
+        return mapped(*args)
 
 
 def _returned(plan: Plan, x, rhs: Sequence = ()) -> P:

@@ -345,10 +345,11 @@ def auto_tile(shape, grid: Grid) -> int:
     return tile
 
 
-def batch_axes(mesh: AnyMesh, size: int) -> Axes:
+def batch_axes(mesh: AnyMesh, size: int, taken: Axes = ()) -> Axes:
     """The mesh axes to spread a stack of ``size`` matrices over: the longest run of the mesh's
-    axes, in order, whose devices divide ``size`` (none where even one axis does not)."""
-    names = tuple(mesh.axis_names)
+    axes, in order, whose devices divide ``size`` (none where even one axis does not), leaving out
+    the axes ``taken`` (those that split the batch axes of enclosing stacks)."""
+    names = tuple(name for name in mesh.axis_names if name not in taken)
     for count in range(len(names), 0, -1):
         for start in range(len(names) - count + 1):
             axes = names[start : start + count]

@@ -70,6 +70,8 @@ class Plan:
       return (its batch entry alone for other outputs; None where it is not known).
     stack_rhs: batch route: the layouts of the solutions of the right-hand sides, stacked (b's
       own where it is a stack; a shared b's behind the stack's batch entry).
+    stack_outer: batch route: the mesh axes that split the batch axes of the stacks of enclosing
+      ``jax.vmap`` calls (the stack is spread over the others).
     backend: the kernels of the route (``jaxmg.kernels.families.Backend``): ``kernels.native``'s on
       the distributed route, ``kernels.local``'s on the others; ``plan.backend.cholesky(plan)``
       runs the Cholesky family's kernels for this plan.
@@ -87,6 +89,7 @@ class Plan:
     natural: bool = False
     stack_spec: Optional[P] = None
     stack_rhs: tuple = ()
+    stack_outer: tuple = ()
     backend: Backend = dataclasses.field(kw_only=True)
 
     def __reduce__(self):
@@ -283,6 +286,20 @@ def held_layout(x, *, default: bool = True) -> Optional[NamedSharding]:
     return NamedSharding(mesh, _layout.padded_spec(spec, x.ndim))
 
 
+def check_mesh_context(x, mesh) -> None:
+    """An eager transformation (``jax.grad``, ``jax.jvp``) of an array ``x`` on a mesh of Explicit and
+    Auto axes places its tangents by a sharding constraint that needs the mesh as the context, as
+    JAX's own code there does: without it, say so (instead of JAX's lowering error)."""
+    types = set(getattr(mesh, "axis_types", ()))
+    if {AxisType.Explicit, AxisType.Auto} <= types and _context.is_eager((x,)):
+        if _context.context_mesh(eager=True) is None:
+            raise ValueError(
+                f"an eager jax.grad or jax.jvp of an array {tuple(x.shape)} on a mesh of Explicit and Auto axes "
+                f"{dict(zip(mesh.axis_names, mesh.axis_types))} needs that mesh as the context: call it inside "
+                "`with jax.set_mesh(mesh):` (as JAX's own functions there need), or inside jax.jit."
+            )
+
+
 def _default_rows(plan: Plan, b) -> Optional[P]:
     """The layout of a right-hand side whose own is not known (Auto mesh axes inside
     ``jax.jit``): rows split as a's (the default of rule 4), where they divide it; else None."""
@@ -391,6 +408,8 @@ def resolve(
     if found is None and stack is not None:
         found = stack.mesh or _context.context_mesh()
     route = _routes.choose(family, backend, found, a.shape, a.dtype, stacked=0 if stack is None else stack.size)
+    if context.differentiated and stack is None and found is not None:
+        check_mesh_context(a, found)
     common: dict[str, Any] = dict(
         shape=tuple(a.shape),
         dtype=np.dtype(a.dtype),
@@ -399,7 +418,9 @@ def resolve(
     )
     if route == _routes.BATCH:
         assert stack is not None, "the batch route runs over a stack"
-        plan = Plan(family, route, found, None, None, (), 1, stack_spec=stack.layout, **common)
+        plan = Plan(
+            family, route, found, None, None, (), 1, stack_spec=stack.layout, stack_outer=stack.outer_axes, **common
+        )
         return with_stack_rhs(plan, arrays[count:]), arrays
     if route == _routes.DISTRIBUTED:
         _check_stack_unsplit(stack, family)

@@ -437,6 +437,75 @@ def test_stack_split_inside_its_matrices_moves_by_all_to_alls():
         assert not re.search(r"= f64\[\d+,\d+,\d+\]\S* all-gather\(", text), name
 
 
+#: Nested jax.vmap over a stack split inside its matrices: (function, arguments, what each output
+#: is, as in INSIDE).
+NESTED_INSIDE = {
+    "cholesky": (jaxmg.cholesky, ("spd",), ("a",)),
+    "potrs": (jaxmg.potrs, ("spd", "b"), ("b",)),
+    "syevd": (jaxmg.syevd, ("spd",), ("batch", "a")),
+    "Cholesky": (jaxmg.Cholesky, ("spd",), ("a", "batch", "a")),
+    "la.inv": (la.inv, ("gen",), ("a",)),
+    "la.solve": (la.solve, ("gen", "b"), ("b",)),
+}
+#: (stack shape, the stack's layout, b's layout): split inside the matrices only, a stack of 3
+#: (which no mesh axis divides), and over the outer batch axis and the matrices' rows.
+NESTED_LAYOUTS = [
+    pytest.param((2, 3), P(None, None, "x", "y"), P(None, None, "x"), id="inside"),
+    pytest.param((4, 2), P("x", None, "y", None), P("x", None, "y"), id="outer-and-rows"),
+]
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("axis_type", AXES)
+@pytest.mark.parametrize("shape, spec, b_spec", NESTED_LAYOUTS)
+def test_nested_vmap_over_a_stack_split_inside_its_matrices_keeps_its_layout(shape, spec, b_spec, axis_type, jit):
+    """jax.vmap(jax.vmap(f)) over a stack split inside its matrices (and over its outer batch axis)
+    returns its outputs as jax.vmap(f) does over one stack: matrices in the stack's layout,
+    solutions in b's, eigenvalues and statuses by the batch axes, with the values of the same call
+    on the NumPy stack; under jax.set_mesh, inside jax.jit on Explicit axes too (on Auto axes the
+    layout is not known there, and XLA places the outputs)."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=axis_type)
+    count = int(np.prod(shape))
+    args = {
+        "spd": jax.device_put(SPD[:count].reshape(*shape, N, N), NamedSharding(mesh, spec)),
+        "gen": jax.device_put(GEN[:count].reshape(*shape, N, N), NamedSharding(mesh, spec)),
+        "b": jax.device_put(RHS[:count].reshape(*shape, N), NamedSharding(mesh, b_spec)),
+    }
+    want = {"a": spec, "b": b_spec, "batch": P(*tuple(spec)[:2])}
+    checked = not jit or axis_type == AxisType.Explicit
+    for name, (fn, names, kinds) in NESTED_INSIDE.items():
+        given = tuple(args[n] for n in names)
+        nested = jax.vmap(jax.vmap(fn))
+        with jax.set_mesh(mesh):
+            outs = jax.tree.leaves((jax.jit(nested) if jit else nested)(*given))
+        expected = jax.tree.leaves(nested(*(np.asarray(x) for x in given)))
+        for out, kind, ref in zip(outs, kinds, expected, strict=True):
+            np.testing.assert_allclose(np.asarray(out), np.asarray(ref), rtol=1e-10, atol=1e-10, err_msg=name)
+            if checked:
+                got = _normal(out.sharding.spec, mesh)
+                assert got == _normal(want[kind], mesh), (name, kind, out.sharding.spec)
+
+
+def _gathered_elements(text: str) -> int:
+    """The most elements that one all-gather of a compiled program gathers onto a device."""
+    shapes = re.findall(r"= f64\[([\d,]+)\]\S* all-gather\(", text)
+    return max((int(np.prod([int(d) for d in s.split(",")])) for s in shapes), default=0)
+
+
+@pytest.mark.parametrize("name", ["cholesky", "la.inv", "Cholesky"])
+def test_nested_vmap_over_a_stack_split_inside_its_matrices_gathers_no_stack(name):
+    """Compiled, jax.vmap(jax.vmap(f)) over a (2, 4) stack split ``P(None, None, "x", "y")`` on
+    Explicit axes spreads its matrices over the mesh by all-to-alls and returns them the same way:
+    no all-gather brings more than the device's own two matrices together, neither on the way in
+    nor on the way out."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Explicit)
+    fn, names, _ = NESTED_INSIDE[name]
+    a = jax.device_put(SPD[:8].reshape(2, 4, N, N), NamedSharding(mesh, P(None, None, "x", "y")))
+    text = jax.jit(jax.vmap(jax.vmap(fn))).lower(a).compile().as_text()
+    assert "all-to-all" in text, name
+    assert _gathered_elements(text) <= 2 * N * N, name
+
+
 @pytest.mark.parametrize("name", ["cholesky", "syevd", "LU.inverse"])
 def test_per_matrix_gradients_of_a_stack_split_inside_its_matrices(name):
     """``jax.vmap(jax.grad(f))`` over a stack split ``P(None, "x", "y")`` on Explicit axes (JAX

@@ -6,6 +6,8 @@ and a factorisation made on one mesh still solves after calls on the others. The
 version, (2, 1) and (1, 2) through jaxmg.launch, is tests/launch_scripts/two_meshes.py.
 """
 
+import contextlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -101,11 +103,56 @@ def test_eager_gradient_of_a_stack_split_inside_its_matrices_on_explicit_and_aut
 
 def test_eager_gradient_on_a_mesh_of_explicit_and_auto_axes_names_set_mesh():
     """Without jax.set_mesh (which JAX's own functions on such a mesh need too), an eager jax.grad
-    there says to set the mesh, instead of JAX's lowering error."""
+    there of a jaxmg.numpy function or of jaxmg's own says to set the mesh, instead of JAX's
+    lowering error."""
     mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:8]).reshape(4, 2), ("x", "y"), axis_types=MIXED_TYPES)
     a = put(random_matrix(np.random.default_rng(5), (8, 8), np.float64) + 8 * np.eye(8), mesh, P("x", "y"))
-    with pytest.raises(ValueError, match=r"jax\.set_mesh\(mesh\)"):
-        jax.grad(lambda a: la.inv(a).sum())(a)
+    b = put(np.arange(8.0), mesh, P("x"))
+    for loss in (lambda a: la.inv(a).sum(), lambda a: jaxmg.cholesky(a).sum(), lambda a: jaxmg.potrs(a, b).sum()):
+        with pytest.raises(ValueError, match=r"jax\.set_mesh\(mesh\)"):
+            jax.grad(loss)(a)
+
+
+#: Losses of a stack (..., 8, 8), jaxmg.numpy's and JAX's own (JAX's of the NumPy stack), and the
+#: stack they take ("spd": Hermitian positive definite, "gen": general).
+STACK_LOSSES = {
+    "slogdet": (lambda la: lambda a: la.slogdet(a)[1].sum(), "gen"),
+    "cholesky": (lambda la: lambda a: (la.cholesky(a) ** 2).sum(), "spd"),
+    "eigh": (lambda la: lambda a: (la.eigh(a)[0] ** 2).sum(), "spd"),
+    "solve": (lambda la: lambda a: (la.solve(a, jnp.ones(a.shape[:-1])[..., None]) ** 2).sum(), "gen"),
+    "inv": (lambda la: lambda a: (la.inv(a) ** 2).sum(), "gen"),
+    "svd": (lambda la: lambda a: (la.svd(a, compute_uv=False) ** 2).sum(), "gen"),
+}
+
+
+@pytest.mark.parametrize("name", list(STACK_LOSSES))
+@pytest.mark.parametrize("types", [(AxisType.Explicit, AxisType.Auto), (AxisType.Auto, AxisType.Explicit)])
+def test_jitted_gradients_of_stacks_split_inside_their_matrices_on_explicit_and_auto_axes(types, name):
+    """Inside jax.jit (with and without jax.set_mesh) on a mesh of Explicit and Auto axes, the
+    gradient of a loss of a stack split inside its matrices, ``P(None, "x", "y")`` and, under
+    nested jax.vmap, ``P(None, None, "x", "y")``, comes back in the stack's layout (its type names
+    the Explicit axis alone: the matrices take rule 4's layout, which it agrees with), with the
+    values of JAX's own function of the NumPy stack."""
+    mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:8]).reshape(4, 2), ("x", "y"), axis_types=types)
+    make, kind = STACK_LOSSES[name]
+    rng = np.random.default_rng(7)
+    stack = {
+        "gen": lambda: random_matrix(rng, (2, 2, 8, 8), np.float64) + 8 * np.eye(8),
+        "spd": lambda: np.stack([spd_matrix(rng, 8, np.float64) for _ in range(4)]).reshape(2, 2, 8, 8),
+    }[kind]()
+    loss, own = make(la), make(jnp.linalg)
+    nested = lambda a: jax.vmap(jax.vmap(loss))(a).sum()  # noqa: E731
+    cases = [
+        (loss, stack[0], P(None, "x", "y"), True),
+        (loss, stack[0], P(None, "x", "y"), False),
+        (nested, stack, P(None, None, "x", "y"), True),
+    ]
+    for fn, value, spec, set_mesh in cases:
+        a = put(value, mesh, spec)
+        with jax.set_mesh(mesh) if set_mesh else contextlib.nullcontext():
+            grad = jax.jit(jax.grad(fn))(a)
+        np.testing.assert_allclose(np.asarray(grad), np.asarray(jax.grad(own)(value)), rtol=1e-9, atol=1e-12)
+        assert grad.sharding.is_equivalent_to(a.sharding, a.ndim), (spec, set_mesh, grad.sharding)
 
 
 @pytest.mark.parametrize("types", [(AxisType.Explicit, AxisType.Auto), (AxisType.Auto, AxisType.Explicit)])

@@ -9,7 +9,7 @@ import warnings
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from .. import _checks, _context, _plan, _routes, _sharded
 from .._context import is_tracer
@@ -35,22 +35,8 @@ def held(x, matrix: bool = True):
     layout = _plan.held_layout(x, default=matrix)
     if layout is None:
         return x
-    _check_mesh_context(x, layout.mesh)
+    _plan.check_mesh_context(x, layout.mesh)
     return _sharded.place(x, layout.spec, layout.mesh)
-
-
-def _check_mesh_context(x, mesh) -> None:
-    """An eager transformation (``jax.grad``, ``jax.jvp``) of an array on a mesh of Explicit and
-    Auto axes places its tangents by a sharding constraint that needs the mesh as the context, as
-    JAX's own code there does: without it, say so (instead of JAX's lowering error)."""
-    types = set(getattr(mesh, "axis_types", ()))
-    if {AxisType.Explicit, AxisType.Auto} <= types and _context.is_eager((x,)):
-        if _context.context_mesh(eager=True) is None:
-            raise ValueError(
-                f"an eager jax.grad or jax.jvp of an array {tuple(x.shape)} on a mesh of Explicit and Auto axes "
-                f"{dict(zip(mesh.axis_names, mesh.axis_types))} needs that mesh as the context: call it inside "
-                "`with jax.set_mesh(mesh):` (as JAX's own functions there need), or inside jax.jit."
-            )
 
 
 def square(a, name: str, error: type[Exception] = ValueError) -> None:

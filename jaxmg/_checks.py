@@ -31,11 +31,28 @@ def as_array(value, name: str) -> Any:
     if isinstance(value, (np.ndarray, np.generic)):
         return np.asarray(value, dtype=jax.dtypes.canonicalize_dtype(value.dtype))
     if hasattr(value, "shape") and hasattr(value, "dtype"):
+        check_x64(value, name)
         return value
     try:
         return jnp.asarray(value)
     except (TypeError, ValueError) as err:  # jnp.asarray(None) is a ValueError
         raise TypeError(f"{name} must be an array, got {type(value).__name__}.") from err
+
+
+def check_x64(x, name: str) -> None:
+    """A JAX array (or tracer) ``x`` of a 64-bit floating dtype that the current x64 mode does not
+    offer (float64 or complex128 made while ``jax_enable_x64`` was on, passed inside
+    ``jax.enable_x64(False)``) is refused: JAX's own functions keep its dtype, which jaxmg's
+    kernels cannot (every array that they make takes the mode's 32-bit dtype), and converting it
+    would lose precision unasked. The message names the argument and both fixes."""
+    dtype = np.dtype(x.dtype)
+    available = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+    if jnp.issubdtype(dtype, jnp.inexact) and dtype != available:
+        raise TypeError(
+            f"{name} has dtype {dtype}, which 64-bit mode, off here, does not offer (an array made while "
+            f"jax_enable_x64 was on); convert it with {name}.astype(jnp.{available}), or call with 64-bit mode "
+            f"on (inside jax.enable_x64(True), or after jax.config.update('jax_enable_x64', True))."
+        )
 
 
 def inexact_dtype(*dtypes) -> np.dtype:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
@@ -225,3 +226,40 @@ def run_ranks_without_launcher(mode, dead, pid_dir, *, init="jaxmg", platform="c
 #: ``bash tests/run.sh --slow``, which CI runs too. Order 2 compiles the derivative of every
 #: derivative and dominates the default run's time on 2 cores.
 ORDERS = [1, pytest.param(2, marks=pytest.mark.slow)]
+
+
+#: (dtype, scale) of the matrices whose least-squares derivatives are checked at large and small
+#: norms: float32 (64-bit mode off) beyond where ||A||^2 leaves its range, float64 near it.
+SCALED_NORMS = pytest.mark.parametrize(
+    "dtype,scale", [(np.float32, 1e-20), (np.float32, 1e20), (np.float64, 1e-150), (np.float64, 1e150)]
+)
+
+
+def scaled_derivatives(op, a, b, scale, second: bool):
+    """(b's gradient, x's forward derivative along b, [a's gradient, the mixed second derivative])
+    of sum(op(a, b)) at ``scale * a``, multiplied by the powers of ``scale`` that undo it:
+    x(s A, b) = x(A, b) / s, so they equal the derivatives at ``a``."""
+    f = lambda a, b: jnp.sum(op(a, b))  # noqa: E731
+    g_a, g_b = jax.grad(f, (0, 1))(a * scale, b)
+    forward = jax.jvp(lambda b: op(a * scale, b), (b,), (b,))[1]
+    if not second:
+        return [g_b * scale, forward * scale]
+    mixed = jax.jacfwd(jax.grad(f, 1), 0)(a * scale, b)
+    return [g_b * scale, forward * scale, g_a * scale**2, mixed * scale**2]
+
+
+def assert_scale_free_derivatives(op, a, b, scale: float) -> None:
+    """The derivatives of :func:`scaled_derivatives` at ``scale`` equal those at 1 within 30 N eps
+    relative (a's gradient and the mixed second derivative in float64 only: in float32 they are
+    about 1 / scale^2, out of range); float32 runs with 64-bit mode off."""
+    dtype = np.dtype(a.dtype)
+    second = dtype == np.float64
+    with jax.enable_x64(second):
+        a, b = jnp.asarray(a), jnp.asarray(b)
+        got = scaled_derivatives(op, a, b, scale, second)
+        want = scaled_derivatives(op, a, b, 1.0, second)
+    for g, w in zip(got, want):
+        assert g.dtype == dtype
+        assert np.max(np.abs(np.asarray(g) - np.asarray(w))) <= 30 * a.shape[-2] * np.finfo(dtype).eps * np.max(
+            np.abs(w)
+        )

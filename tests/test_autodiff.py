@@ -9,7 +9,17 @@ from jax.sharding import AxisType, PartitionSpec as P
 from jax.test_util import check_grads
 
 import jaxmg
-from helpers import ORDERS, hermitian_matrix, lower_read, make_mesh, put, random_matrix, spd_matrix
+from helpers import (
+    ORDERS,
+    SCALED_NORMS,
+    assert_scale_free_derivatives,
+    hermitian_matrix,
+    lower_read,
+    make_mesh,
+    put,
+    random_matrix,
+    spd_matrix,
+)
 from jaxmg.kernels import local
 
 N = 16
@@ -123,6 +133,29 @@ def test_least_squares_grads_fwd_rev(auto_mesh, dtype):
     got = jax.grad(lambda a, b: jnp.sum(jnp.abs(jaxmg.least_squares(a, b)) ** 2), argnums=(0, 1))(A, B)
     for r, g in zip(ref, got):
         assert np.allclose(np.asarray(g), np.asarray(r), atol=1e-8)
+
+
+_TALL_SOLVES = {
+    "least_squares": lambda a, b: jaxmg.least_squares(a, b),
+    "QR.solve": lambda a, b: jaxmg.QR(a).solve(b),
+    "wide": lambda a, b: jaxmg.least_squares(a.T, b[: a.shape[1]]),
+}
+
+
+@pytest.mark.parametrize("route", ["local", "batch"])
+@pytest.mark.parametrize("op", list(_TALL_SOLVES))
+@SCALED_NORMS
+def test_least_squares_derivatives_at_any_norm(route, op, dtype, scale):
+    """Least squares' derivatives at matrices of norm 1e+-20 in float32 (64-bit mode off) and
+    1e+-150 in float64 (a's and the mixed second derivative too) are those at norm 1 undone by
+    the scale: no (A^H A)^-1 x_bar ~ x_bar / ||A||^2 is formed (it left float32's range: b's
+    gradient was 0 or NaN)."""
+    rng = np.random.default_rng(7)
+    a0 = (random_matrix(rng, (2, 16, 8), np.float64) + 3 * np.eye(16, 8)).astype(dtype)
+    b0 = random_matrix(rng, (2, 16), np.float64).astype(dtype)
+    fn = _TALL_SOLVES[op] if route == "local" else jax.vmap(_TALL_SOLVES[op])
+    a, b = (a0[0], b0[0]) if route == "local" else (a0, b0)
+    assert_scale_free_derivatives(fn, a, b, scale)
 
 
 def test_gradients_match_jax_numpy(auto_mesh):

@@ -467,6 +467,54 @@ def test_dtype_errors_without_x64_name_a_fix_that_works():
             jaxmg.potrs(np.eye(3, dtype=np.float16), np.ones(3, np.float16))
 
 
+def _x64_calls(a, b, tall):
+    """Every kind of entry point (functional, modules, numpy and scipy drop-ins) on a's matrix."""
+    return {
+        "potrs": lambda: jaxmg.potrs(a, b),
+        "lu_solve": lambda: jaxmg.lu_solve(a, b),
+        "least_squares": lambda: jaxmg.least_squares(tall, b),
+        "cholesky": lambda: jaxmg.cholesky(a),
+        "Cholesky": lambda: jaxmg.Cholesky(a).solve(b),
+        "LU": lambda: jaxmg.LU(a).solve(b),
+        "QR": lambda: jaxmg.QR(tall).solve(b),
+        "numpy.solve": lambda: mla.solve(a, b),
+        "numpy.inv": lambda: mla.inv(a),
+        "numpy.eigh": lambda: mla.eigh(a),
+        "numpy.lstsq": lambda: mla.lstsq(tall, b),
+        "scipy.cho_factor": lambda: jaxmg.scipy.linalg.cho_factor(a),
+        "scipy.lu_factor": lambda: jaxmg.scipy.linalg.lu_factor(a),
+        "scipy.solve": lambda: jaxmg.scipy.linalg.solve(a, b),
+    }
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+@pytest.mark.parametrize("name", list(_x64_calls(None, None, None)))
+def test_64_bit_arrays_without_x64_are_refused_by_name(name, dtype):
+    """float64 and complex128 arrays made in 64-bit mode and passed inside jax.enable_x64(False):
+    JAX's functions keep their dtype, which jaxmg cannot, so every entry point raises a TypeError
+    that names the argument and both fixes (potrs crashed in a platform switch; the drop-ins
+    returned float32 unasked); converted as the message says, they are solved in 32 bits."""
+    with jax.enable_x64(True):
+        a = jnp.asarray(np.diag([4.0, 3.0, 2.0, 1.0]) + 0.5, dtype)
+        b = jnp.arange(1.0, 5.0, dtype=dtype)
+    single = "float32" if dtype == np.float64 else "complex64"
+    with jax.enable_x64(False):
+        with pytest.raises(
+            TypeError, match=rf"^a has dtype {np.dtype(dtype)}, .*a\.astype\(jnp\.{single}\).*enable_x64"
+        ):
+            _x64_calls(a, b, a)[name]()
+        a32, b32 = a.astype(single), b.astype(single)
+        result = _x64_calls(a32, b32, a32)[name]()
+    dtypes = {np.dtype(x.dtype) for x in jax.tree.leaves(result) if hasattr(x, "dtype")}
+    assert dtypes & {np.dtype(np.float32), np.dtype(np.complex64)} and not dtypes & {
+        np.dtype(np.float64),
+        np.dtype(np.complex128),
+    }
+    if name in ("potrs", "lu_solve", "least_squares", "Cholesky", "LU", "QR", "numpy.solve", "scipy.solve"):
+        want = np.linalg.solve(np.asarray(a), np.asarray(b))
+        assert scaled(np.max(np.abs(np.asarray(result) - want)), np.max(np.abs(want)), 4, np.float32) <= 30 * 4
+
+
 # (factor dtype, b dtype): JAX promotes the factor and b together (promote_dtypes_inexact)
 PROMOTED = [
     (np.complex128, np.float64),

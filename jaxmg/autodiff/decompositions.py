@@ -207,14 +207,20 @@ def least_squares(kernels, spec, a, state, b):
 def _lstsq_jvp(kernels, spec, primals, tangents_in):
     """x = (A^H A)^-1 A^H b, so with r = b - A x:  x' = (A^H A)^-1 (A'^H r + A^H (b' - A' x)).
 
-    (A^H A)^-1 is applied by ``jax.lax.custom_linear_solve`` with the saved factor (R^-1 R^-H,
-    two triangular solves, never a refactorisation), and the products are distributed: the
-    whole tangent is linear and JAX transposes it (reverse mode: one more such solve)."""
+    (A^H A)^-1 is applied by :func:`normal_solve` with the saved factor (R^-1 R^-H, two
+    triangular solves, never a refactorisation) and the products are distributed: the whole
+    tangent is linear and JAX transposes it (reverse mode: one more such solve). The vectors are
+    divided by s (:func:`_scale`, a power of two near ||A||) before the products with A and the
+    solve multiplies by it, so that every intermediate, forward and transposed, lies within one
+    factor of s of the result (b's cotangent A (A^H A)^-1 x_bar is formed as A (s (A^H A)^-1
+    x_bar) / s, never through (A^H A)^-1 x_bar ~ x_bar / ||A||^2, which under- or overflows in
+    float32 beyond ||A|| ~ 1e+-19)."""
     _, state, b = primals
     x, placed = _solution_and_tangents(least_squares, kernels, spec, primals, tangents_in)
     if placed is None:
         return x, jnp.zeros_like(x)
     a, a_dot, b_dot, layout = placed
+    s = _scale(kernels, state, x)
 
     def adjoint(m, y):  # m^H y
         return _dist.matvec(m, y, layout, "C")
@@ -222,10 +228,10 @@ def _lstsq_jvp(kernels, spec, primals, tangents_in):
     rhs = 0
     if a_dot is not None:
         residual = b - _dist.matvec(a, x, layout)
-        rhs = adjoint(a_dot, residual) - adjoint(a, _dist.matvec(a_dot, x, layout))
+        rhs = adjoint(a_dot, residual / s) - adjoint(a, _dist.matvec(a_dot, x, layout) / s)
     if b_dot is not None:
-        rhs = rhs + adjoint(a, b_dot)
-    return x, normal_solve(kernels, spec, a, state, rhs)
+        rhs = rhs + adjoint(a, b_dot / s)
+    return x, normal_solve(kernels, spec, a, state, rhs, s)
 
 
 def _solution_and_tangents(solve, kernels, spec, primals, tangents_in):
@@ -255,14 +261,29 @@ def _rebuilt(kernels, state):
     return jax.lax.stop_gradient(_dist.matmul(kernels.q(state), kernels.r(state), layout))
 
 
-def normal_solve(kernels, spec, a, state, y):
-    """(A^H A)^-1 y with the saved factor, differentiable and transposable in ``y`` (and ``a``,
-    given in the computation's layout)."""
-    solve = lambda r: kernels.normal_solve(state, r, spec)  # noqa: E731
+def _scale(kernels, state, like) -> jax.Array:
+    """s, a power of two in (d/2, d] with d the largest |R_ii| of the saved factor (within a
+    factor sqrt(N) of ||A||_2), 1 where d is 0 or not finite; one per matrix of a stack, shaped to
+    broadcast against ``like`` (a right-hand side or solution of the same stack). Scaling by a
+    power of two is exact: it moves magnitudes, never digits. Not differentiated (a constant)."""
+    d = jnp.max(jnp.abs(kernels.diagonal(state)), axis=-1)
+    _, exponent = jnp.frexp(d)
+    s = jnp.where((d > 0) & jnp.isfinite(d), jnp.ldexp(jnp.ones_like(d), exponent - 1), 1).astype(d.dtype)
+    s = jax.lax.stop_gradient(s)
+    return s.reshape(s.shape + (1,) * (jnp.ndim(like) - s.ndim))
+
+
+def normal_solve(kernels, spec, a, state, y, s):
+    """s (A^H A)^-1 y with the saved factor, as R^-1 R^-H (s y), differentiable and transposable
+    in ``y`` (and ``a``, given in the computation's layout); ``s`` from :func:`_scale`. Its
+    intermediates are s y, about y and about y / s: with y about s times the result (the callers
+    divide by s before their products with A), none under- or overflows where the result and
+    the derivative are representable."""
+    solve = lambda r: kernels.normal_solve(state, s * r, spec)  # noqa: E731
     layout = solves.rhs_layout(kernels.plan, spec)
 
-    def normal(v):
-        return _dist.matvec(a, _dist.matvec(a, v, layout), layout, "C")
+    def normal(v):  # A^H A v / s, the operator that ``solve`` inverts
+        return _dist.matvec(a, _dist.matvec(a, v, layout), layout, "C") / s
 
     dtype = kernels.plan.dtype
     transpose = solves.hermitian_transpose_solve(solve, dtype)
@@ -289,20 +310,23 @@ def minimum_norm(kernels, spec, a, state, b):
 def _minimum_norm_jvp(kernels, spec, primals, tangents_in):
     """x = A y with y = (A^H A)^-1 b, so  x' = A' y + A (A^H A)^-1 (b' - A'^H x - A^H A' y).
 
-    (A^H A)^-1 is :func:`normal_solve` with the saved factor (linear and transposable, so JAX
-    transposes the tangent for reverse mode); every primal inside is differentiable again."""
+    (A^H A)^-1 is :func:`normal_solve` with the saved factor and the scale s of :func:`_scale`
+    (linear and transposable, so JAX transposes the tangent for reverse mode: b's cotangent is
+    s (A^H A)^-1 A^H (x_bar / s), with no intermediate out of range where it is in range); every
+    primal inside is differentiable again."""
     _, state, b = primals
     x, placed = _solution_and_tangents(minimum_norm, kernels, spec, primals, tangents_in)
     if placed is None:
         return x, jnp.zeros_like(x)
     a, a_dot, b_dot, layout = placed
+    s = _scale(kernels, state, x)
     rhs, x_dot = 0, 0
     if a_dot is not None:
-        x_dot = _dist.matvec(a_dot, normal_solve(kernels, spec, a, state, b), layout)
+        x_dot = _dist.matvec(a_dot, normal_solve(kernels, spec, a, state, b, s) / s, layout)
         rhs = -_dist.matvec(a_dot, x, layout, "C") - _dist.matvec(a, x_dot, layout, "C")
     if b_dot is not None:
         rhs = rhs + b_dot
-    return x, x_dot + _dist.matvec(a, normal_solve(kernels, spec, a, state, rhs), layout)
+    return x, x_dot + _dist.matvec(a, normal_solve(kernels, spec, a, state, rhs, s), layout) / s
 
 
 minimum_norm.defjvp(_minimum_norm_jvp, symbolic_zeros=True)

@@ -22,7 +22,7 @@ def inexact(*arrays, matrices: int = 1):
     promotes them (``jaxmg._checks.inexact_dtype``: 64-bit integers become float64, other integers
     and booleans float32), each as the caller holds it (:func:`held`; the first ``matrices`` are
     matrices, the others right-hand sides)."""
-    arrays = [x if isinstance(x, jax.Array) else jnp.asarray(x) for x in arrays]
+    arrays = [jnp.asarray(_checks.as_array(x, "a" if k < matrices else "b")) for k, x in enumerate(arrays)]
     dtype = _checks.inexact_dtype(*arrays)
     return tuple(held(x if x.dtype == dtype else x.astype(dtype), k < matrices) for k, x in enumerate(arrays))
 

@@ -21,6 +21,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from _emulation import DTYPES, GRIDS, mesh as _mesh, require_cpu_devices
+from helpers import SCALED_NORMS, assert_scale_free_derivatives
 from jaxmg import _layout
 from jaxmg.kernels import native
 
@@ -364,3 +365,23 @@ def test_native_least_squares_products_are_full_precision(native_backend):
     text += _family(grid, mesh, 8, 48).lower(a, b, jnp.ones((48, 3), jnp.float32), y).as_text()
     dots = re.findall(r"stablehlo\.dot_general[^\n]*", text)
     assert dots and all("HIGHEST" in d for d in dots), [d for d in dots if "HIGHEST" not in d][:2]
+
+
+@SCALED_NORMS
+@pytest.mark.parametrize("op", ["least_squares", "QR.solve", "wide"])
+def test_public_api_native_least_squares_derivatives_at_any_norm(op, dtype, scale, native_backend):
+    """On the distributed route too, least squares' derivatives at matrices of norm 1e+-20 in
+    float32 and 1e+-150 in float64 are those at norm 1 undone by the scale (b's gradient was 0
+    or NaN in float32: the normal solve's result left its range)."""
+    import jaxmg
+
+    mesh = _mesh((2, 2), explicit=True)
+    kw = dict(T_A=4, mesh=mesh, backend="native")
+    calls = {
+        "least_squares": lambda a, b: jaxmg.least_squares(a, b, **kw),
+        "QR.solve": lambda a, b: jaxmg.QR(a, **kw).solve(b),
+        "wide": lambda a, b: jaxmg.least_squares(a.T, b[: a.shape[1]], **kw),
+    }
+    a = (_random((16, 8), np.float64, 0) + 3 * np.eye(16, 8)).astype(dtype)
+    with jax.set_mesh(mesh):
+        assert_scale_free_derivatives(calls[op], a, _random((16,), dtype, 1), scale)

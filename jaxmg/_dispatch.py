@@ -22,8 +22,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import warnings
 from collections.abc import Callable, Sequence
-from typing import Optional
+from typing import Optional, ParamSpec, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -171,7 +172,7 @@ class Planned:
     dispatch runs from then on), the concrete mesh it runs in (entered as the context; None: none)
     and whether its outputs are made uncommitted (``jaxmg._context.uncommitted``)."""
 
-    plan: Plan
+    plan: Optional[Plan]  # None: a drop-in's program, whose jaxmg calls are planned inside it
     compiled: Callable
     mesh: Optional[Mesh]
     release: bool
@@ -208,10 +209,10 @@ class _Compiled:
     def __call__(self, *key):
         return self._jit(*key)
 
-    def known(self, key) -> Optional[Planned]:
+    def known(self, key) -> object:  # a Planned, _EAGER_ONLY or None
         return self._planned.get(key)
 
-    def remember(self, key, planned: Planned) -> None:
+    def remember(self, key, planned: object) -> None:
         if len(self._planned) >= self.size:
             self._planned.pop(next(iter(self._planned)))
         self._planned[key] = planned
@@ -484,3 +485,116 @@ def _retyped(sharding, mesh: Mesh) -> bool:
 def _on(x, devices) -> bool:
     sharding = getattr(x, "sharding", None)
     return sharding is not None and set(sharding.device_set) == devices
+
+
+# --- The drop-ins: a repeated eager call as one compiled program ---
+
+
+_Params = ParamSpec("_Params")
+_Result = TypeVar("_Result")
+_EAGER_ONLY = object()  # a key whose compiled program does not give what the eager call gives
+
+
+def drop_in(fn: Callable[_Params, _Result]) -> Callable[_Params, _Result]:
+    """``fn``, a function of ``jaxmg.numpy.linalg`` or ``jaxmg.scipy.linalg``, whose repeated eager
+    call on concrete JAX arrays runs one compiled program: the ``jax.jit`` of ``fn`` with its
+    other arguments static, kept per key (:func:`_drop_in_key`: ``fn``, the arguments' structure
+    and static values, each array's shape, dtype, weak type, sharding and commitment, JAX's
+    configuration and meshes in context), the eager JAX operations around jaxmg's calls and the
+    ``jax.vmap`` over a stack included.
+
+    The first call of a key runs ``fn`` eagerly, as every call did before (its errors, warnings,
+    plans and layouts are those of the eager call), then the compiled program on the same
+    arguments; the key keeps the program only where it gives the same outputs (structure, shapes,
+    dtypes, shardings, commitment and values) and the eager call warned of nothing, else the key
+    runs eagerly from then on. A call with a key that raised raises again, eagerly. Calls inside a
+    transformation, and on NumPy arrays, scalars or tracers, run ``fn`` as they are."""
+
+    @functools.wraps(fn)
+    def call(*args: _Params.args, **kwargs: _Params.kwargs) -> _Result:
+        key, dynamic = _drop_in_key(fn, args, kwargs)
+        known = None if key is None else _compiled.known(key)
+        if isinstance(known, Planned):
+            return known.launch(dynamic)
+        return _eager_drop_in(fn, None if known is not None else key, args, kwargs)
+
+    return call
+
+
+def _drop_in_key(fn, args: tuple, kwargs: dict) -> tuple[Optional[tuple], list]:
+    """(the key of a drop-in call, its concrete arrays), or (None, []) where it cannot be keyed: a
+    transformation traces, a value is a NumPy array, a tracer or not hashable."""
+    if not _context.top_level():
+        return None, []
+    leaves, structure = jax.tree.flatten((args, kwargs))
+    dynamic = [x for x in leaves if hasattr(x, "shape")]
+    signature = _context.concrete_signature(dynamic)
+    if signature is None:
+        return None, []
+    static = tuple(_typed(x) for x in leaves if not hasattr(x, "shape"))
+    key = ("drop_in", fn, structure, static, signature, _context.config_key())
+    try:
+        hash(key)
+    except TypeError:
+        return None, []
+    return key, dynamic
+
+
+def _eager_drop_in(fn, key: Optional[tuple], args: tuple, kwargs: dict):
+    """The eager call of ``fn``, its warnings shown at the caller's line; then, for a ``key`` (a
+    first call), the compiled program kept under it where it gives the same outputs on the same
+    arguments and the call warned of nothing, else the key marked to run eagerly (:func:`drop_in`)."""
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        out = fn(*args, **kwargs)
+    for w in warned:
+        warnings.warn(w.message, w.category, stacklevel=3)  # the line that called the drop-in
+    if key is not None:
+        _compiled.remember(key, _EAGER_ONLY if warned else _program(fn, args, kwargs, out))
+    return out
+
+
+def _program(fn, args: tuple, kwargs: dict, eager) -> object:
+    """The compiled program of ``fn`` on the arrays of (args, kwargs), the other values static, its
+    outputs placed as the eager call's (``out_shardings``), as a :class:`Planned` launch where it
+    gives on them what the eager call gave (``eager``), else :data:`_EAGER_ONLY`."""
+    leaves, structure = jax.tree.flatten((args, kwargs))
+    flags = [hasattr(x, "shape") for x in leaves]
+    static = [x for x, f in zip(leaves, flags) if not f]
+
+    def program(*dynamic):
+        arrays, others = iter(dynamic), iter(static)
+        args_, kwargs_ = jax.tree.unflatten(structure, [next(arrays) if f else next(others) for f in flags])
+        return fn(*args_, **kwargs_)
+
+    shardings = jax.tree.map(lambda x: getattr(x, "sharding", None), eager)
+    try:
+        compiled = jax.jit(program, out_shardings=shardings)
+    except (TypeError, ValueError):  # an output that is not an array
+        return _EAGER_ONLY
+    return _same_program(compiled, [x for x, f in zip(leaves, flags) if f], eager)
+
+
+def _same_program(compiled: Callable, dynamic: list, eager) -> object:
+    """A :class:`Planned` launch of ``compiled`` where it gives on ``dynamic`` what the eager call
+    gave (``eager``; outputs made uncommitted as the eager ones are), else :data:`_EAGER_ONLY`."""
+    release = all(not getattr(x, "committed", True) for x in jax.tree.leaves(eager))
+    planned = Planned(None, compiled, None, release)
+    try:
+        out = planned.launch(dynamic)
+    except Exception:  # noqa: BLE001  (a program that cannot be traced or run: the key stays eager)
+        return _EAGER_ONLY
+    mine, structure = jax.tree.flatten(out)
+    theirs, eager_structure = jax.tree.flatten(eager)
+    if structure != eager_structure or not all(map(_same_output, mine, theirs)):
+        return _EAGER_ONLY
+    return planned
+
+
+def _same_output(x, y) -> bool:
+    """Whether two outputs are the same: concrete arrays of one abstract value, sharding,
+    commitment and values (NaN where the other has NaN)."""
+    signature = _context.concrete_signature((x, y))
+    if signature is None or signature[0] != signature[1]:
+        return False
+    return bool(np.array_equal(np.asarray(x), np.asarray(y), equal_nan=x.dtype.kind in "fc"))

@@ -56,7 +56,7 @@ def build(body, family: str, matrices, options: Options, *, rhs=(), num_rhs: int
     values = tuple(value for _, value in (*matrices, *rhs))
     names = tuple(name for name, _ in matrices), tuple(name for name, _ in rhs)
     known = _known_call(("build", body, family, names, num_rhs, natural, options, static), values)
-    if isinstance(known, Planned):  # planned before: a concrete call keeps a matrix unless it donates it
+    if isinstance(known, Planned) and known.plan is not None:  # planned before: kept unless donated
         arrays = known.placed(values)
         return known.plan, known.launch(arrays), tuple(None if options.donate else x for x in arrays[: len(matrices)])
     ctx = context([value for _, value in matrices], [value for _, value in rhs])
@@ -245,9 +245,10 @@ def _known_call(call: tuple, values: Sequence):
         return None
     key = (_typed(call), signature, _context.config_key())
     try:
-        return _compiled.known(key) or key
+        found = _compiled.known(key)
     except TypeError:  # a static argument that cannot be hashed (a list of specs): planned each time
         return None
+    return found if isinstance(found, Planned) else key
 
 
 def _typed(value):

@@ -177,6 +177,7 @@ class Planned:
     mesh: Optional[Mesh]
     release: bool
     placements: tuple = ()
+    avals: tuple = ()  # a drop-in's outputs' types where they are not the compiled call's
 
     def placed(self, values: Sequence) -> tuple:
         """The concrete arrays ``values`` as the call runs on them (:func:`_placements`): each in
@@ -188,6 +189,8 @@ class Planned:
         """The compiled body on ``args``, in the plan's mesh."""
         with contextlib.nullcontext() if self.mesh is None else jax.set_mesh(self.mesh):
             out = self.compiled(*args)
+        if self.avals:
+            out = _context.retyped(out, self.avals)
         return _context.uncommitted(out) if self.release else out
 
 
@@ -556,30 +559,45 @@ def _eager_drop_in(fn, key: Optional[tuple], args: tuple, kwargs: dict):
 
 
 def _program(fn, args: tuple, kwargs: dict, eager) -> object:
-    """The compiled program of ``fn`` on the arrays of (args, kwargs), the other values static, its
-    outputs placed as the eager call's (``out_shardings``), as a :class:`Planned` launch where it
-    gives on them what the eager call gave (``eager``), else :data:`_EAGER_ONLY`."""
+    """The compiled program of ``fn`` on the arrays of (args, kwargs), the other values static, as
+    a :class:`Planned` launch where it gives on them what the eager call gave (``eager``), else
+    :data:`_EAGER_ONLY`. The program returns the output's arrays, placed as the eager call's
+    (``out_shardings``); the rest is the eager call's, decided by the key as its plan is: the
+    output's structure (a module's plan: the trace plans its calls without the concrete mesh) and
+    its values that are not arrays (``cho_factor``'s ``lower`` flag), which the trace must give
+    too."""
     leaves, structure = jax.tree.flatten((args, kwargs))
     flags = [hasattr(x, "shape") for x in leaves]
     static = [x for x, f in zip(leaves, flags) if not f]
+    out_leaves, out_structure = jax.tree.flatten(eager)
+    out_flags = [hasattr(x, "shape") for x in out_leaves]
+    traced: list = []
 
     def program(*dynamic):
         arrays, others = iter(dynamic), iter(static)
         args_, kwargs_ = jax.tree.unflatten(structure, [next(arrays) if f else next(others) for f in flags])
-        return fn(*args_, **kwargs_)
+        found = jax.tree.leaves(fn(*args_, **kwargs_))
+        traced.append(([hasattr(x, "shape") for x in found], [x for x in found if not hasattr(x, "shape")]))
+        return [x for x in found if hasattr(x, "shape")]
 
-    shardings = jax.tree.map(lambda x: getattr(x, "sharding", None), eager)
-    try:
-        compiled = jax.jit(program, out_shardings=shardings)
-    except (TypeError, ValueError):  # an output that is not an array
-        return _EAGER_ONLY
-    return _same_program(compiled, [x for x, f in zip(leaves, flags) if f], eager)
+    shardings = [x.sharding for x, f in zip(out_leaves, out_flags) if f]
+    compiled = jax.jit(program, out_shardings=shardings)
+    kept = [x for x, f in zip(out_leaves, out_flags) if not f]
+
+    def whole(*dynamic):
+        arrays, others = iter(compiled(*dynamic)), iter(kept)
+        return jax.tree.unflatten(out_structure, [next(arrays) if f else next(others) for f in out_flags])
+
+    planned = _same_program(whole, [x for x, f in zip(leaves, flags) if f], eager)
+    return planned if traced == [(out_flags, kept)] else _EAGER_ONLY
 
 
 def _same_program(compiled: Callable, dynamic: list, eager) -> object:
     """A :class:`Planned` launch of ``compiled`` where it gives on ``dynamic`` what the eager call
-    gave (``eager``; outputs made uncommitted as the eager ones are), else :data:`_EAGER_ONLY`."""
-    release = all(not getattr(x, "committed", True) for x in jax.tree.leaves(eager))
+    gave (``eager``; outputs made uncommitted as the eager ones are, and of their types where
+    those name the abstract mesh of the mesh the eager call ran jaxmg's calls in), else
+    :data:`_EAGER_ONLY`."""
+    release = all(not x.committed for x in jax.tree.leaves(eager) if hasattr(x, "committed"))
     planned = Planned(None, compiled, None, release)
     try:
         out = planned.launch(dynamic)
@@ -589,13 +607,17 @@ def _same_program(compiled: Callable, dynamic: list, eager) -> object:
     theirs, eager_structure = jax.tree.flatten(eager)
     if structure != eager_structure or not all(map(_same_output, mine, theirs)):
         return _EAGER_ONLY
-    return planned
+    avals = tuple(y.aval if hasattr(y, "aval") and x.aval != y.aval else None for x, y in zip(mine, theirs))
+    return dataclasses.replace(planned, avals=avals) if any(a is not None for a in avals) else planned
 
 
 def _same_output(x, y) -> bool:
-    """Whether two outputs are the same: concrete arrays of one abstract value, sharding,
-    commitment and values (NaN where the other has NaN)."""
-    signature = _context.concrete_signature((x, y))
-    if signature is None or signature[0] != signature[1]:
+    """Whether two outputs are the same: equal values that are not arrays, or concrete arrays of
+    one shape, dtype, weak type, Explicit type, sharding and commitment
+    (``jaxmg._context.visible_signature``) and values (NaN where the other has NaN)."""
+    if not hasattr(x, "shape") and not hasattr(y, "shape"):
+        return type(x) is type(y) and x == y
+    signature = _context.visible_signature(x)
+    if signature is None or signature != _context.visible_signature(y):
         return False
     return bool(np.array_equal(np.asarray(x), np.asarray(y), equal_nan=x.dtype.kind in "fc"))

@@ -16,6 +16,7 @@ from jax.sharding import AxisType, PartitionSpec as P
 
 import jaxmg
 import jaxmg.numpy.linalg as la
+import jaxmg.scipy.linalg as sla
 from helpers import make_mesh, put
 from jaxmg import _context, _dispatch
 
@@ -290,3 +291,55 @@ def test_a_drop_in_error_is_raised_every_time(counts):
     for _ in range(2):
         with pytest.raises(ValueError, match="solve: b must be"):
             la.solve(a, b[:7])
+
+
+#: one matrix's placements: (mesh, a's spec, b's spec, whether the mesh is set)
+MATRIX_PLACES = {
+    "device": (None, None, None, False),
+    "Explicit": (_explicit, P("x", "y"), P("x"), False),
+    "Auto": (_auto, P("x", "y"), P("x"), False),
+    "Auto, set": (_auto, P("x", "y"), P("x"), True),
+}
+
+#: drop-ins that run JAX operations around jaxmg's calls on one matrix (a, b)
+AROUND = {
+    "numpy eigh": lambda a, b, eager=False: _own(la.eigh, eager)(a),
+    "numpy cholesky upper": lambda a, b, eager=False: _own(la.cholesky, eager)(a, upper=True),
+    "scipy cho_solve": lambda a, b, eager=False: _own(sla.cho_solve, eager)(
+        _own(sla.cho_factor, eager)(a, lower=True), b.astype(jnp.float32)
+    ),
+}
+
+
+@pytest.mark.parametrize("place", list(MATRIX_PLACES))
+@pytest.mark.parametrize("call", list(AROUND))
+def test_a_repeated_eager_drop_in_call_is_one_program(monkeypatch, call, place):
+    """The JAX operations a drop-in runs around jaxmg's calls (symmetrising, a transpose, a
+    promotion, a module's construction) are in its one program: a repeated call runs nothing
+    eagerly and gives what the eager call gives (values, shapes, dtypes, types, shardings,
+    commitment)."""
+    _dispatch._compiled.cache_clear()
+    eager = {"calls": 0}
+    run_eagerly = _dispatch._eager_drop_in
+
+    def counted(*args, **kwargs):
+        eager["calls"] += 1
+        return run_eagerly(*args, **kwargs)
+
+    monkeypatch.setattr(_dispatch, "_eager_drop_in", counted)
+    mesh, a_spec, b_spec, set_mesh = MATRIX_PLACES[place]
+    mesh = mesh() if mesh is not None else None
+    a, b = _system()
+    if mesh is not None:
+        a, b = put(a, mesh, a_spec), put(b, mesh, b_spec)
+    with jax.set_mesh(mesh) if set_mesh else contextlib.nullcontext():
+        AROUND[call](a, b)
+        first = eager["calls"]
+        outs = [AROUND[call](a * k, b) for k in (2, 3)]
+        assert eager["calls"] == first, "a repeated call ran eagerly"
+        for k, out in zip((2, 3), outs):
+            expected = AROUND[call](a * k, b, True)
+            mine, theirs = jax.tree.leaves(out), jax.tree.leaves(expected)
+            assert _context.concrete_signature(mine) == _context.concrete_signature(theirs)
+            for x, y in zip(mine, theirs):
+                np.testing.assert_array_equal(np.asarray(x), np.asarray(y))

@@ -22,6 +22,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import os
+import sys
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Optional, ParamSpec, TypeVar
@@ -545,17 +547,41 @@ def _drop_in_key(fn, args: tuple, kwargs: dict) -> tuple[Optional[tuple], list]:
 
 
 def _eager_drop_in(fn, key: Optional[tuple], args: tuple, kwargs: dict):
-    """The eager call of ``fn``, its warnings shown at the caller's line; then, for a ``key`` (a
-    first call), the compiled program kept under it where it gives the same outputs on the same
-    arguments and the call warned of nothing, else the key marked to run eagerly (:func:`drop_in`)."""
-    with warnings.catch_warnings(record=True) as warned:
-        warnings.simplefilter("always")
-        out = fn(*args, **kwargs)
-    for w in warned:
-        warnings.warn(w.message, w.category, stacklevel=3)  # the line that called the drop-in
+    """The eager call of ``fn``; then, for a ``key`` (a first call), the compiled program kept
+    under it where it gives the same outputs on the same arguments and the call warned of
+    nothing (:func:`warn`), else the key marked to run eagerly (:func:`drop_in`)."""
+    before = _warned.count
+    out = fn(*args, **kwargs)
     if key is not None:
-        _compiled.remember(key, _EAGER_ONLY if warned else _program(fn, args, kwargs, out))
+        _compiled.remember(key, _EAGER_ONLY if _warned.count != before else _program(fn, args, kwargs, out))
     return out
+
+
+class _Warned:
+    """How many warnings the drop-ins have given (:func:`warn`)."""
+
+    count = 0
+
+
+_warned = _Warned()
+
+
+def warn(message: str, category: type[Warning]) -> None:
+    """A drop-in's warning, shown at the line outside jaxmg that called it, on every call of its
+    key: a call that warned keeps running eagerly (:func:`drop_in`)."""
+    _warned.count += 1
+    warnings.warn(message, category, skip_file_prefixes=_wrapping_files())
+
+
+def _wrapping_files() -> tuple:
+    """Where the frames between a drop-in's caller and its warning are: jaxmg's package, and the
+    annotation checkers that may wrap its functions (jaxtyping, beartype) where loaded."""
+    found = ["<@beartype"]
+    for name in ("jaxmg", "jaxtyping", "beartype"):
+        module = sys.modules.get(name)
+        if getattr(module, "__file__", None):
+            found.append(os.path.dirname(os.path.abspath(module.__file__)) + os.sep)
+    return tuple(found)
 
 
 def _program(fn, args: tuple, kwargs: dict, eager) -> object:

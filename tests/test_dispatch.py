@@ -343,3 +343,15 @@ def test_a_repeated_eager_drop_in_call_is_one_program(monkeypatch, call, place):
             assert _context.concrete_signature(mine) == _context.concrete_signature(theirs)
             for x, y in zip(mine, theirs):
                 np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_a_drop_in_warning_is_given_on_every_call_at_the_callers_line():
+    """A key whose call warns (rank promotion under ``"warn"``) keeps running eagerly: every call
+    warns, at the line that called the drop-in."""
+    a, b = jnp.stack([jnp.eye(N) * 2.0] * 3), jnp.ones((N, 1))
+    with jax.numpy_rank_promotion("warn"):
+        for _ in range(3):
+            with pytest.warns(UserWarning, match="rank promotion") as found:
+                x = la.solve(a, b)
+            assert [w.filename for w in found] == [__file__]
+            np.testing.assert_allclose(np.asarray(x), 0.5)

@@ -21,7 +21,6 @@ is present: :func:`solve_triangular` runs as products over the mesh
 from __future__ import annotations
 
 import functools
-import warnings
 
 import jax
 import jax.numpy as jnp
@@ -36,7 +35,7 @@ from .._dense import (
     matmul as _matmul,
     spec_of as _spec_of,
 )
-from .._dispatch import drop_in as _drop_in
+from .._dispatch import drop_in as _drop_in, warn as _warn
 from ..kernels import triangular as _triangular
 from ..kernels.algebra import permutation_matrix as _permutation_matrix
 from ..kernels.ffi.solver import getrf as _getrf
@@ -450,12 +449,11 @@ def _triangle_and_rhs(a, b, name: str, *, first: str):
     _square(a, name)
     vectors = b.ndim > 1 and a.ndim == b.ndim + 1 and b.shape[-1] == a.shape[-1]
     if vectors:
-        warnings.warn(
+        _warn(
             f"jax.scipy.linalg.{name}: batched 1D solves with b.ndim > 1 are deprecated, and in the future "
             f"will be treated as a batched 2D solve. Use {name}({first}, b[..., None]).squeeze(-1) to avoid this "
             "warning.",
-            category=FutureWarning,
-            stacklevel=3,
+            FutureWarning,
         )
     if b.ndim < 1 or b.shape[-1 if b.ndim == 1 or vectors else -2] != a.shape[-1]:
         raise ValueError(

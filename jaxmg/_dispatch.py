@@ -570,17 +570,21 @@ def warn(message: str, category: type[Warning]) -> None:
     """A drop-in's warning, shown at the line outside jaxmg that called it, on every call of its
     key: a call that warned keeps running eagerly (:func:`drop_in`)."""
     _warned.count += 1
-    warnings.warn(message, category, skip_file_prefixes=_wrapping_files())
+    inside = _wrapping_files()
+    frame, level = sys._getframe(1), 2  # level 2: this function's caller
+    while frame is not None and frame.f_code.co_filename.startswith(inside):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
 
 
-def _wrapping_files() -> tuple:
+def _wrapping_files() -> tuple[str, ...]:
     """Where the frames between a drop-in's caller and its warning are: jaxmg's package, and the
     annotation checkers that may wrap its functions (jaxtyping, beartype) where loaded."""
     found = ["<@beartype"]
     for name in ("jaxmg", "jaxtyping", "beartype"):
-        module = sys.modules.get(name)
-        if getattr(module, "__file__", None):
-            found.append(os.path.dirname(os.path.abspath(module.__file__)) + os.sep)
+        path = getattr(sys.modules.get(name), "__file__", None)
+        if isinstance(path, str):
+            found.append(os.path.dirname(os.path.abspath(path)) + os.sep)
     return tuple(found)
 
 

@@ -79,7 +79,7 @@ def _jitted(fn):
     return lambda a, b, m: compiled(a, b)
 
 
-STACK_OPS = ("numpy.solve", "numpy.inv", "numpy.cholesky", "numpy.eigh")
+STACK_OPS = ("numpy.solve", "numpy.inv", "numpy.slogdet", "numpy.cholesky", "numpy.eigh")
 
 
 def _args(argv=None):

@@ -430,6 +430,36 @@ def concrete_signature(values) -> Optional[tuple]:
     return tuple(signature)
 
 
+def visible_signature(x) -> Optional[tuple]:
+    """What a concrete array ``x`` shows of itself (None where it is not one): its shape, dtype and
+    weak type, the Explicit mesh axes of its type and the spec they carry (the abstract mesh of
+    Auto axes, which a computation run in ``jax.set_mesh`` leaves on its outputs, carries none),
+    its sharding and commitment."""
+    if type(x) is not ArrayImpl:
+        return None
+    aval = x.aval
+    typed = getattr(aval, "sharding", None)
+    mesh = getattr(typed, "mesh", None)
+    explicit = tuple(
+        n for n, t in zip(getattr(mesh, "axis_names", ()), getattr(mesh, "axis_types", ())) if t == AxisType.Explicit
+    )
+    spec = typed.spec if explicit and typed is not None else None
+    return aval.shape, aval.dtype, aval.weak_type, explicit, spec, x.sharding, x.committed
+
+
+def retyped(tree, avals: tuple):
+    """``tree`` with each concrete array whose entry of ``avals`` (one per leaf; None: as it is) is
+    an abstract value made of that type, the same buffers (no copy): an array of one shape,
+    dtype and sharding whose type names another abstract mesh of Auto axes (that of the mesh an
+    eager call ran in)."""
+    leaves, structure = jax.tree.flatten(tree)
+    out = [
+        x if aval is None else ArrayImpl(aval, x.sharding, x._arrays, committed=x.committed, _skip_checks=True)
+        for x, aval in zip(leaves, avals)
+    ]
+    return jax.tree.unflatten(structure, out)
+
+
 def uncommitted_call(mesh, arrays) -> bool:
     """Whether an eager call's outputs should be uncommitted: no mesh was given, none is set, and
     every input array is uncommitted (as with JAX's own operations)."""

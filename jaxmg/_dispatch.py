@@ -22,8 +22,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import os
+import sys
+import warnings
 from collections.abc import Callable, Sequence
-from typing import Optional
+from typing import Optional, ParamSpec, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -55,7 +58,7 @@ def build(body, family: str, matrices, options: Options, *, rhs=(), num_rhs: int
     values = tuple(value for _, value in (*matrices, *rhs))
     names = tuple(name for name, _ in matrices), tuple(name for name, _ in rhs)
     known = _known_call(("build", body, family, names, num_rhs, natural, options, static), values)
-    if isinstance(known, Planned):  # planned before: a concrete call keeps a matrix unless it donates it
+    if isinstance(known, Planned) and known.plan is not None:  # planned before: kept unless donated
         arrays = known.placed(values)
         return known.plan, known.launch(arrays), tuple(None if options.donate else x for x in arrays[: len(matrices)])
     ctx = context([value for _, value in matrices], [value for _, value in rhs])
@@ -171,11 +174,12 @@ class Planned:
     dispatch runs from then on), the concrete mesh it runs in (entered as the context; None: none)
     and whether its outputs are made uncommitted (``jaxmg._context.uncommitted``)."""
 
-    plan: Plan
+    plan: Optional[Plan]  # None: a drop-in's program, whose jaxmg calls are planned inside it
     compiled: Callable
     mesh: Optional[Mesh]
     release: bool
     placements: tuple = ()
+    avals: tuple = ()  # a drop-in's outputs' types where they are not the compiled call's
 
     def placed(self, values: Sequence) -> tuple:
         """The concrete arrays ``values`` as the call runs on them (:func:`_placements`): each in
@@ -187,6 +191,8 @@ class Planned:
         """The compiled body on ``args``, in the plan's mesh."""
         with contextlib.nullcontext() if self.mesh is None else jax.set_mesh(self.mesh):
             out = self.compiled(*args)
+        if self.avals:
+            out = _context.retyped(out, self.avals)
         return _context.uncommitted(out) if self.release else out
 
 
@@ -208,10 +214,10 @@ class _Compiled:
     def __call__(self, *key):
         return self._jit(*key)
 
-    def known(self, key) -> Optional[Planned]:
+    def known(self, key) -> object:  # a Planned, _EAGER_ONLY or None
         return self._planned.get(key)
 
-    def remember(self, key, planned: Planned) -> None:
+    def remember(self, key, planned: object) -> None:
         if len(self._planned) >= self.size:
             self._planned.pop(next(iter(self._planned)))
         self._planned[key] = planned
@@ -244,9 +250,10 @@ def _known_call(call: tuple, values: Sequence):
         return None
     key = (_typed(call), signature, _context.config_key())
     try:
-        return _compiled.known(key) or key
+        found = _compiled.known(key)
     except TypeError:  # a static argument that cannot be hashed (a list of specs): planned each time
         return None
+    return found if isinstance(found, Planned) else key
 
 
 def _typed(value):
@@ -493,3 +500,163 @@ def _retyped(sharding, mesh: Mesh) -> bool:
 def _on(x, devices) -> bool:
     sharding = getattr(x, "sharding", None)
     return sharding is not None and set(sharding.device_set) == devices
+
+
+# --- The drop-ins: a repeated eager call as one compiled program ---
+
+
+_Params = ParamSpec("_Params")
+_Result = TypeVar("_Result")
+_EAGER_ONLY = object()  # a key whose compiled program does not give what the eager call gives
+
+
+def drop_in(fn: Callable[_Params, _Result]) -> Callable[_Params, _Result]:
+    """``fn``, a function of ``jaxmg.numpy.linalg`` or ``jaxmg.scipy.linalg``, whose repeated eager
+    call on concrete JAX arrays runs one compiled program: the ``jax.jit`` of ``fn`` with its
+    other arguments static, kept per key (:func:`_drop_in_key`: ``fn``, the arguments' structure
+    and static values, each array's shape, dtype, weak type, sharding and commitment, JAX's
+    configuration and meshes in context), the eager JAX operations around jaxmg's calls and the
+    ``jax.vmap`` over a stack included.
+
+    The first call of a key runs ``fn`` eagerly, as every call did before (its errors, warnings,
+    plans and layouts are those of the eager call), then the compiled program on the same
+    arguments; the key keeps the program only where it gives the same outputs (structure, shapes,
+    dtypes, shardings, commitment and values) and the eager call warned of nothing, else the key
+    runs eagerly from then on. A call with a key that raised raises again, eagerly. Calls inside a
+    transformation, and on NumPy arrays, scalars or tracers, run ``fn`` as they are."""
+
+    @functools.wraps(fn)
+    def call(*args: _Params.args, **kwargs: _Params.kwargs) -> _Result:
+        key, dynamic = _drop_in_key(fn, args, kwargs)
+        known = None if key is None else _compiled.known(key)
+        if isinstance(known, Planned):
+            return known.launch(dynamic)
+        return _eager_drop_in(fn, None if known is not None else key, args, kwargs)
+
+    return call
+
+
+def _drop_in_key(fn, args: tuple, kwargs: dict) -> tuple[Optional[tuple], list]:
+    """(the key of a drop-in call, its concrete arrays), or (None, []) where it cannot be keyed: a
+    transformation traces, a value is a NumPy array, a tracer or not hashable."""
+    if not _context.top_level():
+        return None, []
+    leaves, structure = jax.tree.flatten((args, kwargs))
+    dynamic = [x for x in leaves if hasattr(x, "shape")]
+    signature = _context.concrete_signature(dynamic)
+    if signature is None:
+        return None, []
+    static = tuple(_typed(x) for x in leaves if not hasattr(x, "shape"))
+    key = ("drop_in", fn, structure, static, signature, _context.config_key())
+    try:
+        hash(key)
+    except TypeError:
+        return None, []
+    return key, dynamic
+
+
+def _eager_drop_in(fn, key: Optional[tuple], args: tuple, kwargs: dict):
+    """The eager call of ``fn``; then, for a ``key`` (a first call), the compiled program kept
+    under it where it gives the same outputs on the same arguments and the call warned of
+    nothing (:func:`warn`), else the key marked to run eagerly (:func:`drop_in`)."""
+    before = _warned.count
+    out = fn(*args, **kwargs)
+    if key is not None:
+        _compiled.remember(key, _EAGER_ONLY if _warned.count != before else _program(fn, args, kwargs, out))
+    return out
+
+
+class _Warned:
+    """How many warnings the drop-ins have given (:func:`warn`)."""
+
+    count = 0
+
+
+_warned = _Warned()
+
+
+def warn(message: str, category: type[Warning]) -> None:
+    """A drop-in's warning, shown at the line outside jaxmg that called it, on every call of its
+    key: a call that warned keeps running eagerly (:func:`drop_in`)."""
+    _warned.count += 1
+    inside = _wrapping_files()
+    frame, level = sys._getframe(1), 2  # level 2: this function's caller
+    while frame is not None and frame.f_code.co_filename.startswith(inside):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
+
+
+def _wrapping_files() -> tuple[str, ...]:
+    """Where the frames between a drop-in's caller and its warning are: jaxmg's package, and the
+    annotation checkers that may wrap its functions (jaxtyping, beartype) where loaded."""
+    found = ["<@beartype"]
+    for name in ("jaxmg", "jaxtyping", "beartype"):
+        path = getattr(sys.modules.get(name), "__file__", None)
+        if isinstance(path, str):
+            found.append(os.path.dirname(os.path.abspath(path)) + os.sep)
+    return tuple(found)
+
+
+def _program(fn, args: tuple, kwargs: dict, eager) -> object:
+    """The compiled program of ``fn`` on the arrays of (args, kwargs), the other values static, as
+    a :class:`Planned` launch where it gives on them what the eager call gave (``eager``), else
+    :data:`_EAGER_ONLY`. The program returns the output's arrays, placed as the eager call's
+    (``out_shardings``); the rest is the eager call's, decided by the key as its plan is: the
+    output's structure (a module's plan: the trace plans its calls without the concrete mesh) and
+    its values that are not arrays (``cho_factor``'s ``lower`` flag), which the trace must give
+    too."""
+    leaves, structure = jax.tree.flatten((args, kwargs))
+    flags = [hasattr(x, "shape") for x in leaves]
+    static = [x for x, f in zip(leaves, flags) if not f]
+    out_leaves, out_structure = jax.tree.flatten(eager)
+    out_flags = [hasattr(x, "shape") for x in out_leaves]
+    traced: list = []
+
+    def program(*dynamic):
+        arrays, others = iter(dynamic), iter(static)
+        args_, kwargs_ = jax.tree.unflatten(structure, [next(arrays) if f else next(others) for f in flags])
+        found = jax.tree.leaves(fn(*args_, **kwargs_))
+        traced.append(([hasattr(x, "shape") for x in found], [x for x in found if not hasattr(x, "shape")]))
+        return [x for x in found if hasattr(x, "shape")]
+
+    shardings = [x.sharding for x, f in zip(out_leaves, out_flags) if f]
+    compiled = jax.jit(program, out_shardings=shardings)
+    kept = [x for x, f in zip(out_leaves, out_flags) if not f]
+
+    def whole(*dynamic):
+        arrays, others = iter(compiled(*dynamic)), iter(kept)
+        return jax.tree.unflatten(out_structure, [next(arrays) if f else next(others) for f in out_flags])
+
+    planned = _same_program(whole, [x for x, f in zip(leaves, flags) if f], eager)
+    return planned if traced == [(out_flags, kept)] else _EAGER_ONLY
+
+
+def _same_program(compiled: Callable, dynamic: list, eager) -> object:
+    """A :class:`Planned` launch of ``compiled`` where it gives on ``dynamic`` what the eager call
+    gave (``eager``; outputs made uncommitted as the eager ones are, and of their types where
+    those name the abstract mesh of the mesh the eager call ran jaxmg's calls in), else
+    :data:`_EAGER_ONLY`."""
+    release = all(not x.committed for x in jax.tree.leaves(eager) if hasattr(x, "committed"))
+    planned = Planned(None, compiled, None, release)
+    try:
+        out = planned.launch(dynamic)
+    except Exception:  # noqa: BLE001  (a program that cannot be traced or run: the key stays eager)
+        return _EAGER_ONLY
+    mine, structure = jax.tree.flatten(out)
+    theirs, eager_structure = jax.tree.flatten(eager)
+    if structure != eager_structure or not all(map(_same_output, mine, theirs)):
+        return _EAGER_ONLY
+    avals = tuple(y.aval if hasattr(y, "aval") and x.aval != y.aval else None for x, y in zip(mine, theirs))
+    return dataclasses.replace(planned, avals=avals) if any(a is not None for a in avals) else planned
+
+
+def _same_output(x, y) -> bool:
+    """Whether two outputs are the same: equal values that are not arrays, or concrete arrays of
+    one shape, dtype, weak type, Explicit type, sharding and commitment
+    (``jaxmg._context.visible_signature``) and values (NaN where the other has NaN)."""
+    if not hasattr(x, "shape") and not hasattr(y, "shape"):
+        return type(x) is type(y) and x == y
+    signature = _context.visible_signature(x)
+    if signature is None or signature != _context.visible_signature(y):
+        return False
+    return bool(np.array_equal(np.asarray(x), np.asarray(y), equal_nan=x.dtype.kind in "fc"))

@@ -16,6 +16,7 @@ from jax.sharding import AxisType, PartitionSpec as P
 
 import jaxmg
 import jaxmg.numpy.linalg as la
+import jaxmg.scipy.linalg as sla
 from helpers import make_mesh, put
 from jaxmg import _context, _dispatch
 
@@ -196,3 +197,161 @@ def test_a_method_on_a_mesh_moves_a_right_hand_side_from_one_device(counts):
         x = module.solve(b * (k + 1))
         assert _solved(a, b * (k + 1), x) and set(x.sharding.device_set) == set(mesh.devices.flat)
     assert counts["planned"] == planned
+
+
+# --- The drop-ins: a repeated eager call on a stack, or with JAX operations around jaxmg's, is one program ---
+
+
+def _stack(k: int = 1):
+    g = np.random.default_rng(k).standard_normal((4, N, N))
+    return jnp.asarray(g @ g.transpose(0, 2, 1) / N + np.eye(N) * k), jnp.asarray(np.ones((4, N, 2)))
+
+
+#: a stack's placements (docs/routes.md): (mesh, a's spec, b's spec, whether the mesh is set)
+STACK_PLACES = {
+    "device": (None, None, None, False),
+    "batch-split Explicit": (_explicit, P("x"), P("x"), False),
+    "batch-split Explicit, set": (_explicit, P("x"), P("x"), True),
+    "split inside Explicit": (_explicit, P(None, "x", "y"), P(None, "x"), False),
+    "batch-split Auto": (_auto, P("x"), P("x"), False),
+    "split inside Auto, set": (_auto, P(None, "x", "y"), P(None, "x"), True),
+    "replicated Auto": (_auto, P(), P(), False),
+}
+
+#: drop-ins on a stack (a, b), each with JAX operations around jaxmg's calls; ``eager``: each drop-in
+#: as it runs without its compiled program (``jaxmg._dispatch.drop_in``'s ``__wrapped__``)
+DROP_INS = {
+    "numpy solve": lambda a, b, eager=False: _own(la.solve, eager)(a, b),
+    "numpy eigh": lambda a, b, eager=False: _own(la.eigh, eager)(a),
+    "numpy cholesky": lambda a, b, eager=False: _own(la.cholesky, eager)(a),
+}
+
+
+def _own(fn, eager: bool):
+    return fn.__wrapped__ if eager else fn
+
+
+def _placed_stack(place: str, k: int = 1):
+    mesh, a_spec, b_spec, _ = STACK_PLACES[place]
+    a, b = _stack(k)
+    if mesh is None:
+        return a, b
+    mesh = mesh()
+    return put(a, mesh, a_spec), put(b, mesh, b_spec)
+
+
+def _signature(out) -> tuple:
+    leaves = jax.tree.leaves(out)
+    return tuple((x.aval, x.sharding, x.committed) for x in leaves), [np.asarray(x) for x in leaves]
+
+
+@pytest.mark.parametrize("place", list(STACK_PLACES))
+@pytest.mark.parametrize("call", list(DROP_INS))
+def test_a_repeated_eager_drop_in_call_on_a_stack_is_one_program(counts, call, place):
+    """The second call of a key plans and traces nothing (neither the drop-in nor jaxmg's calls in
+    it) and gives what the eager call gives: the same outputs, shardings and commitment, on every
+    stack placement, with and without the mesh in context."""
+    with jax.set_mesh(STACK_PLACES[place][0]()) if STACK_PLACES[place][3] else contextlib.nullcontext():
+        DROP_INS[call](*_placed_stack(place))
+        planned = counts["planned"]
+        assert planned >= 1
+        outs = [DROP_INS[call](*_placed_stack(place, k)) for k in (2, 3)]
+        assert counts["planned"] == planned, "a repeated call planned and traced again"
+        for k, out in zip((2, 3), outs):
+            (mine, values), (eager, expected) = (
+                _signature(out),
+                _signature(DROP_INS[call](*_placed_stack(place, k), True)),
+            )
+            assert mine == eager
+            for x, y in zip(values, expected):
+                np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("change", [c for c in CHANGES if c != "static option"])
+def test_a_drop_in_call_of_a_changed_key_is_planned_again(counts, change):
+    """numpy solve (a promotion, a stack's vmap and jaxmg's LU in one program) with one part of its
+    key changed: planned and traced again, with the right answer, then one program again."""
+    a, b = _system()
+    la.solve(a, b), la.solve(a, b)
+    planned = counts["planned"]
+    a2, b2, _, context = CHANGES[change](a, b)
+    with context if context is not None else contextlib.nullcontext():
+        out = la.solve(a2, b2)
+        changed = counts["planned"]
+        again = la.solve(a2, b2)
+    assert changed > planned, "a changed key reuses a stale program"
+    assert counts["planned"] == changed, "the second call of the changed key planned again"
+    assert _solved(a2, b2, out) and np.array_equal(np.asarray(out), np.asarray(again))
+    assert out.dtype == again.dtype == a2.dtype and out.sharding == again.sharding
+
+
+def test_a_drop_in_error_is_raised_every_time(counts):
+    a, b = _system()
+    la.solve(a, b), la.solve(a, b)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="solve: b must be"):
+            la.solve(a, b[:7])
+
+
+#: one matrix's placements: (mesh, a's spec, b's spec, whether the mesh is set)
+MATRIX_PLACES = {
+    "device": (None, None, None, False),
+    "Explicit": (_explicit, P("x", "y"), P("x"), False),
+    "Auto": (_auto, P("x", "y"), P("x"), False),
+    "Auto, set": (_auto, P("x", "y"), P("x"), True),
+}
+
+#: drop-ins that run JAX operations around jaxmg's calls on one matrix (a, b)
+AROUND = {
+    "numpy eigh": lambda a, b, eager=False: _own(la.eigh, eager)(a),
+    "numpy cholesky upper": lambda a, b, eager=False: _own(la.cholesky, eager)(a, upper=True),
+    "scipy cho_solve": lambda a, b, eager=False: _own(sla.cho_solve, eager)(
+        _own(sla.cho_factor, eager)(a, lower=True), b.astype(jnp.float32)
+    ),
+}
+
+
+@pytest.mark.parametrize("place", list(MATRIX_PLACES))
+@pytest.mark.parametrize("call", list(AROUND))
+def test_a_repeated_eager_drop_in_call_is_one_program(monkeypatch, call, place):
+    """The JAX operations a drop-in runs around jaxmg's calls (symmetrising, a transpose, a
+    promotion, a module's construction) are in its one program: a repeated call runs nothing
+    eagerly and gives what the eager call gives (values, shapes, dtypes, types, shardings,
+    commitment)."""
+    _dispatch._compiled.cache_clear()
+    eager = {"calls": 0}
+    run_eagerly = _dispatch._eager_drop_in
+
+    def counted(*args, **kwargs):
+        eager["calls"] += 1
+        return run_eagerly(*args, **kwargs)
+
+    monkeypatch.setattr(_dispatch, "_eager_drop_in", counted)
+    mesh, a_spec, b_spec, set_mesh = MATRIX_PLACES[place]
+    mesh = mesh() if mesh is not None else None
+    a, b = _system()
+    if mesh is not None:
+        a, b = put(a, mesh, a_spec), put(b, mesh, b_spec)
+    with jax.set_mesh(mesh) if set_mesh else contextlib.nullcontext():
+        AROUND[call](a, b)
+        first = eager["calls"]
+        outs = [AROUND[call](a * k, b) for k in (2, 3)]
+        assert eager["calls"] == first, "a repeated call ran eagerly"
+        for k, out in zip((2, 3), outs):
+            expected = AROUND[call](a * k, b, True)
+            mine, theirs = jax.tree.leaves(out), jax.tree.leaves(expected)
+            assert _context.concrete_signature(mine) == _context.concrete_signature(theirs)
+            for x, y in zip(mine, theirs):
+                np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_a_drop_in_warning_is_given_on_every_call_at_the_callers_line():
+    """A key whose call warns (rank promotion under ``"warn"``) keeps running eagerly: every call
+    warns, at the line that called the drop-in."""
+    a, b = jnp.stack([jnp.eye(N) * 2.0] * 3), jnp.ones((N, 1))
+    with jax.numpy_rank_promotion("warn"):
+        for _ in range(3):
+            with pytest.warns(UserWarning, match="rank promotion") as found:
+                x = la.solve(a, b)
+            assert [w.filename for w in found] == [__file__]
+            np.testing.assert_allclose(np.asarray(x), 0.5)

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import warnings
 
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from .. import _checks, _context, _plan, _routes, _sharded
+from .. import _checks, _context, _dispatch, _plan, _routes, _sharded
 from .._context import is_tracer
 from .._dense import _explicit_mesh, adjoint, spec_of
 from .._layout import divides
@@ -173,10 +172,10 @@ def check_rank_promotion(args, core_ranks) -> None:
             "with the config option jax_numpy_rank_promotion='raise', as in JAX; add the leading dimensions "
             "(b[None]) or set jax_numpy_rank_promotion='allow'."
         )
-    warnings.warn(
+    _dispatch.warn(
         f"Following NumPy automatic rank promotion on shapes {shapes}. Set the jax_numpy_rank_promotion "
         "config option to 'allow' to disable this warning.",
-        stacklevel=4,  # the caller of the jaxmg.numpy or jaxmg.scipy function
+        UserWarning,
     )
 
 

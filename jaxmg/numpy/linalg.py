@@ -51,6 +51,7 @@ from .._dense import (
     spec_of as _spec_of,
     triu as _triu,
 )
+from .._dispatch import drop_in as _drop_in
 from ..modules import LU as _LU
 from . import _det, _jax_rules, _util
 from ._results import EighResult, QRResult, SlogdetResult, SVDResult
@@ -80,6 +81,7 @@ vector_norm = jnp.linalg.vector_norm
 # --- LU: solve, inv, det, slogdet -------------------------------------------------------------
 
 
+@_drop_in
 def solve(a, b):
     """Solve ``a @ x = b`` for square ``a`` by distributed LU (:func:`jaxmg.lu_solve`).
 
@@ -119,6 +121,7 @@ def _solve_shapes(a_shape: tuple, b_shape: tuple) -> None:
             ) from None
 
 
+@_drop_in
 def inv(a):
     """The inverse of square ``a`` (..., N, N), in a's layout, from its distributed LU factor
     (:meth:`jaxmg.LU.inverse`: both triangular inverses and their product)."""
@@ -127,6 +130,7 @@ def inv(a):
     return _map_batch(lambda a: _LU(a).inverse(), (a,), (2,))
 
 
+@_drop_in
 def slogdet(a, *, method=None):
     """``SlogdetResult(sign, logabsdet)`` of square ``a`` (..., N, N).
 
@@ -145,6 +149,7 @@ def slogdet(a, *, method=None):
     return SlogdetResult(*_map_batch(lambda a: _LU(a).slogdet(), (a,), (2,)))
 
 
+@_drop_in
 def det(a):
     """The determinant of square ``a`` (..., N, N), ``sign * exp(logabsdet)`` of its LU factor: 0
     for a singular matrix, 1 for an empty one. The derivative is JAX's, ``tr(adj(a) da)``, defined
@@ -173,6 +178,7 @@ def _det_compiled(a):
 # --- Cholesky ------------------------------------------------------------------------------------
 
 
+@_drop_in
 def cholesky(a, *, upper=False, symmetrize_input=True):
     """The Cholesky factor of Hermitian positive-definite ``a`` (..., N, N), in a's layout.
 
@@ -198,6 +204,7 @@ def _uplo(UPLO, name):
     raise ValueError(f"{name}: UPLO must be 'L' or 'U', got {UPLO!r}.")
 
 
+@_drop_in
 def eigh(a, UPLO=None, symmetrize_input=True):
     """``EighResult(eigenvalues, eigenvectors)`` of Hermitian ``a`` (..., N, N) by distributed syevd.
 
@@ -209,6 +216,7 @@ def eigh(a, UPLO=None, symmetrize_input=True):
     return EighResult(*_eigh(a, UPLO, symmetrize_input, "eigh", vectors=True))
 
 
+@_drop_in
 def eigvalsh(a, UPLO="L", *, symmetrize_input=True):
     """The eigenvalues (ascending, replicated) of Hermitian ``a`` (..., N, N), as in :func:`eigh`."""
     return _eigh(a, UPLO, symmetrize_input, "eigvalsh", vectors=False)
@@ -266,6 +274,7 @@ def svd(
 def svd(
     a, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False, subset_by_index=None
 ) -> Union[SVDResult, jax.Array]: ...
+@_drop_in
 def svd(a, full_matrices=True, compute_uv=True, hermitian=False, subset_by_index=None):
     """The singular value decomposition of ``a`` (..., M, N), tall, square or wide.
 
@@ -323,6 +332,7 @@ def _svd_subset(subset_by_index, shape: tuple, full_matrices: bool):
     return start, end
 
 
+@_drop_in
 def svdvals(x, /):
     """The singular values of ``x`` (..., M, N), descending: ``svd(x, compute_uv=False)``."""
     return svd(x, compute_uv=False)
@@ -385,6 +395,7 @@ def qr(a, mode: Literal["reduced", "complete", "raw", "full"] = "reduced") -> QR
 def qr(a, mode: Literal["r"]) -> jax.Array: ...
 @overload
 def qr(a, mode: str) -> Union[QRResult, jax.Array]: ...
+@_drop_in
 def qr(a, mode="reduced"):
     """The QR decomposition of ``a`` (..., M, N), tall, square or wide, by distributed QR.
 
@@ -482,6 +493,7 @@ def _concrete(value, name):
     return int(value)
 
 
+@_drop_in
 def lstsq(a, b, rcond=None, *, numpy_resid=False):
     """``(x, resid, rank, s)``: the least-squares solution of ``a @ x = b`` of least norm.
 
@@ -538,6 +550,7 @@ def _chain(x, y, z, *, spec):
     return _matmul(x, _matmul(y, z, spec), spec)
 
 
+@_drop_in
 def pinv(a, rtol=None, hermitian=False, *, rcond=None):
     """The Moore-Penrose pseudo-inverse of ``a`` (..., M, N), (..., N, M) in a's layout.
 
@@ -565,6 +578,7 @@ def _pinv_compiled(a, rtol, *, hermitian):
     return _pinv(a, rtol, hermitian)
 
 
+@_drop_in
 def matrix_rank(M, rtol=None, *, hermitian=False, tol=None):
     """The number of singular values of ``M`` (..., M, N) above the tolerance, as in JAX.
 
@@ -586,6 +600,7 @@ def matrix_rank(M, rtol=None, *, hermitian=False, tol=None):
     return jnp.sum(s > rtol, axis=-1)
 
 
+@_drop_in
 def cond(x, p=None):
     """The condition number of ``x`` (..., M, N) in norm ``p``, as ``jnp.linalg.cond``.
 
@@ -637,6 +652,7 @@ def _spectral(x, ord, axis, keepdims):
     return out
 
 
+@_drop_in
 def norm(x, ord=None, axis=None, keepdims=False):
     """``jnp.linalg.norm``; the matrix norms ord=2, -2 and 'nuc' from jaxmg's singular values."""
     (x,) = _inexact(x)
@@ -648,11 +664,13 @@ def norm(x, ord=None, axis=None, keepdims=False):
     return jnp.linalg.norm(x, ord=ord, axis=axis, keepdims=keepdims)
 
 
+@_drop_in
 def matrix_norm(x, /, *, keepdims=False, ord="fro"):
     """``jnp.linalg.matrix_norm`` over the last two dimensions (2, -2, 'nuc' via :func:`svdvals`)."""
     return norm(x, ord=ord, axis=(-2, -1), keepdims=keepdims)
 
 
+@_drop_in
 def matrix_power(a, n):
     """``a`` (..., N, N) to the integer power ``n`` by repeated squaring; negative ``n`` raise
     :func:`inv` (a) to ``-n``. Products in a's layout."""
@@ -684,6 +702,7 @@ def matrix_power(a, n):
 # --- Tensor forms -------------------------------------------------------------------------------
 
 
+@_drop_in
 def tensorinv(a, ind=2):
     """The tensor inverse of ``a`` over its first ``ind`` dimensions, via :func:`inv`."""
     (a,) = _inexact(a)
@@ -697,6 +716,7 @@ def tensorinv(a, ind=2):
     return inv(a.reshape(rows, cols)).reshape(*tail, *head)
 
 
+@_drop_in
 def tensorsolve(a, b, axes=None):
     """Solve the tensor equation ``tensordot(a, x, x.ndim) = b`` for x, via :func:`solve`."""
     a, b = _inexact(a, b)

@@ -21,7 +21,6 @@ is present: :func:`solve_triangular` runs as products over the mesh
 from __future__ import annotations
 
 import functools
-import warnings
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +35,7 @@ from .._dense import (
     matmul as _matmul,
     spec_of as _spec_of,
 )
+from .._dispatch import drop_in as _drop_in, warn as _warn
 from ..kernels import triangular as _triangular
 from ..kernels.algebra import permutation_matrix as _permutation_matrix
 from ..kernels.ffi.solver import getrf as _getrf
@@ -71,6 +71,7 @@ def _one_square_matrix(a, name: str, module: str):
     return a
 
 
+@_drop_in
 def cho_factor(a, lower=False, overwrite_a=False, check_finite=True):
     """``(c, lower)``: ``c`` the :class:`jaxmg.Cholesky` factorisation of Hermitian
     positive-definite ``a`` (N, N), from its lower triangle (``lower=True``) or its upper one
@@ -80,6 +81,7 @@ def cho_factor(a, lower=False, overwrite_a=False, check_finite=True):
     return _Cholesky(_herm_input(a, False, lower=bool(lower))), bool(lower)
 
 
+@_drop_in
 def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
     """Solve ``a @ x = b`` with ``(c, lower)`` from :func:`cho_factor`; ``x`` has b's shape and
     layout. ``c`` may also be JAX's array (..., N, N), the factor in its ``lower`` triangle: x
@@ -108,6 +110,7 @@ def _each_rhs(solve, b):
     return _in_layout_of(solve(_in_layout(b, unsplit, b)), b, matrix=False)
 
 
+@_drop_in
 def cholesky(a, lower=False, overwrite_a=False, check_finite=True):
     """The Cholesky factor of ``a`` (..., N, N) from one triangle (``lower``; default upper, as
     SciPy): ``L`` with ``a = L L^H``, or ``U`` with ``a = U^H U``. In a's layout."""
@@ -118,6 +121,7 @@ def cholesky(a, lower=False, overwrite_a=False, check_finite=True):
     return factor if lower else _in_layout_of(_H(factor), factor)
 
 
+@_drop_in
 def lu_factor(a, overwrite_a=False, check_finite=True):
     """JAX's ``(lu, piv)`` of ``a`` (..., N, N): ``P a = L U`` with partial pivoting, L (unit
     lower, strict lower triangle of ``lu``) and U (upper triangle of ``lu``) packed as LAPACK's
@@ -167,6 +171,7 @@ def _mesh_solve(t, b, *, lower: bool, unit: bool = False, right: bool = False):
 _TRANS = {0: "N", 1: "T", 2: "C", "N": "N", "T": "T", "C": "C"}
 
 
+@_drop_in
 def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     """Solve ``op(a) @ x = b`` with JAX's ``(lu, piv)`` from :func:`lu_factor`; op by ``trans``:
     0 (a), 1 (a^T) or 2 (a^H). ``lu`` (..., N, N), ``b`` (N,) or (..., N, K); ``x`` has b's shape
@@ -197,6 +202,7 @@ def _packed_lu_solve(lu, perm, b, *, trans: str):
     return _take_rows(z, jnp.argsort(perm))
 
 
+@_drop_in
 def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False, check_finite=True, assume_a="gen"):
     """Solve ``a @ x = b``: LU for ``assume_a`` "gen", "sym" or "her"; Cholesky for "pos" (from
     a's ``lower`` triangle, default upper, as SciPy). Shapes as :func:`jaxmg.numpy.linalg.solve`.
@@ -228,18 +234,21 @@ def _positive_rhs(a_shape: tuple, b_shape: tuple) -> bool:
     return len(b_shape) == len(a_shape) - 1
 
 
+@_drop_in
 def inv(a, overwrite_a=False, check_finite=True):
     """The inverse of square ``a`` (..., N, N) in a's layout: :func:`jaxmg.numpy.linalg.inv`."""
     del overwrite_a, check_finite
     return _np.inv(a)
 
 
+@_drop_in
 def det(a, overwrite_a=False, check_finite=True):
     """The determinant of square ``a`` (..., N, N): :func:`jaxmg.numpy.linalg.det`."""
     del overwrite_a, check_finite
     return _np.det(a)
 
 
+@_drop_in
 def eigh(
     a,
     b=None,
@@ -297,6 +306,7 @@ def _eigh_of_product(a, b, *, third: bool, vectors: bool):
     return w, _in_layout_of(v, a)
 
 
+@_drop_in
 def svd(a, full_matrices=True, compute_uv=True, overwrite_a=False, check_finite=True, lapack_driver="gesdd"):
     """``(u, s, vh)`` (or ``s`` with ``compute_uv=False``) of ``a`` (..., M, N), tall, square or
     wide: :func:`jaxmg.numpy.linalg.svd`, as a plain tuple (as JAX)."""
@@ -307,6 +317,7 @@ def svd(a, full_matrices=True, compute_uv=True, overwrite_a=False, check_finite=
     return tuple(out) if compute_uv else out
 
 
+@_drop_in
 def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_finite=True):
     """The QR decomposition of ``a`` (..., M, N), tall, square or wide, in a's layout.
 
@@ -339,6 +350,7 @@ def _full_r(a):
     return _in_layout_of(jnp.pad(r, [(0, 0)] * (r.ndim - 2) + [(0, zeros), (0, 0)]), a)
 
 
+@_drop_in
 def polar(a, side="right", *, method="qdwh", eps=None, max_iterations=None):
     """The polar decomposition of ``a`` (M, N): ``(u, p)`` with ``a = u p`` (``side="right"``,
     M >= N: u with orthonormal columns, p (N, N) Hermitian positive semi-definite) or
@@ -368,6 +380,7 @@ def polar(a, side="right", *, method="qdwh", eps=None, max_iterations=None):
     return _in_layout_of(_H(u), a), _in_layout_of(p, a)
 
 
+@_drop_in
 def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=True, lapack_driver=None):
     """``(x, residues, rank, s)`` as ``scipy.linalg.lstsq`` (JAX has no scipy lstsq): the
     least-squares solution of least norm for ``a`` (M, N) of any shape and rank, from jaxmg's SVD.
@@ -407,6 +420,7 @@ __all__ = [
 # --- Triangular solves and the LU decomposition as matrices: jaxmg's --------------------------
 
 
+@_drop_in
 def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False, debug=None, check_finite=True):
     """Solve ``op(a) @ x = b`` for triangular ``a`` (..., N, N), op by ``trans``: 0 (a), 1 (a^T)
     or 2 (a^H); only a's ``lower`` (default upper) triangle is read, its diagonal taken as ones
@@ -435,12 +449,11 @@ def _triangle_and_rhs(a, b, name: str, *, first: str):
     _square(a, name)
     vectors = b.ndim > 1 and a.ndim == b.ndim + 1 and b.shape[-1] == a.shape[-1]
     if vectors:
-        warnings.warn(
+        _warn(
             f"jax.scipy.linalg.{name}: batched 1D solves with b.ndim > 1 are deprecated, and in the future "
             f"will be treated as a batched 2D solve. Use {name}({first}, b[..., None]).squeeze(-1) to avoid this "
             "warning.",
-            category=FutureWarning,
-            stacklevel=3,
+            FutureWarning,
         )
     if b.ndim < 1 or b.shape[-1 if b.ndim == 1 or vectors else -2] != a.shape[-1]:
         raise ValueError(
@@ -528,6 +541,7 @@ def _spread(a) -> bool:
     return any(e is not None for e in spec) and sharding.mesh.size > 1
 
 
+@_drop_in
 def lu(a, permute_l=False, overwrite_a=False, check_finite=True):
     """``(p, l, u)`` with ``a = p @ l @ u`` (or ``(p @ l, u)`` with ``permute_l``) for ``a``
     (..., N, N): p a permutation matrix, l unit lower and u upper triangular, unpacked from

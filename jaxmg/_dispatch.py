@@ -523,7 +523,8 @@ def drop_in(fn: Callable[_Params, _Result]) -> Callable[_Params, _Result]:
     arguments; the key keeps the program only where it gives the same outputs (structure, shapes,
     dtypes, shardings, commitment and values) and the eager call warned of nothing, else the key
     runs eagerly from then on. A call with a key that raised raises again, eagerly. Calls inside a
-    transformation, and on NumPy arrays, scalars or tracers, run ``fn`` as they are."""
+    transformation, on NumPy arrays, scalars or tracers, and on arrays of more than
+    :data:`PROGRAM_MAX_BYTES` or not held whole by this process, run ``fn`` as they are."""
 
     @functools.wraps(fn)
     def call(*args: _Params.args, **kwargs: _Params.kwargs) -> _Result:
@@ -531,6 +532,9 @@ def drop_in(fn: Callable[_Params, _Result]) -> Callable[_Params, _Result]:
         known = None if key is None else _compiled.known(key)
         if isinstance(known, Planned):
             return known.launch(dynamic)
+        if known is None and key is not None and not _worth_a_program(dynamic):
+            _compiled.remember(key, _EAGER_ONLY)
+            known = _EAGER_ONLY
         return _eager_drop_in(fn, None if known is not None else key, args, kwargs)
 
     return call
@@ -553,6 +557,22 @@ def _drop_in_key(fn, args: tuple, kwargs: dict) -> tuple[Optional[tuple], list]:
     except TypeError:
         return None, []
     return key, dynamic
+
+
+#: The most bytes of arguments for which a drop-in's first eager call also compiles and checks
+#: its one-program form (:func:`_program`): there the dispatch of the eager operations is a
+#: large share of a call; above it the arithmetic dominates, and running the call a second time
+#: and reading both outputs back would cost time and memory in proportion to the matrices.
+PROGRAM_MAX_BYTES = 1 << 22
+
+
+def _worth_a_program(dynamic: Sequence) -> bool:
+    """Whether a drop-in call on the concrete arrays ``dynamic`` is small enough to be run as one
+    compiled program (:data:`PROGRAM_MAX_BYTES`) and held whole by this process (every array
+    fully addressable, so that its outputs can be compared with the eager call's)."""
+    if not all(getattr(x, "is_fully_addressable", False) for x in dynamic):
+        return False
+    return sum(x.size * x.dtype.itemsize for x in dynamic) <= PROGRAM_MAX_BYTES
 
 
 def _eager_drop_in(fn, key: Optional[tuple], args: tuple, kwargs: dict):

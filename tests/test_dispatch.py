@@ -355,3 +355,26 @@ def test_a_drop_in_warning_is_given_on_every_call_at_the_callers_line():
                 x = la.solve(a, b)
             assert [w.filename for w in found] == [__file__]
             np.testing.assert_allclose(np.asarray(x), 0.5)
+
+
+def test_a_large_drop_in_call_runs_once_and_eagerly(monkeypatch, counts):
+    """Above ``PROGRAM_MAX_BYTES`` of arguments a drop-in call is not compiled a second time as
+    one program: its first call runs once (no second run, no read-back of its outputs) and the
+    key runs eagerly from then on, with the right answer."""
+    compiled = {"programs": 0}
+    program = _dispatch._program
+
+    def counted(*args, **kwargs):
+        compiled["programs"] += 1
+        return program(*args, **kwargs)
+
+    monkeypatch.setattr(_dispatch, "_program", counted)
+    a, b = _system()
+    monkeypatch.setattr(_dispatch, "PROGRAM_MAX_BYTES", a.nbytes + b.nbytes - 1)
+    outs = [la.solve(a * k, b) for k in (1, 2)]
+    assert compiled["programs"] == 0, "a large call was run again as one program"
+    for k, out in zip((1, 2), outs):
+        assert _solved(a * k, b, out)
+    monkeypatch.setattr(_dispatch, "PROGRAM_MAX_BYTES", a.nbytes + b.nbytes)
+    la.solve(a[:-1, :-1], b[:-1])
+    assert compiled["programs"] == 1, "a small call's key was not compiled as one program"

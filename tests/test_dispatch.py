@@ -311,6 +311,19 @@ AROUND = {
 }
 
 
+def _counted(monkeypatch, name: str) -> dict:
+    """Counts the calls of ``jaxmg._dispatch``'s function ``name`` (in the returned dict's "calls")."""
+    found = {"calls": 0}
+    original = getattr(_dispatch, name)
+
+    def counted(*args, **kwargs):
+        found["calls"] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(_dispatch, name, counted)
+    return found
+
+
 @pytest.mark.parametrize("place", list(MATRIX_PLACES))
 @pytest.mark.parametrize("call", list(AROUND))
 def test_a_repeated_eager_drop_in_call_is_one_program(monkeypatch, call, place):
@@ -319,14 +332,7 @@ def test_a_repeated_eager_drop_in_call_is_one_program(monkeypatch, call, place):
     eagerly and gives what the eager call gives (values, shapes, dtypes, types, shardings,
     commitment)."""
     _dispatch._compiled.cache_clear()
-    eager = {"calls": 0}
-    run_eagerly = _dispatch._eager_drop_in
-
-    def counted(*args, **kwargs):
-        eager["calls"] += 1
-        return run_eagerly(*args, **kwargs)
-
-    monkeypatch.setattr(_dispatch, "_eager_drop_in", counted)
+    eager = _counted(monkeypatch, "_eager_drop_in")
     mesh, a_spec, b_spec, set_mesh = MATRIX_PLACES[place]
     mesh = mesh() if mesh is not None else None
     a, b = _system()
@@ -361,20 +367,13 @@ def test_a_large_drop_in_call_runs_once_and_eagerly(monkeypatch, counts):
     """Above ``PROGRAM_MAX_BYTES`` of arguments a drop-in call is not compiled a second time as
     one program: its first call runs once (no second run, no read-back of its outputs) and the
     key runs eagerly from then on, with the right answer."""
-    compiled = {"programs": 0}
-    program = _dispatch._program
-
-    def counted(*args, **kwargs):
-        compiled["programs"] += 1
-        return program(*args, **kwargs)
-
-    monkeypatch.setattr(_dispatch, "_program", counted)
+    compiled = _counted(monkeypatch, "_program")
     a, b = _system()
     monkeypatch.setattr(_dispatch, "PROGRAM_MAX_BYTES", a.nbytes + b.nbytes - 1)
     outs = [la.solve(a * k, b) for k in (1, 2)]
-    assert compiled["programs"] == 0, "a large call was run again as one program"
+    assert compiled["calls"] == 0, "a large call was run again as one program"
     for k, out in zip((1, 2), outs):
         assert _solved(a * k, b, out)
     monkeypatch.setattr(_dispatch, "PROGRAM_MAX_BYTES", a.nbytes + b.nbytes)
     la.solve(a[:-1, :-1], b[:-1])
-    assert compiled["programs"] == 1, "a small call's key was not compiled as one program"
+    assert compiled["calls"] == 1, "a small call's key was not compiled as one program"

@@ -267,8 +267,11 @@ def _scale(kernels, state, like) -> jax.Array:
     broadcast against ``like`` (a right-hand side or solution of the same stack). Scaling by a
     power of two is exact: it moves magnitudes, never digits. Not differentiated (a constant)."""
     d = jnp.max(jnp.abs(kernels.diagonal(state)), axis=-1)
-    _, exponent = jnp.frexp(d)
-    s = jnp.where((d > 0) & jnp.isfinite(d), jnp.ldexp(jnp.ones_like(d), exponent - 1), 1).astype(d.dtype)
+    found = (d > 0) & jnp.isfinite(d)
+    mantissa, _ = jnp.frexp(jnp.where(found, d, 1))  # d = mantissa 2^e, mantissa in [1/2, 1)
+    # d / (2 mantissa) = 2^(e-1) exactly (a power of two is representable, division rounds
+    # correctly); jnp.ldexp is not used: its batching rule fails on a stack split on Explicit axes
+    s = jnp.where(found, d / (2 * mantissa), 1).astype(d.dtype)
     s = jax.lax.stop_gradient(s)
     return s.reshape(s.shape + (1,) * (jnp.ndim(like) - s.ndim))
 

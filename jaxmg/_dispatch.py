@@ -243,6 +243,16 @@ def _known_call(call: tuple, values: Sequence):
     (dtype and rank promotion, x64, the meshes set with ``jax.set_mesh``, the default device);
     every check of the arguments that :func:`jaxmg._plan.resolve` makes depends on these alone,
     so a call with the same key passes them as the first did."""
+    key = _eager_key(call, values)
+    found = None if key is None else _compiled.known(key)
+    return found if isinstance(found, Planned) else key
+
+
+def _eager_key(call: tuple, values: Sequence) -> Optional[tuple]:
+    """The key of an eager call (:func:`_known_call`, :func:`_drop_in_key`): ``call`` typed
+    (:func:`_typed`), the concrete arrays' signature and JAX's configuration; None inside a
+    transformation, for a value that is not a concrete JAX array, or for a static argument that
+    cannot be hashed (a list of specs: planned each time)."""
     if not _context.top_level():
         return None
     signature = _context.concrete_signature(values)
@@ -250,10 +260,10 @@ def _known_call(call: tuple, values: Sequence):
         return None
     key = (_typed(call), signature, _context.config_key())
     try:
-        found = _compiled.known(key)
-    except TypeError:  # a static argument that cannot be hashed (a list of specs): planned each time
+        hash(key)
+    except TypeError:
         return None
-    return found if isinstance(found, Planned) else key
+    return key
 
 
 def _typed(value):
@@ -543,20 +553,11 @@ def drop_in(fn: Callable[_Params, _Result]) -> Callable[_Params, _Result]:
 def _drop_in_key(fn, args: tuple, kwargs: dict) -> tuple[Optional[tuple], list]:
     """(the key of a drop-in call, its concrete arrays), or (None, []) where it cannot be keyed: a
     transformation traces, a value is a NumPy array, a tracer or not hashable."""
-    if not _context.top_level():
-        return None, []
     leaves, structure = jax.tree.flatten((args, kwargs))
     dynamic = [x for x in leaves if hasattr(x, "shape")]
-    signature = _context.concrete_signature(dynamic)
-    if signature is None:
-        return None, []
-    static = tuple(_typed(x) for x in leaves if not hasattr(x, "shape"))
-    key = ("drop_in", fn, structure, static, signature, _context.config_key())
-    try:
-        hash(key)
-    except TypeError:
-        return None, []
-    return key, dynamic
+    static = tuple(x for x in leaves if not hasattr(x, "shape"))
+    key = _eager_key(("drop_in", fn, structure, static), dynamic)
+    return (None, []) if key is None else (key, dynamic)
 
 
 #: The most bytes of arguments for which a drop-in's first eager call also compiles and checks

@@ -291,6 +291,7 @@ def qr(
     mesh: MeshLike = None,
     matrix_specs: Specs = None,
     *,
+    mode="reduced",
     return_status=False,
     donate=False,
     backend="auto",
@@ -304,6 +305,12 @@ def qr(
     Args:
       a: (M, N) matrix sharded ``P(r, c)``, ``P(r)`` or ``P(None, c)`` over ``mesh``.
       {{layout}}
+      mode: ``"reduced"`` (default): ``(q, r)``; ``"r"``: ``r`` alone, as
+        ``jnp.linalg.qr(a, mode="r")``: the Householder factorisation and its upper triangle,
+        with no Q formed (only its derivative forms Q, as JAX's does). A wide ``a``'s ``r`` is
+        then LAPACK's factor of the whole ``a`` (as JAX's) on the local and batch routes; the
+        distributed route forms the M x M Q of a's first M columns for it (cuSOLVERMp's geqrf
+        is taken of M >= N only).
       return_status: also return the status (int32, replicated): 0 on success, rank-deficient
         ``a`` included (a zero diagonal entry of R is its exact factor, as LAPACK's and JAX's), or
         -1 for a non-finite result. Failed outputs are NaN.
@@ -311,14 +318,19 @@ def qr(
 
     Returns:
       ``(q, r)``: with K = min(M, N), ``q`` (M, K) with orthonormal columns and ``r`` (K, N)
-      upper triangular (trapezoidal), both with a's sharding; then ``status`` when asked.
+      upper triangular (trapezoidal), both with a's sharding (``r`` alone for ``mode="r"``);
+      then ``status`` when asked.
     """
+    if mode not in ("reduced", "r"):
+        raise ValueError(f"qr: mode must be 'reduced' or 'r', got {mode!r}.")
     flags = _flags(return_status=return_status)
     options = Options(T_A, mesh, matrix_specs, donate, backend, check)
-    return _base.build(_qr_factors, "qr", [("a", a)], options, **flags)[1]
+    return _base.build(_qr_factors, "qr", [("a", a)], options, mode=mode, **flags)[1]
 
 
-def _qr_factors(plan, a, *, keep, return_status, check):
+def _qr_factors(plan, a, *, keep, mode, return_status, check):
+    if mode == "r" and not (plan.wide and plan.distributed):  # R alone: no Q formed
+        return pick(_qr.triangle(plan, a, keep=keep, check=check), (True, return_status))
     a, probes = _check.before(plan, a, "factors", check=check)
     if plan.wide:  # a's first M columns, then q^H a
         q, r, status = _qr.wide_factors(plan, a)
@@ -329,7 +341,7 @@ def _qr_factors(plan, a, *, keep, return_status, check):
     status = _check.verified(
         plan, status, probes, lambda p: _check.factorisation(p, rebuilt) + _check.orthonormal(plan, q)
     )
-    return pick((*_status.masked(status, q, r), status), (True, True, return_status))
+    return pick((*_status.masked(status, q, r), status), (mode != "r", True, return_status))
 
 
 @shared_arguments

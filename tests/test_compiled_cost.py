@@ -87,6 +87,16 @@ def _qr_loss(qr):
 CASES = {
     "qr tall": (_qr_loss(la.qr), _qr_loss(jnp.linalg.qr), (24, 16)),
     "qr square": (_qr_loss(la.qr), _qr_loss(jnp.linalg.qr), (16, 16)),
+    "qr r tall": (
+        lambda a: jnp.sum(la.qr(a, mode="r") ** 3),
+        lambda a: jnp.sum(jnp.linalg.qr(a, mode="r") ** 3),
+        (24, 16),
+    ),
+    "qr r wide": (
+        lambda a: jnp.sum(la.qr(a, mode="r") ** 3),
+        lambda a: jnp.sum(jnp.linalg.qr(a, mode="r") ** 3),
+        (16, 24),
+    ),
     "svd square": (_svd_loss(la.svd, False), _svd_loss(jnp.linalg.svd, False), (16, 16)),
     "svd square full": (_svd_loss(la.svd, True), _svd_loss(jnp.linalg.svd, True), (16, 16)),
     "svd tall": (_svd_loss(la.svd, False), _svd_loss(jnp.linalg.svd, False), (24, 16)),
@@ -109,6 +119,55 @@ def test_gradient_does_no_more_work_than_jax(name):
     a = _matrix(shape)
     mine, jax_work = _work(_compiled_text(jax.grad(ours), a)), _work(_compiled_text(jax.grad(theirs), a))
     assert all(mine[k] <= jax_work[k] for k in mine | jax_work), (mine, jax_work)
+
+
+#: R alone, each call of it on a stack of matrices or one: the drop-ins and the functional QR
+R_ALONE = {
+    "numpy": lambda a: la.qr(a, mode="r"),
+    "scipy": lambda a: sla.qr(a, mode="r")[0],
+    "functional": lambda a: jaxmg.qr(a, mode="r") if a.ndim == 2 else jax.vmap(lambda m: jaxmg.qr(m, mode="r"))(a),
+}
+
+
+@pytest.mark.parametrize("shape", [(24, 16), (16, 24), (3, 24, 16), (3, 16, 24)], ids=str)
+@pytest.mark.parametrize("name", R_ALONE)
+def test_r_alone_forms_no_q(name, shape):
+    """qr(mode="r") compiles to one Householder factorisation (geqrf) and no product of its
+    reflectors (orgqr / ungqr: Q), as JAX's own: tall and wide, one matrix and a stack, real and
+    complex; its derivative forms Q once, as JAX's does."""
+    for dtype in (np.float64, np.complex128):
+        a = jnp.stack([_matrix(shape[-2:], k) for k in range(shape[0])]) if len(shape) == 3 else _matrix(shape)
+        a = a.astype(dtype)
+        work = _work(_compiled_text(R_ALONE[name], a))
+        assert work["dgeqrf"] + work["zgeqrf"] == 1 and not any("gqr" in k for k in work), (dtype, work)
+        grad = _work(_compiled_text(jax.grad(lambda a: jnp.sum(jnp.abs(R_ALONE[name](a)) ** 2)), a))
+        assert sum(n for k, n in grad.items() if "gqr" in k) == 1, (dtype, grad)
+
+
+def test_r_alone_forms_no_q_eagerly(monkeypatch):
+    """An eager qr(mode="r") (a first call, and one whose matrix is above the drop-ins' program
+    size: jaxmg's own compiled call alone) compiles jaxmg's call with geqrf and no orgqr: Q is
+    neither returned nor formed."""
+    from jaxmg import _dispatch
+
+    texts: list[str] = []
+
+    def spy(*key):  # jaxmg's compiled call, its compiled text kept
+        f = _dispatch._jitted(*key)
+        return lambda *xs: (texts.append(f.lower(*xs).compile().as_text()), f(*xs))[1]
+
+    _dispatch._compiled.cache_clear()
+    monkeypatch.setattr(_dispatch._compiled, "_jit", spy)
+    monkeypatch.setattr(_dispatch, "PROGRAM_MAX_BYTES", 0)
+    try:
+        for a in (_matrix((24, 16)), _matrix((16, 24))):
+            texts.clear()
+            np.testing.assert_array_equal(np.asarray(la.qr(a, mode="r")), np.asarray(jnp.linalg.qr(a, mode="r")))
+            work = _work("".join(texts))
+            assert work["dgeqrf"] >= 1 and work["dorgqr"] == 0, work
+    finally:
+        monkeypatch.undo()
+        _dispatch._compiled.cache_clear()
 
 
 def test_tall_full_svd_gradient_slices_rather_than_multiplies():

@@ -93,6 +93,8 @@ def _cases():
     for mode, shape in (("reduced", (4, 4)), ("complete", (4, 4)), ("reduced", (6, 4)), ("reduced", (4, 6))):
         cases.append((f"np.qr{shape}({mode})", lambda la, sla, a, r, m=mode: _qr(la.qr(a, mode=m)), "general", shape))
     cases.append(("np.qr(r)", lambda la, sla, a, r: jnp.abs(la.qr(a, mode="r")), "general", (4, 4)))
+    for shape in ((6, 4), (4, 6)):  # R alone: tall, and wide (LAPACK's factor of the whole a, as JAX's)
+        cases.append((f"np.qr{shape}(r)", lambda la, sla, a, r: la.qr(a, mode="r"), "general", shape))
     for mode in ("full", "economic"):
         cases.append((f"sp.qr({mode})", lambda la, sla, a, r, m=mode: _qr(sla.qr(a, mode=m)), "general", (4, 4)))
     for shape in ((4, 4), (6, 4), (4, 6)):

@@ -198,6 +198,21 @@ qr_outputs = logdet.from_saved_factor(
 )
 
 
+def _qr_triangle(kernels, state):
+    """R alone (outputs' layout) from the saved QR factor, Q not formed; derivatives with respect
+    to ``a``: R's tangent is the whole QR's (:func:`.tangents.qr_jvp`), whose Q, read from the same
+    factor, only the derivative forms (as JAX's ``qr(mode="r")``)."""
+    return kernels.r(state)
+
+
+def _qr_triangle_tangent(kernels, a, state, r, a_dot):
+    q, _ = qr_outputs(kernels, a, state)
+    return tangents.qr_jvp(q, r, a_dot=a_dot, sh=kernels.plan.outputs)[1]
+
+
+qr_triangle = logdet.from_saved_factor(_qr_triangle, _qr_triangle_tangent, read=_tangent)
+
+
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
 def least_squares(kernels, spec, a, state, b):
     """argmin_x ||A x - b|| from the saved QR factor; b, x in layout ``spec`` (None: as they are)."""

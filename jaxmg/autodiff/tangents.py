@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from .._dense import columns
 from ._dist import (
     _cols,
     _ct,
@@ -107,23 +108,36 @@ def _rotated(v, x_dot, sh):
 
 
 def qr_jvp(q, r, a_dot, sh):
-    r"""Tangents ``(q', r')`` of the reduced QR ``a = q r`` (M >= N, full column rank).
+    r"""Tangents ``(q', r')`` of the reduced QR ``a = q r`` (full rank).
 
-    Math: with ``X = q^H a' r^{-1}`` and ``O`` the skew-Hermitian matrix with O's strictly
+    Math, M >= N: with ``X = q^H a' r^{-1}`` and ``O`` the skew-Hermitian matrix with O's strictly
     lower triangle that of X and ``diag(O) = i Im diag(X)``::
 
         q' = q (O - X) + a' r^{-1},      r' = (X - O) r     (upper triangular)
 
     ``a' r^{-1}`` is one triangular solve without a layout and the distributed
-    :func:`~jaxmg.autodiff._dist.tri_inv` and a product over one.
-    q (M, N), r (N, N) and a' (M, N) in layout ``sh``.
+    :func:`~jaxmg.autodiff._dist.tri_inv` and a product over one. M < N (LAPACK's wide factor,
+    ``r = [r_1, r_2]`` with r_1 square): ``(q', r_1')`` as above for ``a_1 = q r_1``, and, as
+    ``r_2 = q^H a_2``, ``r_2' = q'^H a_2 + q^H a_2'`` (JAX's ``qr_jvp_rule``), which with the square
+    q's ``q^H q' = O`` and ``a_2 = q r_2`` is ``-O r_2 + q^H a_2'`` (one product fewer).
+    q (M, K), r (K, N) and a' (M, N) in layout ``sh``, K = min(M, N).
     """
+    m, n = r.shape[-2:]
+    if m >= n:
+        return _thin_qr_jvp(q, r, a_dot, sh)[:2]
+    q_dot, head, o = _thin_qr_jvp(q, columns(r, 0, m), columns(a_dot, 0, m), sh)
+    tail = _matmul(q, columns(a_dot, m, n), sh, adj_x=True) - _matmul(o, columns(r, m, n), sh)
+    return q_dot, jnp.concatenate([head, tail], axis=-1)
+
+
+def _thin_qr_jvp(q, r, a_dot, sh):
+    """``(q', r', O)`` of the reduced QR of a tall or square ``a`` (:func:`qr_jvp`)."""
     q, r = _place(q, sh), _place(r, sh)
     dx_rinv = _right_tri_solve(a_dot, r, sh, lower=False)
     x = _matmul(q, dx_rinv, sh, adj_x=True)
     low = _tril(x, sh, -1)
     o = low - _ct(low, sh) + _where(_eye(x.shape, sh), x - _real(x).astype(x.dtype))
-    return _matmul(q, o - x, sh) + dx_rinv, _matmul(x - o, r, sh)
+    return _matmul(q, o - x, sh) + dx_rinv, _matmul(x - o, r, sh), o
 
 
 # --------------------------------------------------------------------------- Hermitian eigenproblems

@@ -225,6 +225,24 @@ def factors(plan, operator, state, status):
     return _status.masked(status, plan.leave(q, "q"), plan.leave(r, "r"))
 
 
+def triangle(plan, a, *, keep: bool, check: bool):
+    """(r, status): R alone of ``a = Q R``, in a's layout, from the Householder factorisation and
+    its upper triangle, with no Q formed (trace-only; the derivative forms Q from the same factor,
+    :func:`jaxmg.autodiff.decompositions.qr_triangle`). A tall or square ``a``: R (N x N), checked
+    on the distributed route as :class:`QR`'s factor is. A wide ``a`` (M x N, M < N): R (M x N),
+    upper trapezoidal; the device's solver (local and batch routes) factors the whole ``a``, as
+    LAPACK's and JAX's wide QR (the native geqrf factors M >= N only: on the distributed route a
+    wide ``a``'s R comes with the Q of its first M columns, :func:`wide_factors`)."""
+    assert not (plan.wide and plan.distributed), "the native geqrf factors M >= N only"
+    kernels = plan.backend.qr(plan)
+    if plan.wide:  # the device's own wide factor (not that of a^H, which QR's solves use)
+        state, status, _ = _base.factored(kernels, plan, a, keep=False)
+    else:
+        state, status = _made(plan, a, keep=keep, check=check)
+    r = decompositions.qr_triangle(kernels, a, state)
+    return _status.masked(status, plan.leave(r, "r")), status
+
+
 def _factors(plan, module):
     if not plan.wide:
         return factors(plan, module.operator, module.state, module.status)

@@ -380,13 +380,15 @@ def _householder_complete_jvp(primals, tangents):
 
 def _qr(a, *, mode):
     m, n = a.shape
+    if mode == "r":  # R alone: no Q formed
+        return _f.qr(a, mode="r")
     if mode == "complete" and m > n == 0:
         q, r = _util.in_layout_of(jnp.eye(m, dtype=a.dtype), a), a  # no column to reflect: Q = I
     elif mode == "complete" and m > n:
         q, r = _complete_qr(a)
     else:
         q, r = _f.qr(a)
-    return r if mode == "r" else (q, r)
+    return q, r
 
 
 @overload
@@ -403,7 +405,8 @@ def qr(a, mode="reduced"):
     and R (K, N), K = min(M, N); ``"complete"``: Q (M, M) and R (M, N) (Q's last M - N columns of
     a tall ``a``: LAPACK's Householder completion, as JAX's, except on the distributed route, where
     they are another orthonormal basis of the complement); ``"r"``: R alone (as
-    reduced). Both in a's layout. A wide ``a`` is factored as Q R of its first M columns with
+    reduced), from the Householder factorisation and its upper triangle with no Q formed (only
+    its derivative forms Q, as JAX's). Both in a's layout. A wide ``a`` is factored as Q R of its first M columns with
     ``R[:, M:] = Q^H a[:, M:]``. ``"raw"`` is JAX's own: ``QRResult(h, tau)``, LAPACK's
     Householder reflectors (h (..., N, M), transposed as NumPy's) from one device's geqrf.
     """

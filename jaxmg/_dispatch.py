@@ -22,11 +22,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import inspect
 import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Optional, ParamSpec, TypeVar
+from typing import Optional, ParamSpec, TypeVar, overload
 
 import jax
 import jax.numpy as jnp
@@ -520,7 +521,19 @@ _Result = TypeVar("_Result")
 _EAGER_ONLY = object()  # a key whose compiled program does not give what the eager call gives
 
 
-def drop_in(fn: Callable[_Params, _Result]) -> Callable[_Params, _Result]:
+@overload
+def drop_in(fn: Callable[_Params, _Result], /) -> Callable[_Params, _Result]: ...
+@overload
+def drop_in(*, static: tuple[str, ...]) -> Callable[[Callable[_Params, _Result]], Callable[_Params, _Result]]: ...
+def drop_in(fn=None, /, *, static: tuple[str, ...] = ()):
+    """:func:`_drop_in` of ``fn``; with ``static`` alone, the decorator that makes it with those
+    parameters static (``@drop_in(static=("n",))``)."""
+    if fn is None:
+        return functools.partial(_drop_in, static=static)
+    return _drop_in(fn, static=static)
+
+
+def _drop_in(fn: Callable[_Params, _Result], static: tuple[str, ...]) -> Callable[_Params, _Result]:
     """``fn``, a function of ``jaxmg.numpy.linalg`` or ``jaxmg.scipy.linalg``, whose repeated eager
     call on concrete JAX arrays runs one compiled program: the ``jax.jit`` of ``fn`` with its
     other arguments static, kept per key (:func:`_drop_in_key`: ``fn``, the arguments' structure
@@ -534,10 +547,17 @@ def drop_in(fn: Callable[_Params, _Result]) -> Callable[_Params, _Result]:
     dtypes, shardings, commitment and values) and the eager call warned of nothing, else the key
     runs eagerly from then on. A call with a key that raised raises again, eagerly. Calls inside a
     transformation, on NumPy arrays, scalars or tracers, and on arrays of more than
-    :data:`PROGRAM_MAX_BYTES` or not held whole by this process, run ``fn`` as they are."""
+    :data:`PROGRAM_MAX_BYTES` or not held whole by this process, run ``fn`` as they are.
+
+    ``static`` names the parameters that JAX's function of the same name takes as Python values
+    (``jax.jit``'s static arguments: ``n``, ``ord``, ``mode``, ``lower`` ...): a traced value there
+    (``jax.eval_shape`` traces every argument it is given, a caller's ``jax.jit`` its own) is
+    refused by :func:`_static_values` with the ValueError JAX gives a traced static argument."""
+    check_static = _static_values(fn, static)
 
     @functools.wraps(fn)
     def call(*args: _Params.args, **kwargs: _Params.kwargs) -> _Result:
+        check_static(args, kwargs)
         key, dynamic = _drop_in_key(fn, args, kwargs)
         known = None if key is None else _compiled.known(key)
         if isinstance(known, Planned):
@@ -548,6 +568,27 @@ def drop_in(fn: Callable[_Params, _Result]) -> Callable[_Params, _Result]:
         return _eager_drop_in(fn, None if known is not None else key, args, kwargs)
 
     return call
+
+
+def _static_values(fn: Callable, static: tuple[str, ...]) -> Callable[[tuple, dict], None]:
+    """The check that ``fn``'s parameters ``static`` get Python values, not tracers: a ValueError
+    naming the parameter and the fix (as ``jax.jit`` refuses a traced static argument)."""
+    parameters = list(inspect.signature(fn).parameters)
+    unknown = set(static) - set(parameters)
+    assert not unknown, f"{fn.__name__} has no parameters {sorted(unknown)}"
+    positions = {name: parameters.index(name) for name in static}
+
+    def check(args: tuple, kwargs: dict) -> None:
+        for name, position in positions.items():
+            value = args[position] if position < len(args) else kwargs.get(name)
+            if any(_context.is_tracer(x) for x in jax.tree.leaves(value)):
+                raise ValueError(
+                    f"{fn.__name__}: {name} must be a Python value (a static argument, as in JAX's "
+                    f"{fn.__name__}), got a traced value: jax.eval_shape and jax.jit trace every argument "
+                    f"they are given; pass {name} in a closure or with functools.partial(..., {name}=...)."
+                )
+
+    return check
 
 
 def _drop_in_key(fn, args: tuple, kwargs: dict) -> tuple[Optional[tuple], list]:

@@ -130,7 +130,7 @@ def inv(a):
     return _map_batch(lambda a: _LU(a).inverse(), (a,), (2,))
 
 
-@_drop_in
+@_drop_in(static=("method",))
 def slogdet(a, *, method=None):
     """``SlogdetResult(sign, logabsdet)`` of square ``a`` (..., N, N).
 
@@ -178,7 +178,7 @@ def _det_compiled(a):
 # --- Cholesky ------------------------------------------------------------------------------------
 
 
-@_drop_in
+@_drop_in(static=("upper", "symmetrize_input"))
 def cholesky(a, *, upper=False, symmetrize_input=True):
     """The Cholesky factor of Hermitian positive-definite ``a`` (..., N, N), in a's layout.
 
@@ -204,7 +204,7 @@ def _uplo(UPLO, name):
     raise ValueError(f"{name}: UPLO must be 'L' or 'U', got {UPLO!r}.")
 
 
-@_drop_in
+@_drop_in(static=("UPLO", "symmetrize_input"))
 def eigh(a, UPLO=None, symmetrize_input=True):
     """``EighResult(eigenvalues, eigenvectors)`` of Hermitian ``a`` (..., N, N) by distributed syevd.
 
@@ -216,7 +216,7 @@ def eigh(a, UPLO=None, symmetrize_input=True):
     return EighResult(*_eigh(a, UPLO, symmetrize_input, "eigh", vectors=True))
 
 
-@_drop_in
+@_drop_in(static=("UPLO", "symmetrize_input"))
 def eigvalsh(a, UPLO="L", *, symmetrize_input=True):
     """The eigenvalues (ascending, replicated) of Hermitian ``a`` (..., N, N), as in :func:`eigh`."""
     return _eigh(a, UPLO, symmetrize_input, "eigvalsh", vectors=False)
@@ -274,7 +274,7 @@ def svd(
 def svd(
     a, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False, subset_by_index=None
 ) -> Union[SVDResult, jax.Array]: ...
-@_drop_in
+@_drop_in(static=("full_matrices", "compute_uv", "hermitian", "subset_by_index"))
 def svd(a, full_matrices=True, compute_uv=True, hermitian=False, subset_by_index=None):
     """The singular value decomposition of ``a`` (..., M, N), tall, square or wide.
 
@@ -397,7 +397,7 @@ def qr(a, mode: Literal["reduced", "complete", "raw", "full"] = "reduced") -> QR
 def qr(a, mode: Literal["r"]) -> jax.Array: ...
 @overload
 def qr(a, mode: str) -> Union[QRResult, jax.Array]: ...
-@_drop_in
+@_drop_in(static=("mode",))
 def qr(a, mode="reduced"):
     """The QR decomposition of ``a`` (..., M, N), tall, square or wide, by distributed QR.
 
@@ -553,7 +553,7 @@ def _chain(x, y, z, *, spec):
     return _matmul(x, _matmul(y, z, spec), spec)
 
 
-@_drop_in
+@_drop_in(static=("hermitian",))
 def pinv(a, rtol=None, hermitian=False, *, rcond=None):
     """The Moore-Penrose pseudo-inverse of ``a`` (..., M, N), (..., N, M) in a's layout.
 
@@ -581,7 +581,7 @@ def _pinv_compiled(a, rtol, *, hermitian):
     return _pinv(a, rtol, hermitian)
 
 
-@_drop_in
+@_drop_in(static=("hermitian",))
 def matrix_rank(M, rtol=None, *, hermitian=False, tol=None):
     """The number of singular values of ``M`` (..., M, N) above the tolerance, as in JAX.
 
@@ -603,7 +603,7 @@ def matrix_rank(M, rtol=None, *, hermitian=False, tol=None):
     return jnp.sum(s > rtol, axis=-1)
 
 
-@_drop_in
+@_drop_in(static=("p",))
 def cond(x, p=None):
     """The condition number of ``x`` (..., M, N) in norm ``p``, as ``jnp.linalg.cond``.
 
@@ -655,7 +655,7 @@ def _spectral(x, ord, axis, keepdims):
     return out
 
 
-@_drop_in
+@_drop_in(static=("ord", "axis", "keepdims"))
 def norm(x, ord=None, axis=None, keepdims=False):
     """``jnp.linalg.norm``; the matrix norms ord=2, -2 and 'nuc' from jaxmg's singular values."""
     (x,) = _inexact(x)
@@ -667,13 +667,13 @@ def norm(x, ord=None, axis=None, keepdims=False):
     return jnp.linalg.norm(x, ord=ord, axis=axis, keepdims=keepdims)
 
 
-@_drop_in
+@_drop_in(static=("keepdims", "ord"))
 def matrix_norm(x, /, *, keepdims=False, ord="fro"):
     """``jnp.linalg.matrix_norm`` over the last two dimensions (2, -2, 'nuc' via :func:`svdvals`)."""
     return norm(x, ord=ord, axis=(-2, -1), keepdims=keepdims)
 
 
-@_drop_in
+@_drop_in(static=("n",))
 def matrix_power(a, n):
     """``a`` (..., N, N) to the integer power ``n`` by repeated squaring; negative ``n`` raise
     :func:`inv` (a) to ``-n``. Products in a's layout."""

@@ -71,7 +71,7 @@ def _one_square_matrix(a, name: str, module: str):
     return a
 
 
-@_drop_in
+@_drop_in(static=("lower",))
 def cho_factor(a, lower=False, overwrite_a=False, check_finite=True):
     """``(c, lower)``: ``c`` the :class:`jaxmg.Cholesky` factorisation of Hermitian
     positive-definite ``a`` (N, N), from its lower triangle (``lower=True``) or its upper one
@@ -110,7 +110,7 @@ def _each_rhs(solve, b):
     return _in_layout_of(solve(_in_layout(b, unsplit, b)), b, matrix=False)
 
 
-@_drop_in
+@_drop_in(static=("lower",))
 def cholesky(a, lower=False, overwrite_a=False, check_finite=True):
     """The Cholesky factor of ``a`` (..., N, N) from one triangle (``lower``; default upper, as
     SciPy): ``L`` with ``a = L L^H``, or ``U`` with ``a = U^H U``. In a's layout."""
@@ -171,7 +171,7 @@ def _mesh_solve(t, b, *, lower: bool, unit: bool = False, right: bool = False):
 _TRANS = {0: "N", 1: "T", 2: "C", "N": "N", "T": "T", "C": "C"}
 
 
-@_drop_in
+@_drop_in(static=("trans",))
 def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     """Solve ``op(a) @ x = b`` with JAX's ``(lu, piv)`` from :func:`lu_factor`; op by ``trans``:
     0 (a), 1 (a^T) or 2 (a^H). ``lu`` (..., N, N), ``b`` (N,) or (..., N, K); ``x`` has b's shape
@@ -202,7 +202,7 @@ def _packed_lu_solve(lu, perm, b, *, trans: str):
     return _take_rows(z, jnp.argsort(perm))
 
 
-@_drop_in
+@_drop_in(static=("lower", "assume_a"))
 def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False, check_finite=True, assume_a="gen"):
     """Solve ``a @ x = b``: LU for ``assume_a`` "gen", "sym" or "her"; Cholesky for "pos" (from
     a's ``lower`` triangle, default upper, as SciPy). Shapes as :func:`jaxmg.numpy.linalg.solve`.
@@ -248,7 +248,7 @@ def det(a, overwrite_a=False, check_finite=True):
     return _np.det(a)
 
 
-@_drop_in
+@_drop_in(static=("lower", "eigvals_only", "eigvals", "type"))
 def eigh(
     a,
     b=None,
@@ -306,7 +306,7 @@ def _eigh_of_product(a, b, *, third: bool, vectors: bool):
     return w, _in_layout_of(v, a)
 
 
-@_drop_in
+@_drop_in(static=("full_matrices", "compute_uv"))
 def svd(a, full_matrices=True, compute_uv=True, overwrite_a=False, check_finite=True, lapack_driver="gesdd"):
     """``(u, s, vh)`` (or ``s`` with ``compute_uv=False``) of ``a`` (..., M, N), tall, square or
     wide: :func:`jaxmg.numpy.linalg.svd`, as a plain tuple (as JAX)."""
@@ -317,7 +317,7 @@ def svd(a, full_matrices=True, compute_uv=True, overwrite_a=False, check_finite=
     return tuple(out) if compute_uv else out
 
 
-@_drop_in
+@_drop_in(static=("mode", "pivoting"))
 def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_finite=True):
     """The QR decomposition of ``a`` (..., M, N), tall, square or wide, in a's layout.
 
@@ -350,7 +350,7 @@ def _full_r(a):
     return _in_layout_of(jnp.pad(r, [(0, 0)] * (r.ndim - 2) + [(0, zeros), (0, 0)]), a)
 
 
-@_drop_in
+@_drop_in(static=("side", "method"))
 def polar(a, side="right", *, method="qdwh", eps=None, max_iterations=None):
     """The polar decomposition of ``a`` (M, N): ``(u, p)`` with ``a = u p`` (``side="right"``,
     M >= N: u with orthonormal columns, p (N, N) Hermitian positive semi-definite) or
@@ -420,7 +420,7 @@ __all__ = [
 # --- Triangular solves and the LU decomposition as matrices: jaxmg's --------------------------
 
 
-@_drop_in
+@_drop_in(static=("trans", "lower", "unit_diagonal"))
 def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False, debug=None, check_finite=True):
     """Solve ``op(a) @ x = b`` for triangular ``a`` (..., N, N), op by ``trans``: 0 (a), 1 (a^T)
     or 2 (a^H); only a's ``lower`` (default upper) triangle is read, its diagonal taken as ones
@@ -541,7 +541,7 @@ def _spread(a) -> bool:
     return any(e is not None for e in spec) and sharding.mesh.size > 1
 
 
-@_drop_in
+@_drop_in(static=("permute_l",))
 def lu(a, permute_l=False, overwrite_a=False, check_finite=True):
     """``(p, l, u)`` with ``a = p @ l @ u`` (or ``(p @ l, u)`` with ``permute_l``) for ``a``
     (..., N, N): p a permutation matrix, l unit lower and u upper triangular, unpacked from

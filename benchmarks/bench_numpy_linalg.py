@@ -11,7 +11,7 @@ and ``b`` (N,), each function is timed as the median of ``--runs`` runs after on
 line per function, implementation and N:
 
   function: solve, inv, slogdet, slogdet_grad (jax.grad of logabsdet), eigh (of (a + a^T)/2),
-            svd (U, S, Vh), lstsq (square a), cholesky, det, qr (reduced), pinv, eigvalsh,
+            svd (U, S, Vh), lstsq (square a), cholesky, det, qr (reduced), qr_r (mode="r": R alone), pinv, eigvalsh,
             svdvals; of jax.scipy.linalg (against jaxmg.scipy.linalg): scipy.cho_solve
             (cho_solve(cho_factor(a), b)), scipy.lu_solve (lu_solve(lu_factor(a), b)),
             scipy.solve_pos (solve(a, b, assume_a="pos")), scipy.eigh_b (the generalized
@@ -48,6 +48,7 @@ NUMPY_FUNCTIONS = (
     "cholesky",
     "det",
     "qr",
+    "qr_r",
     "pinv",
     "eigvalsh",
     "svdvals",
@@ -84,6 +85,7 @@ def _cases(la):
         "cholesky": lambda a, b: la.cholesky(a),
         "det": lambda a, b: la.det(a),
         "qr": lambda a, b: la.qr(a),
+        "qr_r": lambda a, b: la.qr(a, mode="r"),
         "pinv": lambda a, b: la.pinv(a),
         "eigvalsh": lambda a, b: la.eigvalsh(a),
         "svdvals": lambda a, b: la.svdvals(a),

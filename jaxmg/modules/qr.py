@@ -119,8 +119,11 @@ class QR(Factorisation):
 
     @property
     def r(self):
-        """R in a's layout: N x N upper triangular (M x N upper trapezoidal for a wide a)."""
-        return self._factors()[1]
+        """R in a's layout: N x N upper triangular, read from the saved factor with no Q formed
+        (M x N upper trapezoidal for a wide a, with the Q of a's first M columns)."""
+        if self.wide:
+            return self._factors()[1]
+        return _dispatch.method(self, _triangle)
 
     def _factors(self):
         if self.wide and self.operator is None:
@@ -234,13 +237,22 @@ def triangle(plan, a, *, keep: bool, check: bool):
     LAPACK's and JAX's wide QR (the native geqrf factors M >= N only: on the distributed route a
     wide ``a``'s R comes with the Q of its first M columns, :func:`wide_factors`)."""
     assert not (plan.wide and plan.distributed), "the native geqrf factors M >= N only"
-    kernels = plan.backend.qr(plan)
     if plan.wide:  # the device's own wide factor (not that of a^H, which QR's solves use)
-        state, status, _ = _base.factored(kernels, plan, a, keep=False)
+        state, status, _ = _base.factored(plan.backend.qr(plan), plan, a, keep=False)
     else:
         state, status = _made(plan, a, keep=keep, check=check)
-    r = decompositions.qr_triangle(kernels, a, state)
-    return _status.masked(status, plan.leave(r, "r")), status
+    return saved_triangle(plan, a, state, status), status
+
+
+def saved_triangle(plan, operator, state, status):
+    """R in a's layout from the saved factor ``state`` of ``a`` (``operator``, which carries the
+    derivative), with no Q formed; NaN where ``status`` is not 0 (trace-only)."""
+    r = decompositions.qr_triangle(plan.backend.qr(plan), operator, state)
+    return _status.masked(status, plan.leave(r, "r"))
+
+
+def _triangle(plan, module):
+    return saved_triangle(plan, module.operator, module.state, module.status)
 
 
 def _factors(plan, module):

@@ -67,3 +67,14 @@ def test_r_alone_derivatives_on_the_distributed_route(native_backend):
     rng = np.random.default_rng(4)
     x = rng.standard_normal((16, 8)) + 1j * rng.standard_normal((16, 8))
     check_grads(CALLS["numpy"], (_split(x),), order=2, modes=("fwd", "rev"))
+
+
+def test_the_qr_modules_r_forms_no_q(native_backend):
+    """jaxmg.QR(a).r of a tall matrix on the grid reads R from the saved factor: no handler runs
+    (no orgqr), and R is JAX's within LAPACK's ratio."""
+    x = np.random.default_rng(5).standard_normal((24, 8))
+    r = jaxmg.QR(_split(x)).r
+    assert _handlers(native_backend, lambda: jaxmg.QR(_split(x)).r) == ["geqrf"]
+    assert np.linalg.norm(np.asarray(r) - np.asarray(jnp.linalg.qr(x, mode="r"))) <= 30 * 24 * 2.2e-16 * np.linalg.norm(
+        x
+    )

@@ -18,7 +18,9 @@ import jax.scipy.linalg as jsl
 import numpy as np
 import pytest
 from jax.sharding import AxisType, PartitionSpec as P
+from jax.test_util import check_grads
 
+import jaxmg
 import jaxmg.numpy.linalg as mla
 import jaxmg.scipy.linalg as msla
 from helpers import make_mesh, put, random_matrix
@@ -450,3 +452,16 @@ def test_gradients_of_a_stack_stay_per_matrix_on_auto_axes(name):
             got = grad(sharded)
             np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9, atol=1e-10)
             assert got.sharding.is_equivalent_to(sharded.sharding, 3), got.sharding
+
+
+@pytest.mark.parametrize(
+    "shape, dtype", [((4, 3), np.complex128), ((3, 4), np.complex128), ((2, 3, 4), np.float64)], ids=str
+)
+def test_r_alone_derivatives_to_second_order(shape, dtype):
+    """qr(mode="r") (R alone, whose derivative forms Q from the same factor): check_grads of order
+    2, forward and reverse, tall, wide (LAPACK's factor of the whole a) and a stack, through the
+    drop-in and, for one matrix, jaxmg.qr(mode="r")."""
+    a = jnp.asarray(random_matrix(np.random.default_rng(9), shape, dtype))
+    check_grads(lambda x: mla.qr(x, mode="r"), (a,), order=2, modes=("fwd", "rev"))
+    if len(shape) == 2:
+        check_grads(lambda x: jaxmg.qr(x, mode="r"), (a,), order=2, modes=("fwd", "rev"))

@@ -337,6 +337,23 @@ def test_a_method_checks_its_input_and_gives_its_own_statuses_on_every_call(coun
         assert _solved(a, b, x) and np.isnan(y).all()
 
 
+def test_a_method_under_a_users_transformation_is_planned_on_every_call(counts):
+    """A method called inside a user's eager ``jax.vmap`` or ``jax.grad`` (its arguments tracers)
+    is planned on every call and keeps nothing for a key, as before; its result is jax.jit's."""
+    a, b = _system()
+    stacked = _cholesky(True, a, a * 2)
+    calls = {
+        "vmap": lambda: jax.vmap(lambda m: m.solve(b))(stacked),
+        "grad": lambda: jax.grad(lambda a: jaxmg.Cholesky(a).logdet())(a),
+    }
+    for name, call in calls.items():
+        call()
+        kept, planned = len(_dispatch._compiled._planned), counts["planned"]
+        out = call()
+        assert counts["planned"] > planned and len(_dispatch._compiled._planned) == kept, name
+        assert np.array_equal(np.asarray(out), np.asarray(jax.jit(call)())), name
+
+
 @pytest.mark.parametrize("stacked", [False, True], ids=["one matrix", "stack made under vmap"])
 def test_a_planned_method_keeps_no_array(stacked):
     """What an eager call keeps for its key holds no array: a module and a right-hand side given

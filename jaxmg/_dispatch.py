@@ -512,8 +512,9 @@ _EAGER_ONLY = object()  # a key whose compiled program does not give what the ea
 
 
 def drop_in(fn: Callable[_Params, _Result]) -> Callable[_Params, _Result]:
-    """``fn``, a function of ``jaxmg.numpy.linalg`` or ``jaxmg.scipy.linalg``, whose repeated eager
-    call on concrete JAX arrays runs one compiled program: the ``jax.jit`` of ``fn`` with its
+    """``fn``, a function of ``jaxmg.numpy.linalg`` or ``jaxmg.scipy.linalg`` (or a method of a
+    stack's modules, :func:`_on_stack`), whose repeated eager call on concrete JAX arrays runs one
+    compiled program: the ``jax.jit`` of ``fn`` with its
     other arguments static, kept per key (:func:`_drop_in_key`: ``fn``, the arguments' structure
     and static values, each array's shape, dtype, weak type, sharding and commitment, JAX's
     configuration and meshes in context), the eager JAX operations around jaxmg's calls and the

@@ -89,14 +89,9 @@ def method(module, body, *args, **static):
     concrete mesh of its arrays where the module was made inside ``jax.jit`` and is used eagerly).
 
     A module made under ``jax.vmap`` and used outside it (its status has the stack's shape) runs
-    the method under ``jax.vmap`` over the stack, as the caller's own ``jax.vmap`` would: each
-    matrix's result follows its own status; ``args`` are shared by every matrix."""
-    depth = getattr(module.status, "ndim", 0)
-    if depth:
-        one = functools.partial(_method_of_one, body=body, args=args, static=static)
-        for _ in range(depth):
-            one = jax.vmap(one)
-        return one(module)
+    the method under ``jax.vmap`` over the stack (:func:`_on_stack`)."""
+    if getattr(module.status, "ndim", 0):
+        return _on_stack(module, body, args, static)
     values, structure = jax.tree.flatten((module, *args))
     known = _known_call(("method", body, structure, static), values)
     if isinstance(known, Planned):
@@ -111,10 +106,6 @@ def method(module, body, *args, **static):
     return run(
         body, plan, ctx, (module, *args), matrices=0, module=True, uncommitted=uncommitted, remember=remember, **static
     )
-
-
-def _method_of_one(module, *, body, args, static):
-    return method(module, body, *args, **static)
 
 
 def run(
@@ -534,8 +525,9 @@ def drop_in(fn=None, /, *, static: tuple[str, ...] = ()):
 
 
 def _drop_in(fn: Callable[_Params, _Result], static: tuple[str, ...]) -> Callable[_Params, _Result]:
-    """``fn``, a function of ``jaxmg.numpy.linalg`` or ``jaxmg.scipy.linalg``, whose repeated eager
-    call on concrete JAX arrays runs one compiled program: the ``jax.jit`` of ``fn`` with its
+    """``fn``, a function of ``jaxmg.numpy.linalg`` or ``jaxmg.scipy.linalg`` (or a method of a
+    stack's modules, :func:`_on_stack`), whose repeated eager call on concrete JAX arrays runs one
+    compiled program: the ``jax.jit`` of ``fn`` with its
     other arguments static, kept per key (:func:`_drop_in_key`: ``fn``, the arguments' structure
     and static values, each array's shape, dtype, weak type, sharding and commitment, JAX's
     configuration and meshes in context), the eager JAX operations around jaxmg's calls and the
@@ -589,6 +581,22 @@ def _static_values(fn: Callable, static: tuple[str, ...]) -> Callable[[tuple, di
                 )
 
     return check
+
+
+@drop_in
+def _on_stack(module, body, args: tuple, static: dict):
+    """:func:`method` of a module made under ``jax.vmap`` and used outside it: under ``jax.vmap``
+    over the stack (each of the status's dimensions), as the caller's own ``jax.vmap`` would run
+    it; each matrix's result follows its own status, ``args`` are shared by every matrix. A
+    repeated eager call is one compiled program, as a drop-in's is (:func:`drop_in`)."""
+    one = functools.partial(_method_of_one, body=body, args=args, static=static)
+    for _ in range(module.status.ndim):
+        one = jax.vmap(one)
+    return one(module)
+
+
+def _method_of_one(module, *, body, args, static):
+    return method(module, body, *args, **static)
 
 
 def _drop_in_key(fn, args: tuple, kwargs: dict) -> tuple[Optional[tuple], list]:

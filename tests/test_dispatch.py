@@ -7,7 +7,10 @@ traces again and gives the right answer; bad input raises every time; statuses a
 from __future__ import annotations
 
 import contextlib
+import gc
+import weakref
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -197,6 +200,171 @@ def test_a_method_on_a_mesh_moves_a_right_hand_side_from_one_device(counts):
         x = module.solve(b * (k + 1))
         assert _solved(a, b * (k + 1), x) and set(x.sharding.device_set) == set(mesh.devices.flat)
     assert counts["planned"] == planned
+
+
+# --- The modules: construction and methods, on one matrix and on a stack made under jax.vmap ---
+
+
+def test_a_method_binds_as_a_pytree_of_its_module():
+    """``module.solve`` is a plain bound method (no Equinox module made on each read, which cost
+    more than the eager call) that is still a pytree of the module: ``jax.jit`` of a function of
+    it traces the module's arrays."""
+    a, b = _system()
+    module = jaxmg.Cholesky(a)
+    bound = module.solve
+    assert not isinstance(bound, eqx.Module)
+    assert bound == module.solve and bound != jaxmg.Cholesky(a).solve
+    assert jax.tree.leaves(bound) == jax.tree.leaves(module)
+    x = jax.jit(lambda solve, b: solve(b))(bound, b)
+    assert np.array_equal(np.asarray(x), np.asarray(bound(b)))
+    assert jaxmg.Cholesky.solve.__doc__ == bound.__doc__ and bound.__name__ == "solve"
+
+
+FACTORISATIONS = ("Cholesky", "LU", "QR")
+
+
+def _modules(stacked: bool, k: float) -> dict:
+    """The modules of a (times k), or of a stack of 3 such matrices made under ``jax.vmap``."""
+    a, _ = _system()
+    if not stacked:
+        return {name: getattr(jaxmg, name)(a * k) for name in FACTORISATIONS}
+    stack = a * k * jnp.arange(1.0, 4.0)[:, None, None]
+    return {name: jax.vmap(getattr(jaxmg, name))(stack) for name in FACTORISATIONS}
+
+
+#: a method of one of the modules (:func:`_modules`) on a right-hand side b
+METHODS = {
+    "Cholesky.solve": lambda m, b: m["Cholesky"].solve(b),
+    "Cholesky.logdet": lambda m, b: m["Cholesky"].logdet(),
+    "Cholesky.inverse": lambda m, b: m["Cholesky"].inverse(),
+    "LU.solve": lambda m, b: m["LU"].solve(b),
+    "LU.transpose_solve": lambda m, b: m["LU"].transpose_solve(b),
+    "LU.slogdet": lambda m, b: m["LU"].slogdet(),
+    "QR.solve": lambda m, b: m["QR"].solve(b),
+    "QR.rank_status": lambda m, b: m["QR"].rank_status(),
+}
+
+_jitted_method = jax.jit(lambda m, b, call: METHODS[call](m, b), static_argnums=2)
+
+
+@pytest.mark.parametrize("stacked", [False, True], ids=["one matrix", "stack made under vmap"])
+def test_repeated_module_methods_are_planned_and_traced_once(counts, stacked):
+    """Every method of the modules, called again on modules of the same key and new values,
+    plans and traces nothing and gives exactly what ``jax.jit`` of the same call gives; so does
+    the modules' construction on one matrix. A stack's modules made under ``jax.vmap`` (which
+    plans and traces on every call: a user's transformation) run a method over the stack as one
+    program."""
+    _, b = _system()
+    modules = {k: _modules(stacked, k) for k in (1.0, 2.0, 3.0)}
+    for call in METHODS:  # the first eager call of each key, and the reference's compilation
+        METHODS[call](modules[1.0], b), _jitted_method(modules[1.0], b, call)
+    planned, traced = counts["planned"], counts["traced"]
+    for k in (2.0, 3.0):
+        if not stacked:
+            modules[k] = _modules(stacked, k)
+        for call, method in METHODS.items():
+            out, reference = method(modules[k], b * k), _jitted_method(modules[k], b * k, call)
+            for x, y in zip(jax.tree.leaves(out), jax.tree.leaves(reference), strict=True):
+                assert x.dtype == y.dtype and np.array_equal(np.asarray(x), np.asarray(y)), call
+    assert (counts["planned"], counts["traced"]) == (planned, traced), "a repeated call planned or traced again"
+    a, _ = _system()
+    x = METHODS["Cholesky.solve"](modules[2.0], b)
+    assert _solved(a * 2, b, x[0] if stacked else x)
+
+
+#: LU(a).solve(b) with one part of its key changed: each gives (a, b, keywords, context), the
+#: context made when entered (``jax.set_mesh`` sets the mesh when called)
+METHOD_CHANGES = {
+    "right-hand side's shape": lambda a, b: (a, b[:, None], {}, None),
+    "right-hand side's weak type": lambda a, b: (a, jnp.full(N, 1.0), {}, None),
+    "right-hand side committed": lambda a, b: (a, jax.device_put(b, jax.devices()[0]), {}, None),
+    "module's shape": lambda a, b: (jnp.eye(2 * N) * 3.0, jnp.ones(2 * N), {}, None),
+    "module's dtype": lambda a, b: (a.astype(jnp.float32), b.astype(jnp.float32), {}, None),
+    "static option": lambda a, b: (a, b, {"trans": "T"}, None),
+    "promotion mode": lambda a, b: (a, b, {}, lambda: jax.numpy_dtype_promotion("strict")),
+    "mesh in context": lambda a, b: (a, b, {}, lambda: jax.set_mesh(_auto())),
+}
+
+
+#: (change, stacked): a stack's module made on one device is not used inside another mesh (its
+#: one-device plan cannot run under a mesh of 8 devices, inside jax.jit neither)
+CHANGED_METHODS = [(c, s) for c in METHOD_CHANGES for s in (False, True) if not (s and c == "mesh in context")]
+
+
+@pytest.mark.parametrize(("change", "stacked"), CHANGED_METHODS)
+def test_a_method_of_a_changed_key_is_planned_again(counts, change, stacked):
+    """A method's key holds the module's structure, shapes, dtypes and shardings, the method's
+    arguments and static options, and JAX's configuration: a change of any plans again (once:
+    the second call of the new key plans nothing) and gives that key's own answer, on one matrix
+    and on a stack's modules made under ``jax.vmap``."""
+    a, b = _system()
+    a2, b2, keywords, context = METHOD_CHANGES[change](a, b)
+    made = (lambda m: jax.vmap(jaxmg.LU)(jnp.stack([m, 2 * m]))) if stacked else jaxmg.LU  # noqa: E731
+    module, changed = made(a), made(a2)
+    module.solve(b), module.solve(b)
+    planned = counts["planned"]
+    with context() if context is not None else contextlib.nullcontext():
+        out = changed.solve(b2, **keywords)
+        assert counts["planned"] > planned, "a changed key reuses a stale plan"
+        planned = counts["planned"]
+        again = changed.solve(b2, **keywords)
+        assert counts["planned"] == planned, "the second call of the changed key planned again"
+    x = out[0] if stacked else out
+    assert x.dtype == a2.dtype and np.array_equal(np.asarray(out), np.asarray(again))
+    op = a2.T if keywords else a2
+    assert _solved(op, b2[:, 0] if b2.ndim == 2 else b2, x[:, 0] if b2.ndim == 2 else x)
+
+
+def _cholesky(stacked: bool, *matrices):
+    return jax.vmap(jaxmg.Cholesky)(jnp.stack(matrices)) if stacked else jaxmg.Cholesky(matrices[0])
+
+
+@pytest.mark.parametrize("stacked", [False, True], ids=["one matrix", "stack made under vmap"])
+def test_a_method_checks_its_input_and_gives_its_own_statuses_on_every_call(counts, library_errors, stacked):
+    """The fast path reuses a method's program, never a result or a check: a b of the wrong
+    shape raises on every call, and a module of a matrix that is not positive definite, of the
+    key of a good one, gives NaN for it (a stack: for its own matrices only)."""
+    a, b = _system()
+    good, bad = _cholesky(stacked, a, -a), _cholesky(stacked, -a, a)
+    for _ in range(2):
+        good.solve(b)
+        with pytest.raises(ValueError, match="b has 7 rows but a has 8"):
+            good.solve(b[:7])
+    x, y = np.asarray(good.solve(b)), np.asarray(bad.solve(b))
+    if stacked:
+        assert _solved(a, b, x[0]) and np.isnan(x[1]).all() and np.isnan(y[0]).all() and _solved(a, b, y[1])
+    else:
+        assert _solved(a, b, x) and np.isnan(y).all()
+
+
+def test_a_method_under_a_users_transformation_is_planned_on_every_call(counts):
+    """A method called inside a user's eager ``jax.vmap`` or ``jax.grad`` (its arguments tracers)
+    is planned on every call and keeps nothing for a key, as before; its result is jax.jit's."""
+    a, b = _system()
+    stacked = _cholesky(True, a, a * 2)
+    calls = {
+        "vmap": lambda: jax.vmap(lambda m: m.solve(b))(stacked),
+        "grad": lambda: jax.grad(lambda a: jaxmg.Cholesky(a).logdet())(a),
+    }
+    for name, call in calls.items():
+        call()
+        kept, planned = len(_dispatch._compiled._planned), counts["planned"]
+        out = call()
+        assert counts["planned"] > planned and len(_dispatch._compiled._planned) == kept, name
+        assert np.array_equal(np.asarray(out), np.asarray(jax.jit(call)())), name
+
+
+@pytest.mark.parametrize("stacked", [False, True], ids=["one matrix", "stack made under vmap"])
+def test_a_planned_method_keeps_no_array(stacked):
+    """What an eager call keeps for its key holds no array: a module and a right-hand side given
+    to its methods are freed with the caller's last reference."""
+    a, b = _system()
+    module, b = _cholesky(stacked, a * 2, a * 3), b * 2
+    module.solve(b), module.solve(b), module.logdet()
+    refs = [weakref.ref(x) for x in (*jax.tree.leaves(module), b)]
+    del module, b
+    gc.collect()
+    assert all(ref() is None for ref in refs), "the cache keeps an argument of a planned call alive"
 
 
 # --- The drop-ins: a repeated eager call on a stack, or with JAX operations around jaxmg's, is one program ---

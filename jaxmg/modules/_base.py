@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import dataclasses
+import types
 from collections.abc import Callable
-from typing import ClassVar, Optional
+from typing import Any, ClassVar, Optional
 
 import equinox as eqx
 import jax
@@ -61,14 +62,79 @@ def build(body, family: str, matrices, options: Options, **kwargs):
     return _dispatch.build(body, family, matrices, options, check=_check.enabled(options.check), **kwargs)
 
 
+@jax.tree_util.register_pytree_node_class
+class BoundMethod:
+    # A factorisation module's method bound to its module (``module.solve``): called, it calls the
+    # function on the module; a pytree whose child is the module (so that ``jax.jit`` of a function
+    # of ``module.solve`` traces the module's arrays), as Equinox's own bound method is, made at a
+    # fraction of its cost (a plain object, not a module: eager calls bind on every call).
+    # Equal where the function and the module are the same objects, as Python's bound methods.
+
+    __slots__ = ("__func__", "__self__", "__weakref__")
+
+    def __init__(self, func: Callable, module: Any):
+        self.__func__, self.__self__ = func, module
+
+    def __call__(self, *args, **kwargs):
+        return self.__func__(self.__self__, *args, **kwargs)
+
+    @property
+    def __doc__(self):  # pyright: ignore[reportIncompatibleVariableOverride]
+        return self.__func__.__doc__
+
+    @property
+    def __name__(self) -> str:
+        return self.__func__.__name__
+
+    @property
+    def __wrapped__(self) -> Callable:
+        return types.MethodType(self.__func__, self.__self__)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is BoundMethod and other.__func__ is self.__func__ and other.__self__ is self.__self__
+
+    def __hash__(self) -> int:
+        return hash((self.__func__, id(self.__self__)))
+
+    def __repr__(self) -> str:
+        return f"<bound method {self.__func__.__qualname__} of {type(self.__self__).__name__}>"
+
+    def tree_flatten(self):
+        return (self.__self__,), self.__func__
+
+    @classmethod
+    def tree_unflatten(cls, func: Callable, children) -> BoundMethod:
+        return cls(func, *children)
+
+
+class _Method:
+    """A method of a factorisation module's class: read from a module, a :class:`BoundMethod`
+    (Equinox would make a bound-method module of its own on every read, which costs more than
+    the eager call it precedes); read from the class, the function."""
+
+    def __init__(self, func: Callable):
+        self.func = func
+        self.__doc__, self.__name__, self.__wrapped__ = func.__doc__, func.__name__, func
+
+    def __get__(self, module, owner=None):
+        return self.func if module is None else BoundMethod(self.func, module)
+
+
 class Factorisation(eqx.Module):
     """Base of the factorisation modules.
 
     ``operator`` is the factorised matrix as the caller passed it (a reference, not a copy, for
     derivatives; None when the call donated it). ``status`` is 0 on success (see each module).
     ``plan`` (``jaxmg._plan.Plan``: route, mesh, layouts, tile, shape, dtype) describes the call;
-    the module's methods run the same way.
+    the module's methods run the same way. A subclass's methods are bound as
+    :class:`BoundMethod` (its functions other than ``__init__`` and the like).
     """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name, value in list(vars(cls).items()):
+            if isinstance(value, types.FunctionType) and not (name.startswith("__") and name.endswith("__")):
+                setattr(cls, name, _Method(value))
 
     operator: Optional[jax.Array]
     status: jax.Array

@@ -815,6 +815,45 @@ def test_factor_modules_solve_a_stack_of_right_hand_sides(name, axis_type):
         assert same_spec(x, P(None, "x"))
 
 
+@pytest.mark.parametrize("axis_type", AXES)
+@pytest.mark.parametrize("name", ["cho_solve", "lu_solve"])
+def test_stacked_factor_modules_broadcast_against_b_as_jax(name, axis_type):
+    """cho_factor of a stack (..., N, N) is a module per matrix, as JAX's stacked factor; a stack
+    of modules (cho_factor's, or made under jax.vmap) solves with b (..., N, K) broadcast against
+    it, b (N,) shared and b (..., N) one vector per matrix, as JAX's cho_solve and lu_solve do
+    (not every factor against every right-hand side); on a stack split over its batch axis, x in
+    b's layout, and the derivative is JAX's."""
+    rng = np.random.default_rng(2)
+    a = np.stack([spd_matrix(rng, 8, np.float64) for _ in range(4)])
+    if name == "cho_solve":
+        fn = lambda sl, a, b: sl.cho_solve(sl.cho_factor(a, lower=True), b)  # noqa: E731
+        mapped = lambda a, b: msla.cho_solve((jax.vmap(jaxmg.Cholesky)(a), True), b)  # noqa: E731
+    else:
+        fn = lambda sl, a, b: sl.lu_solve(sl.lu_factor(a), b, trans=2)  # noqa: E731
+        mapped = lambda a, b: msla.lu_solve((jax.vmap(jaxmg.LU)(a), None), b, trans=2)  # noqa: E731
+    for b_shape in [(4, 8, 3), (2, 4, 8, 3), (8,)]:
+        b = rng.standard_normal(b_shape)
+        want = fn(jsl, a, b)
+        np.testing.assert_allclose(np.asarray(mapped(a, b)), np.asarray(want), rtol=1e-10)
+        if name == "cho_solve":
+            np.testing.assert_allclose(np.asarray(fn(msla, a, b)), np.asarray(want), rtol=1e-10)
+    vectors = rng.standard_normal((4, 8))
+    with pytest.warns(FutureWarning):
+        np.testing.assert_allclose(np.asarray(mapped(a, vectors)), np.asarray(fn(jsl, a, vectors)), rtol=1e-10)
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=axis_type)
+    b = rng.standard_normal((4, 8, 3))
+    a_split, b_split = put(a, mesh, P("x")), put(b, mesh, P("x"))
+    one = functools.partial(fn, msla) if name == "cho_solve" else mapped
+    x = jax.jit(one)(a_split, b_split)
+    np.testing.assert_allclose(np.asarray(x), np.asarray(fn(jsl, a, b)), rtol=1e-10)
+    if axis_type == AxisType.Explicit:
+        assert same_spec(x, P("x"))
+    loss = lambda f: lambda a: jnp.sum(f(a, b) ** 2)  # noqa: E731
+    with jax.set_mesh(mesh):
+        g = jax.jit(jax.grad(loss(one)))(a_split)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(jax.grad(loss(functools.partial(fn, jsl)))(a)), rtol=1e-8)
+
+
 @pytest.mark.parametrize("shape,side", [((6, 4), "left"), ((4, 6), "right")])
 def test_polar_of_the_shape_its_side_does_not_take_names_the_side(shape, side):
     """polar refuses a tall a on the left side (and a wide one on the right) as JAX's qdwh does,

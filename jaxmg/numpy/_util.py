@@ -129,11 +129,11 @@ def map_batch(fn, args, core_ranks, *, solution: bool = False):
         for depth in range(len(batch)):
             in_axes = tuple(0 if x.ndim - r > depth else None for x, r in zip(args, core_ranks))
             fn = jax.vmap(fn, in_axes=in_axes)
-    with _own_mesh(args):
+    with own_mesh(args):
         return _in_layout_kept(fn(*args), like)
 
 
-def _own_mesh(args):
+def own_mesh(args):
     """Eagerly, the mesh of Explicit axes that the arguments lie on, as the context of the call
     (JAX refuses an eager ``jax.vmap`` that makes arrays on Explicit axes outside ``jax.set_mesh``);
     else no context."""

@@ -854,6 +854,32 @@ def test_stacked_factor_modules_broadcast_against_b_as_jax(name, axis_type):
     np.testing.assert_allclose(np.asarray(g), np.asarray(jax.grad(loss(functools.partial(fn, jsl)))(a)), rtol=1e-8)
 
 
+@pytest.mark.parametrize("shape,spec", [((4, 16), P(None, "i")), ((16, 4), P("i"))], ids=["wide-cols", "tall-rows"])
+def test_results_of_shapes_that_a_layout_does_not_divide(shape, spec):
+    """On 8 Explicit devices, a wide (4, 16) split over its 16 columns (a tall one over its rows):
+    qr's square head (4, 4) and pinv's (N, M) result and derivative, whose shapes a's layout does
+    not divide, are computed (replicated where a's layout does not divide them) as JAX's, not
+    refused by a sharding error."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(shape)
+    mesh = make_mesh((8,), ("i",))
+    a = put(x, mesh, spec)
+    fns = {
+        "qr": (lambda m, a: jnp.abs(m.qr(a)[1]), mla, jnp.linalg),
+        "jaxmg.qr": (lambda m, a: jnp.abs(m.qr(a)[1]), jaxmg, jnp.linalg),
+        "pinv": (lambda m, a: m.pinv(a), mla, jnp.linalg),
+    }
+    for name, (fn, ours, theirs) in fns.items():
+        want = fn(theirs, x)
+        np.testing.assert_allclose(np.asarray(fn(ours, a)), np.asarray(want), atol=1e-12, err_msg=name)
+        loss = lambda a, fn=fn, m=ours: jnp.sum(jnp.sin(fn(m, a)))  # noqa: E731
+        with jax.set_mesh(mesh):
+            g = jax.jit(jax.grad(loss))(a)
+        want_g = jax.grad(functools.partial(loss, m=theirs))(x)
+        np.testing.assert_allclose(np.asarray(g), np.asarray(want_g), atol=1e-10, err_msg=name)
+        assert same_spec(g, spec), (name, g.sharding.spec)
+
+
 @pytest.mark.parametrize("shape,side", [((6, 4), "left"), ((4, 6), "right")])
 def test_polar_of_the_shape_its_side_does_not_take_names_the_side(shape, side):
     """polar refuses a tall a on the left side (and a wide one on the right) as JAX's qdwh does,

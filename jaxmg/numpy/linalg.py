@@ -559,7 +559,8 @@ def _chain(x, y, z, *, like):
 
 @_drop_in
 def pinv(a, rtol=None, hermitian=False, *, rcond=None):
-    """The Moore-Penrose pseudo-inverse of ``a`` (..., M, N), (..., N, M) in a's layout.
+    """The Moore-Penrose pseudo-inverse of ``a`` (..., M, N), (..., N, M) in a's layout
+    (replicated where a's layout does not divide (N, M)).
 
     From jaxmg's SVD (the eigendecomposition with ``hermitian=True``); singular values at most
     ``rtol * s[0]`` (default ``10 * max(M, N) * eps``) are treated as zero. ``rcond`` is

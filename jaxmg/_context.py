@@ -398,8 +398,14 @@ def uncommitted(tree):
 
 
 @functools.cache
-def _single_device(device) -> jax.sharding.SingleDeviceSharding:
-    return jax.sharding.SingleDeviceSharding(device)
+def _single_device(device) -> jax.sharding.Sharding:
+    """The sharding of an array on ``device`` alone: ``jax.sharding.make_single_device_sharding``,
+    which replaces the class ``jax.sharding.SingleDeviceSharding`` (deprecated from JAX 0.12.1,
+    whose name warns on every use); the class itself on older JAX."""
+    make = getattr(jax.sharding, "make_single_device_sharding", None)
+    if make is None:
+        return jax.sharding.SingleDeviceSharding(device)
+    return make(device)
 
 
 # --- What decides an eager call's compiled program ---

@@ -15,6 +15,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
+from ._layout import divides
+
 
 def adjoint(a):
     """The conjugate transpose of the last two dimensions of ``a``."""
@@ -22,8 +24,24 @@ def adjoint(a):
 
 
 def columns(a, start: int, stop: int):
-    """Columns ``start:stop`` of matrix ``a`` (a static slice, also of sharded columns)."""
+    """Columns ``start:stop`` of matrix ``a`` (a static slice, also of sharded columns). On
+    Explicit mesh axes that do not divide the slice's width, a's columns are gathered first (as
+    XLA does on Auto axes), its rows staying split."""
+    mesh = _explicit_mesh(a)
+    if mesh is not None:
+        spec = spec_of(a)
+        if not divides((stop - start,), spec[-1:], mesh):
+            a = jax.sharding.reshard(a, NamedSharding(mesh, P(*spec[:-1], None)))
     return jax.lax.slice_in_dim(a, start, stop, axis=a.ndim - 1)
+
+
+def spec_for(like, shape) -> P:
+    """like's PartitionSpec (:func:`spec_of`) for an array of ``shape`` (of like's rank) where
+    like's mesh divides that shape so, else replicated: the layout of a result "in like's
+    layout" whose shape differs from like's (a pseudo-inverse (N, M) of a (M, N))."""
+    spec = spec_of(like)
+    mesh = _explicit_mesh(like)
+    return spec if mesh is None or divides(shape, spec, mesh) else P()
 
 
 def _explicit_mesh(x):

@@ -169,22 +169,29 @@ class Plan:
         where the call's trace begins, so that its cotangent, the sum of what each of its uses
         gives, comes back in that layout whatever layout the derivative rules compute in (on Auto
         mesh axes XLA would otherwise choose it)."""
-        caller = self.caller
-        if caller is None or x is None:
-            return x
-        return _sharded.place(x, _layout.padded_spec(caller.spec, x.ndim), self.mesh)
+        spec = self._caller_spec(x)
+        return x if spec is None else _sharded.place(x, spec, self.mesh)
 
     def leave(self, x, name: str = "the result"):
         """Matrix output ``x`` in the caller's layout of ``a`` (trace-only); on the local route an
         output that the caller's layout does not divide stays replicated."""
-        caller = self.caller
-        if caller is None or x is None:
-            return x
-        spec = _layout.padded_spec(caller.spec, x.ndim)
-        if not self.distributed and not _layout.divides(x.shape, spec, caller.mesh):
+        spec, caller = self._caller_spec(x), self.caller
+        if spec is None or caller is None:
             return x
         _layout.check_output_fits(x.shape, spec, caller.mesh, name)
         return _sharded.place(x, spec, self.mesh)
+
+    def _caller_spec(self, x) -> Optional[P]:
+        """The caller's layout of ``a`` for array ``x`` (its spec padded to x's rank); None where
+        none is known, and on the local route where it does not divide x's shape (a matrix of
+        another shape than a's, such as the square head of a wide a: x then stays as it is)."""
+        caller = self.caller
+        if caller is None or x is None:
+            return None
+        spec = _layout.padded_spec(caller.spec, x.ndim)
+        if not self.distributed and not _layout.divides(x.shape, spec, caller.mesh):
+            return None
+        return spec
 
 
 def with_rhs_layouts(plan: Plan, rhs) -> Plan:

@@ -1,5 +1,8 @@
 """The mesh and sharding rules of distributed execution, one test (or more) per rule."""
 
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -7,7 +10,7 @@ import pytest
 from jax.sharding import AxisType, Mesh, PartitionSpec as P
 
 import jaxmg
-from helpers import make_mesh, put, random_matrix, same_spec, spd_matrix
+from helpers import child_env, make_mesh, put, random_matrix, same_spec, spd_matrix
 from jaxmg import _layout, _plan
 
 N = 32
@@ -332,3 +335,22 @@ def test_no_mesh_uncommitted_inputs_give_uncommitted_outputs():
     assert not any(o.committed for o in outputs), [o.sharding for o in outputs]
     # committed inputs stay committed
     assert jaxmg.potrs(jax.device_put(a, jax.devices()[2]), b).committed
+
+
+def test_uncommitted_outputs_use_no_deprecated_jax_name():
+    """Making an eager output uncommitted names no deprecated JAX API (JAX 0.12.1 deprecates the
+    class jax.sharding.SingleDeviceSharding): in a fresh process (JAX warns once per name), with
+    DeprecationWarning an error, the eager call returns its uncommitted output."""
+    script = (
+        "import jax.numpy as jnp, jaxmg\n"
+        "x = jaxmg.potrs(jnp.eye(8) * 2.0, jnp.ones(8))\n"
+        "assert not x.committed, x.sharding\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "error::DeprecationWarning", "-c", script],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -815,6 +815,71 @@ def test_factor_modules_solve_a_stack_of_right_hand_sides(name, axis_type):
         assert same_spec(x, P(None, "x"))
 
 
+@pytest.mark.parametrize("axis_type", AXES)
+@pytest.mark.parametrize("name", ["cho_solve", "lu_solve"])
+def test_stacked_factor_modules_broadcast_against_b_as_jax(name, axis_type):
+    """cho_factor of a stack (..., N, N) is a module per matrix, as JAX's stacked factor; a stack
+    of modules (cho_factor's, or made under jax.vmap) solves with b (..., N, K) broadcast against
+    it, b (N,) shared and b (..., N) one vector per matrix, as JAX's cho_solve and lu_solve do
+    (not every factor against every right-hand side); on a stack split over its batch axis, x in
+    b's layout, and the derivative is JAX's."""
+    rng = np.random.default_rng(2)
+    a = np.stack([spd_matrix(rng, 8, np.float64) for _ in range(4)])
+    if name == "cho_solve":
+        fn = lambda sl, a, b: sl.cho_solve(sl.cho_factor(a, lower=True), b)  # noqa: E731
+        mapped = lambda a, b: msla.cho_solve((jax.vmap(jaxmg.Cholesky)(a), True), b)  # noqa: E731
+    else:
+        fn = lambda sl, a, b: sl.lu_solve(sl.lu_factor(a), b, trans=2)  # noqa: E731
+        mapped = lambda a, b: msla.lu_solve((jax.vmap(jaxmg.LU)(a), None), b, trans=2)  # noqa: E731
+    for b_shape in [(4, 8, 3), (2, 4, 8, 3), (8,)]:
+        b = rng.standard_normal(b_shape)
+        want = fn(jsl, a, b)
+        np.testing.assert_allclose(np.asarray(mapped(a, b)), np.asarray(want), rtol=1e-10)
+        if name == "cho_solve":
+            np.testing.assert_allclose(np.asarray(fn(msla, a, b)), np.asarray(want), rtol=1e-10)
+    vectors = rng.standard_normal((4, 8))
+    with pytest.warns(FutureWarning):
+        np.testing.assert_allclose(np.asarray(mapped(a, vectors)), np.asarray(fn(jsl, a, vectors)), rtol=1e-10)
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=axis_type)
+    b = rng.standard_normal((4, 8, 3))
+    a_split, b_split = put(a, mesh, P("x")), put(b, mesh, P("x"))
+    one = functools.partial(fn, msla) if name == "cho_solve" else mapped
+    x = jax.jit(one)(a_split, b_split)
+    np.testing.assert_allclose(np.asarray(x), np.asarray(fn(jsl, a, b)), rtol=1e-10)
+    if axis_type == AxisType.Explicit:
+        assert same_spec(x, P("x"))
+    loss = lambda f: lambda a: jnp.sum(f(a, b) ** 2)  # noqa: E731
+    with jax.set_mesh(mesh):
+        g = jax.jit(jax.grad(loss(one)))(a_split)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(jax.grad(loss(functools.partial(fn, jsl)))(a)), rtol=1e-8)
+
+
+@pytest.mark.parametrize("shape,spec", [((4, 16), P(None, "i")), ((16, 4), P("i"))], ids=["wide-cols", "tall-rows"])
+def test_results_of_shapes_that_a_layout_does_not_divide(shape, spec):
+    """On 8 Explicit devices, a wide (4, 16) split over its 16 columns (a tall one over its rows):
+    qr's square head (4, 4) and pinv's (N, M) result and derivative, whose shapes a's layout does
+    not divide, are computed (replicated where a's layout does not divide them) as JAX's, not
+    refused by a sharding error."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(shape)
+    mesh = make_mesh((8,), ("i",))
+    a = put(x, mesh, spec)
+    fns = {
+        "qr": (lambda m, a: jnp.abs(m.qr(a)[1]), mla, jnp.linalg),
+        "jaxmg.qr": (lambda m, a: jnp.abs(m.qr(a)[1]), jaxmg, jnp.linalg),
+        "pinv": (lambda m, a: m.pinv(a), mla, jnp.linalg),
+    }
+    for name, (fn, ours, theirs) in fns.items():
+        want = fn(theirs, x)
+        np.testing.assert_allclose(np.asarray(fn(ours, a)), np.asarray(want), atol=1e-12, err_msg=name)
+        loss = lambda a, fn=fn, m=ours: jnp.sum(jnp.sin(fn(m, a)))  # noqa: E731
+        with jax.set_mesh(mesh):
+            g = jax.jit(jax.grad(loss))(a)
+        want_g = jax.grad(functools.partial(loss, m=theirs))(x)
+        np.testing.assert_allclose(np.asarray(g), np.asarray(want_g), atol=1e-10, err_msg=name)
+        assert same_spec(g, spec), (name, g.sharding.spec)
+
+
 @pytest.mark.parametrize("shape,side", [((6, 4), "left"), ((4, 6), "right")])
 def test_polar_of_the_shape_its_side_does_not_take_names_the_side(shape, side):
     """polar refuses a tall a on the left side (and a wide one on the right) as JAX's qdwh does,

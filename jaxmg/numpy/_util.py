@@ -12,7 +12,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from .. import _checks, _context, _dispatch, _plan, _routes, _sharded
 from .._context import is_tracer
-from .._dense import _explicit_mesh, adjoint, spec_of
+from .._dense import _explicit_mesh, adjoint, spec_for, spec_of
 from .._layout import divides
 
 
@@ -69,10 +69,12 @@ def in_layout_of(x, like, matrix: bool = True):
     """``x`` laid out like ``like``: on Explicit mesh axes; eagerly for a concrete ``like`` on Auto
     axes (where an eager op between differently laid-out arrays returns a replicated one); and for
     a traced ``like`` on Auto axes in the layout in which the caller holds it (:func:`held`: where
-    it is not known, that of a ``matrix``) where it divides x. Elsewhere unchanged."""
+    it is not known, that of a ``matrix``) where it divides x. Elsewhere unchanged; on Explicit
+    axes an ``x`` whose shape like's layout does not divide is replicated
+    (``jaxmg._dense.spec_for``)."""
     mesh = _explicit_mesh(like)
     if mesh is not None:
-        return jax.sharding.reshard(x, NamedSharding(mesh, spec_of(like)))
+        return jax.sharding.reshard(x, NamedSharding(mesh, spec_for(like, x.shape)))
     sharding = getattr(like, "sharding", None)
     if not is_tracer(like) and not is_tracer(x) and isinstance(sharding, NamedSharding) and x.shape == like.shape:
         return jax.device_put(x, sharding)
@@ -129,11 +131,11 @@ def map_batch(fn, args, core_ranks, *, solution: bool = False):
         for depth in range(len(batch)):
             in_axes = tuple(0 if x.ndim - r > depth else None for x, r in zip(args, core_ranks))
             fn = jax.vmap(fn, in_axes=in_axes)
-    with _own_mesh(args):
+    with own_mesh(args):
         return _in_layout_kept(fn(*args), like)
 
 
-def _own_mesh(args):
+def own_mesh(args):
     """Eagerly, the mesh of Explicit axes that the arguments lie on, as the context of the call
     (JAX refuses an eager ``jax.vmap`` that makes arrays on Explicit axes outside ``jax.set_mesh``);
     else no context."""

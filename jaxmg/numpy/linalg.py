@@ -48,6 +48,7 @@ from .._dense import (
     householder_qr as _householder_qr,
     kept_reciprocals as _kept_reciprocals,
     matmul as _matmul,
+    spec_for as _spec_for,
     spec_of as _spec_of,
     triu as _triu,
 )
@@ -521,7 +522,8 @@ def _pinv_from_svd(a, rtol, hermitian):
     u, s, vh = _svd(a, full_matrices=False, compute_uv=True, hermitian=hermitian)
     cutoff = rtol * jnp.max(s, initial=0)
     s_inv = _kept_reciprocals(s, s > cutoff, a.dtype)
-    return _util.in_layout_of(_matmul(_H(vh) * s_inv[None, :], _H(u), _spec_of(a)), a)
+    shape = (a.shape[-1], a.shape[-2])
+    return _util.in_layout_of(_matmul(_H(vh) * s_inv[None, :], _H(u), _spec_for(a, shape)), a)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
@@ -536,26 +538,32 @@ def _pinv_jvp(hermitian, primals, tangents):
     a, rtol = primals
     a_dot, _ = tangents
     p = _pinv(a, rtol, hermitian)
-    chain = functools.partial(_chain, spec=_spec_of(a))
+    chain = functools.partial(_chain, like=a)
     s = chain(p, _H(p), _H(a_dot))
     t = chain(_H(a_dot), _H(p), p)
     p_dot = -chain(p, a_dot, p) + s - chain(s, a, p) + t - chain(p, a, t)
     return p, p_dot
 
 
-def _chain(x, y, z, *, spec):
+def _chain(x, y, z, *, like):
     """``x @ y @ z`` in the cheaper order: for an (M, N) matrix and its (N, M) pseudo-inverse the
     intermediates are then min(M, N) square, never max(M, N) square (a wide a's derivative
-    multiplies in the wide order)."""
+    multiplies in the wide order). Each product laid out like ``like`` where that layout divides
+    its shape (``jaxmg._dense.spec_for``)."""
+
+    def product(u, v):
+        return _matmul(u, v, _spec_for(like, (u.shape[0], v.shape[1])))
+
     (m, k), n, q = x.shape, y.shape[1], z.shape[1]
     if m * k * n + m * n * q <= k * n * q + m * k * q:
-        return _matmul(_matmul(x, y, spec), z, spec)
-    return _matmul(x, _matmul(y, z, spec), spec)
+        return product(product(x, y), z)
+    return product(x, product(y, z))
 
 
 @_drop_in(static=("hermitian",))
 def pinv(a, rtol=None, hermitian=False, *, rcond=None):
-    """The Moore-Penrose pseudo-inverse of ``a`` (..., M, N), (..., N, M) in a's layout.
+    """The Moore-Penrose pseudo-inverse of ``a`` (..., M, N), (..., N, M) in a's layout
+    (replicated where a's layout does not divide (N, M)).
 
     From jaxmg's SVD (the eigendecomposition with ``hermitian=True``); singular values at most
     ``rtol * s[0]`` (default ``10 * max(M, N) * eps``) are treated as zero. ``rcond`` is

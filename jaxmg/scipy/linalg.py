@@ -36,6 +36,7 @@ from .._dense import (
     spec_of as _spec_of,
 )
 from .._dispatch import drop_in as _drop_in, warn as _warn
+from .._layout import entry_axes as _entry_axes
 from ..kernels import triangular as _triangular
 from ..kernels.algebra import permutation_matrix as _permutation_matrix
 from ..kernels.ffi.solver import getrf as _getrf
@@ -53,32 +54,29 @@ from ..numpy._util import (
     map_batch as _map_batch,
     map_solve as _map_solve,
     matrices as _matrices,
+    own_mesh as _own_mesh,
     square as _square,
     take_rows as _take_rows,
 )
 from . import _cho, _lu
 
 
-def _one_square_matrix(a, name: str, module: str):
-    """``a`` as an inexact array, checked to be one square matrix (N, N): ``module`` factors one."""
-    (a,) = _inexact(a)
-    _square(a, name)
-    if a.ndim != 2:
-        raise ValueError(
-            f"{name}: a must be one matrix (N, N) (a {module} factors one matrix), "
-            f"got shape {a.shape}; use jax.vmap for a batch."
-        )
-    return a
-
-
 @_drop_in(static=("lower",))
 def cho_factor(a, lower=False, overwrite_a=False, check_finite=True):
     """``(c, lower)``: ``c`` the :class:`jaxmg.Cholesky` factorisation of Hermitian
-    positive-definite ``a`` (N, N), from its lower triangle (``lower=True``) or its upper one
-    (default, as SciPy). Pass the tuple to :func:`cho_solve`."""
+    positive-definite ``a`` (..., N, N), from its lower triangle (``lower=True``) or its upper one
+    (default, as SciPy). Pass the tuple to :func:`cho_solve`. For a stack, ``c`` is the module of
+    each matrix (made under ``jax.vmap``: its arrays and ``status`` have the stack's leading
+    dimensions), which :func:`cho_solve` broadcasts against b's batch as JAX broadcasts its
+    factors."""
     del overwrite_a, check_finite
-    a = _one_square_matrix(a, "cho_factor", "jaxmg.Cholesky")
-    return _Cholesky(_herm_input(a, False, lower=bool(lower))), bool(lower)
+    (a,) = _inexact(a)
+    _square(a, "cho_factor")
+    make = _Cholesky
+    for _ in range(a.ndim - 2):
+        make = jax.vmap(make)
+    with _own_mesh((a,)):  # the module's arrays as its factorisation leaves them
+        return make(_herm_input(a, False, lower=bool(lower))), bool(lower)
 
 
 @_drop_in
@@ -91,23 +89,55 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
     del overwrite_b, check_finite
     c, lower = c_and_lower
     if isinstance(c, _Cholesky):
-        return _each_rhs(functools.partial(_cho_promoted_solve, c), b)
+        return _each_rhs(c, _cho_promoted_solve, b, "cho_solve", first="c_and_lower")
     c, b, vectors = _triangle_and_rhs(c, b, "cho_solve", first="c_and_lower")
     solve = functools.partial(_cho.solve_with_factor, lower=bool(lower))
     return _vectors_back(_map_solve(solve, (c, b)), vectors)
 
 
-def _each_rhs(solve, b):
-    """``solve`` (a module's, of one matrix) of ``b`` (N,), (N, K) or, as JAX broadcasts one
-    factor against a stack, of each matrix of a stack (..., N, K) (``jax.vmap``; on Explicit mesh
-    axes the stack's dimensions unsplit while it is solved, x then back in b's layout)."""
+def _each_rhs(module, solve, b, name: str, *, first: str, **static):
+    """``solve(module, b, **static)`` (a module's solve of one matrix) of ``b`` (N,) or
+    (..., N, K), broadcast as JAX broadcasts its factors (..., N, N) against ``b``: the module's
+    stack (a module made for a stack or under ``jax.vmap``, whose ``status`` has the stack's
+    shape) and b's leading dimensions are mapped together with ``jax.vmap``; one factor solves
+    each matrix of a stack ``b``, and a ``b`` (N,) is one vector for every factor. A ``b`` (..., N)
+    of one dimension fewer than the factors is one vector for each of them, with JAX's
+    FutureWarning (:func:`_rhs_shape`). On Explicit mesh axes the factors' arrays and b's stack
+    are split alike while they are solved (as the factors' largest array, or, for one factor,
+    not at all), x then back in b's layout."""
     b = b if isinstance(b, jax.Array) else jnp.asarray(b)
-    if b.ndim <= 2:
-        return solve(b)
-    for _ in range(b.ndim - 2):
-        solve = jax.vmap(solve)
-    unsplit = _P(*(None,) * (b.ndim - 2), *_spec_of(b)[-2:])
-    return _in_layout_of(solve(_in_layout(b, unsplit, b)), b, matrix=False)
+    stack = tuple(jnp.shape(module.status))
+    b, vectors = _rhs_shape(stack + tuple(module.shape), b, name, first=first)
+    one = functools.partial(solve, **static)
+    if not stack and b.ndim <= 2:
+        return _vectors_back(one(module, b), vectors)
+    rhs_stack = b.shape[:-2]
+    batch = tuple(jnp.broadcast_shapes(stack, rhs_stack))
+    if stack not in ((), batch):
+        module = jax.tree.map(lambda x: jnp.broadcast_to(x, batch + x.shape[len(stack) :]), module)
+    # the factors' arrays and b's stack split alike (as the factors' largest array, or not at all)
+    lead, widest = (None,) * len(batch), max(jax.tree.leaves(module), key=jnp.ndim)
+    if stack:
+        lead = (None,) * (len(batch) - len(stack)) + tuple(_spec_of(widest))[: len(stack)]
+        module = jax.tree.map(functools.partial(_stack_split, lead=lead[len(batch) - len(stack) :]), module)
+    rhs = b
+    if rhs_stack:
+        rhs = _stack_split(b, lead=lead[len(batch) - len(rhs_stack) :], like=widest if stack else b)
+        rhs = rhs if rhs_stack == batch else jnp.broadcast_to(rhs, batch + rhs.shape[-2:])
+    for depth in range(len(batch)):
+        one = jax.vmap(one, in_axes=(0 if stack else None, 0 if rhs.ndim - 2 > depth else None))
+    with _own_mesh((b, *jax.tree.leaves(module))):
+        x = one(module, rhs)
+    return _vectors_back(_in_layout_of(x, b, matrix=False) if x.shape == b.shape else x, vectors)
+
+
+def _stack_split(x, *, lead: tuple, like=None):
+    """``x`` (an array of a stack) with its leading dimensions split as ``lead`` where ``like``
+    (default x) lies on Explicit mesh axes, its other dimensions as before, less the axes that
+    ``lead`` uses."""
+    used = {name for e in lead for name in _entry_axes(e)}
+    rest = tuple(None if used & set(_entry_axes(e)) else e for e in _spec_of(x)[len(lead) :])
+    return _in_layout(x, _P(*lead, *rest), x if like is None else like)
 
 
 @_drop_in(static=("lower",))
@@ -184,7 +214,7 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
         raise ValueError(f"lu_solve: trans must be 0, 1 or 2 ('N', 'T', 'C'), got {trans!r}.")
     lu, piv = lu_and_piv
     if isinstance(lu, _LU):
-        return _each_rhs(functools.partial(_lu_promoted_solve, lu, trans=_TRANS[trans]), b)
+        return _each_rhs(lu, _lu_promoted_solve, b, "lu_solve", first="lu_and_piv", trans=_TRANS[trans])
     lu, b, vectors = _triangle_and_rhs(lu, b, "lu_solve", first="lu_and_piv")
     perm = jax.lax.linalg.lu_pivots_to_permutation(jnp.asarray(piv), lu.shape[-1])
     fn = functools.partial(_packed_lu_solve, trans=_TRANS[trans])
@@ -447,7 +477,14 @@ def _triangle_and_rhs(a, b, name: str, *, first: str):
     FutureWarning."""
     a, b = _inexact(a, b)
     _square(a, name)
-    vectors = b.ndim > 1 and a.ndim == b.ndim + 1 and b.shape[-1] == a.shape[-1]
+    b, vectors = _rhs_shape(a.shape, b, name, first=first)
+    return a, b, vectors
+
+
+def _rhs_shape(a_shape: tuple, b, name: str, *, first: str):
+    """``b`` checked against factors of shape ``a_shape`` (..., N, N), and whether it is a batch
+    of vectors (:func:`_triangle_and_rhs`), then returned as (..., N, 1)."""
+    vectors = b.ndim > 1 and len(a_shape) == b.ndim + 1 and b.shape[-1] == a_shape[-1]
     if vectors:
         _warn(
             f"jax.scipy.linalg.{name}: batched 1D solves with b.ndim > 1 are deprecated, and in the future "
@@ -455,11 +492,11 @@ def _triangle_and_rhs(a, b, name: str, *, first: str):
             "warning.",
             FutureWarning,
         )
-    if b.ndim < 1 or b.shape[-1 if b.ndim == 1 or vectors else -2] != a.shape[-1]:
+    if b.ndim < 1 or b.shape[-1 if b.ndim == 1 or vectors else -2] != a_shape[-1]:
         raise ValueError(
-            f"{name}: b must be (N,) or (..., N, K) with N = {a.shape[-1]} (the matrix's order), got shape {b.shape}."
+            f"{name}: b must be (N,) or (..., N, K) with N = {a_shape[-1]} (the matrix's order), got shape {b.shape}."
         )
-    return a, (b[..., None] if vectors else b), vectors
+    return (b[..., None] if vectors else b), vectors
 
 
 def _vectors_back(x, vectors: bool):

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any, Optional, TypeGuard
 
 import jax
 import jax.core
@@ -365,7 +365,7 @@ def _one_device_mesh(device) -> Mesh:
     return Mesh(np.array([device]).reshape(1, 1), _layout.DEVICE_AXES, axis_types=(jax.sharding.AxisType.Auto,) * 2)
 
 
-def is_device_mesh(mesh) -> bool:
+def is_device_mesh(mesh) -> TypeGuard[Mesh]:
     """Whether ``mesh`` is the 1 x 1 mesh that :func:`device_mesh` made for a call with no mesh
     anywhere (not one the caller gave, set or placed an array on): a call plans its route there,
     but only the distributed route runs on it; the others run on the arrays as they are, so that

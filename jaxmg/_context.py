@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any, Optional, TypeGuard
 
 import jax
 import jax.core
@@ -335,7 +335,8 @@ def context_mesh(eager: bool = False) -> Optional[AnyMesh]:
 def find_mesh(mesh, a, others: Sequence = ()) -> Optional[AnyMesh]:
     """The mesh a call runs on: ``mesh`` if given, else a's mesh, else that of another argument
     (``others``), else the context mesh (``jax.set_mesh``), else the 1 x 1 mesh of a's device where
-    that device is known (eagerly, or in a process with one device); else None: inside
+    that device is known (eagerly, or in a process with one device: :func:`is_device_mesh`, on
+    which the route is decided and only the distributed route runs); else None: inside
     ``jax.jit`` on several devices an array without a known layout is on no known mesh."""
     if mesh is not None:
         _layout.check_mesh(mesh)
@@ -362,6 +363,16 @@ def device_mesh(x) -> Mesh:
 @functools.cache
 def _one_device_mesh(device) -> Mesh:
     return Mesh(np.array([device]).reshape(1, 1), _layout.DEVICE_AXES, axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+
+def is_device_mesh(mesh) -> TypeGuard[Mesh]:
+    """Whether ``mesh`` is the 1 x 1 mesh that :func:`device_mesh` made for a call with no mesh
+    anywhere (not one the caller gave, set or placed an array on): a call plans its route there,
+    but only the distributed route runs on it; the others run on the arrays as they are, so that
+    their outputs are placed as JAX places them (no mesh of jaxmg's in their types or shardings)."""
+    if not isinstance(mesh, Mesh) or mesh.axis_names != _layout.DEVICE_AXES or mesh.size != 1:
+        return False
+    return _one_device_mesh(mesh.devices.flat[0]) is mesh
 
 
 # --- Eager calls: the concrete values beneath tracers, and uncommitted outputs ---

@@ -289,11 +289,18 @@ def _traced(body, plan: Plan, static: tuple, rule: bool, held: int) -> Callable:
     leading arguments are matrices (-1: the first is a module, whose kept matrices they are)."""
     options = dict(static)
 
+    # jaxmg's own 1 x 1 mesh (no mesh anywhere, the distributed route): shown by no value that
+    # leaves the body (outputs, and so cotangents of the arguments)
+    own = plan.mesh if _context.is_device_mesh(plan.mesh) else None
+
     def traced(*args):
         # the batch route's body runs on each device's own matrices (inside the rule's shard_map)
         mesh = None if plan.route == _routes.BATCH else plan.mesh
+        if own is not None:
+            args = _sharded.released(args, own)
         with contextlib.nullcontext() if mesh is None else _sharded.abstract_context(mesh):
-            return body(plan, *_held(plan, args, held), **options)
+            out = body(plan, *_held(plan, args, held), **options)
+        return out if own is None else _sharded.released(out, own)
 
     if not rule:
         return traced

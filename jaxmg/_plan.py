@@ -415,6 +415,8 @@ def resolve(
     if found is None and stack is not None:
         found = stack.mesh or _context.context_mesh()
     route = _routes.choose(family, backend, found, a.shape, a.dtype, stacked=0 if stack is None else stack.size)
+    if route != _routes.DISTRIBUTED and _context.is_device_mesh(found):
+        found = None  # jaxmg's own 1 x 1 mesh decided the route; the call runs on the arrays as they are
     if context.differentiated and stack is None and found is not None:
         check_mesh_context(a, found)
     common: dict[str, Any] = dict(

@@ -258,6 +258,14 @@ def _jitted_constraint(x, sharding: NamedSharding) -> jax.Array:
     return jax.lax.with_sharding_constraint(x, sharding)
 
 
+def released(tree, mesh: Mesh):
+    """Each array of ``tree`` placed on the one device of ``mesh`` (a 1 x 1 mesh) by a sharding of
+    no mesh (trace-only): its type then names no mesh, as those of JAX's own operations on one
+    device do, and its cotangent comes back so too. Outside any mesh context."""
+    device = jax.sharding.make_single_device_sharding(mesh.devices.flat[0])
+    return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, device) if hasattr(x, "ndim") else x, tree)
+
+
 def whole(fn: Callable, args: Sequence, grid: Grid, **static) -> Any:
     """``fn(*args, **static)`` on whole matrices in the grid layout (trace-only).
 

@@ -94,3 +94,24 @@ def test_public_api_through_native_family(spec, n, tile):
         assert int(status) == 0
         low = jaxmg.cholesky(ag, T_A=tile, mesh=mesh, backend="native")
         np.testing.assert_allclose(np.asarray(low), np.linalg.cholesky(a), rtol=1e-10, atol=1e-10)
+
+
+def test_no_mesh_distributed_outputs_name_no_mesh(native_backend):
+    """With no mesh anywhere the distributed route runs on jaxmg's own 1 x 1 grid of a's device:
+    no output, module array or cotangent names that grid's mesh (as JAX's on one device), and
+    the outputs of uncommitted inputs are uncommitted."""
+    import jax.numpy as jnp
+
+    import jaxmg
+
+    n = 16
+    x = np.random.default_rng(3).standard_normal((n, n))
+    a, b = jnp.asarray(x @ x.T + n * np.eye(n)), jnp.ones(n)
+    solution = jaxmg.potrs(a, b, backend="native")
+    assert not solution.committed and jax.typeof(solution).sharding.mesh.empty
+    module = jaxmg.Cholesky(a, backend="native")
+    grads = jax.grad(lambda a, b: jaxmg.potrs(a, b, backend="native").sum(), argnums=(0, 1))(a, b)
+    for out in (*jax.tree.leaves(module), module.solve(b), *grads):
+        if hasattr(out, "sharding"):
+            assert jax.typeof(out).sharding.mesh.empty, (out.sharding, jax.typeof(out))
+    np.testing.assert_allclose(solution, np.linalg.solve(np.asarray(a), np.ones(n)), rtol=1e-10)

@@ -370,3 +370,19 @@ def test_route_names_the_argument_it_cannot_read(mesh, kwargs, error, match):
             **{k: call[k] for k in call if k in ("stacked", "backend")},
         )
     assert jaxmg.route("potrs", (N, N), "float64", mesh) == "local"
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: jaxmg.numpy.linalg.inv([[2.0, 1.0], [1.0, 3.0]]),
+        lambda: jaxmg.numpy.linalg.solve(jnp.eye(2), [1.0, 2.0]),
+        lambda: jaxmg.numpy.linalg.cholesky(((2.0, 1.0), (1.0, 3.0))),
+        lambda: jaxmg.scipy.linalg.lu_factor([[2.0, 1.0], [1.0, 3.0]]),
+    ],
+)
+def test_drop_ins_refuse_lists_as_jax_does(call):
+    # jnp.linalg.inv([[2., 1.], [1., 3.]]) raises "jnp.linalg.inv requires ndarray or scalar
+    # arguments, got <class 'list'> at position 0."; the drop-ins raise the same class.
+    with pytest.raises(TypeError, match=r"require ndarray or scalar arguments, got <class '(list|tuple)'> at position"):
+        call()

@@ -20,7 +20,14 @@ def inexact(*arrays, matrices: int = 1):
     """The arguments as arrays of one inexact dtype, promoted as JAX's ``promote_dtypes_inexact``
     promotes them (``jaxmg._checks.inexact_dtype``: 64-bit integers become float64, other integers
     and booleans float32), each as the caller holds it (:func:`held`; the first ``matrices`` are
-    matrices, the others right-hand sides)."""
+    matrices, the others right-hand sides). A list or tuple is refused with the TypeError that
+    JAX's functions raise for one (they take arrays and scalars only)."""
+    for k, x in enumerate(arrays):
+        if isinstance(x, (list, tuple)):
+            raise TypeError(
+                f"jaxmg.numpy.linalg and jaxmg.scipy.linalg functions, as JAX's, require ndarray or scalar "
+                f"arguments, got {type(x)} at position {k}; pass jnp.asarray(...) of it."
+            )
     arrays = [jnp.asarray(_checks.as_array(x, "a" if k < matrices else "b")) for k, x in enumerate(arrays)]
     dtype = _checks.inexact_dtype(*arrays)
     return tuple(held(x if x.dtype == dtype else x.astype(dtype), k < matrices) for k, x in enumerate(arrays))

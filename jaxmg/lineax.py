@@ -72,6 +72,11 @@ from .modules._base import Factorisation
 __all__ = ["Auto", "Cholesky", "LU", "QR", "SVD"]
 
 
+def __dir__() -> list:
+    """The module's public names (its solvers), not its imports."""
+    return sorted(__all__)
+
+
 class _Structure(eqx.Module):
     """A vector pytree's layout: its tree and each leaf's (shape, dtype); hashable."""
 

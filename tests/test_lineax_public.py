@@ -71,3 +71,7 @@ def test_auto_reads_well_posed_as_lineax(library_errors):
     assert not jl.Auto(well_posed=False).assume_full_rank()
     with pytest.raises(TypeError, match="well_posed must be None, True or False"):
         jl.Auto(well_posed="yes")
+
+
+def test_dir_lists_the_solvers_not_the_imports():
+    assert {n for n in dir(jl) if not n.startswith("_")} == set(jl.__all__) == {"Auto", "Cholesky", "LU", "QR", "SVD"}

@@ -38,8 +38,9 @@ LAYERS: tuple = (
         "jaxmg.kernels",
     ),
     ("jaxmg._sharded",),
+    ("jaxmg._dense",),
     ("jaxmg._layout",),
-    ("jaxmg._checks", "jaxmg._dense", "jaxmg._typing", "jaxmg._docstrings", "jaxmg._threads", "jaxmg.launch"),
+    ("jaxmg._checks", "jaxmg._typing", "jaxmg._docstrings", "jaxmg._threads", "jaxmg.launch"),
     ("jaxmg._nvidia", "jaxmg._native"),
 )
 

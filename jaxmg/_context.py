@@ -403,20 +403,9 @@ def uncommitted(tree):
             return x
         device = next(iter(x.sharding.device_set))
         # the same buffer, whose device the sharding names: nothing for JAX to check again
-        return ArrayImpl(x.aval, _single_device(device), x._arrays, committed=False, _skip_checks=True)
+        return ArrayImpl(x.aval, _layout.single_device(device), x._arrays, committed=False, _skip_checks=True)
 
     return jax.tree.map(release, tree)
-
-
-@functools.cache
-def _single_device(device) -> jax.sharding.Sharding:
-    """The sharding of an array on ``device`` alone: ``jax.sharding.make_single_device_sharding``,
-    which replaces the class ``jax.sharding.SingleDeviceSharding`` (deprecated from JAX 0.12.1,
-    whose name warns on every use); the class itself on older JAX."""
-    make = getattr(jax.sharding, "make_single_device_sharding", None)
-    if make is None:
-        return jax.sharding.SingleDeviceSharding(device)
-    return make(device)
 
 
 # --- What decides an eager call's compiled program ---

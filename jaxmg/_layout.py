@@ -22,6 +22,7 @@ handed in; nothing here reads a tracer or the mesh in context.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 from typing import NamedTuple, Optional, Union
@@ -364,3 +365,15 @@ def platform(mesh) -> str:
         return jax.devices()[0].platform
     device = getattr(_abstract(mesh), "abstract_device", None)
     return getattr(device, "platform", None) or "unknown"
+
+
+@functools.cache
+def single_device(device) -> jax.sharding.Sharding:
+    """The sharding of an array on ``device`` alone, naming no mesh:
+    ``jax.sharding.make_single_device_sharding``, which replaces the class
+    ``jax.sharding.SingleDeviceSharding`` (deprecated from JAX 0.12.1, whose name warns on every
+    use); the class itself on older JAX."""
+    make = getattr(jax.sharding, "make_single_device_sharding", None)
+    if make is None:
+        return jax.sharding.SingleDeviceSharding(device)
+    return make(device)

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from ._layout import Grid, check_output_fits, entry, entry_axes, padded_spec
+from ._layout import Grid, check_output_fits, entry, entry_axes, padded_spec, single_device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,7 +262,7 @@ def released(tree, mesh: Mesh):
     """Each array of ``tree`` placed on the one device of ``mesh`` (a 1 x 1 mesh) by a sharding of
     no mesh (trace-only): its type then names no mesh, as those of JAX's own operations on one
     device do, and its cotangent comes back so too. Outside any mesh context."""
-    device = jax.sharding.make_single_device_sharding(mesh.devices.flat[0])
+    device = single_device(mesh.devices.flat[0])
     return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, device) if hasattr(x, "ndim") else x, tree)
 
 

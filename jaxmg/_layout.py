@@ -143,6 +143,11 @@ def entry_axes(entry) -> Axes:
     return () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
 
 
+def spec_axes(entries) -> set:
+    """The names of the mesh axes that the spec entries ``entries`` use."""
+    return {name for e in entries for name in entry_axes(e)}
+
+
 def all_explicit(mesh: AnyMesh) -> bool:
     """Whether the axes of ``mesh`` that an array's layout can name are all Explicit: some axis is
     Explicit and none is Auto (inside a ``jax.shard_map`` over some of the axes, the Manual ones

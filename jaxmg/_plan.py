@@ -227,7 +227,7 @@ def with_stack_rhs(plan: Plan, rhs) -> Plan:
         if stack is None:
             known = _context.caller_spec(b, mesh)
             used = set(_layout.entry_axes(batch[0]))
-            if known is not None and not used & {n for e in known for n in _layout.entry_axes(e)}:
+            if known is not None and not used & _layout.spec_axes(known):
                 own = P(*batch, *known)
         elif stack.mesh is not None and _layout.same_mesh(stack.mesh, mesh):
             own = stack.layout

@@ -36,7 +36,7 @@ from .._dense import (
     spec_of as _spec_of,
 )
 from .._dispatch import drop_in as _drop_in, warn as _warn
-from .._layout import entry_axes as _entry_axes
+from .._layout import entry_axes as _entry_axes, spec_axes as _spec_axes
 from ..kernels import triangular as _triangular
 from ..kernels.algebra import permutation_matrix as _permutation_matrix
 from ..kernels.ffi.solver import getrf as _getrf
@@ -135,7 +135,7 @@ def _stack_split(x, *, lead: tuple, like=None):
     """``x`` (an array of a stack) with its leading dimensions split as ``lead`` where ``like``
     (default x) lies on Explicit mesh axes, its other dimensions as before, less the axes that
     ``lead`` uses."""
-    used = {name for e in lead for name in _entry_axes(e)}
+    used = _spec_axes(lead)
     rest = tuple(None if used & set(_entry_axes(e)) else e for e in _spec_of(x)[len(lead) :])
     return _in_layout(x, _P(*lead, *rest), x if like is None else like)
 

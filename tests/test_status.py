@@ -177,3 +177,65 @@ def _run_child(script: str, timeout: float = 120) -> str:
         return f"no result within {timeout} s"
     lines = (done.stdout or done.stderr).strip().splitlines()
     return lines[-1] if done.returncode == 0 and lines else done.stderr[-2000:]
+
+
+def _flagged_results(spd, general, b):
+    """Every result that a failed factorisation flags, from an indefinite ``spd`` (Cholesky's
+    family: status its first failing minor) and a rank-deficient ``general`` (least squares: the
+    rank test), as one pytree (one compiled function per derivative mode)."""
+    pencil = general + general.T
+    return {
+        "potrs": jaxmg.potrs(spd, b, return_logdet=True),
+        "cholesky": jaxmg.cholesky(spd),
+        "Cholesky": (lambda m: (m.solve(b), m.logdet(), m.inverse(), m.factor))(jaxmg.Cholesky(spd)),
+        "sygvd": jaxmg.sygvd(pencil, spd),
+        "least_squares": jaxmg.least_squares(general, b),
+        "QR.solve": jaxmg.QR(general).solve(b),
+        "np.cholesky": jaxmg.numpy.linalg.cholesky(spd),
+        "sp.cho_solve": jaxmg.scipy.linalg.cho_solve(jaxmg.scipy.linalg.cho_factor(spd, lower=True), b),
+    }
+
+
+def _flagged_inputs(batch=()):
+    rng = np.random.default_rng(3)
+    n = 6
+    g = rng.standard_normal(batch + (n, n))
+    spd = g @ np.swapaxes(g, -1, -2) + n * np.eye(n)
+    general = rng.standard_normal(batch + (n, n))
+    bad = (Ellipsis,) if not batch else (1,)
+    spd[bad + (4, 4)] = -100.0  # not positive definite at minor 5
+    general[bad + (slice(None), 3)] = 2 * general[bad + (slice(None), 1)]  # rank deficient
+    return spd, general, rng.standard_normal(batch + (n,))
+
+
+def _nan_where_flagged(tree, index=Ellipsis):
+    """The leaves of ``tree`` (at ``index``) that are not all NaN."""
+    leaves = jax.tree_util.tree_leaves_with_path(tree)
+    return [jax.tree_util.keystr(p) for p, x in leaves if not np.all(np.isnan(np.asarray(x)[index]))]
+
+
+def test_derivatives_of_a_flagged_result_are_nan():
+    """A result flagged NaN by its status has NaN derivatives, forward and reverse (never the
+    finite derivative of the failed factorisation's numbers, which a training step would apply);
+    in a stack, the others' derivatives are untouched."""
+    spd, general, b = _flagged_inputs()
+    primals, tangents = jax.jit(lambda s, g: jax.jvp(lambda s, g: _flagged_results(s, g, b), (s, g), (s, g)))(
+        spd, general
+    )
+    assert _nan_where_flagged(primals) == []
+    assert _nan_where_flagged(tangents) == [], "finite tangents of NaN results"
+
+    def loss(s, g, b):
+        return sum(jnp.sum(x) for x in jax.tree.leaves(_flagged_results(s, g, b)))
+
+    grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(spd, general, b)
+    assert _nan_where_flagged(grads) == [], "finite gradients of a NaN loss"
+
+    stacked = _flagged_inputs((3,))
+    grads = jax.jit(jax.vmap(jax.grad(loss, argnums=(0, 1, 2))))(*stacked)
+    assert _nan_where_flagged(grads, 1) == []
+    for i in (0, 2):
+        assert all(np.all(np.isfinite(np.asarray(x)[i])) for x in grads)
+        one = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(*(x[i] for x in stacked))
+        for x, y in zip(one, grads):
+            np.testing.assert_allclose(np.asarray(y)[i], np.asarray(x), rtol=1e-10)

@@ -444,21 +444,48 @@ def resolve(
 
 
 def _manual_plan(family: str, arrays: Sequence, count: int) -> Plan:
-    """The plan of a call on a device's own arrays (inside a ``jax.shard_map``): the local route.
-    Where an array is split over mesh axes left free and Explicit (a ``jax.shard_map`` over some of
-    the axes), the call runs on that mesh as the local route over a mesh does: matrices and
-    their tangents enter whole (the device's solver needs whole matrices), and matrix outputs
-    and cotangents leave in a's layout, so the derivative rules see no split matrix."""
+    """The plan of a call on a device's own arrays (inside a ``jax.shard_map``): the local route
+    (:func:`on_own_arrays`)."""
     a = arrays[0]
-    common: dict[str, Any] = dict(shape=tuple(a.shape), dtype=np.dtype(a.dtype), backend=local.BACKEND)
-    free = next((m for m in map(_explicit_mesh_of, arrays) if m is not None), None)
-    if free is None:
-        return Plan(family, _routes.LOCAL, None, None, None, (), 1, **common)
-    spec = _context.caller_spec(a, free)
-    plan = Plan(
-        family, _routes.LOCAL, free, None, None if spec is None else P(*_layout.padded_spec(spec, 2)), (), 1, **common
+    shape, dtype = tuple(a.shape), np.dtype(a.dtype)
+    plan = Plan(family, _routes.LOCAL, None, None, None, (), 1, shape, dtype, backend=local.BACKEND)
+    return on_own_arrays(plan, arrays[:count], arrays[count:])
+
+
+def on_own_arrays(plan: Plan, matrices: Sequence, rhs: Sequence = ()) -> Plan:
+    """``plan`` (a call's, or that of a module made outside a ``jax.shard_map`` and used inside
+    it) for a call on a device's own arrays, ``matrices`` (a first) and right-hand sides ``rhs``:
+    the local route, on no mesh. Where an array is split over mesh axes left free and Explicit
+    (a ``jax.shard_map`` over some of the axes), the call runs on that mesh as the local route
+    over a mesh does: matrices and their tangents enter whole (the device's solver needs whole
+    matrices), and matrix outputs and cotangents leave in a's layout, so the derivative rules see
+    no split matrix. A factorisation of the distributed route (cuSOLVERMp's, in its grid layout)
+    cannot be used there: a ValueError says so."""
+    if plan.distributed:
+        raise ValueError(
+            f"a {plan.family} factorisation made by the distributed route (over the whole mesh, in "
+            "cuSOLVERMp's grid layout) cannot be used inside jax.shard_map, where each device solves "
+            "with its own arrays: make the module inside the jax.shard_map body, or use it outside."
+        )
+    own = dataclasses.replace(
+        plan,
+        route=_routes.LOCAL,
+        mesh=None,
+        grid=None,
+        spec=None,
+        rhs_specs=(),
+        tile=1,
+        stack_spec=None,
+        stack_rhs=(),
+        stack_outer=(),
+        backend=local.BACKEND,
     )
-    return with_rhs_layouts(plan, arrays[count:])
+    free = next((m for m in map(_explicit_mesh_of, [*matrices, *rhs]) if m is not None), None)
+    if free is None:
+        return own
+    spec = _context.caller_spec(matrices[0], free) if matrices else None
+    own = dataclasses.replace(own, mesh=free, spec=None if spec is None else P(*_layout.padded_spec(spec, 2)))
+    return with_rhs_layouts(own, rhs)
 
 
 def _check_stack_unsplit(stack, family: str) -> None:
@@ -514,11 +541,15 @@ def _local_specs(mesh, matrix_specs, matrices, arrays, num_rhs: int):
     return spec, tuple(specs[len(matrices) :])
 
 
-def module_plan(plan: Plan, arrays) -> Plan:
-    """A module's plan, on the concrete mesh beneath ``arrays`` where the module was made inside
+def module_plan(plan: Plan, arrays, matrices: Sequence, context: Context) -> Plan:
+    """A module's plan for a call of one of its methods in ``context``: on the device's own arrays
+    inside a ``jax.shard_map`` (:func:`on_own_arrays`, ``matrices``: the matrices it keeps), and
+    on the concrete mesh beneath ``arrays`` (its leaves) where the module was made inside
     ``jax.jit`` (its plan holds the abstract mesh) and is now used eagerly."""
     from jax.sharding import Mesh
 
+    if context.kind == MANUAL:
+        return on_own_arrays(plan, matrices)
     if plan.mesh is None or isinstance(plan.mesh, Mesh):
         return plan
     for x in arrays:

@@ -205,8 +205,8 @@ def with_rhs_layouts(plan: Plan, rhs) -> Plan:
     for k, b in enumerate(rhs):
         if specs[k] is None and hasattr(b, "ndim"):
             known = _context.caller_spec(b, plan.mesh)
-            if known is None and concrete_value(b) is not None:
-                known = P()  # a concrete array off the mesh (NumPy, one device): placed whole
+            if known is None and (concrete_value(b) is not None or _context.whole_on(b, plan.mesh)):
+                known = P()  # an array off the mesh (NumPy, one device; typed on none in jit): whole
             specs[k] = None if known is None else _layout.padded_spec(known, b.ndim)
     return with_stack_rhs(dataclasses.replace(plan, rhs_specs=tuple(specs)), rhs)
 
@@ -278,15 +278,16 @@ def held_layout(x, *, default: bool = True) -> Optional[NamedSharding]:
     jaxmg's (``jaxmg.numpy``, ``jaxmg.scipy``): x's own where it is known, else, for one matrix where
     ``default``, the mesh's axes in order (rule 4 of ``jaxmg._layout``, as a call on it lays it
     out) where they divide it. None where nothing is to be placed: a concrete ``x`` (it carries no
-    derivative), a stack under ``jax.vmap``, inside ``jax.shard_map``, and on no mesh of several
-    devices."""
+    derivative), a stack under ``jax.vmap``, inside ``jax.shard_map``, on no mesh of several
+    devices, and an ``x`` whole on a mesh of Explicit axes (``jaxmg._context.whole_on``: its type
+    names no mesh)."""
     if not _context.is_tracer(x) or _context.manual() or _context.stack_of(x) is not None:
         return None
     mesh = _context.find_mesh(None, x)
     if mesh is None or mesh.size < 2:
         return None
     spec = _context.caller_spec(x, mesh)
-    if spec is None and default and x.ndim == 2 and len(mesh.axis_names) <= 2:
+    if spec is None and default and x.ndim == 2 and len(mesh.axis_names) <= 2 and not _context.whole_on(x, mesh):
         spec = _layout.default_spec(mesh)
     if spec is None or not _layout.divides(x.shape, _layout.padded_spec(spec, x.ndim), mesh):
         return None

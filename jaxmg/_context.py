@@ -273,6 +273,17 @@ def typed_sharding(x) -> Optional[NamedSharding]:
     return sharding
 
 
+def whole_on(x, mesh: AnyMesh) -> bool:
+    """Whether ``x``, a tracer inside ``jax.jit``, is known to be whole on ``mesh``, a mesh of
+    Explicit axes alone: its type names no mesh (an argument on one device, or an array made
+    inside without a layout), and on Explicit axes a type names every split, as eagerly the
+    array's own placement does."""
+    if not is_tracer(x) or concrete_value(x, through_vmap=True) is not None or not _layout.all_explicit(mesh):
+        return False
+    sharding = getattr(jax.typeof(x), "sharding", None)
+    return sharding is not None and getattr(sharding, "mesh", None) is not None and sharding.mesh.empty
+
+
 def mesh_of(x) -> Optional[AnyMesh]:
     """The mesh ``x`` is placed on, concrete or abstract, if any (Auto axes included; under eager
     transformations, that of the concrete array beneath the tracers)."""

@@ -37,6 +37,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from . import _context, _layout, _plan, _routes, _sharded
 from ._context import Context
 from ._plan import Options, Plan
+from .kernels import varying
 
 
 def context(matrices, others=()) -> Context:
@@ -100,7 +101,8 @@ def method(module, body, *args, **static):
     leaves = jax.tree.leaves(module)
     matrices = [x for x in leaves if getattr(x, "ndim", 0) >= 2][:1]
     ctx = context(matrices, (module, args))
-    plan = _plan.with_rhs_layouts(_plan.module_plan(module.plan, leaves), [x for x in args if hasattr(x, "ndim")])
+    plan = _plan.module_plan(module.plan, leaves, matrices, ctx)
+    plan = _plan.with_rhs_layouts(plan, [x for x in args if hasattr(x, "ndim")])
     uncommitted = _context.uncommitted_call(None, (module, args))
     remember = known and (known, tuple(values))
     return run(
@@ -137,7 +139,8 @@ def run(
     key = tuple(sorted(static.items()))
     held = -1 if module else matrices
     if not ctx.eager:  # inline: NumPy arguments become arrays here, as a compiled call's do
-        return _traced(body, plan, key, rule, held)(*_as_arrays(args))
+        args = _as_arrays(args)
+        return _traced(body, plan, key, rule, held)(*(_varying_alike(args) if ctx.kind == _context.MANUAL else args))
     args = _on_mesh(args, plan, matrices)
     donated = tuple(range(matrices)) if donate and ctx.concrete else ()
     mesh = plan.mesh if isinstance(plan.mesh, Mesh) and not ctx.tracing else None
@@ -154,6 +157,18 @@ def _as_arrays(args: tuple) -> tuple:
     """``args`` with NumPy arrays and scalars as JAX arrays (``jnp.asarray``), as ``jax.jit``
     converts a compiled call's arguments: the body sees JAX arrays or tracers either way."""
     return jax.tree.map(lambda x: jnp.asarray(x) if isinstance(x, (np.ndarray, np.generic)) else x, args)
+
+
+def _varying_alike(args: tuple) -> tuple:
+    """Inside a ``jax.shard_map``: every array of ``args`` (pytrees: a module's arrays too) marked
+    as varying over each manual axis that any of them varies over
+    (``jaxmg.kernels.varying.alike``): a matrix shared by every device solved against each
+    device's own right-hand sides, or the reverse."""
+    leaves, structure = jax.tree.flatten(args)
+    arrays = [k for k, x in enumerate(leaves) if hasattr(x, "shape")]
+    for k, x in zip(arrays, varying.alike(*[leaves[k] for k in arrays])):
+        leaves[k] = x
+    return jax.tree.unflatten(structure, leaves)
 
 
 def _jitted(body, plan: Plan, static: tuple, rule: bool, held: int, donate: tuple):

@@ -205,8 +205,8 @@ def with_rhs_layouts(plan: Plan, rhs) -> Plan:
     for k, b in enumerate(rhs):
         if specs[k] is None and hasattr(b, "ndim"):
             known = _context.caller_spec(b, plan.mesh)
-            if known is None and concrete_value(b) is not None:
-                known = P()  # a concrete array off the mesh (NumPy, one device): placed whole
+            if known is None and (concrete_value(b) is not None or _context.whole_on(b, plan.mesh)):
+                known = P()  # an array off the mesh (NumPy, one device; typed on none in jit): whole
             specs[k] = None if known is None else _layout.padded_spec(known, b.ndim)
     return with_stack_rhs(dataclasses.replace(plan, rhs_specs=tuple(specs)), rhs)
 
@@ -278,15 +278,16 @@ def held_layout(x, *, default: bool = True) -> Optional[NamedSharding]:
     jaxmg's (``jaxmg.numpy``, ``jaxmg.scipy``): x's own where it is known, else, for one matrix where
     ``default``, the mesh's axes in order (rule 4 of ``jaxmg._layout``, as a call on it lays it
     out) where they divide it. None where nothing is to be placed: a concrete ``x`` (it carries no
-    derivative), a stack under ``jax.vmap``, inside ``jax.shard_map``, and on no mesh of several
-    devices."""
+    derivative), a stack under ``jax.vmap``, inside ``jax.shard_map``, on no mesh of several
+    devices, and an ``x`` whole on a mesh of Explicit axes (``jaxmg._context.whole_on``: its type
+    names no mesh)."""
     if not _context.is_tracer(x) or _context.manual() or _context.stack_of(x) is not None:
         return None
     mesh = _context.find_mesh(None, x)
     if mesh is None or mesh.size < 2:
         return None
     spec = _context.caller_spec(x, mesh)
-    if spec is None and default and x.ndim == 2 and len(mesh.axis_names) <= 2:
+    if spec is None and default and x.ndim == 2 and len(mesh.axis_names) <= 2 and not _context.whole_on(x, mesh):
         spec = _layout.default_spec(mesh)
     if spec is None or not _layout.divides(x.shape, _layout.padded_spec(spec, x.ndim), mesh):
         return None
@@ -444,21 +445,48 @@ def resolve(
 
 
 def _manual_plan(family: str, arrays: Sequence, count: int) -> Plan:
-    """The plan of a call on a device's own arrays (inside a ``jax.shard_map``): the local route.
-    Where an array is split over mesh axes left free and Explicit (a ``jax.shard_map`` over some of
-    the axes), the call runs on that mesh as the local route over a mesh does: matrices and
-    their tangents enter whole (the device's solver needs whole matrices), and matrix outputs
-    and cotangents leave in a's layout, so the derivative rules see no split matrix."""
+    """The plan of a call on a device's own arrays (inside a ``jax.shard_map``): the local route
+    (:func:`on_own_arrays`)."""
     a = arrays[0]
-    common: dict[str, Any] = dict(shape=tuple(a.shape), dtype=np.dtype(a.dtype), backend=local.BACKEND)
-    free = next((m for m in map(_explicit_mesh_of, arrays) if m is not None), None)
-    if free is None:
-        return Plan(family, _routes.LOCAL, None, None, None, (), 1, **common)
-    spec = _context.caller_spec(a, free)
-    plan = Plan(
-        family, _routes.LOCAL, free, None, None if spec is None else P(*_layout.padded_spec(spec, 2)), (), 1, **common
+    shape, dtype = tuple(a.shape), np.dtype(a.dtype)
+    plan = Plan(family, _routes.LOCAL, None, None, None, (), 1, shape, dtype, backend=local.BACKEND)
+    return on_own_arrays(plan, arrays[:count], arrays[count:])
+
+
+def on_own_arrays(plan: Plan, matrices: Sequence, rhs: Sequence = ()) -> Plan:
+    """``plan`` (a call's, or that of a module made outside a ``jax.shard_map`` and used inside
+    it) for a call on a device's own arrays, ``matrices`` (a first) and right-hand sides ``rhs``:
+    the local route, on no mesh. Where an array is split over mesh axes left free and Explicit
+    (a ``jax.shard_map`` over some of the axes), the call runs on that mesh as the local route
+    over a mesh does: matrices and their tangents enter whole (the device's solver needs whole
+    matrices), and matrix outputs and cotangents leave in a's layout, so the derivative rules see
+    no split matrix. A factorisation of the distributed route (cuSOLVERMp's, in its grid layout)
+    cannot be used there: a ValueError says so."""
+    if plan.distributed:
+        raise ValueError(
+            f"a {plan.family} factorisation made by the distributed route (over the whole mesh, in "
+            "cuSOLVERMp's grid layout) cannot be used inside jax.shard_map, where each device solves "
+            "with its own arrays: make the module inside the jax.shard_map body, or use it outside."
+        )
+    own = dataclasses.replace(
+        plan,
+        route=_routes.LOCAL,
+        mesh=None,
+        grid=None,
+        spec=None,
+        rhs_specs=(),
+        tile=1,
+        stack_spec=None,
+        stack_rhs=(),
+        stack_outer=(),
+        backend=local.BACKEND,
     )
-    return with_rhs_layouts(plan, arrays[count:])
+    free = next((m for m in map(_explicit_mesh_of, [*matrices, *rhs]) if m is not None), None)
+    if free is None:
+        return own
+    spec = _context.caller_spec(matrices[0], free) if matrices else None
+    own = dataclasses.replace(own, mesh=free, spec=None if spec is None else P(*_layout.padded_spec(spec, 2)))
+    return with_rhs_layouts(own, rhs)
 
 
 def _check_stack_unsplit(stack, family: str) -> None:
@@ -514,11 +542,15 @@ def _local_specs(mesh, matrix_specs, matrices, arrays, num_rhs: int):
     return spec, tuple(specs[len(matrices) :])
 
 
-def module_plan(plan: Plan, arrays) -> Plan:
-    """A module's plan, on the concrete mesh beneath ``arrays`` where the module was made inside
+def module_plan(plan: Plan, arrays, matrices: Sequence, context: Context) -> Plan:
+    """A module's plan for a call of one of its methods in ``context``: on the device's own arrays
+    inside a ``jax.shard_map`` (:func:`on_own_arrays`, ``matrices``: the matrices it keeps), and
+    on the concrete mesh beneath ``arrays`` (its leaves) where the module was made inside
     ``jax.jit`` (its plan holds the abstract mesh) and is now used eagerly."""
     from jax.sharding import Mesh
 
+    if context.kind == MANUAL:
+        return on_own_arrays(plan, matrices)
     if plan.mesh is None or isinstance(plan.mesh, Mesh):
         return plan
     for x in arrays:

@@ -13,6 +13,7 @@ Matrices are tiny (order 8): the checks are about composition, not arithmetic.
 """
 
 import contextlib
+import dataclasses
 import functools
 
 import jax
@@ -190,6 +191,84 @@ def test_inside_shard_map_with_a_shared_right_hand_side():
         grad = jax.jit(jax.grad(loss))
         for k in range(2):
             _close(np.asarray(got[name])[k], grad(DATA[kind][0][k], shared[kind]))
+
+
+#: The solves of a matrix shared by every device (the drop-ins among them included), for
+#: test_inside_shard_map_with_a_shared_matrix: the SOLVES and the triangular and positive solves.
+SHARED_MATRIX_SOLVES = [
+    *SOLVES,
+    "sla.solve_triangular",
+    "sla.solve(pos)",
+]
+FUNCTIONS["sla.solve_triangular"] = (lambda a, b: jnp.sum(sla.solve_triangular(a, b, lower=True) ** 2), "gen")
+FUNCTIONS["sla.solve(pos)"] = (lambda a, b: jnp.sum(sla.solve(a, b, assume_a="pos") ** 2), "spd")
+
+
+def test_inside_shard_map_with_a_shared_matrix():
+    """In a shard_map body (check_vma on), one matrix shared by every device (passed in
+    replicated) against each device's own right-hand side, as a user solves one system for a
+    batch of right-hand sides split over the devices: each device's value and gradient with
+    respect to its right-hand side are those of the matrix alone, and the gradient with respect
+    to the shared matrix is their sum over the devices."""
+    mesh = jax.make_mesh((B,), ("d",))
+    names = SHARED_MATRIX_SOLVES
+
+    def body(matrices, rhs):
+        return {name: FUNCTIONS[name][0](matrices[name], rhs[name][0])[None] for name in names}
+
+    specs = ({name: P() for name in names}, {name: P("d") for name in names})
+    mapped = jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=P("d"))
+    total = lambda matrices, rhs: sum(jnp.sum(v) for v in mapped(matrices, rhs).values())  # noqa: E731
+    matrices = {name: put(DATA[FUNCTIONS[name][1]][0][0], mesh, P()) for name in names}
+    rhs = {name: put(DATA[FUNCTIONS[name][1]][1], mesh, P("d")) for name in names}
+    values = jax.jit(mapped)(matrices, rhs)
+    matrix_grads, rhs_grads = jax.jit(jax.grad(total, argnums=(0, 1)))(matrices, rhs)
+    for name in names:
+        loss, kind = FUNCTIONS[name]
+        a, b = DATA[kind][0][0], DATA[kind][1]
+        value_and_grad = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+        own = [value_and_grad(a, b[k]) for k in range(B)]
+        _close(values[name], np.array([v for v, _ in own]))
+        _close(rhs_grads[name], np.stack([g[1] for _, g in own]))
+        _close(matrix_grads[name], sum(np.asarray(g[0]) for _, g in own))
+
+
+@pytest.mark.parametrize("axis_type", AXES)
+def test_a_module_made_outside_a_shard_map_solves_inside(axis_type):
+    """A factorisation made eagerly of a matrix replicated over a mesh (the local route over the
+    mesh), passed into a jax.shard_map replicated: each device solves its own right-hand side
+    with it (its method runs on the device's own arrays, not on the module's mesh), as with
+    jax.scipy.linalg.lu_factor's result; its other methods too."""
+    mesh = make_mesh((B,), ("d",), axis_types=axis_type)
+    modules = {
+        "Cholesky": (jaxmg.Cholesky, SPD[0], RHS, lambda m: m.logdet()),
+        "LU": (jaxmg.LU, GEN[0], RHS, lambda m: m.slogdet()[1]),
+        "QR": (jaxmg.QR, TALL[0], RHS_TALL, lambda m: m.rank_status()),
+    }
+    for name, (module, a, b, other) in modules.items():
+        made = module(put(a, mesh, P()))
+        assert made.plan.mesh is not None, name  # on the mesh, not on the devices' own arrays
+
+        def body(m, b, other=other):
+            return m.solve(b[0])[None], m.inverse()[None] if hasattr(m, "inverse") else b, other(m)
+
+        mapped = jax.shard_map(body, mesh=mesh, in_specs=(P(), P("d")), out_specs=(P("d"), P("d"), P()))
+        x, inverse, value = jax.jit(mapped)(made, put(b, mesh, P("d")))
+        want = np.linalg.lstsq(a, b.T)[0].T
+        _close(x, want)
+        if hasattr(made, "inverse"):
+            _close(np.asarray(inverse)[0], np.linalg.inv(a))
+        _close(value, other(module(a)))
+
+
+def test_a_distributed_factorisation_inside_a_shard_map_is_refused():
+    """A factorisation of the distributed route (cuSOLVERMp's grid layout) cannot be used on a
+    device's own arrays: its plan there is refused with an error that says what to do."""
+    from jaxmg import _plan, _routes
+
+    plan = dataclasses.replace(jaxmg.LU(GEN[0]).plan, route=_routes.DISTRIBUTED)
+    with pytest.raises(ValueError, match="inside the jax.shard_map body"):
+        _plan.on_own_arrays(plan, [GEN[0]])
 
 
 def test_inside_a_shard_map_over_some_axes():

@@ -33,10 +33,10 @@ LAYERS: tuple = (
     (
         "jaxmg.kernels.triangular",
         "jaxmg.kernels.status",
-        "jaxmg.kernels.varying",
         "jaxmg.kernels.algebra",
         "jaxmg.kernels",
     ),
+    ("jaxmg.kernels.varying",),
     ("jaxmg._sharded",),
     ("jaxmg._dense",),
     ("jaxmg._layout",),

@@ -337,6 +337,20 @@ def test_eager_solution_has_b_layout_where_it_differs_from_a_rows(name, b_spec):
     assert _normal(x.sharding.spec, mesh) == _normal(b_spec, mesh), x.sharding.spec
 
 
+def test_a_right_hand_side_on_no_mesh_stays_whole_on_explicit_axes_eager_and_jitted():
+    """A matrix split over Explicit mesh axes and a right-hand side on no mesh (an uncommitted
+    array, or one made inside jax.jit), no jax.set_mesh: the solution is whole, its type and
+    sharding the same eagerly and inside jax.jit (on Explicit axes a type names every split, so b
+    is known to be whole there too; a matrix of right-hand sides is not split as a matrix)."""
+    mesh = make_mesh((4, 2), ("x", "y"))
+    a, b = jax.device_put(SPD[0], NamedSharding(mesh, P("x", "y"))), jnp.asarray(RHS2[0])
+    for name, solve in SOLVES.items():
+        made_inside = jax.jit(lambda a, solve=solve: solve(a, jnp.ones(b.shape)))
+        for how, x in (("eager", solve(a, b)), ("jit", jax.jit(solve)(a, b)), ("inside", made_inside(a))):
+            assert _normal(x.sharding.spec, mesh) == (), (name, how, x.sharding)
+            assert _normal(jax.typeof(x).sharding.spec, mesh) == (), (name, how, jax.typeof(x))
+
+
 def test_stack_split_inside_its_matrices_keeps_its_layout_eager_and_jitted():
     """A stack split over its batch axis and inside its matrices (Explicit ``P("x", None, "y")``,
     no ``jax.set_mesh``): matrix outputs come back in its layout and solutions in b's, eagerly as

@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import _sharded
+from .varying import alike
 
 #: Diagonal blocks of at most this order are inverted by a triangular solve, and triangular
 #: products of at most this order are one product with the other triangle masked (the default
@@ -264,10 +265,11 @@ def triangular_solve(
     available. JAX's own rule masks the triangle with an unsplit array, which a stack split over
     Explicit mesh axes refuses (``jax.vmap`` of a solve, or of its derivative, there), and its
     reverse mode emits its triangular solve, which a second derivative then differentiates so.
-    Inside a ``jax.shard_map``, ``b`` must vary over every manual axis that ``t`` varies over
-    (``jaxmg.kernels.varying.varying_like``), as the product with ``t`` does."""
+    Inside a ``jax.shard_map``, ``t`` and ``b`` are marked to vary alike
+    (``jaxmg.kernels.varying.alike``: a triangle shared by every device and a right-hand side of
+    each device's own, or the reverse), as the product with ``t`` does."""
     conjugate_a = conjugate_a and jnp.issubdtype(t.dtype, jnp.complexfloating)
-    t = _whole_matrices(t)
+    t, b = alike(_whole_matrices(t), b)
 
     def solve(transposed: bool):
         return lambda _, r: _sharded.typed_like(

@@ -27,7 +27,7 @@ import jax
 from .. import _context, functional as _f
 from .._dense import _explicit_mesh
 from ..autodiff import _dist, solves, tangents
-from ..kernels.varying import varying_like
+from ..kernels.varying import alike
 from ..modules import Cholesky
 from ._util import herm_input, in_layout_of
 
@@ -69,8 +69,8 @@ def positive_solve(a: jax.Array, b: jax.Array, *, lower: bool) -> jax.Array:
     ``lower`` of ``a`` (N, N), by one Cholesky factorisation (:class:`jaxmg.Cholesky`); ``b`` (N,)
     or (N, K), x in its shape and layout. Differentiated as ``jax.scipy.linalg.solve(a, b,
     assume_a="pos")`` is: through the product ``a @ x`` with the full ``a``."""
+    a, b = alike(a, b)  # inside a shard_map, a and b vary alike (a shared a, or a shared b)
     factor = Cholesky(jax.lax.stop_gradient(herm_input(a, False, lower=lower)))
-    b = varying_like(a, b)  # inside a shard_map, b varies as a does (as x does)
     layout = _dist.resolve(b)
     transpose_solve = solves.hermitian_transpose_solve(factor.solve, a.dtype)
     place = _vector_placement(a, b)

@@ -9,7 +9,6 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from ..autodiff import _dist
 from ..kernels.triangular import triangular_solve
-from ..kernels.varying import varying_like
 
 
 def solve_with_factor(c: jax.Array, b: jax.Array, lower: bool) -> jax.Array:
@@ -27,7 +26,7 @@ def solve_with_factor(c: jax.Array, b: jax.Array, lower: bool) -> jax.Array:
     if _dist.kind(layout) is None:
         t = jnp.tril(c) if lower else jnp.triu(c)
         solve = triangular_solve
-        y = solve(t, varying_like(t, rhs), left_side=True, lower=lower, transpose_a=not lower, conjugate_a=not lower)
+        y = solve(t, rhs, left_side=True, lower=lower, transpose_a=not lower, conjugate_a=not lower)
         x = solve(t, y, left_side=True, lower=lower, transpose_a=lower, conjugate_a=lower)
     else:
         assert layout is not None, "a layout kind comes from a sharding"

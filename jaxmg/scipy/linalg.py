@@ -40,7 +40,7 @@ from .._layout import entry_axes as _entry_axes, spec_axes as _spec_axes
 from ..kernels import triangular as _triangular
 from ..kernels.algebra import permutation_matrix as _permutation_matrix
 from ..kernels.ffi.solver import getrf as _getrf
-from ..kernels.varying import varying_like as _varying_like
+from ..kernels.varying import alike as _alike
 from ..modules import LU as _LU, Cholesky as _Cholesky
 from ..modules.cholesky import promoted_solve as _cho_promoted_solve
 from ..modules.lu import promoted_solve as _lu_promoted_solve
@@ -510,7 +510,7 @@ def _triangular_solve(a, b, *, trans: str, lower: bool, unit: bool):
     mesh axes traced with the axes Auto, x in b's layout); one on one device (or inside
     ``jax.jit`` on Auto axes) through the device's triangular solve."""
     vector = b.ndim == 1
-    b = _varying_like(a, b)  # inside a shard_map, b varies as a does (as x and the product with a do)
+    a, b = _alike(a, b)  # inside a shard_map, a and b vary alike (as x and the product with a do)
 
     def body(a, b):
         rhs = b[:, None] if vector else b

@@ -125,6 +125,24 @@ def test_lu_solve_matches_numpy_for_each_trans(auto_mesh):
 
 
 @dtypes
+def test_lu_packed_factor_derivatives(dtype):
+    """``LU(a).lu`` (LAPACK's packed factor on the local and batch routes) moves with ``a`` as
+    ``jax.scipy.linalg.lu_factor``'s factor does: check_grads of order 2, forward and reverse, and
+    JAX's tangent along a random direction, for one matrix and for a stack under ``jax.vmap``."""
+    rng = np.random.default_rng(16)
+    a = jnp.asarray(random_matrix(rng, (2, 6, 6), dtype))
+    t = jnp.asarray(random_matrix(rng, a.shape, dtype))
+    packed = jax.jit(lambda a: jaxmg.LU(a).lu)
+    check_grads(packed, (a[0],), order=2, modes=("fwd", "rev"))
+    for ours in (packed, jax.vmap(packed)):
+        x = a if ours is not packed else a[0]
+        dx = t if ours is not packed else t[0]
+        got = jax.jvp(ours, (x,), (dx,))[1]
+        want = jax.jvp(lambda x: jax.scipy.linalg.lu_factor(x)[0], (x,), (dx,))[1]
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-10, atol=1e-12)
+
+
+@dtypes
 def test_least_squares_grads_fwd_rev(auto_mesh, dtype):
     rng = np.random.default_rng(4)
     A, B = random_matrix(rng, (M, N), dtype), random_matrix(rng, (M,), dtype)

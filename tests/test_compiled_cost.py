@@ -181,7 +181,7 @@ def test_tall_full_svd_gradient_slices_rather_than_multiplies():
 
 
 def test_det_gradient_solves_for_the_cofactor_only_when_singular():
-    """grad(det) runs one branch: the inverse from the saved factor (two triangular solves, as
+    """grad(det) runs one branch: the adjugate from the packed factor (two triangular solves, as
     many as JAX's rule needs at most) or, for an exactly singular matrix, the cofactor's solves;
     no triangular solve runs outside that branch."""
     text = _compiled_text(jax.grad(la.det), _matrix((16, 16)))

@@ -154,6 +154,28 @@ def test_numpy_lstsq_stays_minimum_norm(rcond):
     np.testing.assert_allclose(np.asarray(x), np.asarray(xj), rtol=1e-8, atol=1e-10)
 
 
+@pytest.mark.parametrize("shape", [(6, 4), (4, 6)], ids=["tall", "wide"])
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_numpy_lstsq_derivatives_where_rcond_truncates(shape, dtype):
+    """A full-rank ``a`` whose smaller singular values fall below ``rcond * s[0]``: x is the
+    truncated SVD's solution, and its derivatives (forward and reverse, tall and wide) are those
+    of that function, as ``jnp.linalg.lstsq``'s (whose SVD couples the kept singular vectors to
+    the dropped ones), in ``a`` and in ``b``."""
+    rng = np.random.default_rng(7)
+    u = np.linalg.qr(random_matrix(rng, (shape[0], shape[0]), dtype))[0]
+    v = np.linalg.qr(random_matrix(rng, (shape[1], shape[1]), dtype))[0]
+    s = np.array([3.0, 2.0, 0.9, 0.5])  # rcond 0.4: two kept, two dropped (not zero)
+    a = jnp.asarray((u[:, :4] * s) @ v[:4])
+    b = jnp.asarray(random_matrix(rng, (shape[0], 2), dtype))
+    t, tb = (jnp.asarray(random_matrix(rng, x.shape, dtype)) for x in (a, b))
+    fns = [la.lstsq for la in (jaxmg.numpy.linalg, jnp.linalg)]
+    got, want = (jax.jvp(lambda a, b, f=f: f(a, b, rcond=0.4)[:2], (a, b), (t, tb)) for f in fns)
+    assert int(jaxmg.numpy.linalg.lstsq(a, b, rcond=0.4)[2]) == 2
+    for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-9, atol=1e-10)
+    check_grads(lambda a, b: jaxmg.numpy.linalg.lstsq(a, b, rcond=0.4)[0], (a, b), order=1, modes=("fwd", "rev"))
+
+
 def test_lineax_qr_reports_rank_deficiency():
     """jaxmg.lineax.QR: RESULTS.singular and NaN with throw=False (tall and wide), an error with
     throw=True; successful on a full-rank matrix."""

@@ -52,3 +52,16 @@ def test_derivative_of_the_gradient_along_any_direction(name, layout, dtype):
     want = jax.jvp(jax.grad(theirs, argnums=(0, 1)), (jnp.asarray(a0), jnp.asarray(b0)), tangents)[1]
     for g, w in zip(got, want):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-8, atol=1e-12 * float(np.abs(w).max()))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128], ids=["d", "z"])
+def test_second_derivative_of_det_at_a_numerically_singular_matrix(dtype):
+    """det of a rank-3 product of 4 x 3 and 3 x 4 factors (det ~ 1e-16, a^-1 ~ 1e16, no pivot
+    exactly zero): the derivative of the gradient along a direction is jnp.linalg.det's, the exact
+    one of the polynomial det (an adjugate formed as det(a) a^-1 cancels its terms of 1e16 there)."""
+    rng = np.random.default_rng(8)
+    a = jnp.asarray(random_matrix(rng, (4, 3), dtype) @ random_matrix(rng, (3, 4), dtype))
+    t, w = (jnp.asarray(random_matrix(rng, s, dtype)) for s in ((4, 4), ()))
+    loss = lambda det: lambda a: jnp.real(w * det(a))  # noqa: E731
+    got, want = (jax.jvp(jax.grad(loss(det)), (a,), (t,))[1] for det in (jaxmg.numpy.linalg.det, jnp.linalg.det))
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-8, atol=1e-10 * float(np.abs(want).max()))

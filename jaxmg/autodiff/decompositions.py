@@ -63,6 +63,24 @@ def _lower_tangent(kernels, a, state, lower, a_dot):
 cholesky_lower = logdet.from_saved_factor(_lower, _lower_tangent, read=_tangent)
 
 
+# --- LU's packed factor: a custom JVP along a (the factor's own state is not differentiated) ---
+
+
+def _packed(kernels, state):
+    """LU's packed factor (``LUKernels.packed``) from the saved state; derivatives with respect to
+    ``a``, by the kernels' ``packed_tangent`` (on the local and batch routes that of
+    ``jax.scipy.linalg.lu_factor``: ``X = L^-1 P a' U^-1``, ``L' = L stril(X)``, ``U' = triu(X) U``),
+    linear in ``a'`` (reverse mode is its transpose) and built from the factor itself (every order)."""
+    return kernels.packed(state)
+
+
+def _packed_tangent(kernels, a, state, packed, a_dot):
+    return kernels.packed_tangent(state, packed, a_dot)
+
+
+lu_packed = logdet.from_saved_factor(_packed, _packed_tangent)
+
+
 # --- Eigen-, singular value and polar decompositions: one JVP each ---------------------------
 
 

@@ -33,7 +33,7 @@ from . import qdwh, status as _status, two_stage
 from .algebra import batched_like, by_platform, matmul, permutation_matrix, slogdet_of
 from .families import Backend, CholeskyState, KernelPlan, LUState, QRState
 from .ffi import gemm, relayout
-from .ffi.solver import getrf, potrf
+from .ffi.solver import getrf, pivoted_lu_tangent, potrf
 
 _TRANS = {"N": 0, "T": 1, "C": 2}
 
@@ -126,6 +126,10 @@ class LU(_Local):
     def packed(self, state):
         """LAPACK's packed factor (L's strict lower triangle, U's upper one), as JAX's ``lu`` gives it."""
         return _factor(state.lu)
+
+    def packed_tangent(self, state, packed, a_dot):
+        """The tangent of :meth:`packed` along a' (that of ``jax.scipy.linalg.lu_factor``)."""
+        return pivoted_lu_tangent(packed, state.pivots, a_dot)
 
     def solve(self, state, b, spec=None, trans: str = "N"):
         rhs = batched_like(_as_matrix(b), state.pivots)  # the pivots' gather of b keeps their layout

@@ -11,7 +11,7 @@ from .. import _dispatch, _plan
 from .._docstrings import shared_arguments
 from .._plan import Options
 from .._typing import MeshLike, Rhs, Specs, SquareMatrix, Tile, checked
-from ..autodiff import logdet, solves
+from ..autodiff import decompositions, logdet, solves
 from ..kernels import status as _status
 from ..kernels.families import LUState
 from . import _base, check as _check
@@ -63,8 +63,9 @@ class LU(Factorisation):
     def lu(self) -> jax.Array:
         """The packed factor: on the local and batch routes LAPACK's (L's strict lower triangle, U's
         upper one, as ``jax.scipy.linalg.lu_factor`` gives it); on the distributed route
-        cuSOLVERMp's, in the grid layout."""
-        return self.plan.backend.lu(self.plan).packed(self.state)
+        cuSOLVERMp's, in the grid layout. Differentiable in ``a`` (any order) on the local and
+        batch routes, as ``jax.scipy.linalg.lu_factor``'s factor."""
+        return _dispatch.method(self, _packed)
 
     @property
     def pivots(self) -> jax.Array:
@@ -144,6 +145,11 @@ def _solve(plan, module, b, *, trans):
 
 def _inverse(plan, module):
     return _base.inverse(plan.backend.lu(plan), plan, module)
+
+
+def _packed(plan, module):
+    """The packed factor from the saved state, differentiable through the kept ``a`` (trace-only)."""
+    return decompositions.lu_packed(plan.backend.lu(plan), module.operator, module.state)
 
 
 def _slogdet(plan, module):

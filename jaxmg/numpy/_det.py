@@ -6,13 +6,18 @@ not a failure but a singular matrix, whose determinant is 0 (``slogdet`` gives (
 Its derivative is ``d det(a) = tr(adj(a) a')`` with the adjugate ``adj(a)``, which is defined
 (and smooth) for every matrix, singular ones included, as ``jnp.linalg.det``'s is:
 
-* where no pivot is exactly zero, ``adj(a) = det(a) a^-1`` from the same factor (one inverse from
-  the saved factor: :meth:`jaxmg.LU.inverse`), differentiable again (second derivatives);
-* where a pivot is exactly zero (an exactly singular matrix, e.g. the zero matrix), the
-  cofactor matrix from the packed factor ``P a = L U`` (:func:`_cofactor`): exact where one
-  pivot is zero, wherever it is (corank one), and 0 where more are (as JAX's). The packed
-  factor is in the natural layout on the local and batch routes; on the distributed route
-  (cuSOLVERMp's permuted factor) an exactly singular matrix's derivative is NaN;
+* on the local and batch routes, from the packed factor ``P a = L U`` (natural layout, and
+  differentiable: :attr:`jaxmg.LU.lu`): where no pivot but the last is exactly zero,
+  ``adj(a) = det(P) p U~^-1 diag(u_nn, ..., u_nn, 1) L^-1 P`` (:func:`_last_pivot_adjugate`),
+  with ``U~`` U whose last pivot is 1 and ``p`` the product of the other pivots: no division
+  by the last pivot, which partial pivoting leaves the smallest, so that second derivatives
+  stay exact at numerically singular matrices (where ``det(a) a^-1`` would cancel terms of
+  order ``|a^-1|``); where an earlier pivot is exactly zero, the cofactor matrix
+  (:func:`_cofactor`): exact where one pivot is zero, wherever it is (corank one), and 0 where
+  more are (as JAX's);
+* on the distributed route (cuSOLVERMp's permuted factor), ``adj(a) = det(a) a^-1`` from the
+  same factor (one inverse from the saved factor: :meth:`jaxmg.LU.inverse`), differentiable
+  again; an exactly singular matrix's derivative is NaN there;
 * a 1 x 1 matrix's adjugate is 1.
 """
 
@@ -55,18 +60,43 @@ def _value_and_adjugate(a):
     factor = LU(a)
     value = _value(factor)  # from the same factor; its own derivative is slogdet's
 
-    def regular(factor: LU) -> jax.Array:
-        return jnp.asarray(value, a.dtype) * factor.inverse()
-
     if factor.route == DISTRIBUTED:
-        return value, regular(factor)
+        return value, jnp.asarray(value, a.dtype) * factor.inverse()
+
+    def last(factor: LU) -> jax.Array:
+        return in_layout_of(_last_pivot_adjugate(factor.lu, factor.pivots), a).astype(a.dtype)
 
     def cofactor(factor: LU) -> jax.Array:
         return in_layout_of(_cofactor(jax.lax.stop_gradient(factor.lu), factor.pivots), a).astype(a.dtype)
 
-    # one branch runs: the cofactor's solves only for an exactly singular matrix (under vmap both run)
-    singular = jnp.any(jnp.diagonal(factor.lu) == 0)
-    return value, jax.lax.cond(singular, cofactor, regular, factor)
+    # one branch runs: the cofactor's solves only where a pivot before the last is exactly zero
+    # (under vmap both run)
+    singular = jnp.any(jnp.diagonal(factor.lu)[:-1] == 0)
+    return value, jax.lax.cond(singular, cofactor, last, factor)
+
+
+def _permuted_inverse_of_l(lu: jax.Array, pivots: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(L^-1 P, det P)`` from a's packed factor ``P a = L U`` (N, N) and its 0-based row swaps."""
+    n = lu.shape[-1]
+    swaps = jnp.sum(pivots != jnp.arange(n, dtype=pivots.dtype))
+    parity = (1 - 2 * (swaps % 2)).astype(lu.dtype)
+    perm = jax.lax.linalg.lu_pivots_to_permutation(pivots, n)
+    return solve_triangular(lu, permutation_matrix(perm, lu.dtype), lower=True, unit_diagonal=True), parity
+
+
+def _last_pivot_adjugate(lu: jax.Array, pivots: jax.Array) -> jax.Array:
+    """adj(a) (N, N) from a's packed factor ``P a = L U`` and pivots, for U's pivots before the
+    last non-zero: with ``U = D U~`` (``D = diag(1, ..., 1, u_nn)``, ``U~`` U with its last pivot
+    1), ``adj(U) = det(U~) U~^-1 adj(D)``, ``adj(D) = diag(u_nn, ..., u_nn, 1)``, and
+    ``adj(a) = det(P) adj(U) L^-1 P``: never divided by ``u_nn`` (exact for ``u_nn = 0`` too)."""
+    n = lu.shape[-1]
+    rest, parity = _permuted_inverse_of_l(lu, pivots)
+    diagonal = jnp.diagonal(lu)
+    last = jnp.arange(n) == n - 1
+    tilde = jnp.where(jnp.eye(n, dtype=bool) & last[None, :], jnp.ones((), lu.dtype), lu)  # U~ in the upper triangle
+    scale = jnp.where(last, jnp.ones((), lu.dtype), diagonal[-1])[:, None]  # adj(D)
+    partial = jnp.prod(jnp.where(last, jnp.ones((), lu.dtype), diagonal))  # det(U~)
+    return parity * partial * solve_triangular(tilde, scale * rest, lower=False)
 
 
 def _cofactor(lu: jax.Array, pivots: jax.Array) -> jax.Array:
@@ -76,15 +106,11 @@ def _cofactor(lu: jax.Array, pivots: jax.Array) -> jax.Array:
     is affine in one entry) and ``U(t)`` is invertible for t != 0, so ``adj(U)`` is the mean of
     ``det(U(t)) U(t)^-1`` at t = +-tau (tau = max |u_ii|). With more zero pivots that is not
     finite, and the result is 0 (as JAX's)."""
-    n = lu.shape[-1]
     diagonal = jnp.diagonal(lu)
     k = jnp.argmax(diagonal == 0)
     largest = jnp.max(jnp.abs(diagonal))
     tau = jnp.where(largest > 0, largest, jnp.ones((), largest.dtype)).astype(lu.dtype)
-    swaps = jnp.sum(pivots != jnp.arange(n, dtype=pivots.dtype))
-    parity = (1 - 2 * (swaps % 2)).astype(lu.dtype)
-    perm = jax.lax.linalg.lu_pivots_to_permutation(pivots, n)
-    rest = solve_triangular(lu, permutation_matrix(perm, lu.dtype), lower=True, unit_diagonal=True)  # L^-1 P
+    rest, parity = _permuted_inverse_of_l(lu, pivots)  # L^-1 P
 
     def adjugate_times_rest(t):
         shifted = jnp.triu(lu).at[k, k].add(t)

@@ -457,17 +457,29 @@ def _kept_svd(a, rcond):
 
 @jax.custom_jvp
 def _least_norm(a, b, rcond):
-    """``(x, s)``: the least-squares solution of least norm ``x = pinv(a) b`` (b (M, K)) and
-    a's singular values; differentiated as ``pinv(a) b`` (Golub and Pereyra),
-    smooth where the rank is constant, repeated singular values included."""
+    """``(x, s)``: the least-squares solution of least norm ``x = pinv(a_r) b`` (b (M, K)), with
+    ``a_r`` a's SVD truncated to the singular values kept (:func:`_kept`), and a's singular
+    values; differentiated as that function (:func:`_least_norm_jvp`): smooth where the number
+    kept is constant, repeated singular values included."""
     u, s, vh, s_inv = _kept_svd(a, rcond)
     return _matmul(_H(vh), s_inv[:, None] * _matmul(_H(u), b)), s
 
 
 @_least_norm.defjvp
 def _least_norm_jvp(primals, tangents) -> Any:
-    """``x' = P (b' - a' x) + P P^H a'^H r + (I - P a) a'^H P^H x`` with ``P = pinv(a)`` and
-    ``r = b - a x``, P applied through the SVD's factors; ``s' = Re diag(u^H a' v)``."""
+    """The tangent of ``x = pinv(a_r) b``, with ``a_r = P_L a`` for ``P_L = U_K U_K^H`` the
+    projector onto the kept left singular vectors. Golub and Pereyra's derivative of the
+    pseudo-inverse of the rank-r ``a_r`` along ``a_r' = P_L' a + P_L a'``, with ``P = pinv(a_r)``
+    and ``r = b - a x``::
+
+        x' = P (b' - a' x) + P P^H a'^H r + (I - P a) a'^H P^H x        (the terms of a' itself)
+             + V_K S_K^-1 Delta U_D^H b + V_D S_D G^H S_K^-2 U_K^H b       (P_L' against kept s_D)
+
+    where ``G_ij = (X_ij s_j + s_i conj(X_ji)) / (s_i^2 - s_j^2)`` (i kept, j dropped; ``X = U^H a' V``)
+    is the coupling of ``P_L'`` (the spectral projector of ``a a^H``) and ``Delta = G - X^H / s_i``
+    what remains of it beyond the first line. Both vanish where the dropped ``s_j`` are 0 (exact
+    rank r: Golub and Pereyra's formula alone). P is applied through the SVD's factors;
+    ``s' = Re diag(U^H a' V)``."""
     a, b, rcond = primals
     a_dot, b_dot, _ = tangents
     u, s, vh, s_inv = _kept_svd(a, rcond)
@@ -483,8 +495,29 @@ def _least_norm_jvp(primals, tangents) -> Any:
     y = _matmul(_H(a_dot), pinv_h(x))
     x_dot = pinv(b_dot - _matmul(a_dot, x)) + pinv(pinv_h(_matmul(_H(a_dot), b - _matmul(a, x))))
     x_dot = x_dot + y - _matmul(v, kept * _matmul(vh, y))
-    s_dot = jnp.real(jnp.diagonal(_matmul(_H(u), _matmul(a_dot, v)))).astype(s.dtype)  # replicated, as s
+    u_a_dot = _matmul(_H(u), a_dot)
+    xm = _matmul(u_a_dot, v)  # X = U^H a' V  (K, K), K = min(M, N)
+    g, delta = _dropped_couplings(xm, s, s_inv != 0)
+    c = _matmul(_H(u), b)  # U^H b
+    sd, si = s.astype(a.dtype)[:, None], s_inv[:, None]
+    x_dot = x_dot + _matmul(v, si * _matmul(delta, c) + sd * _matmul(_H(g), si * si * c))
+    s_dot = jnp.real(jnp.diagonal(xm)).astype(s.dtype)  # replicated, as s
     return (x, s), (x_dot, s_dot)
+
+
+def _dropped_couplings(xm, s, kept):
+    """``(G, Delta)`` (K, K) of :func:`_least_norm_jvp` from ``X = U^H a' V``, the singular values
+    ``s`` (K,) and which are ``kept``: non-zero only in the rows kept and the columns dropped,
+    where ``s_i > s_j >= 0`` (so no division by zero)."""
+    dtype = xm.dtype
+    couple = kept[:, None] & ~kept[None, :]
+    si, sj = s[:, None], s[None, :]
+    gap = jnp.where(couple, si * si - sj * sj, 1).astype(dtype)
+    si, sj = jnp.where(couple, si, 1).astype(dtype), sj.astype(dtype)
+    xh = _H(xm)
+    g = jnp.where(couple, (xm * sj + si * xh) / gap, 0)
+    delta = jnp.where(couple, sj * (si * xm + sj * xh) / (si * gap), 0)
+    return g, delta
 
 
 def _concrete(value, name):

@@ -98,10 +98,16 @@ def _potrf_jvp(primals, tangents):
 def _getrf_jvp(primals, tangents):
     (a,), (a_dot,) = primals, tangents
     lu, pivots = getrf(a)
-    n = a.shape[-1]
-    permutation = jax.lax.linalg.lu_pivots_to_permutation(pivots, n)
+    return (lu, pivots), (pivoted_lu_tangent(lu, pivots, a_dot), jax.custom_derivatives.zero_from_primal(pivots))
+
+
+def pivoted_lu_tangent(lu: jax.Array, pivots: jax.Array, a_dot: jax.Array) -> jax.Array:
+    """The tangent of LAPACK's packed factor ``lu`` (..., n, n) of ``P a = L U`` along ``a'``
+    (..., n, n), with ``pivots`` (..., n) getrf's 0-based row swaps: :func:`packed_lu_tangent` of
+    ``P a'`` on one device."""
+    permutation = jax.lax.linalg.lu_pivots_to_permutation(pivots, lu.shape[-1])
     permuted = jnp.take_along_axis(a_dot, permutation[..., :, None], axis=-2)  # P a'
-    return (lu, pivots), (packed_lu_tangent(lu, permuted), jax.custom_derivatives.zero_from_primal(pivots))
+    return packed_lu_tangent(lu, permuted)
 
 
 def _matmul(x, y):

@@ -186,6 +186,14 @@ class LU(_grid.GridKernels):
         """The packed factor as cuSOLVERMp leaves it, in the grid layout."""
         return state.lu
 
+    def packed_tangent(self, state, packed, a_dot):
+        """No derivative: the factor is of a's tiles in the grid's order."""
+        raise NotImplementedError(
+            "LU(a).lu on the distributed route is cuSOLVERMp's factor of a's tiles in the process "
+            "grid's order, which has no derivative with respect to a; differentiate "
+            "jaxmg.scipy.linalg.lu_factor(a) (JAX's packed factor) or LU(a).solve instead."
+        )
+
     def solve(self, state, b, spec, trans: str = "N"):
         return self.run(lu_solve, [*state, b], [Block(), Replicated(), Rows(spec)], [Rows(spec)], trans=_TRANS[trans])[
             0

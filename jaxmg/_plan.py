@@ -97,6 +97,14 @@ class Plan:
         module pickles as its arrays do."""
         return _layout.reduce_meshes(self)
 
+    def __eq__(self, other: object) -> bool:
+        """Equal fields, meshes compared as a trace sees them (``jaxmg._layout.meshes_agree``): the
+        plan of a module made from a concrete array equals that of one made from a traced one."""
+        return _layout.agreeing_eq(self, other)
+
+    def __hash__(self) -> int:
+        return _layout.agreeing_hash(self)
+
     @property
     def distributed(self) -> bool:
         return self.route == _routes.DISTRIBUTED

@@ -150,3 +150,24 @@ def test_modules_and_lineax_states_pickle(on_mesh):
     np.testing.assert_allclose(
         lx.linear_solve(op, jnp.asarray(B), jl.LU(), state=state).value, _expected("LU"), rtol=1e-9
     )
+
+
+@pytest.mark.parametrize("axis_types", [AxisType.Auto, AxisType.Explicit], ids=["auto", "explicit"])
+def test_modules_of_concrete_and_traced_matrices_share_a_structure(axis_types):
+    """A module made from a concrete sharded array held the concrete mesh in its plan, one made
+    from a traced array (inside ``jax.lax.cond``, a ``jax.lax.scan`` body) the abstract one: their
+    pytree structures differed, so ``cond`` could not return a module from branches closing over a
+    concrete array and computing one, nor ``scan`` refactor a module carried from outside it. The
+    plans are now equal (meshes compared as the trace sees them) and both work."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=axis_types)
+    a, b = put(A, mesh, P("x", "y")), jnp.asarray(B)
+    module = jax.lax.cond(False, lambda: jaxmg.Cholesky(a), lambda: jaxmg.Cholesky(2 * a))
+    np.testing.assert_allclose(np.asarray(module.solve(b)), np.linalg.solve(2 * A, B), rtol=1e-9)
+
+    def step(module, scale):
+        return jaxmg.Cholesky(scale * a), module.logdet()
+
+    last, logdets = jax.lax.scan(step, jaxmg.Cholesky(a), jnp.array([2.0, 3.0]))
+    np.testing.assert_allclose(np.asarray(logdets), [np.linalg.slogdet(s * A)[1] for s in (1, 2)], rtol=1e-9)
+    np.testing.assert_allclose(np.asarray(last.solve(b)), np.linalg.solve(3 * A, B), rtol=1e-9)
+    assert jaxmg.Cholesky(a).plan == jax.jit(jaxmg.Cholesky)(a).plan

@@ -527,6 +527,7 @@ def module_plan(plan: Plan, arrays) -> Plan:
     ``jax.jit`` (its plan holds the abstract mesh) and is now used eagerly."""
     from jax.sharding import Mesh
 
+    _check_module_dtypes(plan, arrays)
     if plan.mesh is None or isinstance(plan.mesh, Mesh):
         return plan
     for x in arrays:
@@ -535,6 +536,21 @@ def module_plan(plan: Plan, arrays) -> Plan:
             grid = None if plan.grid is None else dataclasses.replace(plan.grid, mesh=found)
             return dataclasses.replace(plan, mesh=found, grid=grid)
     return plan
+
+
+def _check_module_dtypes(plan: Plan, arrays) -> None:
+    """Raise where a module's inexact arrays are not in the dtype of the matrix it factored (or its
+    real counterpart: eigenvalues, singular values): the module was cast after it was made (a
+    ``jax.tree.map`` of ``x.astype``), so its plan and its arrays disagree."""
+    real = np.finfo(plan.dtype).dtype
+    for x in arrays:
+        dtype = getattr(x, "dtype", None)
+        if dtype is not None and np.issubdtype(dtype, np.inexact) and dtype not in (plan.dtype, real):
+            raise TypeError(
+                f"this module was made for {plan.dtype} matrices but holds {dtype} arrays (they were cast "
+                f"after it was made, e.g. by jax.tree.map); a module runs in the dtype of the matrix it "
+                f"factored: make it from a.astype({dtype}) instead."
+            )
 
 
 def per_shard_tile(family: str, grid: Grid, backend: str, T_A: Optional[int], local_shape, dtype) -> Optional[int]:

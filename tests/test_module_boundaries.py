@@ -171,3 +171,20 @@ def test_modules_of_concrete_and_traced_matrices_share_a_structure(axis_types):
     np.testing.assert_allclose(np.asarray(logdets), [np.linalg.slogdet(s * A)[1] for s in (1, 2)], rtol=1e-9)
     np.testing.assert_allclose(np.asarray(last.solve(b)), np.linalg.solve(3 * A, B), rtol=1e-9)
     assert jaxmg.Cholesky(a).plan == jax.jit(jaxmg.Cholesky)(a).plan
+
+
+def test_module_whose_arrays_were_cast_is_refused_by_name(library_errors):
+    """A module cast with jax.tree.map (x.astype(float32) on its inexact leaves, as a mixed-precision
+    model casts its fields) kept its plan for float64: a float64 b was solved to float32 accuracy
+    and returned as float64, a float32 b was refused as if a were float64. Its methods now refuse
+    it with a TypeError that says what the arrays are and how to make the module instead."""
+    import equinox as eqx
+
+    for module in (jaxmg.Cholesky(jnp.asarray(A)), jaxmg.LU(jnp.asarray(A)), jaxmg.QR(jnp.asarray(TALL))):
+        cast = jax.tree.map(lambda x: x.astype(jnp.float32) if eqx.is_inexact_array(x) else x, module)
+        b = jnp.asarray(B_TALL if isinstance(module, jaxmg.QR) else B)
+        for rhs in (b, b.astype(jnp.float32)):
+            with pytest.raises(TypeError, match=r"made for float64.*float32.*astype"):
+                cast.solve(rhs)
+        want = _expected("QR" if isinstance(module, jaxmg.QR) else "LU")
+        np.testing.assert_allclose(np.asarray(module.solve(b)), want, rtol=1e-9)

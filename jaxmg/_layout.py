@@ -78,6 +78,35 @@ def _rebuilt(cls, values: dict):
     return cls(**{k: v.mesh() if isinstance(v, _MeshRecord) else v for k, v in values.items()})
 
 
+def meshes_agree(first, second) -> bool:
+    """Whether two meshes (or any two values) name the same mesh as far as both are known: equal,
+    or one abstract (the mesh a trace sees) and equal to the other's abstract mesh. A module made
+    from a traced array holds the abstract mesh and one made from a concrete array the concrete
+    one; both describe one call (the concrete mesh is found again from the arrays where it is
+    needed, ``jaxmg._plan.module_plan``), so their pytree structures must be equal for
+    ``jax.lax.cond`` and ``jax.lax.scan``. Two different concrete meshes never agree."""
+    if first == second:
+        return True
+    meshes = (isinstance(first, (Mesh, AbstractMesh)), isinstance(second, (Mesh, AbstractMesh)))
+    if not all(meshes) or not (isinstance(first, AbstractMesh) or isinstance(second, AbstractMesh)):
+        return False
+    return first.abstract_mesh == second.abstract_mesh
+
+
+def agreeing_eq(obj, other) -> bool:
+    """``__eq__`` of a frozen dataclass whose fields may hold meshes: the same type, and each field
+    equal, meshes by :func:`meshes_agree` (a field that is such a dataclass compares by its own)."""
+    if type(other) is not type(obj):
+        return NotImplemented  # pyright: ignore[reportReturnType]
+    return all(meshes_agree(getattr(obj, f.name), getattr(other, f.name)) for f in dataclasses.fields(obj))
+
+
+def agreeing_hash(obj) -> int:
+    """``__hash__`` of :func:`agreeing_eq`: each mesh hashed as its abstract mesh."""
+    values = [getattr(obj, f.name) for f in dataclasses.fields(obj)]
+    return hash(tuple(v.abstract_mesh if isinstance(v, (Mesh, AbstractMesh)) else v for v in values))
+
+
 @dataclasses.dataclass(frozen=True)
 class Grid:
     """How a distributed matrix maps onto the process grid.
@@ -93,6 +122,12 @@ class Grid:
 
     def __reduce__(self):
         return reduce_meshes(self)
+
+    def __eq__(self, other: object) -> bool:
+        return agreeing_eq(self, other)
+
+    def __hash__(self) -> int:
+        return agreeing_hash(self)
 
     @property
     def nprow(self) -> int:

@@ -97,6 +97,14 @@ class Plan:
         module pickles as its arrays do."""
         return _layout.reduce_meshes(self)
 
+    def __eq__(self, other: object) -> bool:
+        """Equal fields, meshes compared as a trace sees them (``jaxmg._layout.meshes_agree``): the
+        plan of a module made from a concrete array equals that of one made from a traced one."""
+        return _layout.agreeing_eq(self, other)
+
+    def __hash__(self) -> int:
+        return _layout.agreeing_hash(self)
+
     @property
     def distributed(self) -> bool:
         return self.route == _routes.DISTRIBUTED
@@ -549,6 +557,7 @@ def module_plan(plan: Plan, arrays, matrices: Sequence, context: Context) -> Pla
     ``jax.jit`` (its plan holds the abstract mesh) and is now used eagerly."""
     from jax.sharding import Mesh
 
+    _check_module_dtypes(plan, arrays)
     if context.kind == MANUAL:
         return on_own_arrays(plan, matrices)
     if plan.mesh is None or isinstance(plan.mesh, Mesh):
@@ -559,6 +568,21 @@ def module_plan(plan: Plan, arrays, matrices: Sequence, context: Context) -> Pla
             grid = None if plan.grid is None else dataclasses.replace(plan.grid, mesh=found)
             return dataclasses.replace(plan, mesh=found, grid=grid)
     return plan
+
+
+def _check_module_dtypes(plan: Plan, arrays) -> None:
+    """Raise where a module's inexact arrays are not in the dtype of the matrix it factored (or its
+    real counterpart: eigenvalues, singular values): the module was cast after it was made (a
+    ``jax.tree.map`` of ``x.astype``), so its plan and its arrays disagree."""
+    real = np.finfo(plan.dtype).dtype
+    for x in arrays:
+        dtype = getattr(x, "dtype", None)
+        if dtype is not None and np.issubdtype(dtype, np.inexact) and dtype not in (plan.dtype, real):
+            raise TypeError(
+                f"this module was made for {plan.dtype} matrices but holds {dtype} arrays (they were cast "
+                f"after it was made, e.g. by jax.tree.map); a module runs in the dtype of the matrix it "
+                f"factored: make it from a.astype({dtype}) instead."
+            )
 
 
 def per_shard_tile(family: str, grid: Grid, backend: str, T_A: Optional[int], local_shape, dtype) -> Optional[int]:

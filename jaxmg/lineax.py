@@ -46,7 +46,7 @@ x = lx.linear_solve(operator, b, solver=jaxmg.lineax.Auto()).value
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 try:
     import lineax as lx
@@ -63,7 +63,7 @@ import numpy as np
 from jax.sharding import PartitionSpec
 
 from . import _context, _sharded, modules
-from ._checks import check_flag
+from ._checks import check_backend, check_flag, check_tile
 from ._dense import adjoint, kept_reciprocals, matmul
 from ._typing import MeshLike, Specs
 from .kernels import status as _status
@@ -133,6 +133,8 @@ class _Options(eqx.Module):
     throw: bool = eqx.field(default=True, static=True)
 
     def __check_init__(self):
+        check_tile(self.T_A)
+        check_backend(self.backend)
         check_flag(self.throw, "throw")
 
     def _options(self) -> dict:
@@ -149,6 +151,9 @@ class _JaxmgSolver(_Options, lx.AbstractLinearSolver[_State]):
     transpose/conj as flags on the state and the status-to-result mapping. A subclass gives
     ``_factor(matrix, operator)`` -> (factorisation module, transposed, negated) and
     ``_solve(state, b)`` (b and x 1-D, for ``op(M)`` with ``conjugated`` already handled)."""
+
+    #: The jaxmg module that ``init`` factors the operator's matrix with.
+    _module: ClassVar[type]
 
     def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]) -> _State:
         """Factor ``operator.as_matrix()`` with jaxmg (distributed when it is sharded)."""
@@ -170,6 +175,7 @@ class _JaxmgSolver(_Options, lx.AbstractLinearSolver[_State]):
     def compute(self, state: _State, vector, options: dict[str, Any]):
         """Solve ``operator @ x = vector``; returns (x, result, stats)."""
         del options
+        _check_state(self, state, lambda s: isinstance(s, _State) and isinstance(s.factor, self._module))
         b = state.out_structure.flatten(vector)
         if state.conjugated:  # conj(A) x = b  <=>  A conj(x) = conj(b)
             b = jnp.conj(b)
@@ -186,12 +192,14 @@ class _JaxmgSolver(_Options, lx.AbstractLinearSolver[_State]):
 
     def transpose(self, state: _State, options: dict[str, Any]):
         """The state of ``operator.T``: a flag flip, no new factorisation."""
+        _check_state(self, state, lambda s: isinstance(s, _State) and isinstance(s.factor, self._module))
         return _State(
             state.factor, not state.transposed, state.conjugated, state.negated, state.out_structure, state.in_structure
         ), options
 
     def conj(self, state: _State, options: dict[str, Any]):
         """The state of ``conj(operator)``: a flag flip, no new factorisation."""
+        _check_state(self, state, lambda s: isinstance(s, _State) and isinstance(s.factor, self._module))
         return _State(
             state.factor, state.transposed, not state.conjugated, state.negated, state.in_structure, state.out_structure
         ), options
@@ -205,6 +213,22 @@ class _JaxmgSolver(_Options, lx.AbstractLinearSolver[_State]):
 
     def _solve(self, state: _State, b):  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+def _check_state(solver: lx.AbstractLinearSolver, state, made_by) -> None:
+    """Raise a TypeError naming ``state`` where ``made_by(state)`` is False: a state that
+    ``solver``'s own ``init`` did not make (another solver's, passed to ``linear_solve(...,
+    state=...)``)."""
+    if made_by(state):
+        return
+    name = type(solver).__name__
+    inner = getattr(state, "factor", None)
+    found = type(state).__name__ if inner is None else f"{type(state).__name__} of a {type(inner).__name__}"
+    raise TypeError(
+        f"jaxmg.lineax.{name}: state must be made by jaxmg.lineax.{name}().init(operator, options) (or "
+        f"linear_solve(..., solver=jaxmg.lineax.{name}()).state), got a {found}; pass the state of the "
+        "solver that solves, or no state."
+    )
 
 
 def _result(status: jax.Array, x: jax.Array):
@@ -273,6 +297,8 @@ class Cholesky(_JaxmgSolver):
     [`jaxmg.lineax`][jaxmg.lineax].
     """
 
+    _module = modules.Cholesky
+
     def _factor(self, matrix, operator):
         negative = lx.is_negative_semidefinite(operator)
         if not (lx.is_positive_semidefinite(operator) or negative):
@@ -285,7 +311,7 @@ class Cholesky(_JaxmgSolver):
         return modules.Cholesky(-matrix if negative else matrix, **self._options()), False, negative
 
     def _solve(self, state, b):
-        assert isinstance(state.factor, modules.Cholesky), "the state of Cholesky.init"
+        assert isinstance(state.factor, modules.Cholesky), "compute checked the state (_check_state)"
         # The operator is Hermitian: its transpose is its conjugate.
         if state.transposed:
             return jnp.conj(state.factor.solve(jnp.conj(b)))
@@ -302,12 +328,14 @@ class LU(_JaxmgSolver):
     [`jaxmg.lineax`][jaxmg.lineax].
     """
 
+    _module = modules.LU
+
     def _factor(self, matrix, operator):
         _square(operator, "LU")
         return modules.LU(matrix, **self._options()), False, False
 
     def _solve(self, state, b):
-        assert isinstance(state.factor, modules.LU), "the state of LU.init"
+        assert isinstance(state.factor, modules.LU), "compute checked the state (_check_state)"
         return state.factor.solve(b, trans="T" if state.transposed else "N")
 
 
@@ -329,9 +357,10 @@ class QR(_JaxmgSolver):
     """
 
     rcond: Optional[float] = eqx.field(default=None, static=True)
+    _module = modules.QR
 
     def _solve_status(self, state):
-        assert isinstance(state.factor, modules.QR), "the state of QR.init"
+        assert isinstance(state.factor, modules.QR), "compute checked the state (_check_state)"
         return state.factor.rank_status(self.rcond)
 
     def _factor(self, matrix, operator):
@@ -341,7 +370,7 @@ class QR(_JaxmgSolver):
 
     def _solve(self, state, b):
         factor = state.factor
-        assert isinstance(factor, modules.QR), "the state of QR.init"
+        assert isinstance(factor, modules.QR), "compute checked the state (_check_state)"
         if not state.transposed:  # tall M: least squares
             return factor.solve(b, rcond=self.rcond)
         # wide M^T = conj(M)^H: the minimum-norm x is conj(Q R^-H conj(b)) from M's factor.
@@ -364,6 +393,7 @@ class SVD(_JaxmgSolver):
     """
 
     rcond: Optional[float] = eqx.field(default=None, static=True)
+    _module = modules.SVD
 
     def assume_full_rank(self) -> bool:
         """False: any rank is solved (as Lineax's SVD)."""
@@ -374,7 +404,7 @@ class SVD(_JaxmgSolver):
 
     def _solve(self, state, b):
         factor = state.factor
-        assert isinstance(factor, modules.SVD), "the state of SVD.init"
+        assert isinstance(factor, modules.SVD), "compute checked the state (_check_state)"
         u, s, vh = factor.u, factor.s, factor.vh
         m, n = factor.shape
         eps = float(jnp.finfo(s.dtype).eps)
@@ -446,12 +476,15 @@ class Auto(_Options, lx.AbstractLinearSolver[_AutoState]):
         return _AutoState(solver, solver.init(operator, options))
 
     def compute(self, state, vector, options):
+        _check_state(self, state, lambda s: isinstance(s, _AutoState))
         return state.solver.compute(state.inner, vector, options)
 
     def transpose(self, state, options):
+        _check_state(self, state, lambda s: isinstance(s, _AutoState))
         inner, options = state.solver.transpose(state.inner, options)
         return _AutoState(state.solver, inner), options
 
     def conj(self, state, options):
+        _check_state(self, state, lambda s: isinstance(s, _AutoState))
         inner, options = state.solver.conj(state.inner, options)
         return _AutoState(state.solver, inner), options

@@ -75,3 +75,35 @@ def test_auto_reads_well_posed_as_lineax(library_errors):
 
 def test_dir_lists_the_solvers_not_the_imports():
     assert {n for n in dir(jl) if not n.startswith("_")} == set(jl.__all__) == {"Auto", "Cholesky", "LU", "QR", "SVD"}
+
+
+def test_options_are_checked_when_the_solver_is_made(library_errors):
+    """jl.LU(T_A="x") and jl.LU(backend="gpu") were accepted and failed at the first solve, far
+    from the line that made them (as throw="no" is refused): refused when the solver is made."""
+    import pytest
+
+    for solver in (jl.LU, jl.Cholesky, jl.QR, jl.SVD, jl.Auto):
+        with pytest.raises(TypeError, match="T_A must be a positive int or None"):
+            solver(T_A="x")
+        with pytest.raises(ValueError, match="backend must be one of"):
+            solver(backend="gpu")
+
+
+def test_a_state_of_another_solver_is_named(library_errors):
+    """linear_solve(op, b, solver=jl.Cholesky(), state=jl.LU().init(...)) failed on an internal
+    assertion (and ran on with python -O): the state is refused with a TypeError that names it
+    and the solver whose init makes it; a Lineax solver's state too."""
+    import lineax as lx
+    import pytest
+
+    a = jnp.asarray(np.diag([4.0, 3.0, 2.0]) + 0.5)
+    op, b = lx.MatrixLinearOperator(a, lx.positive_semidefinite_tag), jnp.arange(1.0, 4.0)
+    states = (jl.LU().init(op, {}), jl.Cholesky().init(op, {}), lx.LU().init(op, {}))
+    for solver in (jl.Cholesky(), jl.LU(), jl.QR(), jl.SVD(), jl.Auto()):
+        for state in states:
+            if type(state) is type(solver.init(op, {})) and (
+                not hasattr(state, "factor") or type(state.factor) is type(solver.init(op, {}).factor)
+            ):
+                continue
+            with pytest.raises(TypeError, match=rf"state.*{type(solver).__name__}\(\)\.init"):
+                lx.linear_solve(op, b, solver, state=state)

@@ -150,3 +150,41 @@ def test_modules_and_lineax_states_pickle(on_mesh):
     np.testing.assert_allclose(
         lx.linear_solve(op, jnp.asarray(B), jl.LU(), state=state).value, _expected("LU"), rtol=1e-9
     )
+
+
+@pytest.mark.parametrize("axis_types", [AxisType.Auto, AxisType.Explicit], ids=["auto", "explicit"])
+def test_modules_of_concrete_and_traced_matrices_share_a_structure(axis_types):
+    """A module made from a concrete sharded array held the concrete mesh in its plan, one made
+    from a traced array (inside ``jax.lax.cond``, a ``jax.lax.scan`` body) the abstract one: their
+    pytree structures differed, so ``cond`` could not return a module from branches closing over a
+    concrete array and computing one, nor ``scan`` refactor a module carried from outside it. The
+    plans are now equal (meshes compared as the trace sees them) and both work."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=axis_types)
+    a, b = put(A, mesh, P("x", "y")), jnp.asarray(B)
+    module = jax.lax.cond(False, lambda: jaxmg.Cholesky(a), lambda: jaxmg.Cholesky(2 * a))
+    np.testing.assert_allclose(np.asarray(module.solve(b)), np.linalg.solve(2 * A, B), rtol=1e-9)
+
+    def step(module, scale):
+        return jaxmg.Cholesky(scale * a), module.logdet()
+
+    last, logdets = jax.lax.scan(step, jaxmg.Cholesky(a), jnp.array([2.0, 3.0]))
+    np.testing.assert_allclose(np.asarray(logdets), [np.linalg.slogdet(s * A)[1] for s in (1, 2)], rtol=1e-9)
+    np.testing.assert_allclose(np.asarray(last.solve(b)), np.linalg.solve(3 * A, B), rtol=1e-9)
+    assert jaxmg.Cholesky(a).plan == jax.jit(jaxmg.Cholesky)(a).plan
+
+
+def test_module_whose_arrays_were_cast_is_refused_by_name(library_errors):
+    """A module cast with jax.tree.map (x.astype(float32) on its inexact leaves, as a mixed-precision
+    model casts its fields) kept its plan for float64: a float64 b was solved to float32 accuracy
+    and returned as float64, a float32 b was refused as if a were float64. Its methods now refuse
+    it with a TypeError that says what the arrays are and how to make the module instead."""
+    import equinox as eqx
+
+    for module in (jaxmg.Cholesky(jnp.asarray(A)), jaxmg.LU(jnp.asarray(A)), jaxmg.QR(jnp.asarray(TALL))):
+        cast = jax.tree.map(lambda x: x.astype(jnp.float32) if eqx.is_inexact_array(x) else x, module)
+        b = jnp.asarray(B_TALL if isinstance(module, jaxmg.QR) else B)
+        for rhs in (b, b.astype(jnp.float32)):
+            with pytest.raises(TypeError, match=r"made for float64.*float32.*astype"):
+                cast.solve(rhs)
+        want = _expected("QR" if isinstance(module, jaxmg.QR) else "LU")
+        np.testing.assert_allclose(np.asarray(module.solve(b)), want, rtol=1e-9)

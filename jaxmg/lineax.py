@@ -155,6 +155,10 @@ class _JaxmgSolver(_Options, lx.AbstractLinearSolver[_State]):
     #: The jaxmg module that ``init`` factors the operator's matrix with.
     _module: ClassVar[type]
 
+    def _made_here(self, state) -> bool:
+        """Whether ``state`` is one that this solver's :meth:`init` makes."""
+        return isinstance(state, _State) and isinstance(state.factor, self._module)
+
     def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]) -> _State:
         """Factor ``operator.as_matrix()`` with jaxmg (distributed when it is sharded)."""
         del options
@@ -175,7 +179,7 @@ class _JaxmgSolver(_Options, lx.AbstractLinearSolver[_State]):
     def compute(self, state: _State, vector, options: dict[str, Any]):
         """Solve ``operator @ x = vector``; returns (x, result, stats)."""
         del options
-        _check_state(self, state, lambda s: isinstance(s, _State) and isinstance(s.factor, self._module))
+        _check_state(self, state, self._made_here)
         b = state.out_structure.flatten(vector)
         if state.conjugated:  # conj(A) x = b  <=>  A conj(x) = conj(b)
             b = jnp.conj(b)
@@ -192,14 +196,14 @@ class _JaxmgSolver(_Options, lx.AbstractLinearSolver[_State]):
 
     def transpose(self, state: _State, options: dict[str, Any]):
         """The state of ``operator.T``: a flag flip, no new factorisation."""
-        _check_state(self, state, lambda s: isinstance(s, _State) and isinstance(s.factor, self._module))
+        _check_state(self, state, self._made_here)
         return _State(
             state.factor, not state.transposed, state.conjugated, state.negated, state.out_structure, state.in_structure
         ), options
 
     def conj(self, state: _State, options: dict[str, Any]):
         """The state of ``conj(operator)``: a flag flip, no new factorisation."""
-        _check_state(self, state, lambda s: isinstance(s, _State) and isinstance(s.factor, self._module))
+        _check_state(self, state, self._made_here)
         return _State(
             state.factor, state.transposed, not state.conjugated, state.negated, state.in_structure, state.out_structure
         ), options
@@ -213,6 +217,11 @@ class _JaxmgSolver(_Options, lx.AbstractLinearSolver[_State]):
 
     def _solve(self, state: _State, b):  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+def _is_auto_state(state) -> bool:
+    """Whether ``state`` is one that :meth:`Auto.init` makes."""
+    return isinstance(state, _AutoState)
 
 
 def _check_state(solver: lx.AbstractLinearSolver, state, made_by) -> None:
@@ -476,15 +485,15 @@ class Auto(_Options, lx.AbstractLinearSolver[_AutoState]):
         return _AutoState(solver, solver.init(operator, options))
 
     def compute(self, state, vector, options):
-        _check_state(self, state, lambda s: isinstance(s, _AutoState))
+        _check_state(self, state, _is_auto_state)
         return state.solver.compute(state.inner, vector, options)
 
     def transpose(self, state, options):
-        _check_state(self, state, lambda s: isinstance(s, _AutoState))
+        _check_state(self, state, _is_auto_state)
         inner, options = state.solver.transpose(state.inner, options)
         return _AutoState(state.solver, inner), options
 
     def conj(self, state, options):
-        _check_state(self, state, lambda s: isinstance(s, _AutoState))
+        _check_state(self, state, _is_auto_state)
         inner, options = state.solver.conj(state.inner, options)
         return _AutoState(state.solver, inner), options

@@ -118,42 +118,32 @@ def either(first: jax.Array, second: jax.Array) -> jax.Array:
 
 def masked(status: jax.Array, *outputs) -> Any:
     """``outputs`` (one array, or a tuple of several), NaN wherever ``status`` is not
-    :data:`OK` (integer outputs are left as they are), and so are their derivatives: a flagged
-    result's tangents and cotangents are NaN, never the finite derivatives of the failed
-    factorisation's numbers. Elementwise, so each output keeps its layout; under ``jax.vmap``
-    each system follows its own status, and a stack's statuses (shape ``(...)``) mark the
-    outputs' leading axes (``(..., ...)``): matrix by matrix."""
+    :data:`OK` (integer outputs are left as they are). Elementwise, so each output keeps its
+    layout; under ``jax.vmap`` each system follows its own status, and a stack's statuses
+    (shape ``(...)``) mark the outputs' leading axes (``(..., ...)``): matrix by matrix."""
     bad = lax.ne(status, jnp.asarray(OK, status.dtype))
     out = tuple(
         x
         if x is None or not jnp.issubdtype(x.dtype, jnp.inexact)
-        else _sharded.typed_like(x, _scaled(x, _one_or_nan(_leading(bad, x), x)))
+        else _sharded.typed_like(x, lax.add(x, _nan_or_zero(_leading(bad, x), x)))
         for x in outputs
     )
     return out[0] if len(out) == 1 else out
 
 
-def _one_or_nan(bad, x):
-    """NaN where ``bad``, else 1, in x's real dtype, broadcast to ``x``: a factor of an output.
-    A product, not ``jnp.where``, so that derivatives pass through in the output's own layout
-    (the transpose of a select makes replicated zeros, which Explicit axes reject) and are NaN
-    where the output is (a product's tangent and cotangent are scaled by the same factor, where
-    an addend would leave them finite); and made of ``lax`` primitives alone (the square root
-    of -1 is NaN), whose batching rules hold where JAX batches a body that was traced one matrix
-    at a time with no mesh (a Lineax solve under ``jax.vmap`` of a stack split over Explicit
-    mesh axes), where the batching of a jitted ``jnp`` function fails."""
+def _nan_or_zero(bad, x):
+    """NaN (NaN + NaN i for complex dtypes) where ``bad``, else -0 (which leaves every number as
+    it is when added), broadcast to ``x``: an addend of an output. An addition, not
+    ``jnp.where``, so that derivatives pass through in the output's own layout (the transpose of a
+    select makes replicated zeros, which Explicit axes reject); and made of ``lax`` primitives
+    alone (the square root of -1 is NaN), whose batching rules hold where JAX batches a body that
+    was traced one matrix at a time with no mesh (a Lineax solve under ``jax.vmap`` of a stack
+    split over Explicit mesh axes), where the batching of a jitted ``jnp`` function fails."""
     real = jnp.finfo(x.dtype).dtype
-    value = lax.add(lax.sqrt(lax.neg(lax.convert_element_type(bad, real))), lax.full((), 1, real))
+    value = lax.sqrt(lax.neg(lax.convert_element_type(bad, real)))
+    if jnp.issubdtype(x.dtype, jnp.complexfloating):
+        value = lax.complex(value, value)
     return lax.broadcast_in_dim(value, x.shape, tuple(range(value.ndim))) if value.ndim else value
-
-
-def _scaled(x, factor):
-    """``x`` times the real ``factor``: exactly ``x`` where it is 1 (every number, infinities and
-    signed zeros included: a complex ``x`` has its real and imaginary parts scaled apart, where a
-    complex product would make inf * 0 = NaN), NaN (NaN + NaN i) where it is NaN."""
-    if not jnp.issubdtype(x.dtype, jnp.complexfloating):
-        return lax.mul(x, factor)
-    return lax.complex(lax.mul(lax.real(x), factor), lax.mul(lax.imag(x), factor))
 
 
 def _leading(bad, x):

@@ -93,17 +93,23 @@ def permutation_matrix(perm, dtype):
     return (perm[..., :, None] == columns).astype(dtype)
 
 
+def pivot_parity(pivots) -> jax.Array:
+    """(-1)^swaps (an int32 array of shape ``pivots.shape[:-1]``): the determinant of the row
+    permutation that LAPACK's 0-based row swaps ``pivots`` (..., n) apply."""
+    n = pivots.shape[-1]
+    swaps = jnp.sum(pivots != jnp.arange(n, dtype=pivots.dtype), axis=-1)
+    return 1 - 2 * (swaps % 2)
+
+
 def slogdet_of(diagonal, pivots, parity):
     """(sign, log|det A|) from U's diagonal, the row pivots and the sign ``parity`` of any other
     permutation of the factored matrix: det A = parity * (-1)^swaps * prod(diag U). A zero pivot
     is a singular A, not a failure: (0, -inf)."""
-    n = diagonal.shape[-1]
-    swaps = jnp.sum(pivots != jnp.arange(n, dtype=pivots.dtype))
     magnitude = jnp.abs(diagonal)
     singular = jnp.any(magnitude == 0)
     if jnp.issubdtype(diagonal.dtype, jnp.complexfloating):
         phases = diagonal / jnp.where(magnitude == 0, jnp.ones((), magnitude.dtype), magnitude).astype(diagonal.dtype)
     else:  # exactly +-1 where division is not exact (a TPU's d / |d| is 1 - 4e-8 in float32)
         phases = jnp.sign(diagonal)
-    sign = ((1 - 2 * (swaps % 2)) * parity).astype(diagonal.dtype) * jnp.prod(phases)
+    sign = (pivot_parity(pivots) * parity).astype(diagonal.dtype) * jnp.prod(phases)
     return jnp.where(singular, jnp.zeros((), sign.dtype), sign), jnp.sum(jnp.log(magnitude))

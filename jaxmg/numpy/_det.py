@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from jax.scipy.linalg import solve_triangular
 
 from .._routes import DISTRIBUTED
-from ..kernels.algebra import permutation_matrix
+from ..kernels.algebra import permutation_matrix, pivot_parity
 from ..modules import LU
 from ._util import in_layout_of
 
@@ -78,8 +78,7 @@ def _value_and_adjugate(a):
 def _permuted_inverse_of_l(lu: jax.Array, pivots: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``(L^-1 P, det P)`` from a's packed factor ``P a = L U`` (N, N) and its 0-based row swaps."""
     n = lu.shape[-1]
-    swaps = jnp.sum(pivots != jnp.arange(n, dtype=pivots.dtype))
-    parity = (1 - 2 * (swaps % 2)).astype(lu.dtype)
+    parity = pivot_parity(pivots).astype(lu.dtype)
     perm = jax.lax.linalg.lu_pivots_to_permutation(pivots, n)
     return solve_triangular(lu, permutation_matrix(perm, lu.dtype), lower=True, unit_diagonal=True), parity
 

@@ -105,8 +105,13 @@ def potrs(
 def _potrs(plan, a, b, *, keep, return_logdet, return_status, check):
     """potrs's outputs, and the factor state when donating (so that XLA can give it a's donated
     buffer; the caller drops it)."""
-    x, status, state, operator = _solution(_cholesky, plan, a, b, keep=keep, check=check, lower_read=True)
-    logdet = _status.masked(status, _cholesky.log_determinant(plan, operator, state, status)) if return_logdet else None
+    x, status, state, operator, factor_status = _solution(
+        _cholesky, plan, a, b, keep=keep, check=check, lower_read=True
+    )
+    # log det a is a value of the factor: its derivatives are masked by the factor's status (NaN
+    # where it failed), its value by the call's (NaN also where x failed its test)
+    logdet = _cholesky.log_determinant(plan, operator, state, factor_status) if return_logdet else None
+    logdet = _status.masked(status, logdet, derivatives=False) if return_logdet else None
     return pick((x, logdet, status), (True, return_logdet, return_status)), None if keep else state
 
 
@@ -154,21 +159,24 @@ def _lower(plan, a, *, keep, return_status, check):
 
 
 def _solution(family, plan, a, b, *, keep, check, lower_read=False):
-    """(x, status, state, operator) of ``a @ x = b`` by the factorisation of ``family``
-    (:mod:`jaxmg.modules.cholesky`, which reads a's lower triangle, or :mod:`jaxmg.modules.lu`),
-    x checked against ``b`` (trace-only)."""
+    """(x, status, state, operator, factor_status) of ``a @ x = b`` by the factorisation of
+    ``family`` (:mod:`jaxmg.modules.cholesky`, which reads a's lower triangle, or
+    :mod:`jaxmg.modules.lu`), x checked against ``b`` (trace-only); ``factor_status`` is the
+    factorisation's alone, ``status`` also x's."""
     a, probes = _check.before(plan, a, "solution", lower_read=lower_read, check=check)
     state, status, operator = family.factored(plan, a, keep=keep)
     solved = _status.solved(status, family.solved(plan, operator, state, status, b))
-    x, status = _checked_solution(plan, probes, b, *solved)
-    return x, status, state, operator
+    x, checked = _checked_solution(plan, probes, b, *solved)
+    return x, checked, state, operator, status
 
 
 def _checked_solution(plan, probes, b, x, status, tests=_check.solution):
     """(x, status) of a solve after the result check ``tests`` (:mod:`jaxmg.modules.check`) of
     ``x`` against ``b`` with the matrix's ``probes``: x NaN where it fails."""
     status = _check.verified(plan, status, probes, lambda p: tests(plan, p, x, b))
-    return _status.masked(status, x), status
+    # values only: the solve masked its derivatives by the factor's status (a mask of x's
+    # cotangent here would keep the GP loss's backward solve from sharing the forward one's)
+    return _status.masked(status, x, derivatives=False), status
 
 
 @shared_arguments
@@ -210,7 +218,7 @@ def lu_solve(
 def _lu_solve(plan, a, b, *, keep, return_status, check):
     """lu_solve's outputs, and the factor when donating (so that XLA can give it a's donated
     buffer; the caller drops it)."""
-    x, status, state, _ = _solution(_lu, plan, a, b, keep=keep, check=check)
+    x, status, state, _, _ = _solution(_lu, plan, a, b, keep=keep, check=check)
     return pick((x, status), (True, return_status)), None if keep else state
 
 

@@ -177,3 +177,79 @@ def _run_child(script: str, timeout: float = 120) -> str:
         return f"no result within {timeout} s"
     lines = (done.stdout or done.stderr).strip().splitlines()
     return lines[-1] if done.returncode == 0 and lines else done.stderr[-2000:]
+
+
+def _flagged_results(spd, general, b):
+    """Every result that a failed factorisation flags, from an indefinite ``spd`` (Cholesky's
+    family: status its first failing minor) and a rank-deficient ``general`` (least squares: the
+    rank test; LU: an exactly zero pivot, its column 5 being zero), as one pytree (one compiled
+    function per derivative mode)."""
+    pencil = general + general.T
+    return {
+        "potrs": jaxmg.potrs(spd, b, return_logdet=True),
+        "cholesky": jaxmg.cholesky(spd),
+        "Cholesky": (lambda m: (m.solve(b), m.logdet(), m.inverse(), m.factor))(jaxmg.Cholesky(spd)),
+        "sygvd": jaxmg.sygvd(pencil, spd),
+        "Eigh(a, b)": (lambda m: (m.w, m.v))(jaxmg.Eigh(pencil, spd)),
+        "least_squares": jaxmg.least_squares(general, b),
+        "QR.solve": jaxmg.QR(general).solve(b),
+        "lu_solve": jaxmg.lu_solve(general, b),
+        "LU": (lambda m: (m.solve(b), m.inverse()))(jaxmg.LU(general)),
+        "np.cholesky": jaxmg.numpy.linalg.cholesky(spd),
+        "sp.cho_solve": jaxmg.scipy.linalg.cho_solve(jaxmg.scipy.linalg.cho_factor(spd, lower=True), b),
+    }
+
+
+def _flagged_inputs(batch=()):
+    rng = np.random.default_rng(3)
+    n = 8
+    g = rng.standard_normal(batch + (n, n))
+    spd = g @ np.swapaxes(g, -1, -2) + n * np.eye(n)
+    general = rng.standard_normal(batch + (n, n))
+    bad = (Ellipsis,) if not batch else (1,)
+    spd[bad + (4, 4)] = -100.0  # not positive definite at minor 5
+    general[bad + (slice(None), 3)] = 2 * general[bad + (slice(None), 1)]  # rank deficient
+    general[bad + (slice(None), 5)] = 0  # singular: LU's pivot 6 is exactly zero
+    return spd, general, rng.standard_normal(batch + (n,))
+
+
+def _nan_where_flagged(tree, index=Ellipsis):
+    """The leaves of ``tree`` (at ``index``) that are not all NaN."""
+    leaves = jax.tree_util.tree_leaves_with_path(tree)
+    return [jax.tree_util.keystr(p) for p, x in leaves if not np.all(np.isnan(np.asarray(x)[index]))]
+
+
+def _flagged_loss(s, g, b):
+    return sum(jnp.sum(x) for x in jax.tree.leaves(_flagged_results(s, g, b)))
+
+
+@pytest.mark.parametrize("where", ["one device", "4x2 mesh"])
+def test_derivatives_of_a_flagged_result_are_nan(where):
+    """A result flagged NaN by its status has NaN derivatives, forward and reverse (never the
+    finite derivative of the failed factorisation's numbers, which a training step would apply),
+    on one device and on a mesh (the distributed route, whose result check is on)."""
+    spd, general, b = _flagged_inputs()
+    if where != "one device":
+        mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Auto)
+        spd, general = (put(x, mesh, P("x", "y")) for x in (spd, general))
+        b = put(b, mesh, P("x"))
+    primals, tangents = jax.jit(lambda s, g: jax.jvp(lambda s, g: _flagged_results(s, g, b), (s, g), (s, g)))(
+        spd, general
+    )
+    assert _nan_where_flagged(primals) == []
+    assert _nan_where_flagged(tangents) == [], "finite tangents of NaN results"
+    grads = jax.jit(jax.grad(_flagged_loss, argnums=(0, 1, 2)))(spd, general, b)
+    assert _nan_where_flagged(grads) == [], "finite gradients of a NaN loss"
+
+
+def test_derivatives_of_a_flagged_matrix_in_a_stack_are_nan_alone():
+    """Under ``jax.vmap``, the flagged matrix's gradients are NaN and the others' are their own."""
+    grad = jax.grad(_flagged_loss, argnums=(0, 1, 2))
+    stacked = _flagged_inputs((3,))
+    grads = jax.jit(jax.vmap(grad))(*stacked)
+    assert _nan_where_flagged(grads, 1) == []
+    for i in (0, 2):
+        assert all(np.all(np.isfinite(np.asarray(x)[i])) for x in grads)
+        one = jax.jit(grad)(*(x[i] for x in stacked))
+        for x, y in zip(one, grads):
+            np.testing.assert_allclose(np.asarray(y)[i], np.asarray(x), rtol=1e-10)

@@ -16,7 +16,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from ..kernels import two_stage
+from ..kernels import status as _status, two_stage
 from . import _dist, logdet, solves, tangents
 
 
@@ -87,7 +87,8 @@ lu_packed = logdet.from_saved_factor(_packed, _packed_tangent)
 def _decomposition(op, formula):
     """``f(kernels, *matrices)`` = ``op(kernels, *matrices)`` (outputs ending with status), with a
     custom JVP: ``formula(kernels, outputs, tangents)`` maps the outputs and the matrices'
-    tangents (in the outputs' layout; None where zero) to the tangents of the real outputs."""
+    tangents (in the outputs' layout; None where zero; NaN where the status is not 0) to the
+    tangents of the real outputs."""
 
     @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
     def f(kernels, *matrices):
@@ -98,6 +99,9 @@ def _decomposition(op, formula):
         dots = [_tangent(kernels, x, d) for x, d in zip(primals, tangents_in)]
         if all(d is None for d in dots):
             return outputs, _zeros(outputs)
+        # a failed decomposition's derivatives are NaN: the input tangents are masked by its
+        # status (reverse mode: the input cotangent, in the pass that places it)
+        dots = [None if d is None else _status.masked_tangent(outputs[-1], d) for d in dots]
         return outputs, tuple(formula(kernels, outputs, dots)) + (_no_tangent(outputs[-1]),)
 
     f.defjvp(jvp, symbolic_zeros=True)

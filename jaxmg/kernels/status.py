@@ -116,19 +116,83 @@ def either(first: jax.Array, second: jax.Array) -> jax.Array:
     return jnp.where(first != OK, first, second).astype(jnp.int32)
 
 
-def masked(status: jax.Array, *outputs) -> Any:
+def masked(status: jax.Array, *outputs, derivatives: bool = True) -> Any:
     """``outputs`` (one array, or a tuple of several), NaN wherever ``status`` is not
-    :data:`OK` (integer outputs are left as they are). Elementwise, so each output keeps its
-    layout; under ``jax.vmap`` each system follows its own status, and a stack's statuses
-    (shape ``(...)``) mark the outputs' leading axes (``(..., ...)``): matrix by matrix."""
+    :data:`OK` (integer outputs are left as they are), and so are their derivatives: a flagged
+    result's tangents and cotangents are NaN, never the finite derivatives of the failed
+    factorisation's numbers (which a training step would apply while its loss is NaN).
+    Elementwise, so each output keeps its layout; under ``jax.vmap`` each system follows its own
+    status, and a stack's statuses (shape ``(...)``) mark the outputs' leading axes
+    (``(..., ...)``): matrix by matrix.
+
+    ``derivatives=False`` masks the values alone, for outputs whose derivative rule already
+    masks the input tangents by this same status (:func:`masked_tangent`): there the mask costs
+    nothing in reverse mode, where scaling an output's cotangent keeps XLA from folding a
+    constant one (the gradient of ``sum(w)``) into the rule's products."""
     bad = lax.ne(status, jnp.asarray(OK, status.dtype))
+    mask = _masked_output if derivatives else _masked_value
     out = tuple(
-        x
-        if x is None or not jnp.issubdtype(x.dtype, jnp.inexact)
-        else _sharded.typed_like(x, lax.add(x, _nan_or_zero(_leading(bad, x), x)))
-        for x in outputs
+        x if x is None or not jnp.issubdtype(x.dtype, jnp.inexact) else mask(_leading(bad, x), x) for x in outputs
     )
     return out[0] if len(out) == 1 else out
+
+
+def masked_tangent(status: jax.Array, tangent: jax.Array) -> jax.Array:
+    """``tangent`` (an input's tangent inside a derivative rule, (..., M, N) for statuses
+    (...)), NaN wherever ``status`` is not :data:`OK`: a product, linear in the tangent, so
+    reverse mode scales the input's cotangent the same way, inside the elementwise pass that
+    places it."""
+    bad = lax.ne(status, jnp.asarray(OK, status.dtype))
+    bad = _leading(bad, tangent)
+    return _sharded.typed_like(tangent, lax.mul(tangent, _one_or_nan(bad, tangent)))
+
+
+def derivatives_masked(status: jax.Array, *inputs) -> Any:
+    """``inputs`` (one array, or a tuple of several; None stays None) unchanged, with tangents
+    NaN wherever ``status`` is not :data:`OK`: what a differentiated computation from a saved
+    factor reads (the operator, a right-hand side), masked by the factor's status before the
+    computation, so that every derivative of its outputs is NaN where they are, and reverse mode
+    scales only the inputs' cotangents (inside the elementwise pass that places them), not the
+    outputs' (a solve's backward pass then solves with the cotangent it was given, which XLA
+    can share with the forward solve)."""
+    out = tuple(
+        x if x is None or not jnp.issubdtype(x.dtype, jnp.inexact) else _nan_derivatives(status, x) for x in inputs
+    )
+    return out[0] if len(out) == 1 else out
+
+
+@jax.custom_jvp
+def _nan_derivatives(status: jax.Array, x: jax.Array) -> jax.Array:
+    """``x``, with its tangent NaN where ``status`` is not :data:`OK`."""
+    return x
+
+
+@_nan_derivatives.defjvp
+def _nan_derivatives_jvp(primals, tangents):
+    status, x = primals
+    return x, masked_tangent(status, tangents[1])
+
+
+def _masked_value(bad: jax.Array, x: jax.Array) -> jax.Array:
+    """``x`` plus NaN where ``bad``, plus -0 elsewhere (every number left as it is); its tangent
+    is x's own."""
+    return _sharded.typed_like(x, lax.add(x, _nan_or_zero(bad, x)))
+
+
+@jax.custom_jvp
+def _masked_output(bad: jax.Array, x: jax.Array) -> jax.Array:
+    """``x`` plus NaN where ``bad``, plus -0 elsewhere (every number left as it is). Its tangent
+    is ``x``'s tangent scaled by 1 or NaN: linear, so reverse mode scales the cotangent the same
+    way, and the primal's own arithmetic (which XLA fuses into the operation's last kernel) is
+    unchanged by differentiation."""
+    return _masked_value(bad, x)
+
+
+@_masked_output.defjvp
+def _masked_output_jvp(primals, tangents):
+    bad, x = primals
+    x_dot = tangents[1]
+    return _masked_output(bad, x), _sharded.typed_like(x, lax.mul(x_dot, _one_or_nan(bad, x)))
 
 
 def _nan_or_zero(bad, x):
@@ -143,6 +207,22 @@ def _nan_or_zero(bad, x):
     value = lax.sqrt(lax.neg(lax.convert_element_type(bad, real)))
     if jnp.issubdtype(x.dtype, jnp.complexfloating):
         value = lax.complex(value, value)
+    return _broadcast(value, x)
+
+
+def _one_or_nan(bad, x):
+    """1 where not ``bad``, else NaN (NaN + NaN i for complex dtypes), in x's dtype, broadcast to
+    ``x``: the factor of a tangent (a product is linear, so its transpose scales the cotangent
+    by the same factor; ``lax`` primitives alone, as :func:`_nan_or_zero`)."""
+    real = jnp.finfo(x.dtype).dtype
+    nan = lax.sqrt(lax.neg(lax.convert_element_type(bad, real)))
+    value = lax.add(nan, lax.full((), 1, real))
+    if jnp.issubdtype(x.dtype, jnp.complexfloating):
+        value = lax.complex(value, nan)
+    return _broadcast(value, x)
+
+
+def _broadcast(value, x):
     return lax.broadcast_in_dim(value, x.shape, tuple(range(value.ndim))) if value.ndim else value
 
 
@@ -156,7 +236,7 @@ def solved(status: jax.Array, x: jax.Array):
     solution is not finite (NaN or Inf in the right-hand side, or overflow), and x NaN
     wherever the status is not :data:`OK`."""
     status = either(status, finite(x))
-    return masked(status, x), status
+    return masked(status, x, derivatives=False), status
 
 
 def cholesky_status(info: jax.Array, factor: jax.Array) -> jax.Array:

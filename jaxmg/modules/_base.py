@@ -32,7 +32,8 @@ def factored(kernels, plan: Plan, a, *, keep: bool):
 def inverse(kernels, plan: Plan, module):
     """a^-1 in a's layout from ``module``'s saved factor by ``kernels`` (trace-only), NaN where its
     status is not 0."""
-    return module._masked(plan.leave(logdet.inverse(kernels, module.operator, module.state), "the inverse"))
+    operator = _status.derivatives_masked(module.status, module.operator)
+    return module._masked(plan.leave(logdet.inverse(kernels, operator, module.state), "the inverse"))
 
 
 def promoted(module, body, b, **static):
@@ -163,5 +164,7 @@ class Factorisation(eqx.Module):
         return eqx.tree_at(kept, self, [place(x) for x in kept(self)], is_leaf=lambda x: x is None)
 
     def _masked(self, *outputs):
-        """``outputs``, NaN wherever :attr:`status` is not 0 (on every backend)."""
-        return _status.masked(self.status, *outputs)
+        """``outputs``, NaN wherever :attr:`status` is not 0 (on every backend); computed from
+        the operator masked by :func:`jaxmg.kernels.status.derivatives_masked`, which makes their
+        derivatives NaN there too."""
+        return _status.masked(self.status, *outputs, derivatives=False)

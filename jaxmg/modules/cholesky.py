@@ -120,6 +120,7 @@ def _made(plan, a, *, keep: bool, check: bool):
 def solved(plan, operator, state, status, b):
     """x with ``a x = b`` from the saved factor, NaN where the status is not 0 (trace-only)."""
     kernels = plan.backend.cholesky(plan)
+    operator, b = _status.derivatives_masked(status, operator, b)
     b, spec, home = _plan.place_rhs(plan, b)
     solve = lambda r: kernels.solve(state, r, spec)  # noqa: E731
     # the operator read from a's lower triangle is Hermitian: symmetric for real dtypes (one solve
@@ -135,12 +136,13 @@ def solved(plan, operator, state, status, b):
         symmetric=real,
         reads_lower=True,
     )
-    return home(_status.masked(status, x))
+    return home(_status.masked(status, x, derivatives=False))
 
 
 def log_determinant(plan, operator, state, status):
     """log det a from the saved factor (trace-only)."""
-    return _status.masked(status, logdet.logdet(plan.backend.cholesky(plan), operator, state))
+    operator = _status.derivatives_masked(status, operator)
+    return _status.masked(status, logdet.logdet(plan.backend.cholesky(plan), operator, state), derivatives=False)
 
 
 def _solve(plan, module, b):
@@ -160,6 +162,5 @@ def _lower(plan, module):
     if not plan.backend.cholesky(plan).lower_readable:
         plan = dataclasses.replace(plan, natural=True)
         state, _, _ = factored(plan, module.operator, keep=False)
-    return module._masked(
-        plan.leave(decompositions.cholesky_lower(plan.backend.cholesky(plan), module.operator, state))
-    )
+    operator = _status.derivatives_masked(module.status, module.operator)
+    return module._masked(plan.leave(decompositions.cholesky_lower(plan.backend.cholesky(plan), operator, state)))

@@ -178,7 +178,8 @@ def eigen(plan, a, b=None, *, keep: bool, check: bool = True):
         (w, v, status), tests = rules.sygvd(kernels, *matrices), _check.generalised
     v = plan.leave(v, "v")
     status = _check.verified(plan, status, probes, lambda p: tests(plan, p, w, v))
-    w, v = _status.masked(status, w, v)
+    # the rule masks its derivatives by the decomposition's own status: only a check adds to it
+    w, v = _status.masked(status, w, v, derivatives=probes is not None)
     return w, v, status
 
 
@@ -197,7 +198,7 @@ def singular(plan, a, *, keep: bool, full_matrices: bool, compute_uv: bool, chec
     if compute_uv:
         u, vh = plan.leave(u, "u"), plan.leave(vh, "vh")
         status = _check.verified(plan, status, probes, lambda p: _check.singular(plan, p, u, s, vh))
-    u, s, vh = _status.masked(status, u, s, vh)
+    u, s, vh = _status.masked(status, u, s, vh, derivatives=probes is not None)
     return u, s, vh, status
 
 
@@ -210,5 +211,5 @@ def polar_factors(plan, a, *, keep: bool, check: bool = True):
     status = _check.verified(
         plan, status, probes, lambda p: _check.factorisation(p, rebuilt) + _check.orthonormal(plan, u_p)
     )
-    u_p, h = _status.masked(status, u_p, h)
+    u_p, h = _status.masked(status, u_p, h, derivatives=probes is not None)
     return u_p, h, status

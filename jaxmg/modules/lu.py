@@ -118,6 +118,7 @@ def _made(plan, a, *, keep: bool, check: bool):
 def solved(plan, operator, state, status, b, trans: str = "N"):
     """x with ``op(a) x = b`` from the saved factor, NaN where the status is not 0 (trace-only)."""
     kernels = plan.backend.lu(plan)
+    operator, b = _status.derivatives_masked(status, operator, b)
     b, spec, home = _plan.place_rhs(plan, b)
     transposed, conjugate = _TRANSPOSE[trans]
 
@@ -136,7 +137,7 @@ def solved(plan, operator, state, status, b, trans: str = "N"):
         symmetric=False,
         trans=trans,
     )
-    return home(_status.masked(status, x))
+    return home(_status.masked(status, x, derivatives=False))
 
 
 def _solve(plan, module, b, *, trans):

@@ -169,6 +169,7 @@ def solved(plan, operator, state, status, b):
     factor, and ``status`` with the wide solution's backward check (:func:`_backward_status`)."""
     kplan = kernel_plan(plan)
     kernels = kplan.backend.qr(kplan)
+    operator, b = _status.derivatives_masked(status, operator, b)
     b, spec, home = _plan.place_rhs(kplan, b, rows=plan.shape[0])
     if not plan.wide:
         x = decompositions.least_squares(kernels, spec, operator, state, b)
@@ -176,7 +177,8 @@ def solved(plan, operator, state, status, b):
         x = decompositions.minimum_norm(kernels, spec, adjoint(operator), state, b)
         layout = solves.rhs_layout(kernels.plan, spec)
         status = _status.either(status, _backward_status(kplan.enter(adjoint(operator)), x, b, layout))
-    return home(_status.masked(status, x)), status
+    # the derivatives are masked on the way in, save where the wide solution's check flags it
+    return home(_status.masked(status, x, derivatives=plan.wide)), status
 
 
 def _backward_status(ah, x, b, layout):
@@ -212,9 +214,10 @@ def _rank_status(plan, module, *, rcond):
 
 def _adjoint_solved(plan, module, b):
     kernels = plan.backend.qr(plan)
+    operator, b = _status.derivatives_masked(module.status, module.operator, b)
     b, spec, home = _plan.place_rhs(plan, b, rows=plan.shape[1])
-    x = decompositions.minimum_norm(kernels, spec, module.operator, module.state, b)
-    return home(_status.masked(module.status, x))
+    x = decompositions.minimum_norm(kernels, spec, operator, module.state, b)
+    return home(_status.masked(module.status, x, derivatives=False))
 
 
 def _solve(plan, module, b, *, rcond):
@@ -224,8 +227,9 @@ def _solve(plan, module, b, *, rcond):
 
 def factors(plan, operator, state, status):
     """(q, r) in a's layout from the saved factor of a tall ``a`` (trace-only)."""
+    operator = _status.derivatives_masked(status, operator)
     q, r = decompositions.qr_outputs(plan.backend.qr(plan), operator, state)
-    return _status.masked(status, plan.leave(q, "q"), plan.leave(r, "r"))
+    return _status.masked(status, plan.leave(q, "q"), plan.leave(r, "r"), derivatives=False)
 
 
 def triangle(plan, a, *, keep: bool, check: bool):
@@ -247,8 +251,9 @@ def triangle(plan, a, *, keep: bool, check: bool):
 def saved_triangle(plan, operator, state, status):
     """R in a's layout from the saved factor ``state`` of ``a`` (``operator``, which carries the
     derivative), with no Q formed; NaN where ``status`` is not 0 (trace-only)."""
+    operator = _status.derivatives_masked(status, operator)
     r = decompositions.qr_triangle(plan.backend.qr(plan), operator, state)
-    return _status.masked(status, plan.leave(r, "r"))
+    return _status.masked(status, plan.leave(r, "r"), derivatives=False)
 
 
 def _triangle(plan, module):

@@ -33,3 +33,20 @@ def library_errors():
     jaxtyping.config.update("jaxtyping_disable", True)
     yield
     jaxtyping.config.update("jaxtyping_disable", before)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """The cases of each parametrized test alternate between the quick run and the slow one: of
+    the cases not already marked slow, the 2nd, 4th, ... (in collection order) are marked slow.
+    ``bash tests/run.sh`` then runs every test function on half its cases (the first always),
+    ``bash tests/run.sh --slow`` the other half, and CI (``.ci/run``) both: every case."""
+    del config
+    quick: dict[str, int] = {}
+    for item in items:
+        if getattr(item, "callspec", None) is None or item.get_closest_marker("slow") is not None:
+            continue
+        function = item.nodeid.split("[", 1)[0]
+        if quick.get(function, 0) % 2:
+            item.add_marker(pytest.mark.slow)
+        quick[function] = quick.get(function, 0) + 1

@@ -8,10 +8,10 @@
 # The tests marked slow (check_grads of order 2, the four-process run of every operation, the
 # eager derivatives on meshes, the emulated native grid's hard-matrix battery, QR and inverse
 # tests and reversed device orders, the benchmark scripts' runs, the repeated-call runs, the
-# time-limit tests of launches and Lineax failures, and the second half of the pairwise cases:
-# the layout tests on Explicit axes, float64/complex128 strict promotion, the other right-hand
-# side of each solve's dtype) are left out: `bash tests/run.sh --slow` runs only them, and CI
-# (.ci/run) runs both.
+# time-limit tests of launches and Lineax failures, layouts on Explicit axes) and every other case
+# of each parametrized test (tests/conftest.py: the quick run takes the 1st, 3rd, ... of a
+# test's cases) are left out: `bash tests/run.sh --slow` runs only them, and CI (.ci/run) runs
+# both, every case.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/venv.sh test,docs

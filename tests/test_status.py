@@ -2,6 +2,7 @@
 Cholesky, the first zero pivot of LU, compared with scipy.linalg.lapack on matrices that fail
 at different places; NaN outputs on failure."""
 
+import contextlib
 import subprocess
 import sys
 
@@ -184,7 +185,7 @@ def _flagged_results(spd, general, b):
     family: status its first failing minor) and a rank-deficient ``general`` (least squares: the
     rank test; LU: an exactly zero pivot, its column 5 being zero), as one pytree (one compiled
     function per derivative mode)."""
-    pencil = general + general.T
+    pencil = 2 * general  # sygvd reads its lower triangle
     return {
         "potrs": jaxmg.potrs(spd, b, return_logdet=True),
         "cholesky": jaxmg.cholesky(spd),
@@ -223,22 +224,24 @@ def _flagged_loss(s, g, b):
     return sum(jnp.sum(x) for x in jax.tree.leaves(_flagged_results(s, g, b)))
 
 
-@pytest.mark.parametrize("where", ["one device", "4x2 mesh"])
-def test_derivatives_of_a_flagged_result_are_nan(where):
+@pytest.mark.parametrize("axes", [None, AxisType.Auto, AxisType.Explicit], ids=["one-device", "auto", "explicit"])
+def test_derivatives_of_a_flagged_result_are_nan(axes):
     """A result flagged NaN by its status has NaN derivatives, forward and reverse (never the
     finite derivative of the failed factorisation's numbers, which a training step would apply),
-    on one device and on a mesh (the distributed route, whose result check is on)."""
+    on one device and on a 4 x 2 mesh of Auto or Explicit axes (the distributed route, whose
+    result check is on)."""
     spd, general, b = _flagged_inputs()
-    if where != "one device":
-        mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Auto)
+    mesh = None if axes is None else make_mesh((4, 2), ("x", "y"), axis_types=axes)
+    if mesh is not None:
         spd, general = (put(x, mesh, P("x", "y")) for x in (spd, general))
         b = put(b, mesh, P("x"))
-    primals, tangents = jax.jit(lambda s, g: jax.jvp(lambda s, g: _flagged_results(s, g, b), (s, g), (s, g)))(
-        spd, general
-    )
+    with contextlib.nullcontext() if mesh is None else jax.set_mesh(mesh):
+        primals, tangents = jax.jit(lambda s, g: jax.jvp(lambda s, g: _flagged_results(s, g, b), (s, g), (s, g)))(
+            spd, general
+        )
+        grads = jax.jit(jax.grad(_flagged_loss, argnums=(0, 1, 2)))(spd, general, b)
     assert _nan_where_flagged(primals) == []
     assert _nan_where_flagged(tangents) == [], "finite tangents of NaN results"
-    grads = jax.jit(jax.grad(_flagged_loss, argnums=(0, 1, 2)))(spd, general, b)
     assert _nan_where_flagged(grads) == [], "finite gradients of a NaN loss"
 
 
@@ -253,3 +256,17 @@ def test_derivatives_of_a_flagged_matrix_in_a_stack_are_nan_alone():
         one = jax.jit(grad)(*(x[i] for x in stacked))
         for x, y in zip(one, grads):
             np.testing.assert_allclose(np.asarray(y)[i], np.asarray(x), rtol=1e-10)
+
+
+@pytest.mark.parametrize("axes", [AxisType.Explicit, AxisType.Auto], ids=["explicit", "auto"])
+def test_derivatives_of_a_flagged_result_inside_shard_map_are_nan(axes):
+    """Inside a ``jax.shard_map`` (each device's own matrices: the local route), the flagged
+    matrix's gradients are NaN and every other device's are finite."""
+    mesh = make_mesh((8,), ("x",), axis_types=axes)
+    stacked = _flagged_inputs((8,))
+    grad = jax.vmap(jax.grad(_flagged_loss, argnums=(0, 1, 2)))
+    with jax.set_mesh(mesh):
+        per_device = jax.shard_map(grad, mesh=mesh, in_specs=(P("x"),) * 3, out_specs=P("x"))
+        grads = jax.jit(per_device)(*(put(x, mesh, P("x")) for x in stacked))
+    assert _nan_where_flagged(grads, 1) == []
+    assert all(np.all(np.isfinite(np.delete(np.asarray(x), 1, axis=0))) for x in grads)

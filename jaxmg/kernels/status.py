@@ -163,8 +163,12 @@ def derivatives_masked(status: jax.Array, *inputs) -> Any:
 
 @jax.custom_jvp
 def _nan_derivatives(status: jax.Array, x: jax.Array) -> jax.Array:
-    """``x``, with its tangent NaN where ``status`` is not :data:`OK`."""
-    return x
+    """``x``, with its tangent NaN where ``status`` is not :data:`OK`. The value is a select of
+    ``x`` on either side (which XLA folds to ``x``) rather than ``x`` itself, so that where
+    ``jax.vmap`` batches the status and not ``x`` (a right-hand side shared by a stack), the value
+    is batched as its tangent is."""
+    bad = _leading(lax.ne(status, jnp.asarray(OK, status.dtype)), x)
+    return lax.select(_broadcast(bad, x) if bad.shape != x.shape else bad, x, x)
 
 
 @_nan_derivatives.defjvp

@@ -120,8 +120,8 @@ def _made(plan, a, *, keep: bool, check: bool):
 def solved(plan, operator, state, status, b):
     """x with ``a x = b`` from the saved factor, NaN where the status is not 0 (trace-only)."""
     kernels = plan.backend.cholesky(plan)
-    operator, b = _status.derivatives_masked(status, operator, b)
     b, spec, home = _plan.place_rhs(plan, b)
+    operator, b = _status.derivatives_masked(status, operator, b)
     solve = lambda r: kernels.solve(state, r, spec)  # noqa: E731
     # the operator read from a's lower triangle is Hermitian: symmetric for real dtypes (one solve
     # serves its transpose), and its transpose is its conjugate for complex ones

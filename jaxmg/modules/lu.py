@@ -118,8 +118,8 @@ def _made(plan, a, *, keep: bool, check: bool):
 def solved(plan, operator, state, status, b, trans: str = "N"):
     """x with ``op(a) x = b`` from the saved factor, NaN where the status is not 0 (trace-only)."""
     kernels = plan.backend.lu(plan)
-    operator, b = _status.derivatives_masked(status, operator, b)
     b, spec, home = _plan.place_rhs(plan, b)
+    operator, b = _status.derivatives_masked(status, operator, b)
     transposed, conjugate = _TRANSPOSE[trans]
 
     def apply(r, op, conj):

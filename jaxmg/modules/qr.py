@@ -169,8 +169,8 @@ def solved(plan, operator, state, status, b):
     factor, and ``status`` with the wide solution's backward check (:func:`_backward_status`)."""
     kplan = kernel_plan(plan)
     kernels = kplan.backend.qr(kplan)
-    operator, b = _status.derivatives_masked(status, operator, b)
     b, spec, home = _plan.place_rhs(kplan, b, rows=plan.shape[0])
+    operator, b = _status.derivatives_masked(status, operator, b)
     if not plan.wide:
         x = decompositions.least_squares(kernels, spec, operator, state, b)
     else:
@@ -214,8 +214,8 @@ def _rank_status(plan, module, *, rcond):
 
 def _adjoint_solved(plan, module, b):
     kernels = plan.backend.qr(plan)
-    operator, b = _status.derivatives_masked(module.status, module.operator, b)
     b, spec, home = _plan.place_rhs(plan, b, rows=plan.shape[1])
+    operator, b = _status.derivatives_masked(module.status, module.operator, b)
     x = decompositions.minimum_norm(kernels, spec, operator, module.state, b)
     return home(_status.masked(module.status, x, derivatives=False))
 

@@ -144,7 +144,10 @@ def run(
     args = _on_mesh(args, plan, matrices)
     donated = tuple(range(matrices)) if donate and ctx.concrete else ()
     mesh = plan.mesh if isinstance(plan.mesh, Mesh) and not ctx.tracing else None
-    planned = Planned(plan, _compiled(body, plan, key, rule, held, donated), mesh, uncommitted and ctx.concrete)
+    # keyed by the plan's own mesh as well: plans compare a concrete mesh equal to its abstract
+    # mesh (as a trace sees them), and a program is traced for the one it was given
+    compiled = _compiled(body, plan, key, rule, held, donated, (type(plan.mesh), plan.mesh))
+    planned = Planned(plan, compiled, mesh, uncommitted and ctx.concrete)
     if remember is not None:
         key, values = remember
         placements = _placements(jax.tree.leaves(args), values)
@@ -171,7 +174,10 @@ def _varying_alike(args: tuple) -> tuple:
     return jax.tree.unflatten(structure, leaves)
 
 
-def _jitted(body, plan: Plan, static: tuple, rule: bool, held: int, donate: tuple):
+def _jitted(body, plan: Plan, static: tuple, rule: bool, held: int, donate: tuple, mesh_key: tuple):
+    """The ``jax.jit`` of ``body`` for ``plan`` (``mesh_key``, the plan's mesh and its type, keys
+    the cache only)."""
+    del mesh_key
     return jax.jit(_traced(body, plan, static, rule, held), donate_argnums=donate)
 
 

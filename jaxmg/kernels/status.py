@@ -17,7 +17,9 @@
   ``N eps`` times the norms that bound a correct result's; or a wide least-squares solution's
   backward error ||a x - b|| / ((||a|| ||x|| + ||b||) max(M, N) eps) exceeds 30 (on every route).
 
-Whenever the status is not :data:`OK`, the operation's outputs are NaN. Status values are
+Whenever the status is not :data:`OK`, the operation's outputs are NaN, and so are their
+derivatives (:func:`masked`, :func:`derivatives_masked`; one exception: a solution that only the
+distributed route's result check flags keeps the derivatives of its numbers). Status values are
 int32 scalars, replicated (one per matrix for a stack: shape ``(...)`` for matrices
 ``(..., M, N)``).
 """

@@ -131,7 +131,7 @@ def masked(status: jax.Array, *outputs, derivatives: bool = True) -> Any:
     masks the input tangents by this same status (:func:`masked_tangent`): there the mask costs
     nothing in reverse mode, where scaling an output's cotangent keeps XLA from folding a
     constant one (the gradient of ``sum(w)``) into the rule's products."""
-    bad = lax.ne(status, jnp.asarray(OK, status.dtype))
+    bad = _failed(status)
     mask = _masked_output if derivatives else _masked_value
     out = tuple(
         x if x is None or not jnp.issubdtype(x.dtype, jnp.inexact) else mask(_leading(bad, x), x) for x in outputs
@@ -144,8 +144,16 @@ def masked_tangent(status: jax.Array, tangent: jax.Array) -> jax.Array:
     (...)), NaN wherever ``status`` is not :data:`OK`: a product, linear in the tangent, so
     reverse mode scales the input's cotangent the same way, inside the elementwise pass that
     places it."""
-    bad = lax.ne(status, jnp.asarray(OK, status.dtype))
-    bad = _leading(bad, tangent)
+    return _nan_scaled(_leading(_failed(status), tangent), tangent)
+
+
+def _failed(status: jax.Array) -> jax.Array:
+    """True where ``status`` is not :data:`OK`."""
+    return lax.ne(status, jnp.asarray(OK, status.dtype))
+
+
+def _nan_scaled(bad: jax.Array, tangent: jax.Array) -> jax.Array:
+    """``tangent`` times 1, or NaN where ``bad`` (shaped to broadcast over it), in its layout."""
     return _sharded.typed_like(tangent, lax.mul(tangent, _one_or_nan(bad, tangent)))
 
 
@@ -169,8 +177,7 @@ def _nan_derivatives(status: jax.Array, x: jax.Array) -> jax.Array:
     ``x`` on either side (which XLA folds to ``x``) rather than ``x`` itself, so that where
     ``jax.vmap`` batches the status and not ``x`` (a right-hand side shared by a stack), the value
     is batched as its tangent is."""
-    bad = _leading(lax.ne(status, jnp.asarray(OK, status.dtype)), x)
-    return lax.select(_broadcast(bad, x) if bad.shape != x.shape else bad, x, x)
+    return lax.select(_broadcast(_leading(_failed(status), x), x), x, x)
 
 
 @_nan_derivatives.defjvp
@@ -198,7 +205,7 @@ def _masked_output(bad: jax.Array, x: jax.Array) -> jax.Array:
 def _masked_output_jvp(primals, tangents):
     bad, x = primals
     x_dot = tangents[1]
-    return _masked_output(bad, x), _sharded.typed_like(x, lax.mul(x_dot, _one_or_nan(bad, x)))
+    return _masked_output(bad, x), _nan_scaled(bad, x_dot)
 
 
 def _nan_or_zero(bad, x):

@@ -9,11 +9,7 @@ complex64 and complex128, eagerly and inside ``jax.jit``.
 
 from __future__ import annotations
 
-import functools
 from typing import Optional
-
-import jax
-import jax.numpy as jnp
 
 from ._checks import check_flag
 from ._docstrings import shared_arguments
@@ -181,36 +177,13 @@ def _solution(family, plan, a, b, *, keep, check, lower_read=False):
 
 
 def _checked(solved, differentiated: tuple, fixed: tuple):
-    """``solved(*differentiated, *fixed)``: x and its status after the result check (the last of
-    ``fixed`` being the check's probes, None where unchecked), with its derivatives along
-    ``differentiated`` NaN where that status is not 0. The solve masks them by the factor's
-    status itself (``jaxmg.kernels.status.derivatives_masked``); the check's status is known only
-    from x, so a checked call is differentiated by :func:`_masked_by_outcome`. ``fixed`` carries
-    no derivative."""
+    """``solved(*differentiated, *fixed)`` (x and its status after the result check, the last of
+    ``fixed`` being the check's probes): its derivatives are NaN where the check flags x too
+    (:func:`jaxmg.kernels.status.outcome_masked`); unchecked, where the solve masks them itself
+    by the factor's status, a plain call."""
     if fixed[-1] is None:
         return solved(*differentiated, *fixed)
-    return _masked_by_outcome(solved, len(differentiated), *differentiated, *fixed)
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
-def _masked_by_outcome(fn, count: int, *args):
-    """``fn(*args)`` = (outputs, status), differentiable in its first ``count`` arguments; the
-    rule linearizes ``fn`` once (one forward computation) and applies the linear map to the input
-    tangents masked by the status (``jaxmg.kernels.status.masked_tangent``): reverse mode scales
-    the inputs' cotangents, never the outputs', so the transposed solve works on the cotangent it
-    was given (the GP loss's backward solve, A^-1 b, stays the forward one)."""
-    return fn(*args)
-
-
-@_masked_by_outcome.defjvp
-def _masked_by_outcome_jvp(fn, count, primals, tangents):
-    differentiated, fixed = primals[:count], primals[count:]
-    outputs, linear, status = jax.linearize(lambda *d: fn(*d, *fixed), *differentiated, has_aux=True)
-    dots = [
-        t if x is None or not jnp.issubdtype(jnp.result_type(x), jnp.inexact) else _status.masked_tangent(status, t)
-        for x, t in zip(differentiated, tangents[:count])
-    ]
-    return (outputs, status), (linear(*dots), jax.custom_derivatives.zero_from_primal(status))
+    return _status.outcome_masked(solved, differentiated, fixed)
 
 
 def _checked_solution(plan, probes, b, x, status, tests=_check.solution):

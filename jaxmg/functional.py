@@ -108,11 +108,10 @@ def _potrs(plan, a, b, *, keep, return_logdet, return_status, check):
     x, status, state, operator, factor_status = _solution(
         _cholesky, plan, a, b, keep=keep, check=check, lower_read=True
     )
-    if return_logdet:  # NaN with its derivatives where the factor is flagged; also NaN where x is
-        logdet = _cholesky.log_determinant(plan, operator, state, factor_status)
-        logdet = _status.masked(status, logdet, derivatives=False)
-    else:
-        logdet = None
+    # log det a is a value of the factor: its derivatives are masked by the factor's status (NaN
+    # where it failed), its value by the call's (NaN also where x failed its test)
+    logdet = _cholesky.log_determinant(plan, operator, state, factor_status) if return_logdet else None
+    logdet = _status.masked(status, logdet, derivatives=False) if return_logdet else None
     return pick((x, logdet, status), (True, return_logdet, return_status)), None if keep else state
 
 
@@ -162,36 +161,21 @@ def _lower(plan, a, *, keep, return_status, check):
 def _solution(family, plan, a, b, *, keep, check, lower_read=False):
     """(x, status, state, operator, factor_status) of ``a @ x = b`` by the factorisation of
     ``family`` (:mod:`jaxmg.modules.cholesky`, which reads a's lower triangle, or
-    :mod:`jaxmg.modules.lu`), x checked against ``b`` (trace-only). ``factor_status`` says
-    whether the factor is right: the factorisation's status and, where the call is checked, the
-    check's (which tests the factor through x); ``status`` is also -1 where x is not finite."""
+    :mod:`jaxmg.modules.lu`), x checked against ``b`` (trace-only); ``factor_status`` is the
+    factorisation's alone, ``status`` also x's."""
     a, probes = _check.before(plan, a, "solution", lower_read=lower_read, check=check)
     state, status, operator = family.factored(plan, a, keep=keep)
-
-    def solved(operator, b, state, status, probes):
-        x = family.solved(plan, operator, state, status, b)
-        return _checked_solution(plan, probes, b, *_status.solved(status, x))
-
-    x, checked = _checked(solved, (operator, b), (state, status, probes))
-    return x, checked, state, operator, (status if probes is None else checked)
-
-
-def _checked(solved, differentiated: tuple, fixed: tuple):
-    """``solved(*differentiated, *fixed)`` (x and its status after the result check, the last of
-    ``fixed`` being the check's probes): its derivatives are NaN where the check flags x too
-    (:func:`jaxmg.kernels.status.outcome_masked`); unchecked, where the solve masks them itself
-    by the factor's status, a plain call."""
-    if fixed[-1] is None:
-        return solved(*differentiated, *fixed)
-    return _status.outcome_masked(solved, differentiated, fixed)
+    solved = _status.solved(status, family.solved(plan, operator, state, status, b))
+    x, checked = _checked_solution(plan, probes, b, *solved)
+    return x, checked, state, operator, status
 
 
 def _checked_solution(plan, probes, b, x, status, tests=_check.solution):
     """(x, status) of a solve after the result check ``tests`` (:mod:`jaxmg.modules.check`) of
     ``x`` against ``b`` with the matrix's ``probes``: x NaN where it fails."""
     status = _check.verified(plan, status, probes, lambda p: tests(plan, p, x, b))
-    # values only: the derivatives are masked by the factor's status in the solve, and by this
-    # status around it (_checked)
+    # values only: the solve masked its derivatives by the factor's status (a mask of x's
+    # cotangent here would keep the GP loss's backward solve from sharing the forward one's)
     return _status.masked(status, x, derivatives=False), status
 
 
@@ -301,12 +285,9 @@ def _least_squares(plan, a, b, *, keep, rcond, return_status, check):
     a, probes = _check.before(plan, a, "normal", check=check)
     state, status, operator = _qr.factored(plan, a, keep=keep or plan.wide)
     status = _qr.rank_status(plan, state, status, rcond)
-
-    def solved(operator, b, state, status, probes):
-        x, status = _qr.solved(plan, operator, state, status, b)
-        return _checked_solution(plan, probes, b, *_status.solved(status, x), tests=_check.least_squares)
-
-    x, status = _checked(solved, (operator, b), (state, status, probes))
+    x, status = _qr.solved(plan, operator, state, status, b)
+    solved = _status.solved(status, x)
+    x, status = _checked_solution(plan, probes, b, *solved, tests=_check.least_squares)
     return pick((x, status), (True, return_status))
 
 

@@ -18,15 +18,14 @@
   backward error ||a x - b|| / ((||a|| ||x|| + ||b||) max(M, N) eps) exceeds 30 (on every route).
 
 Whenever the status is not :data:`OK`, the operation's outputs are NaN, and so are their
-derivatives (:func:`masked`, :func:`derivatives_masked`, :func:`outcome_masked`). Status values are
+derivatives (:func:`masked`, :func:`derivatives_masked`; one exception: a solution that only the
+distributed route's result check flags keeps the derivatives of its numbers). Status values are
 int32 scalars, replicated (one per matrix for a stack: shape ``(...)`` for matrices
 ``(..., M, N)``).
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -185,33 +184,6 @@ def _nan_derivatives(status: jax.Array, x: jax.Array) -> jax.Array:
 def _nan_derivatives_jvp(primals, tangents):
     status, x = primals
     return x, masked_tangent(status, tangents[1])
-
-
-def outcome_masked(fn: Callable, differentiated: tuple, fixed: tuple) -> Any:
-    """``fn(*differentiated, *fixed)``, which returns ``(outputs, status)`` with ``outputs`` already
-    NaN where the status is not :data:`OK`, with its derivatives along ``differentiated`` masked
-    by that status: for a status known only from the outputs (a result check of a solution), which
-    :func:`derivatives_masked` cannot mask before the computation. The rule linearizes ``fn`` once
-    (one forward computation) and applies the linear map to the tangents masked by the status, so
-    that reverse mode scales the inputs' cotangents, never the outputs' (the transposed
-    computation then solves with the cotangent it was given). ``fixed`` carries no derivative."""
-    return _outcome_masked(fn, len(differentiated), *differentiated, *fixed)
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
-def _outcome_masked(fn, count, *args):
-    return fn(*args)
-
-
-@_outcome_masked.defjvp
-def _outcome_masked_jvp(fn, count, primals, tangents):
-    differentiated, fixed = primals[:count], primals[count:]
-    outputs, linear, status = jax.linearize(lambda *d: fn(*d, *fixed), *differentiated, has_aux=True)
-    masked_dots = [
-        t if x is None or not jnp.issubdtype(jnp.result_type(x), jnp.inexact) else masked_tangent(status, t)
-        for x, t in zip(differentiated, tangents[:count])
-    ]
-    return (outputs, status), (linear(*masked_dots), jax.custom_derivatives.zero_from_primal(status))
 
 
 def _masked_value(bad: jax.Array, x: jax.Array) -> jax.Array:

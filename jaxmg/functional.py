@@ -9,7 +9,11 @@ complex64 and complex128, eagerly and inside ``jax.jit``.
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
+
+import jax
+import jax.numpy as jnp
 
 from ._checks import check_flag
 from ._docstrings import shared_arguments
@@ -108,10 +112,11 @@ def _potrs(plan, a, b, *, keep, return_logdet, return_status, check):
     x, status, state, operator, factor_status = _solution(
         _cholesky, plan, a, b, keep=keep, check=check, lower_read=True
     )
-    # log det a is a value of the factor: its derivatives are masked by the factor's status (NaN
-    # where it failed), its value by the call's (NaN also where x failed its test)
-    logdet = _cholesky.log_determinant(plan, operator, state, factor_status) if return_logdet else None
-    logdet = _status.masked(status, logdet, derivatives=False) if return_logdet else None
+    if return_logdet:  # NaN with its derivatives where the factor is flagged; also NaN where x is
+        logdet = _cholesky.log_determinant(plan, operator, state, factor_status)
+        logdet = _status.masked(status, logdet, derivatives=False)
+    else:
+        logdet = None
     return pick((x, logdet, status), (True, return_logdet, return_status)), None if keep else state
 
 
@@ -161,22 +166,60 @@ def _lower(plan, a, *, keep, return_status, check):
 def _solution(family, plan, a, b, *, keep, check, lower_read=False):
     """(x, status, state, operator, factor_status) of ``a @ x = b`` by the factorisation of
     ``family`` (:mod:`jaxmg.modules.cholesky`, which reads a's lower triangle, or
-    :mod:`jaxmg.modules.lu`), x checked against ``b`` (trace-only); ``factor_status`` is the
-    factorisation's alone, ``status`` also x's."""
+    :mod:`jaxmg.modules.lu`), x checked against ``b`` (trace-only). ``factor_status`` says
+    whether the factor is right: the factorisation's status and, where the call is checked, the
+    check's (which tests the factor through x); ``status`` is also -1 where x is not finite."""
     a, probes = _check.before(plan, a, "solution", lower_read=lower_read, check=check)
     state, status, operator = family.factored(plan, a, keep=keep)
-    solved = _status.solved(status, family.solved(plan, operator, state, status, b))
-    x, checked = _checked_solution(plan, probes, b, *solved)
-    return x, checked, state, operator, status
+
+    def solved(operator, b, state, status, probes):
+        x = family.solved(plan, operator, state, status, b)
+        return _checked_solution(plan, probes, b, *_status.solved(status, x))
+
+    x, checked = _checked(solved, (operator, b), (state, status, probes))
+    return x, checked, state, operator, (status if probes is None else checked)
 
 
-def _checked_solution(plan, probes, b, x, status, tests=_check.solution):
+def _checked(solved, differentiated: tuple, fixed: tuple):
+    """``solved(*differentiated, *fixed)``: x and its status after the result check (the last of
+    ``fixed`` being the check's probes, None where unchecked), with its derivatives along
+    ``differentiated`` NaN where that status is not 0. The solve masks them by the factor's
+    status itself (``jaxmg.kernels.status.derivatives_masked``); the check's status is known only
+    from x, so a checked call is differentiated by :func:`_masked_by_outcome`. ``fixed`` carries
+    no derivative."""
+    if fixed[-1] is None:
+        return solved(*differentiated, *fixed)
+    return _masked_by_outcome(solved, len(differentiated), *differentiated, *fixed)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _masked_by_outcome(fn, count: int, *args):
+    """``fn(*args)`` = (outputs, status), differentiable in its first ``count`` arguments; the
+    rule linearizes ``fn`` once (one forward computation) and applies the linear map to the input
+    tangents masked by the status (``jaxmg.kernels.status.masked_tangent``): reverse mode scales
+    the inputs' cotangents, never the outputs', so the transposed solve works on the cotangent it
+    was given (the GP loss's backward solve, A^-1 b, stays the forward one)."""
+    return fn(*args)
+
+
+@_masked_by_outcome.defjvp
+def _masked_by_outcome_jvp(fn, count, primals, tangents):
+    differentiated, fixed = primals[:count], primals[count:]
+    outputs, linear, status = jax.linearize(lambda *d: fn(*d, *fixed), *differentiated, has_aux=True)
+    dots = [
+        t if x is None or not jnp.issubdtype(jnp.result_type(x), jnp.inexact) else _status.masked_tangent(status, t)
+        for x, t in zip(differentiated, tangents[:count])
+    ]
+    return (outputs, status), (linear(*dots), jax.custom_derivatives.zero_from_primal(status))
+
+
+def _checked_solution(plan, probes, b, x, status, tests=_check.solution, derivatives=False):
     """(x, status) of a solve after the result check ``tests`` (:mod:`jaxmg.modules.check`) of
-    ``x`` against ``b`` with the matrix's ``probes``: x NaN where it fails."""
+    ``x`` against ``b`` with the matrix's ``probes``: x NaN where it fails, and its tangent too
+    with ``derivatives`` where the call is checked (else the derivatives are masked by the
+    factor's status in the solve, and by this status around it: :func:`_checked`)."""
     status = _check.verified(plan, status, probes, lambda p: tests(plan, p, x, b))
-    # values only: the solve masked its derivatives by the factor's status (a mask of x's
-    # cotangent here would keep the GP loss's backward solve from sharing the forward one's)
-    return _status.masked(status, x, derivatives=False), status
+    return _status.masked(status, x, derivatives=derivatives and probes is not None), status
 
 
 @shared_arguments
@@ -286,8 +329,10 @@ def _least_squares(plan, a, b, *, keep, rcond, return_status, check):
     state, status, operator = _qr.factored(plan, a, keep=keep or plan.wide)
     status = _qr.rank_status(plan, state, status, rcond)
     x, status = _qr.solved(plan, operator, state, status, b)
+    # the check's status masks x's tangent after the solve (not around it as a square solve's:
+    # the linearized minimum-norm rule loses its range-safe transposition in float32)
     solved = _status.solved(status, x)
-    x, status = _checked_solution(plan, probes, b, *solved, tests=_check.least_squares)
+    x, status = _checked_solution(plan, probes, b, *solved, tests=_check.least_squares, derivatives=True)
     return pick((x, status), (True, return_status))
 
 

@@ -18,8 +18,8 @@
   backward error ||a x - b|| / ((||a|| ||x|| + ||b||) max(M, N) eps) exceeds 30 (on every route).
 
 Whenever the status is not :data:`OK`, the operation's outputs are NaN, and so are their
-derivatives (:func:`masked`, :func:`derivatives_masked`; one exception: a solution that only the
-distributed route's result check flags keeps the derivatives of its numbers). Status values are
+derivatives (:func:`masked`, :func:`derivatives_masked`; a solution's result check masks them
+around the solve, ``jaxmg.functional``). Status values are
 int32 scalars, replicated (one per matrix for a stack: shape ``(...)`` for matrices
 ``(..., M, N)``).
 """

@@ -367,3 +367,39 @@ def test_solution_test_is_a_projection_of_the_whole_residual(dtype):
         assert 0 < float(residual) <= whole * (1 + 1e-12)
         ratios.append(float(residual) / whole)
     assert 0.3 * np.sqrt(_check.SOLUTION_PROBES / n) < np.median(ratios) < 3 * np.sqrt(_check.SOLUTION_PROBES / n)
+
+
+#: The arguments (a, b, a2) each operation reads, whose gradients must be NaN.
+READS = {
+    "potrs": (0, 1),
+    "potrs-logdet": (0,),
+    "lu_solve": (1, 2),
+    "least_squares": (1, 2),
+    "syevd": (0,),
+    "gesvd": (2,),
+    "Cholesky": (0,),
+    "LU": (2,),
+}
+
+
+@pytest.mark.parametrize("op", list(READS))
+def test_derivatives_of_a_result_the_check_flags_are_nan(op, grid_mesh, native_backend, monkeypatch):
+    """A result that only the check flags (status -2, its factorisation's status 0) has NaN
+    tangents and gradients as well as NaN values, forward and reverse (potrs's log det too)."""
+    _inject(monkeypatch, op.split("-")[0])
+    if op == "potrs-logdet":
+        kw = dict(T_A=TILE, mesh=grid_mesh, backend="native", return_logdet=True)
+        call = lambda a, b, a2: (jaxmg.potrs(a, b, **kw)[1], 0)  # noqa: E731
+    else:
+        call = _calls(grid_mesh)[op]
+    a, b, a2 = _inputs(grid_mesh, "well", "well")
+
+    def loss(a, b, a2):
+        *values, _ = jax.tree.leaves(call(a, b, a2))
+        return sum(jnp.sum(jnp.real(v)) for v in values if jnp.issubdtype(v.dtype, jnp.inexact))
+
+    grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(a, b, a2)
+    _, tangent = jax.jit(lambda *xs: jax.jvp(loss, xs, xs))(a, b, a2)
+    used = READS[op]
+    assert all(np.isnan(np.asarray(grads[i])).all() for i in used), op
+    assert np.isnan(float(tangent)), op

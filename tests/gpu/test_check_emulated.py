@@ -326,21 +326,30 @@ def test_check_in_jit_and_under_vmap(grid_mesh, native_backend, monkeypatch):
     assert int(status) == FAILED and np.isnan(np.asarray(x)).all()
 
 
-def test_derivatives_are_unchanged(grid_mesh, native_backend):
+#: The checked solves, each a function of (a, b, keyword arguments) to a differentiable output.
+SOLVES = {
+    "lu_solve": lambda a, b, kw: jaxmg.lu_solve(a, b, **kw),
+    "potrs": lambda a, b, kw: jaxmg.potrs(a @ a.T / N + jnp.eye(N), b, return_logdet=True, **kw),
+    "least_squares": lambda a, b, kw: jaxmg.least_squares(a[:, : N // 2], b, **kw),
+}
+
+
+@pytest.mark.parametrize("op", list(SOLVES))
+def test_derivatives_are_unchanged(op, grid_mesh, native_backend):
     """The check is not differentiated: the gradient with it is the gradient without it, and
-    it is the exact derivative (check_grads)."""
+    it is the exact derivative to second order, forward and reverse (check_grads)."""
     a = _placed(grid_mesh, matrices("well"), P("x", "y"))
     b = jnp.asarray(np.random.default_rng(3).standard_normal(N))
 
     def loss(check):
         kw = dict(T_A=TILE, mesh=grid_mesh, backend="native", check=check)
-        return jax.jit(lambda a, b: jnp.sum(jnp.sin(jaxmg.lu_solve(a, b, **kw))))
+        return jax.jit(lambda a, b: sum(jnp.sum(jnp.sin(y)) for y in jax.tree.leaves(SOLVES[op](a, b, kw))))
 
     with_check = jax.grad(loss(True), argnums=(0, 1))(a, b)
     without = jax.grad(loss(False), argnums=(0, 1))(a, b)
     for g, h in zip(with_check, without):
         np.testing.assert_array_equal(np.asarray(g), np.asarray(h))
-    check_grads(loss(True), (a, b), order=1, modes=("fwd", "rev"), atol=1e-6, rtol=1e-6)
+    check_grads(loss(True), (a, b), order=2, modes=("fwd", "rev"), atol=1e-6, rtol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128])

@@ -717,15 +717,21 @@ def _program(fn, args: tuple, kwargs: dict, eager) -> object:
         traced.append(([hasattr(x, "shape") for x in found], [x for x in found if not hasattr(x, "shape")]))
         return [x for x in found if hasattr(x, "shape")]
 
-    shardings = [x.sharding for x, f in zip(out_leaves, out_flags) if f]
-    compiled = jax.jit(program, out_shardings=shardings)
+    outputs = [x for x, f in zip(out_leaves, out_flags) if f]
+    inputs = [x for x, f in zip(leaves, flags) if f]
+    if all(not x.committed for x in outputs + inputs):
+        # JAX's own placement: uncommitted arguments give uncommitted outputs on their device,
+        # as the eager call's are (nothing to release on each call)
+        compiled = jax.jit(program)
+    else:
+        compiled = jax.jit(program, out_shardings=[x.sharding for x in outputs])
     kept = [x for x, f in zip(out_leaves, out_flags) if not f]
 
     def whole(*dynamic):
         arrays, others = iter(compiled(*dynamic)), iter(kept)
         return jax.tree.unflatten(out_structure, [next(arrays) if f else next(others) for f in out_flags])
 
-    planned = _same_program(whole, [x for x, f in zip(leaves, flags) if f], eager)
+    planned = _same_program(whole, inputs, eager)
     return planned if traced == [(out_flags, kept)] else _EAGER_ONLY
 
 
@@ -734,12 +740,14 @@ def _same_program(compiled: Callable, dynamic: list, eager) -> object:
     gave (``eager``; outputs made uncommitted as the eager ones are, and of their types where
     those name the abstract mesh of the mesh the eager call ran jaxmg's calls in), else
     :data:`_EAGER_ONLY`."""
-    release = all(not x.committed for x in jax.tree.leaves(eager) if hasattr(x, "committed"))
-    planned = Planned(None, compiled, None, release)
+    planned = Planned(None, compiled, None, False)
     try:
         out = planned.launch(dynamic)
     except Exception:  # noqa: BLE001  (a program that cannot be traced or run: the key stays eager)
         return _EAGER_ONLY
+    release = all(not x.committed for x in jax.tree.leaves(eager) if hasattr(x, "committed"))
+    if release and any(getattr(x, "committed", False) for x in jax.tree.leaves(out)):
+        planned, out = dataclasses.replace(planned, release=True), _context.uncommitted(out)
     mine, structure = jax.tree.flatten(out)
     theirs, eager_structure = jax.tree.flatten(eager)
     if structure != eager_structure or not all(map(_same_output, mine, theirs)):

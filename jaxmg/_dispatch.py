@@ -147,13 +147,18 @@ def run(
     # keyed by the plan's own mesh as well: plans compare a concrete mesh equal to its abstract
     # mesh (as a trace sees them), and a program is traced for the one it was given
     compiled = _compiled(body, plan, key, rule, held, donated, (type(plan.mesh), plan.mesh))
-    planned = Planned(plan, compiled, mesh, uncommitted and ctx.concrete)
+    planned = Planned(plan, compiled, mesh, False)
+    out = planned.launch(args)
+    # released only where the compiled call committed what JAX's own would not (an uncommitted
+    # argument on one device gives uncommitted outputs already: nothing to do on each call)
+    if uncommitted and ctx.concrete and any(getattr(x, "committed", False) for x in jax.tree.leaves(out)):
+        planned, out = dataclasses.replace(planned, release=True), _context.uncommitted(out)
     if remember is not None:
         key, values = remember
         placements = _placements(jax.tree.leaves(args), values)
         if placements is not None:
             _compiled.remember(key, dataclasses.replace(planned, placements=placements))
-    return planned.launch(args)
+    return out
 
 
 def _as_arrays(args: tuple) -> tuple:

@@ -545,3 +545,28 @@ def test_a_large_drop_in_call_runs_once_and_eagerly(monkeypatch, counts):
     monkeypatch.setattr(_dispatch, "PROGRAM_MAX_BYTES", a.nbytes + b.nbytes)
     la.solve(a[:-1, :-1], b[:-1])
     assert compiled["calls"] == 1, "a small call's key was not compiled as one program"
+
+
+def test_uncommitted_calls_release_nothing_on_each_call(monkeypatch):
+    """An eager call on uncommitted arrays of one device (a drop-in, a module, a method, potrs)
+    gives uncommitted outputs, as JAX's own calls do, from a compiled call that returns them so:
+    a repeated call never runs the release (``jaxmg._context.uncommitted``)."""
+    rng = np.random.default_rng(0)
+    g = rng.standard_normal((N, N))
+    a, b = jnp.asarray(g @ g.T + N * np.eye(N)), jnp.asarray(rng.standard_normal(N))
+    module = jaxmg.Cholesky(a)
+    calls = {
+        "numpy.solve": lambda: la.solve(a, b),
+        "numpy.eigh": lambda: la.eigh(a),
+        "Cholesky": lambda: jaxmg.Cholesky(a).status,
+        "Cholesky.solve": lambda: module.solve(b),
+        "potrs": lambda: jaxmg.potrs(a, b),
+    }
+    released = []
+    for name, call in calls.items():
+        call(), call()  # planned (and, for a drop-in, its program compiled and compared)
+        monkeypatch.setattr(_context, "uncommitted", lambda tree: released.append(tree) or tree)
+        out = jax.tree.leaves(call())
+        monkeypatch.undo()
+        assert not released, name
+        assert out and not any(x.committed for x in out), name

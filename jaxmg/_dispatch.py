@@ -27,7 +27,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Optional, ParamSpec, TypeVar, overload
+from typing import Any, Optional, ParamSpec, TypeVar, overload
 
 import jax
 import jax.numpy as jnp
@@ -147,18 +147,24 @@ def run(
     # keyed by the plan's own mesh as well: plans compare a concrete mesh equal to its abstract
     # mesh (as a trace sees them), and a program is traced for the one it was given
     compiled = _compiled(body, plan, key, rule, held, donated, (type(plan.mesh), plan.mesh))
-    planned = Planned(plan, compiled, mesh, False)
-    out = planned.launch(args)
-    # released only where the compiled call committed what JAX's own would not (an uncommitted
-    # argument on one device gives uncommitted outputs already: nothing to do on each call)
-    if uncommitted and ctx.concrete and any(getattr(x, "committed", False) for x in jax.tree.leaves(out)):
-        planned, out = dataclasses.replace(planned, release=True), _context.uncommitted(out)
+    planned, out = _first_launch(Planned(plan, compiled, mesh, False), args, uncommitted and ctx.concrete)
     if remember is not None:
         key, values = remember
         placements = _placements(jax.tree.leaves(args), values)
         if placements is not None:
             _compiled.remember(key, dataclasses.replace(planned, placements=placements))
     return out
+
+
+def _first_launch(planned: Planned, args: Sequence, uncommitted: bool) -> tuple[Planned, Any]:
+    """(the planned call, its outputs) of a first launch of ``planned`` on ``args``, whose outputs
+    are to be ``uncommitted`` as JAX's own would be: the call releases them on each launch
+    (``Planned.release``) only where the compiled call committed them (given uncommitted
+    arguments on one device it returns them uncommitted already: nothing to do on each call)."""
+    out = planned.launch(args)
+    if uncommitted and any(getattr(x, "committed", False) for x in jax.tree.leaves(out)):
+        return dataclasses.replace(planned, release=True), _context.uncommitted(out)
+    return planned, out
 
 
 def _as_arrays(args: tuple) -> tuple:
@@ -745,14 +751,11 @@ def _same_program(compiled: Callable, dynamic: list, eager) -> object:
     gave (``eager``; outputs made uncommitted as the eager ones are, and of their types where
     those name the abstract mesh of the mesh the eager call ran jaxmg's calls in), else
     :data:`_EAGER_ONLY`."""
-    planned = Planned(None, compiled, None, False)
+    release = all(not x.committed for x in jax.tree.leaves(eager) if hasattr(x, "committed"))
     try:
-        out = planned.launch(dynamic)
+        planned, out = _first_launch(Planned(None, compiled, None, False), dynamic, release)
     except Exception:  # noqa: BLE001  (a program that cannot be traced or run: the key stays eager)
         return _EAGER_ONLY
-    release = all(not x.committed for x in jax.tree.leaves(eager) if hasattr(x, "committed"))
-    if release and any(getattr(x, "committed", False) for x in jax.tree.leaves(out)):
-        planned, out = dataclasses.replace(planned, release=True), _context.uncommitted(out)
     mine, structure = jax.tree.flatten(out)
     theirs, eager_structure = jax.tree.flatten(eager)
     if structure != eager_structure or not all(map(_same_output, mine, theirs)):

@@ -82,17 +82,8 @@ def case_record(bench: str, case: str, impl: str, n: int, dtype: str, device_kin
     and the day."""
     import jax
 
-    return dict(
-        bench=bench,
-        case=case,
-        impl=impl,
-        N=n,
-        dtype=dtype,
-        device_kind=device_kind,
-        **fields,
-        jax=jax.__version__,
-        date=time.strftime("%Y-%m-%d"),
-    )
+    opening = {"bench": bench, "case": case, "impl": impl, "N": n, "dtype": dtype, "device_kind": device_kind}
+    return {**opening, **fields, "jax": jax.__version__, "date": time.strftime("%Y-%m-%d")}
 
 
 def print_record(rec: dict) -> None:

@@ -256,8 +256,7 @@ def _lstsq_jvp(kernels, spec, primals, tangents_in):
     x, placed = _solution_and_tangents(least_squares, kernels, spec, primals, tangents_in)
     if placed is None:
         return x, jnp.zeros_like(x)
-    a, a_dot, b_dot, layout = placed
-    s = _scale(kernels, state, x)
+    a, a_dot, b_dot, layout, s = placed
 
     def adjoint(m, y):  # m^H y
         return _dist.matvec(m, y, layout, "C")
@@ -273,9 +272,10 @@ def _lstsq_jvp(kernels, spec, primals, tangents_in):
 
 def _solution_and_tangents(solve, kernels, spec, primals, tangents_in):
     """(x, placed) of a least-squares rule: x = ``solve(kernels, spec, a, state, b)`` and placed =
-    (a in the computation's layout, a's tangent, b's tangent, b's layout), a tangent None where
-    it is zero; placed is None where both are. A donated ``a`` (None) is rebuilt from the saved
-    factor (:func:`_rebuilt`) for the products of b's tangent."""
+    (a in the computation's layout, a's tangent, b's tangent, b's layout, the scale s of
+    :func:`_scale`), a tangent None where it is zero; placed is None where both are. A donated
+    ``a`` (None) is rebuilt from the saved factor (:func:`_rebuilt`) for the products of b's
+    tangent."""
     a, state, b = primals
     x = solve(kernels, spec, a, state, b)
     a_dot, _, b_dot = tangents_in
@@ -285,9 +285,10 @@ def _solution_and_tangents(solve, kernels, spec, primals, tangents_in):
     b_dot = _dist.placed_tangent(b, b_dot, layout)
     if a_dot is None and b_dot is None:
         return x, None
+    s = _scale(kernels, state, x)
     if a is None:  # donated (QR(a, donate=True)): b alone has a tangent
-        return x, (_rebuilt(kernels, state), None, b_dot, layout)
-    return x, (plan.enter(a), a_dot, b_dot, layout)
+        return x, (_rebuilt(kernels, state), None, b_dot, layout, s)
+    return x, (plan.enter(a), a_dot, b_dot, layout, s)
 
 
 def _rebuilt(kernels, state):
@@ -358,8 +359,7 @@ def _minimum_norm_jvp(kernels, spec, primals, tangents_in):
     x, placed = _solution_and_tangents(minimum_norm, kernels, spec, primals, tangents_in)
     if placed is None:
         return x, jnp.zeros_like(x)
-    a, a_dot, b_dot, layout = placed
-    s = _scale(kernels, state, x)
+    a, a_dot, b_dot, layout, s = placed
     rhs, x_dot = 0, 0
     if a_dot is not None:
         x_dot = _dist.matvec(a_dot, normal_solve(kernels, spec, a, state, b, s) / s, layout)

@@ -304,10 +304,12 @@ def test_scipy_linalg_against_jax(mesh_name, dtype):
     sq, spd, wide, tall, b = (p[k] for k in ("square", "spd", "wide", "tall", "b"))
     placed = {k: put(v, mesh, spec) for k, v in p.items() if k in ("square", "spd", "tall", "wide")}
     with jax.set_mesh(mesh):
-        c = msla.cho_factor(placed["spd"])
-        assert isinstance(c[0], jaxmg.Cholesky) and c[1] is False
-        c_arr, lower = c  # unpacks as JAX's (c, lower)
-        _close(msla.cho_solve((c_arr, lower), b), jsl.cho_solve(jsl.cho_factor(spd), b), dtype, 10)
+        c, lower = msla.cho_factor(placed["spd"])  # JAX's (c, lower): the upper factor, in a's layout
+        assert isinstance(c, jax.Array) and lower is False and c.sharding.spec == placed["spd"].sharding.spec
+        _close(c, jsl.cho_factor(spd)[0], dtype, 10)
+        want = jsl.cho_solve(jsl.cho_factor(spd), b)
+        _close(msla.cho_solve((c, lower), b), want, dtype, 10)
+        _close(msla.cho_solve((jaxmg.Cholesky(placed["spd"]), True), b), want, dtype, 10)
         _close(msla.cho_solve(jsl.cho_factor(spd, lower=True), b), np.linalg.solve(spd, b), dtype, 10)
         lu, piv = msla.lu_factor(placed["square"])
         for trans in (0, 1, 2):
@@ -818,11 +820,11 @@ def test_factor_modules_solve_a_stack_of_right_hand_sides(name, axis_type):
 @pytest.mark.parametrize("axis_type", AXES)
 @pytest.mark.parametrize("name", ["cho_solve", "lu_solve"])
 def test_stacked_factor_modules_broadcast_against_b_as_jax(name, axis_type):
-    """cho_factor of a stack (..., N, N) is a module per matrix, as JAX's stacked factor; a stack
-    of modules (cho_factor's, or made under jax.vmap) solves with b (..., N, K) broadcast against
-    it, b (N,) shared and b (..., N) one vector per matrix, as JAX's cho_solve and lu_solve do
-    (not every factor against every right-hand side); on a stack split over its batch axis, x in
-    b's layout, and the derivative is JAX's."""
+    """cho_factor of a stack (..., N, N) is JAX's stacked factor; it, and a stack of modules made
+    under jax.vmap, solve with b (..., N, K) broadcast against it, b (N,) shared and b (..., N)
+    one vector per matrix, as JAX's cho_solve and lu_solve do (not every factor against every
+    right-hand side); on a stack split over its batch axis, x in b's layout, and the derivative
+    is JAX's."""
     rng = np.random.default_rng(2)
     a = np.stack([spd_matrix(rng, 8, np.float64) for _ in range(4)])
     if name == "cho_solve":

@@ -13,7 +13,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from .. import _checks, _context, _dispatch, _plan, _routes, _sharded
 from .._context import is_tracer
 from .._dense import _explicit_mesh, adjoint, spec_for, spec_of
-from .._layout import divides
+from .._layout import divides, entry_axes
 
 
 def inexact(*arrays, matrices: int = 1):
@@ -135,11 +135,32 @@ def map_batch(fn, args, core_ranks, *, solution: bool = False):
             x if x.shape[: x.ndim - r] in (batch, ()) else jnp.broadcast_to(x, batch + x.shape[x.ndim - r :])
             for x, r in zip(args, core_ranks)
         ]
+        args = _batch_split_alike(args, core_ranks, len(batch))
         for depth in range(len(batch)):
             in_axes = tuple(0 if x.ndim - r > depth else None for x, r in zip(args, core_ranks))
             fn = jax.vmap(fn, in_axes=in_axes)
     with own_mesh(args):
         return _in_layout_kept(fn(*args), like)
+
+
+def _batch_split_alike(args, core_ranks, depth: int) -> list:
+    """The arguments with batch dimensions (``depth`` of them, before each one's ``core_ranks``
+    trailing ones) split alike over Explicit mesh axes, as the first such argument on them is, each one's
+    other dimensions as before less the axes that the batch split uses (``jax.vmap`` refuses a
+    batch dimension split differently across its inputs); elsewhere unchanged."""
+    leader = next((x for x, r in zip(args, core_ranks) if x.ndim > r and _explicit_mesh(x) is not None), None)
+    if leader is None:
+        return args
+    lead = tuple(spec_of(leader))[:depth]
+    used = {name for e in lead for name in entry_axes(e)}
+
+    def split(x, r):
+        if x.ndim == r or tuple(spec_of(x))[:depth] == lead:
+            return x
+        rest = tuple(None if used & set(entry_axes(e)) else e for e in tuple(spec_of(x))[depth:])
+        return in_layout(x, P(*lead, *rest), leader)
+
+    return [split(x, r) for x, r in zip(args, core_ranks)]
 
 
 def own_mesh(args):
@@ -156,15 +177,55 @@ def own_mesh(args):
     return contextlib.nullcontext()
 
 
-def map_solve(fn, args):
+def map_solve(fn, args, *, shared_factor_columns: bool = False):
     """:func:`map_batch` of a solve ``fn(a, ..., b)``: ``a`` (..., N, N) first, ``b`` last, (N,)
     (one vector for every matrix) or (..., N, K), and any argument between them a vector (..., N);
     ``x`` is laid out like ``b``. Batch dimensions of different ranks are JAX's rank promotion
-    (:func:`check_rank_promotion`)."""
+    (:func:`check_rank_promotion`).
+
+    ``shared_factor_columns`` (for ``fn`` a solve with a given factor, linear in ``b``): where only
+    ``b`` has batch dimensions, every column of the stack is solved in one call of ``fn`` with the
+    one factor (:func:`columns_of`), as JAX's batching of a triangular solve does, also where b's
+    stack is split over Explicit mesh axes (whose reshape JAX's batching rule cannot lay out)."""
     b = args[-1]
     core_ranks = (2, *(1,) * (len(args) - 2), 1 if b.ndim == 1 else 2)
     check_rank_promotion(args, core_ranks)
+    if shared_factor_columns and b.ndim > 2 and all(x.ndim == r for x, r in zip(args[:-1], core_ranks)):
+        with own_mesh(args):
+            columns, back = columns_of(b)
+            return back(fn(*args[:-1], columns))
     return map_batch(fn, args, core_ranks, solution=True)
+
+
+def columns_of(b):
+    """``b`` (..., N, K) as one matrix (N, M) of all its columns, and the function that takes a
+    matrix of that shape (a solution) back to b's shape and layout. On Explicit mesh axes the
+    dimensions that b's layout splits come first among the columns, so that the columns stay
+    split over the same axes (the merge and its inverse move no data); the rows keep their own
+    split."""
+    n, rest = b.shape[-2], [*range(b.ndim - 2), b.ndim - 1]
+    mesh = _explicit_mesh(b)
+    spec = tuple(spec_of(b)) if mesh is not None else (None,) * b.ndim
+    rest = [d for d in rest if spec[d] is not None] + [d for d in rest if spec[d] is None]
+    order = [b.ndim - 2, *rest]
+    shape = (n, -1)
+    moved = jnp.transpose(b, order)
+    if mesh is None:
+        return moved.reshape(shape), lambda x: jnp.transpose(x.reshape(moved.shape), _inverse(order))
+    axes = tuple(a for d in rest for a in entry_axes(spec[d]))
+    merged = NamedSharding(mesh, P(spec[-2], axes or None))
+    parts = NamedSharding(mesh, P(*(spec[d] for d in order)))
+
+    def back(x):
+        x = jax.lax.reshape(jax.sharding.reshard(x, merged), moved.shape, out_sharding=parts)
+        return jnp.transpose(x, _inverse(order))
+
+    return jax.lax.reshape(moved, (n, moved.size // max(n, 1)), out_sharding=merged), back
+
+
+def _inverse(order):
+    """The permutation that undoes ``jnp.transpose(x, order)``."""
+    return [order.index(d) for d in range(len(order))]
 
 
 def check_rank_promotion(args, core_ranks) -> None:

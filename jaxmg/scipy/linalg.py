@@ -47,6 +47,7 @@ from ..modules.lu import promoted_solve as _lu_promoted_solve
 from ..numpy import _jax_rules, linalg as _np
 from ..numpy._util import (
     check_rank_promotion as _check_rank_promotion,
+    distributed_mesh as _distributed_mesh,
     herm_input as _herm_input,
     in_layout as _in_layout,
     in_layout_of as _in_layout_of,
@@ -58,41 +59,49 @@ from ..numpy._util import (
     square as _square,
     take_rows as _take_rows,
 )
-from . import _cho, _lu
+from . import _lu
 
 
 @_drop_in(static=("lower",))
 def cho_factor(a, lower=False, overwrite_a=False, check_finite=True):
-    """``(c, lower)``: ``c`` the :class:`jaxmg.Cholesky` factorisation of Hermitian
-    positive-definite ``a`` (..., N, N), from its lower triangle (``lower=True``) or its upper one
-    (default, as SciPy). Pass the tuple to :func:`cho_solve`. For a stack, ``c`` is the module of
-    each matrix (made under ``jax.vmap``: its arrays and ``status`` have the stack's leading
-    dimensions), which :func:`cho_solve` broadcasts against b's batch as JAX broadcasts its
-    factors."""
+    """JAX's ``(c, lower)``: ``c`` = :func:`cholesky` ``(a, lower=lower)``, the Cholesky factor
+    of Hermitian positive-definite ``a`` (..., N, N) from its lower triangle (``lower=True``,
+    ``a = c c^H``) or its upper one (default, as SciPy; ``a = c^H c``), zero in the other
+    triangle, in a's layout; stacks are factored matrix by matrix. Pass the pair to
+    :func:`cho_solve`, which solves with the factor itself (two triangular solves, no new
+    factorisation). Differentiable as :func:`cholesky`. A factor kept in cuSOLVERMp's own layout,
+    with the solve's own derivative rule, is :class:`jaxmg.Cholesky` (``jaxmg.Cholesky(a).solve(b)``),
+    which :func:`cho_solve` takes as ``(jaxmg.Cholesky(a), lower)`` too."""
     del overwrite_a, check_finite
-    (a,) = _inexact(a)
-    _square(a, "cho_factor")
-    make = _Cholesky
-    for _ in range(a.ndim - 2):
-        make = jax.vmap(make)
-    with _own_mesh((a,)):  # the module's arrays as its factorisation leaves them
-        return make(_herm_input(a, False, lower=bool(lower))), bool(lower)
+    return _cholesky(a, bool(lower), "cho_factor"), bool(lower)
 
 
 @_drop_in
 def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
-    """Solve ``a @ x = b`` with ``(c, lower)`` from :func:`cho_factor`; ``x`` has b's shape and
-    layout. ``c`` may also be JAX's array (..., N, N), the factor in its ``lower`` triangle: x
-    then comes from two triangular solves with it (no new factorisation), batched as b. ``c`` and
-    ``b`` are promoted together as JAX promotes them: x has their common inexact dtype (complex
-    for a real factor and a complex ``b``)."""
+    """Solve ``a @ x = b`` with ``(c, lower)`` from :func:`cho_factor`: ``c`` (..., N, N) JAX's
+    array, the factor in its ``lower`` triangle (the other is not read), x from two triangular
+    solves with it (:func:`solve_triangular`'s: on one device the device's, over a mesh by
+    blocked substitution, ``c`` never gathered), batched as b, so that x's error grows like
+    cond(c) as JAX's, not like cond(c)^2 as a refactorisation of ``c c^H`` would. ``c`` may also
+    be a :class:`jaxmg.Cholesky` (a stack of them made under ``jax.vmap``), whose own solve and
+    derivative rule are then used. x has b's shape and layout; ``c`` and ``b`` are promoted
+    together as JAX promotes them (complex x for a real factor and a complex ``b``)."""
     del overwrite_b, check_finite
     c, lower = c_and_lower
     if isinstance(c, _Cholesky):
         return _each_rhs(c, _cho_promoted_solve, b, "cho_solve", first="c_and_lower")
     c, b, vectors = _triangle_and_rhs(c, b, "cho_solve", first="c_and_lower")
-    solve = functools.partial(_cho.solve_with_factor, lower=bool(lower))
-    return _vectors_back(_map_solve(solve, (c, b)), vectors)
+    solve = functools.partial(_cho_solve_with_factor, lower=bool(lower))
+    return _vectors_back(_map_solve(solve, (c, b), shared_factor_columns=True), vectors)
+
+
+def _cho_solve_with_factor(c, b, *, lower: bool):
+    """x with ``a x = b`` for ``a = L L^H`` (``lower``: L in c's lower triangle) or ``a = U^H U``
+    (U in c's upper triangle), ``c`` (N, N) and ``b`` (N,) or (N, K): ``y = L^-1 b`` then
+    ``x = L^-H y`` (upper: ``y = U^-H b``, ``x = U^-1 y``)."""
+    first, second = ("N", "C") if lower else ("C", "N")
+    y = _triangular_solve(c, b, trans=first, lower=lower, unit=False)
+    return _triangular_solve(c, y, trans=second, lower=lower, unit=False)
 
 
 def _each_rhs(module, solve, b, name: str, *, first: str, **static):
@@ -145,9 +154,14 @@ def cholesky(a, lower=False, overwrite_a=False, check_finite=True):
     """The Cholesky factor of ``a`` (..., N, N) from one triangle (``lower``; default upper, as
     SciPy): ``L`` with ``a = L L^H``, or ``U`` with ``a = U^H U``. In a's layout."""
     del overwrite_a, check_finite
+    return _cholesky(a, bool(lower), "cholesky")
+
+
+def _cholesky(a, lower: bool, name: str):
+    """:func:`cholesky`'s factor (``name``: the function called, for its errors)."""
     (a,) = _inexact(a)
-    _square(a, "cholesky")
-    factor = _map_batch(_f.cholesky, (_herm_input(a, False, lower=bool(lower)),), (2,))
+    _square(a, name)
+    factor = _map_batch(_f.cholesky, (_herm_input(a, False, lower=lower),), (2,))
     return factor if lower else _in_layout_of(_H(factor), factor)
 
 
@@ -219,7 +233,8 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     perm = jax.lax.linalg.lu_pivots_to_permutation(jnp.asarray(piv), lu.shape[-1])
     fn = functools.partial(_packed_lu_solve, trans=_TRANS[trans])
     # eagerly on Auto axes the permuted rows come back replicated: x is put in b's layout
-    return _vectors_back(_in_layout_of(_map_solve(fn, (lu, perm, b)), b, matrix=False), vectors)
+    x = _map_solve(fn, (lu, perm, b), shared_factor_columns=True)
+    return _vectors_back(_in_layout_of(x, b, matrix=False), vectors)
 
 
 def _packed_lu_solve(lu, perm, b, *, trans: str):
@@ -466,7 +481,7 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
         raise ValueError(f"solve_triangular: trans must be 0, 1 or 2 ('N', 'T', 'C'), got {trans!r}.")
     a, b, vectors = _triangle_and_rhs(a, b, "solve_triangular", first="a")
     fn = functools.partial(_triangular_solve, trans=_TRANS[trans], lower=bool(lower), unit=bool(unit_diagonal))
-    return _vectors_back(_map_solve(fn, (a, b)), vectors)
+    return _vectors_back(_map_solve(fn, (a, b), shared_factor_columns=True), vectors)
 
 
 def _triangle_and_rhs(a, b, name: str, *, first: str):
@@ -563,15 +578,18 @@ def _whole_rows(x):
 
 def _spread(a) -> bool:
     """Whether ``a`` is known to be split over several devices: by its type on Explicit mesh axes,
-    or by its placement eagerly (inside ``jax.jit`` on Auto axes its layout is XLA's to choose).
-    Inside a ``jax.shard_map`` a matrix is the device's own: one split over free Explicit axes is
-    gathered for the device's solve, as every solver of jaxmg gathers it there."""
+    or by its placement eagerly; inside ``jax.jit`` on Auto axes (where its layout is XLA's to
+    choose), where jaxmg factors a matrix of a's order over the mesh of several devices that the
+    call finds (the distributed route of ``jaxmg.Cholesky``), so that a factor made there is
+    never gathered for its solves. Inside a ``jax.shard_map`` a matrix is the device's own: one split over free
+    Explicit axes is gathered for the device's solve, as every solver of jaxmg gathers it there."""
     if _manual():
         return False
     mesh = _explicit_mesh(a)
     sharding = jax.typeof(a).sharding if mesh is not None else getattr(a, "sharding", None)
     if _is_tracer(a) and mesh is None:
-        return False
+        found = _distributed_mesh(a, "Cholesky") if a.ndim == 2 else None
+        return found is not None and found.size > 1
     spec = getattr(sharding, "spec", None)
     if spec is None or sharding is None:
         return False

@@ -13,6 +13,8 @@ Runs on CPU with 4 of the simulated devices.
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -311,3 +313,45 @@ def test_scipy_solves_promote_a_distributed_factor(a_dtype, b_dtype, native_back
         np.testing.assert_allclose(np.asarray(x), np.asarray(w), **_tol(a_dtype))
     assert chol.route == lu.route == "distributed"
     assert {c[0] for c in native_backend.calls[factored:]} == {"potrs", "getrs"}
+
+
+def _largest_gather(compiled_text: str) -> int:
+    """The most elements that one all-gather of a compiled program brings onto a device."""
+    shapes = re.findall(r"= f64\[([\d,]+)\]\S* all-gather\(", compiled_text)
+    return max((int(np.prod([int(d) for d in s.split(",")])) for s in shapes), default=0)
+
+
+def test_factor_array_solves_inside_jit_on_auto_axes_gather_no_factor(native_backend, monkeypatch):
+    """Inside jax.jit on Auto mesh axes, where jaxmg factors a matrix of the factor's order over
+    the mesh (the distributed route), cho_solve, lu_solve and solve_triangular with JAX's array
+    factor solve by blocked substitution over the mesh: no all-gather brings the factor (or any
+    quarter of it) onto a device, and x is the solution (before, the device's triangular solve
+    gathered the whole factor)."""
+    import jaxmg.scipy.linalg as sla
+    from jaxmg.kernels import triangular
+
+    monkeypatch.setattr(triangular, "BASE", 8)  # diagonal blocks of 8 rows, as 1,024 at scale
+    n = 48
+    mesh = _mesh((4, 2))
+    a = _general(n, np.float64)
+    spd = a @ a.T / n + np.eye(n)
+    b = _rhs(n, 2, np.float64)
+    chol = np.linalg.cholesky(spd)
+    lu, piv = jax.scipy.linalg.lu_factor(a)
+    cases = {
+        "cho_solve": (lambda c, b: sla.cho_solve((c, True), b), chol, np.linalg.solve(spd, b)),
+        "cho_solve upper": (lambda c, b: sla.cho_solve((c, False), b), chol.T, np.linalg.solve(spd, b)),
+        "lu_solve": (lambda f, b: sla.lu_solve((f, piv), b), np.asarray(lu), np.linalg.solve(a, b)),
+        "solve_triangular": (
+            lambda t, b: sla.solve_triangular(t, b, lower=True, trans=2),
+            chol,
+            np.linalg.solve(chol.T, b),
+        ),
+    }
+    with jax.set_mesh(mesh):
+        for name, (fn, factor, want) in cases.items():
+            placed = jax.device_put(factor, NamedSharding(mesh, P("x", "y")))
+            rhs = jax.device_put(b, NamedSharding(mesh, P("x")))
+            compiled = jax.jit(fn).lower(placed, rhs).compile()
+            assert _largest_gather(compiled.as_text()) < n * n // 4, name
+            np.testing.assert_allclose(np.asarray(compiled(placed, rhs)), want, rtol=1e-9, atol=1e-9, err_msg=name)

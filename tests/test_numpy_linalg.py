@@ -297,6 +297,45 @@ def test_check_grads_first_order():
 # --- jaxmg.scipy.linalg ------------------------------------------------------------------------------
 
 
+def _gp_loss(sl, k, y, lower):
+    """A Gaussian process's negative log likelihood as written with jax.scipy.linalg: the factor
+    of cho_factor read for the log determinant, and passed on to cho_solve."""
+    c, lower = sl.cho_factor(k, lower=lower)
+    return 0.5 * jnp.sum(y * sl.cho_solve((c, lower), y)) + jnp.sum(jnp.log(jnp.diagonal(c, axis1=-2, axis2=-1)))
+
+
+@pytest.mark.parametrize("lower", [True, False])
+def test_cho_factor_is_jax_array_factor_read_as_users_read_it(lower):
+    """cho_factor's c is JAX's array (the factor in its ``lower`` triangle, zeros in the other), so
+    that code written for jax.scipy.linalg reads it (jnp.diagonal(c) for a log determinant, c.T):
+    values and gradients as JAX's, eagerly, in jit, on a stack and checked by check_grads."""
+    rng = np.random.default_rng(11)
+    k = spd_matrix(rng, 8, np.float64)
+    y = rng.standard_normal(8)
+    c, got_lower = msla.cho_factor(k, lower=lower)
+    want_c, _ = jsl.cho_factor(k, lower=lower)
+    assert isinstance(c, jax.Array) and got_lower is lower
+    np.testing.assert_allclose(np.asarray(c), np.asarray(want_c), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(c.T @ c if not lower else c @ c.T), k, rtol=1e-12, atol=1e-12)
+    want = jax.value_and_grad(_gp_loss, argnums=(1, 2))(jsl, k, y, lower)
+    for fn in (_gp_loss, jax.jit(_gp_loss, static_argnums=(0, 3))):
+        got = jax.value_and_grad(fn, argnums=(1, 2))(msla, k, y, lower)
+        for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+            np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-10, atol=1e-12)
+    check_grads(lambda m, y: _gp_loss(msla, m @ m.T, y, lower), (k, y), order=2, modes=("fwd", "rev"))
+    stack = np.stack([k, k + np.eye(8)])
+    np.testing.assert_allclose(
+        np.asarray(jax.vmap(functools.partial(_gp_loss, msla, lower=lower), in_axes=(0, None))(stack, y)),
+        np.asarray(jax.vmap(functools.partial(_gp_loss, jsl, lower=lower), in_axes=(0, None))(stack, y)),
+        rtol=1e-12,
+    )
+    np.testing.assert_allclose(
+        np.asarray(msla.cho_factor(stack, lower=lower)[0]),
+        np.asarray(jsl.cho_factor(stack, lower=lower)[0]),
+        rtol=1e-12,
+    )
+
+
 @pytest.mark.parametrize("mesh_name,dtype", [("4x2-explicit", np.complex128), ("cols-8-auto", np.float32)])
 def test_scipy_linalg_against_jax(mesh_name, dtype):
     mesh, spec = _mesh(mesh_name)

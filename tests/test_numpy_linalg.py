@@ -832,28 +832,57 @@ def test_scipy_solves_take_a_batch_of_vectors_as_jax(name):
     np.testing.assert_allclose(np.asarray(tangent), np.asarray(want_tangent), rtol=1e-9)
 
 
+SHARED_MATRIX_SOLVES = {
+    "cho_solve": (
+        lambda a, b: msla.cho_solve(msla.cho_factor(a), b),
+        lambda a, b: jsl.cho_solve(jsl.cho_factor(a), b),
+    ),
+    "cho_solve module": (
+        lambda a, b: msla.cho_solve((jaxmg.Cholesky(a), True), b),
+        lambda a, b: jsl.cho_solve(jsl.cho_factor(a, lower=True), b),  # the module reads a's lower triangle
+    ),
+    "lu_solve": (
+        lambda a, b: msla.lu_solve(msla.lu_factor(a), b, trans=1),
+        lambda a, b: jsl.lu_solve(jsl.lu_factor(a), b, trans=1),
+    ),
+    "lu_solve module": (
+        lambda a, b: msla.lu_solve((jaxmg.LU(a), None), b, trans=1),
+        lambda a, b: jsl.lu_solve(jsl.lu_factor(a), b, trans=1),
+    ),
+    "numpy solve": (mla.solve, jnp.linalg.solve),
+    "scipy solve": (msla.solve, jsl.solve),
+    "solve_triangular": (
+        lambda a, b: msla.solve_triangular(a, b, lower=True, trans=2),
+        lambda a, b: jsl.solve_triangular(a, b, lower=True, trans=2),
+    ),
+}
+
+
 @pytest.mark.parametrize("axis_type", AXES)
-@pytest.mark.parametrize("name", ["cho_solve", "lu_solve"])
-def test_factor_modules_solve_a_stack_of_right_hand_sides(name, axis_type):
-    """cho_solve((jaxmg.Cholesky, lower), b) and lu_solve((jaxmg.LU, None), b) solve each matrix of
-    a stack b (..., N, K) with the one factor, as JAX broadcasts its factor, a stack split over its
-    batch axis included (x in b's layout)."""
+@pytest.mark.parametrize("name", sorted(SHARED_MATRIX_SOLVES))
+def test_one_matrix_solves_a_stack_of_right_hand_sides(name, axis_type):
+    """A solve with one matrix or factor (cho_solve and lu_solve with JAX's arrays or with
+    jaxmg.Cholesky / jaxmg.LU, solve, solve_triangular) solves each matrix of a stack b
+    (..., N, K), as JAX broadcasts its matrix, a stack split over its batch axis included (x in
+    b's layout; on Explicit axes JAX's own batching of the solve refuses that split)."""
     rng = np.random.default_rng(1)
     a = spd_matrix(rng, 8, np.float64)
     b = rng.standard_normal((2, 4, 8, 3))
-    if name == "cho_solve":
-        want = jsl.cho_solve(jsl.cho_factor(a), b)
-        fn = lambda a, b: msla.cho_solve(msla.cho_factor(a), b)  # noqa: E731
-    else:
-        want = jsl.lu_solve(jsl.lu_factor(a), b, trans=1)
-        fn = lambda a, b: msla.lu_solve((jaxmg.LU(a), None), b, trans=1)  # noqa: E731
+    fn, reference = SHARED_MATRIX_SOLVES[name]
+    want = reference(a, b)
     np.testing.assert_allclose(np.asarray(fn(a, b)), np.asarray(want), rtol=1e-10)
     mesh = make_mesh((4, 2), ("x", "y"), axis_types=axis_type)
-    b_split = put(b, mesh, P(None, "x"))
-    x = jax.jit(fn)(put(a, mesh, P()), b_split)
-    np.testing.assert_allclose(np.asarray(x), np.asarray(want), rtol=1e-10)
-    if axis_type == AxisType.Explicit:
-        assert same_spec(x, P(None, "x"))
+    a_whole, b_split = put(a, mesh, P()), put(b, mesh, P(None, "x"))
+    loss = lambda f: lambda a, b: jnp.sum(f(a, b) ** 2)  # noqa: E731
+    want_grads = jax.grad(loss(reference), argnums=(0, 1))(a, b)
+    with jax.set_mesh(mesh):
+        for x in (fn(a_whole, b_split), jax.jit(fn)(a_whole, b_split)):
+            np.testing.assert_allclose(np.asarray(x), np.asarray(want), rtol=1e-10)
+            if axis_type == AxisType.Explicit:
+                assert same_spec(x, P(None, "x"))
+        grads = jax.jit(jax.grad(loss(fn), argnums=(0, 1)))(a_whole, b_split)
+    for g, w in zip(grads, want_grads):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.parametrize("axis_type", AXES)

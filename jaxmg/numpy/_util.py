@@ -177,20 +177,22 @@ def own_mesh(args):
     return contextlib.nullcontext()
 
 
-def map_solve(fn, args, *, shared_factor_columns: bool = False):
+def map_solve(fn, args, *, fold_columns: bool = False):
     """:func:`map_batch` of a solve ``fn(a, ..., b)``: ``a`` (..., N, N) first, ``b`` last, (N,)
     (one vector for every matrix) or (..., N, K), and any argument between them a vector (..., N);
     ``x`` is laid out like ``b``. Batch dimensions of different ranks are JAX's rank promotion
     (:func:`check_rank_promotion`).
 
-    ``shared_factor_columns`` (for ``fn`` a solve with a given factor, linear in ``b``): where only
-    ``b`` has batch dimensions, every column of the stack is solved in one call of ``fn`` with the
-    one factor (:func:`columns_of`), as JAX's batching of a triangular solve does, also where b's
-    stack is split over Explicit mesh axes (whose reshape JAX's batching rule cannot lay out)."""
+    ``fold_columns`` (for ``fn`` linear in ``b`` column by column: a solve with a matrix or its
+    factor): where only ``b`` has batch dimensions and lies on Explicit mesh axes, every column of
+    the stack is solved in one call of ``fn`` with the one matrix (:func:`columns_of`), its split
+    kept, as JAX's batching of a solve with an unbatched matrix does (whose reshape JAX cannot lay
+    out there where the stack is split)."""
     b = args[-1]
     core_ranks = (2, *(1,) * (len(args) - 2), 1 if b.ndim == 1 else 2)
     check_rank_promotion(args, core_ranks)
-    if shared_factor_columns and b.ndim > 2 and all(x.ndim == r for x, r in zip(args[:-1], core_ranks)):
+    shared = all(x.ndim == r for x, r in zip(args[:-1], core_ranks))
+    if fold_columns and b.ndim > 2 and shared and _explicit_mesh(b) is not None:
         with own_mesh(args):
             columns, back = columns_of(b)
             return back(fn(*args[:-1], columns))

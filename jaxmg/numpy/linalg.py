@@ -94,7 +94,7 @@ def solve(a, b):
     a, b = _inexact(a, b)
     _square(a, "solve")
     _solve_shapes(a.shape, b.shape)
-    return _map_solve(_f.lu_solve, (a, b))
+    return _map_solve(_f.lu_solve, (a, b), fold_columns=True)
 
 
 def _solve_shapes(a_shape: tuple, b_shape: tuple) -> None:

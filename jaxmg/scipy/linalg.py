@@ -92,7 +92,7 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
         return _each_rhs(c, _cho_promoted_solve, b, "cho_solve", first="c_and_lower")
     c, b, vectors = _triangle_and_rhs(c, b, "cho_solve", first="c_and_lower")
     solve = functools.partial(_cho_solve_with_factor, lower=bool(lower))
-    return _vectors_back(_map_solve(solve, (c, b), shared_factor_columns=True), vectors)
+    return _vectors_back(_map_solve(solve, (c, b), fold_columns=True), vectors)
 
 
 def _cho_solve_with_factor(c, b, *, lower: bool):
@@ -233,7 +233,7 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     perm = jax.lax.linalg.lu_pivots_to_permutation(jnp.asarray(piv), lu.shape[-1])
     fn = functools.partial(_packed_lu_solve, trans=_TRANS[trans])
     # eagerly on Auto axes the permuted rows come back replicated: x is put in b's layout
-    x = _map_solve(fn, (lu, perm, b), shared_factor_columns=True)
+    x = _map_solve(fn, (lu, perm, b), fold_columns=True)
     return _vectors_back(_in_layout_of(x, b, matrix=False), vectors)
 
 
@@ -481,7 +481,7 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
         raise ValueError(f"solve_triangular: trans must be 0, 1 or 2 ('N', 'T', 'C'), got {trans!r}.")
     a, b, vectors = _triangle_and_rhs(a, b, "solve_triangular", first="a")
     fn = functools.partial(_triangular_solve, trans=_TRANS[trans], lower=bool(lower), unit=bool(unit_diagonal))
-    return _vectors_back(_map_solve(fn, (a, b), shared_factor_columns=True), vectors)
+    return _vectors_back(_map_solve(fn, (a, b), fold_columns=True), vectors)
 
 
 def _triangle_and_rhs(a, b, name: str, *, first: str):

@@ -232,6 +232,46 @@ def test_public_api_native_grad(shape, spec, tile, native_backend):
     assert native_backend.calls
 
 
+@pytest.mark.parametrize("explicit", [False, True])
+def test_scipy_cho_factor_on_the_distributed_route(explicit, native_backend, monkeypatch):
+    """jax.scipy.linalg's Gaussian-process code on a matrix that jaxmg factors over the mesh:
+    cho_factor's c is JAX's array (the distributed factor, in a's layout), read with
+    jnp.diagonal and passed to cho_solve, eagerly and in jit; the loss and its gradient are
+    JAX's, on Auto and Explicit axes."""
+    import jax.numpy as jnp
+    import jax.scipy.linalg as jsl
+
+    import jaxmg
+    import jaxmg.scipy.linalg as msla
+
+    monkeypatch.setattr(triangular, "BASE", 8)  # the blocked substitution of a factor of order 48
+    n = 48
+    mesh = _mesh((2, 2), False, explicit)
+    k = np.asarray(_matrix(n, np.float64)[1])
+    y = _rhs(n, 1, np.float64)[:, 0]
+    kg = jax.device_put(k, NamedSharding(mesh, P("x", "y")))
+    yg = jax.device_put(y, NamedSharding(mesh, P("x")))
+    assert jaxmg.route("Cholesky", (n, n), np.float64, mesh) == "distributed"
+
+    def loss(sl, k, y):
+        c, lower = sl.cho_factor(k, lower=True)
+        eye = jnp.eye(k.shape[0], dtype=bool)  # the diagonal, as a mask (a gather on Explicit axes needs its layout)
+        logdet = jnp.sum(jnp.where(eye, jnp.log(jnp.where(eye, c, 1)), 0))
+        return 0.5 * jnp.sum(y * sl.cho_solve((c, lower), y)) + logdet
+
+    want = jax.value_and_grad(loss, argnums=(1, 2))(jsl, k, y)
+    with jax.set_mesh(mesh):
+        c, lower = msla.cho_factor(kg, lower=True)
+        assert isinstance(c, jax.Array) and lower is True and c.sharding.spec == kg.sharding.spec
+        np.testing.assert_allclose(np.asarray(c), np.linalg.cholesky(k), rtol=1e-9, atol=1e-10)
+        eager = jax.value_and_grad(loss, argnums=(1, 2))(msla, kg, yg)
+        jitted = jax.jit(jax.value_and_grad(loss, argnums=(1, 2)), static_argnums=0)(msla, kg, yg)
+    for got in (eager, jitted):
+        for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+            np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-8, atol=1e-10)
+    assert {c[0] for c in native_backend.calls} >= {"potrf"}
+
+
 def test_public_api_native_not_positive_definite(native_backend):
     import jaxmg
 

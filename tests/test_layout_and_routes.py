@@ -305,10 +305,6 @@ def test_outputs_keep_the_callers_layout_eager_and_jitted(shape, axis_type):
     want = {"a": _normal(matrix.spec, mesh), "b": _normal(rows.spec, mesh), "r": ()}
     for name, fn, args, kinds in _cases(a, g, t, s, b, bt):
         for how, run in (("eager", fn), ("jit", jax.jit(fn))):
-            if name in ("sla.lu_solve", "sla.cho_solve") and how == "jit" and axis_type == AxisType.Auto:
-                # JAX's (lu, piv) and (c, lower) arrays: a factor whose triangular solves leave x
-                # where XLA places it inside jax.jit on Auto axes (docs/numpy.md)
-                continue
             outs = run(*args)
             outs = outs if isinstance(outs, tuple) else (outs,)
             got = tuple(_normal(x.sharding.spec, mesh) for x in outs)

@@ -36,7 +36,8 @@ from .._dense import (
     spec_of as _spec_of,
 )
 from .._dispatch import drop_in as _drop_in, warn as _warn
-from .._layout import entry_axes as _entry_axes, spec_axes as _spec_axes
+from .._layout import divides as _divides, entry_axes as _entry_axes, spec_axes as _spec_axes
+from .._plan import held_layout as _held_layout
 from ..kernels import triangular as _triangular
 from ..kernels.algebra import permutation_matrix as _permutation_matrix
 from ..kernels.ffi.solver import getrf as _getrf
@@ -244,7 +245,7 @@ def _packed_lu_solve(lu, perm, b, *, trans: str):
     if trans == "N":
         return tri(lu, tri(lu, _take_rows(b, perm), lower=True, unit=True), lower=False, unit=False)
     z = tri(lu, tri(lu, b, lower=False, unit=False), lower=True, unit=True)
-    return _take_rows(z, jnp.argsort(perm))
+    return _rows_as_factor(_take_rows(z, jnp.argsort(perm)), lu)
 
 
 @_drop_in(static=("lower", "assume_a"))
@@ -545,14 +546,26 @@ def _triangular_solve(a, b, *, trans: str, lower: bool, unit: bool):
             transpose_a=trans != "N",
             conjugate_a=trans == "C",
         )
-        x = _in_layout_of(x, rhs, matrix=False)
+        x = _rows_as_factor(_in_layout_of(x, rhs, matrix=False), a)
         return x[:, 0] if vector else x
     mesh = _explicit_mesh(a) or _explicit_mesh(b)
     if mesh is None:
-        return body(a, b)
+        return _rows_as_factor(body(a, b), a)
     context = jax.set_mesh(mesh) if isinstance(mesh, jax.sharding.Mesh) else _sharded.abstract_context(mesh)
     with context:
         return _sharded.auto_axes(body, mesh, _NamedSharding(mesh, _spec_of(b)))(a, b)
+
+
+def _rows_as_factor(x, factor):
+    """Inside ``jax.jit`` on Auto mesh axes, a solution ``x`` (N,) or (N, K) with one factor
+    (N, N) with its rows split as the factor's rows are held (the caller's layout where known,
+    else jaxmg's: the mesh's axes in order), as jaxmg's own solves return theirs; elsewhere, and
+    where that layout does not divide x, unchanged."""
+    layout = _held_layout(factor)
+    if layout is None or _explicit_mesh(x) is not None:
+        return x
+    spec = _P(layout.spec[0], *(None,) * (x.ndim - 1))
+    return _sharded.place(x, spec, layout.mesh) if _divides(x.shape, spec, layout.mesh) else x
 
 
 def _whole_rows(x):

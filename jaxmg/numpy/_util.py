@@ -152,15 +152,19 @@ def _batch_split_alike(args, core_ranks, depth: int) -> list:
     if leader is None:
         return args
     lead = tuple(spec_of(leader))[:depth]
+    return [
+        x if x.ndim == r or tuple(spec_of(x))[:depth] == lead else stack_split(x, lead=lead, like=leader)
+        for x, r in zip(args, core_ranks)
+    ]
+
+
+def stack_split(x, *, lead: tuple, like=None):
+    """``x`` (an array of a stack) with its leading dimensions split as ``lead`` where ``like``
+    (default x) lies on Explicit mesh axes, its other dimensions as before, less the axes that
+    ``lead`` uses."""
     used = {name for e in lead for name in entry_axes(e)}
-
-    def split(x, r):
-        if x.ndim == r or tuple(spec_of(x))[:depth] == lead:
-            return x
-        rest = tuple(None if used & set(entry_axes(e)) else e for e in tuple(spec_of(x))[depth:])
-        return in_layout(x, P(*lead, *rest), leader)
-
-    return [split(x, r) for x, r in zip(args, core_ranks)]
+    rest = tuple(None if used & set(entry_axes(e)) else e for e in tuple(spec_of(x))[len(lead) :])
+    return in_layout(x, P(*lead, *rest), x if like is None else like)
 
 
 def own_mesh(args):
@@ -201,19 +205,16 @@ def map_solve(fn, args, *, fold_columns: bool = False):
 
 def columns_of(b):
     """``b`` (..., N, K) as one matrix (N, M) of all its columns, and the function that takes a
-    matrix of that shape (a solution) back to b's shape and layout. On Explicit mesh axes the
-    dimensions that b's layout splits come first among the columns, so that the columns stay
-    split over the same axes (the merge and its inverse move no data); the rows keep their own
-    split."""
+    matrix of that shape (a solution) back to b's shape and layout, ``b`` on Explicit mesh axes
+    (:func:`map_solve` folds only there). The dimensions that b's layout splits come first among
+    the columns, so that the columns stay split over the same axes (the merge and its inverse move
+    no data); the rows keep their own split."""
     n, rest = b.shape[-2], [*range(b.ndim - 2), b.ndim - 1]
-    mesh = _explicit_mesh(b)
-    spec = tuple(spec_of(b)) if mesh is not None else (None,) * b.ndim
+    mesh, spec = _explicit_mesh(b), tuple(spec_of(b))
+    assert mesh is not None, "columns_of folds a b on Explicit mesh axes"
     rest = [d for d in rest if spec[d] is not None] + [d for d in rest if spec[d] is None]
     order = [b.ndim - 2, *rest]
-    shape = (n, -1)
     moved = jnp.transpose(b, order)
-    if mesh is None:
-        return moved.reshape(shape), lambda x: jnp.transpose(x.reshape(moved.shape), _inverse(order))
     axes = tuple(a for d in rest for a in entry_axes(spec[d]))
     merged = NamedSharding(mesh, P(spec[-2], axes or None))
     parts = NamedSharding(mesh, P(*(spec[d] for d in order)))

@@ -36,7 +36,7 @@ from .._dense import (
     spec_of as _spec_of,
 )
 from .._dispatch import drop_in as _drop_in, warn as _warn
-from .._layout import divides as _divides, entry_axes as _entry_axes, spec_axes as _spec_axes
+from .._layout import divides as _divides
 from .._plan import held_layout as _held_layout
 from ..kernels import triangular as _triangular
 from ..kernels.algebra import permutation_matrix as _permutation_matrix
@@ -58,6 +58,7 @@ from ..numpy._util import (
     matrices as _matrices,
     own_mesh as _own_mesh,
     square as _square,
+    stack_split as _stack_split,
     take_rows as _take_rows,
 )
 from . import _lu
@@ -102,7 +103,7 @@ def _cho_solve_with_factor(c, b, *, lower: bool):
     ``x = L^-H y`` (upper: ``y = U^-H b``, ``x = U^-1 y``)."""
     first, second = ("N", "C") if lower else ("C", "N")
     y = _triangular_solve(c, b, trans=first, lower=lower, unit=False)
-    return _triangular_solve(c, y, trans=second, lower=lower, unit=False)
+    return _rows_as_factor(_triangular_solve(c, y, trans=second, lower=lower, unit=False), c)
 
 
 def _each_rhs(module, solve, b, name: str, *, first: str, **static):
@@ -139,15 +140,6 @@ def _each_rhs(module, solve, b, name: str, *, first: str, **static):
     with _own_mesh((b, *jax.tree.leaves(module))):
         x = one(module, rhs)
     return _vectors_back(_in_layout_of(x, b, matrix=False) if x.shape == b.shape else x, vectors)
-
-
-def _stack_split(x, *, lead: tuple, like=None):
-    """``x`` (an array of a stack) with its leading dimensions split as ``lead`` where ``like``
-    (default x) lies on Explicit mesh axes, its other dimensions as before, less the axes that
-    ``lead`` uses."""
-    used = _spec_axes(lead)
-    rest = tuple(None if used & set(_entry_axes(e)) else e for e in _spec_of(x)[len(lead) :])
-    return _in_layout(x, _P(*lead, *rest), x if like is None else like)
 
 
 @_drop_in(static=("lower",))
@@ -243,9 +235,11 @@ def _packed_lu_solve(lu, perm, b, *, trans: str):
     (:func:`solve_triangular`'s, over a's mesh), the rows of b or x permuted."""
     tri = functools.partial(_triangular_solve, trans=trans)
     if trans == "N":
-        return tri(lu, tri(lu, _take_rows(b, perm), lower=True, unit=True), lower=False, unit=False)
-    z = tri(lu, tri(lu, b, lower=False, unit=False), lower=True, unit=True)
-    return _rows_as_factor(_take_rows(z, jnp.argsort(perm)), lu)
+        x = tri(lu, tri(lu, _take_rows(b, perm), lower=True, unit=True), lower=False, unit=False)
+    else:
+        z = tri(lu, tri(lu, b, lower=False, unit=False), lower=True, unit=True)
+        x = _take_rows(z, jnp.argsort(perm))
+    return _rows_as_factor(x, lu)
 
 
 @_drop_in(static=("lower", "assume_a"))
@@ -481,8 +475,13 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
     if trans not in _TRANS:
         raise ValueError(f"solve_triangular: trans must be 0, 1 or 2 ('N', 'T', 'C'), got {trans!r}.")
     a, b, vectors = _triangle_and_rhs(a, b, "solve_triangular", first="a")
-    fn = functools.partial(_triangular_solve, trans=_TRANS[trans], lower=bool(lower), unit=bool(unit_diagonal))
+    fn = functools.partial(_placed_triangular_solve, trans=_TRANS[trans], lower=bool(lower), unit=bool(unit_diagonal))
     return _vectors_back(_map_solve(fn, (a, b), fold_columns=True), vectors)
+
+
+def _placed_triangular_solve(a, b, **options):
+    """:func:`_triangular_solve`'s x, with its rows laid out as a solution (:func:`_rows_as_factor`)."""
+    return _rows_as_factor(_triangular_solve(a, b, **options), a)
 
 
 def _triangle_and_rhs(a, b, name: str, *, first: str):
@@ -546,11 +545,11 @@ def _triangular_solve(a, b, *, trans: str, lower: bool, unit: bool):
             transpose_a=trans != "N",
             conjugate_a=trans == "C",
         )
-        x = _rows_as_factor(_in_layout_of(x, rhs, matrix=False), a)
+        x = _in_layout_of(x, rhs, matrix=False)
         return x[:, 0] if vector else x
     mesh = _explicit_mesh(a) or _explicit_mesh(b)
     if mesh is None:
-        return _rows_as_factor(body(a, b), a)
+        return body(a, b)
     context = jax.set_mesh(mesh) if isinstance(mesh, jax.sharding.Mesh) else _sharded.abstract_context(mesh)
     with context:
         return _sharded.auto_axes(body, mesh, _NamedSharding(mesh, _spec_of(b)))(a, b)

@@ -33,6 +33,7 @@ import jax.core
 import numpy as np
 from jax._src import config as _jax_config, core as _core  # the trace state and JAX's trace context
 from jax._src.array import ArrayImpl  # concrete arrays, and the only constructor that takes the commitment
+from jax._src.interpreters import partial_eval as _pe  # the trace that stages a program out (jax.jit ...)
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from . import _layout
@@ -129,8 +130,23 @@ def concrete_value(x, *, through_vmap: bool = False) -> Any:
 
 
 def is_eager(arrays) -> bool:
-    """Whether every array (None allowed) is concrete or an eager transformation's tracer."""
-    return all(x is None or concrete_value(x, through_vmap=True) is not None for x in arrays)
+    """Whether every array (None allowed) is concrete or an eager transformation's tracer, and no
+    program is being staged out (concrete arrays closed over by a function that ``jax.jit``,
+    ``jax.lax.cond``, ``jax.lax.scan`` or ``jax.eval_shape`` traces are constants of that
+    program: the call is traced into it)."""
+    return not staging() and all(x is None or concrete_value(x, through_vmap=True) is not None for x in arrays)
+
+
+def staging() -> bool:
+    """Whether a trace that stages a program out (``jax.jit``, the control-flow primitives,
+    ``jax.checkpoint``, ``jax.eval_shape``, ``jax.make_jaxpr``) is active, beneath any eager
+    transformations' traces."""
+    trace = _core.trace_ctx.trace
+    while trace is not None:
+        if isinstance(trace, _pe.DynamicJaxprTrace):
+            return True
+        trace = getattr(trace, "parent_trace", None)
+    return False
 
 
 def stack_of(x, matrix: bool = False) -> Optional[Stack]:

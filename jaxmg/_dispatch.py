@@ -326,11 +326,15 @@ def _traced(body, plan: Plan, static: tuple, rule: bool, held: int) -> Callable:
     own = plan.mesh if _context.is_device_mesh(plan.mesh) else None
 
     def traced(*args):
-        # the batch route's body runs on each device's own matrices (inside the rule's shard_map)
-        mesh = None if plan.route == _routes.BATCH else plan.mesh
+        # the batch route's rule runs the body on each device's own matrices inside its shard_map;
+        # without the rule (a derivative under jax.vmap) the body sees one matrix of the stack,
+        # traced with the stack's mesh as the context (JAX's batching of a body with no context
+        # mesh fails for a stack split over Explicit axes, as under jax.set_mesh it does not)
+        mesh = None if plan.route == _routes.BATCH and rule else plan.mesh
         if own is not None:
             args = _sharded.released(args, own)
         with contextlib.nullcontext() if mesh is None else _sharded.abstract_context(mesh):
+            args = args if mesh is None else _sharded.meshless_typed_on(mesh, args)
             out = body(plan, *_held(plan, args, held), **options)
         return out if own is None else _sharded.released(out, own)
 
@@ -512,9 +516,10 @@ def _on_mesh(args, plan: Plan, matrices: int):
     def put(x, spec):
         values = _context.eager_values(x)
         own = getattr(values[0], "sharding", None) if values else None
-        if not values or (all(_on(v, devices) for v in values) and not _retyped(own, mesh)):
+        moved = _retyped(own, mesh) or _foreign(own, mesh)
+        if not values or (all(_on(v, devices) for v in values) and not moved):
             return x  # on the mesh, or vmapped values (placed by the compiled call's own batching)
-        if _on(values[0], devices) and isinstance(own, NamedSharding):
+        if _on(values[0], devices) and isinstance(own, NamedSharding) and not _foreign(own, mesh):
             target = NamedSharding(mesh, own.spec) if _retyped(own, mesh) else own
         else:
             target = NamedSharding(mesh, _layout.padded_spec(spec, x.ndim) if x.ndim >= len(tuple(spec)) else P())
@@ -536,6 +541,14 @@ def _retyped(sharding, mesh: Mesh) -> bool:
         and own.axis_names == mesh.axis_names
         and own.devices.shape == mesh.devices.shape
     )
+
+
+def _foreign(sharding, mesh: Mesh) -> bool:
+    """Whether ``sharding`` lies on another mesh of the same devices than ``mesh`` (other axes, shape
+    or order, not only other axis types): an array there is laid out anew on ``mesh`` (the call's
+    arrays must all be on its mesh)."""
+    own = getattr(sharding, "mesh", None)
+    return isinstance(own, Mesh) and own != mesh and not _retyped(sharding, mesh)
 
 
 def _on(x, devices) -> bool:

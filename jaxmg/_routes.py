@@ -203,6 +203,10 @@ def route(op: str, shape, dtype="float64", mesh=None, *, stacked: int = 0, backe
     arrays); ``stacked``: the size of a stack of such matrices under ``jax.vmap`` (0: one matrix).
     A call inside a user's ``jax.shard_map`` always takes the local route."""
     fam, shape = family(op), _query_shape(shape, stacked)
+    if fam in _SQUARE and shape[0] != shape[1]:
+        raise ValueError(f"shape must be a square matrix's (N, N) for {op!r} (a {fam} factorisation), got {shape!r}.")
+    if fam == "polar" and shape[0] < shape[1]:
+        raise ValueError(f"shape must have at least as many rows as columns (M >= N) for {op!r}, got {shape!r}.")
     _checks.check_backend(backend)
     if np.dtype(dtype) not in _checks.SUPPORTED_DTYPES:
         names = ", ".join(str(d) for d in _checks.SUPPORTED_DTYPES)
@@ -210,6 +214,11 @@ def route(op: str, shape, dtype="float64", mesh=None, *, stacked: int = 0, backe
     if mesh is not None:
         _layout.check_mesh(mesh)
     return choose(fam, backend, mesh, shape, np.dtype(dtype), stacked=stacked)
+
+
+#: The families that factor square matrices only (``route`` refuses another shape for them, as
+#: their calls do).
+_SQUARE = ("cholesky", "lu", "eigh", "sygvd")
 
 
 def _query_shape(shape, stacked) -> tuple:

@@ -97,6 +97,36 @@ def on_mesh_of(like, y) -> jax.Array:
     return jax.sharding.reshard(y, NamedSharding(sharding.mesh, P()))
 
 
+def meshless_typed_on(mesh, args):
+    """``args`` (a pytree) with each array whose type names no mesh typed as replicated on
+    ``mesh``, where ``mesh`` has Explicit axes and none Manual; else ``args``. An array made
+    outside any mesh context (``jnp.ones(n)`` in the caller's function) and not mapped by
+    ``jax.vmap`` is then broadcast by JAX's batching rules over the vmapped Explicit axis as the
+    mapped arrays are, which an array of no mesh is not (its batch would be whole on every device
+    beside a split one: JAX refuses the product or triangular solve of the two)."""
+    abstract = mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh
+    if not explicit(abstract) or any(t == jax.sharding.AxisType.Manual for t in abstract.axis_types):
+        return args
+    replicated = NamedSharding(abstract, P())
+
+    def typed(x):
+        sharding = getattr(jax.typeof(x), "sharding", None) if isinstance(x, jax.Array) else None
+        return jax.sharding.reshard(x, replicated) if sharding is not None and sharding.mesh.empty else x
+
+    return jax.tree.map(typed, args)
+
+
+def meshless_typed_alike(args):
+    """``args`` (a sequence) with each array of no mesh typed replicated on the mesh of the first
+    argument whose type names Explicit axes (:func:`meshless_typed_on`); else ``args``. Inside a
+    trace only (eagerly an array's mesh is a concrete one)."""
+    for x in args:
+        sharding = explicit_type(x)
+        if sharding is not None:
+            return meshless_typed_on(sharding.mesh, args)
+    return args
+
+
 def auto_axes_of(mesh):
     """The abstract mesh of ``mesh`` with its Explicit axes Auto: the mesh that a body run by
     ``jax.sharding.auto_axes`` sees."""

@@ -486,3 +486,62 @@ def test_reported_route_is_the_route_taken():
     )(put(SPD, devices, P("d")))
     assert inside == ["local"]
     assert jaxmg.Cholesky(one).route == jaxmg.route("potrs", one.shape, one.dtype, None) == "local"
+
+
+@pytest.mark.parametrize("group", list(GROUPS))
+def test_vmap_of_derivatives_on_an_explicit_stack_without_set_mesh(group, per_matrix):
+    """jax.jit of jax.vmap of a derivative (grad, jvp) over a stack split over Explicit axes, with
+    no jax.set_mesh (as jnp.linalg.solve runs there), the right-hand side mapped or one array for
+    the whole stack (made in the caller's function, of no mesh): each matrix's value and gradient
+    are its own. Before, JAX's batching of the derivative refused the status's select ("Resource
+    axis: x ... not found in mesh: ()") or the product of a split stack with a whole right-hand
+    side."""
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=AxisType.Explicit)
+    for name in GROUPS[group]:
+        loss, kind = FUNCTIONS[name]
+        data, rhs = DATA[kind]
+        a, b = put(data, mesh, P(("x", "y"))), put(rhs, mesh, P(("x", "y")))
+        mapped = jax.jit(jax.vmap(_value_and_grad(name)))(a, b)
+        for k in range(2):
+            _close(jax.tree.map(lambda x, k=k: np.asarray(x)[k], mapped), per_matrix[name][k])
+        shared = functools.partial(_with_one_rhs, loss, rhs[0])  # b made in the function, of no mesh
+        one = jax.jit(jax.vmap(jax.value_and_grad(shared)))(a)
+        _close(jax.tree.map(lambda x: np.asarray(x)[0], one), (per_matrix[name][0][0], per_matrix[name][0][1][0]))
+        tangent = put(np.ones_like(data), mesh, P(("x", "y")))
+        _, slope = jax.jit(jax.vmap(lambda a, t, f=shared: jax.jvp(f, (a,), (t,))))(a, tangent)
+        _close(np.asarray(slope)[0], np.sum(np.asarray(per_matrix[name][0][1][0])))
+
+
+def _with_one_rhs(loss, rhs, a):
+    return loss(a, jnp.asarray(rhs))
+
+
+CLOSED_OVER = {
+    "la.inv": (lambda a, b: la.inv(a), lambda a, b: jnp.linalg.inv(a)),
+    "la.solve": (lambda a, b: la.solve(a, b), lambda a, b: jnp.linalg.solve(a, b)),
+    "la.slogdet": (lambda a, b: la.slogdet(a)[1], lambda a, b: jnp.linalg.slogdet(a)[1]),
+    "la.svdvals": (lambda a, b: la.svdvals(a), lambda a, b: jnp.linalg.svdvals(a)),
+    "la.qr r": (lambda a, b: jnp.abs(la.qr(a, mode="r")), lambda a, b: jnp.abs(jnp.linalg.qr(a, mode="r"))),
+    "la.norm 2": (lambda a, b: la.norm(a, 2), lambda a, b: jnp.linalg.norm(a, 2)),
+    "sla.polar": (lambda a, b: sla.polar(a)[1], lambda a, b: jax.scipy.linalg.polar(a)[1]),
+    "potrs": (lambda a, b: jaxmg.potrs(a, b), lambda a, b: jnp.linalg.solve(a, b)),
+    "Cholesky.solve": (lambda a, b: jaxmg.Cholesky(a).solve(b), lambda a, b: jnp.linalg.solve(a, b)),
+}
+
+
+@pytest.mark.parametrize("name", list(CLOSED_OVER))
+def test_concrete_arrays_closed_over_by_a_traced_function(name):
+    """A JAX array made outside (uncommitted, no mesh) and closed over by a function that
+    jax.jit, jax.lax.cond, jax.lax.scan or jax.eval_shape traces is a constant of that program, as
+    for jnp.linalg (it ran the eager path inside the trace: ConcretizationTypeError)."""
+    fn, reference = CLOSED_OVER[name]
+    a, b = jnp.asarray(SPD[0]), jnp.asarray(RHS[0])
+    want = np.asarray(reference(a, b))
+    runs = {
+        "jit": lambda: jax.jit(lambda t: t * fn(a, b))(1.0),
+        "cond": lambda: jax.lax.cond(True, lambda: fn(a, b), lambda: jnp.zeros_like(want)),
+        "scan": lambda: jax.lax.scan(lambda c, _: (c, fn(a, b)), 0.0, None, length=2)[1][1],
+    }
+    for run in runs.values():
+        _close(run(), want, dict(rtol=1e-9, atol=1e-10))
+    assert jax.eval_shape(lambda: fn(a, b)).shape == want.shape

@@ -354,6 +354,7 @@ def test_matrix_power_names_a_non_integer_exponent():
         (dict(dtype="int32"), TypeError, r"dtype must be a's dtype, one of float32, .*got int32"),
         (dict(mesh="x"), TypeError, r"mesh must be a jax.sharding.Mesh, got str"),
         (dict(backend="gpu"), ValueError, r"backend must be one of"),
+        (dict(shape=(N, N // 2)), ValueError, r"shape must be a square matrix's \(N, N\) for 'potrs'"),
     ],
 )
 def test_route_names_the_argument_it_cannot_read(mesh, kwargs, error, match):
@@ -370,6 +371,20 @@ def test_route_names_the_argument_it_cannot_read(mesh, kwargs, error, match):
             **{k: call[k] for k in call if k in ("stacked", "backend")},
         )
     assert jaxmg.route("potrs", (N, N), "float64", mesh) == "local"
+
+
+def test_route_refuses_the_shapes_the_operation_refuses():
+    """A square-only operation with a rectangular shape, polar with a wide one: the error the call
+    itself would raise, not a route (it was answered "local")."""
+    for op in ("potrs", "cholesky", "Cholesky", "lu_solve", "LU", "syevd", "Eigh", "sygvd"):
+        with pytest.raises(ValueError, match=r"shape must be a square matrix's"):
+            jaxmg.route(op, (64, 32), "float64")
+    for op in ("polar", "Polar"):
+        with pytest.raises(ValueError, match=r"at least as many rows as columns"):
+            jaxmg.route(op, (32, 64), "float64")
+    for op in ("least_squares", "qr", "gesvd", "SVD"):
+        assert jaxmg.route(op, (32, 64), "float64") == "local"
+    assert jaxmg.route("polar", (64, 32), "float64") == "local"
 
 
 @pytest.mark.parametrize(

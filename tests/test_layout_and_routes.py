@@ -275,6 +275,8 @@ def _cases(a, g, t, s, b, bt):
         ("polar", jaxmg.polar, (t,), "aa"),
         ("Cholesky.solve", lambda a, b: jaxmg.Cholesky(a).solve(b), (a, b), "b"),
         ("LU.solve", lambda a, b: jaxmg.LU(a).solve(b), (g, b), "b"),
+        ("LU.lu", lambda g: jaxmg.LU(g).lu, (g,), "a"),
+        ("Cholesky.factor", lambda a: jaxmg.Cholesky(a).factor, (a,), "a"),
         ("QR.solve", lambda t, b: jaxmg.QR(t).solve(b), (t, bt), "b"),
         ("la.solve", la.solve, (g, b), "b"),
         ("la.inv", la.inv, (g,), "a"),

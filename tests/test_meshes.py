@@ -215,6 +215,31 @@ def test_right_hand_side_on_the_same_devices_with_other_axis_types():
             np.testing.assert_allclose(x, np.linalg.solve(spd, rhs), rtol=1e-10)
 
 
+@pytest.mark.parametrize("axis_type", [AxisType.Explicit, AxisType.Auto])
+def test_mesh_argument_other_than_the_arrays_mesh(axis_type):
+    """``mesh=`` a (2, 4) mesh for a matrix on the (4, 2) mesh of the same devices: every call lays
+    a out on the mesh it was given and returns its results there, eagerly (on Explicit axes the
+    solves had reached the status's select with a on one mesh and the result on the other)."""
+    rng = np.random.default_rng(2)
+    spd, g, rhs = spd_matrix(rng, N, np.float64), random_matrix(rng, (N, N), np.float64), rng.standard_normal(N)
+    given, own = (make_mesh(shape, ("x", "y"), axis_types=axis_type) for shape in ((2, 4), (4, 2)))
+    a, g_own = put(spd, own, P("x", "y")), put(g + N * np.eye(N), own, P("x", "y"))
+    b = jnp.asarray(rhs)
+    calls = {
+        "potrs": (lambda: jaxmg.potrs(a, b, None, given), spd),
+        "lu_solve": (lambda: jaxmg.lu_solve(g_own, b, None, given), g + N * np.eye(N)),
+        "least_squares": (lambda: jaxmg.least_squares(g_own, b, None, given), g + N * np.eye(N)),
+        "Cholesky.solve": (lambda: jaxmg.Cholesky(a, None, given).solve(b), spd),
+        "LU.solve": (lambda: jaxmg.LU(g_own, None, given).solve(b), g + N * np.eye(N)),
+        "QR.solve": (lambda: jaxmg.QR(g_own, None, given).solve(b), g + N * np.eye(N)),
+    }
+    for name, (call, matrix) in calls.items():
+        x = call()
+        np.testing.assert_allclose(x, np.linalg.solve(matrix, rhs), rtol=1e-9, err_msg=name)
+        assert x.sharding.mesh.shape == given.shape, name
+    assert jaxmg.qr(g_own, None, given)[1].sharding.mesh.shape == given.shape
+
+
 PER_MATRIX = {
     "LU.solve": (lambda a, b: jaxmg.LU(a).solve(b), lambda a: a + 8 * np.eye(8)),
     "QR.solve": (lambda a, b: jaxmg.QR(a).solve(b), lambda a: a + 8 * np.eye(8)),

@@ -62,8 +62,8 @@ class LU(Factorisation):
     @property
     def lu(self) -> jax.Array:
         """The packed factor: on the local and batch routes LAPACK's (L's strict lower triangle, U's
-        upper one, as ``jax.scipy.linalg.lu_factor`` gives it); on the distributed route
-        cuSOLVERMp's, in the grid layout. Differentiable in ``a`` (any order) on the local and
+        upper one, as ``jax.scipy.linalg.lu_factor`` gives it, in a's layout); on the distributed
+        route cuSOLVERMp's, in the grid layout. Differentiable in ``a`` (any order) on the local and
         batch routes, as ``jax.scipy.linalg.lu_factor``'s factor."""
         return _dispatch.method(self, _packed)
 
@@ -149,8 +149,10 @@ def _inverse(plan, module):
 
 
 def _packed(plan, module):
-    """The packed factor from the saved state, differentiable through the kept ``a`` (trace-only)."""
-    return decompositions.lu_packed(plan.backend.lu(plan), module.operator, module.state)
+    """The packed factor from the saved state, differentiable through the kept ``a``, in a's layout
+    on the local and batch routes (trace-only)."""
+    packed = decompositions.lu_packed(plan.backend.lu(plan), module.operator, module.state)
+    return packed if plan.distributed else plan.leave(packed, "lu")
 
 
 def _slogdet(plan, module):

@@ -139,6 +139,8 @@ def map_batch(fn, args, core_ranks, *, solution: bool = False):
         for depth in range(len(batch)):
             in_axes = tuple(0 if x.ndim - r > depth else None for x, r in zip(args, core_ranks))
             fn = jax.vmap(fn, in_axes=in_axes)
+    if _context.staging():  # a program is traced: its arrays of no mesh join the others' mesh
+        args = _sharded.meshless_typed_alike(args)
     with own_mesh(args):
         return _in_layout_kept(fn(*args), like)
 
@@ -295,10 +297,13 @@ def _sharded_explicitly(x, order):
     """x's mesh where x or the index array ``order`` is split over Explicit mesh axes (the gather
     then needs an ``out_sharding`` to stay in x's layout), else None: a gather from arrays that are
     not split is not split either, and one with an ``out_sharding`` cannot be differentiated
-    inside a partially manual ``jax.shard_map`` (whose other axes are Explicit)."""
+    inside a partially manual ``jax.shard_map`` (whose other axes are Explicit). Under
+    ``jax.vmap`` a member of a stack counts as split (its stack may be: JAX cannot resolve the
+    gather of a whole array by split indices, or the reverse, without the ``out_sharding``)."""
     mesh = _explicit_mesh(x)
     split = any(e is not None for y in (x, order) if _explicit_mesh(y) is not None for e in spec_of(y))
-    return mesh if mesh is not None and split else None
+    stacked = not _context.manual() and any(_context.stack_of(y) is not None for y in (x, order))
+    return mesh if mesh is not None and (split or stacked) else None
 
 
 def distributed_mesh(a, op: str):

@@ -516,11 +516,11 @@ def _on_mesh(args, plan: Plan, matrices: int):
     def put(x, spec):
         values = _context.eager_values(x)
         own = getattr(values[0], "sharding", None) if values else None
-        moved = _retyped(own, mesh) or _foreign(own, mesh)
-        if not values or (all(_on(v, devices) for v in values) and not moved):
+        retyped, foreign = _retyped(own, mesh), _foreign(own, mesh)
+        if not values or (all(_on(v, devices) for v in values) and not (retyped or foreign)):
             return x  # on the mesh, or vmapped values (placed by the compiled call's own batching)
-        if _on(values[0], devices) and isinstance(own, NamedSharding) and not _foreign(own, mesh):
-            target = NamedSharding(mesh, own.spec) if _retyped(own, mesh) else own
+        if _on(values[0], devices) and isinstance(own, NamedSharding) and not foreign:
+            target = NamedSharding(mesh, own.spec) if retyped else own
         else:
             target = NamedSharding(mesh, _layout.padded_spec(spec, x.ndim) if x.ndim >= len(tuple(spec)) else P())
         return jax.device_put(x, target)

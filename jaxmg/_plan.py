@@ -47,11 +47,6 @@ class Options(NamedTuple):
     check: Optional[bool]
 
 
-#: The matrices each family takes, (square, tall): square, or any shape (M, N), or M >= N; a
-#: family not named takes square matrices.
-_SHAPES: dict = {"qr": (False, False), "svd": (False, False), "polar": (False, True)}
-
-
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """The static description of one call.
@@ -168,8 +163,7 @@ class Plan:
         the local route without a mesh: no layout) and ``x`` is split over Explicit mesh axes (as
         the type of a member of a stack split inside its matrices is, under ``jax.vmap``): the
         device's solvers take whole matrices (trace-only; unchanged elsewhere)."""
-        mesh = _explicit_mesh_of(x) if self.layout is None and hasattr(x, "ndim") else None
-        return x if mesh is None else _sharded.pinned(x, P(), mesh)
+        return whole_where_split(x) if self.layout is None and hasattr(x, "ndim") else x
 
     def held(self, x):
         """Matrix argument ``x`` as the caller holds it: in the caller's layout of ``a`` where it is
@@ -325,6 +319,14 @@ def _default_rows(plan: Plan, b) -> Optional[P]:
     return rows if _layout.divides(b.shape, rows, plan.mesh) else None
 
 
+def whole_where_split(x):
+    """Array ``x`` replicated where it is split over Explicit mesh axes (trace-only; unchanged
+    elsewhere): whole for the device's own solver, and for indexing, which JAX refuses on such an
+    array without a layout for the result."""
+    mesh = _explicit_mesh_of(x)
+    return x if mesh is None else _sharded.pinned(x, P(), mesh)
+
+
 def _explicit_mesh_of(x):
     """The mesh of ``x`` where it is split over Explicit axes (the device's own solver cannot take
     it so: it is gathered; on a mesh of Explicit and Auto axes too), else None."""
@@ -404,13 +406,13 @@ def resolve(
     plan it.
 
     ``matrices`` and ``rhs`` are ``(name, value)`` pairs: matrices rank 2 and of the family's
-    shape (:data:`_SHAPES`), with a's shape; right-hand sides a vector or a matrix with a's rows;
+    shape (:func:`jaxmg._routes.shapes_taken`), with a's shape; right-hand sides a vector or a matrix with a's rows;
     all of a's dtype. ``num_rhs`` right-hand sides given later (``module.solve(b)``) may have
     specs in ``matrix_specs``. ``natural`` (a flag, checked as ``donate`` is) keeps a native
     Cholesky factor in natural order. Returns the plan and the arguments as arrays (matrices
     first).
     """
-    square, tall = _SHAPES.get(family, (True, True))
+    square, tall = _routes.shapes_taken(family)
     flags = dict(natural=natural, donate=options.donate)
     T_A, mesh, matrix_specs, backend = options.T_A, options.mesh, options.matrix_specs, options.backend
     arrays = check(matrices, rhs, square=square, tall=tall, T_A=T_A, backend=backend, flags=flags, family=family)

@@ -203,9 +203,10 @@ def route(op: str, shape, dtype="float64", mesh=None, *, stacked: int = 0, backe
     arrays); ``stacked``: the size of a stack of such matrices under ``jax.vmap`` (0: one matrix).
     A call inside a user's ``jax.shard_map`` always takes the local route."""
     fam, shape = family(op), _query_shape(shape, stacked)
-    if fam in _SQUARE and shape[0] != shape[1]:
+    square, tall = shapes_taken(fam)
+    if square and shape[0] != shape[1]:
         raise ValueError(f"shape must be a square matrix's (N, N) for {op!r} (a {fam} factorisation), got {shape!r}.")
-    if fam == "polar" and shape[0] < shape[1]:
+    if tall and shape[0] < shape[1]:
         raise ValueError(f"shape must have at least as many rows as columns (M >= N) for {op!r}, got {shape!r}.")
     _checks.check_backend(backend)
     if np.dtype(dtype) not in _checks.SUPPORTED_DTYPES:
@@ -216,9 +217,15 @@ def route(op: str, shape, dtype="float64", mesh=None, *, stacked: int = 0, backe
     return choose(fam, backend, mesh, shape, np.dtype(dtype), stacked=stacked)
 
 
-#: The families that factor square matrices only (``route`` refuses another shape for them, as
-#: their calls do).
-_SQUARE = ("cholesky", "lu", "eigh", "sygvd")
+#: The matrices each family takes, (square, tall): square, or any shape (M, N), or M >= N; a
+#: family not named takes square matrices.
+_SHAPES: dict = {"qr": (False, False), "svd": (False, False), "polar": (False, True)}
+
+
+def shapes_taken(fam: str) -> tuple[bool, bool]:
+    """(square, tall) of the matrices family ``fam`` takes (:data:`_SHAPES`): its calls, and
+    :func:`route`, refuse other shapes."""
+    return _SHAPES.get(fam, (True, True))
 
 
 def _query_shape(shape, stacked) -> tuple:

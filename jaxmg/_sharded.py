@@ -91,10 +91,13 @@ def on_mesh_of(like, y) -> jax.Array:
     with no mesh) is then batched by JAX over an Explicit axis of that mesh, which a value of no
     mesh cannot be."""
     sharding = explicit_type(like)
+    return y if sharding is None else _replicated_if_meshless(y, sharding.mesh)
+
+
+def _replicated_if_meshless(y, mesh) -> jax.Array:
+    """``y`` typed replicated on ``mesh`` where its type names no mesh; else ``y``."""
     own = getattr(jax.typeof(y), "sharding", None)
-    if sharding is None or (own and not own.mesh.empty):
-        return y
-    return jax.sharding.reshard(y, NamedSharding(sharding.mesh, P()))
+    return y if own and not own.mesh.empty else jax.sharding.reshard(y, NamedSharding(mesh, P()))
 
 
 def meshless_typed_on(mesh, args):
@@ -107,13 +110,7 @@ def meshless_typed_on(mesh, args):
     abstract = mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh
     if not explicit(abstract) or any(t == jax.sharding.AxisType.Manual for t in abstract.axis_types):
         return args
-    replicated = NamedSharding(abstract, P())
-
-    def typed(x):
-        sharding = getattr(jax.typeof(x), "sharding", None) if isinstance(x, jax.Array) else None
-        return jax.sharding.reshard(x, replicated) if sharding is not None and sharding.mesh.empty else x
-
-    return jax.tree.map(typed, args)
+    return jax.tree.map(lambda x: _replicated_if_meshless(x, abstract) if isinstance(x, jax.Array) else x, args)
 
 
 def meshless_typed_alike(args):

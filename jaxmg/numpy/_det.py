@@ -26,9 +26,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from jax.scipy.linalg import solve_triangular
-from jax.sharding import PartitionSpec as P
 
-from .. import _sharded
+from .._plan import whole_where_split
 from .._routes import DISTRIBUTED
 from ..kernels.algebra import permutation_matrix, pivot_parity
 from ..modules import LU
@@ -72,20 +71,11 @@ def _value_and_adjugate(a):
         return in_layout_of(_cofactor(jax.lax.stop_gradient(lu), factor.pivots), a).astype(a.dtype)
 
     # the local and batch routes' factor, in a's layout, read whole (its diagonal, its entries)
-    lu = _whole(factor.lu)
+    lu = whole_where_split(factor.lu)
     # one branch runs: the cofactor's solves only where a pivot before the last is exactly zero
     # (under vmap both run)
     singular = jnp.any(jnp.diagonal(lu)[:-1] == 0)
     return value, jax.lax.cond(singular, cofactor, last, lu)
-
-
-def _whole(x: jax.Array) -> jax.Array:
-    """``x`` replicated where its type splits it over Explicit mesh axes (JAX cannot index into
-    such an array without a layout for the result); else ``x``."""
-    sharding = _sharded.explicit_type(x)
-    if sharding is None or all(e is None for e in sharding.spec):
-        return x
-    return _sharded.pinned(x, P(), sharding.mesh)
 
 
 def _permuted_inverse_of_l(lu: jax.Array, pivots: jax.Array) -> tuple[jax.Array, jax.Array]:

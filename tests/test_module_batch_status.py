@@ -89,3 +89,29 @@ def test_module_made_on_a_mesh_reads_matrix_by_matrix(kind):
         module = jax.jit(jax.vmap(getattr(jaxmg, kind)))(put(_stack(kind), mesh, P(("x", "y"))))
         assert module.route == "batch"
         _check(module, kind)
+
+
+def test_lu_of_a_matrix_with_an_infinity_is_nan_and_of_a_singular_one_is_lapacks():
+    """LU's packed factor and log-determinant: NaN (values and gradients) for the matrix with an
+    Inf entry; for the singular one LAPACK's exact factor (finite) and ``(0, -inf)``, as
+    ``jax.scipy.linalg.lu_factor`` and ``jnp.linalg.slogdet`` give; matrix by matrix, read
+    outside vmap, in jit and inside vmap."""
+    stack = np.stack([spd_matrix(np.random.default_rng(1), N, np.float64) for _ in range(4)])
+    stack[1][:, 5] = 0.0
+    stack[2][3, 2] = np.inf
+    module = jax.vmap(jaxmg.LU)(jnp.asarray(stack))
+    assert list(np.asarray(module.status) != 0) == [False, True, True, False]
+
+    def reads(m):
+        sign, logabsdet = m.slogdet()
+        return dict(lu=m.lu, sign=sign, logabsdet=logabsdet)
+
+    for got in (reads(module), jax.jit(reads)(module), jax.vmap(reads)(module)):
+        nan = {name: list(np.isnan(np.asarray(x)).reshape(4, -1).any(axis=1)) for name, x in got.items()}
+        assert nan == dict.fromkeys(got, [False, False, True, False]), nan
+        np.testing.assert_array_equal(np.asarray(got["sign"])[1], 0.0)
+        np.testing.assert_array_equal(np.asarray(got["logabsdet"])[1], -np.inf)
+        expected = jax.scipy.linalg.lu_factor(stack[1])[0]
+        np.testing.assert_allclose(np.asarray(got["lu"])[1], np.asarray(expected), rtol=1e-12)
+    gradient = jax.grad(lambda a: jaxmg.LU(a).slogdet()[1])(jnp.asarray(stack[2]))
+    assert np.isnan(np.asarray(gradient)).all()

@@ -64,7 +64,8 @@ class LU(Factorisation):
         """The packed factor: on the local and batch routes LAPACK's (L's strict lower triangle, U's
         upper one, as ``jax.scipy.linalg.lu_factor`` gives it, in a's layout); on the distributed
         route cuSOLVERMp's, in the grid layout. Differentiable in ``a`` (any order) on the local and
-        batch routes, as ``jax.scipy.linalg.lu_factor``'s factor."""
+        batch routes, as ``jax.scipy.linalg.lu_factor``'s factor. LAPACK's factor also for a
+        singular a (status > 0); NaN where a has an entry that is not finite."""
         return _dispatch.method(self, _packed)
 
     @property
@@ -94,8 +95,8 @@ class LU(Factorisation):
     def slogdet(self):
         """``(sign, logabsdet)`` of a, replicated, as ``jnp.linalg.slogdet``: sign has a's dtype
         (+-1, or a unit-modulus phase for complex a; 0 where a is singular) and logabsdet is
-        real (-inf where a is singular). Differentiable in ``a`` (any order), with A^-1 from the
-        saved factor."""
+        real (-inf where a is singular); NaN where a has an entry that is not finite.
+        Differentiable in ``a`` (any order), with A^-1 from the saved factor."""
         return _dispatch.method(self, _slogdet)
 
 
@@ -152,9 +153,22 @@ def _packed(plan, module):
     """The packed factor from the saved state, differentiable through the kept ``a``, in a's layout
     on the local and batch routes (trace-only)."""
     packed = decompositions.lu_packed(plan.backend.lu(plan), module.operator, module.state)
+    finite = jnp.all(jnp.isfinite(packed), axis=(-2, -1))
+    packed = _status.masked(_undefined_where(module.status, finite), packed)
     return packed if plan.distributed else plan.leave(packed, "lu")
 
 
 def _slogdet(plan, module):
-    """(sign, log|det a|) from the saved factor (trace-only)."""
-    return logdet.slogdet(plan.backend.lu(plan), module.operator, module.state)
+    """(sign, log|det a|) from the saved factor (trace-only): ``(0, -inf)`` for a singular a (a
+    zero pivot, every other finite), NaN (and NaN derivatives) where the factorisation failed
+    otherwise (a pivot that is not finite: NaN or Inf in a)."""
+    sign, logabsdet = logdet.slogdet(plan.backend.lu(plan), module.operator, module.state)
+    singular = logabsdet == -jnp.inf  # a zero pivot and no infinite or NaN one
+    return _status.masked(_undefined_where(module.status, singular), sign, logabsdet)
+
+
+def _undefined_where(status, defined):
+    """The factorisation's ``status`` where an output is not ``defined`` by it, else 0: LU of a
+    singular matrix (a zero pivot) exists and is LAPACK's, as its log-determinant (-inf) is;
+    a pivot that is not finite defines neither."""
+    return jnp.where(defined, _status.OK, status)

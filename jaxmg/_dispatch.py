@@ -411,9 +411,12 @@ def _batch(fn, plan: Plan, held: int, size: int, in_batched, args):
 
 def _in_mesh_context(mapped, mesh, args):
     """``mapped(*args)`` with ``mesh`` as the context mesh where none is set: XLA places the mapped
-    solvers where the stack lies."""
-    unset = _context.context_mesh() is None
-    with _sharded.abstract_context(mesh) if unset else contextlib.nullcontext():
+    solvers where the stack lies (arrays of no mesh put on it, replicated, where it has Explicit
+    axes: the program then runs on its devices)."""
+    if _context.context_mesh() is not None:
+        return mapped(*args)
+    args = _sharded.meshless_typed_on(mesh, args)
+    with _sharded.abstract_context(mesh):
         return mapped(*args)
 
 

@@ -95,9 +95,16 @@ def on_mesh_of(like, y) -> jax.Array:
 
 
 def _replicated_if_meshless(y, mesh) -> jax.Array:
-    """``y`` typed replicated on ``mesh`` where its type names no mesh; else ``y``."""
+    """``y`` typed replicated on ``mesh`` where its type names no mesh; else ``y``. Put there
+    (``jax.device_put``) where ``mesh`` is concrete: the enclosing program then runs on its devices,
+    also where no mesh is in context (``jax.jit`` of a call given ``mesh=`` on arrays of one
+    device), which a type alone does not make it do."""
     own = getattr(jax.typeof(y), "sharding", None)
-    return y if own and not own.mesh.empty else jax.sharding.reshard(y, NamedSharding(mesh, P()))
+    if own and not own.mesh.empty:
+        return y
+    if isinstance(mesh, Mesh):
+        return jax.device_put(y, NamedSharding(mesh, P()))
+    return jax.sharding.reshard(y, NamedSharding(mesh, P()))
 
 
 def meshless_typed_on(mesh, args):
@@ -110,7 +117,7 @@ def meshless_typed_on(mesh, args):
     abstract = mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh
     if not explicit(abstract) or any(t == jax.sharding.AxisType.Manual for t in abstract.axis_types):
         return args
-    return jax.tree.map(lambda x: _replicated_if_meshless(x, abstract) if isinstance(x, jax.Array) else x, args)
+    return jax.tree.map(lambda x: _replicated_if_meshless(x, mesh) if isinstance(x, jax.Array) else x, args)
 
 
 def meshless_typed_alike(args):

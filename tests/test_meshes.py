@@ -240,6 +240,49 @@ def test_mesh_argument_other_than_the_arrays_mesh(axis_type):
     assert jaxmg.qr(g_own, None, given)[1].sharding.mesh.shape == given.shape
 
 
+@pytest.mark.parametrize("axis_type", [AxisType.Explicit, AxisType.Auto])
+def test_mesh_argument_inside_jit_on_arrays_of_one_device(axis_type):
+    """``mesh=`` inside a ``jax.jit`` with no mesh in context, on arrays of one device (the way
+    Lineax calls a solver given ``mesh=``: it jits): every function, module and Lineax solver
+    returns the solution, also under ``jax.vmap`` and for the gradient (on Explicit axes each
+    had failed with JAX's "Length of device assignment 1 is not equal to the size of the mesh 8")."""
+    lineax = pytest.importorskip("lineax")
+    import jaxmg.lineax
+
+    mesh = make_mesh((4, 2), ("x", "y"), axis_types=axis_type)
+    rng = np.random.default_rng(3)
+    spd, g, rhs = (
+        spd_matrix(rng, N, np.float64),
+        random_matrix(rng, (N, N), np.float64) + N * np.eye(N),
+        rng.standard_normal(N),
+    )
+    a, m, b = jnp.asarray(spd), jnp.asarray(g), jnp.asarray(rhs)
+    solves = {
+        "potrs": (lambda a, b: jaxmg.potrs(a, b, mesh=mesh), spd),
+        "lu_solve": (lambda a, b: jaxmg.lu_solve(a, b, mesh=mesh), g),
+        "least_squares": (lambda a, b: jaxmg.least_squares(a, b, mesh=mesh), g),
+        "Cholesky.solve": (lambda a, b: jaxmg.Cholesky(a, mesh=mesh).solve(b), spd),
+        "LU.solve": (lambda a, b: jaxmg.LU(a, mesh=mesh).solve(b), g),
+        "QR.solve": (lambda a, b: jaxmg.QR(a, mesh=mesh).solve(b), g),
+    }
+    for name, (solve, matrix) in solves.items():
+        operand = a if matrix is spd else m
+        expected = np.linalg.solve(matrix, rhs)
+        np.testing.assert_allclose(jax.jit(solve)(operand, b), expected, rtol=1e-9, err_msg=name)
+        stacked = jax.jit(jax.vmap(solve, in_axes=(0, None)))(jnp.stack([operand, operand]), b)
+        np.testing.assert_allclose(stacked[1], expected, rtol=1e-9, err_msg=name)
+        gradient = jax.jit(jax.grad(lambda b, s=solve, o=operand: jnp.sum(s(o, b))))(b)
+        np.testing.assert_allclose(gradient, np.linalg.solve(matrix.T, np.ones(N)), rtol=1e-9, err_msg=name)
+    w = jax.jit(lambda a: jaxmg.syevd(a, mesh=mesh)[0])(a)
+    np.testing.assert_allclose(np.sort(np.asarray(w)), np.linalg.eigvalsh(spd), rtol=1e-10)
+    for solver, operator, matrix in (
+        (jaxmg.lineax.Cholesky(mesh=mesh), lineax.MatrixLinearOperator(a, lineax.positive_semidefinite_tag), spd),
+        (jaxmg.lineax.LU(mesh=mesh), lineax.MatrixLinearOperator(m), g),
+    ):
+        x = lineax.linear_solve(operator, b, solver).value
+        np.testing.assert_allclose(x, np.linalg.solve(matrix, rhs), rtol=1e-9, err_msg=type(solver).__name__)
+
+
 PER_MATRIX = {
     "LU.solve": (lambda a, b: jaxmg.LU(a).solve(b), lambda a: a + 8 * np.eye(8)),
     "QR.solve": (lambda a, b: jaxmg.QR(a).solve(b), lambda a: a + 8 * np.eye(8)),

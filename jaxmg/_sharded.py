@@ -120,6 +120,16 @@ def meshless_typed_on(mesh, args):
     return jax.tree.map(lambda x: _replicated_if_meshless(x, mesh) if isinstance(x, jax.Array) else x, args)
 
 
+def explicit_mesh_of(args):
+    """The mesh of the first array of ``args`` (a pytree) whose type names Explicit axes, else
+    None."""
+    for x in jax.tree.leaves(args):
+        sharding = explicit_type(x) if isinstance(x, jax.Array) else None
+        if sharding is not None:
+            return sharding.mesh
+    return None
+
+
 def meshless_typed_alike(args):
     """``args`` (a sequence) with each array of no mesh typed replicated on the mesh of the first
     argument whose type names Explicit axes (:func:`meshless_typed_on`); else ``args``. Inside a

@@ -22,6 +22,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Optional
 
+import jax
 import numpy as np
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
@@ -575,7 +576,15 @@ def module_plan(plan: Plan, arrays, matrices: Sequence, context: Context) -> Pla
 def _check_module_dtypes(plan: Plan, arrays) -> None:
     """Raise where a module's inexact arrays are not in the dtype of the matrix it factored (or its
     real counterpart: eigenvalues, singular values): the module was cast after it was made (a
-    ``jax.tree.map`` of ``x.astype``), so its plan and its arrays disagree."""
+    ``jax.tree.map`` of ``x.astype``), so its plan and its arrays disagree; or where it holds 64-bit
+    arrays and is used inside ``jax.enable_x64(False)`` (as the functions refuse them there)."""
+    available = np.dtype(jax.dtypes.canonicalize_dtype(plan.dtype))
+    if available != plan.dtype:
+        raise TypeError(
+            f"this module was made for {plan.dtype} matrices (while jax_enable_x64 was on), which 64-bit mode, "
+            f"off here, does not offer; use it with 64-bit mode on (inside jax.enable_x64(True)), or make it "
+            f"from a.astype(jnp.{available}) to use it here."
+        )
     real = np.finfo(plan.dtype).dtype
     for x in arrays:
         dtype = getattr(x, "dtype", None)

@@ -658,3 +658,26 @@ def test_empty_and_rectangular_errors_as_jax():
     for fn in (jnp.linalg.matrix_power, mla.matrix_power):
         with pytest.raises(TypeError, match="square"):
             fn(jnp.zeros((3, 0)), 2)
+
+
+def test_a_module_made_in_64_bit_mode_is_refused_inside_enable_x64_false():
+    """A module made in 64-bit mode and read inside jax.enable_x64(False): every method and
+    attribute raises a TypeError that says why and names both fixes (they had failed inside lax
+    with a float32/float64 mismatch, or returned float32 unasked), and works again in 64-bit mode."""
+    with jax.enable_x64(True):
+        a = jnp.asarray(np.diag([4.0, 3.0, 2.0, 1.0]) + 0.5)
+        modules = dict(cholesky=jaxmg.Cholesky(a), lu=jaxmg.LU(a), qr=jaxmg.QR(a))
+    reads = {
+        "cholesky": [lambda m: m.logdet(), lambda m: m.factor, lambda m: m.inverse()],
+        "lu": [lambda m: m.slogdet(), lambda m: m.lu, lambda m: m.inverse()],
+        "qr": [lambda m: m.q, lambda m: m.r, lambda m: m.rank_status()],
+    }
+    for name, module in modules.items():
+        for read in reads[name]:
+            with (
+                jax.enable_x64(False),
+                pytest.raises(TypeError, match=r"float64 .*enable_x64\(True\).*astype\(jnp\.float32\)"),
+            ):
+                read(module)
+            with jax.enable_x64(True):
+                assert all(x.dtype != np.float32 for x in jax.tree.leaves(read(module)) if hasattr(x, "dtype")), name

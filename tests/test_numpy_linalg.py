@@ -527,8 +527,9 @@ def test_bad_arguments():
         mla.qr(np.eye(4), mode="economic")
     with pytest.raises(ValueError, match="only one of rtol and rcond"):
         mla.pinv(np.eye(4), rtol=0.1, rcond=0.1)
-    with pytest.raises(ValueError, match="trans"):
-        msla.lu_solve(msla.lu_factor(np.eye(8)), np.ones(8), trans=3)
+    for trans in (3, "T"):  # JAX's lu_solve takes 0, 1 and 2 alone (solve_triangular also takes "N", "T", "C")
+        with pytest.raises(ValueError, match="'trans' value must be 0, 1, or 2"):
+            msla.lu_solve(msla.lu_factor(np.eye(8)), np.ones(8), trans=trans)
     with pytest.raises(ValueError, match="mode"):
         msla.qr(np.eye(8), mode="raw")
 

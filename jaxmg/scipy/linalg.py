@@ -217,8 +217,10 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     :class:`jaxmg.LU` (``piv`` then unused): its saved, possibly distributed, factor solves. The
     factor and ``b`` are promoted together as JAX promotes them (x has their common dtype)."""
     del overwrite_b, check_finite
-    if trans not in _TRANS:
-        raise ValueError(f"lu_solve: trans must be 0, 1 or 2 ('N', 'T', 'C'), got {trans!r}.")
+    if isinstance(trans, str) or trans not in _TRANS:  # JAX's lu_solve takes the integers alone
+        raise ValueError(
+            f"'trans' value must be 0, 1, or 2, got {trans!r} (lu_solve: 0 solves a x = b, 1 a^T x = b, 2 a^H x = b)."
+        )
     lu, piv = lu_and_piv
     if isinstance(lu, _LU):
         return _each_rhs(lu, _lu_promoted_solve, b, "lu_solve", first="lu_and_piv", trans=_TRANS[trans])

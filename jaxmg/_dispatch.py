@@ -615,6 +615,8 @@ def _drop_in(fn: Callable[_Params, _Result], static: tuple[str, ...]) -> Callabl
         if known is None and key is not None and not _worth_a_program(dynamic):
             _compiled.remember(key, _EAGER_ONLY)
             known = _EAGER_ONLY
+        if key is None:  # traced: a differentiated call's cotangents arrive in the arguments' types
+            args, kwargs = _sharded.cotangents_typed((args, kwargs))
         return _eager_drop_in(fn, None if known is not None else key, args, kwargs)
 
     return call

@@ -130,6 +130,23 @@ def explicit_mesh_of(args):
     return None
 
 
+def cotangents_typed(args):
+    """``args`` (a pytree), each array whose type names Explicit axes (and none Manual) passed
+    through a reshard to its own type: the same values, whose transpose gives a cotangent that
+    arrives in any type (one of no mesh: the random cotangent of a second-order reverse check,
+    ``jax.test_util.check_grads``) the array's type. JAX's transpose of a transpose checks its
+    cotangent's type, and the drop-ins' resharded transposes (``(a + a^H)/2``, a wide matrix's
+    adjoint) would see one of no mesh."""
+
+    def typed(x):
+        sharding = explicit_type(x) if isinstance(x, jax.Array) else None
+        if sharding is None or any(t == jax.sharding.AxisType.Manual for t in sharding.mesh.axis_types):
+            return x
+        return jax.sharding.reshard(x, sharding)
+
+    return jax.tree.map(typed, args)
+
+
 def meshless_typed_alike(args):
     """``args`` (a sequence) with each array of no mesh typed replicated on the mesh of the first
     argument whose type names Explicit axes (:func:`meshless_typed_on`); else ``args``. Inside a

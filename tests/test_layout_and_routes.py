@@ -260,7 +260,7 @@ def test_lu_factor_of_a_split_matrix_comes_from_the_distributed_lu(axis_type, re
 # --- outputs keep the caller's layout ---
 
 
-def _cases(a, g, t, s, b, bt):
+def _cases(a, g, t, s, b, bt, w):
     """(name, function, arguments, expected specs of its outputs as 'a', 'b' or 'r' for a's
     layout, b's layout or replicated)."""
     return [
@@ -292,6 +292,9 @@ def _cases(a, g, t, s, b, bt):
         ("sla.cho_solve", lambda a, b: sla.cho_solve(sla.cho_factor(a, lower=True), b), (a, b), "b"),
         ("sla.lu_solve", lambda g, b: sla.lu_solve(sla.lu_factor(g), b), (g, b), "b"),
         ("sla.polar", sla.polar, (t,), "aa"),
+        ("sla.polar left", lambda w: sla.polar(w, side="left"), (w,), "aa"),
+        ("la.lstsq", lambda t, b: la.lstsq(t, b)[0], (t, bt), "b"),
+        ("sla.lstsq", lambda t, b: sla.lstsq(t, b)[0], (t, bt), "b"),
     ]
 
 
@@ -305,7 +308,8 @@ def test_outputs_keep_the_callers_layout_eager_and_jitted(shape, axis_type):
     a, g, t, s = (put(x, matrix) for x in (SPD[0], GEN[0], TALL[0], SPD[1]))
     b, bt = put(RHS[0], rows), put(RHS_TALL[0], rows)
     want = {"a": _normal(matrix.spec, mesh), "b": _normal(rows.spec, mesh), "r": ()}
-    for name, fn, args, kinds in _cases(a, g, t, s, b, bt):
+    w = put(np.ascontiguousarray(TALL[1].T), matrix)
+    for name, fn, args, kinds in _cases(a, g, t, s, b, bt, w):
         for how, run in (("eager", fn), ("jit", jax.jit(fn))):
             outs = run(*args)
             outs = outs if isinstance(outs, tuple) else (outs,)

@@ -83,12 +83,28 @@ def in_layout_of(x, like, matrix: bool = True):
     if mesh is not None:
         return jax.sharding.reshard(x, NamedSharding(mesh, spec_for(like, x.shape)))
     sharding = getattr(like, "sharding", None)
-    if not is_tracer(like) and not is_tracer(x) and isinstance(sharding, NamedSharding) and x.shape == like.shape:
-        return jax.device_put(x, sharding)
+    if not is_tracer(like) and not is_tracer(x) and isinstance(sharding, NamedSharding) and x.ndim == like.ndim:
+        if x.shape == like.shape:
+            return jax.device_put(x, sharding)
+        if divides(x.shape, sharding.spec, sharding.mesh):  # another shape (a least-squares solution)
+            return jax.device_put(x, NamedSharding(sharding.mesh, sharding.spec))
     layout = _plan.held_layout(like, default=matrix)
     if layout is None or x.ndim != like.ndim or not divides(x.shape, layout.spec, layout.mesh):
         return x
     return _sharded.place(x, layout.spec, layout.mesh)
+
+
+def solution_in_layout(x, b, a):
+    """A solution ``x`` ((N,) or (N, K)) of ``a @ x = b`` in b's layout where that is known and
+    divides x (:func:`in_layout_of`); else, where only a's is (Auto axes inside ``jax.jit``: a's
+    layout there is rule 4's default), with its rows split as a's rows are, as jaxmg's own solves
+    place theirs."""
+    placed = in_layout_of(x, b, matrix=False)
+    layout = None if placed is not x else _plan.held_layout(a)
+    if layout is None:
+        return placed
+    spec = P(*tuple(layout.spec)[:1], *(None,) * (x.ndim - 1))
+    return _sharded.place(x, spec, layout.mesh) if divides(x.shape, spec, layout.mesh) else x
 
 
 def herm_input(a, symmetrize: bool, lower: bool):

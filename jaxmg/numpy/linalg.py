@@ -433,6 +433,7 @@ def _lstsq(a, b, rcond, numpy_resid):
     rcond = eps * max(m, n) if rcond is None else jnp.where(rcond < 0, eps, rcond)
     rcond = jnp.asarray(rcond, jnp.finfo(a.dtype).dtype)
     x, s = _least_norm(a, b, rcond)
+    x = _util.solution_in_layout(x, b, a)
     rank = jnp.sum(_kept(s, rcond))
     if numpy_resid and (m <= n or _concrete(rank, "lstsq(numpy_resid=True)") < n):
         resid = jnp.asarray([], dtype=s.dtype)  # NumPy's empty residuals

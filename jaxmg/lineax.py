@@ -34,8 +34,9 @@ x = lx.linear_solve(operator, b, solver=jaxmg.lineax.Auto()).value
   the arguments of ``jaxmg.potrs``: ``T_A``, the native tile size (None picks one); ``mesh``
   (default: the matrix's own mesh, else the context mesh, else one device); ``matrix_specs``
   (default: from the matrix's sharding); ``backend``, ``"auto"``, ``"portable"`` or ``"native"``;
-  and ``throw`` (default True): whether a failure on a mesh of more than one device raises on
-  every device (True) or is returned as ``RESULTS.singular`` for ``linear_solve(...,
+  ``check``, the result check of the distributed route (None: on unless ``JAXMG_RESULT_CHECK=0``;
+  False turns it off for this solver); and ``throw`` (default True): whether a failure on a mesh
+  of more than one device raises on every device (True) or is returned as ``RESULTS.singular`` for ``linear_solve(...,
   throw=False)`` (False).
 - Derivatives and ``jax.vmap`` are Lineax's own: ``jax.grad`` through ``linear_solve`` and
   ``jax.vmap`` over operators and vectors work as with Lineax's solvers. ``Cholesky``, ``LU``
@@ -131,15 +132,20 @@ class _Options(eqx.Module):
     matrix_specs: Specs = eqx.field(default=None, static=True)
     backend: str = eqx.field(default="auto", static=True)
     throw: bool = eqx.field(default=True, static=True)
+    check: Optional[bool] = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         check_tile(self.T_A)
         check_backend(self.backend)
         check_flag(self.throw, "throw")
+        if self.check is not None:
+            check_flag(self.check, "check")
 
     def _options(self) -> dict:
         """The keywords of the jaxmg call that factors the operator's matrix."""
-        return dict(T_A=self.T_A, mesh=self.mesh, matrix_specs=self.matrix_specs, backend=self.backend)
+        return dict(
+            T_A=self.T_A, mesh=self.mesh, matrix_specs=self.matrix_specs, backend=self.backend, check=self.check
+        )
 
     def assume_full_rank(self) -> bool:
         """True: every jaxmg solver needs a full-rank operator (as Lineax's Cholesky, LU, QR)."""
@@ -302,7 +308,7 @@ class Cholesky(_JaxmgSolver):
     ``-(-A)^-1 b``), and nonsingular. Only the lower triangle of its matrix is read.
     A matrix that is not positive definite gives ``RESULTS.singular``.
 
-    Options (fields): ``T_A``, ``mesh``, ``matrix_specs``, ``backend``, as described in
+    Options (fields): ``T_A``, ``mesh``, ``matrix_specs``, ``backend``, ``check``, as described in
     [`jaxmg.lineax`][jaxmg.lineax].
     """
 
@@ -333,7 +339,7 @@ class LU(_JaxmgSolver):
     Transposed solves (Lineax's reverse mode) reuse the factor with ``trans="T"``. A
     singular matrix (a zero pivot) gives ``RESULTS.singular``.
 
-    Options (fields): ``T_A``, ``mesh``, ``matrix_specs``, ``backend``, as described in
+    Options (fields): ``T_A``, ``mesh``, ``matrix_specs``, ``backend``, ``check``, as described in
     [`jaxmg.lineax`][jaxmg.lineax].
     """
 
@@ -359,7 +365,7 @@ class QR(_JaxmgSolver):
     ``RESULTS.singular`` and a NaN value. For a wide operator the factored matrix is its
     transpose, which ``matrix_specs`` then describes.
 
-    Options (fields): ``T_A``, ``mesh``, ``matrix_specs``, ``backend``, as described in
+    Options (fields): ``T_A``, ``mesh``, ``matrix_specs``, ``backend``, ``check``, as described in
     [`jaxmg.lineax`][jaxmg.lineax], and ``rcond`` (a Python float, as in
     ``jnp.linalg.lstsq``: None, the default, for ``max(M, N) * eps`` of the dtype; negative for
     ``eps``).
@@ -397,7 +403,7 @@ class SVD(_JaxmgSolver):
     ``pinv(A^T) b = conj(U S^+ V^H conj(b))``. ``assume_full_rank()`` is False, as Lineax's SVD's,
     so that Lineax differentiates the pseudo-inverse in full.
 
-    Options (fields): ``T_A``, ``mesh``, ``matrix_specs``, ``backend``, as described in
+    Options (fields): ``T_A``, ``mesh``, ``matrix_specs``, ``backend``, ``check``, as described in
     [`jaxmg.lineax`][jaxmg.lineax], and ``rcond`` (a Python float).
     """
 
@@ -446,7 +452,7 @@ class Auto(_Options, lx.AbstractLinearSolver[_AutoState]):
     The state is the chosen solver's; it never changes after ``init`` (``transpose`` and
     ``conj`` keep the choice).
 
-    Options (fields): ``T_A``, ``mesh``, ``matrix_specs``, ``backend``, as described in
+    Options (fields): ``T_A``, ``mesh``, ``matrix_specs``, ``backend``, ``check``, as described in
     [`jaxmg.lineax`][jaxmg.lineax], and ``well_posed``.
     """
 

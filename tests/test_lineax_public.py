@@ -87,6 +87,41 @@ def test_options_are_checked_when_the_solver_is_made(library_errors):
             solver(T_A="x")
         with pytest.raises(ValueError, match="backend must be one of"):
             solver(backend="gpu")
+        with pytest.raises(TypeError, match="check must be True or False"):
+            solver(check="no")
+
+
+def test_the_result_check_is_a_solver_option(monkeypatch):
+    """check=False (the distributed route's result check off, as for a call) reaches the module
+    that factors the operator, for every solver and through Auto's choice; None (the default)
+    leaves it to JAXMG_RESULT_CHECK."""
+    import lineax as lx
+
+    import jaxmg.modules
+
+    made = []
+    for name in ("Cholesky", "LU", "QR", "SVD"):
+        kind = getattr(jaxmg.modules, name)
+        original = kind.__init__
+        monkeypatch.setattr(
+            kind, "__init__", lambda self, *a, _init=original, **k: made.append(k["check"]) or _init(self, *a, **k)
+        )
+    a = jnp.asarray(np.diag([4.0, 3.0, 2.0]) + 0.5)
+    b = jnp.arange(1.0, 4.0)
+    for solver, tags in (
+        (jl.Cholesky, lx.positive_semidefinite_tag),
+        (jl.LU, ()),
+        (jl.QR, ()),
+        (jl.SVD, ()),
+        (jl.Auto, ()),
+    ):
+        for check in (False, None):
+            made.clear()
+            x = lx.linear_solve(lx.MatrixLinearOperator(a, tags), b, solver(check=check)).value
+            np.testing.assert_allclose(x, np.linalg.solve(np.asarray(a), np.asarray(b)), rtol=1e-6)
+            # (a solve traced before with the same solver and shapes is Lineax's cached program)
+            assert (made or check is None) and all(m is check for m in made), (solver, check, made)
+    assert jl.Auto(check=False).select(lx.MatrixLinearOperator(a)) == jl.LU(check=False)
 
 
 def test_a_state_of_another_solver_is_named(library_errors):

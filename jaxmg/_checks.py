@@ -146,8 +146,15 @@ def check_rhs(b, name: str, rows: int, a_name: str = "a") -> None:
             f"(rank {b.ndim}); use jax.vmap for a batch of right-hand sides."
         )
     if b.shape[0] != rows:
+        batch = (
+            f"; for one right-hand side per row of {name} pass {name}.T, or map them with jax.vmap (one per "
+            f"matrix of a module made under jax.vmap: jax.vmap(lambda m, b: m.solve(b))(module, {name}))"
+            if b.ndim == 2 and b.shape[1] == rows
+            else ""
+        )
         raise ValueError(
-            f"{name} has {b.shape[0]} rows but {a_name} has {rows}; {name} must have shape ({rows},) or ({rows}, NRHS)."
+            f"{name} has {b.shape[0]} rows but {a_name} has {rows}; {name} must have shape ({rows},) or "
+            f"({rows}, NRHS){batch}."
         )
 
 

@@ -68,6 +68,7 @@ from ._checks import check_backend, check_flag, check_tile
 from ._dense import adjoint, kept_reciprocals, matmul
 from ._typing import MeshLike, Specs
 from .kernels import status as _status
+from .modules import check as result_check
 from .modules._base import Factorisation
 
 __all__ = ["Auto", "Cholesky", "LU", "QR", "SVD"]
@@ -139,7 +140,7 @@ class _Options(eqx.Module):
         check_backend(self.backend)
         check_flag(self.throw, "throw")
         if self.check is not None:
-            check_flag(self.check, "check")
+            result_check.enabled(self.check)  # refuses a value other than True, False or None
 
     def _options(self) -> dict:
         """The keywords of the jaxmg call that factors the operator's matrix."""

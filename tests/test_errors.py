@@ -401,3 +401,13 @@ def test_drop_ins_refuse_lists_as_jax_does(call):
     # arguments, got <class 'list'> at position 0."; the drop-ins raise the same class.
     with pytest.raises(TypeError, match=r"require ndarray or scalar arguments, got <class '(list|tuple)'> at position"):
         call()
+
+
+def test_right_hand_sides_given_one_per_row_are_told_how_to_pass_them(mesh):
+    """A (K, N) b for an N x N a (one right-hand side per row, as a stack of them is written):
+    the error says to pass b.T or to map them, the way a vmapped module's solve takes them."""
+    with pytest.raises(ValueError, match=r"b has 3 rows but a has 32; .*pass b\.T, or map them with jax\.vmap"):
+        jaxmg.potrs(A, np.ones((3, 32)), mesh=mesh)
+    stack = jax.vmap(jaxmg.Cholesky)(jnp.stack([jnp.eye(8), 2 * jnp.eye(8)]))
+    with pytest.raises(ValueError, match=r"jax\.vmap\(lambda m, b: m\.solve\(b\)\)\(module, b\)"):
+        stack.solve(jnp.ones((2, 8)))

@@ -87,7 +87,7 @@ def test_options_are_checked_when_the_solver_is_made(library_errors):
             solver(T_A="x")
         with pytest.raises(ValueError, match="backend must be one of"):
             solver(backend="gpu")
-        with pytest.raises(TypeError, match="check must be True or False"):
+        with pytest.raises(TypeError, match="check must be True, False or None"):
             solver(check="no")
 
 

@@ -330,7 +330,8 @@ def _traced(body, plan: Plan, static: tuple, rule: bool, held: int) -> Callable:
         # without the rule (a derivative under jax.vmap) the body sees one matrix of the stack,
         # traced with the stack's mesh as the context (JAX's batching of a body with no context
         # mesh fails for a stack split over Explicit axes, as under jax.set_mesh it does not); a
-        # plan of no mesh (a module made inside a shard_map, used outside it) takes its arrays'
+        # plan of no mesh (a module made inside a shard_map, used outside it) is traced with the
+        # mesh of its arrays' types where no mesh is in context
         mesh = None if plan.route == _routes.BATCH and rule else plan.mesh
         if mesh is None and not rule and _context.context_mesh() is None:
             mesh = _sharded.explicit_mesh_of(args)

@@ -67,6 +67,11 @@ def explicit(mesh) -> bool:
     return any(t == jax.sharding.AxisType.Explicit for t in getattr(mesh, "axis_types", ()))
 
 
+def manual_axes_in(mesh) -> bool:
+    """Whether any axis of ``mesh`` is Manual (the mesh of a ``jax.shard_map`` body)."""
+    return any(t == jax.sharding.AxisType.Manual for t in getattr(mesh, "axis_types", ()))
+
+
 def explicit_type(x) -> Optional[NamedSharding]:
     """The sharding of ``x``'s type where its mesh has Explicit axes (there the type carries the
     layout, inside ``jax.jit`` too), else None."""
@@ -115,7 +120,7 @@ def meshless_typed_on(mesh, args):
     mapped arrays are, which an array of no mesh is not (its batch would be whole on every device
     beside a split one: JAX refuses the product or triangular solve of the two)."""
     abstract = mesh.abstract_mesh if isinstance(mesh, Mesh) else mesh
-    if not explicit(abstract) or any(t == jax.sharding.AxisType.Manual for t in abstract.axis_types):
+    if not explicit(abstract) or manual_axes_in(abstract):
         return args
     return jax.tree.map(lambda x: _replicated_if_meshless(x, mesh) if isinstance(x, jax.Array) else x, args)
 
@@ -140,7 +145,7 @@ def cotangents_typed(args):
 
     def typed(x):
         sharding = explicit_type(x) if isinstance(x, jax.Array) else None
-        if sharding is None or any(t == jax.sharding.AxisType.Manual for t in sharding.mesh.axis_types):
+        if sharding is None or manual_axes_in(sharding.mesh):
             return x
         return jax.sharding.reshard(x, sharding)
 

@@ -36,8 +36,8 @@ x = lx.linear_solve(operator, b, solver=jaxmg.lineax.Auto()).value
   (default: from the matrix's sharding); ``backend``, ``"auto"``, ``"portable"`` or ``"native"``;
   ``check``, the result check of the distributed route (None: on unless ``JAXMG_RESULT_CHECK=0``;
   False turns it off for this solver); and ``throw`` (default True): whether a failure on a mesh
-  of more than one device raises on every device (True) or is returned as ``RESULTS.singular`` for ``linear_solve(...,
-  throw=False)`` (False).
+  of more than one device raises on every device (True) or is returned as ``RESULTS.singular``
+  for ``linear_solve(..., throw=False)`` (False).
 - Derivatives and ``jax.vmap`` are Lineax's own: ``jax.grad`` through ``linear_solve`` and
   ``jax.vmap`` over operators and vectors work as with Lineax's solvers. ``Cholesky``, ``LU``
   and ``QR`` assume a full-rank operator (``assume_full_rank()`` is True), as Lineax's own

@@ -84,10 +84,9 @@ def in_layout_of(x, like, matrix: bool = True):
         return jax.sharding.reshard(x, NamedSharding(mesh, spec_for(like, x.shape)))
     sharding = getattr(like, "sharding", None)
     if not is_tracer(like) and not is_tracer(x) and isinstance(sharding, NamedSharding) and x.ndim == like.ndim:
-        if x.shape == like.shape:
+        # x of like's shape, or of another that like's layout divides (a least-squares solution)
+        if x.shape == like.shape or divides(x.shape, sharding.spec, sharding.mesh):
             return jax.device_put(x, sharding)
-        if divides(x.shape, sharding.spec, sharding.mesh):  # another shape (a least-squares solution)
-            return jax.device_put(x, NamedSharding(sharding.mesh, sharding.spec))
     layout = _plan.held_layout(like, default=matrix)
     if layout is None or x.ndim != like.ndim or not divides(x.shape, layout.spec, layout.mesh):
         return x
